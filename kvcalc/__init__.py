@@ -1,0 +1,1 @@
+"""kvcalc: exact KV-cache memory and attention cost calculator."""

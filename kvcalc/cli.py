@@ -1,0 +1,272 @@
+"""The `kvcalc` command line: each command parses its options, calls the library, and hands rows to a renderer."""
+
+from __future__ import annotations
+
+import functools
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kvcalc.errors import KvcalcError
+
+app = typer.Typer(
+    name="kvcalc",
+    help="Exact KV-cache memory of transformer attention (MHA, GQA, MQA, MLA, sliding windows). k = 1024 tokens.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+class Format(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    latex = "latex"
+    csv = "csv"
+    json = "json"
+
+
+class Units(str, Enum):
+    binary = "binary"
+    si = "si"
+    bytes = "bytes"
+
+
+class KvDtype(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+    int8 = "int8"
+    int4 = "int4"
+
+
+class MlaCache(str, Enum):
+    latent = "latent"
+    expanded = "expanded"
+
+
+def _parse_ctx(value: str) -> list[int]:
+    from kvcalc.units import parse_token_list
+
+    try:
+        return parse_token_list(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+CTX_HELP = "Context length(s) in tokens: 4096, 4k, 128k, 1M, or a comma list 4k,32k,128k. k = 1024 (128k = 131072)."
+CtxOpt = Annotated[str, typer.Option("--ctx", "-c", help=CTX_HELP)]
+BatchOpt = Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences held at once.")]
+DtypeOpt = Annotated[KvDtype, typer.Option("--kv-dtype", help="Storage type of the cache (int4: half a byte per element).")]
+MlaOpt = Annotated[MlaCache, typer.Option("--mla-cache", help="MLA cache layout: latent (d_c + d_R, as DeepSeek/vLLM/SGLang) or expanded (per-head K and V).")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+UnitsOpt = Annotated[Units, typer.Option("--units", help="Byte units in table/markdown/latex: binary (KiB, GiB), si (kB, GB), or exact bytes.")]
+ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the derivation of every cache figure: formula, symbols, values, source fields.")]
+NoWindowsOpt = Annotated[bool, typer.Option("--no-windows", help="Ignore sliding windows (every layer global): what the cache would be without them.")]
+
+
+def _stderr():
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def _stdout():
+    from rich.console import Console
+
+    return Console(soft_wrap=True, highlight=False)
+
+
+def guarded(fn):
+    """Turn a KvcalcError into one message on stderr and exit status 1 (never a traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KvcalcError as exc:
+            _stderr().print(f"error: {exc}", markup=False)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def _emit(output) -> None:
+    """Print a rendered table: rich objects through rich, strings verbatim (no markup, no wrapping)."""
+    if isinstance(output, str):
+        typer.echo(output)
+    else:
+        _stdout().print(output)
+
+
+def _load(model: str, no_windows: bool = False):
+    from kvcalc.registry import load_model
+
+    loaded = load_model(model)
+    if no_windows:
+        from dataclasses import replace
+
+        from kvcalc.costs.cache import without_windows
+
+        loaded = replace(loaded, spec=without_windows(loaded.spec))
+    return loaded
+
+
+def _warn_ctx(spec, ctxs: list[int]) -> None:
+    over = [c for c in ctxs if c > spec.max_context]
+    if over:
+        _stderr().print(
+            f"warning: {spec.name}: ctx {max(over):,} exceeds its trained maximum of {spec.max_context:,} tokens (max_context); computed anyway",
+            markup=False,
+        )
+
+
+def _explain_block(derivations: list[dict], fmt: Format, units: str) -> str:
+    from kvcalc.explain import derivation_lines
+
+    lines = [line for d in derivations for line in derivation_lines(d, units) + [""]]
+    if fmt == Format.latex:
+        return "\n".join(f"% {line}" if line else "%" for line in lines).rstrip("%\n")
+    if fmt == Format.markdown:
+        return "```text\n" + "\n".join(lines).rstrip() + "\n```"
+    return "\n".join(lines).rstrip()
+
+
+def _check_explain(explain: bool, fmt: Format) -> None:
+    if explain and fmt == Format.csv:
+        raise typer.BadParameter("--explain cannot be combined with --format csv (use json to get the derivation as data)")
+
+
+@app.command("list")
+@guarded
+def list_models(fmt: FormatOpt = Format.table, units: UnitsOpt = Units.binary) -> None:
+    """List the bundled models with their attention kind, key dims and bf16 KV bytes per token."""
+    from kvcalc.registry import bundled_names, load_model
+    from kvcalc.render import render
+    from kvcalc.rows import LIST_COLUMNS, LIST_JSON_KEYS, list_rows
+
+    rows = list_rows([load_model(name).spec for name in bundled_names()])
+    _emit(render(LIST_COLUMNS, rows, fmt.value, units.value, title="Bundled models", raw_keys=LIST_JSON_KEYS))
+
+
+@app.command()
+@guarded
+def compare(
+    models: Annotated[list[str], typer.Argument(help="Bundled names, YAML spec paths, or config.json paths.")],
+    ctx: CtxOpt = "128k",
+    batch: BatchOpt = 1,
+    kv_dtype: DtypeOpt = KvDtype.bf16,
+    mla_cache: MlaOpt = MlaCache.latent,
+    fmt: FormatOpt = Format.table,
+    units: UnitsOpt = Units.binary,
+    explain: ExplainOpt = False,
+    no_windows: NoWindowsOpt = False,
+) -> None:
+    """Compare the KV cache of models side by side: one row per model and context, with the ratio to the first model."""
+    from kvcalc.costs.cache import kv_cache
+    from kvcalc.explain import derivation
+    from kvcalc.render import only, render
+    from kvcalc.rows import COMPARE_COLUMNS, COMPARE_JSON_KEYS, compare_row, with_ratios
+
+    ctxs = _parse_ctx(ctx)
+    _check_explain(explain, fmt)
+    loaded = [_load(m, no_windows) for m in models]
+    rows, derivations = [], []
+    for lm in loaded:
+        _warn_ctx(lm.spec, ctxs)
+        for c in ctxs:
+            report = kv_cache(lm.spec, c, batch, kv_dtype.value, mla_cache.value)
+            rows.append(compare_row(lm.spec, report))
+            derivations.append(derivation(report, lm.origin, lm.config_keys))
+    rows = with_ratios(rows)
+    title = f"KV cache, {kv_dtype.value}, batch {batch}" + (", windows ignored" if no_windows else "")
+    if fmt == Format.json and explain:
+        payload = [{**row, "derivation": d} for row, d in zip(only(rows, COMPARE_JSON_KEYS), derivations)]
+        _emit(render(COMPARE_COLUMNS, rows, fmt.value, payload=payload))
+        return
+    _emit(render(COMPARE_COLUMNS, rows, fmt.value, units.value, title=title, raw_keys=COMPARE_JSON_KEYS))
+    if fmt == Format.json:
+        return
+    if explain:
+        _emit(_explain_block(derivations, fmt, units.value))
+
+
+@app.command()
+@guarded
+def show(
+    model: Annotated[str, typer.Argument(help="A bundled name, a YAML spec path, or a config.json path.")],
+    ctx: CtxOpt = "128k",
+    batch: BatchOpt = 1,
+    kv_dtype: DtypeOpt = KvDtype.bf16,
+    mla_cache: MlaOpt = MlaCache.latent,
+    per_layer: Annotated[bool, typer.Option("--per-layer", help="One row per layer instead of per layer group.")] = False,
+    fmt: FormatOpt = Format.table,
+    units: UnitsOpt = Units.binary,
+    explain: ExplainOpt = False,
+    no_windows: NoWindowsOpt = False,
+) -> None:
+    """Show a model's spec, derived dims, and its KV cache per token, per layer group (or layer) and in total."""
+    from kvcalc.costs.cache import kv_cache
+    from kvcalc.explain import derivation
+    from kvcalc.render import render
+    from kvcalc.rows import GROUP_COLUMNS, group_rows
+    from kvcalc.summary import SUMMARY_COLUMNS, summary_rows
+
+    ctxs = _parse_ctx(ctx)
+    if len(ctxs) != 1:
+        raise typer.BadParameter("show takes one context; use compare for several", param_hint="--ctx")
+    _check_explain(explain, fmt)
+    lm = _load(model, no_windows)
+    _warn_ctx(lm.spec, ctxs)
+    report = kv_cache(lm.spec, ctxs[0], batch, kv_dtype.value, mla_cache.value)
+    breakdown = group_rows(report, per_layer)
+    summary = summary_rows(lm, report)
+    if fmt == Format.json:
+        payload = {"model": lm.spec.name, "origin": lm.origin, "spec": lm.spec.model_dump(exclude_none=True),
+                   "summary": {r["key"]: r["value"] for r in summary}, "layers" if per_layer else "groups": breakdown}
+        if explain:
+            payload["derivation"] = derivation(report, lm.origin, lm.config_keys)
+        _emit(render(GROUP_COLUMNS, breakdown, "json", payload=payload))
+        return
+    if fmt != Format.csv:
+        _emit(render(SUMMARY_COLUMNS, summary, fmt.value, units.value, title=f"{lm.spec.name} ({lm.origin})"))
+        typer.echo("")
+    title = f"KV cache by {'layer' if per_layer else 'layer group'} at ctx {ctxs[0]:,}, batch {batch}, {kv_dtype.value}"
+    _emit(render(GROUP_COLUMNS, breakdown, fmt.value, units.value, title=title))
+    if explain:
+        typer.echo("")
+        _emit(_explain_block([derivation(report, lm.origin, lm.config_keys)], fmt, units.value))
+
+
+@app.command("import")
+@guarded
+def import_config(
+    config: Annotated[Path, typer.Argument(help="A Hugging Face config.json.")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the YAML spec here instead of stdout.")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Name of the spec (default: the config's folder or file name).")] = None,
+) -> None:
+    """Convert a Hugging Face config.json into an equivalent kvcalc YAML spec."""
+    from kvcalc.registry import load_path
+    from kvcalc.summary import spec_yaml
+
+    lm = load_path(config)
+    if lm.kind != "hf":
+        raise KvcalcError(f"{config}: model_type: not found; this is not a Hugging Face config.json")
+    text = spec_yaml(lm.spec, name)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise KvcalcError(f"{output}: cannot write: {exc.strerror or exc}") from None
+    _stderr().print(f"wrote {output}", markup=False)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

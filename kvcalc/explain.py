@@ -1,0 +1,104 @@
+"""The derivation of every cache figure (`--explain`): formula, symbols, values and the fields they came from."""
+
+from __future__ import annotations
+
+import re
+
+from kvcalc.costs.cache import CacheReport, dtype_bits
+from kvcalc.units import format_bytes
+
+
+def substitute(expression: str, values: dict[str, int]) -> str:
+    """'2·n_kv·d_h' with {'n_kv': 8, 'd_h': 128} -> '2·8·128'."""
+    names = sorted(values, key=len, reverse=True)
+    if not names:
+        return expression
+    pattern = re.compile("|".join(re.escape(n) for n in names))
+    return pattern.sub(lambda m: str(values[m.group(0)]), expression)
+
+
+def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | None = None) -> dict:
+    """A structured derivation of `report`: one entry per layer group, then the per-token rate and the total."""
+    keys = config_keys or {}
+    bits = dtype_bits(report.kv_dtype)
+    groups = []
+    for gc in report.groups:
+        g = gc.group
+        symbols = []
+        for s in gc.formula.symbols:
+            leaf = s.source.split(".")[-1] if "/" not in s.source else "head_dim"
+            symbols.append({"symbol": s.name, "value": s.value, "field": s.source,
+                            "config_key": keys.get(leaf) if keys and "/" not in s.source else None})
+        if g.sliding_window:
+            held = {"rule": "min(ctx, W)", "W": g.sliding_window, "field": f"layer_groups[{g.index}].sliding_window"}
+        else:
+            held = {"rule": "ctx"}
+        groups.append({
+            "group": g.label,
+            "layers": list(g.layers),
+            "n_layers": len(g.layers),
+            "kind": g.attention.kind,
+            "formula": gc.formula.expression,
+            "substituted": substitute(gc.formula.expression, {s.name: s.value for s in gc.formula.symbols}),
+            "reference": gc.formula.reference,
+            "symbols": symbols,
+            "elements_per_token_per_layer": gc.formula.elements,
+            "components": gc.formula.components,
+            "tokens_held": gc.tokens_held,
+            "tokens_rule": held,
+            "state_elements_per_layer": gc.state_elements_per_layer,
+            "elements": gc.elements,
+            "bytes": gc.bytes,
+        })
+    return {
+        "model": report.model,
+        "origin": origin,
+        "ctx": report.ctx,
+        "batch": report.batch,
+        "kv_dtype": report.kv_dtype,
+        "bits_per_element": bits,
+        "mla_cache": report.mla_cache,
+        "groups": groups,
+        "elements_per_token": report.elements_per_token,
+        "kv_bytes_per_token": report.bytes_per_token,
+        "elements": report.elements,
+        "kv_cache_bytes": report.bytes,
+    }
+
+
+def derivation_lines(d: dict, units: str = "binary") -> list[str]:
+    """The derivation as indented plain-text lines, one fact per line."""
+    mla = f", MLA cache {d['mla_cache']}" if d["mla_cache"] else ""
+    lines = [f"{d['model']}  (from {d['origin']}; ctx {d['ctx']:,}, batch {d['batch']}, "
+             f"{d['kv_dtype']} = {d['bits_per_element']} bits/element{mla})"]
+    for g in d["groups"]:
+        span = "sliding window" if g["tokens_rule"]["rule"] != "ctx" else "full attention"
+        lines.append(f"  {g['group']}: layers {_span(g['layers'])} ({g['n_layers']} layers), {g['kind'].upper()}, {span}")
+        lines.append(f"    per token and layer: {g['formula']} = {g['substituted']} = {g['elements_per_token_per_layer']:,} elements"
+                     f"   [{g['reference']}]")
+        for s in g["symbols"]:
+            via = f"  (config.json: {s['config_key']})" if s["config_key"] else ""
+            lines.append(f"      {s['symbol']} = {s['value']:,}   from {s['field']}{via}")
+        rule = g["tokens_rule"]
+        if rule["rule"] == "ctx":
+            lines.append(f"    tokens held: ctx = {g['tokens_held']:,}")
+        else:
+            lines.append(f"    tokens held: min(ctx, W) = min({d['ctx']:,}, {rule['W']:,}) = {g['tokens_held']:,}"
+                         f"   (W from {rule['field']}: the query, itself and the W-1 keys before it)")
+        state = f" + {g['state_elements_per_layer']:,} state" if g["state_elements_per_layer"] else ""
+        lines.append(f"    elements: {g['n_layers']} layers × ({g['elements_per_token_per_layer']:,} × {g['tokens_held']:,}{state})"
+                     f" × batch {d['batch']} = {g['elements']:,}")
+    b = d["bits_per_element"]
+    parts = " + ".join(f"{g['n_layers']}×{g['elements_per_token_per_layer']:,}" for g in d["groups"])
+    lines.append(f"  per token (every layer holding one more token): {parts} = {d['elements_per_token']:,} elements"
+                 f" × {b}/8 bytes = {d['kv_bytes_per_token']:,} bytes ({format_bytes(d['kv_bytes_per_token'], units)})")
+    sums = " + ".join(f"{g['elements']:,}" for g in d["groups"])
+    lines.append(f"  KV cache: {sums} = {d['elements']:,} elements"
+                 f" × {b}/8 bytes = {d['kv_cache_bytes']:,} bytes ({format_bytes(d['kv_cache_bytes'], units)})")
+    return lines
+
+
+def _span(layers: list[int]) -> str:
+    from kvcalc.spec import layer_ranges
+
+    return layer_ranges(layers)

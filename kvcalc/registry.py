@@ -1,0 +1,94 @@
+"""Find a model: a bundled spec by name (case-insensitive, exact), a YAML spec path, or a Hugging Face config.json path."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvcalc.errors import LookupFailure, SpecError
+from kvcalc.spec import ModelSpec, load_yaml, spec_from_dict
+
+
+def specs_dir() -> Path:
+    """The bundled spec folder: inside the installed package, or at the top of a source checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "model_specs", here.parent / "model_specs"):
+        if candidate.is_dir():
+            return candidate
+    raise LookupFailure(f"bundled model specs not found (looked in {here / 'model_specs'} and {here.parent / 'model_specs'})")
+
+
+def bundled_names() -> list[str]:
+    """Names of the bundled specs, sorted."""
+    return sorted(p.stem for p in specs_dir().glob("*.yaml"))
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A validated spec and where it came from (for messages and `--explain`)."""
+
+    spec: ModelSpec
+    origin: str  # a bundled file, a YAML path, or a config.json path
+    kind: str  # "bundled", "yaml" or "hf"
+    config_keys: dict[str, str] = field(default_factory=dict)  # spec field -> HF config key, for kind "hf"
+
+
+def _read_mapping(path: Path) -> object:
+    """Parse a spec or config file: JSON by suffix, YAML otherwise (safe loader)."""
+    if path.suffix.lower() != ".json":
+        return load_yaml(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}: malformed JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+
+
+def _name_from_path(path: Path) -> str:
+    """A spec name for an imported config: the folder name for 'config.json', else the file stem."""
+    stem = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._")
+    return name or "imported"
+
+
+def load_path(path: Path, kind: str = "yaml") -> LoadedModel:
+    """Load a YAML spec or an HF config (recognised by its model_type) from a file."""
+    from kvcalc.hf import is_hf_config, spec_from_config
+
+    data = _read_mapping(path)
+    if is_hf_config(data):
+        spec, imported = spec_from_config(data, str(path), _name_from_path(path))
+        return LoadedModel(spec, str(path), "hf", imported.keys)
+    if path.suffix.lower() == ".json" and isinstance(data, dict):
+        raise SpecError(f"{path}: model_type: not found; a JSON file must be a Hugging Face config.json with a model_type")
+    return LoadedModel(spec_from_dict(data, str(path)), str(path), kind)
+
+
+def _looks_like_path(arg: str) -> bool:
+    return "/" in arg or "\\" in arg or arg.lower().endswith((".yaml", ".yml", ".json"))
+
+
+def load_model(arg: str) -> LoadedModel:
+    """Resolve MODEL: an existing file, else a bundled name (exact, case-insensitive), else a LookupFailure."""
+    path = Path(arg).expanduser()
+    if path.is_file():
+        return load_path(path)
+    if _looks_like_path(arg):
+        if path.is_dir():
+            raise SpecError(f"{arg}: is a folder, not a spec or config file")
+        raise SpecError(f"{arg}: no such file")
+    names = bundled_names()
+    by_lower = {n.lower(): n for n in names}
+    if arg.lower() in by_lower:
+        return load_path(specs_dir() / f"{by_lower[arg.lower()]}.yaml", kind="bundled")
+    close = difflib.get_close_matches(arg.lower(), list(by_lower), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""
+    raise LookupFailure(f"unknown model {arg!r}{hint} ('kvcalc list' shows the bundled models; a path to a YAML spec or config.json also works)")

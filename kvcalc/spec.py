@@ -1,0 +1,384 @@
+"""Pydantic models of a model spec: global dims, an FFN block, and layer groups that each own an attention block.
+
+A model is a sequence of layer groups; every layer belongs to exactly one group, so a cost is always
+the sum over groups (a sliding-window or constant-state group can never be forgotten or counted twice).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, NonNegativeInt, PrivateAttr, model_validator
+
+from kvcalc.errors import SpecError
+
+
+class Strict(BaseModel):
+    """Base for every spec model: unknown keys are errors, values are frozen after validation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- attention blocks (discriminated on `kind`)
+
+
+class _Heads(Strict):
+    n_heads: PositiveInt = Field(description="Query heads n_h (HF num_attention_heads).")
+    head_dim: PositiveInt | None = Field(
+        None, description="Per-head dim d_h (HF head_dim); when absent, d_model / n_heads. Gemma 3 27B gives 128, not 168."
+    )
+    qkv_bias: bool = Field(False, description="Bias on the q/k/v projections (Qwen2, GPT-2).")
+    qk_norm: bool = Field(False, description="RMSNorm on queries and keys per head (Gemma 3, Qwen3).")
+
+
+class MHA(_Heads):
+    """Multi-head attention: every query head has its own key and value head."""
+
+    kind: Literal["mha"]
+
+
+class GQA(_Heads):
+    """Grouped-query attention: n_heads query heads share n_kv_heads key/value heads."""
+
+    kind: Literal["gqa"]
+    n_kv_heads: PositiveInt = Field(description="Key/value heads n_kv (HF num_key_value_heads).")
+
+    @model_validator(mode="after")
+    def _groups_divide(self) -> GQA:
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})"
+            )
+        return self
+
+
+class MQA(_Heads):
+    """Multi-query attention: all query heads share one key/value head (GQA with n_kv = 1)."""
+
+    kind: Literal["mqa"]
+
+
+class MLA(Strict):
+    """DeepSeek's multi-head latent attention (DeepSeek-V2 §2.1), named as in DeepSeek's configs."""
+
+    kind: Literal["mla"]
+    n_heads: PositiveInt = Field(description="Query heads n_h.")
+    kv_lora_rank: PositiveInt = Field(description="KV latent dim d_c, the compressed vector c_KV that is cached.")
+    q_lora_rank: PositiveInt | None = Field(
+        None, description="Query latent dim d_c' (absent: plain W_Q, as in DeepSeek-V2-Lite)."
+    )
+    qk_nope_head_dim: PositiveInt = Field(description="Per-head query/key dim without RoPE, rebuilt from the latent.")
+    qk_rope_head_dim: PositiveInt = Field(description="Decoupled RoPE key dim d_R, one key shared by all heads.")
+    v_head_dim: PositiveInt = Field(description="Per-head value dim.")
+
+
+class Linear(Strict):
+    """A layer with a constant-size state instead of a growing KV cache (linear attention, state-space)."""
+
+    kind: Literal["linear"]
+    state_elements: NonNegativeInt = Field(
+        description="Elements of recurrent state per sequence in this layer, independent of context length."
+    )
+
+
+Attention = Annotated[Union[MHA, GQA, MQA, MLA, Linear], Field(discriminator="kind")]
+ATTENTION_KINDS = ("mha", "gqa", "mqa", "mla", "linear")
+
+
+# ---------------------------------------------------------------- FFN blocks (parameters are counted later)
+
+
+class DenseFFN(Strict):
+    """A dense feed-forward block."""
+
+    kind: Literal["dense"]
+    d_ff: PositiveInt = Field(description="Hidden size of the FFN (HF intermediate_size).")
+    gated: bool = Field(True, description="Gated (SwiGLU/GeGLU: three matrices) or plain (two matrices).")
+    bias: bool = Field(False, description="Biases on the FFN projections (GPT-2).")
+
+
+class MoEFFN(Strict):
+    """A mixture-of-experts block, with optional shared experts and leading dense layers (DeepSeek)."""
+
+    kind: Literal["moe"]
+    n_routed_experts: PositiveInt = Field(description="Routed experts per MoE layer.")
+    n_experts_per_tok: PositiveInt = Field(description="Routed experts each token activates (top-k).")
+    moe_d_ff: PositiveInt = Field(description="Hidden size of one routed expert.")
+    n_shared_experts: NonNegativeInt = Field(0, description="Always-active shared experts (DeepSeek).")
+    shared_d_ff: PositiveInt | None = Field(None, description="Hidden size of one shared expert; default moe_d_ff.")
+    first_k_dense: NonNegativeInt = Field(0, description="Leading layers that use a dense FFN instead (first_k_dense_replace).")
+    dense_d_ff: PositiveInt | None = Field(None, description="Hidden size of those dense layers (HF intermediate_size).")
+    gated: bool = Field(True, description="Gated experts (three matrices each).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MoEFFN:
+        if self.n_experts_per_tok > self.n_routed_experts:
+            raise ValueError(
+                f"n_experts_per_tok ({self.n_experts_per_tok}) must not exceed n_routed_experts ({self.n_routed_experts})"
+            )
+        if self.first_k_dense and self.dense_d_ff is None:
+            raise ValueError(f"first_k_dense is {self.first_k_dense}, so dense_d_ff is required")
+        return self
+
+
+FFN = Annotated[Union[DenseFFN, MoEFFN], Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- layer groups
+
+
+class Every(Strict):
+    """Every `every`-th layer starting at `start` (Gemma 3's global layers: every 6, start 5)."""
+
+    every: PositiveInt
+    start: NonNegativeInt = 0
+
+
+LayerSelector = Union[str, list[NonNegativeInt], Every]
+
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+class LayerGroup(Strict):
+    """Layers that share one attention block (and optionally a window and an FFN override)."""
+
+    name: str | None = Field(None, description="A label such as 'local' or 'global'.")
+    layers: LayerSelector = Field(
+        "all",
+        description="Which layers (0-based): 'all', 'rest' (those no other group takes), a range string "
+        "'0-4,6', a list of indices, or {every: N, start: S}.",
+    )
+    attention: Attention
+    sliding_window: PositiveInt | None = Field(
+        None, description="Window W: each query sees itself and the W-1 keys before it; the layer holds min(ctx, W) tokens."
+    )
+    ffn: FFN | None = Field(None, description="FFN of these layers when it differs from the model's.")
+
+
+def _select(selector: LayerSelector, n_layers: int, taken: set[int]) -> list[int]:
+    """Layer indices a selector names, in order; 'rest' means every layer not in `taken`."""
+    if isinstance(selector, Every):
+        return list(range(selector.start, n_layers, selector.every))
+    if isinstance(selector, list):
+        return list(selector)
+    word = selector.strip().lower()
+    if word == "all":
+        return list(range(n_layers))
+    if word == "rest":
+        return [i for i in range(n_layers) if i not in taken]
+    indices: list[int] = []
+    for part in word.split(","):
+        match = _RANGE.match(part)
+        if not match:
+            raise ValueError(f"cannot read {selector!r}: use 'all', 'rest', '0-4,6', a list, or {{every, start}}")
+        lo, hi = int(match[1]), int(match[2] if match[2] is not None else match[1])
+        if hi < lo:
+            raise ValueError(f"range {part.strip()!r} runs backwards")
+        indices.extend(range(lo, hi + 1))
+    return indices
+
+
+# ---------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class ResolvedGroup:
+    """A layer group with its layer indices and derived dims filled in (no I/O, no defaults left open)."""
+
+    index: int
+    label: str
+    layers: tuple[int, ...]
+    attention: MHA | GQA | MQA | MLA | Linear
+    sliding_window: int | None
+    head_dim: int | None  # resolved d_h for mha/gqa/mqa; None for mla and linear
+    head_dim_derived: bool  # True when d_h = d_model / n_heads because the spec gave none
+
+
+class ModelSpec(Strict):
+    """A complete model spec, as written in a bundled YAML file or imported from a Hugging Face config."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Short name, as used on the command line.")
+    family: str = Field(description="Model family, e.g. 'llama3', 'gemma3', 'deepseek'.")
+    source: str | None = Field(None, description="Where the numbers come from (URL, config, paper section).")
+    notes: str | None = Field(None, description="Free-form remarks.")
+    d_model: PositiveInt = Field(description="Hidden size (HF hidden_size).")
+    n_layers: PositiveInt = Field(description="Transformer layers (HF num_hidden_layers).")
+    vocab_size: PositiveInt = Field(description="Vocabulary size.")
+    tie_embeddings: bool = Field(False, description="LM head shares the input embedding (HF tie_word_embeddings).")
+    max_context: PositiveInt = Field(description="Trained maximum context in tokens (HF max_position_embeddings).")
+    ffn: FFN = Field(description="The FFN block of every layer unless a group overrides it.")
+    layer_groups: list[LayerGroup] = Field(min_length=1, description="Layer groups; together they cover every layer once.")
+
+    _groups: tuple[ResolvedGroup, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="after")
+    def _resolve(self) -> ModelSpec:
+        problems: list[str] = []
+        owner: dict[int, int] = {}
+        picked: list[list[int]] = [[] for _ in self.layer_groups]
+        rest = [i for i, g in enumerate(self.layer_groups) if isinstance(g.layers, str) and g.layers.strip().lower() == "rest"]
+        if len(rest) > 1:
+            problems.append(f"layer_groups: only one group may take 'rest' (groups {rest} do)")
+        for gi, group in enumerate(self.layer_groups):
+            if gi in rest:
+                continue
+            try:
+                picked[gi] = _select(group.layers, self.n_layers, set())
+            except ValueError as exc:
+                problems.append(f"layer_groups[{gi}].layers: {exc}")
+                continue
+            for layer in picked[gi]:
+                if layer >= self.n_layers:
+                    problems.append(f"layer_groups[{gi}].layers: layer {layer} does not exist (n_layers is {self.n_layers})")
+                elif layer in owner:
+                    problems.append(f"layer_groups[{gi}].layers: layer {layer} is already in layer_groups[{owner[layer]}]")
+                else:
+                    owner[layer] = gi
+        for gi in rest[:1]:
+            picked[gi] = _select("rest", self.n_layers, set(owner))
+            owner.update({layer: gi for layer in picked[gi]})
+        missing = [i for i in range(self.n_layers) if i not in owner]
+        if missing and not problems:
+            problems.append(f"layer_groups: layers {_ranges(missing)} belong to no group (every layer needs an attention block)")
+        for gi, group in enumerate(self.layer_groups):
+            if rest and gi == rest[0] and not picked[gi] and not problems:
+                problems.append(f"layer_groups[{gi}].layers: 'rest' is empty: the other groups already cover every layer")
+        problems += self._check_dims()
+        if problems:
+            raise ValueError("\n".join(problems))
+        self._groups = tuple(self._resolved(gi, g, sorted(picked[gi])) for gi, g in enumerate(self.layer_groups))
+        return self
+
+    def _check_dims(self) -> list[str]:
+        """Cross-field rules that need the model-level dims."""
+        problems = []
+        for gi, group in enumerate(self.layer_groups):
+            att = group.attention
+            if isinstance(att, _Heads) and att.head_dim is None and self.d_model % att.n_heads:
+                problems.append(
+                    f"layer_groups[{gi}].attention.head_dim: not given, and d_model ({self.d_model}) is not divisible "
+                    f"by n_heads ({att.n_heads}); give head_dim explicitly"
+                )
+            if group.sliding_window is not None:
+                if isinstance(att, Linear):
+                    problems.append(f"layer_groups[{gi}].sliding_window: a 'linear' layer has no KV cache to window")
+                elif group.sliding_window >= self.max_context:
+                    problems.append(
+                        f"layer_groups[{gi}].sliding_window: window {group.sliding_window} must be below max_context "
+                        f"({self.max_context}); a window that long never applies, so leave it out"
+                    )
+        for where, ffn in [("ffn", self.ffn)] + [(f"layer_groups[{i}].ffn", g.ffn) for i, g in enumerate(self.layer_groups)]:
+            if isinstance(ffn, MoEFFN) and ffn.first_k_dense >= self.n_layers:
+                problems.append(f"{where}.first_k_dense: {ffn.first_k_dense} must be below n_layers ({self.n_layers})")
+        return problems
+
+    def _resolved(self, gi: int, group: LayerGroup, layers: list[int]) -> ResolvedGroup:
+        att = group.attention
+        head_dim, derived = None, False
+        if isinstance(att, _Heads):
+            # HF convention: head_dim when the config gives it, else hidden_size / num_attention_heads.
+            head_dim, derived = (att.head_dim, False) if att.head_dim is not None else (self.d_model // att.n_heads, True)
+        return ResolvedGroup(
+            index=gi,
+            label=group.name or f"group {gi}",
+            layers=tuple(layers),
+            attention=att,
+            sliding_window=group.sliding_window,
+            head_dim=head_dim,
+            head_dim_derived=derived,
+        )
+
+    @property
+    def groups(self) -> tuple[ResolvedGroup, ...]:
+        """The layer groups with their layer indices resolved, in spec order."""
+        return self._groups
+
+    @property
+    def attention_kinds(self) -> tuple[str, ...]:
+        """Distinct attention kinds, in the order the groups first use them."""
+        return tuple(dict.fromkeys(g.attention.kind for g in self._groups))
+
+
+def _ranges(indices: list[int]) -> str:
+    """[0,1,2,5,7,8] -> '0-2,5,7-8'."""
+    parts, start = [], None
+    for i, x in enumerate(indices):
+        if start is None:
+            start = x
+        if i + 1 == len(indices) or indices[i + 1] != x + 1:
+            parts.append(f"{start}" if start == x else f"{start}-{x}")
+            start = None
+    return ",".join(parts)
+
+
+layer_ranges = _ranges
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _loc(loc: tuple) -> str:
+    """('layer_groups', 0, 'attention', 'gqa', 'n_kv_heads') -> 'layer_groups[0].attention.n_kv_heads'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ATTENTION_KINDS + ("dense", "moe") or part in ("function-after[_resolve(), ModelSpec]",):
+            continue  # the discriminator tag: the kind is already named in the message context
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def format_validation_error(exc, origin: str) -> str:
+    """Turn a pydantic ValidationError into `origin: field.path: rule` lines."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        where = _loc(tuple(err["loc"]))
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check its spelling; unknown keys are errors)"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        for line in msg.split("\n"):
+            lines.append(f"{origin}: {where}: {line}" if where else f"{origin}: {line}")
+    return "\n".join(lines)
+
+
+def spec_from_dict(data: object, origin: str) -> ModelSpec:
+    """Validate a parsed mapping as a ModelSpec, raising SpecError that names `origin`."""
+    from pydantic import ValidationError
+
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: the spec must be a mapping of fields, not {type(data).__name__}")
+    try:
+        return ModelSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, origin)) from None
+
+
+def load_yaml(path: Path) -> object:
+    """Read a YAML file with the safe loader, raising SpecError on unreadable or malformed input."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(f"{path}: malformed YAML: {where}{problem}") from None
+
+
+def load_spec(path: Path) -> ModelSpec:
+    """Load and validate a YAML model spec."""
+    return spec_from_dict(load_yaml(path), str(path))

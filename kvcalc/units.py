@@ -1,0 +1,66 @@
+"""Token counts and byte sizes: "128k" -> 131072 and 42949672960 -> "40.0 GiB".
+
+Convention: k = 1024 tokens and M = 1024² tokens, as the field uses them (a "128k context" is 131,072 tokens).
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+TOKEN_SUFFIX = {"": 1, "k": 1024, "m": 1024**2}
+_CTX = re.compile(r"^(\d+(?:\.\d+)?)([kKmM]?)$")
+
+
+def parse_tokens(text: str) -> int:
+    """Parse one token count: '4096', '4k', '128k', '1M', '1.5k' (must come out a whole positive number)."""
+    raw = text.strip().replace("_", "")
+    match = _CTX.match(raw)
+    if not match:
+        raise ValueError(f"{text!r} is not a token count (use e.g. 4096, 4k, 128k, 1M; k = 1024)")
+    value = Fraction(match[1]) * TOKEN_SUFFIX[match[2].lower()]
+    if value.denominator != 1:
+        raise ValueError(f"{text!r} is not a whole number of tokens")
+    if value <= 0:
+        raise ValueError(f"{text!r}: a context must be at least 1 token")
+    return int(value)
+
+
+def parse_token_list(text: str) -> list[int]:
+    """Parse a comma list of token counts: '4k,32k,128k' -> [4096, 32768, 131072]."""
+    parts = [p for p in text.split(",")]
+    if not text.strip() or any(not p.strip() for p in parts):
+        raise ValueError(f"{text!r} is not a comma list of token counts (e.g. 4k,32k,128k)")
+    return [parse_tokens(p) for p in parts]
+
+
+def format_tokens(n: int) -> str:
+    """131072 -> '128k', 1048576 -> '1M', 5000 -> '5000' (exact only: never rounds)."""
+    for suffix, scale in (("M", 1024**2), ("k", 1024)):
+        if n % scale == 0:
+            return f"{n // scale}{suffix}"
+    return str(n)
+
+
+BINARY = (("B", 1), ("KiB", 1024), ("MiB", 1024**2), ("GiB", 1024**3), ("TiB", 1024**4), ("PiB", 1024**5))
+SI = (("B", 1), ("kB", 1000), ("MB", 1000**2), ("GB", 1000**3), ("TB", 1000**4), ("PB", 1000**5))
+UNIT_SYSTEMS = ("binary", "si", "bytes")
+
+
+def format_bytes(n: int | Fraction, units: str = "binary") -> str:
+    """A byte count in human units: 3 significant digits from KiB up ('40.0 GiB', '67.5 KiB'), exact bytes below.
+
+    units: 'binary' (KiB = 1024 B), 'si' (kB = 1000 B) or 'bytes' (the exact integer with separators).
+    """
+    if units == "bytes":
+        return f"{int(n):,}"
+    table = BINARY if units == "binary" else SI
+    name, scale = table[0]
+    for candidate, candidate_scale in table:
+        if abs(n) >= candidate_scale:
+            name, scale = candidate, candidate_scale
+    if scale == 1:
+        return f"{n} B"
+    value = float(Fraction(n) / scale)
+    digits = 2 if value < 10 else 1 if value < 100 else 0
+    return f"{value:.{digits}f} {name}"
