@@ -122,7 +122,7 @@ def to_rich(columns: list[Column], rows: list[dict], units: str, title: str | No
 
     table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
     for i, c in enumerate(columns):
-        table.add_column(c.header, justify="right" if c.numeric else "left", no_wrap=(i == 0))
+        table.add_column(c.header, justify="right" if c.numeric else "left", no_wrap=(i == 0), overflow="fold")
     for row in rows:
         table.add_row(*(cell(row.get(c.key), c.kind, units) for c in columns))
     return table

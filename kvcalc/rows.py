@@ -164,12 +164,12 @@ GROUP_COLUMNS = [
     Column("n_layers", "Count", "int"),
     Column("kind", "Kind"),
     Column("sliding_window", "Window", "tokens"),
-    Column("formula", "Per token·layer"),
+    Column("formula", "Per token\nand layer"),
     Column("elements_per_token_per_layer", "Elements", "int"),
-    Column("bytes_per_token_per_layer", "Bytes/token·layer", "bytes"),
-    Column("tokens_held", "Tokens held", "tokens"),
-    Column("bytes_per_layer", "Cache/layer", "bytes"),
-    Column("bytes", "Cache (all layers)", "bytes"),
+    Column("bytes_per_token_per_layer", "Bytes per\ntoken·layer", "bytes"),
+    Column("tokens_held", "Tokens\nheld", "tokens"),
+    Column("bytes_per_layer", "Cache per\nlayer", "bytes"),
+    Column("bytes", "Cache, all\nits layers", "bytes"),
 ]
 
 
@@ -195,7 +195,7 @@ def _group_row(gc: GroupCache, kv_dtype: str, to_bytes) -> dict:
     g = gc.group
     return {
         "group": g.label,
-        "layers": layer_ranges(list(g.layers)),
+        "layers": layer_ranges(list(g.layers)).replace(",", ", "),
         "n_layers": gc.n_layers,
         "kind": g.attention.kind,
         "sliding_window": g.sliding_window,

@@ -50,8 +50,8 @@ def summary_rows(loaded, report: CacheReport, units: str = "binary") -> list[dic
             hd = f"{g.head_dim} ({'derived: d_model / n_heads' if g.head_dim_derived else 'head_dim'})"
             dims = f"n_h {att.n_heads}, n_kv {n_kv}, d_h {hd}, group size {att.n_heads // n_kv}"
         window = f", window {g.sliding_window:,}" if g.sliding_window else ""
-        text = f"{att.kind.upper()} on {len(g.layers)} layer(s){window}: {dims}"
-        rows.append((f"{g.label} (layers {_span(g.layers)})", text, text, f"layer_groups[{g.index}]"))
+        text = f"{att.kind.upper()} on {len(g.layers)} layer(s) [{_span(g.layers)}]{window}: {dims}"
+        rows.append((g.label, text, text, f"layer_groups[{g.index}]"))
     mla = f", MLA {report.mla_cache}" if report.mla_cache else ""
     rows += [
         ("kv_elements_per_token", report.elements_per_token, f"{report.elements_per_token:,}", "sum over layers (full-attention rate)"),
