@@ -1,0 +1,192 @@
+"""The spec schema: bundled specs load, layer groups partition the layers, and violations name file, field and rule."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from kvcalc.errors import SpecError
+from kvcalc.registry import specs_dir
+from kvcalc.spec import ModelSpec, load_spec, spec_from_dict
+
+from conftest import ALL_BUNDLED, spec
+
+BASE = {
+    "name": "toy", "family": "test", "d_model": 64, "n_layers": 6, "vocab_size": 100, "max_context": 4096,
+    "ffn": {"kind": "dense", "d_ff": 256},
+    "layer_groups": [{"layers": "all", "attention": {"kind": "gqa", "n_heads": 8, "n_kv_heads": 2}}],
+}
+
+
+def with_(**changes) -> dict:
+    data = copy.deepcopy(BASE)
+    data.update(changes)
+    return data
+
+
+def error_of(data: dict) -> str:
+    with pytest.raises(SpecError) as info:
+        spec_from_dict(data, "toy.yaml")
+    return str(info.value)
+
+
+# ---------------------------------------------------------------- bundled specs
+
+
+EXPECTED_BUNDLED = {
+    "llama3-8b", "llama3-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b", "gemma3-1b", "gemma3-4b", "gemma3-12b",
+    "gemma3-27b", "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-72b", "deepseek-v2", "deepseek-v2-lite",
+    "deepseek-v3", "gpt2", "falcon-7b",
+}
+
+
+def test_all_required_models_are_bundled():
+    assert EXPECTED_BUNDLED <= set(ALL_BUNDLED)
+
+
+@pytest.mark.parametrize("name", ALL_BUNDLED)
+def test_bundled_spec_loads_with_source(name):
+    s = load_spec(specs_dir() / f"{name}.yaml")
+    assert s.name == name
+    assert s.source and ("huggingface.co" in s.source or "http" in s.source)
+    assert sum(len(g.layers) for g in s.groups) == s.n_layers
+    assert sorted(i for g in s.groups for i in g.layers) == list(range(s.n_layers))
+
+
+def test_head_dim_is_taken_from_spec_not_recomputed():
+    # Gemma 3 27B: head_dim 128 while d_model / n_heads = 5376 / 32 = 168 (FACTS.md §5.2).
+    g = spec("gemma3-27b").groups[0]
+    assert g.head_dim == 128 and not g.head_dim_derived
+    # Llama 3 70B gives no head_dim: 8192 / 64 = 128.
+    g = spec("llama3-70b").groups[0]
+    assert g.head_dim == 128 and g.head_dim_derived
+
+
+def test_gemma3_layer_pattern():
+    groups = {g.label: g.layers for g in spec("gemma3-27b").groups}
+    assert groups["global"] == (5, 11, 17, 23, 29, 35, 41, 47, 53, 59)
+    assert len(groups["local"]) == 52
+
+
+# ---------------------------------------------------------------- layer selectors
+
+
+@pytest.mark.parametrize("groups, expected", [
+    ([{"layers": "0-2"}, {"layers": "3-5"}], [(0, 1, 2), (3, 4, 5)]),
+    ([{"layers": [0, 2, 4]}, {"layers": "rest"}], [(0, 2, 4), (1, 3, 5)]),
+    ([{"layers": "rest"}, {"layers": {"every": 3, "start": 2}}], [(0, 1, 3, 4), (2, 5)]),
+    ([{"layers": "0, 1-2 ,5"}, {"layers": "3-4"}], [(0, 1, 2, 5), (3, 4)]),
+])
+def test_layer_selectors(groups, expected):
+    att = {"kind": "mha", "n_heads": 4}
+    s = ModelSpec.model_validate(with_(layer_groups=[{**g, "attention": att} for g in groups]))
+    assert [g.layers for g in s.groups] == expected
+
+
+@pytest.mark.parametrize("groups, message", [
+    ([{"layers": "0-2"}], "layers 3-5 belong to no group"),
+    ([{"layers": "0-3"}, {"layers": "3-5"}], "layer_groups[1].layers: layer 3 is already in layer_groups[0]"),
+    ([{"layers": "0-6"}], "layer 6 does not exist (n_layers is 6)"),
+    ([{"layers": "rest"}, {"layers": "rest"}], "only one group may take 'rest'"),
+    ([{"layers": "all"}, {"layers": "rest"}], "'rest' is empty"),
+    ([{"layers": "first three"}], "layer_groups[0].layers: cannot read 'first three'"),
+    ([{"layers": "4-2"}, {"layers": "rest"}], "range '4-2' runs backwards"),
+])
+def test_layer_selector_errors(groups, message):
+    att = {"kind": "mha", "n_heads": 4}
+    text = error_of(with_(layer_groups=[{**g, "attention": att} for g in groups]))
+    assert message in text
+    assert text.startswith("toy.yaml: ")
+
+
+# ---------------------------------------------------------------- field and cross-field rules
+
+
+def test_unknown_key_is_an_error_naming_the_field():
+    data = with_()
+    data["layer_groups"][0]["attention"]["n_kv_head"] = 2  # typo of n_kv_heads
+    text = error_of(data)
+    assert "toy.yaml: layer_groups[0].attention.n_kv_head: unknown key" in text
+
+
+def test_unknown_top_level_key():
+    assert "toy.yaml: hidden_size: unknown key" in error_of(with_(hidden_size=64))
+
+
+def test_missing_field():
+    data = with_()
+    del data["n_layers"]
+    assert "toy.yaml: n_layers: required field is missing" in error_of(data)
+
+
+@pytest.mark.parametrize("field, value", [("n_layers", 0), ("d_model", -4), ("max_context", 0)])
+def test_positive_integers(field, value):
+    assert f"toy.yaml: {field}: Input should be greater than 0" in error_of(with_(**{field: value}))
+
+
+def test_n_heads_divisible_by_n_kv_heads():
+    data = with_()
+    data["layer_groups"][0]["attention"]["n_kv_heads"] = 3
+    text = error_of(data)
+    assert "layer_groups[0].attention" in text and "n_heads (8) must be divisible by n_kv_heads (3)" in text
+
+
+def test_head_dim_needed_when_d_model_does_not_divide():
+    data = with_(d_model=60)
+    text = error_of(data)
+    assert "layer_groups[0].attention.head_dim: not given, and d_model (60) is not divisible by n_heads (8)" in text
+
+
+def test_window_below_max_context():
+    data = with_()
+    data["layer_groups"][0]["sliding_window"] = 4096
+    assert "layer_groups[0].sliding_window: window 4096 must be below max_context (4096)" in error_of(data)
+
+
+def test_unknown_attention_kind_names_the_choices():
+    data = with_()
+    data["layer_groups"][0]["attention"]["kind"] = "flash"
+    text = error_of(data)
+    assert "layer_groups[0].attention" in text and "'mha', 'gqa', 'mqa', 'mla', 'linear'" in text
+
+
+def test_moe_rules():
+    moe = {"kind": "moe", "n_routed_experts": 4, "n_experts_per_tok": 8, "moe_d_ff": 32}
+    assert "n_experts_per_tok (8) must not exceed n_routed_experts (4)" in error_of(with_(ffn=moe))
+    moe = {"kind": "moe", "n_routed_experts": 8, "n_experts_per_tok": 2, "moe_d_ff": 32, "first_k_dense": 1}
+    assert "first_k_dense is 1, so dense_d_ff is required" in error_of(with_(ffn=moe))
+    moe = {**moe, "dense_d_ff": 64, "first_k_dense": 6}
+    assert "ffn.first_k_dense: 6 must be below n_layers (6)" in error_of(with_(ffn=moe))
+
+
+def test_linear_layers_cannot_have_windows():
+    data = with_(layer_groups=[{"layers": "all", "attention": {"kind": "linear", "state_elements": 10}, "sliding_window": 8}])
+    assert "a 'linear' layer has no KV cache to window" in error_of(data)
+
+
+def test_spec_is_not_a_mapping():
+    assert "toy.yaml: the spec must be a mapping" in error_of(["a", "list"])  # type: ignore[arg-type]
+
+
+def test_load_spec_reports_yaml_position(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: x\nfamily: [unclosed\n")
+    with pytest.raises(SpecError, match=r"broken.yaml: malformed YAML: line \d+, column \d+"):
+        load_spec(path)
+
+
+def test_yaml_is_loaded_safely(tmp_path):
+    path = tmp_path / "evil.yaml"
+    path.write_text("name: !!python/object/apply:os.system ['echo hi']\n")
+    with pytest.raises(SpecError, match="malformed YAML"):
+        load_spec(path)
+
+
+def test_round_trip_through_yaml_dump(tmp_path):
+    s = spec("gemma3-27b")
+    path = tmp_path / "copy.yaml"
+    path.write_text(yaml.safe_dump(s.model_dump(exclude_none=True)))
+    again = load_spec(path)
+    assert again.groups[0].layers == s.groups[0].layers and again == s
