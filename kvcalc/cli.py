@@ -55,7 +55,7 @@ def _parse_ctx(value: str) -> list[int]:
     try:
         return parse_token_list(value)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        raise typer.BadParameter(str(exc), param_hint="'--ctx'") from None
 
 
 CTX_HELP = "Context length(s) in tokens: 4096, 4k, 128k, 1M, or a comma list 4k,32k,128k. k = 1024 (128k = 131072)."
@@ -156,7 +156,7 @@ def list_models(fmt: FormatOpt = Format.table, units: UnitsOpt = Units.binary) -
 @app.command()
 @guarded
 def compare(
-    models: Annotated[list[str], typer.Argument(help="Bundled names, YAML spec paths, or config.json paths.")],
+    models: Annotated[list[str], typer.Argument(metavar="MODEL", help="Bundled names, YAML spec paths, or config.json paths.")],
     ctx: CtxOpt = "128k",
     batch: BatchOpt = 1,
     kv_dtype: DtypeOpt = KvDtype.bf16,
@@ -198,7 +198,7 @@ def compare(
 @app.command()
 @guarded
 def show(
-    model: Annotated[str, typer.Argument(help="A bundled name, a YAML spec path, or a config.json path.")],
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="A bundled name, a YAML spec path, or a config.json path.")],
     ctx: CtxOpt = "128k",
     batch: BatchOpt = 1,
     kv_dtype: DtypeOpt = KvDtype.bf16,
@@ -218,7 +218,7 @@ def show(
 
     ctxs = _parse_ctx(ctx)
     if len(ctxs) != 1:
-        raise typer.BadParameter("show takes one context; use compare for several", param_hint="--ctx")
+        raise typer.BadParameter("show takes one context; use compare for several", param_hint="'--ctx'")
     _check_explain(explain, fmt)
     lm = _load(model, no_windows)
     _warn_ctx(lm.spec, ctxs)
@@ -245,7 +245,7 @@ def show(
 @app.command("import")
 @guarded
 def import_config(
-    config: Annotated[Path, typer.Argument(help="A Hugging Face config.json.")],
+    config: Annotated[Path, typer.Argument(metavar="CONFIG", help="A Hugging Face config.json.")],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the YAML spec here instead of stdout.")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Name of the spec (default: the config's folder or file name).")] = None,
 ) -> None:

@@ -1,0 +1,302 @@
+"""The command line end to end: the headline comparison, every output format, --explain, and every error class."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+
+import pytest
+
+from conftest import ALL_BUNDLED, REFERENCE_MODELS, ROOT, reference_or_skip, run
+
+ROOT_SPECS = ROOT / "model_specs"
+FORMATS = ["table", "markdown", "latex", "csv", "json"]
+
+
+def compare_json(*args: str) -> list[dict]:
+    return json.loads(run("compare", *args, "--format", "json").stdout)
+
+
+# ---------------------------------------------------------------- the headline command
+
+
+def test_compare_llama3_70b_deepseek_v2_128k():
+    rows = compare_json("llama3-70b", "deepseek-v2", "--ctx", "128k")
+    llama, ds = rows
+    assert llama["model"] == "llama3-70b" and ds["model"] == "deepseek-v2"
+    # 2·80·8·128·2 B per token; × 131,072 tokens (FACTS.md §2.4).
+    assert llama["kv_bytes_per_token"] == 327_680 and llama["kv_cache_bytes"] == 42_949_672_960
+    # (512 + 64)·60·2 B per token, latent MLA (DeepSeek-V2 Table 1).
+    assert ds["kv_bytes_per_token"] == 60 * 576 * 2 == 69_120 and ds["kv_cache_bytes"] == 9_059_696_640
+    for row in rows:
+        assert (row["ctx"], row["batch"], row["kv_dtype"]) == (131_072, 1, "bf16")
+    assert ds["mla_cache"] == "latent" and "mla_cache" not in llama
+    assert (llama["attention"], ds["attention"]) == ("gqa", "mla")
+    assert (llama["n_layers"], ds["n_layers"]) == (80, 60)
+    assert ds["ratio"] == pytest.approx(9_059_696_640 / 42_949_672_960)
+
+
+def test_compare_table_shows_human_units_and_warns_beyond_max_context():
+    res = run("compare", "llama3-70b", "deepseek-v2", "--ctx", "128k")
+    assert "40.0 GiB" in res.stdout and "8.44 GiB" in res.stdout and "MLA (latent)" in res.stdout
+    # Llama 3 70B was trained to 8,192 tokens: a one-line warning on stderr, not an error.
+    assert res.stderr.count("\n") == 1
+    assert "warning: llama3-70b: ctx 131,072 exceeds its trained maximum of 8,192 tokens" in res.stderr
+
+
+def test_compare_ctx_list_gives_one_row_per_model_and_context():
+    rows = compare_json("llama3-8b", "mistral-7b", "--ctx", "4k,32k,128k")
+    assert [(r["model"], r["ctx"]) for r in rows] == [
+        ("llama3-8b", 4096), ("llama3-8b", 32_768), ("llama3-8b", 131_072),
+        ("mistral-7b", 4096), ("mistral-7b", 32_768), ("mistral-7b", 131_072),
+    ]
+    # Mistral's window of 4096 caps its cache; Llama 3 8B has the same per-token rate (32·2·8·128·2 B).
+    assert {r["kv_bytes_per_token"] for r in rows} == {131_072}
+    assert [r["kv_cache_bytes"] for r in rows if r["model"] == "mistral-7b"] == [512 * 1024**2] * 3
+    # ratios are against the first model at the same context
+    assert [r["ratio"] for r in rows if r["model"] == "mistral-7b"] == [1.0, 4096 / 32_768, 4096 / 131_072]
+
+
+def test_compare_batch_dtype_and_mla_layout():
+    base = compare_json("deepseek-v2", "--ctx", "4k")[0]
+    other = compare_json("deepseek-v2", "--ctx", "4k", "--batch", "8", "--kv-dtype", "fp8", "--mla-cache", "expanded")[0]
+    assert other["mla_cache"] == "expanded" and other["kv_dtype"] == "fp8" and other["batch"] == 8
+    # expanded: 128·(128+64) + 128·128 = 40,960 elements per layer instead of 576; fp8 is one byte.
+    assert other["kv_bytes_per_token"] == 60 * 40_960
+    assert other["kv_cache_bytes"] == 8 * 4096 * 60 * 40_960
+    assert base["kv_cache_bytes"] == 4096 * 60 * 576 * 2
+
+
+def test_compare_no_windows_on_gemma3_27b():
+    windowed = compare_json("gemma3-27b", "--ctx", "128k")[0]["kv_cache_bytes"]
+    full = compare_json("gemma3-27b", "--ctx", "128k", "--no-windows")[0]["kv_cache_bytes"]
+    assert windowed == 10 * 4096 * 131_072 * 2 + 52 * 4096 * 1024 * 2
+    assert full == 62 * 4096 * 131_072 * 2
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_carries_the_figures(fmt):
+    out = run("compare", "llama3-70b", "deepseek-v2", "--ctx", "128k", "--format", fmt).stdout
+    if fmt in ("csv", "json"):
+        assert "42949672960" in out and "9059696640" in out and "69120" in out
+    else:
+        assert "40.0 GiB" in out and "8.44 GiB" in out and "67.5 KiB" in out
+    if fmt == "latex":
+        assert r"\toprule" in out and r"\midrule" in out and r"\bottomrule" in out
+    if fmt == "markdown":
+        assert out.splitlines()[2].startswith("| Model |")
+    if fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(out)))
+        assert rows[0]["kv_cache_bytes"] == "42949672960" and rows[1]["mla_cache"] == "latent"
+
+
+def test_units_si_and_bytes():
+    assert "42.9 GB" in run("compare", "llama3-70b", "--ctx", "128k", "--units", "si").stdout
+    assert "42,949,672,960" in run("compare", "llama3-70b", "--ctx", "128k", "--units", "bytes").stdout
+
+
+def test_explain_shows_formula_symbols_values_and_fields():
+    out = run("compare", "llama3-70b", "deepseek-v2", "--ctx", "128k", "--explain").stdout
+    assert "2·n_kv·d_h = 2·8·128 = 2,048 elements" in out
+    assert "n_kv = 8   from layer_groups[0].attention.n_kv_heads" in out
+    assert "d_h = 128   from d_model / layer_groups[0].attention.n_heads = 8192/64" in out
+    assert "d_c + d_R = 512 + 64 = 576 elements" in out
+    assert "d_c = 512   from layer_groups[0].attention.kv_lora_rank" in out
+    assert "= 42,949,672,960 bytes (40.0 GiB)" in out and "= 9,059,696,640 bytes" in out
+
+
+def test_explain_windowed_and_config_origin():
+    path = reference_or_skip(REFERENCE_MODELS / "gemma3-resolved" / "gemma-3-27b-it.json")
+    out = run("show", path, "--ctx", "128k", "--explain").stdout
+    assert "tokens held: min(ctx, W) = min(131,072, 1,024) = 1,024" in out
+    assert "(config.json: num_key_value_heads)" in out and "(config.json: head_dim)" in out
+
+
+def test_explain_json_carries_the_derivation():
+    rows = compare_json("gemma3-27b", "--ctx", "128k", "--explain")
+    d = rows[0]["derivation"]
+    assert d["kv_cache_bytes"] == rows[0]["kv_cache_bytes"]
+    local = next(g for g in d["groups"] if g["group"] == "local")
+    assert local["tokens_held"] == 1024 and local["n_layers"] == 52
+    assert {s["symbol"]: s["value"] for s in local["symbols"]} == {"n_kv": 16, "d_h": 128}
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "latex"])
+def test_explain_in_paper_formats_stays_pasteable(fmt):
+    out = run("compare", "deepseek-v2", "--ctx", "4k", "--explain", "--format", fmt).stdout
+    if fmt == "latex":
+        after = out.split(r"\end{tabular}")[1].strip().splitlines()
+        assert after and all(line.startswith("%") for line in after)
+    else:
+        assert "```text" in out
+
+
+def test_explain_with_csv_is_refused():
+    res = run("compare", "gpt2", "--ctx", "1k", "--explain", "--format", "csv", ok=False)
+    assert res.exit_code != 0 and "--explain cannot be combined with --format csv" in res.stderr
+
+
+# ---------------------------------------------------------------- show, list, import
+
+
+def test_show_groups_and_per_layer():
+    rows = json.loads(run("show", "gemma3-27b", "--ctx", "128k", "--format", "json").stdout)
+    assert rows["summary"]["kv_cache_bytes"] == 11_173_625_856
+    assert {g["group"]: g["n_layers"] for g in rows["groups"]} == {"global": 10, "local": 52}
+    layers = json.loads(run("show", "gemma3-27b", "--per-layer", "--format", "json").stdout)["layers"]
+    assert [r["layer"] for r in layers] == list(range(62))
+    assert sum(r["bytes"] for r in layers) == 11_173_625_856
+    assert "sliding_window" not in layers[5] and layers[4]["sliding_window"] == 1024  # JSON leaves out None
+    assert layers[5]["tokens_held"] == 131_072 and layers[4]["tokens_held"] == 1024
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_show_every_format(fmt):
+    out = run("show", "deepseek-v2", "--ctx", "128k", "--format", fmt).stdout
+    assert ("9059696640" if fmt in ("csv", "json") else "8.44 GiB") in out
+
+
+def test_show_table_names_dims_and_sources():
+    out = run("show", "gemma3-27b").stdout
+    assert "d_h 128 (head_dim)" in out and "window 1,024" in out and "huggingface.co" in out
+
+
+def test_show_rejects_a_ctx_list():
+    res = run("show", "gpt2", "--ctx", "1k,2k", ok=False)
+    assert res.exit_code == 2 and "show takes one context" in res.stderr
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_list_every_format(fmt):
+    out = run("list", "--format", fmt).stdout
+    for name in ALL_BUNDLED:
+        assert name.replace("_", r"\_") in out
+    if fmt == "json":
+        rows = {r["model"]: r for r in json.loads(out)}
+        assert rows["llama3-70b"]["kv_bytes_per_token"] == 327_680
+        assert rows["deepseek-v2"]["kv_lora_rank"] == 512 and rows["falcon-7b"]["n_kv_heads"] == 1
+
+
+def test_name_lookup_is_case_insensitive():
+    assert compare_json("Llama3-70B", "--ctx", "1k")[0]["model"] == "llama3-70b"
+
+
+def test_import_writes_equivalent_yaml(tmp_path):
+    config = reference_or_skip(REFERENCE_MODELS / "llama-3-70b.json")
+    out = tmp_path / "l70.yaml"
+    res = run("import", config, "-o", out, "--name", "l70")
+    assert f"wrote {out}" in res.stderr
+    assert compare_json(str(out), "--ctx", "128k")[0]["kv_cache_bytes"] == 42_949_672_960
+    assert run("import", config).stdout.startswith("name: llama-3-70b\n")
+
+
+def test_config_json_accepted_wherever_model_is(tmp_path):
+    config = reference_or_skip(REFERENCE_MODELS / "deepseek-v2.json")
+    folder = tmp_path / "DeepSeek-V2"
+    folder.mkdir()
+    shutil.copy(config, folder / "config.json")
+    row = compare_json(str(folder / "config.json"), "--ctx", "128k")[0]
+    assert row["model"] == "DeepSeek-V2" and row["kv_cache_bytes"] == 9_059_696_640
+
+
+def test_python_dash_m_works():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "kvcalc", "compare", "gpt2", "--ctx", "1k", "-f", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    # GPT-2: 12 layers · 2 · 12 heads · 64 · 2 B = 36,864 B per token.
+    assert json.loads(out)[0]["kv_cache_bytes"] == 36_864 * 1024
+
+
+# ---------------------------------------------------------------- every error class: message, exit code, no traceback
+
+
+def failing(*args) -> str:
+    res = run(*args, ok=False)
+    assert res.exit_code != 0, str(res)
+    assert "Traceback" not in res.stdout + res.stderr, str(res)
+    assert res.exception is None or isinstance(res.exception, SystemExit), str(res)
+    return res.stderr
+
+
+def test_error_unknown_model_suggests_close_names():
+    err = failing("compare", "lama3-70b")
+    assert "error: unknown model 'lama3-70b'; did you mean llama3-70b" in err
+    assert err.count("\n") == 1
+
+
+def test_error_missing_file():
+    assert "error: nosuch/spec.yaml: no such file" in failing("show", "nosuch/spec.yaml")
+
+
+def test_error_unreadable_file(tmp_path):
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"\xff\xfe\x00\x81")
+    assert f"error: {path}: cannot read:" in failing("show", path)
+    assert f"error: {tmp_path}/: is a folder, not a spec or config file" in failing("show", f"{tmp_path}/")
+
+
+def test_error_malformed_yaml(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\nfamily: [unclosed\n")
+    assert f"error: {path}: malformed YAML: line 3, column 1" in failing("show", path)
+
+
+def test_error_malformed_json(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama",')
+    assert f"error: {path}: malformed JSON: line 1, column 24" in failing("compare", path)
+
+
+def test_error_json_without_model_type(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text('{"hidden_size": 4096}')
+    assert "model_type: not found" in failing("show", path)
+
+
+def test_error_schema_violation(tmp_path):
+    path = tmp_path / "v.yaml"
+    path.write_text((ROOT_SPECS / "llama3-8b.yaml").read_text().replace("n_kv_heads: 8", "n_kv_heads: 5"))
+    err = failing("show", path)
+    assert f"error: {path}: layer_groups[0].attention: n_heads (32) must be divisible by n_kv_heads (5)" in err
+
+
+def test_error_unknown_key(tmp_path):
+    path = tmp_path / "typo.yaml"
+    path.write_text((ROOT_SPECS / "gpt2.yaml").read_text().replace("vocab_size:", "vocab_sise:"))
+    err = failing("show", path)
+    assert f"{path}: vocab_sise: unknown key" in err and f"{path}: vocab_size: required field is missing" in err
+
+
+@pytest.mark.parametrize("ctx, message", [
+    ("12q", "'12q' is not a token count"), ("0", "at least 1 token"), ("-4k", "not a token count"),
+    ("4k,,8k", "comma list"), ("1.3k", "not a whole number"),
+])
+def test_error_bad_ctx(ctx, message):
+    err = failing("compare", "gpt2", "--ctx", ctx)
+    assert "Invalid value for '--ctx'" in err and message in err
+
+
+def test_error_unsupported_dtype():
+    err = failing("compare", "gpt2", "--kv-dtype", "fp6")
+    assert "--kv-dtype" in err and "'fp6' is not one of" in err
+
+
+def test_error_unsupported_model_type(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "bert", "hidden_size": 768}))
+    err = failing("import", path)
+    assert f"error: {path}: model_type: 'bert' is not supported; supported model_types: deepseek_v2" in err
+
+
+def test_error_import_of_a_yaml_spec():
+    assert "not a Hugging Face config.json" in failing("import", ROOT_SPECS / "gpt2.yaml")
+
+
+def test_error_import_output_unwritable(tmp_path):
+    config = reference_or_skip(REFERENCE_MODELS / "gpt2.json")
+    assert "cannot write" in failing("import", config, "-o", tmp_path / "no" / "such" / "dir.yaml")
+

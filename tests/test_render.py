@@ -1,0 +1,60 @@
+"""Renderers: every format carries the same rows; LaTeX is booktabs and escaped; csv/json keep exact integers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from kvcalc.render import Column, latex_escape, render
+
+COLUMNS = [Column("model", "Model"), Column("n", "Layers", "int"), Column("b", "KV\ncache", "bytes"), Column("r", "vs first", "ratio")]
+ROWS = [
+    {"model": "a_b%c&d", "n": 80, "b": 42_949_672_960, "r": 1.0, "extra": "x"},
+    {"model": "m|x", "n": 60, "b": 9_059_696_640, "r": 0.2109375, "extra": None},
+]
+
+
+def test_markdown_pipe_table():
+    text = render(COLUMNS, ROWS, "markdown")
+    lines = text.splitlines()
+    assert lines[0] == "| Model | Layers | KV cache | vs first |"
+    assert lines[1] == "|:---|---:|---:|---:|"
+    assert lines[2] == "| a_b%c&d | 80 | 40.0 GiB | 1.00× |"
+    assert lines[3] == r"| m\|x | 60 | 8.44 GiB | 0.21× |"
+
+
+def test_latex_booktabs_and_escaping():
+    text = render(COLUMNS, ROWS, "latex", title="KV 100% & more")
+    lines = text.splitlines()
+    assert lines[0] == "% KV 100% & more"  # a comment line: LaTeX ignores everything after the %
+    assert lines[1] == r"\begin{tabular}{lrrr}"
+    assert [l for l in lines if l in (r"\toprule", r"\midrule", r"\bottomrule")] == [r"\toprule", r"\midrule", r"\bottomrule"]
+    assert r"a\_b\%c\&d & 80 & 40.0 GiB & 1.00$\times$ \\" in lines
+    assert lines[-1] == r"\end{tabular}"
+
+
+def test_latex_escape_all_specials():
+    assert latex_escape(r"_%&#${}~^\ ") == r"\_\%\&\#\$\{\}\textasciitilde{}\textasciicircum{}\textbackslash{} "
+
+
+def test_csv_raw_integers():
+    text = render(COLUMNS, ROWS, "csv", raw_keys=["model", "b", "extra"])
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows == [["model", "b", "extra"], ["a_b%c&d", "42949672960", "x"], ["m|x", "9059696640", ""]]
+
+
+def test_json_raw_integers_and_none_left_out():
+    data = json.loads(render(COLUMNS, ROWS, "json", raw_keys=["model", "b", "extra"]))
+    assert data == [{"model": "a_b%c&d", "b": 42_949_672_960, "extra": "x"}, {"model": "m|x", "b": 9_059_696_640}]
+    assert isinstance(data[0]["b"], int)
+
+
+def test_rich_table_has_every_cell():
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(render(COLUMNS, ROWS, "table", units="si"))
+    out = console.export_text()
+    for text in ("a_b%c&d", "42.9 GB", "9.06 GB", "0.21×", "KV"):
+        assert text in out
