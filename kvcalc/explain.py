@@ -92,8 +92,8 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
     parts = " + ".join(f"{g['n_layers']}×{g['elements_per_token_per_layer']:,}" for g in d["groups"])
     lines.append(f"  per token (every layer holding one more token): {parts} = {d['elements_per_token']:,} elements"
                  f" × {b}/8 bytes = {d['kv_bytes_per_token']:,} bytes ({format_bytes(d['kv_bytes_per_token'], units)})")
-    sums = " + ".join(f"{g['elements']:,}" for g in d["groups"])
-    lines.append(f"  KV cache: {sums} = {d['elements']:,} elements"
+    sums = " + ".join(f"{g['elements']:,}" for g in d["groups"]) + " = " if len(d["groups"]) > 1 else ""
+    lines.append(f"  KV cache: {sums}{d['elements']:,} elements"
                  f" × {b}/8 bytes = {d['kv_cache_bytes']:,} bytes ({format_bytes(d['kv_cache_bytes'], units)})")
     return lines
 

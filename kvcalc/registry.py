@@ -88,7 +88,9 @@ def load_model(arg: str) -> LoadedModel:
     names = bundled_names()
     by_lower = {n.lower(): n for n in names}
     if arg.lower() in by_lower:
-        return load_path(specs_dir() / f"{by_lower[arg.lower()]}.yaml", kind="bundled")
+        name = by_lower[arg.lower()]
+        loaded = load_path(specs_dir() / f"{name}.yaml", kind="bundled")
+        return LoadedModel(loaded.spec, f"bundled spec model_specs/{name}.yaml", "bundled")
     close = difflib.get_close_matches(arg.lower(), list(by_lower), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""
     raise LookupFailure(f"unknown model {arg!r}{hint} ('kvcalc list' shows the bundled models; a path to a YAML spec or config.json also works)")

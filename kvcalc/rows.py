@@ -163,11 +163,11 @@ GROUP_COLUMNS = [
     Column("layers", "Layers"),
     Column("n_layers", "Count", "int"),
     Column("kind", "Kind"),
-    Column("sliding_window", "Window", "tokens"),
+    Column("sliding_window", "Window", "int"),
     Column("formula", "Per token\nand layer"),
     Column("elements_per_token_per_layer", "Elements", "int"),
     Column("bytes_per_token_per_layer", "Bytes per\ntoken·layer", "bytes"),
-    Column("tokens_held", "Tokens\nheld", "tokens"),
+    Column("tokens_held", "Tokens\nheld", "int"),
     Column("bytes_per_layer", "Cache per\nlayer", "bytes"),
     Column("bytes", "Cache, all\nits layers", "bytes"),
 ]

@@ -283,7 +283,7 @@ class ModelSpec(Strict):
             head_dim, derived = (att.head_dim, False) if att.head_dim is not None else (self.d_model // att.n_heads, True)
         return ResolvedGroup(
             index=gi,
-            label=group.name or f"group {gi}",
+            label=group.name or ("all layers" if len(self.layer_groups) == 1 else f"group {gi}"),
             layers=tuple(layers),
             attention=att,
             sliding_window=group.sliding_window,
