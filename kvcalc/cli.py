@@ -141,6 +141,24 @@ def _check_explain(explain: bool, fmt: Format) -> None:
         raise typer.BadParameter("--explain cannot be combined with --format csv (use json to get the derivation as data)")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"kvcalc {version('kvcalc')}")
+        except PackageNotFoundError:  # running from a source tree that was never installed
+            typer.echo("kvcalc (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Exact KV-cache memory of transformer attention (MHA, GQA, MQA, MLA, sliding windows). k = 1024 tokens."""
+
+
 @app.command("list")
 @guarded
 def list_models(fmt: FormatOpt = Format.table, units: UnitsOpt = Units.binary) -> None:

@@ -352,6 +352,8 @@ def spec_from_dict(data: object, origin: str) -> ModelSpec:
     """Validate a parsed mapping as a ModelSpec, raising SpecError that names `origin`."""
     from pydantic import ValidationError
 
+    if data is None:
+        raise SpecError(f"{origin}: the file is empty; a spec is a mapping of fields (name, d_model, layer_groups, ...)")
     if not isinstance(data, dict):
         raise SpecError(f"{origin}: the spec must be a mapping of fields, not {type(data).__name__}")
     try:

@@ -201,6 +201,16 @@ def test_config_json_accepted_wherever_model_is(tmp_path):
     assert row["model"] == "DeepSeek-V2" and row["kv_cache_bytes"] == 9_059_696_640
 
 
+def test_version():
+    assert run("--version").stdout.startswith("kvcalc ")
+
+
+def test_error_empty_spec(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert f"error: {path}: the file is empty" in failing("show", path)
+
+
 def test_python_dash_m_works():
     import subprocess
     import sys
