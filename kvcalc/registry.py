@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvcalc.errors import LookupFailure, SpecError
-from kvcalc.spec import ModelSpec, load_yaml, spec_from_dict
+from kvcalc.spec import ModelSpec, load_yaml, read_text, spec_from_dict
 
 
 def specs_dir() -> Path:
@@ -40,12 +40,7 @@ def _read_mapping(path: Path) -> object:
     """Parse a spec or config file: JSON by suffix, YAML otherwise (safe loader)."""
     if path.suffix.lower() != ".json":
         return load_yaml(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read: {exc}") from None
+    text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -90,14 +90,18 @@ def model_facts(spec: ModelSpec) -> dict:
     }
 
 
+# The architecture columns that `list` and `compare` share.
+ARCH_COLUMNS = [
+    Column("heads_label", "Q\nheads", "num"),
+    Column("kv_label", "KV heads\n/latent", "num"),
+    Column("head_dim_label", "Head\ndim", "num"),
+]
 LIST_COLUMNS = [
     Column("model", "Model"),
     Column("attention_label", "Attention"),
     Column("n_layers", "Layers", "int"),
     Column("d_model", "d_model", "int"),
-    Column("heads_label", "Q\nheads", "num"),
-    Column("kv_label", "KV heads\n/latent", "num"),
-    Column("head_dim_label", "Head\ndim", "num"),
+    *ARCH_COLUMNS,
     Column("max_context", "Max\nctx", "tokens"),
     Column("kv_bytes_per_token", "KV/token\n(bf16)", "bytes"),
 ]
@@ -120,9 +124,7 @@ COMPARE_COLUMNS = [
     Column("model", "Model"),
     Column("attention_label", "Attention"),
     Column("n_layers", "Layers", "int"),
-    Column("heads_label", "Q\nheads", "num"),
-    Column("kv_label", "KV heads\n/latent", "num"),
-    Column("head_dim_label", "Head\ndim", "num"),
+    *ARCH_COLUMNS,
     Column("ctx", "Ctx", "tokens"),
     Column("kv_bytes_per_token", "KV per\ntoken", "bytes"),
     Column("kv_cache_bytes", "KV\ncache", "bytes"),

@@ -362,16 +362,23 @@ def spec_from_dict(data: object, origin: str) -> ModelSpec:
         raise SpecError(format_validation_error(exc, origin)) from None
 
 
+def read_text(path: Path) -> str:
+    """A spec or config file's text, or a SpecError naming the file (missing, a folder, not UTF-8, ...)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path}: is a folder, not a spec or config file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read: {exc}") from None
+
+
 def load_yaml(path: Path) -> object:
     """Read a YAML file with the safe loader, raising SpecError on unreadable or malformed input."""
     import yaml
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read: {exc}") from None
+    text = read_text(path)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
