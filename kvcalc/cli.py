@@ -75,10 +75,16 @@ def _stderr():
     return Console(stderr=True, soft_wrap=True, highlight=False)
 
 
-def _stdout():
+def _stdout(width: int | None = None):
+    """Rich console for tables: the terminal's width, or a wide page when piped (so files and logs don't wrap)."""
+    import os
+    import sys
+
     from rich.console import Console
 
-    return Console(soft_wrap=True, highlight=False)
+    if width is None and not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        width = 200
+    return Console(soft_wrap=True, highlight=False, width=width)
 
 
 def guarded(fn):
@@ -99,8 +105,13 @@ def _emit(output) -> None:
     """Print a rendered table: rich objects through rich, strings verbatim (no markup, no wrapping)."""
     if isinstance(output, str):
         typer.echo(output)
-    else:
-        _stdout().print(output)
+        return
+    console = _stdout()
+    # Never truncate a figure or drop a column to fit a narrow terminal: widen the page to the table's minimum.
+    needed = getattr(output, "min_width", None) or 0
+    if needed > console.width:
+        console = _stdout(width=needed)
+    console.print(output)
 
 
 def _load(model: str, no_windows: bool = False):

@@ -120,11 +120,22 @@ def to_rich(columns: list[Column], rows: list[dict], units: str, title: str | No
     from rich import box
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    cells = [[cell(row.get(c.key), c.kind, units) for c in columns] for row in rows]
+    widths = []
     for i, c in enumerate(columns):
-        table.add_column(c.header, justify="right" if c.numeric else "left", no_wrap=(i == 0), overflow="fold")
-    for row in rows:
-        table.add_row(*(cell(row.get(c.key), c.kind, units) for c in columns))
+        # Numbers and the first column never break; text columns wrap at spaces; headers keep whole words.
+        whole = c.numeric or i == 0
+        texts = [r[i] for r in cells]
+        words = [w for t in texts for w in (t.split() if not whole else [t])] + c.header.split()
+        widths.append(max(len(w) for w in words))
+    # The narrowest the table can be without cutting a figure: the CLI widens the page to at least this.
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                  min_width=sum(widths) + 2 * len(columns) + 2)
+    for i, c in enumerate(columns):
+        table.add_column(c.header, justify="right" if c.numeric else "left", no_wrap=c.numeric or i == 0,
+                         min_width=widths[i])
+    for row in cells:
+        table.add_row(*row)
     return table
 
 

@@ -1,0 +1,106 @@
+"""Cold-start wall time of `kvcalc compare llama3-70b deepseek-v2 --ctx 128k` against bare dependency imports.
+
+Run by hand, not by CI:
+
+    python benchmarks/cold_start.py [--runs 10]
+
+Each run is a fresh process of this interpreter, started from an empty temporary folder (so the installed
+package is measured, not a source tree in the working directory). The runs of the commands are interleaved
+so that a change in machine load hits them alike; one untimed run of each warms the OS file cache first.
+The overhead is kvcalc's median minus the median of `python -c "import typer, rich, pydantic, yaml"`:
+what kvcalc costs on top of the libraries it cannot start without.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+
+KVCALC_ARGS = ["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k"]
+BARE_IMPORTS = "import typer, rich, pydantic, yaml"
+
+
+def commands() -> dict[str, list[str]]:
+    """The commands to time, by label: bare imports, `python -m kvcalc`, and the console script if found."""
+    cmds = {
+        "bare imports": [sys.executable, "-c", BARE_IMPORTS],
+        "python -m kvcalc": [sys.executable, "-m", "kvcalc", *KVCALC_ARGS],
+    }
+    # This interpreter's own scripts folder first: a PATH entry may be another environment's, or a shim.
+    search = os.pathsep.join([sysconfig.get_path("scripts"), os.environ.get("PATH", "")])
+    script = shutil.which("kvcalc", path=search)
+    if script:
+        cmds["kvcalc (console script)"] = [script, *KVCALC_ARGS]
+    return cmds
+
+
+def time_once(cmd: list[str], cwd: str) -> float:
+    """Wall time of one run in milliseconds; a failing command stops the benchmark."""
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    elapsed = (time.perf_counter() - start) * 1000
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr}")
+    return elapsed
+
+
+def import_times(cwd: str, top: int) -> list[tuple[int, int, str]]:
+    """The `top` modules with the largest cumulative import time in one kvcalc run: (cumulative us, self us, name)."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "kvcalc", *KVCALC_ARGS],
+        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True,
+    )
+    rows = []
+    for line in proc.stderr.splitlines():
+        # "import time:   self [us] | cumulative | imported package"; the header line has no numbers.
+        if not line.startswith("import time:"):
+            continue
+        self_us, cumulative, name = (part.strip() for part in line[len("import time:"):].split("|"))
+        if self_us.isdigit():
+            rows.append((int(cumulative), int(self_us), name.strip()))
+    return sorted(rows, reverse=True)[:top]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10, help="timed runs of each command (default 10)")
+    parser.add_argument("--top", type=int, default=10, help="modules to list from -X importtime (default 10)")
+    args = parser.parse_args()
+
+    cmds = commands()
+    times: dict[str, list[float]] = {label: [] for label in cmds}
+    with tempfile.TemporaryDirectory() as cwd:
+        for cmd in cmds.values():
+            time_once(cmd, cwd)  # warm-up, untimed
+        for _ in range(args.runs):
+            for label, cmd in cmds.items():
+                times[label].append(time_once(cmd, cwd))
+        top = import_times(cwd, args.top)
+
+    print(f"python {sys.version.split()[0]} ({sys.executable}), {args.runs} runs each, wall time in ms")
+    print(f"kvcalc {' '.join(KVCALC_ARGS)}")
+    print()
+    width = max(len(label) for label in cmds)
+    print(f"{'command':<{width}}  {'min':>7}  {'median':>7}  {'max':>7}  {'overhead':>8}")
+    bare = statistics.median(times["bare imports"])
+    for label, ms in times.items():
+        overhead = "" if label == "bare imports" else f"{statistics.median(ms) - bare:+8.1f}"
+        print(f"{label:<{width}}  {min(ms):7.1f}  {statistics.median(ms):7.1f}  {max(ms):7.1f}  {overhead:>8}")
+    script = cmds.get("kvcalc (console script)")
+    print(f"console script: {script[0]}" if script else "(no kvcalc console script on PATH)")
+    print()
+    print(f"python -X importtime -m kvcalc {' '.join(KVCALC_ARGS)}: top {args.top} by cumulative time, ms")
+    print(f"{'cumulative':>10}  {'self':>7}  module")
+    for cumulative, self_us, name in top:
+        print(f"{cumulative / 1000:10.1f}  {self_us / 1000:7.1f}  {name}")
+
+
+if __name__ == "__main__":
+    main()

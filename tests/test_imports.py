@@ -1,0 +1,51 @@
+"""The analytic commands never import NumPy: only the execution backend needs it, and it costs start-up time.
+
+Each case runs the typer app in-process in a fresh interpreter, so that nothing imported by pytest or by
+another test can hide or cause the import.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REFERENCE_MODELS
+
+REFERENCE_CONFIG = REFERENCE_MODELS / "llama-3-70b.json"
+
+PROBE = """
+import sys
+from typer.testing import CliRunner
+from kvcalc.cli import app
+
+result = CliRunner().invoke(app, sys.argv[1:])
+if result.exit_code != 0:
+    sys.exit(f"exit {result.exit_code}\\n{result.output}\\n{result.exception!r}")
+print("numpy" in sys.modules)
+"""
+
+needs_reference = pytest.mark.skipif(
+    not REFERENCE_CONFIG.is_file(), reason=f"reference configs not found at {REFERENCE_MODELS} (shared/ is not beside the repo)"
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["list"], id="list"),
+        pytest.param(["list", "--format", "json"], id="list-json"),
+        pytest.param(["show", "llama3-70b"], id="show"),
+        pytest.param(["show", "deepseek-v2", "--format", "json", "--explain"], id="show-json-explain"),
+        pytest.param(["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k", "--format", "json"], id="compare-json"),
+        pytest.param(["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k"], id="compare-table"),
+        pytest.param(["import", str(REFERENCE_CONFIG)], id="import", marks=needs_reference),
+    ],
+)
+def test_analytic_commands_do_not_import_numpy(args, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, f"kvcalc {' '.join(args)} failed\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert proc.stdout.splitlines()[-1] == "False", f"kvcalc {' '.join(args)} imported numpy\n{proc.stdout}"
