@@ -93,7 +93,7 @@ def model_facts(spec: ModelSpec) -> dict:
 # The architecture columns that `list` and `compare` share.
 ARCH_COLUMNS = [
     Column("heads_label", "Q\nheads", "num"),
-    Column("kv_label", "KV heads\n/latent", "num"),
+    Column("kv_label", "KV heads\nor latent", "num"),
     Column("head_dim_label", "Head\ndim", "num"),
 ]
 LIST_COLUMNS = [
