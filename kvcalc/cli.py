@@ -127,9 +127,11 @@ def _load(model: str, no_windows: bool = False):
     return loaded
 
 
-def _warn_ctx(spec, ctxs: list[int]) -> None:
+def _warn_ctx(spec, ctxs: list[int], fmt: Format) -> None:
+    """One line on stderr when ctx passes the trained maximum; csv and json rows carry `exceeds_max_context` instead,
+    so that a program reading them (even with stderr merged into stdout) gets clean data."""
     over = [c for c in ctxs if c > spec.max_context]
-    if over:
+    if over and fmt not in (Format.csv, Format.json):
         _stderr().print(
             f"warning: {spec.name}: ctx {max(over):,} exceeds its trained maximum of {spec.max_context:,} tokens (max_context); computed anyway",
             markup=False,
@@ -206,7 +208,7 @@ def compare(
     loaded = [_load(m, no_windows) for m in models]
     rows, derivations = [], []
     for lm in loaded:
-        _warn_ctx(lm.spec, ctxs)
+        _warn_ctx(lm.spec, ctxs, fmt)
         for c in ctxs:
             report = kv_cache(lm.spec, c, batch, kv_dtype.value, mla_cache.value)
             rows.append(compare_row(lm.spec, report))
@@ -250,12 +252,13 @@ def show(
         raise typer.BadParameter("show takes one context; use compare for several", param_hint="'--ctx'")
     _check_explain(explain, fmt)
     lm = _load(model, no_windows)
-    _warn_ctx(lm.spec, ctxs)
+    _warn_ctx(lm.spec, ctxs, fmt)
     report = kv_cache(lm.spec, ctxs[0], batch, kv_dtype.value, mla_cache.value)
     breakdown = group_rows(report, per_layer)
     summary = summary_rows(lm, report)
     if fmt == Format.json:
-        payload = {"model": lm.spec.name, "origin": lm.origin, "spec": lm.spec.model_dump(exclude_none=True),
+        payload = {"model": lm.spec.name, "origin": lm.origin, "exceeds_max_context": ctxs[0] > lm.spec.max_context,
+                   "spec": lm.spec.model_dump(exclude_none=True),
                    "summary": {r["key"]: r["value"] for r in summary}, "layers" if per_layer else "groups": breakdown}
         if explain:
             payload["derivation"] = derivation(report, lm.origin, lm.config_keys)

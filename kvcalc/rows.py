@@ -133,7 +133,7 @@ COMPARE_COLUMNS = [
 # Stable keys of `compare --format json`; later issues add keys, none is renamed.
 COMPARE_JSON_KEYS = [
     "model", "attention", "n_layers", "n_heads", "n_kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim",
-    "sliding_window", "n_window_layers", "max_context", "ctx", "batch", "kv_dtype", "mla_cache",
+    "sliding_window", "n_window_layers", "max_context", "ctx", "exceeds_max_context", "batch", "kv_dtype", "mla_cache",
     "kv_bytes_per_token", "kv_cache_bytes", "ratio",
 ]
 
@@ -144,6 +144,7 @@ def compare_row(spec: ModelSpec, report: CacheReport) -> dict:
         **model_facts(spec),
         "attention_label": attention_label(spec, report.mla_cache),
         "ctx": report.ctx,
+        "exceeds_max_context": report.ctx > spec.max_context,
         "batch": report.batch,
         "kv_dtype": report.kv_dtype,
         "mla_cache": report.mla_cache,

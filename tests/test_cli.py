@@ -46,6 +46,17 @@ def test_compare_table_shows_human_units_and_warns_beyond_max_context():
     assert "warning: llama3-70b: ctx 131,072 exceeds its trained maximum of 8,192 tokens" in res.stderr
 
 
+def test_machine_formats_flag_ctx_beyond_max_instead_of_warning():
+    for fmt in ("json", "csv"):
+        res = run("compare", "llama3-70b", "deepseek-v2", "--ctx", "128k", "--format", fmt)
+        assert res.stderr == ""  # stdout stays parseable even when a caller merges the two streams
+    rows = compare_json("llama3-70b", "deepseek-v2", "--ctx", "8k,128k")
+    # Llama 3 70B: trained to 8,192 tokens; DeepSeek-V2: 163,840.
+    assert [r["exceeds_max_context"] for r in rows] == [False, True, False, False]
+    show = json.loads(run("show", "llama3-70b", "--ctx", "9000", "--format", "json").stdout)
+    assert show["exceeds_max_context"] is True
+
+
 def test_compare_ctx_list_gives_one_row_per_model_and_context():
     rows = compare_json("llama3-8b", "mistral-7b", "--ctx", "4k,32k,128k")
     assert [(r["model"], r["ctx"]) for r in rows] == [
