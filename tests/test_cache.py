@@ -228,3 +228,21 @@ def test_non_mla_reports_no_mla_layout():
     assert kv_cache(spec("gpt2"), 10, mla_cache="expanded").mla_cache is None
     # GPT-2 MHA: 2 · 12 heads · 64 · 12 layers = 18,432 elements per token (d_h = 768 / 12).
     assert kv_cache(spec("gpt2"), 1).elements_per_token == 18_432
+
+
+def test_local_and_global_layers_with_different_kv_heads_and_head_dims():
+    # Hybrids whose window layers differ in shape from their global layers are summed group by group.
+    s = ModelSpec.model_validate({
+        "name": "mixed", "family": "test", "d_model": 1024, "n_layers": 8, "vocab_size": 10, "max_context": 65_536,
+        "ffn": {"kind": "dense", "d_ff": 2048},
+        "layer_groups": [
+            {"name": "global", "layers": {"every": 4, "start": 3},
+             "attention": {"kind": "gqa", "n_heads": 16, "n_kv_heads": 2, "head_dim": 256}},
+            {"name": "local", "layers": "rest", "sliding_window": 512,
+             "attention": {"kind": "gqa", "n_heads": 16, "n_kv_heads": 8, "head_dim": 64}},
+        ],
+    })
+    ctx = 10_000
+    expected = 2 * (2 * 2 * 256 * ctx) + 6 * (2 * 8 * 64 * 512)  # 2 global layers, 6 local layers
+    assert kv_cache(s, ctx).elements == expected
+    assert kv_cache(s, 1).elements_per_token == 2 * (2 * 2 * 256) + 6 * (2 * 8 * 64)
