@@ -130,13 +130,17 @@ def _base(cfg: dict, origin: str, family: str, tie_default: bool) -> dict:
 
 
 def _decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_default=False, qkv_bias=False,
-             qk_norm=False, sliding: Callable[[int], bool] = lambda i: True, ffn: dict | None = None,
-             layer_ffn: Callable[[int], dict | None] = lambda i: None) -> dict:
+             qk_norm=False, norms_per_layer: int = 2, sliding: Callable[[int], bool] = lambda i: True,
+             ffn: dict | None = None, layer_ffn: Callable[[int], dict | None] = lambda i: None) -> dict:
     """The common Llama-style decoder: every layer the same attention, windows per `sliding` or `layer_types`."""
     base = _base(cfg, origin, family, tie_default)
+    if norms_per_layer != 2:
+        base["norms_per_layer"] = norms_per_layer
     n_heads = _need(cfg, "num_attention_heads", origin)
     n_kv = cfg.get("num_key_value_heads") or n_heads
-    att = _attention(n_heads, n_kv, cfg.get("head_dim"), qkv_bias=qkv_bias or cfg.get("attention_bias", False), qk_norm=qk_norm)
+    # Llama-style attention_bias puts a bias on q, k, v and o; Qwen2 has q/k/v biases only.
+    bias = bool(cfg.get("attention_bias", False))
+    att = _attention(n_heads, n_kv, cfg.get("head_dim"), qkv_bias=qkv_bias or bias, o_bias=bias, qk_norm=qk_norm)
     window = cfg.get("sliding_window")
     if window and window >= base["max_context"]:
         notes.append(f"sliding_window {window} >= max_position_embeddings {base['max_context']}: it never applies, left out")
@@ -150,7 +154,7 @@ def _decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_defau
         if layer_ffn(i) is not None:
             layer["ffn"] = layer_ffn(i)
         layers.append(layer)
-    base["ffn"] = ffn if ffn is not None else _dense_ffn(_need(cfg, "intermediate_size", origin))
+    base["ffn"] = ffn if ffn is not None else _dense_ffn(_need(cfg, "intermediate_size", origin), bias=bool(cfg.get("mlp_bias")))
     base["layer_groups"] = _group(layers, base["n_layers"])
     return base
 
@@ -214,7 +218,8 @@ def _qwen3_moe(cfg, origin, notes):
 def _gemma2(cfg, origin, notes):
     cfg = {**GEMMA2_DEFAULTS, **cfg}
     # Gemma2: even layers are local (sliding), odd layers global.
-    return _decoder(cfg, origin, "gemma2", notes, tie_default=True, sliding=lambda i: i % 2 == 0)
+    # Gemma 2/3 layers have four norms: before and after attention, before and after the FFN.
+    return _decoder(cfg, origin, "gemma2", notes, tie_default=True, norms_per_layer=4, sliding=lambda i: i % 2 == 0)
 
 
 def _gemma3(cfg, origin, notes):
@@ -227,7 +232,8 @@ def _gemma3(cfg, origin, notes):
     cfg = {**GEMMA3_TEXT_DEFAULTS, **cfg}
     pattern = cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or 6
     # Gemma 3: layer i is global when (i + 1) % pattern == 0, local (sliding) otherwise (FACTS.md §1.2).
-    return _decoder(cfg, origin, "gemma3", notes, tie_default=True, qk_norm=True, sliding=lambda i: (i + 1) % pattern != 0)
+    return _decoder(cfg, origin, "gemma3", notes, tie_default=True, qk_norm=True, norms_per_layer=4,
+                    sliding=lambda i: (i + 1) % pattern != 0)
 
 
 def _deepseek(cfg, origin, notes):
@@ -251,6 +257,8 @@ def _deepseek(cfg, origin, notes):
         "n_shared_experts": cfg.get("n_shared_experts") or 0,
         "first_k_dense": first_k,
     }
+    if cfg.get("topk_method") == "noaux_tc":  # DeepSeek-V3: a learned per-expert bias steers routing
+        moe["router_bias"] = True
     if first_k or (cfg.get("moe_layer_freq", 1) or 1) != 1:
         moe["dense_d_ff"] = _need(cfg, "intermediate_size", origin)
     freq = cfg.get("moe_layer_freq", 1) or 1
@@ -277,6 +285,9 @@ def _falcon(cfg, origin, notes):
         cfg["max_position_embeddings"] = FALCON_DEFAULT_MAX_POSITIONS
         notes.append(f"no max_position_embeddings in the config: FalconConfig default {FALCON_DEFAULT_MAX_POSITIONS} used")
     base = _base(cfg, origin, "falcon", True)
+    base["norm"] = "layernorm"
+    if cfg.get("parallel_attn", True) and not cfg.get("new_decoder_architecture"):
+        base["norms_per_layer"] = 1  # one LayerNorm feeds both the attention and the FFN
     n_heads = _need(cfg, "num_attention_heads", origin)
     if cfg.get("new_decoder_architecture"):
         n_kv = cfg.get("num_kv_heads") or n_heads
@@ -289,7 +300,8 @@ def _falcon(cfg, origin, notes):
         n_kv = n_heads
     d = base["d_model"]
     base["ffn"] = _dense_ffn(cfg.get("ffn_hidden_size") or 4 * d, gated=False, bias=bool(cfg.get("bias")))
-    base["layer_groups"] = [{"layers": "all", "attention": _attention(n_heads, n_kv, cfg.get("head_dim"), qkv_bias=bool(cfg.get("bias")))}]
+    bias = bool(cfg.get("bias"))
+    base["layer_groups"] = [{"layers": "all", "attention": _attention(n_heads, n_kv, cfg.get("head_dim"), qkv_bias=bias, o_bias=bias)}]
     return base
 
 
@@ -301,10 +313,12 @@ def _gpt2(cfg, origin, notes):
         "vocab_size": _need(cfg, "vocab_size", origin),
         "tie_embeddings": bool(cfg.get("tie_word_embeddings", True)),
         "max_context": _need(cfg, "n_positions", origin),
+        "norm": "layernorm",
+        "learned_positions": True,
     }
     n_heads = _need(cfg, "n_head", origin)
     base["ffn"] = _dense_ffn(cfg.get("n_inner") or 4 * base["d_model"], gated=False, bias=True)
-    base["layer_groups"] = [{"layers": "all", "attention": _attention(n_heads, n_heads, None, qkv_bias=True)}]
+    base["layer_groups"] = [{"layers": "all", "attention": _attention(n_heads, n_heads, None, qkv_bias=True, o_bias=True)}]
     return base
 
 

@@ -31,6 +31,7 @@ class _Heads(Strict):
         None, description="Per-head dim d_h (HF head_dim); when absent, d_model / n_heads. Gemma 3 27B gives 128, not 168."
     )
     qkv_bias: bool = Field(False, description="Bias on the q/k/v projections (Qwen2, GPT-2).")
+    o_bias: bool = Field(False, description="Bias on the output projection (GPT-2).")
     qk_norm: bool = Field(False, description="RMSNorm on queries and keys per head (Gemma 3, Qwen3).")
 
 
@@ -112,6 +113,9 @@ class MoEFFN(Strict):
     first_k_dense: NonNegativeInt = Field(0, description="Leading layers that use a dense FFN instead (first_k_dense_replace).")
     dense_d_ff: PositiveInt | None = Field(None, description="Hidden size of those dense layers (HF intermediate_size).")
     gated: bool = Field(True, description="Gated experts (three matrices each).")
+    router_bias: bool = Field(
+        False, description="A per-expert bias in the router (DeepSeek-V3's e_score_correction_bias, topk_method noaux_tc)."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> MoEFFN:
@@ -208,6 +212,16 @@ class ModelSpec(Strict):
     n_layers: PositiveInt = Field(description="Transformer layers (HF num_hidden_layers).")
     vocab_size: PositiveInt = Field(description="Vocabulary size.")
     tie_embeddings: bool = Field(False, description="LM head shares the input embedding (HF tie_word_embeddings).")
+    norm: Literal["rmsnorm", "layernorm"] = Field(
+        "rmsnorm", description="Normalisation layers: rmsnorm (a weight of d_model) or layernorm (weight and bias)."
+    )
+    norms_per_layer: PositiveInt = Field(
+        2, description="Norms in each layer: 2 (pre-attention, pre-FFN), 4 (Gemma 2/3: also post-attention, post-FFN), "
+        "1 (Falcon-7B's parallel attention and FFN)."
+    )
+    learned_positions: bool = Field(
+        False, description="A learned position embedding of max_context × d_model (GPT-2); false for RoPE/ALiBi."
+    )
     max_context: PositiveInt = Field(description="Trained maximum context in tokens (HF max_position_embeddings).")
     ffn: FFN = Field(description="The FFN block of every layer unless a group overrides it.")
     layer_groups: list[LayerGroup] = Field(min_length=1, description="Layer groups; together they cover every layer once.")

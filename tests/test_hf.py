@@ -62,7 +62,8 @@ def test_reference_config_gives_bundled_numbers(ref, bundled):
     for layout in ("latent", "expanded"):
         assert cache_numbers(imported.spec, layout) == cache_numbers(mine, layout)
     # the architecture fields agree too, not only the totals
-    for field in ("d_model", "n_layers", "vocab_size", "tie_embeddings", "max_context", "ffn"):
+    for field in ("d_model", "n_layers", "vocab_size", "tie_embeddings", "max_context", "ffn", "norm", "norms_per_layer",
+                  "learned_positions"):
         assert getattr(imported.spec, field) == getattr(mine, field), field
     assert [(g.layers, g.attention, g.sliding_window) for g in sorted(imported.spec.groups, key=lambda g: g.layers)] == \
            [(g.layers, g.attention, g.sliding_window) for g in sorted(mine.groups, key=lambda g: g.layers)]
