@@ -1,0 +1,131 @@
+"""Parameter counts by component (total and active per token) and the memory the weights take.
+
+Conventions (also in the README):
+- Counts every weight matrix, bias, norm weight (LayerNorm: weight and bias) and embedding table of the spec.
+- "Active" is what one token uses: every attention and norm weight, both embedding tables (input and LM head),
+  dense FFNs, the router, the shared experts and the top-k routed experts (DeepSeek's convention for V2's 21B).
+- DeepSeek-V3's multi-token-prediction module is not part of the spec, so it is not counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from kvcalc.costs.cache import dtype_bits
+from kvcalc.errors import KvcalcError
+from kvcalc.spec import MLA, DenseFFN, Linear, ModelSpec, MoEFFN, ResolvedGroup
+
+WEIGHT_DTYPE_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
+
+
+def ffn_of_layer(spec: ModelSpec, layer: int) -> DenseFFN | MoEFFN:
+    """The FFN block layer `layer` runs: the group's override, else the model's; MoE's leading layers are dense."""
+    group = next(g for g in spec.groups if layer in g.layers)
+    ffn = spec.layer_groups[group.index].ffn or spec.ffn
+    if isinstance(ffn, MoEFFN) and layer < ffn.first_k_dense:
+        # DeepSeek first_k_dense_replace: these layers run a dense FFN of dense_d_ff.
+        return DenseFFN(kind="dense", d_ff=ffn.dense_d_ff, gated=ffn.gated)
+    return ffn
+
+
+def attention_params(group: ResolvedGroup, d_model: int) -> dict[str, int]:
+    """Weights of one attention layer of `group`, by matrix (biases and per-head norms included)."""
+    att, d = group.attention, d_model
+    if isinstance(att, Linear):
+        return {}  # a constant-state layer's projections are not described by the spec
+    if isinstance(att, MLA):
+        n_h, qk = att.n_heads, att.qk_nope_head_dim + att.qk_rope_head_dim
+        out = {}
+        if att.q_lora_rank:
+            out["attn/q_down"] = d * att.q_lora_rank  # W_DQ
+            out["attn/q_up"] = att.q_lora_rank * n_h * qk  # W_UQ and W_QR
+            out["attn/norms"] = att.q_lora_rank  # q_a_layernorm
+        else:
+            out["attn/q"] = d * n_h * qk  # plain W_Q (DeepSeek-V2-Lite)
+        out["attn/kv_down"] = d * (att.kv_lora_rank + att.qk_rope_head_dim)  # W_DKV and W_KR (kv_a_proj_with_mqa)
+        out["attn/norms"] = out.get("attn/norms", 0) + att.kv_lora_rank  # kv_a_layernorm
+        out["attn/kv_up"] = att.kv_lora_rank * n_h * (att.qk_nope_head_dim + att.v_head_dim)  # W_UK and W_UV
+        out["attn/o"] = n_h * att.v_head_dim * d  # W_O
+        return out
+    n_h, d_h = att.n_heads, group.head_dim
+    n_kv = {"mha": n_h, "mqa": 1}.get(att.kind) or att.n_kv_heads
+    bias = 1 if att.qkv_bias else 0
+    return {
+        "attn/q": d * n_h * d_h + bias * n_h * d_h,
+        "attn/k": d * n_kv * d_h + bias * n_kv * d_h,
+        "attn/v": d * n_kv * d_h + bias * n_kv * d_h,
+        "attn/o": n_h * d_h * d + (d if att.o_bias else 0),
+        "attn/norms": 2 * d_h if att.qk_norm else 0,  # q_norm and k_norm over head_dim
+    }
+
+
+def _matrices(gated: bool) -> int:
+    return 3 if gated else 2  # gate, up, down (SwiGLU/GeGLU) or up, down
+
+
+def ffn_params(ffn: DenseFFN | MoEFFN, d_model: int) -> tuple[dict[str, int], dict[str, int]]:
+    """(total, active-per-token) weights of one FFN layer, by component."""
+    d = d_model
+    if isinstance(ffn, DenseFFN):
+        bias = ((2 if ffn.gated else 1) * ffn.d_ff + d) if ffn.bias else 0
+        dense = {"ffn/dense": _matrices(ffn.gated) * d * ffn.d_ff + bias}
+        return dense, dense
+    expert = _matrices(ffn.gated) * d * ffn.moe_d_ff
+    shared = ffn.n_shared_experts * _matrices(ffn.gated) * d * (ffn.shared_d_ff or ffn.moe_d_ff)
+    router = d * ffn.n_routed_experts + (ffn.n_routed_experts if ffn.router_bias else 0)
+    total = {"ffn/routed": ffn.n_routed_experts * expert, "ffn/shared": shared, "ffn/router": router}
+    active = {"ffn/routed": ffn.n_experts_per_tok * expert, "ffn/shared": shared, "ffn/router": router}
+    return total, active
+
+
+@dataclass(frozen=True)
+class ParamReport:
+    """Parameter counts of a model: by component, in total, and active per token."""
+
+    model: str
+    breakdown: dict[str, int]
+    active_breakdown: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.breakdown.values())
+
+    @property
+    def active(self) -> int:
+        return sum(self.active_breakdown.values())
+
+
+def param_counts(spec: ModelSpec) -> ParamReport:
+    """Exact parameter counts of `spec` by component ('embed', 'attn/q', 'ffn/routed', 'norms', 'lm_head', ...)."""
+    d = spec.d_model
+    norm = 2 * d if spec.norm == "layernorm" else d  # LayerNorm has a weight and a bias
+    total: Counter = Counter({"embed": spec.vocab_size * d})
+    if spec.learned_positions:
+        total["pos_embed"] = spec.max_context * d
+    active = Counter(total)
+    for group in spec.groups:
+        attn = attention_params(group, d)
+        for _ in group.layers:
+            total.update(attn)
+            active.update(attn)
+    for layer in range(spec.n_layers):
+        t, a = ffn_params(ffn_of_layer(spec, layer), d)
+        total.update(t)
+        active.update(a)
+    norms = spec.n_layers * spec.norms_per_layer * norm + norm  # per-layer norms and the final norm
+    total["norms"] = active["norms"] = norms
+    if not spec.tie_embeddings:
+        total["lm_head"] = active["lm_head"] = spec.vocab_size * d
+    keep = lambda c: {k: v for k, v in c.items() if v}  # noqa: E731
+    return ParamReport(spec.name, keep(total), keep(active))
+
+
+def weights_bytes(params: int, weights_dtype: str) -> int:
+    """Bytes of `params` weights stored as `weights_dtype`, rounded up (int4: half a byte; scales not modelled)."""
+    if weights_dtype.lower() not in WEIGHT_DTYPE_BITS:
+        raise KvcalcError(f"unsupported weights dtype {weights_dtype!r}: choose one of {', '.join(WEIGHT_DTYPE_BITS)}")
+    return -(-params * WEIGHT_DTYPE_BITS[weights_dtype.lower()] // 8)
+
+
+__all__ = ["ParamReport", "param_counts", "weights_bytes", "ffn_of_layer", "attention_params", "dtype_bits"]

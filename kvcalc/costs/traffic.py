@@ -1,0 +1,43 @@
+"""Bytes a pass moves through memory: weights read plus KV cache read (decode) or written (prefill).
+
+Conventions (also in the README):
+- A decode step reads every weight a token uses once for the whole batch (MoE: the top-k routed and shared experts,
+  a lower bound: with a batch, different tokens pick different experts, up to all of them) and the KV cache of
+  every sequence at context t. The input embedding is a lookup: only one row per sequence is read.
+- A prefill reads every weight once (a long prompt touches every expert; lookup tables only the rows it needs)
+  and writes the KV cache of its tokens.
+- Activations are left out (they are small next to weights and cache at decode time).
+"""
+
+from __future__ import annotations
+
+from kvcalc.costs.cache import kv_cache
+from kvcalc.costs.params import param_counts, weights_bytes
+
+
+def _lookup_tables(spec) -> int:
+    """Parameters of the tables read by lookup, not in full: the input embedding (unless tied) and learned positions."""
+    tables = 0 if spec.tie_embeddings else spec.vocab_size * spec.d_model
+    return tables + (spec.max_context * spec.d_model if spec.learned_positions else 0)
+
+
+def decode_bytes(spec, t: int, batch: int = 1, weights_dtype: str = "bf16", kv_dtype: str = "bf16",
+                 mla_cache: str = "latent") -> dict[str, int]:
+    """Bytes one decode step at context `t` reads, by part: 'weights' and 'kv_cache'."""
+    rows = batch * spec.d_model * (2 if spec.learned_positions else 1)  # the embedding rows looked up
+    read = param_counts(spec).active - _lookup_tables(spec) + rows
+    return {
+        "weights": weights_bytes(read, weights_dtype),
+        "kv_cache": kv_cache(spec, t, batch, kv_dtype, mla_cache).bytes,
+    }
+
+
+def prefill_bytes(spec, n: int, batch: int = 1, weights_dtype: str = "bf16", kv_dtype: str = "bf16",
+                  mla_cache: str = "latent") -> dict[str, int]:
+    """Bytes a prefill of `n` tokens moves, by part: 'weights' (all, read once) and 'kv_cache' (written)."""
+    tables = _lookup_tables(spec)
+    rows = min(tables, batch * n * spec.d_model * (2 if spec.learned_positions else 1))
+    return {
+        "weights": weights_bytes(param_counts(spec).total - tables + rows, weights_dtype),
+        "kv_cache": kv_cache(spec, n, batch, kv_dtype, mla_cache).bytes,
+    }
