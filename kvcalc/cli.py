@@ -69,6 +69,19 @@ ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the derivatio
 NoWindowsOpt = Annotated[bool, typer.Option("--no-windows", help="Ignore sliding windows (every layer global): what the cache would be without them.")]
 
 
+class Schedule(str, Enum):
+    naive = "naive"
+    absorbed = "absorbed"
+
+
+GenOpt = Annotated[int, typer.Option("--gen", "-g", min=1, help="Tokens generated after the prompt of --ctx (generation FLOPs).")]
+WeightsDtypeOpt = Annotated[KvDtype, typer.Option("--weights-dtype", help="Storage type of the weights (int4: half a byte).")]
+ScheduleOpt = Annotated[Optional[Schedule], typer.Option("--mla-schedule", help="MLA decode: absorbed (W_UK/W_UV folded; default with a latent cache) or naive (K/V rebuilt; default with an expanded cache).")]
+DenseOpt = Annotated[bool, typer.Option("--dense-attn", help="Count prefill attention as the full N×N matrix (as FLOP-counting libraries do), not causal.")]
+HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help="A hardware preset ('kvcalc hardware' lists them) or a YAML file: adds roofline times (lower bounds).")]
+ColumnsOpt = Annotated[str, typer.Option("--columns", help="Columns: presets kv (default), cost, generate, mla, time, all, and/or column keys, comma-separated.")]
+
+
 def _stderr():
     from rich.console import Console
 
@@ -184,46 +197,127 @@ def list_models(fmt: FormatOpt = Format.table, units: UnitsOpt = Units.binary) -
     _emit(render(LIST_COLUMNS, rows, fmt.value, units.value, title="Bundled models", raw_keys=LIST_JSON_KEYS))
 
 
+def _settings(ctx: int, batch: int, gen: int, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware):
+    from kvcalc.figures import Settings
+
+    hw = None
+    if hardware:
+        from kvcalc.hardware import load_hardware
+
+        hw = load_hardware(hardware)
+    return Settings(ctx=ctx, batch=batch, gen=gen, kv_dtype=kv_dtype.value, weights_dtype=weights_dtype.value,
+                    mla_cache=mla_cache.value, mla_schedule=mla_schedule.value if mla_schedule else None,
+                    dense_attn=dense_attn, hardware=hw)
+
+
+def _table_rows(loaded, ctxs, batch, gen, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware):
+    """compare/sweep rows: architecture, cache and every cost figure of each model at each context."""
+    from kvcalc.costs.cache import kv_cache
+    from kvcalc.figures import figures
+    from kvcalc.rows import compare_row, with_ratios
+
+    rows, reports = [], []
+    for lm in loaded:
+        for c in ctxs:
+            s = _settings(c, batch, gen, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware)
+            report = kv_cache(lm.spec, c, batch, kv_dtype.value, mla_cache.value)
+            rows.append({**compare_row(lm.spec, report), **figures(lm.spec, s)})
+            reports.append((lm, report))
+    return with_ratios(rows), reports
+
+
 @app.command()
 @guarded
 def compare(
     models: Annotated[list[str], typer.Argument(metavar="MODEL", help="Bundled names, YAML spec paths, or config.json paths.")],
     ctx: CtxOpt = "128k",
     batch: BatchOpt = 1,
+    gen: GenOpt = 1024,
     kv_dtype: DtypeOpt = KvDtype.bf16,
+    weights_dtype: WeightsDtypeOpt = KvDtype.bf16,
     mla_cache: MlaOpt = MlaCache.latent,
+    mla_schedule: ScheduleOpt = None,
+    dense_attn: DenseOpt = False,
+    hardware: HardwareOpt = None,
+    columns: ColumnsOpt = "kv",
     fmt: FormatOpt = Format.table,
     units: UnitsOpt = Units.binary,
     explain: ExplainOpt = False,
     no_windows: NoWindowsOpt = False,
 ) -> None:
-    """Compare the KV cache of models side by side: one row per model and context, with the ratio to the first model."""
-    from kvcalc.costs.cache import kv_cache
+    """Compare models side by side: one row per model and context (KV cache by default; --columns for costs)."""
+    from kvcalc.columns import choose
     from kvcalc.explain import derivation
     from kvcalc.render import only, render
-    from kvcalc.rows import COMPARE_COLUMNS, COMPARE_JSON_KEYS, compare_row, with_ratios
+    from kvcalc.rows import JSON_KEYS
 
     ctxs = _parse_ctx(ctx)
     _check_explain(explain, fmt)
+    cols = choose(columns, hardware is not None)
     loaded = [_load(m, no_windows) for m in models]
-    rows, derivations = [], []
     for lm in loaded:
         _warn_ctx(lm.spec, ctxs, fmt)
-        for c in ctxs:
-            report = kv_cache(lm.spec, c, batch, kv_dtype.value, mla_cache.value)
-            rows.append(compare_row(lm.spec, report))
-            derivations.append(derivation(report, lm.origin, lm.config_keys))
-    rows = with_ratios(rows)
-    title = f"KV cache, {kv_dtype.value}, batch {batch}" + (", windows ignored" if no_windows else "")
+    rows, reports = _table_rows(loaded, ctxs, batch, gen, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware)
+    derivations = [derivation(report, lm.origin, lm.config_keys) for lm, report in reports]
+    title = (f"KV cache, {kv_dtype.value}, batch {batch}" if columns == "kv" else
+             f"Batch {batch}, kv {kv_dtype.value}, weights {weights_dtype.value}" + (f", {hardware} (lower bounds)" if hardware else ""))
+    title += ", windows ignored" if no_windows else ""
     if fmt == Format.json and explain:
-        payload = [{**row, "derivation": d} for row, d in zip(only(rows, COMPARE_JSON_KEYS), derivations)]
-        _emit(render(COMPARE_COLUMNS, rows, fmt.value, payload=payload))
+        payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)]
+        _emit(render(cols, rows, fmt.value, payload=payload))
         return
-    _emit(render(COMPARE_COLUMNS, rows, fmt.value, units.value, title=title, raw_keys=COMPARE_JSON_KEYS))
-    if fmt == Format.json:
-        return
-    if explain:
+    _emit(render(cols, rows, fmt.value, units.value, title=title, raw_keys=JSON_KEYS))
+    if explain and fmt != Format.json:
         _emit(_explain_block(derivations, fmt, units.value))
+
+
+@app.command()
+@guarded
+def sweep(
+    models: Annotated[list[str], typer.Argument(metavar="MODEL", help="Bundled names, YAML spec paths, or config.json paths.")],
+    ctx: Annotated[str, typer.Option("--ctx", "-c", help="A range LO..HI (log-spaced: doubling, or --points) or a comma list. k = 1024.")] = "1k..1M",
+    points: Annotated[Optional[int], typer.Option("--points", min=2, help="Log-spaced points in the range (default: every doubling).")] = None,
+    batch: BatchOpt = 1,
+    gen: GenOpt = 1024,
+    kv_dtype: DtypeOpt = KvDtype.bf16,
+    weights_dtype: WeightsDtypeOpt = KvDtype.bf16,
+    mla_cache: MlaOpt = MlaCache.latent,
+    mla_schedule: ScheduleOpt = None,
+    dense_attn: DenseOpt = False,
+    hardware: HardwareOpt = None,
+    columns: Annotated[Optional[str], typer.Option("--columns", help="Column keys or presets, comma-separated (see compare --help).")] = None,
+    fmt: FormatOpt = Format.table,
+    units: UnitsOpt = Units.binary,
+) -> None:
+    """How cache, FLOPs and time grow with context: one row per model and context over a log-spaced range."""
+    from kvcalc.columns import choose
+    from kvcalc.render import render
+    from kvcalc.rows import JSON_KEYS
+    from kvcalc.units import parse_token_range
+
+    try:
+        ctxs = parse_token_range(ctx, points)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--ctx'") from None
+    loaded = [_load(m) for m in models]
+    if columns is None:
+        mla = any(r.get("kv_lora_rank") for r in (_facts(lm.spec) for lm in loaded))
+        columns = "model,ctx,kv_cache_bytes,flops_prefill,flops_decode_token,decode_bytes_read"
+        columns += ",flops_decode_token_naive,flops_decode_token_absorbed" if mla else ""
+        columns += ",decode_seconds_per_token,tokens_per_second" if hardware else ""
+    cols = choose(columns, hardware is not None)
+    for lm in loaded:
+        _warn_ctx(lm.spec, ctxs, fmt)
+    rows, _ = _table_rows(loaded, ctxs, batch, gen, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware)
+    title = f"Growth with context, batch {batch}, kv {kv_dtype.value}, weights {weights_dtype.value}"
+    title += f", {hardware} (lower bounds)" if hardware else ""
+    _emit(render(cols, rows, fmt.value, units.value, title=title, raw_keys=JSON_KEYS))
+
+
+def _facts(spec):
+    from kvcalc.rows import model_facts
+
+    return model_facts(spec)
 
 
 @app.command()

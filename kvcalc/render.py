@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from kvcalc.units import format_bytes, format_tokens
+from kvcalc.units import format_bytes, format_count, format_flops, format_seconds, format_tokens
 
 FORMATS = ("table", "markdown", "latex", "csv", "json")
 
@@ -21,7 +21,8 @@ FORMATS = ("table", "markdown", "latex", "csv", "json")
 class Column:
     """One column: the row key it shows, its header, and how to format it.
 
-    kind: 'text', 'num' (text that reads as a number: right-aligned), 'int', 'bytes', 'tokens' or 'ratio'.
+    kind: 'text', 'num' (text that reads as a number: right-aligned), 'int', 'bytes', 'tokens', 'ratio', 'flops',
+    'count' (parameters), 'seconds', 'rate' (per second) or 'float'.
     """
 
     key: str
@@ -35,7 +36,7 @@ class Column:
 
     @property
     def numeric(self) -> bool:
-        return self.kind in ("int", "bytes", "tokens", "ratio", "num")
+        return self.kind in ("int", "bytes", "tokens", "ratio", "num", "flops", "count", "seconds", "rate", "float")
 
 
 def cell(value: Any, kind: str, units: str = "binary", latex: bool = False) -> str:
@@ -50,6 +51,16 @@ def cell(value: Any, kind: str, units: str = "binary", latex: bool = False) -> s
         return f"{value:,}"
     if kind == "ratio":
         return f"{value:.2f}" + (r"$\times$" if latex else "×")
+    if kind == "flops":
+        return format_flops(value) if units != "bytes" else f"{value:,}"
+    if kind == "count":
+        return format_count(value) if units != "bytes" else f"{value:,}"
+    if kind == "seconds":
+        return format_seconds(value)
+    if kind == "float":
+        return f"{value:,.1f}"
+    if kind == "rate":
+        return f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
     return str(value)
 
 

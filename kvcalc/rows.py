@@ -138,6 +138,15 @@ COMPARE_JSON_KEYS = [
 ]
 
 
+# Stable keys of compare/sweep csv and json: the cache keys, then every cost figure (kvcalc.figures).
+JSON_KEYS = COMPARE_JSON_KEYS + [
+    "gen", "weights_dtype", "params_total", "params_active", "weights_bytes", "flops_prefill", "flops_decode_token",
+    "flops_generate_cached", "flops_generate_uncached", "decode_bytes_read", "decode_intensity", "mla_schedule",
+    "flops_decode_token_naive", "flops_decode_token_absorbed", "mla_crossover", "hardware", "prefill_seconds",
+    "decode_seconds_per_token", "tokens_per_second", "decode_bound", "fits_in_memory",
+]
+
+
 def compare_row(spec: ModelSpec, report: CacheReport) -> dict:
     """One compare row: architecture facts plus the cache of `report` (ratio filled in by compare_rows)."""
     return {

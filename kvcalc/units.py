@@ -64,3 +64,62 @@ def format_bytes(n: int | Fraction, units: str = "binary") -> str:
     value = float(Fraction(n) / scale)
     digits = 2 if value < 10 else 1 if value < 100 else 0
     return f"{value:.{digits}f} {name}"
+
+
+def _three_digits(value: float) -> str:
+    digits = 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
+    return f"{value:.{digits}f}"
+
+
+def _scaled(n: int | float | Fraction, steps: tuple[tuple[str, int], ...]) -> tuple[float, str]:
+    name, scale = steps[0]
+    for candidate, candidate_scale in steps:
+        if abs(n) >= candidate_scale:
+            name, scale = candidate, candidate_scale
+    return float(Fraction(n) / scale), name
+
+
+FLOP_PREFIXES = (("", 1), ("k", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12), ("P", 10**15), ("E", 10**18), ("Z", 10**21))
+COUNT_SUFFIXES = (("", 1), ("K", 10**3), ("M", 10**6), ("B", 10**9), ("T", 10**12))
+
+
+def format_flops(n: int) -> str:
+    """FLOPs with SI prefixes, 3 significant digits: 291648307200 -> '292 GFLOP'."""
+    value, prefix = _scaled(n, FLOP_PREFIXES)
+    return f"{n} FLOP" if not prefix else f"{_three_digits(value)} {prefix}FLOP"
+
+
+def format_count(n: int) -> str:
+    """A parameter count as the field writes it: 70553706496 -> '70.6B', 124439808 -> '124M'."""
+    value, suffix = _scaled(n, COUNT_SUFFIXES)
+    return str(n) if not suffix else f"{_three_digits(value)}{suffix}"
+
+
+def format_seconds(x: float | Fraction) -> str:
+    """A duration, 3 significant digits: 0.0123 -> '12.3 ms'."""
+    x = float(x)
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if abs(x) >= scale or unit == "ns":
+            return f"{_three_digits(x / scale)} {unit}"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def parse_token_range(text: str, points: int | None = None) -> list[int]:
+    """'1k..1M' -> log-spaced contexts from 1k to 1M (doubling, or `points` geometric steps); else a comma list."""
+    if ".." not in text:
+        return parse_token_list(text)
+    lo_text, _, hi_text = text.partition("..")
+    lo, hi = parse_tokens(lo_text), parse_tokens(hi_text)
+    if hi < lo:
+        raise ValueError(f"{text!r}: the range runs backwards")
+    if points is None:
+        out, x = [], lo
+        while x < hi:
+            out.append(x)
+            x *= 2
+        return out + [hi]
+    if points < 2:
+        raise ValueError("--points must be at least 2")
+    ratio = (hi / lo) ** (1 / (points - 1))
+    raw = [round(lo * ratio**i) for i in range(points - 1)] + [hi]
+    return sorted(set(raw))

@@ -1,4 +1,4 @@
-"""A normal (non-editable) wheel install finds its bundled specs from any working directory.
+"""A normal (non-editable) wheel install finds its bundled specs and hardware presets from any working directory.
 
 The test builds a wheel from a copy of the source tree, installs it into a fresh venv, and runs the
 installed `kvcalc` from an empty folder, so that neither the source tree nor an editable install of
@@ -64,7 +64,7 @@ def _build_wheel(tmp: Path) -> Path:
     """Copy the sources to tmp and build a wheel there, offline."""
     src = tmp / "src"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("kvcalc", "model_specs"):
+    for name in ("kvcalc", "model_specs", "hardware_specs"):
         shutil.copytree(REPO / name, src / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, src / name)
@@ -123,6 +123,7 @@ def test_wheel_install_finds_bundled_specs(tmp_path):
     assert package.is_relative_to(purelib.resolve()), f"kvcalc imported from {package}, not from the venv {purelib}"
     assert not package.is_relative_to(REPO), f"kvcalc imported from the source tree {package}"
     assert (package / "model_specs" / "llama3-70b.yaml").is_file(), f"no bundled specs in the installed package {package}"
+    assert (package / "hardware_specs" / "h100-80gb.yaml").is_file(), f"no hardware presets in the installed package {package}"
 
     assert "llama3-70b" in BUNDLED, f"no bundled specs found in {REPO / 'model_specs'}"
     listed = json.loads(sh([*kvcalc_script, "list", "--format", "json"], elsewhere).stdout)
@@ -133,3 +134,7 @@ def test_wheel_install_finds_bundled_specs(tmp_path):
     # Llama 3 70B (config.json): 80 layers, 8 KV heads, head_dim 8192 / 64 = 128.
     # 2: keys and values; 2: bytes per bf16 element; 8k = 8192 tokens.
     assert rows[0]["kv_cache_bytes"] == 2 * 80 * 8 * 128 * 2 * 8192 == 2_684_354_560
+
+    # The bundled hardware presets load from the installed package too. NVIDIA H100 SXM datasheet: 3.35 TB/s.
+    probe = "from kvcalc.hardware import load_hardware; print(load_hardware('h100-80gb').memory_bandwidth)"
+    assert sh([python, "-c", probe], elsewhere).stdout.strip() == "3350000000000"

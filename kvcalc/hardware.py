@@ -1,0 +1,182 @@
+"""Hardware presets and the roofline lower bound on the time a step takes.
+
+Conventions: FLOPs not MACs; `peak_flops_bf16` is dense bf16 matrix throughput with no 2:4 sparsity, in FLOP/s;
+`memory_bandwidth` is the vendor's decimal figure in bytes/s (1 TB/s = 10**12); `memory_bytes` is the physical
+capacity in bytes. Times are exact `Fraction`s of a second, so nothing is rounded before the renderer.
+
+The roofline takes a step to run at peak compute and peak bandwidth at once, with compute and memory traffic
+overlapping perfectly: its time is a lower bound that no real kernel reaches.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, PositiveInt, ValidationError, field_validator
+
+from kvcalc.errors import LookupFailure, SpecError
+from kvcalc.spec import Strict, format_validation_error, load_yaml
+
+
+class Hardware(Strict):
+    """One accelerator: its peak dense bf16 throughput, memory bandwidth and memory size, with their source."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Short name, as used on the command line.")
+    vendor: str = Field(description="Maker, e.g. 'NVIDIA', 'AMD', 'Apple'.")
+    description: str = Field(description="The exact part: form factor, memory type, power.")
+    peak_flops_bf16: PositiveInt = Field(
+        description="Peak dense bf16 matrix throughput in FLOP/s (no 2:4 sparsity), as the vendor states it."
+    )
+    memory_bandwidth: PositiveInt = Field(description="Peak memory bandwidth in bytes/s (decimal: 3.35 TB/s = 3350000000000).")
+    memory_bytes: PositiveInt = Field(description="Memory capacity in bytes (80 GiB = 85899345920).")
+    source: str = Field(description="URL(s) of the vendor datasheet or page the numbers come from.")
+    notes: str | None = Field(None, description="Free-form remarks: accumulate modes, what was chosen and why.")
+
+    @field_validator("peak_flops_bf16", "memory_bandwidth", "memory_bytes", mode="before")
+    @classmethod
+    def _whole_number(cls, value: object) -> object:
+        # YAML 1.1 reads 989.4e12 (no sign after the e) as a string; accept it when it is a whole number.
+        if isinstance(value, str):
+            try:
+                number = Decimal(value.strip())
+            except InvalidOperation:
+                return value
+            if number.is_finite() and number == number.to_integral_value():
+                return int(number)
+            raise ValueError(f"{value!r} is not a whole number")
+        return value
+
+    @property
+    def ridge_point(self) -> Fraction:
+        """Arithmetic intensity (FLOPs per byte) at which compute time equals memory time."""
+        return Fraction(self.peak_flops_bf16, self.memory_bandwidth)
+
+
+# ---------------------------------------------------------------- finding presets
+
+
+def hardware_dir() -> Path:
+    """The bundled preset folder: inside the installed package, or at the top of a source checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "hardware_specs", here.parent / "hardware_specs"):
+        if candidate.is_dir():
+            return candidate
+    raise LookupFailure(
+        f"bundled hardware presets not found (looked in {here / 'hardware_specs'} and {here.parent / 'hardware_specs'})"
+    )
+
+
+def bundled_hardware() -> list[str]:
+    """Names of the bundled hardware presets, sorted."""
+    return sorted(p.stem for p in hardware_dir().glob("*.yaml"))
+
+
+def hardware_from_dict(data: object, origin: str) -> Hardware:
+    """Validate a parsed mapping as Hardware, raising SpecError that names `origin`."""
+    if data is None:
+        raise SpecError(
+            f"{origin}: the file is empty; a hardware spec is a mapping of fields "
+            "(name, vendor, description, peak_flops_bf16, memory_bandwidth, memory_bytes, source)"
+        )
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: a hardware spec must be a mapping of fields, not {type(data).__name__}")
+    try:
+        return Hardware.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, origin)) from None
+
+
+def _looks_like_path(arg: str) -> bool:
+    return "/" in arg or "\\" in arg or arg.lower().endswith((".yaml", ".yml"))
+
+
+def load_hardware(arg: str) -> Hardware:
+    """Resolve HARDWARE: an existing YAML file, else a bundled preset (exact, case-insensitive), else a LookupFailure."""
+    path = Path(arg).expanduser()
+    if path.is_file():
+        return hardware_from_dict(load_yaml(path), str(path))
+    if _looks_like_path(arg):
+        if path.is_dir():
+            raise SpecError(f"{arg}: is a folder, not a hardware spec file")
+        raise SpecError(f"{arg}: no such file")
+    by_lower = {n.lower(): n for n in bundled_hardware()}
+    if arg.lower() in by_lower:
+        name = by_lower[arg.lower()]
+        return hardware_from_dict(load_yaml(hardware_dir() / f"{name}.yaml"), f"hardware_specs/{name}.yaml")
+    close = difflib.get_close_matches(arg.lower(), list(by_lower), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""
+    raise LookupFailure(
+        f"unknown hardware {arg!r}{hint} ('kvcalc hardware' lists the bundled presets; "
+        "a path to a YAML hardware spec also works)"
+    )
+
+
+# ---------------------------------------------------------------- the roofline
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The roofline lower bound on one step's time: perfect overlap of compute and memory traffic, at peak rates.
+
+    All times are exact Fractions of a second. `bound` is "compute" when compute time is at least memory time,
+    i.e. when `intensity >= ridge_point`; at the ridge point exactly the two times are equal and it says "compute".
+    """
+
+    compute_seconds: Fraction  # flops / peak_flops_bf16
+    memory_seconds: Fraction  # bytes_moved / memory_bandwidth
+    seconds: Fraction  # max of the two: the lower bound
+    bound: Literal["compute", "memory"]
+    intensity: Fraction  # FLOPs per byte moved
+    ridge_point: Fraction  # peak_flops_bf16 / memory_bandwidth, FLOPs per byte
+
+
+def roofline(flops: int, bytes_moved: int, hw: Hardware) -> Roofline:
+    """Lower bound on the time of a step doing `flops` FLOPs and moving `bytes_moved` bytes on `hw`.
+
+    Assumes peak throughput and perfect overlap of compute with memory traffic, so the real time is never less.
+
+    Args:
+        flops: FLOPs of the step (not MACs), a non-negative int.
+        bytes_moved: bytes read from and written to memory by the step, a positive int (a step reads at least
+            its weights, so zero bytes means a caller's mistake).
+        hw: the hardware.
+    Returns:
+        A Roofline with exact Fraction times in seconds.
+    """
+    for label, value in (("flops", flops), ("bytes_moved", bytes_moved)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{label} must be an int, not {type(value).__name__}")
+    if flops < 0:
+        raise ValueError(f"flops must be non-negative, got {flops}")
+    if bytes_moved <= 0:
+        raise ValueError(f"bytes_moved must be positive, got {bytes_moved}")
+    compute = Fraction(flops, hw.peak_flops_bf16)
+    memory = Fraction(bytes_moved, hw.memory_bandwidth)
+    return Roofline(
+        compute_seconds=compute,
+        memory_seconds=memory,
+        seconds=max(compute, memory),
+        bound="compute" if compute >= memory else "memory",
+        intensity=Fraction(flops, bytes_moved),
+        ridge_point=hw.ridge_point,
+    )
+
+
+def hardware_rows(hardware: list[Hardware]) -> list[dict]:
+    """One row per preset with stable keys, for a listing table; raw ints except the ridge point (a float)."""
+    return [
+        {
+            "name": hw.name,
+            "vendor": hw.vendor,
+            "peak_flops_bf16": hw.peak_flops_bf16,
+            "memory_bandwidth": hw.memory_bandwidth,
+            "memory_bytes": hw.memory_bytes,
+            "ridge_flops_per_byte": float(hw.ridge_point),
+        }
+        for hw in hardware
+    ]

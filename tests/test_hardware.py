@@ -1,0 +1,289 @@
+"""Hardware presets and the roofline: presets load with sources and match the vendors' published figures,
+the roofline has its closed forms, and user files fail with file, field and rule."""
+
+from __future__ import annotations
+
+import dataclasses
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+from pydantic import ValidationError
+
+from kvcalc.errors import LookupFailure, SpecError
+from kvcalc.hardware import (
+    Hardware,
+    Roofline,
+    bundled_hardware,
+    hardware_dir,
+    hardware_rows,
+    load_hardware,
+    roofline,
+)
+
+ALL_HARDWARE = bundled_hardware()
+GiB = 2**30
+
+
+def tera(figure: str) -> int:
+    """A vendor's 'x TFLOPS' or 'x TB/s' as an exact int."""
+    return int(Decimal(figure) * 10**12)
+
+
+def giga(figure: str) -> int:
+    """A vendor's 'x GB/s' as an exact int."""
+    return int(Decimal(figure) * 10**9)
+
+
+# Published figures, written here from the vendors' pages (not from the YAML files):
+# name: (peak dense bf16 FLOP/s, memory bandwidth in bytes/s, memory in bytes).
+# Memory sizes are the vendors' "GB" read as GiB: HBM stacks and GDDR/LPDDR chips come in power-of-two sizes.
+PUBLISHED = {
+    # NVIDIA H100 whitepaper, https://resources.nvidia.com/en-us-tensor-core/gtc22-whitepaper-hopper:
+    # H100 SXM5 peak BF16 Tensor 989.4 TFLOPS dense (1978.9 sparse); https://www.nvidia.com/en-us/data-center/h100/:
+    # 3.35TB/s, 80GB HBM3.
+    "h100-80gb": (tera("989.4"), tera("3.35"), 80 * GiB),
+    # https://www.nvidia.com/en-us/data-center/h200/: BF16 1,979 TFLOPS with sparsity (dense: the same GH100 at the
+    # same clocks as the H100 SXM5, 989.4), 141GB HBM3e, 4.8TB/s.
+    "h200-141gb": (tera("989.4"), tera("4.8"), 141 * GiB),
+    # NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): A100 80GB SXM BF16 312 TFLOPS
+    # (624 sparse), 2,039 GB/s, 80GB HBM2e.
+    "a100-80gb": (tera("312"), giga("2039"), 80 * GiB),
+    # https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html: peak BF16 1307.4 TFLOPs
+    # (2614.9 with structured sparsity), 5.3 TB/s, 192 GB HBM3.
+    "mi300x": (tera("1307.4"), tera("5.3"), 192 * GiB),
+    # NVIDIA L40S datasheet (https://www.nvidia.com/en-us/data-center/l40s/): BFLOAT16 Tensor 362.05 TFLOPS
+    # (733 sparse), 864GB/s, 48GB GDDR6.
+    "l40s": (tera("362.05"), giga("864"), 48 * GiB),
+    # NVIDIA Ada whitepaper (nvidia-ada-gpu-architecture.pdf), RTX 4090: peak BF16 Tensor TFLOPS with FP32
+    # accumulate 165.2 (330.4 sparse), 1008 GB/s, 24 GB GDDR6X.
+    "rtx-4090": (tera("165.2"), giga("1008"), 24 * GiB),
+    # https://www.apple.com/newsroom/2023/06/apple-introduces-m2-ultra/: 800GB/s, up to 192GB;
+    # https://www.apple.com/mac-pro/: 76-core GPU up to 27.2 teraflops (FP32; no bf16 figure is published).
+    "m2-ultra": (tera("27.2"), giga("800"), 192 * GiB),
+}
+
+
+# ---------------------------------------------------------------- bundled presets
+
+
+def test_required_presets_are_bundled():
+    required = {"h100-80gb", "h200-141gb", "a100-80gb", "mi300x", "l40s", "rtx-4090"}
+    assert required <= set(ALL_HARDWARE)
+    assert any(load_hardware(n).vendor == "Apple" for n in ALL_HARDWARE), "no Apple part among the presets"
+
+
+def test_every_preset_is_checked_against_a_published_figure():
+    assert set(ALL_HARDWARE) == set(PUBLISHED)
+
+
+@pytest.mark.parametrize("name", ALL_HARDWARE)
+def test_bundled_preset_loads_with_source_and_plausible_magnitudes(name):
+    hw = load_hardware(name)
+    assert hw.name == name, "a preset's name must match its file name"
+    assert "https://" in hw.source
+    assert hw.vendor and hw.description
+    assert 10**13 <= hw.peak_flops_bf16 <= 10**16, hw.peak_flops_bf16  # 10 TFLOPS .. 10 PFLOPS
+    assert 10**11 <= hw.memory_bandwidth <= 10**13, hw.memory_bandwidth  # 100 GB/s .. 10 TB/s
+    assert 8 * GiB <= hw.memory_bytes <= 1024 * GiB, hw.memory_bytes
+    assert 10 <= hw.ridge_point <= 1000, float(hw.ridge_point)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_preset_matches_published_figures(name):
+    hw = load_hardware(name)
+    seen = (hw.peak_flops_bf16, hw.memory_bandwidth, hw.memory_bytes)
+    assert seen == PUBLISHED[name], f"we see {seen}, expected {PUBLISHED[name]}"
+
+
+def test_presets_explain_their_choices():
+    # RTX 4090: bf16 has only the FP32-accumulate path; the 330.3 figure is FP16 with FP16 accumulate.
+    notes = load_hardware("rtx-4090").notes
+    assert "FP32 accumulate" in notes and "330.3" in notes
+    # Apple: no bf16 tensor cores; the figure chosen is the GPU's fp32 peak.
+    notes = load_hardware("m2-ultra").notes
+    assert "no bf16" in notes and "FP32" in notes
+
+
+def test_h100_ridge_point_is_about_295_flops_per_byte():
+    # 989.4 TFLOPS / 3.35 TB/s = 295.3 FLOPs per byte, the figure usually quoted for the H100 SXM roofline.
+    hw = load_hardware("h100-80gb")
+    assert hw.ridge_point == Fraction(989_400, 3_350)
+    assert round(float(hw.ridge_point)) == 295
+
+
+def test_lookup_is_case_insensitive_and_exact():
+    assert load_hardware("H100-80GB").name == "h100-80gb"
+    assert load_hardware("MI300X").name == "mi300x"
+
+
+def test_hardware_dir_holds_one_yaml_per_preset():
+    assert sorted(p.stem for p in hardware_dir().glob("*.yaml")) == ALL_HARDWARE
+
+
+# ---------------------------------------------------------------- roofline closed forms
+
+# A hand-made part: 1 PFLOP/s and 1 TB/s, so the ridge point is 1000 FLOPs per byte.
+TOY = Hardware(
+    name="toy", vendor="test", description="round numbers", peak_flops_bf16=10**15, memory_bandwidth=10**12,
+    memory_bytes=64 * GiB, source="https://example.invalid",
+)
+
+
+def test_one_petaflop_on_a_one_petaflop_part_takes_exactly_one_second():
+    r = roofline(10**15, 10**9, TOY)
+    assert r.compute_seconds == 1 and isinstance(r.compute_seconds, Fraction)
+    assert r.memory_seconds == Fraction(1, 1000)  # 10**9 bytes at 10**12 bytes/s
+    assert r.seconds == 1 and r.bound == "compute"
+    assert r.intensity == 10**6 and r.ridge_point == 1000
+
+
+def test_decode_like_step_is_memory_bound():
+    # A 1B-parameter bf16 decode step: 2 FLOPs per parameter, 2 bytes per parameter read.
+    flops, bytes_moved = 2 * 10**9, 2 * 10**9
+    r = roofline(flops, bytes_moved, TOY)
+    assert r.memory_seconds == Fraction(2 * 10**9, 10**12) == Fraction(1, 500)
+    assert r.compute_seconds == Fraction(1, 500_000)
+    assert r.seconds == r.memory_seconds and r.bound == "memory"
+    assert r.intensity == 1
+    assert 1 / r.seconds == 500  # tokens per second at batch 1
+
+
+def test_bound_flips_exactly_at_the_ridge_point():
+    bytes_moved = 10**9
+    at_ridge = roofline(1000 * bytes_moved, bytes_moved, TOY)
+    assert at_ridge.intensity == at_ridge.ridge_point
+    assert at_ridge.compute_seconds == at_ridge.memory_seconds == Fraction(1, 1000)
+    assert at_ridge.bound == "compute"  # a tie counts as compute-bound: intensity >= ridge point
+    assert roofline(1000 * bytes_moved - 1, bytes_moved, TOY).bound == "memory"
+    assert roofline(1000 * bytes_moved, bytes_moved + 1, TOY).bound == "memory"
+    assert roofline(1000 * bytes_moved + 1, bytes_moved, TOY).bound == "compute"
+
+
+def test_roofline_on_a_bundled_preset_is_exact():
+    hw = load_hardware("h100-80gb")
+    r = roofline(989_400_000_000_000, 3_350_000_000_000, hw)  # one second of each
+    assert r.compute_seconds == r.memory_seconds == r.seconds == 1
+
+
+def test_roofline_rejects_what_it_cannot_bound():
+    with pytest.raises(ValueError, match="bytes_moved must be positive"):
+        roofline(10, 0, TOY)
+    with pytest.raises(ValueError, match="flops must be non-negative"):
+        roofline(-1, 10, TOY)
+    with pytest.raises(TypeError, match="flops must be an int"):
+        roofline(1e15, 10, TOY)
+
+
+def test_roofline_is_frozen():
+    r = roofline(1, 1, TOY)
+    assert isinstance(r, Roofline)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.seconds = Fraction(0)
+
+
+# ---------------------------------------------------------------- listing rows
+
+
+def test_hardware_rows_have_stable_keys_and_raw_numbers():
+    presets = [load_hardware(n) for n in ALL_HARDWARE]
+    rows = hardware_rows(presets)
+    assert [r["name"] for r in rows] == ALL_HARDWARE
+    for row, hw in zip(rows, presets):
+        assert list(row) == [
+            "name", "vendor", "peak_flops_bf16", "memory_bandwidth", "memory_bytes", "ridge_flops_per_byte"
+        ]
+        assert row["peak_flops_bf16"] == hw.peak_flops_bf16 and isinstance(row["memory_bytes"], int)
+        assert isinstance(row["ridge_flops_per_byte"], float)
+        assert row["ridge_flops_per_byte"] == hw.peak_flops_bf16 / hw.memory_bandwidth
+
+
+# ---------------------------------------------------------------- user files and errors
+
+USER_YAML = """\
+name: my-gpu
+vendor: Example
+description: a made-up card
+peak_flops_bf16: 100_000_000_000_000
+memory_bandwidth: 1_000_000_000_000
+memory_bytes: 25769803776
+source: https://example.invalid/datasheet
+"""
+
+
+def write(tmp_path, text: str, name: str = "my-gpu.yaml"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def error_of(arg) -> str:
+    with pytest.raises(SpecError) as info:
+        load_hardware(str(arg))
+    return str(info.value)
+
+
+def test_user_yaml_file_loads(tmp_path):
+    hw = load_hardware(str(write(tmp_path, USER_YAML)))
+    assert (hw.name, hw.peak_flops_bf16, hw.memory_bandwidth, hw.memory_bytes) == (
+        "my-gpu", 10**14, 10**12, 24 * GiB
+    )
+    assert roofline(10**14, 10**12, hw).seconds == 1
+
+
+def test_scientific_notation_without_sign_is_read_as_a_number(tmp_path):
+    # PyYAML reads 989.4e12 as a string (YAML 1.1 wants 989.4e+12); it is a whole number, so it is accepted.
+    text = USER_YAML.replace("100_000_000_000_000", "989.4e12").replace("1_000_000_000_000", "3.35e+12")
+    hw = load_hardware(str(write(tmp_path, text)))
+    assert (hw.peak_flops_bf16, hw.memory_bandwidth) == (989_400_000_000_000, 3_350_000_000_000)
+
+
+def test_unknown_preset_suggests_a_close_name():
+    with pytest.raises(LookupFailure) as info:
+        load_hardware("h100-80g")
+    msg = str(info.value)
+    assert "unknown hardware 'h100-80g'" in msg and "did you mean h100-80gb" in msg
+    assert "kvcalc hardware" in msg
+
+
+def test_unknown_key_names_the_field(tmp_path):
+    path = write(tmp_path, USER_YAML + "peak_flops_fp8: 4\n")
+    assert error_of(path) == f"{path}: peak_flops_fp8: unknown key (check its spelling; unknown keys are errors)"
+
+
+def test_negative_bandwidth_names_field_and_rule(tmp_path):
+    path = write(tmp_path, USER_YAML.replace("memory_bandwidth: 1_000_000_000_000", "memory_bandwidth: -5"))
+    assert error_of(path) == f"{path}: memory_bandwidth: Input should be greater than 0"
+
+
+def test_fractional_figure_names_field_and_rule(tmp_path):
+    path = write(tmp_path, USER_YAML.replace("memory_bytes: 25769803776", "memory_bytes: '1.5'"))
+    assert error_of(path) == f"{path}: memory_bytes: '1.5' is not a whole number"
+
+
+def test_missing_field_is_named(tmp_path):
+    path = write(tmp_path, USER_YAML.replace("source: https://example.invalid/datasheet\n", ""))
+    assert error_of(path) == f"{path}: source: required field is missing"
+
+
+def test_malformed_yaml_names_the_file(tmp_path):
+    path = write(tmp_path, "name: [unclosed\nvendor: x\n")
+    msg = error_of(path)
+    assert msg.startswith(f"{path}: malformed YAML: line ")
+
+
+def test_empty_and_non_mapping_files_are_explained(tmp_path):
+    assert "the file is empty" in error_of(write(tmp_path, "", "empty.yaml"))
+    assert "must be a mapping of fields, not list" in error_of(write(tmp_path, "- 1\n", "list.yaml"))
+
+
+def test_missing_file_and_folder_are_named(tmp_path):
+    assert error_of(tmp_path / "nope.yaml") == f"{tmp_path / 'nope.yaml'}: no such file"
+    folder = tmp_path / "gpus"
+    folder.mkdir()
+    assert error_of(f"{folder}/") == f"{folder}/: is a folder, not a hardware spec file"
+
+
+def test_hardware_is_frozen():
+    with pytest.raises(ValidationError):
+        TOY.memory_bandwidth = 1
