@@ -74,7 +74,16 @@ class Schedule(str, Enum):
     absorbed = "absorbed"
 
 
-GenOpt = Annotated[int, typer.Option("--gen", "-g", min=1, help="Tokens generated after the prompt of --ctx (generation FLOPs).")]
+def _parse_gen(value: str) -> int:
+    from kvcalc.units import parse_tokens
+
+    try:
+        return parse_tokens(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+GenOpt = Annotated[int, typer.Option("--gen", "-g", parser=_parse_gen, metavar="TOKENS", help="Tokens generated after the prompt of --ctx (generation FLOPs): 1024, 1k, ...")]
 WeightsDtypeOpt = Annotated[KvDtype, typer.Option("--weights-dtype", help="Storage type of the weights (int4: half a byte).")]
 ScheduleOpt = Annotated[Optional[Schedule], typer.Option("--mla-schedule", help="MLA decode: absorbed (W_UK/W_UV folded; default with a latent cache) or naive (K/V rebuilt; default with an expanded cache).")]
 DenseOpt = Annotated[bool, typer.Option("--dense-attn", help="Count prefill attention as the full N×N matrix (as FLOP-counting libraries do), not causal.")]
@@ -366,6 +375,74 @@ def show(
     if explain:
         typer.echo("")
         _emit(_explain_block([derivation(report, lm.origin, lm.config_keys)], fmt, units.value))
+
+
+PASS_TITLES = {
+    "prefill": "Prefill\n(ctx tokens)", "decode_token": "Decode step\n(at ctx)", "generate_cached": "Generate\n(cache)",
+    "generate_uncached": "Generate\n(no cache)", "decode_token_naive": "Decode step\nnaive", "decode_token_absorbed":
+    "Decode step\nabsorbed", "generate_cached_naive": "Generate (cache)\nnaive", "generate_cached_absorbed":
+    "Generate (cache)\nabsorbed",
+}
+
+
+@app.command()
+@guarded
+def cost(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="A bundled name, a YAML spec path, or a config.json path.")],
+    ctx: Annotated[str, typer.Option("--ctx", "-c", help="Prompt length P in tokens (k = 1024): the prefill, and the context of the decode step.")] = "4k",
+    gen: GenOpt = 1024,
+    batch: BatchOpt = 1,
+    kv_dtype: DtypeOpt = KvDtype.bf16,
+    weights_dtype: WeightsDtypeOpt = KvDtype.bf16,
+    mla_cache: MlaOpt = MlaCache.latent,
+    mla_schedule: ScheduleOpt = None,
+    dense_attn: DenseOpt = False,
+    hardware: HardwareOpt = None,
+    fmt: FormatOpt = Format.table,
+    units: UnitsOpt = Units.binary,
+) -> None:
+    """FLOPs by component of prefill, one decode step and the whole generation (cached vs not; MLA naive vs absorbed)."""
+    from kvcalc.figures import cost_breakdowns, figures
+    from kvcalc.render import Column, render
+    from kvcalc.summary import cost_summary_rows, SUMMARY_COLUMNS
+
+    ctxs = _parse_ctx(ctx)
+    if len(ctxs) != 1:
+        raise typer.BadParameter("cost takes one prompt length; use sweep for several", param_hint="'--ctx'")
+    lm = _load(model)
+    _warn_ctx(lm.spec, [ctxs[0] + gen], fmt)
+    s = _settings(ctxs[0], batch, gen, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware)
+    passes = cost_breakdowns(lm.spec, s)
+    summary = cost_summary_rows(figures(lm.spec, s), units.value)
+    components = list(dict.fromkeys(k for p in passes.values() for k in p))
+    rows = [{"component": c, **{p: passes[p].get(c, 0) for p in passes}} for c in components]
+    rows.append({"component": "total", **{p: sum(passes[p].values()) for p in passes}})
+    cols = [Column("component", "Component")] + [Column(p, PASS_TITLES[p], "flops") for p in passes]
+    if fmt == Format.json:
+        payload = {"model": lm.spec.name, "ctx": s.ctx, "gen": s.gen, "batch": s.batch,
+                   "flops": {p: {**b, "total": sum(b.values())} for p, b in passes.items()},
+                   "summary": {r["key"]: r["value"] for r in summary}}
+        _emit(render(cols, rows, "json", payload=payload))
+        return
+    title = f"{lm.spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}"
+    _emit(render(cols, rows, fmt.value, units.value, title=title))
+    if fmt != Format.csv:
+        typer.echo("")
+        _emit(render(SUMMARY_COLUMNS, summary, fmt.value, units.value, title="Memory, traffic and time"))
+
+
+@app.command("hardware")
+@guarded
+def hardware_list(fmt: FormatOpt = Format.table, units: UnitsOpt = Units.binary) -> None:
+    """List the bundled hardware presets: peak dense bf16 FLOP/s, memory bandwidth and size, with sources."""
+    from kvcalc.hardware import bundled_hardware, hardware_rows, load_hardware
+    from kvcalc.render import Column, render
+
+    rows = hardware_rows([load_hardware(name) for name in bundled_hardware()])
+    cols = [Column("name", "Name"), Column("vendor", "Vendor"), Column("peak_flops_bf16", "Peak bf16\nper second", "flops"),
+            Column("memory_bandwidth", "Memory\nbandwidth", "bandwidth"), Column("memory_bytes", "Memory", "bytes"),
+            Column("ridge_flops_per_byte", "Ridge\nFLOP/byte", "float")]
+    _emit(render(cols, rows, fmt.value, units.value, title="Hardware presets (vendor peak figures)"))
 
 
 @app.command("import")

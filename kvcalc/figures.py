@@ -87,3 +87,26 @@ def _roofline(spec: ModelSpec, s: Settings, out: dict) -> dict:
         "decode_bound": decode.bound,
         "fits_in_memory": out["weights_bytes"] + out["kv_cache_bytes"] <= s.hardware.memory_bytes,
     }
+
+
+def is_mla(spec: ModelSpec) -> bool:
+    return any(isinstance(g.attention, MLA) for g in spec.groups)
+
+
+def cost_breakdowns(spec: ModelSpec, s: Settings) -> dict[str, dict[str, int]]:
+    """FLOPs by component for each pass `cost` reports, keyed by pass name.
+
+    Passes: prefill (ctx tokens), decode_token (one step at context ctx), generate_cached and generate_uncached
+    (gen tokens after ctx). MLA models get decode and cached generation under both schedules (naive, and absorbed
+    when the cache is latent), suffixed _naive / _absorbed.
+    """
+    out = {"prefill": prefill_flops(spec, s.ctx, s.batch, s.dense_attn)}
+    schedules = [s.schedule]
+    if is_mla(spec):
+        schedules = ["naive", "absorbed"] if s.mla_cache == "latent" else ["naive"]
+    for schedule in schedules:
+        suffix = f"_{schedule}" if is_mla(spec) else ""
+        out[f"decode_token{suffix}"] = decode_flops(spec, s.ctx, s.batch, schedule, s.mla_cache)
+        out[f"generate_cached{suffix}"] = generate_flops(spec, s.ctx, s.gen, s.batch, True, schedule, s.mla_cache)
+    out["generate_uncached"] = generate_flops(spec, s.ctx, s.gen, s.batch, False)
+    return out

@@ -22,7 +22,7 @@ class Column:
     """One column: the row key it shows, its header, and how to format it.
 
     kind: 'text', 'num' (text that reads as a number: right-aligned), 'int', 'bytes', 'tokens', 'ratio', 'flops',
-    'count' (parameters), 'seconds', 'rate' (per second) or 'float'.
+    'count' (parameters), 'seconds', 'rate' (per second), 'float' or 'bandwidth' (bytes/s, decimal units).
     """
 
     key: str
@@ -36,7 +36,7 @@ class Column:
 
     @property
     def numeric(self) -> bool:
-        return self.kind in ("int", "bytes", "tokens", "ratio", "num", "flops", "count", "seconds", "rate", "float")
+        return self.kind in ("int", "bytes", "tokens", "ratio", "num", "flops", "count", "seconds", "rate", "float", "bandwidth")
 
 
 def cell(value: Any, kind: str, units: str = "binary", latex: bool = False) -> str:
@@ -57,6 +57,8 @@ def cell(value: Any, kind: str, units: str = "binary", latex: bool = False) -> s
         return format_count(value) if units != "bytes" else f"{value:,}"
     if kind == "seconds":
         return format_seconds(value)
+    if kind == "bandwidth":  # vendors quote bandwidth in decimal units
+        return format_bytes(value, "si" if units != "bytes" else "bytes") + "/s"
     if kind == "float":
         return f"{value:,.1f}"
     if kind == "rate":

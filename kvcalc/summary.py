@@ -89,3 +89,35 @@ def _kind_first(value):
     if isinstance(value, list):
         return [_kind_first(v) for v in value]
     return value
+
+
+def cost_summary_rows(fig: dict, units: str = "binary") -> list[dict]:
+    """Key/value rows of `cost`: parameters, memory, decode traffic, and (with hardware) roofline times."""
+    from kvcalc.units import format_count, format_flops, format_seconds
+
+    b = lambda n: f"{n:,} B ({format_bytes(n, units)})"  # noqa: E731
+    rows = [
+        ("params_total", fig["params_total"], f"{fig['params_total']:,} ({format_count(fig['params_total'])})", "all weights"),
+        ("params_active", fig["params_active"], f"{fig['params_active']:,} ({format_count(fig['params_active'])})",
+         "used by one token (MoE: top-k + shared experts)"),
+        ("weights_bytes", fig["weights_bytes"], b(fig["weights_bytes"]), f"all weights in {fig['weights_dtype']}"),
+        ("kv_cache_bytes", fig["kv_cache_bytes"], b(fig["kv_cache_bytes"]), "KV cache at ctx, windows applied"),
+        ("decode_bytes_read", fig["decode_bytes_read"], b(fig["decode_bytes_read"]),
+         "one decode step at ctx: active weights + KV cache (MoE: a lower bound at batch > 1)"),
+        ("decode_intensity", fig["decode_intensity"], f"{fig['decode_intensity']:.2f} FLOP/byte",
+         f"{format_flops(fig['flops_decode_token'])} per decode step / bytes read"),
+    ]
+    if "mla_crossover" in fig:
+        t = fig["mla_crossover"]
+        text = f"absorbed is cheaper from context {t:,} on" if t else "naive stays cheaper"
+        rows.append(("mla_crossover", t, text, "first context where the absorbed decode step needs fewer FLOPs than naive"))
+    if "hardware" in fig:
+        hw = fig["hardware"]
+        rows += [
+            ("prefill_seconds", fig["prefill_seconds"], format_seconds(fig["prefill_seconds"]), f"{hw}, lower bound"),
+            ("decode_seconds_per_token", fig["decode_seconds_per_token"], format_seconds(fig["decode_seconds_per_token"]),
+             f"{hw}, {fig['decode_bound']}-bound, lower bound"),
+            ("tokens_per_second", fig["tokens_per_second"], f"{fig['tokens_per_second']:,.1f}", "batch / decode time, upper bound"),
+            ("fits_in_memory", fig["fits_in_memory"], "yes" if fig["fits_in_memory"] else "no", f"weights + KV cache vs {hw} memory"),
+        ]
+    return [{"key": k, "value": v, "shown": s, "source": src} for k, v, s, src in rows]
