@@ -74,9 +74,11 @@ class Schedule(str, Enum):
     absorbed = "absorbed"
 
 
-def _parse_gen(value: str) -> int:
+def _parse_gen(value: str | int) -> int:
     from kvcalc.units import parse_tokens
 
+    if isinstance(value, int):  # the default
+        return value
     try:
         return parse_tokens(value)
     except ValueError as exc:
