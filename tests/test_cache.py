@@ -246,3 +246,11 @@ def test_local_and_global_layers_with_different_kv_heads_and_head_dims():
     expected = 2 * (2 * 2 * 256 * ctx) + 6 * (2 * 8 * 64 * 512)  # 2 global layers, 6 local layers
     assert kv_cache(s, ctx).elements == expected
     assert kv_cache(s, 1).elements_per_token == 2 * (2 * 2 * 256) + 6 * (2 * 8 * 64)
+
+
+def test_public_api():
+    import kvcalc
+
+    assert kvcalc.kv_cache(kvcalc.load_model("llama3-70b").spec, K128).bytes == 42_949_672_960
+    with pytest.raises(AttributeError):
+        kvcalc.no_such_thing  # noqa: B018

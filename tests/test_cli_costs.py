@@ -1,0 +1,201 @@
+"""The cost features through the command line: compare's cost columns, cost, sweep, hardware, in every format."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from conftest import run
+
+FORMATS = ["table", "markdown", "latex", "csv", "json"]
+# Stable JSON keys the costs issue names.
+COST_KEYS = ["params_total", "params_active", "weights_bytes", "flops_prefill", "flops_decode_token",
+             "flops_generate_cached", "flops_generate_uncached", "decode_bytes_read"]
+HARDWARE_KEYS = ["prefill_seconds", "decode_seconds_per_token"]
+
+
+def compare_json(*args: str) -> list[dict]:
+    return json.loads(run("compare", *args, "--format", "json").stdout)
+
+
+def llama3_8b_decode(t: int) -> int:
+    """One decode step of Llama 3 8B at context t, written out: 32 layers, d 4096, 32 heads, 8 KV heads of 128."""
+    d, layers, ff, vocab = 4096, 32, 14336, 128_256
+    per_layer = (2 * d * 4096 + 2 * 2 * d * 1024 + 2 * 4096 * d  # q, k and v (8·128 = 1024), o
+                 + 2 * 2 * t * 32 * 128  # scores and mix: t keys, 32 query heads of 128
+                 + 2 * 3 * d * ff)  # SwiGLU FFN
+    return layers * per_layer + 2 * d * vocab
+
+
+def test_compare_json_carries_every_cost_key():
+    row = compare_json("llama3-8b", "--ctx", "4k", "--gen", "1k")[0]
+    for key in COST_KEYS:
+        assert isinstance(row[key], int), key
+    assert row["params_total"] == row["params_active"] == 8_030_261_248  # FACTS.md §4
+    assert row["weights_bytes"] == 2 * 8_030_261_248
+    assert row["flops_decode_token"] == llama3_8b_decode(4096)
+    # generation with a cache: the decode steps at contexts 4097 … 5120
+    assert row["flops_generate_cached"] == sum(llama3_8b_decode(t) for t in range(4097, 5121))
+    assert row["flops_generate_uncached"] > 1000 * row["flops_generate_cached"]
+    assert "prefill_seconds" not in row
+
+
+def test_hardware_roofline_closed_form():
+    row = compare_json("llama3-8b", "--ctx", "4k", "--hardware", "h100-80gb")[0]
+    flops = llama3_8b_decode(4096)
+    # bytes read: weights but the input embedding table (one row), bf16; plus 4096 tokens of 128 KiB of cache
+    read = 2 * (8_030_261_248 - 128_256 * 4096 + 4096) + 4096 * 131_072
+    assert row["decode_bytes_read"] == read
+    # H100 SXM: 989.4 TFLOP/s dense bf16, 3.35 TB/s (NVIDIA Hopper whitepaper / datasheet)
+    expected = max(flops / 989.4e12, read / 3.35e12)
+    assert row["decode_seconds_per_token"] == pytest.approx(expected, rel=1e-12)
+    assert row["decode_bound"] == "memory"
+    assert row["tokens_per_second"] == pytest.approx(1 / expected, rel=1e-12)
+    assert row["prefill_seconds"] > 0 and row["fits_in_memory"] is True
+
+
+def test_mla_schedule_keys_and_conflict():
+    row = compare_json("deepseek-v2", "--ctx", "128k")[0]
+    assert row["mla_schedule"] == "absorbed" and row["mla_crossover"] == 2
+    assert row["flops_decode_token"] == row["flops_decode_token_absorbed"] < row["flops_decode_token_naive"]
+    naive = compare_json("deepseek-v2", "--ctx", "128k", "--mla-schedule", "naive")[0]
+    assert naive["flops_decode_token"] == row["flops_decode_token_naive"]
+    expanded = compare_json("deepseek-v2", "--ctx", "128k", "--mla-cache", "expanded")[0]
+    assert expanded["mla_schedule"] == "naive"  # the default schedule for an expanded cache
+    res = run("compare", "deepseek-v2", "--mla-cache", "expanded", "--mla-schedule", "absorbed", ok=False)
+    assert res.exit_code == 1 and "needs --mla-cache latent" in res.stderr
+
+
+def test_dense_attn_counts_n_squared():
+    causal = compare_json("gpt2", "--ctx", "1k")[0]["flops_prefill"]
+    dense = compare_json("gpt2", "--ctx", "1k", "--dense-attn")[0]["flops_prefill"]
+    # scores and mix: 12 layers · 2 · 2 · (N² − N(N+1)/2) pairs · 768
+    assert dense - causal == 12 * 2 * 2 * (1024 * 1024 - 1024 * 1025 // 2) * 768
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_new_figure_in_every_format(fmt):
+    out = run("compare", "llama3-70b", "deepseek-v2", "--ctx", "8k", "--columns", "all", "--hardware", "h100-80gb",
+              "--format", fmt).stdout
+    if fmt == "json":
+        rows = json.loads(out)
+        for key in COST_KEYS + HARDWARE_KEYS:
+            assert all(key in r for r in rows), key
+    elif fmt == "csv":
+        header = next(csv.reader(io.StringIO(out)))
+        assert set(COST_KEYS + HARDWARE_KEYS) <= set(header)
+        rows = list(csv.DictReader(io.StringIO(out)))
+        assert rows[0]["params_total"] == "70553706496"
+    else:
+        for header in ("Params", "Active", "Weights", "Prefill", "Decode", "bytes read", "Generate", "(no cache)",
+                       "Tokens/s", "time/token"):
+            assert header in out, header
+        assert "70.6B" in out and "236B" in out
+
+
+def test_columns_choice_and_errors():
+    out = run("compare", "gpt2", "--ctx", "1k", "--columns", "model,params_total,flops_decode_token", "--format", "markdown").stdout
+    assert out.splitlines()[2] == "| Model | Params | Decode FLOPs/token |"
+    res = run("compare", "gpt2", "--columns", "model,flops", ok=False)
+    assert res.exit_code == 1 and "unknown column 'flops'" in res.stderr and "flops_prefill" in res.stderr
+    res = run("compare", "gpt2", "--columns", "time", ok=False)
+    assert "need --hardware NAME" in res.stderr
+
+
+def test_default_compare_fits_100_columns():
+    from typer.testing import CliRunner
+
+    from kvcalc.cli import app
+
+    res = CliRunner().invoke(app, ["compare", "llama3-70b", "deepseek-v2", "gemma3-27b", "--ctx", "128k"], env={"COLUMNS": "100"})
+    assert res.exit_code == 0
+    assert max(len(line.rstrip()) for line in res.stdout.splitlines()) <= 100
+
+
+# ---------------------------------------------------------------- cost
+
+
+def test_cost_json_breakdown():
+    data = json.loads(run("cost", "llama3-8b", "--ctx", "4k", "--gen", "1k", "--format", "json").stdout)
+    assert set(data["flops"]) == {"prefill", "decode_token", "generate_cached", "generate_uncached"}
+    decode = data["flops"]["decode_token"]
+    assert decode["total"] == llama3_8b_decode(4096)
+    assert decode["attn/scores"] == 32 * 2 * 4096 * 32 * 128
+    assert data["summary"]["params_total"] == 8_030_261_248
+    assert data["flops"]["prefill"]["lm_head"] == 2 * 4096 * 128_256  # last position's logits only
+
+
+def test_cost_mla_both_schedules():
+    data = json.loads(run("cost", "deepseek-v2", "--ctx", "1k", "--format", "json").stdout)
+    flops = data["flops"]
+    assert {"decode_token_naive", "decode_token_absorbed", "generate_cached_naive", "generate_cached_absorbed"} <= set(flops)
+    assert flops["decode_token_absorbed"]["total"] < flops["decode_token_naive"]["total"]
+    assert "attn/q_absorb" in flops["decode_token_absorbed"] and "attn/kv_up" in flops["decode_token_naive"]
+    assert data["summary"]["mla_crossover"] == 2
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_cost_every_format(fmt):
+    out = run("cost", "mixtral-8x7b", "--ctx", "2k", "--gen", "512", "--hardware", "a100-80gb", "--format", fmt).stdout
+    assert "ffn/routed" in out.replace(r"\_", "_")
+    if fmt in ("table", "markdown", "latex"):
+        assert "decode_seconds_per_token" in out.replace(r"\_", "_")
+
+
+def test_cost_rejects_a_ctx_list():
+    res = run("cost", "gpt2", "--ctx", "1k,2k", ok=False)
+    assert res.exit_code == 2 and "cost takes one prompt length" in res.stderr
+
+
+def test_gen_accepts_token_syntax_and_rejects_junk():
+    assert compare_json("gpt2", "--ctx", "512", "--gen", "1k")[0]["gen"] == 1024
+    res = run("compare", "gpt2", "--gen", "lots", ok=False)
+    assert res.exit_code == 2 and "'lots' is not a token count" in res.stderr
+
+
+# ---------------------------------------------------------------- sweep and hardware
+
+
+def test_sweep_log_spaced_rows():
+    rows = json.loads(run("sweep", "llama3-8b", "mistral-7b", "--ctx", "1k..32k", "--format", "json").stdout)
+    assert [r["ctx"] for r in rows if r["model"] == "llama3-8b"] == [1024, 2048, 4096, 8192, 16384, 32768]
+    mistral = [r for r in rows if r["model"] == "mistral-7b"]
+    # the cache stops growing at the window, and so does the decode step
+    assert mistral[-1]["kv_cache_bytes"] == mistral[2]["kv_cache_bytes"] == 512 * 1024**2
+    assert mistral[-1]["flops_decode_token"] == mistral[2]["flops_decode_token"]
+    llama = [r for r in rows if r["model"] == "llama3-8b"]
+    assert [r["kv_cache_bytes"] for r in llama] == [131_072 * c for c in (1024, 2048, 4096, 8192, 16384, 32768)]
+
+
+def test_sweep_points_and_errors():
+    rows = json.loads(run("sweep", "gpt2", "--ctx", "1k..1M", "--points", "3", "--format", "json").stdout)
+    assert [r["ctx"] for r in rows] == [1024, 32_768, 1_048_576]
+    res = run("sweep", "gpt2", "--ctx", "4k..1k", ok=False)
+    assert res.exit_code == 2 and "runs backwards" in res.stderr
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_sweep_every_format(fmt):
+    out = run("sweep", "deepseek-v2", "--ctx", "1k..4k", "--hardware", "h200-141gb", "--format", fmt).stdout
+    if fmt in ("csv", "json"):
+        assert "flops_decode_token_absorbed" in out and "decode_seconds_per_token" in out
+    else:
+        assert "absorbed" in out and "Tokens/s" in out
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_hardware_listing(fmt):
+    out = run("hardware", "--format", fmt).stdout
+    for name in ("h100-80gb", "h200-141gb", "a100-80gb", "mi300x", "l40s", "rtx-4090", "m2-ultra"):
+        assert name in out
+    if fmt == "json":
+        rows = {r["name"]: r for r in json.loads(out)}
+        assert rows["h100-80gb"]["memory_bandwidth"] == 3_350_000_000_000
+
+
+def test_unknown_hardware_is_a_clear_error():
+    res = run("compare", "gpt2", "--hardware", "h100", ok=False)
+    assert res.exit_code == 1 and "h100-80gb" in res.stderr and "Traceback" not in res.stderr
