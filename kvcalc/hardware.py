@@ -10,17 +10,17 @@ overlapping perfectly: its time is a lower bound that no real kernel reaches.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PositiveInt, ValidationError, field_validator
+from pydantic import Field, PositiveInt, field_validator
 
 from kvcalc.errors import LookupFailure, SpecError
-from kvcalc.spec import Strict, format_validation_error, load_yaml
+from kvcalc.registry import find_bundled
+from kvcalc.spec import Strict, load_yaml, validate_mapping
 
 
 class Hardware(Strict):
@@ -78,17 +78,8 @@ def bundled_hardware() -> list[str]:
 
 def hardware_from_dict(data: object, origin: str) -> Hardware:
     """Validate a parsed mapping as Hardware, raising SpecError that names `origin`."""
-    if data is None:
-        raise SpecError(
-            f"{origin}: the file is empty; a hardware spec is a mapping of fields "
-            "(name, vendor, description, peak_flops_bf16, memory_bandwidth, memory_bytes, source)"
-        )
-    if not isinstance(data, dict):
-        raise SpecError(f"{origin}: a hardware spec must be a mapping of fields, not {type(data).__name__}")
-    try:
-        return Hardware.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(format_validation_error(exc, origin)) from None
+    fields = "name, vendor, description, peak_flops_bf16, memory_bandwidth, memory_bytes, source"
+    return validate_mapping(Hardware, data, origin, "hardware spec", fields)
 
 
 def _looks_like_path(arg: str) -> bool:
@@ -104,16 +95,9 @@ def load_hardware(arg: str) -> Hardware:
         if path.is_dir():
             raise SpecError(f"{arg}: is a folder, not a hardware spec file")
         raise SpecError(f"{arg}: no such file")
-    by_lower = {n.lower(): n for n in bundled_hardware()}
-    if arg.lower() in by_lower:
-        name = by_lower[arg.lower()]
-        return hardware_from_dict(load_yaml(hardware_dir() / f"{name}.yaml"), f"hardware_specs/{name}.yaml")
-    close = difflib.get_close_matches(arg.lower(), list(by_lower), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""
-    raise LookupFailure(
-        f"unknown hardware {arg!r}{hint} ('kvcalc hardware' lists the bundled presets; "
-        "a path to a YAML hardware spec also works)"
-    )
+    name = find_bundled(arg, bundled_hardware(), "hardware",
+                        "'kvcalc hardware' lists the bundled presets; a path to a YAML hardware spec also works")
+    return hardware_from_dict(load_yaml(hardware_dir() / f"{name}.yaml"), f"hardware_specs/{name}.yaml")
 
 
 # ---------------------------------------------------------------- the roofline

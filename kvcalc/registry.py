@@ -71,6 +71,16 @@ def _looks_like_path(arg: str) -> bool:
     return "/" in arg or "\\" in arg or arg.lower().endswith((".yaml", ".yml", ".json"))
 
 
+def find_bundled(arg: str, names: list[str], what: str, how_to_list: str) -> str:
+    """The bundled name `arg` names (exact, case-insensitive), or a LookupFailure suggesting the closest names."""
+    by_lower = {n.lower(): n for n in names}
+    if arg.lower() in by_lower:
+        return by_lower[arg.lower()]
+    close = difflib.get_close_matches(arg.lower(), list(by_lower), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""
+    raise LookupFailure(f"unknown {what} {arg!r}{hint} ({how_to_list})")
+
+
 def load_model(arg: str) -> LoadedModel:
     """Resolve MODEL: an existing file, else a bundled name (exact, case-insensitive), else a LookupFailure."""
     path = Path(arg).expanduser()
@@ -80,12 +90,7 @@ def load_model(arg: str) -> LoadedModel:
         if path.is_dir():
             raise SpecError(f"{arg}: is a folder, not a spec or config file")
         raise SpecError(f"{arg}: no such file")
-    names = bundled_names()
-    by_lower = {n.lower(): n for n in names}
-    if arg.lower() in by_lower:
-        name = by_lower[arg.lower()]
-        loaded = load_path(specs_dir() / f"{name}.yaml", kind="bundled")
-        return LoadedModel(loaded.spec, f"bundled spec model_specs/{name}.yaml", "bundled")
-    close = difflib.get_close_matches(arg.lower(), list(by_lower), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""
-    raise LookupFailure(f"unknown model {arg!r}{hint} ('kvcalc list' shows the bundled models; a path to a YAML spec or config.json also works)")
+    name = find_bundled(arg, bundled_names(), "model",
+                        "'kvcalc list' shows the bundled models; a path to a YAML spec or config.json also works")
+    loaded = load_path(specs_dir() / f"{name}.yaml", kind="bundled")
+    return LoadedModel(loaded.spec, f"bundled spec model_specs/{name}.yaml", "bundled")

@@ -362,18 +362,23 @@ def format_validation_error(exc, origin: str) -> str:
     return "\n".join(lines)
 
 
-def spec_from_dict(data: object, origin: str) -> ModelSpec:
-    """Validate a parsed mapping as a ModelSpec, raising SpecError that names `origin`."""
+def validate_mapping(model: type[BaseModel], data: object, origin: str, noun: str, fields: str):
+    """Validate a parsed file as `model`, raising SpecError lines that name `origin` (`noun` and `fields` word them)."""
     from pydantic import ValidationError
 
     if data is None:
-        raise SpecError(f"{origin}: the file is empty; a spec is a mapping of fields (name, d_model, layer_groups, ...)")
+        raise SpecError(f"{origin}: the file is empty; a {noun} is a mapping of fields ({fields})")
     if not isinstance(data, dict):
-        raise SpecError(f"{origin}: the spec must be a mapping of fields, not {type(data).__name__}")
+        raise SpecError(f"{origin}: the {noun} must be a mapping of fields, not {type(data).__name__}")
     try:
-        return ModelSpec.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, origin)) from None
+
+
+def spec_from_dict(data: object, origin: str) -> ModelSpec:
+    """Validate a parsed mapping as a ModelSpec, raising SpecError that names `origin`."""
+    return validate_mapping(ModelSpec, data, origin, "spec", "name, d_model, layer_groups, ...")
 
 
 def read_text(path: Path) -> str:
