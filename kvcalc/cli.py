@@ -36,6 +36,7 @@ class Units(str, Enum):
 
 
 class KvDtype(str, Enum):
+    fp64 = "fp64"
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"

@@ -190,7 +190,8 @@ def test_dtype_widths():
     assert kv_cache(s, 1000, kv_dtype="fp16").bytes == bf16
     assert kv_cache(s, 1000, kv_dtype="fp8").bytes == kv_cache(s, 1000, kv_dtype="int8").bytes == bf16 // 2
     assert kv_cache(s, 1000, kv_dtype="int4").bytes == bf16 // 4
-    assert set(KV_DTYPE_BITS) == {"fp32", "bf16", "fp16", "fp8", "int8", "int4"}
+    assert kv_cache(s, 1000, kv_dtype="fp64").bytes == 4 * bf16  # what the NumPy backend's float64 run holds
+    assert set(KV_DTYPE_BITS) == {"fp64", "fp32", "bf16", "fp16", "fp8", "int8", "int4"}
 
 
 def test_int4_rounds_up_to_whole_bytes():

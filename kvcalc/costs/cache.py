@@ -17,7 +17,7 @@ from kvcalc.errors import KvcalcError
 from kvcalc.spec import GQA, MHA, MLA, MQA, Linear, ModelSpec, ResolvedGroup
 
 # Storage width of one cached element, in bits.
-KV_DTYPE_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
+KV_DTYPE_BITS = {"fp64": 64, "fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
 MLA_CACHE_LAYOUTS = ("latent", "expanded")
 
 

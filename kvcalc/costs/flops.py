@@ -143,22 +143,33 @@ def _naive_expands(mla_cache: str, keys: int, new: int) -> int:
     return keys if mla_cache == "latent" else new
 
 
+def prefill_work(n: int, window: int | None, dense_attn: bool = False) -> Work:
+    """What a prefill of `n` tokens does in one layer with `window`: n queries, causal pairs, n keys up-projected."""
+    return Work(n, n * n if dense_attn else keys_seen(n, window), n)
+
+
+def decode_work(t: int, window: int | None, mla_cache: str = "latent") -> Work:
+    """What the decode step at context `t` does in one layer: one query over min(t, W) keys."""
+    keys = min(t, window) if window else t
+    return Work(1, keys, _naive_expands(mla_cache, keys, 1))
+
+
+def layer_attention_flops(spec: ModelSpec, group: ResolvedGroup, work: Work, schedule: str) -> dict[str, int]:
+    """FLOPs of one attention layer of `group` doing `work` (one sequence), by component."""
+    return {k: v for k, v in _attention(group, spec.d_model, work, schedule).items() if v}
+
+
 def prefill_flops(spec: ModelSpec, n: int, batch: int = 1, dense_attn: bool = False, logits: str = "last") -> dict[str, int]:
     """FLOPs of a prefill of `n` tokens for each of `batch` sequences, by component."""
-    pairs = (lambda w: n * n) if dense_attn else (lambda w: keys_seen(n, w))
-    out = forward(spec, lambda w: Work(n, pairs(w), n), n, n if logits == "all" else 1, "naive")
+    out = forward(spec, lambda w: prefill_work(n, w, dense_attn), n, n if logits == "all" else 1, "naive")
     return {k: batch * v for k, v in out.items()}
 
 
 def decode_flops(spec: ModelSpec, t: int, batch: int = 1, schedule: str = "absorbed", mla_cache: str = "latent") -> dict[str, int]:
     """FLOPs of one decode step at context `t` (the new token at position t) for `batch` sequences."""
     _check(schedule, mla_cache)
-
-    def work(w):
-        keys = min(t, w) if w else t
-        return Work(1, keys, _naive_expands(mla_cache, keys, 1))
-
-    return {k: batch * v for k, v in forward(spec, work, 1, 1, schedule).items()}
+    out = forward(spec, lambda w: decode_work(t, w, mla_cache), 1, 1, schedule)
+    return {k: batch * v for k, v in out.items()}
 
 
 def generate_flops(spec: ModelSpec, prompt: int, gen: int, batch: int = 1, cached: bool = True,

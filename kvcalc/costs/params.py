@@ -16,7 +16,7 @@ from kvcalc.costs.cache import dtype_bits
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import MLA, DenseFFN, Linear, ModelSpec, MoEFFN, ResolvedGroup
 
-WEIGHT_DTYPE_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
+WEIGHT_DTYPE_BITS = {"fp64": 64, "fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
 
 
 def ffn_of_layer(spec: ModelSpec, layer: int) -> DenseFFN | MoEFFN:
