@@ -1,0 +1,237 @@
+"""`kvcalc run`: build layers at a model's real dims, run prefill and cached decoding, and measure against the analytic model.
+
+Measured: FLOPs from the products executed, cache shapes and bytes from the arrays held, wall time.
+Predicted: kvcalc's analytic cache and FLOP model for the same layers and settings. A run passes when every pair
+matches exactly and every numerical check is within its dtype's tolerance.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvcalc.backend import checks
+from kvcalc.backend.attention import Cache, GroupedQueryAttention, LatentAttention
+from kvcalc.backend.memory import Request, available_memory, guard, query_block
+from kvcalc.backend.ops import FlopCounter
+from kvcalc.backend.stack import stack_decode, stack_prefill
+from kvcalc.costs.cache import kv_cache
+from kvcalc.costs.flops import decode_work, layer_attention_flops, prefill_work
+from kvcalc.errors import KvcalcError
+from kvcalc.spec import MLA, Linear, ModelSpec, ResolvedGroup
+
+DTYPES = {"float32": (np.float32, "fp32"), "float16": (np.float16, "fp16"), "float64": (np.float64, "fp64")}
+# Relative error allowed between computations that are equal in exact arithmetic (max |a - b| / max |b|).
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 2e-2}
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What `kvcalc run` was asked for; layers None means one layer of each layer group."""
+
+    ctx: int = 128
+    decode: int = 4
+    batch: int = 1
+    layers: int | None = None
+    dtype: str = "float32"
+    mla_cache: str = "latent"
+    mla_schedule: str | None = None
+    seed: int = 0
+    max_memory: int | None = None
+    rope_demo: bool = False
+
+    @property
+    def schedule(self) -> str:
+        if self.mla_schedule is None:
+            return "absorbed" if self.mla_cache == "latent" else "naive"
+        if self.mla_schedule == "absorbed" and self.mla_cache == "expanded":
+            raise KvcalcError("--mla-schedule absorbed attends in the latent space: it needs --mla-cache latent")
+        return self.mla_schedule
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the report: a quantity, its predicted and measured values, and whether they match."""
+
+    section: str
+    quantity: str
+    predicted: object
+    measured: object
+    kind: str = "int"  # int | shape | bytes | flops | seconds | rate
+
+    @property
+    def match(self) -> bool | None:
+        if self.predicted is None or self.measured is None:
+            return None
+        return self.predicted == self.measured
+
+
+@dataclass
+class RunReport:
+    """Everything a run found: comparison rows, numerical checks, timings and the memory plan."""
+
+    model: str
+    settings: RunSettings
+    layers: list[int]
+    rows: list[Row] = field(default_factory=list)
+    checks: list[checks.Check] = field(default_factory=list)
+    predicted_peak_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return all(r.match is not False for r in self.rows) and all(c.passed for c in self.checks)
+
+    @property
+    def mismatches(self) -> list[Row]:
+        return [r for r in self.rows if r.match is False]
+
+
+def layer_order(spec: ModelSpec) -> list[int]:
+    """Layers in the order a run takes them: the first layer of each group, then the rest in model order."""
+    firsts = [g.layers[0] for g in spec.groups if not isinstance(g.attention, Linear)]
+    return firsts + [i for g in spec.groups if not isinstance(g.attention, Linear) for i in g.layers if i not in firsts]
+
+
+def build_layer(spec: ModelSpec, group: ResolvedGroup, rng, s: RunSettings, keys: int, rope: str = "decoupled"):
+    """A NumPy layer with random weights at the group's real dims."""
+    dtype = DTYPES[s.dtype][0]
+    att = group.attention
+    block = query_block(att.n_heads, s.batch, keys, group.sliding_window)
+    if isinstance(att, MLA):
+        return LatentAttention(spec.d_model, att.n_heads, att.kv_lora_rank, att.q_lora_rank, att.qk_nope_head_dim,
+                               att.qk_rope_head_dim, att.v_head_dim, group.sliding_window, rng, dtype, s.mla_cache,
+                               block, rope)
+    n_kv = {"mha": att.n_heads, "mqa": 1}.get(att.kind) or att.n_kv_heads
+    return GroupedQueryAttention(spec.d_model, att.n_heads, n_kv, group.head_dim, group.sliding_window, rng, dtype, block)
+
+
+class _Quiet:
+    def start(self, name: str, total: int) -> None: ...
+    def advance(self, name: str) -> None: ...
+
+
+def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
+    """Run the attention layers of `spec` for real and compare everything measurable with the analytic model."""
+    progress = progress or _Quiet()
+    if s.dtype not in DTYPES:
+        raise KvcalcError(f"unsupported dtype {s.dtype!r}: choose float32, float16 or float64")
+    order = layer_order(spec)
+    if not order:
+        raise KvcalcError(f"{spec.name}: no attention layer to run (constant-state layers only)")
+    n_layers = s.layers or len([g for g in spec.groups if not isinstance(g.attention, Linear)])
+    if n_layers > len(order):
+        raise KvcalcError(f"--layers {n_layers}: {spec.name} has only {len(order)} attention layers")
+    itemsize = np.dtype(DTYPES[s.dtype][0]).itemsize
+    limits = [x for x in (s.max_memory, available_memory()) if x]
+    limit = min(limits) if limits else 1 << 62
+    mem = guard(spec, order, Request(s.ctx, s.decode, s.batch, n_layers), itemsize, s.mla_cache, limit)
+    schedule = s.schedule
+    by_layer = {i: g for g in spec.groups for i in g.layers}
+    ids = order[:n_layers]
+    rng = np.random.default_rng(s.seed)
+    dtype = DTYPES[s.dtype][0]
+    layers = [build_layer(spec, by_layer[i], rng, s, s.ctx + s.decode) for i in ids]
+    x0 = rng.standard_normal((s.batch, s.ctx + s.decode, spec.d_model)).astype(dtype)
+
+    report = RunReport(spec.name, s, ids, predicted_peak_bytes=mem.peak)
+    fc = FlopCounter()
+    progress.start("prefill", len(layers))
+    t0 = time.perf_counter()
+    _, caches = stack_prefill(fc, layers, x0[:, : s.ctx], lambda: progress.advance("prefill"))
+    prefill_seconds = time.perf_counter() - t0
+    prefill_flops = Counter(fc.by_component)
+    after_prefill = list(caches)
+
+    progress.start("decode", s.decode)
+    fc_dec, outputs, history = FlopCounter(), [], []
+    t0 = time.perf_counter()
+    for j in range(s.decode):
+        out, caches = stack_decode(fc_dec, layers, caches, x0[:, s.ctx + j : s.ctx + j + 1], schedule)
+        outputs.append(out)
+        history.append([c.nbytes for c in caches])
+        progress.advance("decode")
+    decode_seconds = time.perf_counter() - t0
+
+    _compare(report, spec, s, ids, by_layer, after_prefill, caches, history, prefill_flops, Counter(fc_dec.by_component), schedule)
+    _timing_rows(report, prefill_flops, fc_dec.by_component, prefill_seconds, decode_seconds, s.decode)
+    if s.decode:
+        report.checks += checks.run_checks(spec, s, layers, x0, outputs, after_prefill, schedule, TOLERANCE[s.dtype])
+    if s.rope_demo or any(isinstance(by_layer[i].attention, MLA) for i in ids):
+        report.checks += checks.rope_demo(spec, s, TOLERANCE[s.dtype])
+    report.checks += [checks.gqa_equals_mha(s, TOLERANCE[s.dtype])]
+    return report
+
+
+def _expected_shapes(group: ResolvedGroup, s: RunSettings, held: int, head_dim: int | None) -> dict[str, tuple]:
+    att, b = group.attention, s.batch
+    if isinstance(att, MLA):
+        if s.mla_cache == "latent":
+            return {"c_kv": (b, held, att.kv_lora_rank), "k_rope": (b, held, att.qk_rope_head_dim)}
+        return {"k": (b, held, att.n_heads, att.qk_nope_head_dim + att.qk_rope_head_dim),
+                "v": (b, held, att.n_heads, att.v_head_dim)}
+    n_kv = {"mha": att.n_heads, "mqa": 1}.get(att.kind) or att.n_kv_heads
+    return {"k": (b, held, n_kv, head_dim), "v": (b, held, n_kv, head_dim)}
+
+
+def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, prefill_measured, decode_measured, schedule):
+    kv_dtype = DTYPES[s.dtype][1]
+    total = s.ctx + s.decode
+
+    def per_layer_bytes(group, tokens):
+        return kv_cache(spec, tokens, s.batch, kv_dtype, s.mla_cache).groups[group.index].bytes_per_layer
+
+    for n, (layer, cache, last) in enumerate(zip(ids, after_prefill, final)):
+        group = by_layer[layer]
+        for when, c, tokens in (("after prefill", cache, s.ctx), ("at the end", last, total)):
+            held = min(tokens, group.sliding_window) if group.sliding_window else tokens
+            for name, shape in _expected_shapes(group, s, held, group.head_dim).items():
+                got = tuple(c.tensors[name].shape) if name in c.tensors else None
+                report.rows.append(Row("cache", f"layer {layer} {name} shape {when}", shape, got, "shape"))
+        report.rows.append(Row("cache", f"layer {layer} bytes after prefill", per_layer_bytes(group, s.ctx), cache.nbytes, "bytes"))
+        for j, sizes in enumerate(history):
+            report.rows.append(Row("cache", f"layer {layer} bytes after decode step {j + 1}",
+                                   per_layer_bytes(group, s.ctx + j + 1), sizes[n], "bytes"))
+    measured_total = _scaled_total(spec, ids, by_layer, final)
+    report.rows.append(Row("cache", f"KV cache, all {spec.n_layers} layers, at ctx {total:,} (= kvcalc compare)",
+                           kv_cache(spec, total, s.batch, kv_dtype, s.mla_cache).bytes, measured_total, "bytes"))
+    prefill_pred, decode_pred = Counter(), Counter()
+    for layer in ids:
+        group = by_layer[layer]
+        prefill_pred.update(layer_attention_flops(spec, group, prefill_work(s.ctx, group.sliding_window), "naive"))
+        for t in range(s.ctx + 1, total + 1):
+            decode_pred.update(layer_attention_flops(spec, group, decode_work(t, group.sliding_window, s.mla_cache), schedule))
+    for label, pred, got in (("prefill", prefill_pred, prefill_measured), (f"{s.decode} decode steps", decode_pred, decode_measured)):
+        for comp in sorted(set(pred) | set(got)):
+            report.rows.append(Row("flops", f"{label} {comp}", s.batch * pred.get(comp, 0), got.get(comp, 0), "flops"))
+        report.rows.append(Row("flops", f"{label} total", s.batch * sum(pred.values()), sum(got.values()), "flops"))
+
+
+def _scaled_total(spec, ids, by_layer, final: list[Cache]) -> int | None:
+    """Measured bytes of one run layer per group, times that group's layer count (None if a group was not run)."""
+    measured = {}
+    for layer, cache in zip(ids, final):
+        measured.setdefault(by_layer[layer].index, cache.nbytes)
+    total = 0
+    for g in spec.groups:
+        if isinstance(g.attention, Linear) and g.attention.state_elements == 0:
+            continue
+        if g.index not in measured:
+            return None
+        total += measured[g.index] * len(g.layers)
+    return total
+
+
+def _timing_rows(report, prefill_flops, decode_flops, prefill_seconds, decode_seconds, steps):
+    p, d = sum(prefill_flops.values()), sum(decode_flops.values())
+    report.rows += [
+        Row("time", "prefill wall time", None, prefill_seconds, "seconds"),
+        Row("time", "prefill GFLOP/s", None, p / prefill_seconds / 1e9 if prefill_seconds else None, "rate"),
+    ]
+    if steps:
+        report.rows += [
+            Row("time", "decode wall time per step", None, decode_seconds / steps, "seconds"),
+            Row("time", "decode GFLOP/s", None, d / decode_seconds / 1e9 if decode_seconds else None, "rate"),
+        ]
