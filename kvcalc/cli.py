@@ -434,6 +434,106 @@ def cost(
         _emit(render(SUMMARY_COLUMNS, summary, fmt.value, units.value, title="Memory, traffic and time"))
 
 
+class NumpyDtype(str, Enum):
+    float32 = "float32"
+    float16 = "float16"
+    float64 = "float64"
+
+
+def _parse_bytes(value: str | None) -> int | None:
+    """'8G' -> 8 GiB; K/M/G/T are binary (1024-based), a plain number is bytes."""
+    if value is None:
+        return None
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", value, re.IGNORECASE)
+    if not match:
+        raise typer.BadParameter(f"{value!r} is not a size (use e.g. 8G, 512M, 1073741824)", param_hint="'--max-memory'")
+    scale = 1024 ** " KMGT".index(match[2].upper() or " ")
+    return int(float(match[1]) * scale)
+
+
+@app.command("run")
+@guarded
+def run_backend(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="A bundled name, a YAML spec path, or a config.json path.")],
+    ctx: Annotated[str, typer.Option("--ctx", "-c", help="Prompt tokens to prefill (k = 1024).")] = "128",
+    decode: Annotated[int, typer.Option("--decode", "-d", min=0, help="Decode steps after the prefill.")] = 4,
+    batch: BatchOpt = 1,
+    layers: Annotated[Optional[int], typer.Option("--layers", "-l", min=1, help="Layers to run (default: one of each layer group).")] = None,
+    dtype: Annotated[NumpyDtype, typer.Option("--dtype", help="NumPy dtype of weights, activations and cache.")] = NumpyDtype.float32,
+    mla_cache: MlaOpt = MlaCache.latent,
+    mla_schedule: ScheduleOpt = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random weights and inputs.")] = 0,
+    max_memory: Annotated[Optional[str], typer.Option("--max-memory", help="Refuse runs predicted to need more (8G, 512M; default: available memory).")] = None,
+    rope_demo: Annotated[bool, typer.Option("--rope-demo", help="Add the RoPE demonstration (always on for MLA models).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Run the attention layers for real in NumPy and check the analytic cache and FLOP figures against them."""
+    from kvcalc.backend.report import check_rows, report_payload, result_rows, CHECK_COLUMNS, RESULT_COLUMNS
+    from kvcalc.backend.runner import RunSettings, run
+    from kvcalc.render import render
+
+    ctxs = _parse_ctx(ctx)
+    if len(ctxs) != 1:
+        raise typer.BadParameter("run takes one prompt length", param_hint="'--ctx'")
+    lm = _load(model)
+    settings = RunSettings(ctx=ctxs[0], decode=decode, batch=batch, layers=layers, dtype=dtype.value,
+                           mla_cache=mla_cache.value, mla_schedule=mla_schedule.value if mla_schedule else None,
+                           seed=seed, max_memory=_parse_bytes(max_memory), rope_demo=rope_demo)
+    settings.schedule  # a bad combination fails before any allocation
+    with _progress(quiet) as progress:
+        report = run(lm.spec, settings, progress)
+    if fmt == Format.json:
+        _emit(render(RESULT_COLUMNS, [], "json", payload=report_payload(report)))
+    else:
+        title = f"{lm.spec.name}: layers {', '.join(map(str, report.layers))}, ctx {settings.ctx:,} + {decode} decode steps, batch {batch}, {dtype.value}"
+        _emit(render(RESULT_COLUMNS, result_rows(report), fmt.value, title=title,
+                     raw_keys=["section", "quantity", "predicted", "measured", "match"]))
+        if fmt != Format.csv:
+            typer.echo("")
+            _emit(render(CHECK_COLUMNS, check_rows(report), fmt.value, title="Numerical checks"))
+    if not report.ok:
+        bad = [f"{r.quantity}: predicted {r.predicted}, measured {r.measured}" for r in report.mismatches]
+        bad += [f"{c.name}: error {c.error:.3g} vs tolerance {c.tolerance:g}" for c in report.checks if not c.passed]
+        raise KvcalcError("predicted and measured differ:\n  " + "\n  ".join(bad))
+
+
+class _Progress:
+    """The runner's progress hooks on a rich progress bar (stderr, only on a terminal)."""
+
+    def __init__(self, bar):
+        self.bar, self.tasks = bar, {}
+
+    def start(self, name: str, total: int) -> None:
+        self.tasks[name] = self.bar.add_task(name, total=total)
+
+    def advance(self, name: str) -> None:
+        self.bar.advance(self.tasks[name])
+
+
+class _progress:
+    def __init__(self, quiet: bool):
+        import sys
+
+        self.enabled = not quiet and sys.stderr.isatty()
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.progress import Progress
+
+        self.bar = Progress(console=_stderr(), transient=True)
+        self.bar.__enter__()
+        return _Progress(self.bar)
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.bar.__exit__(*exc)
+        return False
+
+
 @app.command("hardware")
 @guarded
 def hardware_list(fmt: FormatOpt = Format.table, units: UnitsOpt = Units.binary) -> None:
