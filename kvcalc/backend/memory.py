@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from kvcalc.costs.cache import per_token_formula
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import MLA, ModelSpec, ResolvedGroup
+from kvcalc.units import format_bytes
 
 SCORE_BLOCK_BYTES = 64 * 1024**2  # target size of one block of attention scores (float32)
 
@@ -127,8 +128,12 @@ def guard(spec: ModelSpec, layer_order: list[int], req: Request, itemsize: int, 
     layers = largest_fitting(lambda n: cost(replace(req, n_layers=n)) <= limit, req.n_layers)
     if layers:
         hints.append(f"--layers {layers}")
-    gib = lambda n: f"{n / 1024**3:.1f} GiB"  # noqa: E731
-    what = (f"this run needs about {gib(need.peak)} (weights {gib(need.weights)}, KV cache {gib(need.cache)}, "
-            f"activations {gib(need.activations)}) but {gib(limit)} is available")
-    fix = f"; each of these alone would fit: {', '.join(hints)}" if hints else "; not even one layer at ctx 1 fits"
+    fix = f"; each of these alone would fit: {', '.join(hints)}" if hints else ""
+    if not hints:  # no single knob is enough: one layer, one sequence, and the longest prompt that then fits
+        small = replace(req, n_layers=1, batch=1)
+        ctx = largest_fitting(lambda c: cost(replace(small, ctx=c)) <= limit, req.ctx)
+        fix = f"; this would fit: --layers 1 --batch 1 --ctx {ctx}" if ctx else "; not even one layer at ctx 1 fits"
+    size = lambda n: format_bytes(n)  # noqa: E731
+    what = (f"this run needs about {size(need.peak)} (weights {size(need.weights)}, KV cache {size(need.cache)}, "
+            f"activations {size(need.activations)}) but {size(limit)} is available")
     raise KvcalcError(f"not running: {what}{fix}")

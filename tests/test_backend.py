@@ -1,0 +1,180 @@
+"""The NumPy backend: measured cache bytes and FLOPs equal the analytic ones exactly, and the papers' equalities hold."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kvcalc.backend.attention import GroupedQueryAttention
+from kvcalc.backend.checks import dense_reference, rel_error
+from kvcalc.backend.ops import FlopCounter
+from kvcalc.backend.runner import RunSettings, run
+from kvcalc.costs.flops import keys_seen
+from kvcalc.spec import ModelSpec
+
+from conftest import run as cli
+from conftest import spec
+
+ATTENTION = {
+    "mha": {"kind": "mha", "n_heads": 4, "head_dim": 8},
+    "gqa": {"kind": "gqa", "n_heads": 6, "n_kv_heads": 2, "head_dim": 8},
+    "mqa": {"kind": "mqa", "n_heads": 4, "head_dim": 16},
+    "mla": {"kind": "mla", "n_heads": 4, "kv_lora_rank": 16, "q_lora_rank": 12, "qk_nope_head_dim": 8,
+            "qk_rope_head_dim": 4, "v_head_dim": 6},
+    "mla-lite": {"kind": "mla", "n_heads": 3, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+                 "v_head_dim": 10},
+}
+
+
+def tiny(attention: dict, window: int | None = None, n_layers: int = 2) -> ModelSpec:
+    groups = [{"layers": "all", "attention": attention}]
+    if window:  # a local layer and a global layer
+        groups = [{"name": "local", "layers": [0], "attention": attention, "sliding_window": window},
+                  {"name": "global", "layers": "rest", "attention": attention}]
+    return ModelSpec.model_validate({
+        "name": "tiny", "family": "test", "d_model": 32, "n_layers": n_layers, "vocab_size": 50, "max_context": 4096,
+        "ffn": {"kind": "dense", "d_ff": 64}, "layer_groups": groups,
+    })
+
+
+def assert_all_match(report):
+    mismatches = [(r.quantity, r.predicted, r.measured) for r in report.mismatches]
+    assert not mismatches
+    assert [c.name for c in report.checks if not c.passed] == []
+    assert report.ok
+    compared = [r for r in report.rows if r.match is not None]
+    assert len(compared) > 10 and all(r.match for r in compared)
+
+
+@pytest.mark.parametrize("kind", sorted(ATTENTION))
+@pytest.mark.parametrize("window", [None, 5])
+def test_every_kind_at_tiny_dims(kind, window):
+    s = tiny(ATTENTION[kind], window)
+    report = run(s, RunSettings(ctx=13, decode=4, batch=2, dtype="float64", layers=2))
+    assert_all_match(report)
+    names = {c.name for c in report.checks}
+    assert "cached decode = full recomputation" in names
+    if kind.startswith("mla"):
+        assert "MLA absorbed = naive" in names
+
+
+@pytest.mark.parametrize("mla_cache, schedule", [("latent", "naive"), ("latent", "absorbed"), ("expanded", "naive")])
+def test_mla_layouts_and_schedules(mla_cache, schedule):
+    report = run(tiny(ATTENTION["mla"]), RunSettings(ctx=9, decode=3, dtype="float64", mla_cache=mla_cache, mla_schedule=schedule))
+    assert_all_match(report)
+    names = {r.quantity.split()[2] for r in report.rows if "shape" in r.quantity}
+    assert names == ({"c_kv", "k_rope"} if mla_cache == "latent" else {"k", "v"})
+
+
+@pytest.mark.parametrize("name, ctx", [("deepseek-v2", 24), ("llama3-70b", 24), ("gemma3-27b", 24)])
+def test_real_per_layer_dims(name, ctx):
+    report = run(spec(name), RunSettings(ctx=ctx, decode=2, layers=1))
+    assert_all_match(report)
+
+
+def test_window_is_exercised_at_real_gemma_dims():
+    # gemma3-1b: window 512; ctx 520 > W, so the local layer holds 512 tokens and attends to at most 512 keys
+    report = run(spec("gemma3-1b"), RunSettings(ctx=520, decode=2))
+    assert_all_match(report)
+    shapes = {r.quantity: r.measured for r in report.rows if r.kind == "shape"}
+    assert shapes["layer 0 k shape at the end"] == (1, 512, 1, 256)  # layer 0 is local
+    assert shapes["layer 5 k shape at the end"] == (1, 522, 1, 256)  # layer 5 is global
+
+
+def test_total_equals_compare(tmp_path):
+    out = json.loads(cli("run", "deepseek-v2", "--ctx", "20", "--decode", "3", "--format", "json").stdout)
+    total = next(r for r in out["rows"] if "= kvcalc compare" in r["quantity"])
+    compare = json.loads(cli("compare", "deepseek-v2", "--ctx", "23", "--kv-dtype", "fp32", "--format", "json").stdout)[0]
+    assert total["measured"] == total["predicted"] == compare["kv_cache_bytes"] == 60 * 576 * 23 * 4
+    assert out["ok"] is True
+
+
+def test_checks_papers_equalities():
+    report = run(spec("deepseek-v2"), RunSettings(ctx=16, decode=3, layers=1))
+    checks = {c.name: c for c in report.checks}
+    assert checks["cached decode = full recomputation"].error < 1e-4
+    assert checks["MLA absorbed = naive"].error < 1e-4
+    assert checks["RoPE demo: decoupled RoPE keeps absorbed = naive"].error < 1e-4
+    assert checks["RoPE demo: RoPE on up-projected keys breaks absorption"].error > 1e-2  # large, not round-off
+    assert checks["GQA with n_kv = n_h equals MHA"].error < 1e-4
+
+
+def test_exact_causal_flops_and_dense_reference():
+    # The blocked executor does exactly Σ min(i, W) query-key pairs and agrees with the dense masked formula.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 37, 32))
+    for window, block in ((None, 8), (6, 4), (11, 64)):
+        layer = GroupedQueryAttention(32, 4, 2, 8, window, np.random.default_rng(1), np.float64, block=block)
+        fc = FlopCounter()
+        got, _ = layer.prefill(fc, x)
+        assert fc.by_component["attn/scores"] == 2 * 2 * keys_seen(37, window) * 4 * 8
+        assert rel_error(got, dense_reference(x, layer)) < 1e-12
+
+
+def test_float16_run_within_its_tolerance():
+    report = run(tiny(ATTENTION["gqa"]), RunSettings(ctx=10, decode=2, dtype="float16"))
+    assert_all_match(report)
+
+
+# ---------------------------------------------------------------- through the CLI
+
+
+def test_cli_run_table_and_exit_code():
+    res = cli("run", "gpt2", "--ctx", "16", "--decode", "2")
+    assert "Predicted" in res.stdout and "Measured" in res.stdout and "cached decode = full recomputation" in res.stdout
+    assert " NO " not in res.stdout
+
+
+def test_wrong_prediction_fails_the_run(monkeypatch):
+    # Break the analytic cache formula: the run must notice and exit non-zero, showing the mismatch.
+    import kvcalc.costs.cache as cache
+
+    real = cache.per_token_formula
+
+    def off_by_one(group, mla_cache="latent"):
+        f = real(group, mla_cache)
+        return cache.Formula(f.expression, f.symbols, f.elements + 1, f.components, f.reference)
+
+    monkeypatch.setattr(cache, "per_token_formula", off_by_one)
+    res = cli("run", "gpt2", "--ctx", "8", "--decode", "1", ok=False)
+    assert res.exit_code == 1
+    assert "error: predicted and measured differ" in res.stderr and "bytes after prefill" in res.stderr
+    assert "NO" in res.stdout and "Traceback" not in res.stderr
+
+
+def test_wrong_flop_formula_fails_the_run(monkeypatch):
+    import kvcalc.costs.flops as flops
+
+    real = flops._attention
+    monkeypatch.setattr(flops, "_attention", lambda *a: {k: v + (k == "attn/scores") for k, v in real(*a).items()})
+    res = cli("run", "llama3.2-1b", "--ctx", "8", "--decode", "1", ok=False)
+    assert res.exit_code == 1 and "attn/scores" in res.stderr
+
+
+def test_memory_guard_refuses_impossible_run():
+    res = cli("run", "llama3-70b", "--layers", "80", "--ctx", "1M", ok=False)
+    assert res.exit_code == 1 and "Traceback" not in res.stderr
+    assert "error: not running: this run needs about" in res.stderr
+    assert "this would fit: --layers 1 --batch 1 --ctx" in res.stderr or "would fit" in res.stderr
+
+
+def test_max_memory_option():
+    res = cli("run", "gpt2", "--ctx", "1M", "--max-memory", "1G", ok=False)
+    assert res.exit_code == 1 and "1.00 GiB is available" in res.stderr and "--ctx" in res.stderr
+    res = cli("run", "gpt2", "--max-memory", "lots", ok=False)
+    assert res.exit_code == 2 and "is not a size" in res.stderr
+
+
+def test_run_argument_errors():
+    res = cli("run", "deepseek-v2", "--mla-cache", "expanded", "--mla-schedule", "absorbed", ok=False)
+    assert res.exit_code == 1 and "needs --mla-cache latent" in res.stderr
+    res = cli("run", "gpt2", "--layers", "13", ok=False)
+    assert res.exit_code == 1 and "has only 12 attention layers" in res.stderr
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "latex", "csv", "json"])
+def test_run_formats(fmt):
+    out = cli("run", "mistral-7b", "--ctx", "8", "--decode", "1", "--format", fmt).stdout
+    assert "attn/scores" in out.replace(r"\_", "_")
