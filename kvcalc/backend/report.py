@@ -19,7 +19,7 @@ CHECK_COLUMNS = [
     Column("error_text", "Max rel. error", "num"),
     Column("tolerance_text", "Tolerance", "num"),
     Column("result", "Result"),
-    Column("detail", "What was compared"),
+    Column("detail", "Compared"),
 ]
 
 
@@ -47,7 +47,7 @@ def result_rows(report) -> list[dict]:
 
 
 def check_rows(report) -> list[dict]:
-    return [{**asdict(c), "error_text": f"{c.error:.2e}", "tolerance_text": f"{c.tolerance:g}",
+    return [{**asdict(c), "error_text": f"{c.error:.2e}", "tolerance_text": ("> " if c.must_exceed else "≤ ") + f"{c.tolerance:g}",
              "result": ("pass" if c.passed else "FAIL")} for c in report.checks]
 
 
