@@ -501,36 +501,52 @@ def run_backend(
 
 
 class _Progress:
-    """The runner's progress hooks on a rich progress bar (stderr, only on a terminal)."""
+    """The runner's progress hooks on a rich progress bar (stderr), shown once the run has taken a second."""
 
-    def __init__(self, bar):
-        self.bar, self.tasks = bar, {}
+    def __init__(self):
+        import time
+
+        self.clock, self.started, self.bar, self.tasks = time.perf_counter, time.perf_counter(), None, {}
 
     def start(self, name: str, total: int) -> None:
-        self.tasks[name] = self.bar.add_task(name, total=total)
+        self.tasks[name] = [total, 0, None]
+        self._show()
 
     def advance(self, name: str) -> None:
-        self.bar.advance(self.tasks[name])
+        self.tasks[name][1] += 1
+        self._show()
+
+    def _show(self) -> None:
+        if self.bar is None and self.clock() - self.started > 1.0:
+            from rich.progress import Progress
+
+            self.bar = Progress(console=_stderr(), transient=True)
+            self.bar.start()
+        if self.bar is not None:
+            for name, task in self.tasks.items():
+                if task[2] is None:
+                    task[2] = self.bar.add_task(name, total=task[0])
+                self.bar.update(task[2], completed=task[1])
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 class _progress:
+    """A context manager giving a _Progress on a terminal unless --quiet, else None (the runner stays silent)."""
+
     def __init__(self, quiet: bool):
         import sys
 
-        self.enabled = not quiet and sys.stderr.isatty()
+        self.hooks = None if quiet or not sys.stderr.isatty() else _Progress()
 
     def __enter__(self):
-        if not self.enabled:
-            return None
-        from rich.progress import Progress
-
-        self.bar = Progress(console=_stderr(), transient=True)
-        self.bar.__enter__()
-        return _Progress(self.bar)
+        return self.hooks
 
     def __exit__(self, *exc):
-        if self.enabled:
-            self.bar.__exit__(*exc)
+        if self.hooks is not None:
+            self.hooks.close()
         return False
 
 
