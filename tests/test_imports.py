@@ -41,6 +41,10 @@ needs_reference = pytest.mark.skipif(
         pytest.param(["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k", "--format", "json"], id="compare-json"),
         pytest.param(["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k"], id="compare-table"),
         pytest.param(["import", str(REFERENCE_CONFIG)], id="import", marks=needs_reference),
+        pytest.param(["cost", "deepseek-v2", "--hardware", "h100-80gb", "--format", "json"], id="cost"),
+        pytest.param(["sweep", "llama3-8b", "--ctx", "1k..8k"], id="sweep"),
+        pytest.param(["compare", "gemma3-27b", "--columns", "all", "--hardware", "mi300x"], id="compare-all"),
+        pytest.param(["hardware"], id="hardware"),
     ],
 )
 def test_analytic_commands_do_not_import_numpy(args, tmp_path):
