@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from kvcalc.backend.attention import GroupedQueryAttention
+from kvcalc.backend.causal import SCORE_CHUNK, _tiles, block_tiles, prefill_tiling
 from kvcalc.backend.checks import dense_reference, rel_error
-from kvcalc.backend.ops import FlopCounter
+from kvcalc.backend.memory import query_block
+from kvcalc.backend.ops import FlopCounter, softmax, softmax_
 from kvcalc.backend.runner import RunSettings, run
 from kvcalc.costs.flops import keys_seen
 from kvcalc.spec import ModelSpec
@@ -111,6 +113,70 @@ def test_exact_causal_flops_and_dense_reference():
         got, _ = layer.prefill(fc, x)
         assert fc.by_component["attn/scores"] == 2 * 2 * keys_seen(37, window) * 4 * 8
         assert rel_error(got, dense_reference(x, layer)) < 1e-12
+
+
+@pytest.mark.parametrize("window", [None, 1, 3, 5, 8, 16])
+def test_block_tiles_cover_every_pair_once(window):
+    # Every query-key pair of a causal (windowed) prefill lies in exactly one tile, and no masked pair in any.
+    for s in range(1, 34):
+        for block in (1, 2, 3, 5, 8, 13, 64):
+            block = min(block, window) if window else block
+            count = np.zeros((s, s), dtype=int)
+            for s0 in range(0, s, block):
+                e = min(s, s0 + block)
+                for t in block_tiles(s0, e, window):
+                    for j in range(t.n):
+                        row, key = s0 + t.row0 + j * t.step, t.key0 + j * t.step
+                        assert row + t.h <= e and key >= 0
+                        count[row : row + t.h, key : key + t.w] += 1
+            i, k = np.indices((s, s))
+            allowed = (k <= i) & ((i - k < window) if window else True)
+            assert (count == allowed).all(), (s, block, window)
+
+
+def test_large_scores_take_the_shifted_softmax():
+    # Scores far beyond exp's range need the max shift; the blocked result still equals the dense one.
+    rng = np.random.default_rng(4)
+    x = 30 * rng.standard_normal((1, 29, 32))
+    for window in (None, 7):
+        layer = GroupedQueryAttention(32, 4, 2, 8, window, np.random.default_rng(2), np.float64, block=8)
+        got, _ = layer.prefill(FlopCounter(), x)
+        want = dense_reference(x, layer)
+        assert np.isfinite(got).all()
+        assert rel_error(got, want) < 1e-12
+
+
+def test_tile_views_check_their_bounds():
+    with pytest.raises(ValueError, match="tiles out of bounds"):
+        _tiles(np.zeros((4, 6)), 2, 0, 0, 2, 3, 2, 4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_softmax_in_place_with_and_without_the_shift(dtype):
+    rng = np.random.default_rng(5)
+    scores = rng.standard_normal((3, 4, 9)).astype(dtype)
+    scores[..., 5:] = -np.inf  # masked pairs
+    want = softmax(scores)
+    for shift in (True, False):
+        p = scores.copy()
+        sums = softmax_(p, shift)
+        got = p if sums is None else p / sums  # float16 comes back normalised
+        assert np.allclose(got, want, rtol=1e-3 if dtype == np.float16 else 1e-6, atol=1e-3 if dtype == np.float16 else 0)
+        assert (got[..., 5:] == 0).all()
+
+
+@pytest.mark.parametrize("name", ["deepseek-v2", "llama3-70b", "gemma3-1b"])
+def test_prefill_tiling_bounds_the_band(name):
+    # The memory plan and the executor share this tiling: a band near SCORE_CHUNK elements, blocks of 16 to 256.
+    model = spec(name)
+    group = model.groups[0]
+    att = group.attention
+    n_kv = att.n_heads if att.kind in ("mha", "mla") else 1 if att.kind == "mqa" else att.n_kv_heads
+    g = att.n_heads // n_kv
+    window = group.sliding_window
+    tiling = prefill_tiling(1, n_kv, g, 4097, window, query_block(window))
+    assert tiling.band(1, g) <= SCORE_CHUNK * 1.01
+    assert 16 <= tiling.block <= 256
 
 
 def test_float16_run_within_its_tolerance():

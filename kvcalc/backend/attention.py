@@ -1,10 +1,7 @@
 """Reference attention layers in NumPy: MHA/GQA/MQA with RoPE, causal masks and windows, and DeepSeek's MLA.
 
-Every product goes through a FlopCounter, so the FLOPs a run reports are the ones it executed. Causal attention
-is computed exactly: query i meets only its min(i, W) keys, never a masked-out one, so the executed count equals
-the analytic Σ min(i, W). A prefill works by query blocks: the keys every query of a block sees form one
-rectangle (a single product); the few keys that differ between its rows (the diagonal triangle, and the window's
-trailing edge) are gathered per row. Axis letters are those of `kvcalc.backend.ops`.
+Every product goes through a FlopCounter, so the FLOPs a run reports are the ones it executed; the exact causal
+attention itself is in `kvcalc.backend.causal`. Axis letters are those of `kvcalc.backend.ops`.
 """
 
 from __future__ import annotations
@@ -13,52 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcalc.backend.ops import FlopCounter, apply_rope, random_weight, rms_norm, rope_tables, softmax
+from kvcalc.backend.causal import attend_all, causal_attention
+from kvcalc.backend.ops import FlopCounter, apply_rope, apply_rope_, random_weight, rms_norm, rope_tables, softmax
 
 ROPE_THETA = 10_000.0
-
-
-# ---------------------------------------------------------------- attention over cached or prompt keys
-
-
-def _row_keys(i: int, s0: int, lo: int, window: int | None) -> np.ndarray:
-    """Keys query i needs beyond its block's shared rectangle [lo, s0): the window's left edge, then [s0, i]."""
-    left = np.arange(max(0, i - window + 1), lo) if window else np.arange(0)
-    return np.concatenate([left, np.arange(s0, i + 1)])
-
-
-def causal_attention(fc: FlopCounter, q: np.ndarray, kT: np.ndarray, vT: np.ndarray, window: int | None,
-                     block: int) -> np.ndarray:
-    """Exact causal (windowed) attention of the s prompt queries over the same s positions.
-
-    q [b, k, g, s, d] (already scaled), kT [b, k, d, s], vT [b, k, s, e] -> [b, k, g, s, e].
-    """
-    b, kh, g, s, _ = q.shape
-    out = np.empty((b, kh, g, s, vT.shape[-1]), dtype=q.dtype)
-    block = min(block, window) if window else block
-    for s0 in range(0, s, block):
-        e = min(s, s0 + block)
-        lo = max(0, e - window) if window else 0  # every query of the block sees keys [lo, s0)
-        rect = fc.matmul("attn/scores", q[:, :, :, s0:e], kT[:, :, None, :, lo:s0])  # [b, k, g, B, s0-lo]
-        rows = [_row_keys(i, s0, lo, window) for i in range(s0, e)]
-        extra = np.full(rect.shape[:-1] + (max(len(r) for r in rows),), -np.inf, dtype=rect.dtype)
-        for j, idx in enumerate(rows):
-            row = q[:, :, :, s0 + j : s0 + j + 1]  # [b, k, g, 1, d]
-            extra[:, :, :, j, : len(idx)] = fc.matmul("attn/scores", row, kT[:, :, None][..., idx])[..., 0, :]
-        p = softmax(np.concatenate([rect, extra], axis=-1)).astype(q.dtype)
-        width = s0 - lo
-        block_out = fc.matmul("attn/mix", p[..., :width], vT[:, :, None, lo:s0])  # [b, k, g, B, e]
-        for j, idx in enumerate(rows):
-            block_out[:, :, :, j] += fc.matmul("attn/mix", p[:, :, :, j : j + 1, width : width + len(idx)],
-                                               vT[:, :, None, idx])[..., 0, :]
-        out[:, :, :, s0:e] = block_out
-    return out
-
-
-def attend_all(fc: FlopCounter, q: np.ndarray, kT: np.ndarray, vT: np.ndarray) -> np.ndarray:
-    """One new query per sequence over all held keys (a decode step): q [b, k, g, 1, d] -> [b, k, g, 1, e]."""
-    p = softmax(fc.matmul("attn/scores", q, kT[:, :, None])).astype(q.dtype)
-    return fc.matmul("attn/mix", p, vT[:, :, None])
 
 
 def _keep(x: np.ndarray, window: int | None) -> np.ndarray:
@@ -97,11 +52,13 @@ class GroupedQueryAttention:
         """Projections and RoPE of tokens at positions start…: x [b, s, m] -> q [b, k, g, s, d], k, v [b, s, k, d]."""
         b, s, _ = x.shape
         cos, sin = rope_tables(np.arange(start, start + s), self.d, ROPE_THETA, self.dtype)
-        q = apply_rope(fc.matmul("attn/q", x, self.wq).reshape(b, s, self.h, self.d), cos, sin)
-        k = apply_rope(fc.matmul("attn/k", x, self.wk).reshape(b, s, self.k, self.d), cos, sin)
+        q = apply_rope_(fc.matmul("attn/q", x, self.wq).reshape(b, s, self.h, self.d), cos, sin)
+        k = apply_rope_(fc.matmul("attn/k", x, self.wk).reshape(b, s, self.k, self.d), cos, sin)
         v = fc.matmul("attn/v", x, self.wv).reshape(b, s, self.k, self.d)
-        q = q.reshape(b, s, self.k, self.g, self.d).transpose(0, 2, 3, 1, 4) * self.dtype(self.d ** -0.5)
-        return q, k, v
+        # scaled into the layout [b, k, s, g, d]: a KV head's queries are then consecutive rows for its products
+        q = np.multiply(q.reshape(b, s, self.k, self.g, self.d).transpose(0, 2, 1, 3, 4), self.dtype(self.d ** -0.5),
+                        order="C")
+        return q.transpose(0, 1, 3, 2, 4), k, v
 
     def _out(self, fc: FlopCounter, o: np.ndarray) -> np.ndarray:
         b, _, _, s, _ = o.shape  # [b, k, g, s, d] -> [b, s, h·d] -> [b, s, m]
@@ -143,15 +100,15 @@ class LatentAttention:
         q_in = q_lora_rank or d_model
         self.wuq = random_weight(rng, (q_in, n_heads * (qk_nope + qk_rope)), q_in, dtype)  # W_UQ and W_QR (or W_Q)
         self.wdkv = random_weight(rng, (d_model, kv_lora_rank + qk_rope), d_model, dtype)  # W_DKV and W_KR
-        self.wukv = random_weight(rng, (kv_lora_rank, n_heads * (qk_nope + v_head_dim)), kv_lora_rank, dtype)  # W_UK, W_UV
+        wukv = random_weight(rng, (kv_lora_rank, n_heads * (qk_nope + v_head_dim)), kv_lora_rank, dtype)  # W_UK, W_UV
         self.wo = random_weight(rng, (n_heads * v_head_dim, d_model), n_heads * v_head_dim, dtype)  # W_O
-        per_head = self.wukv.reshape(kv_lora_rank, n_heads, qk_nope + v_head_dim)
+        per_head = wukv.reshape(kv_lora_rank, n_heads, qk_nope + v_head_dim)  # held per head only (both schedules)
         self.w_uk = np.ascontiguousarray(per_head[:, :, :qk_nope].transpose(1, 2, 0))  # [h, nope, c]
         self.w_uv = np.ascontiguousarray(per_head[:, :, qk_nope:].transpose(1, 0, 2))  # [h, c, e]
         self.scale = self.dtype((qk_nope + qk_rope) ** -0.5)
 
-    def _queries(self, fc: FlopCounter, x: np.ndarray, start: int):
-        """x [b, s, m] -> q_nope [b, s, h, nope], q_rope [b, s, h, r] (rotated)."""
+    def _queries(self, fc: FlopCounter, x: np.ndarray, start: int) -> np.ndarray:
+        """x [b, s, m] -> q [b, s, h, nope + r]: q_nope, then q_rope rotated in place."""
         b, s, _ = x.shape
         if self.qc:
             c_q = rms_norm(fc.matmul("attn/q_down", x, self.wdq))
@@ -160,7 +117,8 @@ class LatentAttention:
             q = fc.matmul("attn/q", x, self.wuq)
         q = q.reshape(b, s, self.h, self.nope + self.r)
         cos, sin = rope_tables(np.arange(start, start + s), self.r, ROPE_THETA, self.dtype)
-        return q[..., : self.nope], apply_rope(q[..., self.nope :], cos, sin)
+        apply_rope_(q[..., self.nope :], cos, sin)
+        return q
 
     def _latent(self, fc: FlopCounter, x: np.ndarray, start: int):
         """x [b, s, m] -> c_KV [b, s, c] (normalised) and k_R [b, s, r] (rotated): what the latent cache holds."""
@@ -170,22 +128,29 @@ class LatentAttention:
         return rms_norm(down[..., : self.c]), apply_rope(down[..., self.c :][:, :, None], cos, sin)[:, :, 0]
 
     def _expand(self, fc: FlopCounter, c_kv: np.ndarray, k_rope: np.ndarray, start: int):
-        """Per-head K [b, t, h, nope + r] and V [b, t, h, e] rebuilt from the latent (W_UK, W_UV)."""
+        """Per-head K [b, t, h, nope + r] and V [b, t, h, e] rebuilt from the latent (W_UK, W_UV).
+
+        Both are views of arrays laid out per head, [b, h, t, ·], the layout the attention products read best;
+        the up-projected keys are written next to a copy of the shared k_R, so K needs no concatenation.
+        """
         b, t, _ = c_kv.shape
-        kv = fc.matmul("attn/kv_up", c_kv, self.wukv).reshape(b, t, self.h, self.nope + self.e)
-        k_nope = kv[..., : self.nope]
+        k = np.empty((b, self.h, t, self.nope + self.r), dtype=c_kv.dtype)
+        # [b, 1, t, c] @ [h, c, nope] and [h, c, e]: the columns of W_UKV, head by head (the same FLOPs)
+        fc.matmul("attn/kv_up", c_kv[:, None], self.w_uk.transpose(0, 2, 1), out=k[..., : self.nope])
+        v = fc.matmul("attn/kv_up", c_kv[:, None], self.w_uv)
         if self.rope == "plain":  # rotate the up-projected keys themselves (what MLA must avoid)
             cos, sin = rope_tables(np.arange(start, start + t), self.nope, ROPE_THETA, self.dtype)
-            k_nope = apply_rope(k_nope, cos, sin)
-        k = np.concatenate([k_nope, np.broadcast_to(k_rope[:, :, None], (b, t, self.h, self.r))], axis=-1)
-        return k, kv[..., self.nope :]
+            apply_rope_(k[..., : self.nope].transpose(0, 2, 1, 3), cos, sin)  # as [b, t, h, nope]
+        k[..., self.nope :] = k_rope[:, None]  # shared by every head
+        return k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
 
-    def _q_full(self, q_nope: np.ndarray, q_rope: np.ndarray, start: int) -> np.ndarray:
-        """Queries as [b, h, 1, s, nope + r], scaled (with plain RoPE the nope part is rotated too)."""
+    def _q_full(self, q: np.ndarray, start: int) -> np.ndarray:
+        """Queries q [b, s, h, nope + r] as [b, h, 1, s, nope + r], scaled in place (with plain RoPE the nope part
+        is rotated too)."""
         if self.rope == "plain":
-            cos, sin = rope_tables(np.arange(start, start + q_nope.shape[1]), self.nope, ROPE_THETA, self.dtype)
-            q_nope = apply_rope(q_nope, cos, sin)
-        q = np.concatenate([q_nope, q_rope], axis=-1) * self.scale
+            cos, sin = rope_tables(np.arange(start, start + q.shape[1]), self.nope, ROPE_THETA, self.dtype)
+            apply_rope_(q[..., : self.nope], cos, sin)
+        q *= self.scale
         return q.transpose(0, 2, 1, 3)[:, :, None]
 
     def _out(self, fc: FlopCounter, o: np.ndarray) -> np.ndarray:
@@ -199,23 +164,23 @@ class LatentAttention:
 
     def prefill(self, fc: FlopCounter, x: np.ndarray) -> tuple[np.ndarray, Cache]:
         """The prompt's K and V are up-projected once and attended per head (every engine's prefill)."""
-        q_nope, q_rope = self._queries(fc, x, 0)
+        q = self._queries(fc, x, 0)
         c_kv, k_rope = self._latent(fc, x, 0)
         k, v = self._expand(fc, c_kv, k_rope, 0)
-        o = causal_attention(fc, self._q_full(q_nope, q_rope, 0), k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3),
+        o = causal_attention(fc, self._q_full(q, 0), k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3),
                              self.window, self.block)
         return self._out(fc, o), self._held(c_kv, k_rope, k, v, x.shape[1])
 
     def decode(self, fc: FlopCounter, x: np.ndarray, cache: Cache, schedule: str = "absorbed") -> tuple[np.ndarray, Cache]:
         """One new token at position cache.seen, with the naive or the absorbed schedule."""
         t0 = cache.seen
-        q_nope, q_rope = self._queries(fc, x, t0)
+        q = self._queries(fc, x, t0)
         c_new, kr_new = self._latent(fc, x, t0)
         if self.layout == "expanded":  # naive only: up-project the new token, attend over cached per-head K/V
             k_new, v_new = self._expand(fc, c_new, kr_new, t0)
             k = _keep(np.concatenate([cache.tensors["k"], k_new], axis=1), self.window)
             v = _keep(np.concatenate([cache.tensors["v"], v_new], axis=1), self.window)
-            o = attend_all(fc, self._q_full(q_nope, q_rope, t0), k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3))
+            o = attend_all(fc, self._q_full(q, t0), k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3))
             return self._out(fc, o), Cache({"k": k, "v": v}, t0 + 1)
         c_kv = _keep(np.concatenate([cache.tensors["c_kv"], c_new], axis=1), self.window)
         k_rope = _keep(np.concatenate([cache.tensors["k_rope"], kr_new], axis=1), self.window)
@@ -223,9 +188,9 @@ class LatentAttention:
         first = t0 + 1 - c_kv.shape[1]  # position of the oldest held token
         if schedule == "naive":  # rebuild per-head K and V of every held token (HF transformers 5.x)
             k, v = self._expand(fc, c_kv, k_rope, first)
-            o = attend_all(fc, self._q_full(q_nope, q_rope, t0), k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3))
+            o = attend_all(fc, self._q_full(q, t0), k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3))
             return self._out(fc, o), held
-        return self._out(fc, self._absorbed(fc, q_nope, q_rope, c_kv, k_rope, t0)), held
+        return self._out(fc, self._absorbed(fc, q[..., : self.nope], q[..., self.nope :], c_kv, k_rope, t0)), held
 
     def _absorbed(self, fc, q_nope, q_rope, c_kv, k_rope, t0):
         """W_UK folded into the query and W_UV into the output; attention over c_KV and k_R (DeepSeek-V2 §2.1.3)."""

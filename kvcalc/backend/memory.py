@@ -3,7 +3,8 @@
 The prediction adds, in bytes: the weights of the layers run; their KV caches at the end of the run (and one
 extra copy of the largest, made while a decode step appends to it); and the prefill activations of the longest
 sequence the run attends over (the recompute check's ctx + decode tokens): the residual stream, the projections,
-per-head keys and values, and one block of scores, which the query-block size keeps bounded.
+per-head keys and values, the attention output, and one band of scores, which the prefill's tiling keeps bounded
+(`kvcalc.backend.attention.prefill_tiling`, the executor's own choice). It leaves out the interpreter itself.
 """
 
 from __future__ import annotations
@@ -11,36 +12,56 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
+from kvcalc.backend.causal import prefill_tiling
 from kvcalc.costs.cache import per_token_formula
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import MLA, ModelSpec, ResolvedGroup
 from kvcalc.units import format_bytes
 
-SCORE_BLOCK_BYTES = 64 * 1024**2  # target size of one block of attention scores (float32)
+QUERY_BLOCK = 256  # queries per prefill block at most: with 256·g rows a head's products run near BLAS's best
 
 
-def query_block(n_heads: int, batch: int, keys: int, window: int | None) -> int:
-    """Queries per prefill block, so that a block of scores stays near SCORE_BLOCK_BYTES (at least 16, at most 256)."""
-    per_query = 4 * n_heads * batch * (min(keys, window) if window else keys)
-    block = max(16, min(256, SCORE_BLOCK_BYTES // max(per_query, 1)))
-    return min(block, window) if window else block
+def query_block(window: int | None) -> int:
+    """Queries per prefill block at most: QUERY_BLOCK, and no more than the window.
+
+    The executor lowers it (and picks how many KV heads to attend together) so that one band of scores stays
+    bounded, knowing the grouping of query heads that it takes from the layer; `plan` predicts the same choice.
+    """
+    return min(QUERY_BLOCK, window) if window else QUERY_BLOCK
 
 
-def _widths(group: ResolvedGroup, d_model: int) -> tuple[int, int, int]:
-    """(weights, activation width per token, heads) of one layer, in elements."""
+def _widths(group: ResolvedGroup, d_model: int) -> tuple[int, int, int, int]:
+    """(weights, activation width per token, KV heads, query heads per KV head) of one layer, in elements."""
     att = group.attention
     if isinstance(att, MLA):
         h, qk, c, r, e = att.n_heads, att.qk_nope_head_dim + att.qk_rope_head_dim, att.kv_lora_rank, att.qk_rope_head_dim, att.v_head_dim
         q_in = att.q_lora_rank or d_model
         weights = (d_model * att.q_lora_rank if att.q_lora_rank else 0) + q_in * h * qk + d_model * (c + r) \
-            + c * h * (att.qk_nope_head_dim + e) * 2 + h * e * d_model  # W_UK/W_UV are held twice (fused and per head)
-        width = q_in + 3 * h * qk + c + r + 2 * h * (att.qk_nope_head_dim + e) + 2 * h * e
-        return weights, width, h
+            + c * h * (att.qk_nope_head_dim + e) + h * e * d_model  # W_UK/W_UV are held per head only
+        # q and K per head (d_qk), V and the attention output per head (e), c_Q, and the latent and k_R with copies
+        width = 2 * h * qk + 2 * h * e + q_in + 2 * (c + r)
+        return weights, width, h, 1
     h, d = att.n_heads, group.head_dim
     n_kv = {"mha": h, "mqa": 1}.get(att.kind) or att.n_kv_heads
     weights = 2 * d_model * h * d + 2 * d_model * n_kv * d
+    # q (and, briefly, its regrouped copy), the attention output and its [s, h·d] copy; K and V with RoPE's copy
     width = 3 * h * d + 4 * n_kv * d
-    return weights, width, h
+    return weights, width, n_kv, h // n_kv
+
+
+def _value_dim(group: ResolvedGroup) -> int:
+    """Value head dim e (the width of a row of p @ v)."""
+    att = group.attention
+    return att.v_head_dim if isinstance(att, MLA) else group.head_dim
+
+
+def _scores_bytes(group: ResolvedGroup, kv_heads: int, g: int, tokens: int, batch: int, itemsize: int) -> int:
+    """The prefill's band of scores (float16's softmax adds three float32 copies) and a tile's share of p @ v."""
+    window = group.sliding_window
+    block = query_block(window)  # what the runner passes the layer
+    tiling = prefill_tiling(batch, kv_heads, g, tokens, window, block)
+    band = tiling.band(batch, g) * (itemsize + (12 if itemsize == 2 else 0))
+    return band + batch * tiling.chunk * tiling.block * g * _value_dim(group) * itemsize
 
 
 @dataclass(frozen=True)
@@ -63,15 +84,14 @@ def plan(spec: ModelSpec, layers: list[int], ctx: int, decode: int, batch: int, 
     weights = cache = act = largest = 0
     for layer in layers:
         group = by_layer[layer]
-        w, width, heads = _widths(group, spec.d_model)
+        w, width, kv_heads, g = _widths(group, spec.d_model)
         weights += w * itemsize
         held = min(total, group.sliding_window) if group.sliding_window else total
         layer_cache = per_token_formula(group, mla_cache).elements * held * batch * itemsize
         cache += layer_cache
         largest = max(largest, layer_cache)
-        block = query_block(heads, batch, total, group.sliding_window)
-        keys = min(total, group.sliding_window) if group.sliding_window else total
-        scores = 4 * heads * batch * block * (keys + block) * 4  # rect + row extras, their concatenation, softmax
+        scores = _scores_bytes(group, kv_heads, g, total, batch, itemsize)
+        # 4 · d_model: the run's input, a layer's input, its norm and its output (the residual stream)
         act = max(act, batch * total * (4 * spec.d_model + width) * itemsize + scores)
     return MemoryPlan(weights=weights, cache=cache + largest, activations=act)
 

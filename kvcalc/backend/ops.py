@@ -22,9 +22,15 @@ class FlopCounter:
         self.by_component: Counter = Counter()
         self.enabled = True
 
-    def matmul(self, component: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """a @ b (NumPy broadcasting rules), counting 2·m·n·k for every broadcast batch element."""
-        out = np.matmul(a, b)
+    def matmul(self, component: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """a @ b (NumPy broadcasting rules), counting 2·m·n·k for every broadcast batch element.
+
+        `out`, when given, receives the product in place (it may be a strided view into a larger buffer).
+        """
+        if a.ndim > 1 and b.ndim > 1 and a.shape[-1] == b.shape[-2] == 1:  # an outer product: the same numbers
+            out = np.multiply(a, b, out=out)  # without a BLAS call per batch element (dearer than the product here)
+        else:
+            out = np.matmul(a, b, out=out)
         if self.enabled:
             k = a.shape[-1]
             # out has the batch shape and m×n: its size is batch·m·n, so 2·size·k is 2·m·n·k per batch element
@@ -42,16 +48,30 @@ def rope_tables(positions: np.ndarray, dim: int, theta: float, dtype) -> tuple[n
     return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
 
+def _rope_view(x: np.ndarray, cos: np.ndarray, sin: np.ndarray):
+    """The halves of x [b, t, ..., d] and cos/sin [t, d/2] shaped to broadcast against them."""
+    half = x.shape[-1] // 2
+    shape = (1, cos.shape[0]) + (1,) * (x.ndim - 3) + (half,)
+    return x[..., :half], x[..., half:], cos.reshape(shape), sin.reshape(shape)
+
+
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """Rotate pairs (x[..., :d/2], x[..., d/2:]) by the position angles: [b, t, ..., d] with cos/sin [t, d/2].
 
     Elementwise (not a matrix product), so it adds no counted FLOPs.
     """
-    half = x.shape[-1] // 2
-    shape = (1, cos.shape[0]) + (1,) * (x.ndim - 3) + (half,)
-    c, s = cos.reshape(shape), sin.reshape(shape)
-    x1, x2 = x[..., :half], x[..., half:]
-    return np.concatenate([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1)
+    return apply_rope_(x.astype(np.result_type(x, cos), copy=True), cos, sin)
+
+
+def apply_rope_(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """`apply_rope` in place (x must have cos's dtype): no new array of x's size, the same numbers."""
+    x1, x2, c, s = _rope_view(x, cos, sin)
+    x1_sin = x1 * s  # x1 before it is overwritten
+    x1 *= c
+    x1 -= x2 * s  # x1·cos − x2·sin
+    x2 *= c
+    x2 += x1_sin  # x2·cos + x1·sin
+    return x
 
 
 def rms_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
@@ -67,6 +87,23 @@ def softmax(scores: np.ndarray) -> np.ndarray:
     peak = np.max(wide, axis=-1, keepdims=True)
     e = np.exp(wide - peak)
     return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def softmax_(scores: np.ndarray, shift: bool = True) -> np.ndarray | None:
+    """Softmax over the last axis in place, the division left to the caller: returns the row sums to divide by.
+
+    float32/64: scores become exp(s - row max), and the caller divides the (much smaller) product p @ v by the
+    sums. The shift only keeps exp in range, so a caller that knows every |score| is small may skip it (shift
+    False): exp(s) then neither overflows nor loses a row, and the ratios are the same up to round-off.
+    float16 (whose sum of unnormalised products could overflow): normalised here in float32; returns None.
+    """
+    if scores.dtype == np.float16:
+        scores[...] = softmax(scores)
+        return None
+    if shift:
+        scores -= np.max(scores, axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    return np.sum(scores, axis=-1, keepdims=True)
 
 
 def random_weight(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, dtype) -> np.ndarray:

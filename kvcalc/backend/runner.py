@@ -95,11 +95,11 @@ def layer_order(spec: ModelSpec) -> list[int]:
     return firsts + [i for g in spec.groups if not isinstance(g.attention, Linear) for i in g.layers if i not in firsts]
 
 
-def build_layer(spec: ModelSpec, group: ResolvedGroup, rng, s: RunSettings, keys: int, rope: str = "decoupled"):
+def build_layer(spec: ModelSpec, group: ResolvedGroup, rng, s: RunSettings, rope: str = "decoupled"):
     """A NumPy layer with random weights at the group's real dims."""
     dtype = DTYPES[s.dtype][0]
     att = group.attention
-    block = query_block(att.n_heads, s.batch, keys, group.sliding_window)
+    block = query_block(group.sliding_window)
     if isinstance(att, MLA):
         return LatentAttention(spec.d_model, att.n_heads, att.kv_lora_rank, att.q_lora_rank, att.qk_nope_head_dim,
                                att.qk_rope_head_dim, att.v_head_dim, group.sliding_window, rng, dtype, s.mla_cache,
@@ -133,7 +133,7 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     ids = sorted(order[:n_layers])
     rng = np.random.default_rng(s.seed)
     dtype = DTYPES[s.dtype][0]
-    layers = [build_layer(spec, by_layer[i], rng, s, s.ctx + s.decode) for i in ids]
+    layers = [build_layer(spec, by_layer[i], rng, s) for i in ids]
     x0 = rng.standard_normal((s.batch, s.ctx + s.decode, spec.d_model)).astype(dtype)
 
     report = RunReport(spec.name, s, ids, predicted_peak_bytes=mem.peak)
