@@ -244,3 +244,22 @@ def test_run_argument_errors():
 def test_run_formats(fmt):
     out = cli("run", "mistral-7b", "--ctx", "8", "--decode", "1", "--format", fmt).stdout
     assert "attn/scores" in out.replace(r"\_", "_")
+
+
+def test_progress_hooks_count_prefill_blocks_and_decode_steps():
+    class Recorder:
+        def __init__(self):
+            self.tasks = {}
+
+        def start(self, name, total):
+            self.tasks[name] = [total, 0]
+
+        def advance(self, name):
+            self.tasks[name][1] += 1
+
+    hooks = Recorder()
+    report = run(spec("gemma3-1b"), RunSettings(ctx=600, decode=3), hooks)
+    assert report.ok
+    assert hooks.tasks["decode"] == [3, 3]
+    total, done = hooks.tasks["prefill"]
+    assert total == done and total >= 2  # every prefill block of both layers reported, no more

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcalc.backend.causal import attend_all, causal_attention
+from kvcalc.backend.causal import attend_all, blocks, causal_attention
 from kvcalc.backend.ops import FlopCounter, apply_rope, apply_rope_, random_weight, rms_norm, rope_tables, softmax
 
 ROPE_THETA = 10_000.0
@@ -64,10 +64,16 @@ class GroupedQueryAttention:
         b, _, _, s, _ = o.shape  # [b, k, g, s, d] -> [b, s, h·d] -> [b, s, m]
         return fc.matmul("attn/o", o.transpose(0, 3, 1, 2, 4).reshape(b, s, self.h * self.d), self.wo)
 
+    on_block = None  # called after each prefill block, for a progress bar
+
+    def prefill_blocks(self, batch: int, s: int) -> int:
+        return blocks(batch, self.k, self.g, s, self.window, self.block)
+
     def prefill(self, fc: FlopCounter, x: np.ndarray) -> tuple[np.ndarray, Cache]:
         """Attention over a prompt x [b, s, m]; returns the output and the cache of its last min(s, W) tokens."""
         q, k, v = self._qkv(fc, x, 0)
-        o = causal_attention(fc, q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3), self.window, self.block)
+        o = causal_attention(fc, q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3), self.window, self.block,
+                             self.on_block)
         return self._out(fc, o), Cache({"k": _keep(k, self.window), "v": _keep(v, self.window)}, x.shape[1])
 
     def decode(self, fc: FlopCounter, x: np.ndarray, cache: Cache, schedule: str = "naive") -> tuple[np.ndarray, Cache]:
@@ -162,13 +168,18 @@ class LatentAttention:
             return Cache({"c_kv": _keep(c_kv, self.window), "k_rope": _keep(k_rope, self.window)}, seen)
         return Cache({"k": _keep(k, self.window), "v": _keep(v, self.window)}, seen)
 
+    on_block = None  # called after each prefill block, for a progress bar
+
+    def prefill_blocks(self, batch: int, s: int) -> int:
+        return blocks(batch, self.h, 1, s, self.window, self.block)
+
     def prefill(self, fc: FlopCounter, x: np.ndarray) -> tuple[np.ndarray, Cache]:
         """The prompt's K and V are up-projected once and attended per head (every engine's prefill)."""
         q = self._queries(fc, x, 0)
         c_kv, k_rope = self._latent(fc, x, 0)
         k, v = self._expand(fc, c_kv, k_rope, 0)
         o = causal_attention(fc, self._q_full(q, 0), k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3),
-                             self.window, self.block)
+                             self.window, self.block, self.on_block)
         return self._out(fc, o), self._held(c_kv, k_rope, k, v, x.shape[1])
 
     def decode(self, fc: FlopCounter, x: np.ndarray, cache: Cache, schedule: str = "absorbed") -> tuple[np.ndarray, Cache]:

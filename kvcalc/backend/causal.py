@@ -131,11 +131,18 @@ def _norms(x: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("...i,...i->...", x, x))
 
 
+def blocks(b: int, kh: int, g: int, s: int, window: int | None, block: int) -> int:
+    """How many (head chunk, query block) steps `causal_attention` takes: what a progress bar counts."""
+    block, chunk, _ = prefill_tiling(b, kh, g, s, window, block)
+    return -(-kh // chunk) * -(-s // block)
+
+
 def causal_attention(fc: FlopCounter, q: np.ndarray, kT: np.ndarray, vT: np.ndarray, window: int | None,
-                     block: int) -> np.ndarray:
+                     block: int, on_block=None) -> np.ndarray:
     """Exact causal (windowed) attention of the s prompt queries over the same s positions.
 
     q [b, k, g, s, d] (already scaled), kT [b, k, d, s], vT [b, k, s, e] -> [b, k, g, s, e].
+    `on_block`, if given, is called after each step (progress reporting).
     """
     b, kh, g, s, _ = q.shape
     rows = _query_rows(q)
@@ -151,6 +158,8 @@ def causal_attention(fc: FlopCounter, q: np.ndarray, kT: np.ndarray, vT: np.ndar
             bound = np.max(q_norm[:, heads, s0 * g : e * g]) * np.max(k_norm[:, heads, a0:e])
             _attend_block(fc, rows[:, heads, s0 * g : e * g], kT[:, heads], vT[:, heads],
                           out[:, heads, s0 * g : e * g], s0, e, window, scratch, bound >= SAFE_EXP)
+            if on_block is not None:
+                on_block()
     return out5
 
 

@@ -138,10 +138,14 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
 
     report = RunReport(spec.name, s, ids, predicted_peak_bytes=mem.peak)
     fc = FlopCounter()
-    progress.start("prefill", len(layers))
+    progress.start("prefill", sum(layer.prefill_blocks(s.batch, s.ctx) for layer in layers))
+    for layer in layers:
+        layer.on_block = lambda: progress.advance("prefill")
     t0 = time.perf_counter()
-    _, caches = stack_prefill(fc, layers, x0[:, : s.ctx], lambda: progress.advance("prefill"))
+    _, caches = stack_prefill(fc, layers, x0[:, : s.ctx])
     prefill_seconds = time.perf_counter() - t0
+    for layer in layers:
+        layer.on_block = None  # the checks' recomputations are not part of the run
     prefill_flops = Counter(fc.by_component)
     after_prefill = list(caches)
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 from kvcalc.backend.ops import FlopCounter, rms_norm
 
 
-def stack_prefill(fc: FlopCounter, layers, x, after_layer=lambda: None):
+def stack_prefill(fc: FlopCounter, layers, x):
     """A prompt x [b, s, m] through every layer; returns the output and each layer's cache."""
     caches = []
     for layer in layers:
         y, cache = layer.prefill(fc, rms_norm(x))
         x = x + y
         caches.append(cache)
-        after_layer()
     return x, caches
 
 
