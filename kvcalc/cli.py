@@ -483,7 +483,9 @@ def run_backend(
                            mla_cache=mla_cache.value, mla_schedule=mla_schedule.value if mla_schedule else None,
                            seed=seed, max_memory=_parse_bytes(max_memory), rope_demo=rope_demo)
     settings.schedule  # a bad combination fails before any allocation
-    with _progress(quiet) as progress:
+    from kvcalc.progress import progress_hooks
+
+    with progress_hooks(quiet) as progress:
         report = run(lm.spec, settings, progress)
     if fmt == Format.json:
         _emit(render(RESULT_COLUMNS, [], "json", payload=report_payload(report)))
@@ -498,56 +500,6 @@ def run_backend(
         bad = [f"{r.quantity}: predicted {r.predicted}, measured {r.measured}" for r in report.mismatches]
         bad += [f"{c.name}: error {c.error:.3g} vs tolerance {c.tolerance:g}" for c in report.checks if not c.passed]
         raise KvcalcError("predicted and measured differ:\n  " + "\n  ".join(bad))
-
-
-class _Progress:
-    """The runner's progress hooks on a rich progress bar (stderr), shown once the run has taken a second."""
-
-    def __init__(self):
-        import time
-
-        self.clock, self.started, self.bar, self.tasks = time.perf_counter, time.perf_counter(), None, {}
-
-    def start(self, name: str, total: int) -> None:
-        self.tasks[name] = [total, 0, None]
-        self._show()
-
-    def advance(self, name: str) -> None:
-        self.tasks[name][1] += 1
-        self._show()
-
-    def _show(self) -> None:
-        if self.bar is None and self.clock() - self.started > 1.0:
-            from rich.progress import Progress
-
-            self.bar = Progress(console=_stderr(), transient=True)
-            self.bar.start()
-        if self.bar is not None:
-            for name, task in self.tasks.items():
-                if task[2] is None:
-                    task[2] = self.bar.add_task(name, total=task[0])
-                self.bar.update(task[2], completed=task[1])
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
-class _progress:
-    """A context manager giving a _Progress on a terminal unless --quiet, else None (the runner stays silent)."""
-
-    def __init__(self, quiet: bool):
-        import sys
-
-        self.hooks = None if quiet or not sys.stderr.isatty() else _Progress()
-
-    def __enter__(self):
-        return self.hooks
-
-    def __exit__(self, *exc):
-        if self.hooks is not None:
-            self.hooks.close()
-        return False
 
 
 @app.command("hardware")

@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcalc.costs.cache import kv_cache
-from kvcalc.costs.flops import decode_flops, generate_flops, mla_crossover, prefill_flops
+from kvcalc.costs.flops import decode_flops, generate_flops, mla_crossover, prefill_flops, resolve_schedule
 from kvcalc.costs.params import param_counts, weights_bytes
 from kvcalc.costs.traffic import decode_bytes, prefill_bytes
-from kvcalc.errors import KvcalcError
 from kvcalc.spec import MLA, ModelSpec
 
 
@@ -35,11 +34,7 @@ class Settings:
 
     @property
     def schedule(self) -> str:
-        if self.mla_schedule is None:
-            return "absorbed" if self.mla_cache == "latent" else "naive"
-        if self.mla_schedule == "absorbed" and self.mla_cache == "expanded":
-            raise KvcalcError("--mla-schedule absorbed attends in the latent space: it needs --mla-cache latent")
-        return self.mla_schedule
+        return resolve_schedule(self.mla_cache, self.mla_schedule)
 
 
 def figures(spec: ModelSpec, s: Settings) -> dict:

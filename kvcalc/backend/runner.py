@@ -19,7 +19,7 @@ from kvcalc.backend.memory import Request, available_memory, guard, query_block
 from kvcalc.backend.ops import FlopCounter
 from kvcalc.backend.stack import stack_decode, stack_prefill
 from kvcalc.costs.cache import kv_cache
-from kvcalc.costs.flops import decode_work, layer_attention_flops, prefill_work
+from kvcalc.costs.flops import decode_work, layer_attention_flops, prefill_work, resolve_schedule
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import MLA, Linear, ModelSpec, ResolvedGroup
 
@@ -45,11 +45,7 @@ class RunSettings:
 
     @property
     def schedule(self) -> str:
-        if self.mla_schedule is None:
-            return "absorbed" if self.mla_cache == "latent" else "naive"
-        if self.mla_schedule == "absorbed" and self.mla_cache == "expanded":
-            raise KvcalcError("--mla-schedule absorbed attends in the latent space: it needs --mla-cache latent")
-        return self.mla_schedule
+        return resolve_schedule(self.mla_cache, self.mla_schedule)
 
 
 @dataclass(frozen=True)

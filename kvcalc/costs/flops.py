@@ -131,11 +131,19 @@ def forward(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: s
     return {k: v for k, v in total.items() if v}
 
 
+def resolve_schedule(mla_cache: str, mla_schedule: str | None) -> str:
+    """The MLA decode schedule: as asked, else absorbed from a latent cache and naive from an expanded one."""
+    if mla_schedule is None:
+        return "absorbed" if mla_cache == "latent" else "naive"
+    _check(mla_schedule, mla_cache)
+    return mla_schedule
+
+
 def _check(schedule: str, mla_cache: str) -> None:
     if schedule not in MLA_SCHEDULES:
         raise KvcalcError(f"unknown MLA schedule {schedule!r}: choose naive or absorbed")
     if schedule == "absorbed" and mla_cache == "expanded":
-        raise KvcalcError("the absorbed MLA schedule attends in the latent space: it needs --mla-cache latent")
+        raise KvcalcError("--mla-schedule absorbed attends in the latent space: it needs --mla-cache latent")
 
 
 def _naive_expands(mla_cache: str, keys: int, new: int) -> int:
