@@ -222,8 +222,10 @@ def _settings(ctx: int, batch: int, gen: int, kv_dtype, weights_dtype, mla_cache
                     dense_attn=dense_attn, hardware=hw)
 
 
-def _table_rows(loaded, ctxs, batch, gen, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware):
-    """compare/sweep rows: architecture, cache and every cost figure of each model at each context."""
+def _table_rows(loaded, ctxs: list[int], base):
+    """compare/sweep rows: architecture, cache and every cost figure of each model at each context of `base`."""
+    from dataclasses import replace
+
     from kvcalc.costs.cache import kv_cache
     from kvcalc.figures import figures
     from kvcalc.rows import compare_row, with_ratios
@@ -231,9 +233,8 @@ def _table_rows(loaded, ctxs, batch, gen, kv_dtype, weights_dtype, mla_cache, ml
     rows, reports = [], []
     for lm in loaded:
         for c in ctxs:
-            s = _settings(c, batch, gen, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware)
-            report = kv_cache(lm.spec, c, batch, kv_dtype.value, mla_cache.value)
-            rows.append({**compare_row(lm.spec, report), **figures(lm.spec, s)})
+            report = kv_cache(lm.spec, c, base.batch, base.kv_dtype, base.mla_cache)
+            rows.append({**compare_row(lm.spec, report), **figures(lm.spec, replace(base, ctx=c))})
             reports.append((lm, report))
     return with_ratios(rows), reports
 
@@ -269,7 +270,8 @@ def compare(
     loaded = [_load(m, no_windows) for m in models]
     for lm in loaded:
         _warn_ctx(lm.spec, ctxs, fmt)
-    rows, reports = _table_rows(loaded, ctxs, batch, gen, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware)
+    base = _settings(ctxs[0], batch, gen, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware)
+    rows, reports = _table_rows(loaded, ctxs, base)
     derivations = [derivation(report, lm.origin, lm.config_keys) for lm, report in reports]
     title = (f"KV cache, {kv_dtype.value}, batch {batch}" if columns == "kv" else
              f"Batch {batch}, kv {kv_dtype.value}, weights {weights_dtype.value}" + (f", {hardware} (lower bounds)" if hardware else ""))
@@ -313,23 +315,20 @@ def sweep(
         raise typer.BadParameter(str(exc), param_hint="'--ctx'") from None
     loaded = [_load(m) for m in models]
     if columns is None:
-        mla = any(r.get("kv_lora_rank") for r in (_facts(lm.spec) for lm in loaded))
+        from kvcalc.figures import is_mla
+
+        mla = any(is_mla(lm.spec) for lm in loaded)
         columns = "model,ctx,kv_cache_bytes,flops_prefill,flops_decode_token,decode_bytes_read"
         columns += ",flops_decode_token_naive,flops_decode_token_absorbed" if mla else ""
         columns += ",decode_seconds_per_token,tokens_per_second" if hardware else ""
     cols = choose(columns, hardware is not None)
     for lm in loaded:
         _warn_ctx(lm.spec, ctxs, fmt)
-    rows, _ = _table_rows(loaded, ctxs, batch, gen, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware)
+    base = _settings(ctxs[0], batch, gen, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware)
+    rows, _ = _table_rows(loaded, ctxs, base)
     title = f"Growth with context, batch {batch}, kv {kv_dtype.value}, weights {weights_dtype.value}"
     title += f", {hardware} (lower bounds)" if hardware else ""
     _emit(render(cols, rows, fmt.value, units.value, title=title, raw_keys=JSON_KEYS))
-
-
-def _facts(spec):
-    from kvcalc.rows import model_facts
-
-    return model_facts(spec)
 
 
 @app.command()

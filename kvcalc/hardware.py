@@ -18,8 +18,8 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, field_validator
 
-from kvcalc.errors import LookupFailure, SpecError
-from kvcalc.registry import find_bundled
+from kvcalc.errors import SpecError
+from kvcalc.registry import bundled_dir, find_bundled, looks_like_path
 from kvcalc.spec import Strict, load_yaml, validate_mapping
 
 
@@ -61,14 +61,8 @@ class Hardware(Strict):
 
 
 def hardware_dir() -> Path:
-    """The bundled preset folder: inside the installed package, or at the top of a source checkout."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "hardware_specs", here.parent / "hardware_specs"):
-        if candidate.is_dir():
-            return candidate
-    raise LookupFailure(
-        f"bundled hardware presets not found (looked in {here / 'hardware_specs'} and {here.parent / 'hardware_specs'})"
-    )
+    """The bundled hardware presets."""
+    return bundled_dir("hardware_specs")
 
 
 def bundled_hardware() -> list[str]:
@@ -82,16 +76,12 @@ def hardware_from_dict(data: object, origin: str) -> Hardware:
     return validate_mapping(Hardware, data, origin, "hardware spec", fields)
 
 
-def _looks_like_path(arg: str) -> bool:
-    return "/" in arg or "\\" in arg or arg.lower().endswith((".yaml", ".yml"))
-
-
 def load_hardware(arg: str) -> Hardware:
     """Resolve HARDWARE: an existing YAML file, else a bundled preset (exact, case-insensitive), else a LookupFailure."""
     path = Path(arg).expanduser()
     if path.is_file():
         return hardware_from_dict(load_yaml(path), str(path))
-    if _looks_like_path(arg):
+    if looks_like_path(arg, (".yaml", ".yml")):
         if path.is_dir():
             raise SpecError(f"{arg}: is a folder, not a hardware spec file")
         raise SpecError(f"{arg}: no such file")

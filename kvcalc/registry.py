@@ -12,13 +12,18 @@ from kvcalc.errors import LookupFailure, SpecError
 from kvcalc.spec import ModelSpec, load_yaml, read_text, spec_from_dict
 
 
-def specs_dir() -> Path:
-    """The bundled spec folder: inside the installed package, or at the top of a source checkout."""
+def bundled_dir(folder: str) -> Path:
+    """A bundled data folder: inside the installed package (the wheel's copy), or at the top of a source checkout."""
     here = Path(__file__).resolve().parent
-    for candidate in (here / "model_specs", here.parent / "model_specs"):
+    for candidate in (here / folder, here.parent / folder):
         if candidate.is_dir():
             return candidate
-    raise LookupFailure(f"bundled model specs not found (looked in {here / 'model_specs'} and {here.parent / 'model_specs'})")
+    raise LookupFailure(f"bundled {folder} not found (looked in {here / folder} and {here.parent / folder})")
+
+
+def specs_dir() -> Path:
+    """The bundled model specs."""
+    return bundled_dir("model_specs")
 
 
 def bundled_names() -> list[str]:
@@ -67,8 +72,9 @@ def load_path(path: Path, kind: str = "yaml") -> LoadedModel:
     return LoadedModel(spec_from_dict(data, str(path)), str(path), kind)
 
 
-def _looks_like_path(arg: str) -> bool:
-    return "/" in arg or "\\" in arg or arg.lower().endswith((".yaml", ".yml", ".json"))
+def looks_like_path(arg: str, suffixes: tuple[str, ...] = (".yaml", ".yml", ".json")) -> bool:
+    """True when MODEL (or HARDWARE) was meant as a file: it has a folder separator or a spec suffix."""
+    return "/" in arg or "\\" in arg or arg.lower().endswith(suffixes)
 
 
 def find_bundled(arg: str, names: list[str], what: str, how_to_list: str) -> str:
@@ -86,7 +92,7 @@ def load_model(arg: str) -> LoadedModel:
     path = Path(arg).expanduser()
     if path.is_file():
         return load_path(path)
-    if _looks_like_path(arg):
+    if looks_like_path(arg):
         if path.is_dir():
             raise SpecError(f"{arg}: is a folder, not a spec or config file")
         raise SpecError(f"{arg}: no such file")

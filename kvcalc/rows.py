@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvcalc.costs.cache import CacheReport, GroupCache, kv_cache
+from kvcalc.costs.cache import CacheReport, GroupCache, elements_to_bytes, kv_cache
 from kvcalc.spec import GQA, MHA, MLA, MQA, Linear, ModelSpec, ResolvedGroup, layer_ranges
 from kvcalc.render import Column
 
@@ -187,11 +187,9 @@ GROUP_COLUMNS = [
 
 def group_rows(report: CacheReport, per_layer: bool = False) -> list[dict]:
     """Per-group (or, with per_layer, per-layer) cache breakdown rows of a report."""
-    from kvcalc.costs.cache import elements_to_bytes
-
     rows = []
     for gc in report.groups:
-        base = _group_row(gc, report.kv_dtype, elements_to_bytes)
+        base = _group_row(gc, report.kv_dtype)
         if not per_layer:
             rows.append(base)
             continue
@@ -203,7 +201,7 @@ def group_rows(report: CacheReport, per_layer: bool = False) -> list[dict]:
     return rows
 
 
-def _group_row(gc: GroupCache, kv_dtype: str, to_bytes) -> dict:
+def _group_row(gc: GroupCache, kv_dtype: str) -> dict:
     g = gc.group
     return {
         "group": g.label,
@@ -213,7 +211,7 @@ def _group_row(gc: GroupCache, kv_dtype: str, to_bytes) -> dict:
         "sliding_window": g.sliding_window,
         "formula": gc.formula.expression,
         "elements_per_token_per_layer": gc.formula.elements,
-        "bytes_per_token_per_layer": to_bytes(gc.formula.elements, kv_dtype),
+        "bytes_per_token_per_layer": elements_to_bytes(gc.formula.elements, kv_dtype),
         "state_elements_per_layer": gc.state_elements_per_layer or None,
         "tokens_held": gc.tokens_held,
         "elements_per_layer": gc.elements_per_layer,
