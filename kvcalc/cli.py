@@ -466,6 +466,7 @@ def run_backend(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random weights and inputs.")] = 0,
     max_memory: Annotated[Optional[str], typer.Option("--max-memory", help="Refuse runs predicted to need more (8G, 512M; default: available memory).")] = None,
     rope_demo: Annotated[bool, typer.Option("--rope-demo", help="Add the RoPE demonstration (always on for MLA models).")] = False,
+    threads: Annotated[Optional[int], typer.Option("--threads", "-t", min=1, help="Threads for the prefill's attention, each with a one-thread BLAS (default: every core).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
@@ -480,7 +481,7 @@ def run_backend(
     lm = _load(model)
     settings = RunSettings(ctx=ctxs[0], decode=decode, batch=batch, layers=layers, dtype=dtype.value,
                            mla_cache=mla_cache.value, mla_schedule=mla_schedule.value if mla_schedule else None,
-                           seed=seed, max_memory=_parse_bytes(max_memory), rope_demo=rope_demo)
+                           seed=seed, max_memory=_parse_bytes(max_memory), rope_demo=rope_demo, threads=threads)
     settings.schedule  # a bad combination fails before any allocation
     from kvcalc.progress import progress_hooks
 

@@ -7,17 +7,20 @@ class BarHooks:
     """The runner's progress hooks on a rich progress bar (stderr), shown once the run has taken a second."""
 
     def __init__(self):
+        import threading
         import time
 
         self.clock, self.started, self.bar, self.tasks = time.perf_counter, time.perf_counter(), None, {}
+        self.lock = threading.Lock()  # prefill threads advance the bar too
 
     def start(self, name: str, total: int) -> None:
         self.tasks[name] = [total, 0, None]
         self._show()
 
     def advance(self, name: str) -> None:
-        self.tasks[name][1] += 1
-        self._show()
+        with self.lock:
+            self.tasks[name][1] += 1
+            self._show()
 
     def _show(self) -> None:
         if self.bar is None and self.clock() - self.started > 1.0:

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcalc.backend.causal import attend_all, blocks, causal_attention
+from kvcalc.backend.causal import (attend_all, attend_heads, band_scratch, blocks, causal_attention, head_chunks,
+                                   outputs, prefill_tiling, query_rows)
+from kvcalc.backend.threads import run_tasks
 from kvcalc.backend.ops import FlopCounter, apply_rope, apply_rope_, random_weight, rms_norm, rope_tables, softmax
 
 ROPE_THETA = 10_000.0
@@ -40,8 +42,9 @@ class GroupedQueryAttention:
     """MHA (n_kv = n_h), GQA and MQA (n_kv = 1) with RoPE on queries and keys."""
 
     def __init__(self, d_model: int, n_heads: int, n_kv: int, head_dim: int, window: int | None,
-                 rng: np.random.Generator, dtype, block: int = 256):
+                 rng: np.random.Generator, dtype, block: int = 256, workers: int = 1):
         self.m, self.h, self.k, self.d, self.window, self.dtype, self.block = d_model, n_heads, n_kv, head_dim, window, dtype, block
+        self.workers = workers  # threads for the prefill's attention
         self.g = n_heads // n_kv
         self.wq = random_weight(rng, (d_model, n_heads * head_dim), d_model, dtype)
         self.wk = random_weight(rng, (d_model, n_kv * head_dim), d_model, dtype)
@@ -73,7 +76,7 @@ class GroupedQueryAttention:
         """Attention over a prompt x [b, s, m]; returns the output and the cache of its last min(s, W) tokens."""
         q, k, v = self._qkv(fc, x, 0)
         o = causal_attention(fc, q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3), self.window, self.block,
-                             self.on_block)
+                             self.on_block, self.workers)
         return self._out(fc, o), Cache({"k": _keep(k, self.window), "v": _keep(v, self.window)}, x.shape[1])
 
     def decode(self, fc: FlopCounter, x: np.ndarray, cache: Cache, schedule: str = "naive") -> tuple[np.ndarray, Cache]:
@@ -97,10 +100,10 @@ class LatentAttention:
 
     def __init__(self, d_model: int, n_heads: int, kv_lora_rank: int, q_lora_rank: int | None, qk_nope: int,
                  qk_rope: int, v_head_dim: int, window: int | None, rng: np.random.Generator, dtype,
-                 mla_cache: str = "latent", block: int = 256, rope: str = "decoupled"):
+                 mla_cache: str = "latent", block: int = 256, rope: str = "decoupled", workers: int = 1):
         self.m, self.h, self.c, self.qc = d_model, n_heads, kv_lora_rank, q_lora_rank
         self.nope, self.r, self.e, self.window, self.dtype = qk_nope, qk_rope, v_head_dim, window, dtype
-        self.layout, self.block, self.rope = mla_cache, block, rope
+        self.layout, self.block, self.rope, self.workers = mla_cache, block, rope, workers
         if q_lora_rank:
             self.wdq = random_weight(rng, (d_model, q_lora_rank), d_model, dtype)  # W_DQ
         q_in = q_lora_rank or d_model
@@ -134,21 +137,30 @@ class LatentAttention:
         return rms_norm(down[..., : self.c]), apply_rope(down[..., self.c :][:, :, None], cos, sin)[:, :, 0]
 
     def _expand(self, fc: FlopCounter, c_kv: np.ndarray, k_rope: np.ndarray, start: int):
-        """Per-head K [b, t, h, nope + r] and V [b, t, h, e] rebuilt from the latent (W_UK, W_UV).
+        """Per-head K [b, t, h, nope + r] and V [b, t, h, e] of every head, rebuilt from the latent (W_UK, W_UV).
 
-        Both are views of arrays laid out per head, [b, h, t, ·], the layout the attention products read best;
-        the up-projected keys are written next to a copy of the shared k_R, so K needs no concatenation.
+        Both are views of arrays laid out per head, [b, h, t, ·], the layout the attention products read best.
         """
         b, t, _ = c_kv.shape
         k = np.empty((b, self.h, t, self.nope + self.r), dtype=c_kv.dtype)
-        # [b, 1, t, c] @ [h, c, nope] and [h, c, e]: the columns of W_UKV, head by head (the same FLOPs)
-        fc.matmul("attn/kv_up", c_kv[:, None], self.w_uk.transpose(0, 2, 1), out=k[..., : self.nope])
-        v = fc.matmul("attn/kv_up", c_kv[:, None], self.w_uv)
-        if self.rope == "plain":  # rotate the up-projected keys themselves (what MLA must avoid)
-            cos, sin = rope_tables(np.arange(start, start + t), self.nope, ROPE_THETA, self.dtype)
-            apply_rope_(k[..., : self.nope].transpose(0, 2, 1, 3), cos, sin)  # as [b, t, h, nope]
-        k[..., self.nope :] = k_rope[:, None]  # shared by every head
+        v = np.empty((b, self.h, t, self.e), dtype=c_kv.dtype)
+        self._expand_into(fc, c_kv, k_rope, start, slice(0, self.h), k, v)
         return k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+
+    def _expand_into(self, fc: FlopCounter, c_kv: np.ndarray, k_rope: np.ndarray, start: int, heads: slice,
+                     k: np.ndarray, v: np.ndarray) -> None:
+        """K [b, n, t, nope + r] and V [b, n, t, e] of the n heads `heads`, written into k and v.
+
+        [b, 1, t, c] @ [n, c, nope] and [n, c, e]: the heads' columns of W_UKV, head by head (the same FLOPs as
+        one product); the up-projected keys are written next to a copy of the shared k_R, so K needs no
+        concatenation.
+        """
+        fc.matmul("attn/kv_up", c_kv[:, None], self.w_uk[heads].transpose(0, 2, 1), out=k[..., : self.nope])
+        fc.matmul("attn/kv_up", c_kv[:, None], self.w_uv[heads], out=v)
+        if self.rope == "plain":  # rotate the up-projected keys themselves (what MLA must avoid)
+            cos, sin = rope_tables(np.arange(start, start + c_kv.shape[1]), self.nope, ROPE_THETA, self.dtype)
+            apply_rope_(k[..., : self.nope].transpose(0, 2, 1, 3), cos, sin)  # as [b, t, n, nope]
+        k[..., self.nope :] = k_rope[:, None]  # shared by every head
 
     def _q_full(self, q: np.ndarray, start: int) -> np.ndarray:
         """Queries q [b, s, h, nope + r] as [b, h, 1, s, nope + r], scaled in place (with plain RoPE the nope part
@@ -174,13 +186,39 @@ class LatentAttention:
         return blocks(batch, self.h, 1, s, self.window, self.block)
 
     def prefill(self, fc: FlopCounter, x: np.ndarray) -> tuple[np.ndarray, Cache]:
-        """The prompt's K and V are up-projected once and attended per head (every engine's prefill)."""
-        q = self._queries(fc, x, 0)
+        """The prompt's K and V are up-projected and attended per head (every engine's prefill), a chunk of heads
+        at a time; each chunk is a task for the prefill threads. With the latent cache, a chunk's K and V live
+        only in its thread's buffers; the expanded cache keeps every head's."""
+        b, s, _ = x.shape
+        rows = query_rows(self._q_full(self._queries(fc, x, 0), 0))  # [b, h, s, nope + r]
         c_kv, k_rope = self._latent(fc, x, 0)
-        k, v = self._expand(fc, c_kv, k_rope, 0)
-        o = causal_attention(fc, self._q_full(q, 0), k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3),
-                             self.window, self.block, self.on_block)
-        return self._out(fc, o), self._held(c_kv, k_rope, k, v, x.shape[1])
+        out5, out = outputs(b, self.h, 1, s, self.e, self.dtype)
+        tiling = prefill_tiling(b, self.h, 1, s, self.window, self.block)
+        expanded = self.layout == "expanded"
+        if expanded:
+            k_all = np.empty((b, self.h, s, self.nope + self.r), dtype=self.dtype)
+            v_all = np.empty((b, self.h, s, self.e), dtype=self.dtype)
+
+        def buffers():  # a thread's band of scores, and the K and V of one chunk of heads
+            if expanded:
+                return band_scratch(tiling, b, 1, self.dtype), None, None
+            return (band_scratch(tiling, b, 1, self.dtype), np.empty((b, tiling.chunk, s, self.nope + self.r), self.dtype),
+                    np.empty((b, tiling.chunk, s, self.e), self.dtype))
+
+        def chunk(heads: slice, bufs) -> None:
+            band, k_buf, v_buf = bufs
+            n = heads.stop - heads.start
+            k, v = (k_all[:, heads], v_all[:, heads]) if expanded else (k_buf[:, :n], v_buf[:, :n])
+            self._expand_into(fc, c_kv, k_rope, 0, heads, k, v)
+            attend_heads(fc, rows[:, heads], k.transpose(0, 1, 3, 2), v, out[:, heads], self.window, tiling, band,
+                         self.on_block)
+
+        run_tasks(chunk, head_chunks(self.h, tiling.chunk), self.workers, buffers)
+        if expanded:
+            held = self._held(c_kv, k_rope, k_all.transpose(0, 2, 1, 3), v_all.transpose(0, 2, 1, 3), s)
+        else:
+            held = self._held(c_kv, k_rope, None, None, s)
+        return self._out(fc, out5), held
 
     def decode(self, fc: FlopCounter, x: np.ndarray, cache: Cache, schedule: str = "absorbed") -> tuple[np.ndarray, Cache]:
         """One new token at position cache.seen, with the naive or the absorbed schedule."""

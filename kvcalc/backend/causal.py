@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kvcalc.backend.ops import FlopCounter, softmax, softmax_
+from kvcalc.backend.threads import run_tasks
 
 SCORE_CHUNK = 8 * 1024**2  # elements of one band of scores (a query block, a chunk of KV heads): 32 MiB in float32
 SAFE_EXP = 60.0  # exp(x) for |x| < 60 neither overflows nor underflows a row's sum, in float32 or wider
@@ -97,7 +98,7 @@ def _tiles(a: np.ndarray, n: int, r0: int, c0: int, dr: int, dc: int, h: int, w:
                                            a.strides[:-2] + (dr * rs + dc * cs, rs, cs))
 
 
-def _query_rows(q: np.ndarray) -> np.ndarray:
+def query_rows(q: np.ndarray) -> np.ndarray:
     """q [b, k, g, s, d] -> [b, k, s·g, d]: the g query heads of a KV head as consecutive rows of each position."""
     b, kh, g, s, d = q.shape
     return q.transpose(0, 1, 3, 2, 4).reshape(b, kh, s * g, d)  # free when q is laid out [b, k, s, g, d]
@@ -138,32 +139,53 @@ def blocks(b: int, kh: int, g: int, s: int, window: int | None, block: int) -> i
 
 
 def causal_attention(fc: FlopCounter, q: np.ndarray, kT: np.ndarray, vT: np.ndarray, window: int | None,
-                     block: int, on_block=None) -> np.ndarray:
+                     block: int, on_block=None, workers: int = 1) -> np.ndarray:
     """Exact causal (windowed) attention of the s prompt queries over the same s positions.
 
     q [b, k, g, s, d] (already scaled), kT [b, k, d, s], vT [b, k, s, e] -> [b, k, g, s, e].
-    `on_block`, if given, is called after each step (progress reporting).
+    Chunks of KV heads are independent: up to `workers` threads take them (`kvcalc.backend.threads`).
+    `on_block`, if given, is called after each step (progress reporting), from whichever thread took it.
     """
     b, kh, g, s, _ = q.shape
-    rows = _query_rows(q)
-    q_norm, k_norm = _norms(rows), _norms(kT.swapaxes(-1, -2))  # |q·k| <= |q| |k| (Cauchy–Schwarz)
-    out5, out = _outputs(b, kh, g, s, vT.shape[-1], q.dtype)
-    block, chunk, _ = tiling = prefill_tiling(b, kh, g, s, window, block)
-    scratch = np.empty(tiling.band(b, g), dtype=q.dtype)  # one band of scores, reused: no fresh pages per block
-    for k0 in range(0, kh, chunk):  # heads outer: a chunk's keys and values stay in cache over its blocks
-        heads = slice(k0, k0 + chunk)
-        for s0 in range(0, s, block):
-            e = min(s, s0 + block)
-            a0 = max(0, s0 - window + 1) if window else 0
-            bound = np.max(q_norm[:, heads, s0 * g : e * g]) * np.max(k_norm[:, heads, a0:e])
-            _attend_block(fc, rows[:, heads, s0 * g : e * g], kT[:, heads], vT[:, heads],
-                          out[:, heads, s0 * g : e * g], s0, e, window, scratch, bound >= SAFE_EXP)
-            if on_block is not None:
-                on_block()
+    rows = query_rows(q)
+    out5, out = outputs(b, kh, g, s, vT.shape[-1], q.dtype)
+    tiling = prefill_tiling(b, kh, g, s, window, block)
+
+    def chunk(heads: slice, scratch: np.ndarray) -> None:
+        attend_heads(fc, rows[:, heads], kT[:, heads], vT[:, heads], out[:, heads], window, tiling, scratch, on_block)
+
+    run_tasks(chunk, head_chunks(kh, tiling.chunk), workers, lambda: band_scratch(tiling, b, g, q.dtype))
     return out5
 
 
-def _outputs(b: int, kh: int, g: int, s: int, e: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+def head_chunks(kv_heads: int, chunk: int) -> list[slice]:
+    """The KV heads in chunks of `chunk`: the independent tasks of a prefill."""
+    return [slice(k0, min(kv_heads, k0 + chunk)) for k0 in range(0, kv_heads, chunk)]
+
+
+def band_scratch(tiling: Tiling, b: int, g: int, dtype) -> np.ndarray:
+    """One band of scores, reused over a thread's blocks: no fresh pages per block."""
+    return np.empty(tiling.band(b, g), dtype=dtype)
+
+
+def attend_heads(fc: FlopCounter, rows: np.ndarray, kT: np.ndarray, vT: np.ndarray, out: np.ndarray,
+                 window: int | None, tiling: Tiling, scratch: np.ndarray, on_block=None) -> None:
+    """Every query block of a chunk of KV heads: rows [b, k, s·g, d], kT [b, k, d, s], vT [b, k, s, e] into
+    out [b, k, s·g, e]. Heads outer, blocks inner: the chunk's keys and values stay in cache over its blocks."""
+    s = kT.shape[-1]
+    g = rows.shape[-2] // s
+    q_norm, k_norm = _norms(rows), _norms(kT.swapaxes(-1, -2))  # |q·k| <= |q| |k| (Cauchy–Schwarz)
+    for s0 in range(0, s, tiling.block):
+        e = min(s, s0 + tiling.block)
+        a0 = max(0, s0 - window + 1) if window else 0
+        bound = np.max(q_norm[:, :, s0 * g : e * g]) * np.max(k_norm[:, :, a0:e])
+        _attend_block(fc, rows[:, :, s0 * g : e * g], kT, vT, out[:, :, s0 * g : e * g], s0, e, window, scratch,
+                      bound >= SAFE_EXP)
+        if on_block is not None:
+            on_block()
+
+
+def outputs(b: int, kh: int, g: int, s: int, e: int, dtype) -> tuple[np.ndarray, np.ndarray]:
     """The output [b, k, g, s, e] and its rows [b, k, s·g, e] (two views of one array).
 
     With one query per KV head (MHA, MLA) it is laid out [b, s, k, e], which is what the output projection

@@ -3,8 +3,9 @@
 The prediction adds, in bytes: the weights of the layers run; their KV caches at the end of the run (and one
 extra copy of the largest, made while a decode step appends to it); and the prefill activations of the longest
 sequence the run attends over (the recompute check's ctx + decode tokens): the residual stream, the projections,
-per-head keys and values, the attention output, and one band of scores, which the prefill's tiling keeps bounded
-(`kvcalc.backend.attention.prefill_tiling`, the executor's own choice). It leaves out the interpreter itself.
+per-head keys and values, the attention output, and what each prefill thread holds: a band of scores, which the
+prefill's tiling keeps bounded (`kvcalc.backend.causal.prefill_tiling`, the executor's own choice), and for MLA's
+latent cache the K and V of one chunk of heads. It leaves out the interpreter itself.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def query_block(window: int | None) -> int:
     return min(QUERY_BLOCK, window) if window else QUERY_BLOCK
 
 
-def _widths(group: ResolvedGroup, d_model: int) -> tuple[int, int, int, int]:
+def _widths(group: ResolvedGroup, d_model: int, mla_cache: str) -> tuple[int, int, int, int]:
     """(weights, activation width per token, KV heads, query heads per KV head) of one layer, in elements."""
     att = group.attention
     if isinstance(att, MLA):
@@ -38,8 +39,9 @@ def _widths(group: ResolvedGroup, d_model: int) -> tuple[int, int, int, int]:
         q_in = att.q_lora_rank or d_model
         weights = (d_model * att.q_lora_rank if att.q_lora_rank else 0) + q_in * h * qk + d_model * (c + r) \
             + c * h * (att.qk_nope_head_dim + e) + h * e * d_model  # W_UK/W_UV are held per head only
-        # q and K per head (d_qk), V and the attention output per head (e), c_Q, and the latent and k_R with copies
-        width = 2 * h * qk + 2 * h * e + q_in + 2 * (c + r)
+        # q per head (d_qk), the attention output per head (e), c_Q, and the latent and k_R with copies; every
+        # head's K and V only for the expanded cache (else a chunk of heads at a time, in `_per_thread_bytes`)
+        width = h * qk + h * e + q_in + 2 * (c + r) + (h * (qk + e) if mla_cache == "expanded" else 0)
         return weights, width, h, 1
     h, d = att.n_heads, group.head_dim
     n_kv = {"mha": h, "mqa": 1}.get(att.kind) or att.n_kv_heads
@@ -55,13 +57,20 @@ def _value_dim(group: ResolvedGroup) -> int:
     return att.v_head_dim if isinstance(att, MLA) else group.head_dim
 
 
-def _scores_bytes(group: ResolvedGroup, kv_heads: int, g: int, tokens: int, batch: int, itemsize: int) -> int:
-    """The prefill's band of scores (float16's softmax adds three float32 copies) and a tile's share of p @ v."""
+def _prefill_threads_bytes(group: ResolvedGroup, kv_heads: int, g: int, tokens: int, batch: int, itemsize: int,
+                           mla_cache: str, workers: int) -> int:
+    """What the prefill threads hold, one per chunk of KV heads up to `workers` (`causal.causal_attention`):
+    each a band of scores (float16's softmax adds three float32 copies) and a tile's share of p @ v, and with
+    MLA's latent cache the chunk's K and V (`attention.LatentAttention.prefill`)."""
     window = group.sliding_window
     block = query_block(window)  # what the runner passes the layer
     tiling = prefill_tiling(batch, kv_heads, g, tokens, window, block)
-    band = tiling.band(batch, g) * (itemsize + (12 if itemsize == 2 else 0))
-    return band + batch * tiling.chunk * tiling.block * g * _value_dim(group) * itemsize
+    per_thread = tiling.band(batch, g) * (itemsize + (12 if itemsize == 2 else 0))
+    per_thread += batch * tiling.chunk * tiling.block * g * _value_dim(group) * itemsize
+    att = group.attention
+    if isinstance(att, MLA) and mla_cache == "latent":
+        per_thread += batch * tiling.chunk * tokens * (att.qk_nope_head_dim + att.qk_rope_head_dim + att.v_head_dim) * itemsize
+    return min(workers, -(-kv_heads // tiling.chunk)) * per_thread
 
 
 @dataclass(frozen=True)
@@ -77,20 +86,22 @@ class MemoryPlan:
         return self.weights + self.cache + self.activations
 
 
-def plan(spec: ModelSpec, layers: list[int], ctx: int, decode: int, batch: int, itemsize: int, mla_cache: str) -> MemoryPlan:
-    """Predicted peak memory of running `layers` of `spec` on a prefill of ctx and `decode` steps."""
+def plan(spec: ModelSpec, layers: list[int], ctx: int, decode: int, batch: int, itemsize: int, mla_cache: str,
+         workers: int = 1) -> MemoryPlan:
+    """Predicted peak memory of running `layers` of `spec` on a prefill of ctx and `decode` steps, with up to
+    `workers` prefill threads."""
     by_layer = {i: g for g in spec.groups for i in g.layers}
     total = ctx + decode
     weights = cache = act = largest = 0
     for layer in layers:
         group = by_layer[layer]
-        w, width, kv_heads, g = _widths(group, spec.d_model)
+        w, width, kv_heads, g = _widths(group, spec.d_model, mla_cache)
         weights += w * itemsize
         held = min(total, group.sliding_window) if group.sliding_window else total
         layer_cache = per_token_formula(group, mla_cache).elements * held * batch * itemsize
         cache += layer_cache
         largest = max(largest, layer_cache)
-        scores = _scores_bytes(group, kv_heads, g, total, batch, itemsize)
+        scores = _prefill_threads_bytes(group, kv_heads, g, total, batch, itemsize, mla_cache, workers)
         # 4 · d_model: the run's input, a layer's input, its norm and its output (the residual stream)
         act = max(act, batch * total * (4 * spec.d_model + width) * itemsize + scores)
     return MemoryPlan(weights=weights, cache=cache + largest, activations=act)
@@ -132,10 +143,11 @@ def largest_fitting(fits, upper: int) -> int:
     return lo
 
 
-def guard(spec: ModelSpec, layer_order: list[int], req: Request, itemsize: int, mla_cache: str, limit: int) -> MemoryPlan:
+def guard(spec: ModelSpec, layer_order: list[int], req: Request, itemsize: int, mla_cache: str, limit: int,
+          workers: int = 1) -> MemoryPlan:
     """The memory plan of the request, or a KvcalcError saying what would fit under `limit` bytes."""
-    cost = lambda r: plan(spec, layer_order[: r.n_layers], r.ctx, r.decode, r.batch, itemsize, mla_cache).peak  # noqa: E731
-    need = plan(spec, layer_order[: req.n_layers], req.ctx, req.decode, req.batch, itemsize, mla_cache)
+    cost = lambda r: plan(spec, layer_order[: r.n_layers], r.ctx, r.decode, r.batch, itemsize, mla_cache, workers).peak  # noqa: E731
+    need = plan(spec, layer_order[: req.n_layers], req.ctx, req.decode, req.batch, itemsize, mla_cache, workers)
     if need.peak <= limit:
         return need
     hints = []

@@ -10,6 +10,7 @@ FLOPs: a product of an m×k and a k×n matrix adds 2·m·n·k, batched over any 
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 import numpy as np
@@ -21,6 +22,7 @@ class FlopCounter:
     def __init__(self) -> None:
         self.by_component: Counter = Counter()
         self.enabled = True
+        self._lock = threading.Lock()  # prefill threads count into one counter: no update may be lost
 
     def matmul(self, component: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """a @ b (NumPy broadcasting rules), counting 2·m·n·k for every broadcast batch element.
@@ -34,7 +36,8 @@ class FlopCounter:
         if self.enabled:
             k = a.shape[-1]
             # out has the batch shape and m×n: its size is batch·m·n, so 2·size·k is 2·m·n·k per batch element
-            self.by_component[component] += 2 * out.size * k
+            with self._lock:
+                self.by_component[component] += 2 * out.size * k
         return out
 
     def total(self) -> int:

@@ -17,6 +17,7 @@ from kvcalc.backend import checks
 from kvcalc.backend.attention import Cache, GroupedQueryAttention, LatentAttention
 from kvcalc.backend.memory import Request, available_memory, guard, query_block
 from kvcalc.backend.ops import FlopCounter
+from kvcalc.backend.threads import available_cores, usable_workers
 from kvcalc.backend.stack import stack_decode, stack_prefill
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.flops import decode_work, layer_attention_flops, prefill_work, resolve_schedule
@@ -42,6 +43,12 @@ class RunSettings:
     seed: int = 0
     max_memory: int | None = None
     rope_demo: bool = False
+    threads: int | None = None  # prefill attention threads; None: every core this process may use
+
+    @property
+    def workers(self) -> int:
+        """Prefill threads the run uses: those asked for (or every core), if the BLAS thread count can be set."""
+        return usable_workers(self.threads or available_cores())
 
     @property
     def schedule(self) -> str:
@@ -99,9 +106,10 @@ def build_layer(spec: ModelSpec, group: ResolvedGroup, rng, s: RunSettings, rope
     if isinstance(att, MLA):
         return LatentAttention(spec.d_model, att.n_heads, att.kv_lora_rank, att.q_lora_rank, att.qk_nope_head_dim,
                                att.qk_rope_head_dim, att.v_head_dim, group.sliding_window, rng, dtype, s.mla_cache,
-                               block, rope)
+                               block, rope, s.workers)
     n_kv = {"mha": att.n_heads, "mqa": 1}.get(att.kind) or att.n_kv_heads
-    return GroupedQueryAttention(spec.d_model, att.n_heads, n_kv, group.head_dim, group.sliding_window, rng, dtype, block)
+    return GroupedQueryAttention(spec.d_model, att.n_heads, n_kv, group.head_dim, group.sliding_window, rng, dtype, block,
+                                 s.workers)
 
 
 class _Quiet:
@@ -123,7 +131,7 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     itemsize = np.dtype(DTYPES[s.dtype][0]).itemsize
     limits = [x for x in (s.max_memory, available_memory()) if x]
     limit = min(limits) if limits else 1 << 62
-    mem = guard(spec, order, Request(s.ctx, s.decode, s.batch, n_layers), itemsize, s.mla_cache, limit)
+    mem = guard(spec, order, Request(s.ctx, s.decode, s.batch, n_layers), itemsize, s.mla_cache, limit, s.workers)
     schedule = s.schedule
     by_layer = {i: g for g in spec.groups for i in g.layers}
     ids = sorted(order[:n_layers])
@@ -156,7 +164,7 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     decode_seconds = time.perf_counter() - t0
 
     _compare(report, spec, s, ids, by_layer, after_prefill, caches, history, prefill_flops, Counter(fc_dec.by_component), schedule)
-    _timing_rows(report, prefill_flops, fc_dec.by_component, prefill_seconds, decode_seconds, s.decode)
+    _timing_rows(report, prefill_flops, fc_dec.by_component, prefill_seconds, decode_seconds, s.decode, s.workers)
     if s.decode:
         report.checks += checks.run_checks(spec, s, layers, x0, outputs, after_prefill, schedule, TOLERANCE[s.dtype])
     if s.rope_demo or any(isinstance(by_layer[i].attention, MLA) for i in ids):
@@ -224,9 +232,10 @@ def _scaled_total(spec, ids, by_layer, final: list[Cache]) -> int | None:
     return total
 
 
-def _timing_rows(report, prefill_flops, decode_flops, prefill_seconds, decode_seconds, steps):
+def _timing_rows(report, prefill_flops, decode_flops, prefill_seconds, decode_seconds, steps, threads):
     p, d = sum(prefill_flops.values()), sum(decode_flops.values())
     report.rows += [
+        Row("time", "prefill attention threads", None, threads),
         Row("time", "prefill wall time", None, prefill_seconds, "seconds"),
         Row("time", "prefill GFLOP/s", None, p / prefill_seconds / 1e9 if prefill_seconds else None, "rate"),
     ]
