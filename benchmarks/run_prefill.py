@@ -4,16 +4,18 @@ Run by hand, not by CI:
 
     python benchmarks/run_prefill.py [--models deepseek-v2 llama3-70b] [--ctx 4096] [--reps 3] [--runs 1]
 
-Each model runs in a fresh process of this interpreter, so that its peak resident memory is its own: one layer,
-a prompt of --ctx tokens, one decode step, float32 (`kvcalc.backend.runner.run`, which also runs its numerical
-checks, among them a full recomputation at ctx + 1 tokens). That process reports:
+Each model runs in a fresh process of this interpreter, so that its peak resident memory is its own: --reps runs
+of one layer, a prompt of --ctx tokens, one decode step, float32 (`kvcalc.backend.runner.run`, which also runs its
+numerical checks, among them a full recomputation at ctx + 1 tokens), each run followed by one reference product.
+That process reports:
 
-- the prefill GFLOP/s of the run (the report row "prefill GFLOP/s": the FLOPs counted, which equal the analytic
-  ones, over the prefill's wall time);
-- the GFLOP/s of a plain `np.matmul` of the query projection's shape, [ctx, d_model] @ [d_model, n_heads · d_qk]
-  in float32, best of --reps, timed in the same process right after the run;
-- the peak resident memory of the run (ru_maxrss, read before the reference matmul allocates anything) and the
-  memory plan's prediction (`RunReport.predicted_peak_bytes`).
+- the best prefill GFLOP/s of its runs (the report row "prefill GFLOP/s": the FLOPs counted, which equal the
+  analytic ones, over the prefill's wall time);
+- the best GFLOP/s of its plain `np.matmul`s of the query projection's shape,
+  [ctx, d_model] @ [d_model, n_heads · d_qk] in float32. Best against best, interleaved, so that on a shared
+  machine whose speed drifts neither side is compared at a worse moment than the other;
+- the peak resident memory of the first run (ru_maxrss, read before any reference product allocates anything)
+  and the memory plan's prediction (`RunReport.predicted_peak_bytes`).
 
 Targets (the project's issue): prefill at least 70% of the matmul's GFLOP/s; peak memory at most 1.3x the plan.
 The exit status is 1 if a target is missed. OpenBLAS reads OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which some
@@ -47,41 +49,51 @@ def reference_shape(spec, ctx: int) -> tuple[int, int, int]:
     return ctx, spec.d_model, att.n_heads * d_qk
 
 
-def matmul_gflops(m: int, k: int, n: int, reps: int) -> float:
-    """GFLOP/s of the best of `reps` float32 products [m, k] @ [k, n] (2·m·n·k FLOPs each).
+def matmul_gflops(m: int, k: int, n: int) -> float:
+    """GFLOP/s of one float32 product [m, k] @ [k, n] (2·m·n·k FLOPs).
 
-    A plain `np.matmul(a, b)`: each product gets a fresh output array, as the backend's own products do.
+    A plain `np.matmul(a, b)`: the product gets a fresh output array, as the backend's own products do.
     """
     import numpy as np
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32)
     b = rng.standard_normal((k, n), dtype=np.float32)
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        np.matmul(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 2 * m * n * k / best / 1e9
+    start = time.perf_counter()
+    np.matmul(a, b)
+    return 2 * m * n * k / (time.perf_counter() - start) / 1e9
 
 
 def child(model: str, ctx: int, reps: int) -> dict:
-    """One run of `model` in this process; returns what the table shows (called in a fresh process)."""
+    """`reps` runs of `model` in this process, each followed by the reference product (called in a fresh process).
+
+    Returns what the table shows: the best prefill and the best product, so that both sides get the same chance
+    of a quiet moment on a shared machine; the peak resident memory is read after the first run, before any
+    reference product allocates anything.
+    """
     from kvcalc import load_model
     from kvcalc.backend.runner import RunSettings, run
 
     spec = load_model(model).spec
-    report = run(spec, RunSettings(ctx=ctx, decode=1, layers=1, dtype="float32"))
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-    time_rows = {r.quantity: r.measured for r in report.rows if r.section == "time"}
     m, k, n = reference_shape(spec, ctx)
+    prefill, seconds, matmul, ok, peak_rss = [], [], [], True, 0
+    for rep in range(reps):
+        report = run(spec, RunSettings(ctx=ctx, decode=1, layers=1, dtype="float32"))
+        if rep == 0:
+            peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+        ok = ok and report.ok
+        time_rows = {r.quantity: r.measured for r in report.rows if r.section == "time"}
+        prefill.append(time_rows["prefill GFLOP/s"])
+        seconds.append(time_rows["prefill wall time"])
+        matmul.append(matmul_gflops(m, k, n))
     return {
         "model": model,
-        "ok": report.ok,
-        "prefill_seconds": time_rows["prefill wall time"],
-        "prefill_gflops": time_rows["prefill GFLOP/s"],
+        "ok": ok,
+        "threads": time_rows["prefill attention threads"],
+        "prefill_seconds": seconds,
+        "prefill_gflops": max(prefill),
         "matmul_shape": [m, k, n],
-        "matmul_gflops": matmul_gflops(m, k, n, reps),
+        "matmul_gflops": max(matmul),
         "predicted_peak": report.predicted_peak_bytes,
         "peak_rss": peak_rss,
     }
@@ -133,7 +145,8 @@ def print_table(results: list[dict]) -> bool:
     print()
     for r in results:
         m, k, n = r["matmul_shape"]
-        print(f"{r['model']}: prefill {r['prefill_seconds']:.2f} s; matmul [{m}, {k}] @ [{k}, {n}]")
+        times = ", ".join(f"{t:.2f}" for t in r["prefill_seconds"])
+        print(f"{r['model']}: prefill {times} s ({r['threads']} attention threads); matmul [{m}, {k}] @ [{k}, {n}]")
     return good
 
 
@@ -141,7 +154,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=MODELS, help="bundled model names (default: %(default)s)")
     parser.add_argument("--ctx", type=int, default=4096, help="prompt tokens (default 4096)")
-    parser.add_argument("--reps", type=int, default=3, help="repetitions of the reference matmul, best kept (default 3)")
+    parser.add_argument("--reps", type=int, default=3,
+                        help="runs per process, each followed by one reference matmul; the best of each kept (default 3)")
     parser.add_argument("--runs", type=int, default=1, help="fresh processes per model, one table line each (default 1)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -154,7 +168,8 @@ def main() -> None:
     env = ", ".join(f"{v}={os.environ[v]!r}" if v in os.environ else f"{v} unset" for v in OPENBLAS_VARS)
     print(f"python {sys.version.split()[0]}, numpy {np.__version__}, {os.cpu_count()} CPUs; {env}")
     print(f"BLAS: {blas_line()}")
-    print(f"kvcalc run, 1 layer, ctx {args.ctx}, 1 decode step, float32; reference matmul best of {args.reps}")
+    print(f"kvcalc run, 1 layer, ctx {args.ctx}, 1 decode step, float32; best of {args.reps} runs and of {args.reps} "
+          "reference matmuls, interleaved")
     print()
     results = [measure(model, args.ctx, args.reps) for _ in range(args.runs) for model in args.models]
     sys.exit(0 if print_table(results) else 1)

@@ -116,15 +116,19 @@ class LatentAttention:
         self.w_uv = np.ascontiguousarray(per_head[:, :, qk_nope:].transpose(1, 0, 2))  # [h, c, e]
         self.scale = self.dtype((qk_nope + qk_rope) ** -0.5)
 
-    def _queries(self, fc: FlopCounter, x: np.ndarray, start: int) -> np.ndarray:
-        """x [b, s, m] -> q [b, s, h, nope + r]: q_nope, then q_rope rotated in place."""
-        b, s, _ = x.shape
-        if self.qc:
-            c_q = rms_norm(fc.matmul("attn/q_down", x, self.wdq))
-            q = fc.matmul("attn/q_up", c_q, self.wuq)
-        else:
-            q = fc.matmul("attn/q", x, self.wuq)
-        q = q.reshape(b, s, self.h, self.nope + self.r)
+    def _q_input(self, fc: FlopCounter, x: np.ndarray) -> np.ndarray:
+        """What W_UQ reads: the normalised query latent c_Q [b, s, q] (or x itself when there is no q_lora_rank)."""
+        return rms_norm(fc.matmul("attn/q_down", x, self.wdq)) if self.qc else x
+
+    def _queries(self, fc: FlopCounter, q_in: np.ndarray, start: int, heads: slice | None = None,
+                 out: np.ndarray | None = None) -> np.ndarray:
+        """q_in [b, s, q] -> q [b, s, n, nope + r] of the n heads `heads` (default all): q_nope, then q_rope
+        rotated in place. `out`, if given, is a contiguous [b, s, n·(nope + r)] to write them into."""
+        heads = heads or slice(0, self.h)
+        b, s, _ = q_in.shape
+        d = self.nope + self.r
+        cols = self.wuq[:, heads.start * d : heads.stop * d]  # a head's columns of W_UQ and W_QR are adjacent
+        q = fc.matmul("attn/q_up" if self.qc else "attn/q", q_in, cols, out=out).reshape(b, s, -1, d)
         cos, sin = rope_tables(np.arange(start, start + s), self.r, ROPE_THETA, self.dtype)
         apply_rope_(q[..., self.nope :], cos, sin)
         return q
@@ -186,32 +190,37 @@ class LatentAttention:
         return blocks(batch, self.h, 1, s, self.window, self.block)
 
     def prefill(self, fc: FlopCounter, x: np.ndarray) -> tuple[np.ndarray, Cache]:
-        """The prompt's K and V are up-projected and attended per head (every engine's prefill), a chunk of heads
-        at a time; each chunk is a task for the prefill threads. With the latent cache, a chunk's K and V live
-        only in its thread's buffers; the expanded cache keeps every head's."""
+        """The prompt attended per head, with K and V up-projected from the latent (every engine's prefill).
+
+        A chunk of heads at a time, each chunk a task for the prefill threads: its queries, its K and V, then its
+        attention, in that thread's buffers. Only the expanded cache keeps every head's K and V.
+        """
         b, s, _ = x.shape
-        rows = query_rows(self._q_full(self._queries(fc, x, 0), 0))  # [b, h, s, nope + r]
+        q_in = self._q_input(fc, x)
         c_kv, k_rope = self._latent(fc, x, 0)
         out5, out = outputs(b, self.h, 1, s, self.e, self.dtype)
         tiling = prefill_tiling(b, self.h, 1, s, self.window, self.block)
+        d = self.nope + self.r
         expanded = self.layout == "expanded"
         if expanded:
-            k_all = np.empty((b, self.h, s, self.nope + self.r), dtype=self.dtype)
+            k_all = np.empty((b, self.h, s, d), dtype=self.dtype)
             v_all = np.empty((b, self.h, s, self.e), dtype=self.dtype)
 
-        def buffers():  # a thread's band of scores, and the K and V of one chunk of heads
+        def buffers():  # a thread's band of scores, and the queries (and K and V) of one chunk of heads
+            q = np.empty(b * s * tiling.chunk * d, dtype=self.dtype)
             if expanded:
-                return band_scratch(tiling, b, 1, self.dtype), None, None
-            return (band_scratch(tiling, b, 1, self.dtype), np.empty((b, tiling.chunk, s, self.nope + self.r), self.dtype),
+                return band_scratch(tiling, b, 1, self.dtype), q, None, None
+            return (band_scratch(tiling, b, 1, self.dtype), q, np.empty((b, tiling.chunk, s, d), self.dtype),
                     np.empty((b, tiling.chunk, s, self.e), self.dtype))
 
         def chunk(heads: slice, bufs) -> None:
-            band, k_buf, v_buf = bufs
+            band, q_buf, k_buf, v_buf = bufs
             n = heads.stop - heads.start
+            q = self._queries(fc, q_in, 0, heads, out=q_buf[: b * s * n * d].reshape(b, s, n * d))
             k, v = (k_all[:, heads], v_all[:, heads]) if expanded else (k_buf[:, :n], v_buf[:, :n])
             self._expand_into(fc, c_kv, k_rope, 0, heads, k, v)
-            attend_heads(fc, rows[:, heads], k.transpose(0, 1, 3, 2), v, out[:, heads], self.window, tiling, band,
-                         self.on_block)
+            attend_heads(fc, query_rows(self._q_full(q, 0)), k.transpose(0, 1, 3, 2), v, out[:, heads], self.window,
+                         tiling, band, self.on_block)
 
         run_tasks(chunk, head_chunks(self.h, tiling.chunk), self.workers, buffers)
         if expanded:
@@ -223,7 +232,7 @@ class LatentAttention:
     def decode(self, fc: FlopCounter, x: np.ndarray, cache: Cache, schedule: str = "absorbed") -> tuple[np.ndarray, Cache]:
         """One new token at position cache.seen, with the naive or the absorbed schedule."""
         t0 = cache.seen
-        q = self._queries(fc, x, t0)
+        q = self._queries(fc, self._q_input(fc, x), t0)
         c_new, kr_new = self._latent(fc, x, t0)
         if self.layout == "expanded":  # naive only: up-project the new token, attend over cached per-head K/V
             k_new, v_new = self._expand(fc, c_new, kr_new, t0)

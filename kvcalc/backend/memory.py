@@ -1,7 +1,8 @@
 """Predict the peak memory of a `kvcalc run` before allocating anything, and say what would fit when it is too much.
 
-The prediction adds, in bytes: the weights of the layers run; their KV caches at the end of the run (and one
-extra copy of the largest, made while a decode step appends to it); and the prefill activations of the longest
+The prediction adds, in bytes: the weights of the layers run; their KV caches at the end of the run and after the
+prefill (kept for the checks), and one extra copy of the largest, made while a decode step appends to it; and the
+largest of the prefill activations of the longest
 sequence the run attends over (the recompute check's ctx + decode tokens): the residual stream, the projections,
 per-head keys and values, the attention output, and what each prefill thread holds: a band of scores, which the
 prefill's tiling keeps bounded (`kvcalc.backend.causal.prefill_tiling`, the executor's own choice), and for MLA's
@@ -39,9 +40,9 @@ def _widths(group: ResolvedGroup, d_model: int, mla_cache: str) -> tuple[int, in
         q_in = att.q_lora_rank or d_model
         weights = (d_model * att.q_lora_rank if att.q_lora_rank else 0) + q_in * h * qk + d_model * (c + r) \
             + c * h * (att.qk_nope_head_dim + e) + h * e * d_model  # W_UK/W_UV are held per head only
-        # q per head (d_qk), the attention output per head (e), c_Q, and the latent and k_R with copies; every
-        # head's K and V only for the expanded cache (else a chunk of heads at a time, in `_per_thread_bytes`)
-        width = h * qk + h * e + q_in + 2 * (c + r) + (h * (qk + e) if mla_cache == "expanded" else 0)
+        # the attention output per head (e), c_Q, and the latent and k_R with copies; every head's K and V only
+        # for the expanded cache (queries, and else K and V, a chunk of heads at a time: `_prefill_threads_bytes`)
+        width = h * e + q_in + 2 * (c + r) + (h * (qk + e) if mla_cache == "expanded" else 0)
         return weights, width, h, 1
     h, d = att.n_heads, group.head_dim
     n_kv = {"mha": h, "mqa": 1}.get(att.kind) or att.n_kv_heads
@@ -60,17 +61,28 @@ def _value_dim(group: ResolvedGroup) -> int:
 def _prefill_threads_bytes(group: ResolvedGroup, kv_heads: int, g: int, tokens: int, batch: int, itemsize: int,
                            mla_cache: str, workers: int) -> int:
     """What the prefill threads hold, one per chunk of KV heads up to `workers` (`causal.causal_attention`):
-    each a band of scores (float16's softmax adds three float32 copies) and a tile's share of p @ v, and with
-    MLA's latent cache the chunk's K and V (`attention.LatentAttention.prefill`)."""
+    each a band of scores (float16's softmax adds three float32 copies) and a tile's share of p @ v; with MLA
+    also the chunk's queries, and with its latent cache the chunk's K and V (`attention.LatentAttention.prefill`)."""
     window = group.sliding_window
     block = query_block(window)  # what the runner passes the layer
     tiling = prefill_tiling(batch, kv_heads, g, tokens, window, block)
     per_thread = tiling.band(batch, g) * (itemsize + (12 if itemsize == 2 else 0))
     per_thread += batch * tiling.chunk * tiling.block * g * _value_dim(group) * itemsize
     att = group.attention
-    if isinstance(att, MLA) and mla_cache == "latent":
-        per_thread += batch * tiling.chunk * tokens * (att.qk_nope_head_dim + att.qk_rope_head_dim + att.v_head_dim) * itemsize
+    if isinstance(att, MLA):
+        qk = att.qk_nope_head_dim + att.qk_rope_head_dim
+        per_thread += batch * tiling.chunk * tokens * (qk + (qk + att.v_head_dim if mla_cache == "latent" else 0)) * itemsize
     return min(workers, -(-kv_heads // tiling.chunk)) * per_thread
+
+
+def _naive_decode_bytes(group: ResolvedGroup, tokens: int, batch: int, itemsize: int) -> int:
+    """MLA's naive decode schedule (run, or the check that absorbed = naive) rebuilds every head's K and V of
+    every held token (`attention.LatentAttention.decode`)."""
+    att = group.attention
+    if not isinstance(att, MLA):
+        return 0
+    qk = att.qk_nope_head_dim + att.qk_rope_head_dim
+    return batch * tokens * att.n_heads * (qk + att.v_head_dim) * itemsize
 
 
 @dataclass(frozen=True)
@@ -98,12 +110,16 @@ def plan(spec: ModelSpec, layers: list[int], ctx: int, decode: int, batch: int, 
         w, width, kv_heads, g = _widths(group, spec.d_model, mla_cache)
         weights += w * itemsize
         held = min(total, group.sliding_window) if group.sliding_window else total
-        layer_cache = per_token_formula(group, mla_cache).elements * held * batch * itemsize
-        cache += layer_cache
+        per_token = per_token_formula(group, mla_cache).elements * batch * itemsize
+        layer_cache = per_token * held
+        # the cache at the end, and the one after the prefill, which the run keeps for its checks
+        cache += layer_cache + per_token * (min(ctx, group.sliding_window) if group.sliding_window else ctx)
         largest = max(largest, layer_cache)
         scores = _prefill_threads_bytes(group, kv_heads, g, total, batch, itemsize, mla_cache, workers)
         # 4 · d_model: the run's input, a layer's input, its norm and its output (the residual stream)
-        act = max(act, batch * total * (4 * spec.d_model + width) * itemsize + scores)
+        act = max(act, batch * total * (4 * spec.d_model + width) * itemsize + scores,
+                  # the run's input and the recompute check's output, beside a naive decode step's K and V
+                  batch * total * 2 * spec.d_model * itemsize + _naive_decode_bytes(group, held, batch, itemsize))
     return MemoryPlan(weights=weights, cache=cache + largest, activations=act)
 
 

@@ -146,7 +146,7 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     for layer in layers:
         layer.on_block = lambda: progress.advance("prefill")
     t0 = time.perf_counter()
-    _, caches = stack_prefill(fc, layers, x0[:, : s.ctx])
+    caches = stack_prefill(fc, layers, x0[:, : s.ctx])[1]  # the output is not kept: memory
     prefill_seconds = time.perf_counter() - t0
     for layer in layers:
         layer.on_block = None  # the checks' recomputations are not part of the run

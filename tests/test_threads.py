@@ -1,0 +1,137 @@
+"""Prefill threads: the same outputs, caches and FLOPs with one thread or several, and a plan that covers them."""
+
+from __future__ import annotations
+
+import threading
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import kvcalc.backend.causal as causal
+import kvcalc.backend.threads as threads
+from kvcalc.backend.attention import GroupedQueryAttention, LatentAttention
+from kvcalc.backend.memory import plan
+from kvcalc.backend.ops import FlopCounter
+from kvcalc.backend.runner import RunSettings, layer_order, run
+
+from conftest import run as cli
+from conftest import spec
+
+CAN_SET_BLAS = threads._blas_controller() is not None
+
+
+@pytest.fixture
+def small_bands(monkeypatch):
+    """Bands of at most 4096 scores, so that tiny layers split into several chunks of heads (several tasks)."""
+    monkeypatch.setattr(causal, "SCORE_CHUNK", 4096)
+
+
+def prefill_with(layer, x, workers: int, seen: set | None = None):
+    layer.workers = workers
+    if seen is not None:
+        layer.on_block = lambda: seen.add(threading.current_thread().name)
+    fc = FlopCounter()
+    y, cache = layer.prefill(fc, x)
+    return y, cache, dict(fc.by_component)
+
+
+def gqa_layer(window=None):
+    return GroupedQueryAttention(48, 6, 3, 16, window, np.random.default_rng(1), np.float64, block=16)
+
+
+def mla_layer(mla_cache):
+    return LatentAttention(48, 6, 24, 16, 8, 4, 12, None, np.random.default_rng(2), np.float64, mla_cache, block=16)
+
+
+@pytest.mark.parametrize("make", [gqa_layer, lambda: gqa_layer(window=20), lambda: mla_layer("latent"),
+                                  lambda: mla_layer("expanded")], ids=["gqa", "gqa-window", "mla-latent", "mla-expanded"])
+def test_threads_change_nothing_measured(make, small_bands):
+    x = np.random.default_rng(3).standard_normal((2, 70, 48))
+    layer = make()
+    assert len(causal.head_chunks(layer.h if isinstance(layer, LatentAttention) else layer.k,
+                                  causal.prefill_tiling(2, layer.h if isinstance(layer, LatentAttention) else layer.k,
+                                                        getattr(layer, "g", 1), 70, layer.window, 16).chunk)) >= 3
+    y1, cache1, flops1 = prefill_with(layer, x, 1)
+    seen: set = set()
+    y2, cache2, flops2 = prefill_with(layer, x, 2, seen)
+    assert flops2 == flops1  # every product counted once, whichever thread ran it
+    assert np.allclose(y2, y1, rtol=1e-12, atol=1e-12)
+    assert cache2.tensors.keys() == cache1.tensors.keys()
+    for name, t in cache1.tensors.items():
+        assert cache2.tensors[name].shape == t.shape and np.array_equal(cache2.tensors[name], t)
+    if CAN_SET_BLAS:
+        assert all(name.startswith("kvcalc-prefill") for name in seen)
+        assert len(seen) == 2  # both threads took chunks
+
+
+def test_without_blas_control_the_tasks_run_in_turn(monkeypatch, small_bands):
+    monkeypatch.setattr(threads, "_blas_controller", lambda: None)
+    assert threads.usable_workers(4) == 1
+    layer, seen = gqa_layer(), set()
+    x = np.random.default_rng(3).standard_normal((1, 40, 48))
+    prefill_with(layer, x, 4, seen)
+    assert seen == {threading.current_thread().name}
+
+
+@pytest.mark.skipif(not CAN_SET_BLAS, reason="threadpoolctl cannot set this BLAS's thread count")
+def test_a_failing_task_stops_the_others_and_is_raised():
+    done = []
+
+    def work(task, buffer):
+        if task == 1:
+            raise ValueError("task 1 failed")
+        done.append(task)
+
+    with pytest.raises(ValueError, match="task 1 failed"):
+        threads.run_tasks(work, list(range(200)), 2, lambda: None)
+    assert len(done) < 199  # the queue was dropped once the failure was seen
+
+
+def test_run_tasks_gives_each_thread_one_buffer():
+    made, lock = [], threading.Lock()
+
+    def scratch():
+        with lock:
+            made.append(threading.current_thread().name)
+        return []
+
+    used = []
+    threads.run_tasks(lambda task, buffer: (buffer.append(task), used.append(id(buffer))), list(range(40)), 2, scratch)
+    assert len(made) == len(set(made)) == len(set(used)) <= 2
+
+
+def test_plan_counts_one_band_per_thread():
+    # llama3-70b at 4097 tokens: 8 KV heads of 8 queries; blocks of 255 queries (8 · 256 · 4097 scores would pass
+    # SCORE_CHUNK = 8 Mi), one KV head per chunk, so 2 threads hold exactly twice one thread's buffers.
+    model = spec("llama3-70b")
+    layers = layer_order(model)[:1]
+    one, two = (plan(model, layers, 4096, 1, 1, 4, "latent", w) for w in (1, 2))
+    tiling = causal.prefill_tiling(1, 8, 8, 4097, None, 256)
+    assert (tiling.block, tiling.chunk, tiling.span) == (255, 1, 4097)
+    per_thread = 4 * (255 * 8 * 4097 + 255 * 8 * 128)  # float32: the band of scores, and a tile's p @ v
+    assert two.activations - one.activations == per_thread
+    assert two.weights == one.weights and two.cache == one.cache
+
+
+@pytest.mark.parametrize("name, mla_cache", [("llama3-8b", "latent"), ("deepseek-v2-lite", "latent"),
+                                             ("deepseek-v2-lite", "expanded")])
+def test_plan_covers_the_memory_a_run_holds(name, mla_cache):
+    # tracemalloc sees NumPy's allocations (and the interpreter's, which the plan leaves out: a few MB here): the
+    # plan must cover the run's peak and not overstate it by much.
+    model = spec(name)
+    tracemalloc.start()
+    try:
+        report = run(model, RunSettings(ctx=1024, decode=2, layers=1, mla_cache=mla_cache, threads=2))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert report.ok
+    assert 0.97 * peak <= report.predicted_peak_bytes <= 1.3 * peak, (peak, report.predicted_peak_bytes)
+
+
+def test_cli_threads_option():
+    res = cli("run", "gpt2", "--ctx", "16", "--decode", "1", "--threads", "1", "--format", "json")
+    assert '"prefill attention threads"' in res.stdout
+    bad = cli("run", "gpt2", "--threads", "0", ok=False)
+    assert bad.exit_code != 0 and "--threads" in bad.stderr and "Traceback" not in bad.stderr
