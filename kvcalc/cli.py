@@ -113,7 +113,8 @@ def _stdout(width: int | None = None):
 
 
 def guarded(fn):
-    """Turn a KvcalcError into one message on stderr and exit status 1 (never a traceback)."""
+    """Turn a KvcalcError into one message on stderr and exit status 1, and Ctrl-C into exit status 130 (the
+    shell's convention for SIGINT): never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -122,6 +123,9 @@ def guarded(fn):
         except KvcalcError as exc:
             _stderr().print(f"error: {exc}", markup=False)
             raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            _stderr().print("interrupted", markup=False)
+            raise typer.Exit(130) from None
 
     return wrapper
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import tracemalloc
 
 import numpy as np
@@ -60,9 +61,8 @@ def test_threads_change_nothing_measured(make, small_bands):
     assert cache2.tensors.keys() == cache1.tensors.keys()
     for name, t in cache1.tensors.items():
         assert cache2.tensors[name].shape == t.shape and np.array_equal(cache2.tensors[name], t)
-    if CAN_SET_BLAS:
-        assert all(name.startswith("kvcalc-prefill") for name in seen)
-        assert len(seen) == 2  # both threads took chunks
+    if CAN_SET_BLAS:  # the chunks ran in the pool's threads (which of the two took each is up to the scheduler)
+        assert seen and all(name.startswith("kvcalc-prefill") for name in seen)
 
 
 def test_without_blas_control_the_tasks_run_in_turn(monkeypatch, small_bands):
@@ -81,11 +81,12 @@ def test_a_failing_task_stops_the_others_and_is_raised():
     def work(task, buffer):
         if task == 1:
             raise ValueError("task 1 failed")
+        time.sleep(0.002)
         done.append(task)
 
     with pytest.raises(ValueError, match="task 1 failed"):
         threads.run_tasks(work, list(range(200)), 2, lambda: None)
-    assert len(done) < 199  # the queue was dropped once the failure was seen
+    assert len(done) < 100  # the queue was dropped once the failure was seen (199 x 2 ms of work were left)
 
 
 def test_run_tasks_gives_each_thread_one_buffer():
@@ -135,3 +136,15 @@ def test_cli_threads_option():
     assert '"prefill attention threads"' in res.stdout
     bad = cli("run", "gpt2", "--threads", "0", ok=False)
     assert bad.exit_code != 0 and "--threads" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_ctrl_c_in_a_run_exits_130_without_a_traceback(monkeypatch):
+    import kvcalc.backend.runner as runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run", interrupted)
+    res = cli("run", "gpt2", "--ctx", "16", ok=False)
+    assert res.exit_code == 130
+    assert res.stderr.strip() == "interrupted" and "Traceback" not in res.stderr
