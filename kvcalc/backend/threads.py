@@ -4,6 +4,8 @@ NumPy's elementwise work (the softmax's exp and sums) runs on one core, and a mu
 workers spinning between products, so a prefill that alternates products and softmaxes leaves a core mostly
 idle. Worker threads that each attend a share of the heads with a one-thread BLAS use every core for both.
 This needs control over the BLAS thread count (threadpoolctl); without it the pieces run one after another.
+The limit is process-wide while the pieces run: another thread of a host program calling BLAS meanwhile runs one
+BLAS thread too.
 """
 
 from __future__ import annotations
