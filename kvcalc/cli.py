@@ -59,6 +59,14 @@ def _parse_ctx(value: str) -> list[int]:
         raise typer.BadParameter(str(exc), param_hint="'--ctx'") from None
 
 
+def _parse_one_ctx(value: str, why: str) -> int:
+    """One context length; `why` completes the message for a list ("show takes one context; ...")."""
+    ctxs = _parse_ctx(value)
+    if len(ctxs) != 1:
+        raise typer.BadParameter(why, param_hint="'--ctx'")
+    return ctxs[0]
+
+
 CTX_HELP = "Context length(s) in tokens: 4096, 4k, 128k, 1M, or a comma list 4k,32k,128k. k = 1024 (128k = 131072)."
 CtxOpt = Annotated[str, typer.Option("--ctx", "-c", help=CTX_HELP)]
 BatchOpt = Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences held at once.")]
@@ -356,17 +364,15 @@ def show(
     from kvcalc.rows import GROUP_COLUMNS, group_rows
     from kvcalc.summary import SUMMARY_COLUMNS, summary_rows
 
-    ctxs = _parse_ctx(ctx)
-    if len(ctxs) != 1:
-        raise typer.BadParameter("show takes one context; use compare for several", param_hint="'--ctx'")
+    n_ctx = _parse_one_ctx(ctx, "show takes one context; use compare for several")
     _check_explain(explain, fmt)
     lm = _load(model, no_windows)
-    _warn_ctx(lm.spec, ctxs, fmt)
-    report = kv_cache(lm.spec, ctxs[0], batch, kv_dtype.value, mla_cache.value)
+    _warn_ctx(lm.spec, [n_ctx], fmt)
+    report = kv_cache(lm.spec, n_ctx, batch, kv_dtype.value, mla_cache.value)
     breakdown = group_rows(report, per_layer)
     summary = summary_rows(lm, report)
     if fmt == Format.json:
-        payload = {"model": lm.spec.name, "origin": lm.origin, "exceeds_max_context": ctxs[0] > lm.spec.max_context,
+        payload = {"model": lm.spec.name, "origin": lm.origin, "exceeds_max_context": n_ctx > lm.spec.max_context,
                    "spec": lm.spec.model_dump(exclude_none=True),
                    "summary": {r["key"]: r["value"] for r in summary}, "layers" if per_layer else "groups": breakdown}
         if explain:
@@ -376,7 +382,7 @@ def show(
     if fmt != Format.csv:
         _emit(render(SUMMARY_COLUMNS, summary, fmt.value, units.value, title=f"{lm.spec.name} ({lm.origin})"))
         typer.echo("")
-    title = f"KV cache by {'layer' if per_layer else 'layer group'} at ctx {ctxs[0]:,}, batch {batch}, {kv_dtype.value}"
+    title = f"KV cache by {'layer' if per_layer else 'layer group'} at ctx {n_ctx:,}, batch {batch}, {kv_dtype.value}"
     _emit(render(GROUP_COLUMNS, breakdown, fmt.value, units.value, title=title))
     if explain:
         typer.echo("")
@@ -412,12 +418,10 @@ def cost(
     from kvcalc.render import Column, render
     from kvcalc.summary import cost_summary_rows, SUMMARY_COLUMNS
 
-    ctxs = _parse_ctx(ctx)
-    if len(ctxs) != 1:
-        raise typer.BadParameter("cost takes one prompt length; use sweep for several", param_hint="'--ctx'")
+    n_ctx = _parse_one_ctx(ctx, "cost takes one prompt length; use sweep for several")
     lm = _load(model)
-    _warn_ctx(lm.spec, [ctxs[0] + gen], fmt)
-    s = _settings(ctxs[0], batch, gen, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware)
+    _warn_ctx(lm.spec, [n_ctx + gen], fmt)
+    s = _settings(n_ctx, batch, gen, kv_dtype, weights_dtype, mla_cache, mla_schedule, dense_attn, hardware)
     passes = cost_breakdowns(lm.spec, s)
     summary = cost_summary_rows(figures(lm.spec, s), units.value)
     components = list(dict.fromkeys(k for p in passes.values() for k in p))
@@ -479,11 +483,9 @@ def run_backend(
     from kvcalc.backend.runner import RunSettings, run
     from kvcalc.render import render
 
-    ctxs = _parse_ctx(ctx)
-    if len(ctxs) != 1:
-        raise typer.BadParameter("run takes one prompt length", param_hint="'--ctx'")
+    n_ctx = _parse_one_ctx(ctx, "run takes one prompt length")
     lm = _load(model)
-    settings = RunSettings(ctx=ctxs[0], decode=decode, batch=batch, layers=layers, dtype=dtype.value,
+    settings = RunSettings(ctx=n_ctx, decode=decode, batch=batch, layers=layers, dtype=dtype.value,
                            mla_cache=mla_cache.value, mla_schedule=mla_schedule.value if mla_schedule else None,
                            seed=seed, max_memory=_parse_bytes(max_memory), rope_demo=rope_demo, threads=threads)
     settings.schedule  # a bad combination fails before any allocation
