@@ -51,9 +51,9 @@ def mla_layer(mla_cache, window=None):
 def test_threads_change_nothing_measured(make, small_bands):
     x = np.random.default_rng(3).standard_normal((2, 70, 48))
     layer = make()
-    assert len(causal.head_chunks(layer.h if isinstance(layer, LatentAttention) else layer.k,
-                                  causal.prefill_tiling(2, layer.h if isinstance(layer, LatentAttention) else layer.k,
-                                                        getattr(layer, "g", 1), 70, layer.window, 16).chunk)) >= 3
+    kv_heads, g = (layer.h, 1) if isinstance(layer, LatentAttention) else (layer.k, layer.g)
+    tiling = causal.prefill_tiling(2, kv_heads, g, 70, layer.window, 16)
+    assert len(causal.head_chunks(kv_heads, tiling.chunk)) >= 2  # several tasks for the threads
     y1, cache1, flops1 = prefill_with(layer, x, 1)
     seen: set = set()
     y2, cache2, flops2 = prefill_with(layer, x, 2, seen)
