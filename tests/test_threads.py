@@ -66,6 +66,15 @@ def test_threads_change_nothing_measured(make, small_bands):
         assert seen and all(name.startswith("kvcalc-prefill") for name in seen)
 
 
+@pytest.mark.parametrize("kind", ["gqa", "mla"])
+def test_threaded_run_matches_the_analytic_model(kind, small_bands):
+    # The whole run with several chunks on 2 threads: every cache figure and FLOP component equals kvcalc's own.
+    from test_backend import ATTENTION, assert_all_match, tiny
+
+    report = run(tiny(ATTENTION[kind], window=24), RunSettings(ctx=70, decode=3, batch=2, dtype="float64", threads=2))
+    assert_all_match(report)
+
+
 def test_without_blas_control_the_tasks_run_in_turn(monkeypatch, small_bands):
     monkeypatch.setattr(threads, "_blas_controller", lambda: None)
     assert threads.usable_workers(4) == 1
