@@ -5,7 +5,8 @@ Query i meets only its min(i, W) keys, never a masked-out one, so the executed c
 rectangle (a single product); the keys that differ between its rows (the diagonal triangle, and the window's
 trailing edge) are split into squares, a binary split whose squares of one size are a single batched product
 (`block_tiles`). The scores of a block are one band, softmaxed in place; the max shift is skipped when
-Cauchy–Schwarz (|q·k| <= |q| |k|) shows every score is small. Axis letters are those of `kvcalc.backend.ops`.
+Cauchy–Schwarz (|q·k| <= |q| |k|) shows every score is small. Chunks of KV heads are independent tasks, which
+the prefill threads share (`kvcalc.backend.threads`). Axis letters are those of `kvcalc.backend.ops`.
 """
 
 from __future__ import annotations
