@@ -17,8 +17,8 @@ from kvcalc.backend import checks
 from kvcalc.backend.attention import Cache, GroupedQueryAttention, LatentAttention
 from kvcalc.backend.memory import Request, available_memory, guard, query_block
 from kvcalc.backend.ops import FlopCounter
-from kvcalc.backend.threads import available_cores, usable_workers
 from kvcalc.backend.stack import stack_decode, stack_prefill
+from kvcalc.backend.threads import available_cores, usable_workers
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.flops import decode_work, layer_attention_flops, prefill_work, resolve_schedule
 from kvcalc.errors import KvcalcError

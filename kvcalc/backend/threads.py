@@ -62,34 +62,34 @@ def run_tasks(work, tasks: list, workers: int, scratch) -> None:
     is raised here; so is a KeyboardInterrupt in the caller.
     """
     workers = min(workers, len(tasks))
-    with one_blas_thread() if workers > 1 else _serial() as parallel:
-        if not parallel or workers <= 1:
-            buffer = scratch()
-            for task in tasks:
-                work(task, buffer)
-            return
-        local, stop = threading.local(), threading.Event()
-
-        def one(task):
-            if stop.is_set():
+    if workers > 1:
+        with one_blas_thread() as limited:
+            if limited:
+                _in_threads(work, tasks, workers, scratch)
                 return
-            if not hasattr(local, "buffer"):
-                local.buffer = scratch()
-            work(task, local.buffer)
-
-        with ThreadPoolExecutor(workers, thread_name_prefix="kvcalc-prefill") as pool:
-            futures = [pool.submit(one, task) for task in tasks]
-            try:
-                for future in futures:
-                    future.result()
-            except BaseException:
-                stop.set()
-                for future in futures:
-                    future.cancel()
-                wait(futures)
-                raise
+    buffer = scratch()
+    for task in tasks:
+        work(task, buffer)
 
 
-@contextmanager
-def _serial():
-    yield False
+def _in_threads(work, tasks: list, workers: int, scratch) -> None:
+    local, stop = threading.local(), threading.Event()
+
+    def one(task):
+        if stop.is_set():
+            return
+        if not hasattr(local, "buffer"):
+            local.buffer = scratch()
+        work(task, local.buffer)
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="kvcalc-prefill") as pool:
+        futures = [pool.submit(one, task) for task in tasks]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            stop.set()
+            for future in futures:
+                future.cancel()
+            wait(futures)
+            raise
