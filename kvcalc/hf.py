@@ -8,8 +8,9 @@ under `text_config` and list only non-default keys; newer configs give `layer_ty
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kvcalc.errors import SpecError
 from kvcalc.spec import ModelSpec, layer_ranges, spec_from_dict
@@ -48,6 +49,8 @@ HF_KEYS = {
     "max_context": "max_position_embeddings",
     "vocab_size": "vocab_size",
 }
+# The `layer_types` entries of the attention kinds imported (transformers' sliding and full attention layers).
+LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
 @dataclass
@@ -58,11 +61,28 @@ class Imported:
     keys: dict[str, str] = field(default_factory=lambda: dict(HF_KEYS))
 
 
-def _need(cfg: dict, key: str, origin: str, *alts: str) -> Any:
+def _whole(value: Any, key: str, origin: str, minimum: int = 1) -> int:
+    """`value` as an int, or a SpecError naming `key`: a bool, a fraction or a string is not a whole number."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON 32.0 is the whole number 32, as pydantic reads it in a YAML spec
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{origin}: {key}: must be a whole number, got {value!r}")
+    if value < minimum:
+        raise SpecError(f"{origin}: {key}: must be at least {minimum}, got {value}")
+    return value
+
+
+def _need(cfg: dict, key: str, origin: str, *alts: str) -> int:
+    """A required whole-number field (a positive int), read from `key` or the first alternative present."""
     for k in (key, *alts):
         if cfg.get(k) is not None:
-            return cfg[k]
+            return _whole(cfg[k], k, origin)
     raise SpecError(f"{origin}: {key}: required field is missing from the config")
+
+
+def _get(cfg: dict, key: str, origin: str, minimum: int = 1) -> int | None:
+    """An optional whole-number field: None when absent or null (`minimum` 0 where 0 means 'none')."""
+    return None if cfg.get(key) is None else _whole(cfg[key], key, origin, minimum)
 
 
 def _attention(n_heads: int, n_kv: int, head_dim: int | None, **flags) -> dict:
@@ -99,12 +119,19 @@ def _group(layers: list[dict], n_layers: int) -> list[dict]:
     return groups
 
 
-def _windows(cfg: dict, n_layers: int, window: int | None, default_sliding: Callable[[int], bool]) -> list[int | None]:
+def _windows(cfg: dict, origin: str, n_layers: int, window: int | None,
+             default_sliding: Callable[[int], bool]) -> list[int | None]:
     """Per-layer window: from `layer_types` when the config has it, else the model_type's own rule."""
     if not window:
         return [None] * n_layers
     types = cfg.get("layer_types")
     if types is not None:
+        if not isinstance(types, list) or len(types) != n_layers:
+            got = f"{len(types)} entries" if isinstance(types, list) else repr(types)
+            raise SpecError(f"{origin}: layer_types: must have one entry per layer (num_hidden_layers {n_layers}), got {got}")
+        for i, t in enumerate(types):
+            if t not in LAYER_TYPES:
+                raise SpecError(f"{origin}: layer_types[{i}]: must be one of {', '.join(LAYER_TYPES)}, got {t!r}")
         return [window if t == "sliding_attention" else None for t in types]
     return [window if default_sliding(i) else None for i in range(n_layers)]
 
@@ -137,15 +164,15 @@ def _decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_defau
     if norms_per_layer != 2:
         base["norms_per_layer"] = norms_per_layer
     n_heads = _need(cfg, "num_attention_heads", origin)
-    n_kv = cfg.get("num_key_value_heads") or n_heads
+    n_kv = _get(cfg, "num_key_value_heads", origin) or n_heads
     # Llama-style attention_bias puts a bias on q, k, v and o; Qwen2 has q/k/v biases only.
     bias = bool(cfg.get("attention_bias", False))
-    att = _attention(n_heads, n_kv, cfg.get("head_dim"), qkv_bias=qkv_bias or bias, o_bias=bias, qk_norm=qk_norm)
-    window = cfg.get("sliding_window")
+    att = _attention(n_heads, n_kv, _get(cfg, "head_dim", origin), qkv_bias=qkv_bias or bias, o_bias=bias, qk_norm=qk_norm)
+    window = _get(cfg, "sliding_window", origin, minimum=0)  # 0 or null: no window
     if window and window >= base["max_context"]:
         notes.append(f"sliding_window {window} >= max_position_embeddings {base['max_context']}: it never applies, left out")
         window = None
-    windows = _windows(cfg, base["n_layers"], window, sliding)
+    windows = _windows(cfg, origin, base["n_layers"], window, sliding)
     layers = []
     for i in range(base["n_layers"]):
         layer: dict = {"attention": att}
@@ -177,23 +204,23 @@ def _mixtral(cfg, origin, notes):
     return _decoder(cfg, origin, "mixtral", notes, ffn=moe)
 
 
-def _qwen_window(cfg: dict, notes: list[str]) -> Callable[[int], bool]:
+def _qwen_window(cfg: dict, origin: str, notes: list[str]) -> Callable[[int], bool]:
     """Qwen2/3: windows only when use_sliding_window is true, and then only on layers >= max_window_layers."""
     if cfg.get("sliding_window") and not cfg.get("use_sliding_window", False):
         notes.append(f"use_sliding_window is false: sliding_window {cfg['sliding_window']} does not apply")
         cfg["sliding_window"] = None
         cfg.pop("layer_types", None)
-    first = cfg.get("max_window_layers", 0) or 0
+    first = _get(cfg, "max_window_layers", origin, minimum=0) or 0
     return lambda i: i >= first
 
 
 def _qwen2(cfg, origin, notes):
     # Qwen2 always has biases on q, k and v (Qwen2Attention: bias=True).
-    return _decoder(cfg, origin, "qwen2", notes, qkv_bias=True, sliding=_qwen_window(cfg, notes))
+    return _decoder(cfg, origin, "qwen2", notes, qkv_bias=True, sliding=_qwen_window(cfg, origin, notes))
 
 
 def _qwen3(cfg, origin, notes):
-    return _decoder(cfg, origin, "qwen3", notes, qk_norm=True, sliding=_qwen_window(cfg, notes))
+    return _decoder(cfg, origin, "qwen3", notes, qk_norm=True, sliding=_qwen_window(cfg, origin, notes))
 
 
 def _qwen3_moe(cfg, origin, notes):
@@ -203,8 +230,11 @@ def _qwen3_moe(cfg, origin, notes):
         "n_experts_per_tok": _need(cfg, "num_experts_per_tok", origin),
         "moe_d_ff": _need(cfg, "moe_intermediate_size", origin),
     }
-    dense_layers = set(cfg.get("mlp_only_layers") or [])
-    step = cfg.get("decoder_sparse_step", 1) or 1
+    only = cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list):
+        raise SpecError(f"{origin}: mlp_only_layers: must be a list of layer indices, got {only!r}")
+    dense_layers = {_whole(i, f"mlp_only_layers[{j}]", origin, minimum=0) for j, i in enumerate(only)}
+    step = _get(cfg, "decoder_sparse_step", origin, minimum=0) or 1
 
     # Qwen3MoeDecoderLayer: sparse unless listed in mlp_only_layers or off the decoder_sparse_step grid.
     def layer_ffn(i):
@@ -212,7 +242,7 @@ def _qwen3_moe(cfg, origin, notes):
             return _dense_ffn(_need(cfg, "intermediate_size", origin))
         return None
 
-    return _decoder(cfg, origin, "qwen3", notes, qk_norm=True, sliding=_qwen_window(cfg, notes), ffn=moe, layer_ffn=layer_ffn)
+    return _decoder(cfg, origin, "qwen3", notes, qk_norm=True, sliding=_qwen_window(cfg, origin, notes), ffn=moe, layer_ffn=layer_ffn)
 
 
 def _gemma2(cfg, origin, notes):
@@ -230,7 +260,7 @@ def _gemma3(cfg, origin, notes):
     if filled:
         notes.append("Gemma3TextConfig defaults filled in for: " + ", ".join(filled))
     cfg = {**GEMMA3_TEXT_DEFAULTS, **cfg}
-    pattern = cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or 6
+    pattern = _get(cfg, "sliding_window_pattern", origin, 0) or _get(cfg, "_sliding_window_pattern", origin, 0) or 6
     # Gemma 3: layer i is global when (i + 1) % pattern == 0, local (sliding) otherwise (FACTS.md §1.2).
     return _decoder(cfg, origin, "gemma3", notes, tie_default=True, qk_norm=True, norms_per_layer=4,
                     sliding=lambda i: (i + 1) % pattern != 0)
@@ -246,22 +276,23 @@ def _deepseek(cfg, origin, notes):
         "qk_rope_head_dim": _need(cfg, "qk_rope_head_dim", origin),
         "v_head_dim": _need(cfg, "v_head_dim", origin),
     }
-    if cfg.get("q_lora_rank"):  # null (HF) or 0 (DeepSeek's own format) both mean no query compression
-        att["q_lora_rank"] = cfg["q_lora_rank"]
-    first_k = cfg.get("first_k_dense_replace", 0) or 0
+    q_rank = _get(cfg, "q_lora_rank", origin, minimum=0)
+    if q_rank:  # null (HF) or 0 (DeepSeek's own format) both mean no query compression
+        att["q_lora_rank"] = q_rank
+    first_k = _get(cfg, "first_k_dense_replace", origin, minimum=0) or 0
     moe = {
         "kind": "moe",
         "n_routed_experts": _need(cfg, "n_routed_experts", origin),
         "n_experts_per_tok": _need(cfg, "num_experts_per_tok", origin),
         "moe_d_ff": _need(cfg, "moe_intermediate_size", origin),
-        "n_shared_experts": cfg.get("n_shared_experts") or 0,
+        "n_shared_experts": _get(cfg, "n_shared_experts", origin, minimum=0) or 0,
         "first_k_dense": first_k,
     }
     if cfg.get("topk_method") == "noaux_tc":  # DeepSeek-V3: a learned per-expert bias steers routing
         moe["router_bias"] = True
-    if first_k or (cfg.get("moe_layer_freq", 1) or 1) != 1:
+    freq = _get(cfg, "moe_layer_freq", origin, minimum=0) or 1
+    if first_k or freq != 1:
         moe["dense_d_ff"] = _need(cfg, "intermediate_size", origin)
-    freq = cfg.get("moe_layer_freq", 1) or 1
     layers = []
     for i in range(base["n_layers"]):
         layer: dict = {"attention": att}
@@ -269,7 +300,7 @@ def _deepseek(cfg, origin, notes):
         if i >= first_k and i % freq:
             layer["ffn"] = _dense_ffn(moe["dense_d_ff"])
         layers.append(layer)
-    if cfg.get("num_nextn_predict_layers"):
+    if _get(cfg, "num_nextn_predict_layers", origin, minimum=0):
         notes.append(f"{cfg['num_nextn_predict_layers']} multi-token-prediction layer(s) not counted (not used in plain decoding)")
     base["ffn"] = moe
     base["layer_groups"] = _group(layers, base["n_layers"])
@@ -278,9 +309,9 @@ def _deepseek(cfg, origin, notes):
 
 def _falcon(cfg, origin, notes):
     cfg = dict(cfg)
-    cfg.setdefault("hidden_size", cfg.get("n_embed"))
-    cfg.setdefault("num_hidden_layers", cfg.get("n_layer"))
-    cfg.setdefault("num_attention_heads", cfg.get("n_head"))
+    cfg.setdefault("hidden_size", _get(cfg, "n_embed", origin))
+    cfg.setdefault("num_hidden_layers", _get(cfg, "n_layer", origin))
+    cfg.setdefault("num_attention_heads", _get(cfg, "n_head", origin))
     if cfg.get("max_position_embeddings") is None:
         cfg["max_position_embeddings"] = FALCON_DEFAULT_MAX_POSITIONS
         notes.append(f"no max_position_embeddings in the config: FalconConfig default {FALCON_DEFAULT_MAX_POSITIONS} used")
@@ -290,7 +321,7 @@ def _falcon(cfg, origin, notes):
         base["norms_per_layer"] = 1  # one LayerNorm feeds both the attention and the FFN
     n_heads = _need(cfg, "num_attention_heads", origin)
     if cfg.get("new_decoder_architecture"):
-        n_kv = cfg.get("num_kv_heads") or n_heads
+        n_kv = _get(cfg, "num_kv_heads", origin) or n_heads
     elif cfg.get("multi_query", True):
         # multi_query: true means one shared K/V head, whatever num_kv_heads says (FACTS.md §5.1).
         n_kv = 1
@@ -299,9 +330,9 @@ def _falcon(cfg, origin, notes):
     else:
         n_kv = n_heads
     d = base["d_model"]
-    base["ffn"] = _dense_ffn(cfg.get("ffn_hidden_size") or 4 * d, gated=False, bias=bool(cfg.get("bias")))
+    base["ffn"] = _dense_ffn(_get(cfg, "ffn_hidden_size", origin) or 4 * d, gated=False, bias=bool(cfg.get("bias")))
     bias = bool(cfg.get("bias"))
-    base["layer_groups"] = [{"layers": "all", "attention": _attention(n_heads, n_kv, cfg.get("head_dim"), qkv_bias=bias, o_bias=bias)}]
+    base["layer_groups"] = [{"layers": "all", "attention": _attention(n_heads, n_kv, _get(cfg, "head_dim", origin), qkv_bias=bias, o_bias=bias)}]
     return base
 
 
@@ -317,7 +348,7 @@ def _gpt2(cfg, origin, notes):
         "learned_positions": True,
     }
     n_heads = _need(cfg, "n_head", origin)
-    base["ffn"] = _dense_ffn(cfg.get("n_inner") or 4 * base["d_model"], gated=False, bias=True)
+    base["ffn"] = _dense_ffn(_get(cfg, "n_inner", origin) or 4 * base["d_model"], gated=False, bias=True)
     base["layer_groups"] = [{"layers": "all", "attention": _attention(n_heads, n_heads, None, qkv_bias=True, o_bias=True)}]
     return base
 
@@ -360,7 +391,7 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
         body = IMPORTERS[model_type](dict(cfg), origin, notes)
     except (TypeError, ValueError) as exc:  # a field of the wrong type, e.g. a string where a number belongs
         raise SpecError(f"{origin}: a field has the wrong type for model_type {model_type!r}: {exc}") from None
-    data = {"name": name, **{"family": body.pop("family")}, "source": f"Hugging Face config.json ({origin}, model_type {model_type})"}
+    data = {"name": name, "family": body.pop("family"), "source": f"Hugging Face config.json ({origin}, model_type {model_type})"}
     if notes:
         data["notes"] = "; ".join(notes)
     data.update(body)

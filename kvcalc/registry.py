@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvcalc.errors import LookupFailure, SpecError
+from kvcalc.errors import KvcalcError, LookupFailure, SpecError
 from kvcalc.spec import ModelSpec, load_yaml, read_text, spec_from_dict
 
 
@@ -26,9 +26,16 @@ def specs_dir() -> Path:
     return bundled_dir("model_specs")
 
 
+def natural_key(name: str) -> tuple:
+    """Sort key comparing runs of digits as numbers: gemma3-1b < gemma3-4b < gemma3-12b, llama3-8b < llama3-70b."""
+    # re.split with a group alternates text and digit runs, so like compares with like at every position.
+    parts = [int(p) if p.isdigit() else p.lower() for p in re.split(r"(\d+)", name)]
+    return parts, name
+
+
 def bundled_names() -> list[str]:
-    """Names of the bundled specs, sorted."""
-    return sorted(p.stem for p in specs_dir().glob("*.yaml"))
+    """Names of the bundled specs, in natural order (digit runs compared as numbers)."""
+    return sorted((p.stem for p in specs_dir().glob("*.yaml")), key=natural_key)
 
 
 @dataclass(frozen=True)
@@ -52,11 +59,26 @@ def _read_mapping(path: Path) -> object:
         raise SpecError(f"{path}: malformed JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
 
 
+# The rule ModelSpec.name enforces (kvcalc/spec.py), in words for messages.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+NAME_RULE = "a spec name starts with a letter or digit and has only letters, digits, '.', '_' and '-'"
+
+
+def _as_name(text: str) -> str:
+    """`text` made into a valid spec name: each run of other characters becomes '-'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._") or "imported"
+
+
+def check_name(name: str) -> str:
+    """`name` unchanged when it is a valid spec name, else a KvcalcError stating the rule and suggesting one."""
+    if not NAME_PATTERN.fullmatch(name):
+        raise KvcalcError(f"--name {name!r}: {NAME_RULE}; try --name {_as_name(name)!r}")
+    return name
+
+
 def _name_from_path(path: Path) -> str:
     """A spec name for an imported config: the folder name for 'config.json', else the file stem."""
-    stem = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._")
-    return name or "imported"
+    return _as_name(path.parent.name if path.stem == "config" and path.parent.name else path.stem)
 
 
 def load_path(path: Path, kind: str = "yaml") -> LoadedModel:

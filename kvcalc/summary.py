@@ -73,8 +73,10 @@ def spec_yaml(spec: ModelSpec, name: str | None = None) -> str:
     """The spec as YAML (defaults left out), in field order, ready to save as a bundled or user spec."""
     import yaml
 
+    from kvcalc.registry import check_name
+
     data = spec.model_dump(exclude_defaults=True, exclude_none=True)
-    data = {"name": name or spec.name, **{k: v for k, v in data.items() if k != "name"}}
+    data = {"name": spec.name if name is None else check_name(name), **{k: v for k, v in data.items() if k != "name"}}
     data["layer_groups"] = [
         {**({"name": g["name"]} if "name" in g else {}), "layers": g.get("layers", "all"), **g} for g in data["layer_groups"]
     ]
