@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from conftest import ALL_BUNDLED, REFERENCE_MODELS, ROOT, reference_or_skip, run
+from conftest import ALL_BUNDLED, REFERENCE_MODELS, ROOT, run
 
 ROOT_SPECS = ROOT / "model_specs"
 FORMATS = ["table", "markdown", "latex", "csv", "json"]
@@ -119,7 +119,7 @@ def test_explain_shows_formula_symbols_values_and_fields():
 
 
 def test_explain_windowed_and_config_origin():
-    path = reference_or_skip(REFERENCE_MODELS / "gemma3-resolved" / "gemma-3-27b-it.json")
+    path = REFERENCE_MODELS / "gemma3-resolved" / "gemma-3-27b-it.json"
     out = run("show", path, "--ctx", "128k", "--explain").stdout
     assert "tokens held: min(ctx, W) = min(131,072, 1,024) = 1,024" in out
     assert "(config.json: num_key_value_heads)" in out and "(config.json: head_dim)" in out
@@ -195,7 +195,7 @@ def test_name_lookup_is_case_insensitive():
 
 
 def test_import_writes_equivalent_yaml(tmp_path):
-    config = reference_or_skip(REFERENCE_MODELS / "llama-3-70b.json")
+    config = REFERENCE_MODELS / "llama-3-70b.json"
     out = tmp_path / "l70.yaml"
     res = run("import", config, "-o", out, "--name", "l70")
     assert f"wrote {out}" in res.stderr
@@ -204,7 +204,7 @@ def test_import_writes_equivalent_yaml(tmp_path):
 
 
 def test_config_json_accepted_wherever_model_is(tmp_path):
-    config = reference_or_skip(REFERENCE_MODELS / "deepseek-v2.json")
+    config = REFERENCE_MODELS / "deepseek-v2.json"
     folder = tmp_path / "DeepSeek-V2"
     folder.mkdir()
     shutil.copy(config, folder / "config.json")
@@ -318,6 +318,6 @@ def test_error_import_of_a_yaml_spec():
 
 
 def test_error_import_output_unwritable(tmp_path):
-    config = reference_or_skip(REFERENCE_MODELS / "gpt2.json")
+    config = REFERENCE_MODELS / "gpt2.json"
     assert "cannot write" in failing("import", config, "-o", tmp_path / "no" / "such" / "dir.yaml")
 

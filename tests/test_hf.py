@@ -13,9 +13,9 @@ from kvcalc.registry import load_path
 from kvcalc.spec import load_spec
 from kvcalc.summary import spec_yaml
 
-from conftest import REFERENCE_MODELS, reference_or_skip, spec
+from conftest import REFERENCE_MODELS, spec
 
-# Reference config (../shared/reference/models) -> the bundled spec of the same model.
+# Reference config (tests/data/reference/models) -> the bundled spec of the same model.
 REFERENCE_TO_BUNDLED = {
     "llama-3-8b.json": "llama3-8b",
     "llama-3-70b.json": "llama3-70b",
@@ -48,14 +48,14 @@ def cache_numbers(s, mla_cache="latent"):
 
 
 def test_every_reference_config_is_mapped():
-    models = reference_or_skip(REFERENCE_MODELS)
+    models = REFERENCE_MODELS
     found = {str(p.relative_to(models)) for p in models.rglob("*.json")}
     assert found == set(REFERENCE_TO_BUNDLED), "a reference config has no bundled counterpart in this test"
 
 
 @pytest.mark.parametrize("ref, bundled", sorted(REFERENCE_TO_BUNDLED.items()))
 def test_reference_config_gives_bundled_numbers(ref, bundled):
-    path = reference_or_skip(REFERENCE_MODELS / ref)
+    path = REFERENCE_MODELS / ref
     imported = load_path(path)
     assert imported.kind == "hf"
     mine = spec(bundled)
@@ -71,7 +71,7 @@ def test_reference_config_gives_bundled_numbers(ref, bundled):
 
 @pytest.mark.parametrize("ref", sorted(REFERENCE_TO_BUNDLED))
 def test_import_then_load_round_trips(ref, tmp_path):
-    path = reference_or_skip(REFERENCE_MODELS / ref)
+    path = REFERENCE_MODELS / ref
     imported = load_path(path).spec
     out = tmp_path / "spec.yaml"
     out.write_text(spec_yaml(imported, "roundtrip"))
@@ -127,7 +127,7 @@ def test_falcon_new_decoder_architecture_uses_num_kv_heads():
 
 
 def test_gemma3_multimodal_config_nests_text_config():
-    path = reference_or_skip(REFERENCE_MODELS / "gemma-3-27b-it.text_config.json")
+    path = REFERENCE_MODELS / "gemma-3-27b-it.text_config.json"
     text = json.loads(path.read_text())
     cfg = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": text,
            "vision_config": {"hidden_size": 1152}}
@@ -138,7 +138,7 @@ def test_gemma3_multimodal_config_nests_text_config():
 
 def test_gemma3_defaults_filled_for_sparse_text_config():
     # The 4B text_config omits heads, KV heads and head_dim: defaults 8, 4, 256 apply (FACTS.md §1.2).
-    path = reference_or_skip(REFERENCE_MODELS / "gemma-3-4b-it.text_config.json")
+    path = REFERENCE_MODELS / "gemma-3-4b-it.text_config.json"
     s = imported(json.loads(path.read_text()))
     att = s.groups[0].attention
     assert (att.n_heads, att.n_kv_heads, s.groups[0].head_dim, s.vocab_size) == (8, 4, 256, 262_208)
@@ -175,13 +175,13 @@ def test_window_not_below_context_is_left_out():
 
 @pytest.mark.parametrize("q_lora", [None, 0])
 def test_deepseek_q_lora_rank_null_or_zero_means_none(q_lora):
-    path = reference_or_skip(REFERENCE_MODELS / "deepseek-v2-lite.json")
+    path = REFERENCE_MODELS / "deepseek-v2-lite.json"
     cfg = {**json.loads(path.read_text()), "q_lora_rank": q_lora}
     assert imported(cfg).groups[0].attention.q_lora_rank is None
 
 
 def test_deepseek_ignores_num_key_value_heads():
-    path = reference_or_skip(REFERENCE_MODELS / "deepseek-v2.json")
+    path = REFERENCE_MODELS / "deepseek-v2.json"
     cfg = {**json.loads(path.read_text()), "num_key_value_heads": 1}
     assert kv_cache(imported(cfg), 1).elements_per_token == 60 * 576
 
@@ -197,7 +197,7 @@ def test_qwen3_moe_dense_layers():
 
 
 def test_mixtral_intermediate_size_is_per_expert():
-    path = reference_or_skip(REFERENCE_MODELS / "mixtral-8x7b-v0.1.json")
+    path = REFERENCE_MODELS / "mixtral-8x7b-v0.1.json"
     s = imported(json.loads(path.read_text()))
     assert (s.ffn.kind, s.ffn.moe_d_ff, s.ffn.n_routed_experts, s.ffn.n_experts_per_tok) == ("moe", 14336, 8, 2)
 

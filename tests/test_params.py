@@ -10,8 +10,8 @@ from kvcalc.spec import ModelSpec
 
 from conftest import ALL_BUNDLED, spec
 
-# ../shared/reference/FACTS.md §4, "Derived from config": exact counts from the HF configs, including embeddings,
-# the LM head unless tied, norms and biases. (Total, active) — active only for MoE models.
+# FACTS.md §4 (the reference notes behind tests/data/reference), "Derived from config": exact counts from the HF
+# configs, including embeddings, the LM head unless tied, norms and biases. (Total, active) — active only for MoE models.
 DERIVED = {
     "llama3-8b": 8_030_261_248,
     "llama3-70b": 70_553_706_496,
