@@ -70,6 +70,7 @@ def test_mla_layouts_and_schedules(mla_cache, schedule):
     assert names == ({"c_kv", "k_rope"} if mla_cache == "latent" else {"k", "v"})
 
 
+@pytest.mark.slow  # real model dimensions
 @pytest.mark.parametrize("name, ctx", [("deepseek-v2", 24), ("llama3-70b", 24), ("gemma3-27b", 24)])
 def test_real_per_layer_dims(name, ctx):
     report = run(spec(name), RunSettings(ctx=ctx, decode=2, layers=1))
@@ -85,6 +86,7 @@ def test_window_is_exercised_at_real_gemma_dims():
     assert shapes["layer 5 k shape at the end"] == (1, 522, 1, 256)  # layer 5 is global
 
 
+@pytest.mark.slow  # real model dimensions
 def test_total_equals_compare(tmp_path):
     out = json.loads(cli("run", "deepseek-v2", "--ctx", "20", "--decode", "3", "--format", "json").stdout)
     total = next(r for r in out["rows"] if "= kvcalc compare" in r["quantity"])
@@ -93,6 +95,7 @@ def test_total_equals_compare(tmp_path):
     assert out["ok"] is True
 
 
+@pytest.mark.slow  # real model dimensions
 def test_checks_papers_equalities():
     report = run(spec("deepseek-v2"), RunSettings(ctx=16, decode=3, layers=1))
     checks = {c.name: c for c in report.checks}
@@ -240,6 +243,7 @@ def test_run_argument_errors():
     assert res.exit_code == 1 and "has only 12 attention layers" in res.stderr
 
 
+@pytest.mark.slow  # real model dimensions
 @pytest.mark.parametrize("fmt", ["markdown", "latex", "csv", "json"])
 def test_run_formats(fmt):
     out = cli("run", "mistral-7b", "--ctx", "8", "--decode", "1", "--format", fmt).stdout

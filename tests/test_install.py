@@ -18,6 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # builds a wheel and a venv
+
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = sorted(p.stem for p in (REPO / "model_specs").glob("*.yaml"))
 RUNTIME_DEPS = ("typer", "rich", "pydantic", "yaml", "numpy")

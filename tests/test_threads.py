@@ -84,7 +84,7 @@ def test_without_blas_control_the_tasks_run_in_turn(monkeypatch, small_bands):
     assert seen == {threading.current_thread().name}
 
 
-@pytest.mark.skipif(not CAN_SET_BLAS, reason="threadpoolctl cannot set this BLAS's thread count")
+@pytest.mark.skipif(not CAN_SET_BLAS, reason="optional: threadpoolctl cannot set this BLAS's thread count")
 def test_a_failing_task_stops_the_others_and_is_raised():
     done = []
 
@@ -125,6 +125,7 @@ def test_plan_counts_one_band_per_thread():
     assert two.weights == one.weights and two.cache == one.cache
 
 
+@pytest.mark.slow  # real model dimensions at 1024 tokens
 @pytest.mark.parametrize("name, mla_cache", [("llama3-8b", "latent"), ("deepseek-v2-lite", "latent"),
                                              ("deepseek-v2-lite", "expanded")])
 def test_plan_covers_the_memory_a_run_holds(name, mla_cache):
