@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from kvcalc.costs.cache import CacheReport, dtype_bits
+from kvcalc.costs.cache import CacheReport
+from kvcalc.dtypes import dtype_bits
 from kvcalc.units import format_bytes
 
 

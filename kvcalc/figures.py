@@ -1,107 +1,116 @@
-"""Every cost figure of a model at one setting, under stable keys: what `compare`, `sweep` and `cost` report.
+"""Every cost figure of a model at one setting, as a typed result: what `compare`, `sweep` and `cost` report.
 
-Keys (raw values; later versions only add keys): params_total, params_active, weights_bytes, kv_cache_bytes,
-flops_prefill (a prefill of ctx tokens), flops_decode_token (one decode step at context ctx),
-flops_generate_cached / flops_generate_uncached (gen tokens after a prompt of ctx), decode_bytes_read,
-decode_intensity; MLA models add flops_decode_token_naive / _absorbed and mla_crossover; with hardware:
-prefill_seconds, decode_seconds_per_token, tokens_per_second, decode_bound.
+Each field carries its header, unit kind and meaning (kvcalc.fields); JSON keys, CSV headers, the column catalog
+and the README's key list are generated from them. Keys are stable: later versions only add fields.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvcalc.costs.cache import kv_cache
-from kvcalc.costs.flops import decode_flops, generate_flops, mla_crossover, prefill_flops, resolve_schedule
+from kvcalc.costs.flops import decode_flops, generate_flops, mla_crossover, prefill_flops
 from kvcalc.costs.params import param_counts, weights_bytes
 from kvcalc.costs.traffic import decode_bytes, prefill_bytes
-from kvcalc.spec import MLA, ModelSpec
+from kvcalc.fields import figure
+from kvcalc.settings import Settings
+from kvcalc.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from kvcalc.hardware import Hardware
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The knobs of a cost question; `mla_schedule` None means absorbed from a latent cache, naive from an expanded one."""
+class CostFigures:
+    """Parameters, FLOPs, traffic and (with hardware) roofline times of a model at one setting."""
 
-    ctx: int
-    batch: int = 1
-    gen: int = 1024
-    kv_dtype: str = "bf16"
-    weights_dtype: str = "bf16"
-    mla_cache: str = "latent"
-    mla_schedule: str | None = None
-    dense_attn: bool = False
-    hardware: object = None  # kvcalc.hardware.Hardware, imported only when asked for
+    gen: int = figure("Gen", "tokens", "tokens generated after the prompt of ctx (generation FLOPs)")
+    weights_dtype: str = figure("Weights\ndtype", "text", "storage type of the weights")
+    params_total: int = figure("Params", "count", "all weights, embeddings and norms")
+    params_active: int = figure("Active\nparams", "count", "weights one token uses (MoE: top-k and shared experts)")
+    weights_bytes: int = figure("Weights", "bytes", "bytes of all weights in weights_dtype")
+    flops_prefill: int = figure("Prefill\nFLOPs", "flops", "FLOPs of a prefill of ctx tokens (causal unless --dense-attn)")
+    flops_decode_token: int = figure("Decode\nFLOPs/token", "flops", "FLOPs of one decode step at context ctx")
+    flops_generate_cached: int = figure("Generate\n(cache)", "flops", "FLOPs of generating gen tokens with a KV cache")
+    flops_generate_uncached: int = figure("Generate\n(no cache)", "flops",
+                                          "FLOPs of generating gen tokens without a cache (each step re-runs its prefix)")
+    decode_bytes_read: int = figure("Decode\nbytes read", "bytes", "bytes one decode step reads: active weights + KV cache")
+    decode_intensity: float = figure("FLOP\nper byte", "float", "flops_decode_token / decode_bytes_read")
+    mla_schedule: str | None = figure("MLA\nschedule", "text", "MLA decode schedule in effect (MLA models)")
+    flops_decode_token_naive: int | None = figure("Decode\nnaive", "flops", "decode step FLOPs, MLA naive schedule")
+    flops_decode_token_absorbed: int | None = figure("Decode\nabsorbed", "flops",
+                                                     "decode step FLOPs, MLA absorbed schedule (latent cache)")
+    mla_crossover: int | None = figure("MLA\ncrossover", "int",
+                                       "first context at which absorbed decoding needs fewer FLOPs than naive")
+    hardware: str | None = figure("Hardware", "text", "the hardware preset of the roofline figures")
+    prefill_seconds: float | None = figure("Prefill\ntime", "seconds", "roofline lower bound on the prefill's time")
+    decode_seconds_per_token: float | None = figure("Decode\ntime/token", "seconds",
+                                                    "roofline lower bound on one decode step's time")
+    tokens_per_second: float | None = figure("Tokens/s", "rate", "batch / decode time: an upper bound")
+    decode_bound: str | None = figure("Decode\nbound", "text", "compute or memory: what bounds a decode step")
+    fits_in_memory: bool | None = figure("Fits", "bool", "weights + KV cache within the device's memory")
 
-    @property
-    def schedule(self) -> str:
-        return resolve_schedule(self.mla_cache, self.mla_schedule)
 
-
-def figures(spec: ModelSpec, s: Settings) -> dict:
+def figures(spec: ModelSpec, s: Settings) -> CostFigures:
     """All cost figures of `spec` at settings `s` (exact ints, except ratios and seconds)."""
     params = param_counts(spec)
-    decode = decode_flops(spec, s.ctx, s.batch, s.schedule, s.mla_cache)
-    read = decode_bytes(spec, s.ctx, s.batch, s.weights_dtype, s.kv_dtype, s.mla_cache)
-    out = {
-        "params_total": params.total,
-        "params_active": params.active,
-        "weights_bytes": weights_bytes(params.total, s.weights_dtype),
-        "kv_cache_bytes": kv_cache(spec, s.ctx, s.batch, s.kv_dtype, s.mla_cache).bytes,
-        "flops_prefill": sum(prefill_flops(spec, s.ctx, s.batch, s.dense_attn).values()),
-        "flops_decode_token": sum(decode.values()),
-        "gen": s.gen,
-        "weights_dtype": s.weights_dtype,
-        "flops_generate_cached": sum(generate_flops(spec, s.ctx, s.gen, s.batch, True, s.schedule, s.mla_cache).values()),
-        "flops_generate_uncached": sum(generate_flops(spec, s.ctx, s.gen, s.batch, False).values()),
-        "decode_bytes_read": sum(read.values()),
-        "mla_schedule": None,
-    }
-    out["decode_intensity"] = out["flops_decode_token"] / out["decode_bytes_read"]
-    if any(isinstance(g.attention, MLA) for g in spec.groups):
-        out["mla_schedule"] = s.schedule
-        out["flops_decode_token_naive"] = sum(decode_flops(spec, s.ctx, s.batch, "naive", s.mla_cache).values())
+    decode = sum(decode_flops(spec, s).values())
+    read = sum(decode_bytes(spec, s).values())
+    out = dict(
+        gen=s.gen,
+        weights_dtype=s.weights_dtype,
+        params_total=params.total,
+        params_active=params.active,
+        weights_bytes=weights_bytes(params.total, s.weights_dtype),
+        flops_prefill=sum(prefill_flops(spec, s).values()),
+        flops_decode_token=decode,
+        flops_generate_cached=sum(generate_flops(spec, s, cached=True).values()),
+        flops_generate_uncached=sum(generate_flops(spec, s, cached=False).values()),
+        decode_bytes_read=read,
+        decode_intensity=decode / read,
+    )
+    if spec.has_schedules():
+        out.update(mla_schedule=s.schedule, flops_decode_token_naive=sum(decode_flops(spec, s.with_schedule("naive")).values()))
         if s.mla_cache == "latent":
-            out["flops_decode_token_absorbed"] = sum(decode_flops(spec, s.ctx, s.batch, "absorbed").values())
-            out["mla_crossover"] = mla_crossover(spec, s.mla_cache)
+            out.update(flops_decode_token_absorbed=sum(decode_flops(spec, s.with_schedule("absorbed")).values()),
+                       mla_crossover=mla_crossover(spec, s))
     if s.hardware is not None:
-        out.update(_roofline(spec, s, out))
-    return out
+        out.update(_roofline(spec, s, s.hardware, out["flops_prefill"], decode, read, out["weights_bytes"]))
+    return CostFigures(**out)
 
 
-def _roofline(spec: ModelSpec, s: Settings, out: dict) -> dict:
+def _roofline(spec: ModelSpec, s: Settings, hw: Hardware, prefill_flops_: int, decode: int, read: int,
+              weights: int) -> dict:
     from kvcalc.hardware import roofline
 
-    moved = sum(prefill_bytes(spec, s.ctx, s.batch, s.weights_dtype, s.kv_dtype, s.mla_cache).values())
-    prefill = roofline(out["flops_prefill"], moved, s.hardware)
-    decode = roofline(out["flops_decode_token"], out["decode_bytes_read"], s.hardware)
+    prefill = roofline(prefill_flops_, sum(prefill_bytes(spec, s).values()), hw)
+    step = roofline(decode, read, hw)
     return {
-        "hardware": s.hardware.name,
+        "hardware": hw.name,
         "prefill_seconds": float(prefill.seconds),
-        "decode_seconds_per_token": float(decode.seconds),
-        "tokens_per_second": float(s.batch / decode.seconds),
-        "decode_bound": decode.bound,
-        "fits_in_memory": out["weights_bytes"] + out["kv_cache_bytes"] <= s.hardware.memory_bytes,
+        "decode_seconds_per_token": float(step.seconds),
+        "tokens_per_second": float(s.batch / step.seconds),
+        "decode_bound": step.bound,
+        "fits_in_memory": weights + kv_cache(spec, s).bytes <= hw.memory_bytes,
     }
-
-
-def is_mla(spec: ModelSpec) -> bool:
-    return any(isinstance(g.attention, MLA) for g in spec.groups)
 
 
 def cost_breakdowns(spec: ModelSpec, s: Settings) -> dict[str, dict[str, int]]:
     """FLOPs by component for each pass `cost` reports, keyed by pass name.
 
     Passes: prefill (ctx tokens), decode_token (one step at context ctx), generate_cached and generate_uncached
-    (gen tokens after ctx). MLA models get decode and cached generation under both schedules (naive, and absorbed
-    when the cache is latent), suffixed _naive / _absorbed.
+    (gen tokens after ctx). Models with decode schedules (MLA) get decode and cached generation under each
+    (naive, and absorbed when the cache is latent), suffixed _naive / _absorbed.
     """
-    out = {"prefill": prefill_flops(spec, s.ctx, s.batch, s.dense_attn)}
+    out = {"prefill": prefill_flops(spec, s)}
     schedules = [s.schedule]
-    if is_mla(spec):
+    if spec.has_schedules():
         schedules = ["naive", "absorbed"] if s.mla_cache == "latent" else ["naive"]
     for schedule in schedules:
-        suffix = f"_{schedule}" if is_mla(spec) else ""
-        out[f"decode_token{suffix}"] = decode_flops(spec, s.ctx, s.batch, schedule, s.mla_cache)
-        out[f"generate_cached{suffix}"] = generate_flops(spec, s.ctx, s.gen, s.batch, True, schedule, s.mla_cache)
-    out["generate_uncached"] = generate_flops(spec, s.ctx, s.gen, s.batch, False)
+        suffix = f"_{schedule}" if spec.has_schedules() else ""
+        at = s.with_schedule(schedule) if spec.has_schedules() else s
+        out[f"decode_token{suffix}"] = decode_flops(spec, at)
+        out[f"generate_cached{suffix}"] = generate_flops(spec, at, cached=True)
+    out["generate_uncached"] = generate_flops(spec, s, cached=False)
     return out

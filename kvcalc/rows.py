@@ -1,59 +1,36 @@
-"""Specs and cache reports -> row dicts with stable keys, for the renderers (no I/O, no formatting)."""
+"""Specs and cache reports -> typed rows with stable keys, for the renderers (no I/O, no formatting).
+
+Every fact of a layer comes from its attention kind (kvcalc.attention); these rows only gather and label them.
+"""
 
 from __future__ import annotations
 
-from kvcalc.costs.cache import CacheReport, GroupCache, elements_to_bytes, kv_cache
-from kvcalc.spec import GQA, MHA, MLA, MQA, Linear, ModelSpec, ResolvedGroup, layer_ranges
-from kvcalc.render import Column
+from dataclasses import dataclass
+from typing import Any
+
+from kvcalc.costs.cache import CacheReport, GroupCache, kv_cache
+from kvcalc.dtypes import elements_to_bytes
+from kvcalc.fields import as_row, figure
+from kvcalc.figures import figures
+from kvcalc.settings import Settings
+from kvcalc.spec import ModelSpec, layer_ranges
 
 
-def _uniform(values: list):
+def _uniform(values: list) -> Any:
     """The one value if all are equal, else None."""
     distinct = list(dict.fromkeys(values))
     return distinct[0] if len(distinct) == 1 else None
 
 
-def _joined(values: list) -> str:
+def _joined(values: Any) -> str:
     return "/".join(str(v) for v in dict.fromkeys(values))
 
 
-def kv_heads(group: ResolvedGroup) -> int | None:
-    """KV heads of an MHA/GQA/MQA group (None for MLA and linear layers)."""
-    att = group.attention
-    if isinstance(att, MHA):
-        return att.n_heads
-    if isinstance(att, GQA):
-        return att.n_kv_heads
-    if isinstance(att, MQA):
-        return 1
-    return None
-
-
-def kv_label(group: ResolvedGroup) -> str:
-    """What one layer caches per token, in words: '8' KV heads, or '512+64' for MLA's latent + RoPE key."""
-    att = group.attention
-    if isinstance(att, MLA):
-        return f"{att.kv_lora_rank}+{att.qk_rope_head_dim}"
-    if isinstance(att, Linear):
-        return "state"
-    return str(kv_heads(group))
-
-
-def head_dim_label(group: ResolvedGroup) -> str:
-    """d_h, or qk/v head dims for MLA ('192/128')."""
-    att = group.attention
-    if isinstance(att, MLA):
-        return f"{att.qk_nope_head_dim + att.qk_rope_head_dim}/{att.v_head_dim}"
-    if isinstance(att, Linear):
-        return "–"
-    return str(group.head_dim)
-
-
-def attention_label(spec: ModelSpec, mla_cache: str | None = None) -> str:
+def attention_label(spec: ModelSpec, layout: str | None = None) -> str:
     """'GQA', 'MLA (latent)', or 'GQA+SWA 1024×52': a window of 1024 tokens on 52 layers."""
-    kinds = "+".join(k.upper() for k in spec.attention_kinds)
-    if "MLA" in kinds and mla_cache:
-        kinds += f" ({mla_cache})"
+    kinds = "+".join(dict.fromkeys(g.attention.label or g.attention.kind.upper() for g in spec.groups))
+    if layout and spec.has_layouts():
+        kinds += f" ({layout})"
     windowed = [g for g in spec.groups if g.sliding_window]
     if not windowed:
         return kinds
@@ -61,128 +38,162 @@ def attention_label(spec: ModelSpec, mla_cache: str | None = None) -> str:
     return f"{kinds}+SWA {_joined(g.sliding_window for g in windowed)}×{n_win}"
 
 
-def n_heads_of(spec: ModelSpec) -> str:
-    return _joined(g.attention.n_heads for g in spec.groups if hasattr(g.attention, "n_heads"))
+@dataclass(frozen=True)
+class ModelFacts:
+    """The architecture of a model, as `list` and `compare` show it (None where layer groups differ)."""
+
+    model: str = figure("Model", "text", "the model's name")
+    family: str = figure("Family", "text", "model family")
+    attention: str = figure("Attention\nkinds", "text", "attention kinds of its layers, joined by +")
+    n_layers: int = figure("Layers", "int", "transformer layers")
+    d_model: int = figure("d_model", "int", "hidden size")
+    n_heads: int | None = figure("Q\nheads", "int", "query heads, when every layer has the same")
+    n_kv_heads: int | None = figure("KV\nheads", "int", "K/V heads (MHA/GQA/MQA), when every layer has the same")
+    head_dim: int | None = figure("Head\ndim", "int", "d_h (MHA/GQA/MQA), when every layer has the same")
+    kv_lora_rank: int | None = figure("d_c", "int", "MLA latent dim")
+    qk_rope_head_dim: int | None = figure("d_R", "int", "MLA decoupled RoPE key dim")
+    sliding_window: int | None = figure("Window", "int", "sliding window W, when every windowed layer has the same")
+    n_window_layers: int = figure("Window\nlayers", "int", "layers with a sliding window")
+    max_context: int = figure("Max\nctx", "tokens", "trained maximum context")
+    attention_label: str = figure("Attention", "text", raw=False)
+    heads_label: str = figure("Q\nheads", "num", raw=False)
+    kv_label: str = figure("KV heads\nor latent", "num", raw=False)
+    head_dim_label: str = figure("Head\ndim", "num", raw=False)
 
 
-def model_facts(spec: ModelSpec) -> dict:
-    """The architecture columns shared by `list` and `compare` (raw values plus display labels)."""
+def model_facts(spec: ModelSpec, layout: str | None = None) -> ModelFacts:
+    """The architecture facts of `spec`, each asked of its layers' attention kinds; `layout` labels MLA's cache."""
     groups = spec.groups
-    mla = [g.attention for g in groups if isinstance(g.attention, MLA)]
+    kv = [g.attention.kv_heads(g.layer) for g in groups]
+    dims = [g.attention.d_h(g.layer) for g in groups]
+    extra: dict[str, int] = {}
+    for g in reversed(groups):  # the first group that reports a kind-specific dim wins
+        extra.update(g.attention.facts())
     windows = [g.sliding_window for g in groups if g.sliding_window]
-    return {
-        "model": spec.name,
-        "family": spec.family,
-        "attention": "+".join(spec.attention_kinds),
-        "n_layers": spec.n_layers,
-        "d_model": spec.d_model,
-        "n_heads": _uniform([g.attention.n_heads for g in groups if hasattr(g.attention, "n_heads")]),
-        "n_kv_heads": _uniform([kv_heads(g) for g in groups if kv_heads(g) is not None]) if not mla else None,
-        "head_dim": _uniform([g.head_dim for g in groups if g.head_dim]) if not mla else None,
-        "kv_lora_rank": mla[0].kv_lora_rank if mla else None,
-        "qk_rope_head_dim": mla[0].qk_rope_head_dim if mla else None,
-        "sliding_window": _uniform(windows) if windows else None,
-        "n_window_layers": sum(len(g.layers) for g in groups if g.sliding_window),
-        "max_context": spec.max_context,
-        "heads_label": n_heads_of(spec),
-        "kv_label": _joined(kv_label(g) for g in groups),
-        "head_dim_label": _joined(head_dim_label(g) for g in groups),
-    }
+    heads = [g.attention.query_heads for g in groups if g.attention.query_heads is not None]
+    return ModelFacts(
+        model=spec.name,
+        family=spec.family,
+        attention="+".join(spec.attention_kinds),
+        n_layers=spec.n_layers,
+        d_model=spec.d_model,
+        n_heads=_uniform(heads),
+        n_kv_heads=_uniform([k for k in kv if k is not None]),
+        head_dim=_uniform([d for d in dims if d is not None]),
+        kv_lora_rank=extra.get("kv_lora_rank"),
+        qk_rope_head_dim=extra.get("qk_rope_head_dim"),
+        sliding_window=_uniform(windows) if windows else None,
+        n_window_layers=sum(len(g.layers) for g in groups if g.sliding_window),
+        max_context=spec.max_context,
+        attention_label=attention_label(spec, layout),
+        heads_label=_joined(heads),
+        kv_label=_joined(g.attention.kv_label(g.layer, layout) for g in groups),
+        head_dim_label=_joined(g.attention.head_dim_label(g.layer) for g in groups),
+    )
 
 
-# The architecture columns that `list` and `compare` share.
-ARCH_COLUMNS = [
-    Column("heads_label", "Q\nheads", "num"),
-    Column("kv_label", "KV heads\nor latent", "num"),
-    Column("head_dim_label", "Head\ndim", "num"),
-]
-LIST_COLUMNS = [
-    Column("model", "Model"),
-    Column("attention_label", "Attention"),
-    Column("n_layers", "Layers", "int"),
-    Column("d_model", "d_model", "int"),
-    *ARCH_COLUMNS,
-    Column("max_context", "Max\nctx", "tokens"),
-    Column("kv_bytes_per_token", "KV/token\n(bf16)", "bytes"),
-]
-LIST_JSON_KEYS = [
-    "model", "family", "attention", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "kv_lora_rank",
-    "qk_rope_head_dim", "sliding_window", "n_window_layers", "max_context", "kv_bytes_per_token",
-]
+@dataclass(frozen=True)
+class ListRow(ModelFacts):
+    """One row of `list`: the architecture and the bf16 cache one token adds."""
+
+    kv_bytes_per_token: int = figure("KV/token\n(bf16)", "bytes", "KV cache bytes one token adds over all layers, bf16")
 
 
 def list_rows(specs: list[ModelSpec]) -> list[dict]:
-    """One row per bundled model: attention kind, key dims, and bf16 KV bytes per token."""
+    """One row per model: attention kind, key dims, and bf16 KV bytes per token."""
     rows = []
     for spec in specs:
-        report = kv_cache(spec, 1)
-        rows.append({**model_facts(spec), "attention_label": attention_label(spec), "kv_bytes_per_token": report.bytes_per_token})
+        facts = as_row(model_facts(spec))
+        facts["attention_label"] = attention_label(spec)
+        rows.append(as_row(ListRow(**facts, kv_bytes_per_token=kv_cache(spec, Settings(ctx=1)).bytes_per_token)))
     return rows
 
 
-COMPARE_COLUMNS = [
-    Column("model", "Model"),
-    Column("attention_label", "Attention"),
-    Column("n_layers", "Layers", "int"),
-    *ARCH_COLUMNS,
-    Column("ctx", "Ctx", "tokens"),
-    Column("kv_bytes_per_token", "KV per\ntoken", "bytes"),
-    Column("kv_cache_bytes", "KV\ncache", "bytes"),
-    Column("ratio", "vs\nfirst", "ratio"),
-]
-# Stable keys of `compare --format json`; later issues add keys, none is renamed.
-COMPARE_JSON_KEYS = [
-    "model", "attention", "n_layers", "n_heads", "n_kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim",
-    "sliding_window", "n_window_layers", "max_context", "ctx", "exceeds_max_context", "batch", "kv_dtype", "mla_cache",
-    "kv_bytes_per_token", "kv_cache_bytes", "ratio",
-]
+@dataclass(frozen=True)
+class CacheFigures:
+    """The KV cache of a model at one setting, as `compare` reports it."""
+
+    ctx: int = figure("Ctx", "tokens", "tokens held per sequence (k = 1024)")
+    exceeds_max_context: bool = figure("Over\nmax ctx", "bool", "ctx is above the trained maximum (computed anyway)")
+    batch: int = figure("Batch", "int", "sequences held at once")
+    kv_dtype: str = figure("KV\ndtype", "text", "storage type of the cache")
+    mla_cache: str | None = figure("MLA\ncache", "text", "MLA cache layout: latent or expanded (MLA models)")
+    kv_bytes_per_token: int = figure("KV per\ntoken", "bytes", "cache bytes one token adds over all layers (one sequence)")
+    kv_cache_bytes: int = figure("KV\ncache", "bytes", "cache bytes at ctx for the batch, windows applied")
+    ratio: float | None = figure("vs\nfirst", "ratio", "kv_cache_bytes over the first model's at the same ctx")
 
 
-# Stable keys of compare/sweep csv and json: the cache keys, then every cost figure (kvcalc.figures).
-JSON_KEYS = COMPARE_JSON_KEYS + [
-    "gen", "weights_dtype", "params_total", "params_active", "weights_bytes", "flops_prefill", "flops_decode_token",
-    "flops_generate_cached", "flops_generate_uncached", "decode_bytes_read", "decode_intensity", "mla_schedule",
-    "flops_decode_token_naive", "flops_decode_token_absorbed", "mla_crossover", "hardware", "prefill_seconds",
-    "decode_seconds_per_token", "tokens_per_second", "decode_bound", "fits_in_memory",
-]
+def cache_figures(spec: ModelSpec, report: CacheReport, first_bytes: int | None) -> CacheFigures:
+    """The cache columns of a compare row; `first_bytes` is the first model's cache at this ctx (for the ratio)."""
+    return CacheFigures(
+        ctx=report.ctx,
+        exceeds_max_context=report.ctx > spec.max_context,
+        batch=report.batch,
+        kv_dtype=report.kv_dtype,
+        mla_cache=report.mla_cache,
+        kv_bytes_per_token=report.bytes_per_token,
+        kv_cache_bytes=report.bytes,
+        ratio=report.bytes / first_bytes if first_bytes else None,
+    )
 
 
-def compare_row(spec: ModelSpec, report: CacheReport) -> dict:
-    """One compare row: architecture facts plus the cache of `report` (ratio filled in by compare_rows)."""
-    return {
-        **model_facts(spec),
-        "attention_label": attention_label(spec, report.mla_cache),
-        "ctx": report.ctx,
-        "exceeds_max_context": report.ctx > spec.max_context,
-        "batch": report.batch,
-        "kv_dtype": report.kv_dtype,
-        "mla_cache": report.mla_cache,
-        "kv_bytes_per_token": report.bytes_per_token,
-        "kv_cache_bytes": report.bytes,
-    }
+def compare_rows(specs: list[ModelSpec], ctxs: list[int], s: Settings) -> tuple[list[dict], list[CacheReport]]:
+    """One row per model and context: architecture, cache and every cost figure; and the cache reports behind them.
 
-
-def with_ratios(rows: list[dict]) -> list[dict]:
-    """Add `ratio`: each row's kv_cache_bytes over the first model's at the same context."""
+    The ratio compares each row's cache with the first model's at the same context.
+    """
+    rows, reports = [], []
     first: dict[int, int] = {}
-    for row in rows:
-        first.setdefault(row["ctx"], row["kv_cache_bytes"])
-    return [{**row, "ratio": row["kv_cache_bytes"] / first[row["ctx"]] if first[row["ctx"]] else None} for row in rows]
+    for spec in specs:
+        for ctx in ctxs:
+            at = s.at(ctx)
+            report = kv_cache(spec, at)
+            first.setdefault(ctx, report.bytes)
+            rows.append(as_row(model_facts(spec, report.mla_cache), cache_figures(spec, report, first[ctx]),
+                               figures(spec, at)))
+            reports.append(report)
+    return rows, reports
 
 
-GROUP_COLUMNS = [
-    Column("group", "Group"),
-    Column("layers", "Layers"),
-    Column("n_layers", "Count", "int"),
-    Column("kind", "Kind"),
-    Column("sliding_window", "Window", "int"),
-    Column("formula", "Per token\nand layer"),
-    Column("elements_per_token_per_layer", "Elements", "int"),
-    Column("bytes_per_token_per_layer", "Bytes per\ntoken·layer", "bytes"),
-    Column("tokens_held", "Tokens\nheld", "int"),
-    Column("bytes_per_layer", "Cache per\nlayer", "bytes"),
-    Column("bytes", "Cache, all\nits layers", "bytes"),
-]
+@dataclass(frozen=True)
+class GroupRow:
+    """The cache of one layer group (or one layer) at a setting, as `show` breaks it down."""
+
+    group: str = figure("Group", "text", "the group's name")
+    layers: str = figure("Layers", "text", "its layers (0-based ranges)")
+    n_layers: int = figure("Count", "int", "number of layers")
+    kind: str = figure("Kind", "text", "attention kind")
+    sliding_window: int | None = figure("Window", "int", "window W, if any")
+    formula: str = figure("Per token\nand layer", "text", "cache elements one token adds to one layer")
+    elements_per_token_per_layer: int = figure("Elements", "int", "the formula's value")
+    bytes_per_token_per_layer: int = figure("Bytes per\ntoken·layer", "bytes", "those elements in kv_dtype")
+    state_elements_per_layer: int | None = figure("State", "int", "constant state per sequence and layer")
+    tokens_held: int = figure("Tokens\nheld", "int", "tokens each layer keeps per sequence: min(ctx, W) under a window")
+    elements_per_layer: int = figure("Elements\nper layer", "int", "cache elements of one layer, all sequences")
+    bytes_per_layer: int = figure("Cache per\nlayer", "bytes", "cache bytes of one layer, all sequences")
+    elements: int = figure("Elements,\nall layers", "int", "cache elements of all its layers")
+    bytes: int = figure("Cache, all\nits layers", "bytes", "cache bytes of all its layers")
+    layer: int | None = figure("Layer", "int", "the layer (per-layer rows)")
+
+
+def _group_row(gc: GroupCache, kv_dtype: str) -> GroupRow:
+    g = gc.group
+    return GroupRow(
+        group=g.label,
+        layers=layer_ranges(list(g.layers)).replace(",", ", "),
+        n_layers=gc.n_layers,
+        kind=g.attention.kind,
+        sliding_window=g.sliding_window,
+        formula=gc.formula.expression,
+        elements_per_token_per_layer=gc.formula.elements,
+        bytes_per_token_per_layer=elements_to_bytes(gc.formula.elements, kv_dtype),
+        state_elements_per_layer=gc.state_elements_per_layer or None,
+        tokens_held=gc.tokens_held,
+        elements_per_layer=gc.elements_per_layer,
+        bytes_per_layer=gc.bytes_per_layer,
+        elements=gc.elements,
+        bytes=gc.bytes,
+    )
 
 
 def group_rows(report: CacheReport, per_layer: bool = False) -> list[dict]:
@@ -191,31 +202,11 @@ def group_rows(report: CacheReport, per_layer: bool = False) -> list[dict]:
     for gc in report.groups:
         base = _group_row(gc, report.kv_dtype)
         if not per_layer:
-            rows.append(base)
+            rows.append(as_row(base))
             continue
         for layer in gc.group.layers:
-            rows.append({**base, "layer": layer, "layers": str(layer), "n_layers": 1, "bytes": gc.bytes_per_layer,
+            rows.append({**as_row(base), "layer": layer, "layers": str(layer), "n_layers": 1, "bytes": gc.bytes_per_layer,
                          "elements": gc.elements_per_layer})
     if per_layer:
         rows.sort(key=lambda r: r["layer"])
     return rows
-
-
-def _group_row(gc: GroupCache, kv_dtype: str) -> dict:
-    g = gc.group
-    return {
-        "group": g.label,
-        "layers": layer_ranges(list(g.layers)).replace(",", ", "),
-        "n_layers": gc.n_layers,
-        "kind": g.attention.kind,
-        "sliding_window": g.sliding_window,
-        "formula": gc.formula.expression,
-        "elements_per_token_per_layer": gc.formula.elements,
-        "bytes_per_token_per_layer": elements_to_bytes(gc.formula.elements, kv_dtype),
-        "state_elements_per_layer": gc.state_elements_per_layer or None,
-        "tokens_held": gc.tokens_held,
-        "elements_per_layer": gc.elements_per_layer,
-        "bytes_per_layer": gc.bytes_per_layer,
-        "elements": gc.elements,
-        "bytes": gc.bytes,
-    }

@@ -11,82 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, NonNegativeInt, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, PrivateAttr, model_validator
 
+from kvcalc.attention import AttentionField, AttentionKind, Layer
+from kvcalc.attention.base import Strict
 from kvcalc.errors import SpecError
-
-
-class Strict(BaseModel):
-    """Base for every spec model: unknown keys are errors, values are frozen after validation."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# ---------------------------------------------------------------- attention blocks (discriminated on `kind`)
-
-
-class _Heads(Strict):
-    n_heads: PositiveInt = Field(description="Query heads n_h (HF num_attention_heads).")
-    head_dim: PositiveInt | None = Field(
-        None, description="Per-head dim d_h (HF head_dim); when absent, d_model / n_heads. Gemma 3 27B gives 128, not 168."
-    )
-    qkv_bias: bool = Field(False, description="Bias on the q/k/v projections (Qwen2, GPT-2).")
-    o_bias: bool = Field(False, description="Bias on the output projection (GPT-2).")
-    qk_norm: bool = Field(False, description="RMSNorm on queries and keys per head (Gemma 3, Qwen3).")
-
-
-class MHA(_Heads):
-    """Multi-head attention: every query head has its own key and value head."""
-
-    kind: Literal["mha"]
-
-
-class GQA(_Heads):
-    """Grouped-query attention: n_heads query heads share n_kv_heads key/value heads."""
-
-    kind: Literal["gqa"]
-    n_kv_heads: PositiveInt = Field(description="Key/value heads n_kv (HF num_key_value_heads).")
-
-    @model_validator(mode="after")
-    def _groups_divide(self) -> GQA:
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(
-                f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})"
-            )
-        return self
-
-
-class MQA(_Heads):
-    """Multi-query attention: all query heads share one key/value head (GQA with n_kv = 1)."""
-
-    kind: Literal["mqa"]
-
-
-class MLA(Strict):
-    """DeepSeek's multi-head latent attention (DeepSeek-V2 §2.1), named as in DeepSeek's configs."""
-
-    kind: Literal["mla"]
-    n_heads: PositiveInt = Field(description="Query heads n_h.")
-    kv_lora_rank: PositiveInt = Field(description="KV latent dim d_c, the compressed vector c_KV that is cached.")
-    q_lora_rank: PositiveInt | None = Field(
-        None, description="Query latent dim d_c' (absent: plain W_Q, as in DeepSeek-V2-Lite)."
-    )
-    qk_nope_head_dim: PositiveInt = Field(description="Per-head query/key dim without RoPE, rebuilt from the latent.")
-    qk_rope_head_dim: PositiveInt = Field(description="Decoupled RoPE key dim d_R, one key shared by all heads.")
-    v_head_dim: PositiveInt = Field(description="Per-head value dim.")
-
-
-class Linear(Strict):
-    """A layer with a constant-size state instead of a growing KV cache (linear attention, state-space)."""
-
-    kind: Literal["linear"]
-    state_elements: NonNegativeInt = Field(
-        description="Elements of recurrent state per sequence in this layer, independent of context length."
-    )
-
-
-Attention = Annotated[Union[MHA, GQA, MQA, MLA, Linear], Field(discriminator="kind")]
-ATTENTION_KINDS = ("mha", "gqa", "mqa", "mla", "linear")
 
 
 # ---------------------------------------------------------------- FFN blocks (parameters are counted later)
@@ -155,7 +84,7 @@ class LayerGroup(Strict):
         description="Which layers (0-based): 'all', 'rest' (those no other group takes), a range string "
         "'0-4,6', a list of indices, or {every: N, start: S}.",
     )
-    attention: Attention
+    attention: AttentionField = Field(description="The attention block: `kind` (mha, gqa, mqa, mla, linear, ...) and its dims.")
     sliding_window: PositiveInt | None = Field(
         None, description="Window W: each query sees itself and the W-1 keys before it; the layer holds min(ctx, W) tokens."
     )
@@ -190,15 +119,19 @@ def _select(selector: LayerSelector, n_layers: int, taken: set[int]) -> list[int
 
 @dataclass(frozen=True)
 class ResolvedGroup:
-    """A layer group with its layer indices and derived dims filled in (no I/O, no defaults left open)."""
+    """A layer group with its layer indices resolved; every fact of its layers is asked of its attention kind."""
 
     index: int
     label: str
     layers: tuple[int, ...]
-    attention: MHA | GQA | MQA | MLA | Linear
+    attention: AttentionKind
     sliding_window: int | None
-    head_dim: int | None  # resolved d_h for mha/gqa/mqa; None for mla and linear
-    head_dim_derived: bool  # True when d_h = d_model / n_heads because the spec gave none
+    layer: Layer  # what the kind needs to know of where it sits: d_model, window, spec path
+
+    @property
+    def head_dim(self) -> int | None:
+        """The resolved d_h of an MHA/GQA/MQA group (None for other kinds)."""
+        return self.attention.d_h(self.layer)
 
 
 class ModelSpec(Strict):
@@ -271,14 +204,10 @@ class ModelSpec(Strict):
         problems = []
         for gi, group in enumerate(self.layer_groups):
             att = group.attention
-            if isinstance(att, _Heads) and att.head_dim is None and self.d_model % att.n_heads:
-                problems.append(
-                    f"layer_groups[{gi}].attention.head_dim: not given, and d_model ({self.d_model}) is not divisible "
-                    f"by n_heads ({att.n_heads}); give head_dim explicitly"
-                )
+            problems += att.problems(Layer(self.d_model, group.sliding_window, f"layer_groups[{gi}].attention"))
             if group.sliding_window is not None:
-                if isinstance(att, Linear):
-                    problems.append(f"layer_groups[{gi}].sliding_window: a 'linear' layer has no KV cache to window")
+                if not att.windowed:
+                    problems.append(f"layer_groups[{gi}].sliding_window: a '{att.kind}' layer has no KV cache to window")
                 elif group.sliding_window >= self.max_context:
                     problems.append(
                         f"layer_groups[{gi}].sliding_window: window {group.sliding_window} must be below max_context "
@@ -290,19 +219,13 @@ class ModelSpec(Strict):
         return problems
 
     def _resolved(self, gi: int, group: LayerGroup, layers: list[int]) -> ResolvedGroup:
-        att = group.attention
-        head_dim, derived = None, False
-        if isinstance(att, _Heads):
-            # HF convention: head_dim when the config gives it, else hidden_size / num_attention_heads.
-            head_dim, derived = (att.head_dim, False) if att.head_dim is not None else (self.d_model // att.n_heads, True)
         return ResolvedGroup(
             index=gi,
             label=group.name or ("all layers" if len(self.layer_groups) == 1 else f"group {gi}"),
             layers=tuple(layers),
-            attention=att,
+            attention=group.attention,
             sliding_window=group.sliding_window,
-            head_dim=head_dim,
-            head_dim_derived=derived,
+            layer=Layer(self.d_model, group.sliding_window, f"layer_groups[{gi}].attention"),
         )
 
     @property
@@ -314,6 +237,14 @@ class ModelSpec(Strict):
     def attention_kinds(self) -> tuple[str, ...]:
         """Distinct attention kinds, in the order the groups first use them."""
         return tuple(dict.fromkeys(g.attention.kind for g in self._groups))
+
+    def has_layouts(self) -> bool:
+        """Whether some layer's cache has a layout to choose (MLA: latent or expanded)."""
+        return any(g.attention.layouts for g in self._groups)
+
+    def has_schedules(self) -> bool:
+        """Whether some layer has decode schedules of different cost (MLA: naive or absorbed)."""
+        return any(g.attention.schedules for g in self._groups)
 
 
 def _ranges(indices: list[int]) -> str:
@@ -340,8 +271,8 @@ def _loc(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ATTENTION_KINDS + ("dense", "moe") or part in ("function-after[_resolve(), ModelSpec]",):
-            continue  # the discriminator tag: the kind is already named in the message context
+        elif part in ("dense", "moe") or part in ("function-after[_resolve(), ModelSpec]",):
+            continue  # the FFN's discriminator tag: the kind is already named in the message context
         else:
             out += ("." if out else "") + str(part)
     return out

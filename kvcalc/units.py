@@ -123,3 +123,12 @@ def parse_token_range(text: str, points: int | None = None) -> list[int]:
     ratio = (hi / lo) ** (1 / (points - 1))
     raw = [round(lo * ratio**i) for i in range(points - 1)] + [hi]
     return sorted(set(raw))
+
+
+def parse_size(text: str) -> int:
+    """A memory size: '8G' -> 8 GiB; K/M/G/T are binary (1024-based), an optional B or iB; a plain number is bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise ValueError(f"{text!r} is not a size (use e.g. 8G, 512M, 1073741824)")
+    scale = 1024 ** " KMGT".index(match[2].upper() or " ")
+    return int(Fraction(match[1]) * scale)

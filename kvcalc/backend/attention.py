@@ -261,3 +261,69 @@ class LatentAttention:
         p = softmax(scores).astype(self.dtype)
         o_lat = fc.matmul("attn/mix", p, c_kv[:, None])  # [b, h, 1, c]
         return fc.matmul("attn/v_up", o_lat, self.w_uv)[:, :, None]  # [b, h, 1, e] -> [b, h, 1, 1, e]
+
+
+# ---------------------------------------------------------------- one NumPy layer per attention kind
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """What a layer holds while it runs, per token, beyond its weights and cache (for the memory plan, in elements).
+
+    width: activations per token of a prefill; kv_heads, g: the heads attended apart and the query heads per one;
+    value_dim: a row of p @ v; chunk_width: per token and head, what a prefill thread builds for its chunk of heads;
+    rebuilt: per held token, what the naive decode schedule rebuilds (MLA: every head's K and V).
+    """
+
+    width: int
+    kv_heads: int
+    g: int
+    value_dim: int
+    chunk_width: int = 0
+    rebuilt: int = 0
+
+
+def _gqa_layer(group, rng, dtype, layout: str, block: int, rope: str, workers: int) -> GroupedQueryAttention:
+    att, layer = group.attention, group.layer
+    return GroupedQueryAttention(layer.d_model, att.n_heads, att.kv_heads(layer), att.d_h(layer), layer.window, rng,
+                                 dtype, block, workers)
+
+
+def _gqa_plan(att, layer, layout: str) -> LayerPlan:
+    h, n_kv, d = att.n_heads, att.kv_heads(layer), att.d_h(layer)
+    # q (and, briefly, its regrouped copy), the attention output and its [s, h·d] copy; K and V with RoPE's copy
+    return LayerPlan(width=3 * h * d + 4 * n_kv * d, kv_heads=n_kv, g=h // n_kv, value_dim=d)
+
+
+def _mla_layer(group, rng, dtype, layout: str, block: int, rope: str, workers: int) -> LatentAttention:
+    att, layer = group.attention, group.layer
+    return LatentAttention(layer.d_model, att.n_heads, att.kv_lora_rank, att.q_lora_rank, att.qk_nope_head_dim,
+                           att.qk_rope_head_dim, att.v_head_dim, layer.window, rng, dtype, layout, block, rope, workers)
+
+
+def _mla_plan(att, layer, layout: str) -> LayerPlan:
+    h, qk, c, r, e = att.n_heads, att.qk_head_dim, att.kv_lora_rank, att.qk_rope_head_dim, att.v_head_dim
+    # the attention output per head (e), c_Q, and the latent and k_R with copies; every head's K and V only for the
+    # expanded cache (queries, and else K and V, a chunk of heads at a time, inside the prefill threads)
+    width = h * e + (att.q_lora_rank or layer.d_model) + 2 * (c + r) + (h * (qk + e) if layout == "expanded" else 0)
+    return LayerPlan(width=width, kv_heads=h, g=1, value_dim=e, chunk_width=qk + (qk + e if layout == "latent" else 0),
+                     rebuilt=h * (qk + e))
+
+
+# attention kind -> (build the layer, plan its memory); a new kind adds its layer here to be run by `kvcalc run`
+LAYERS = {
+    "mha": (_gqa_layer, _gqa_plan),
+    "gqa": (_gqa_layer, _gqa_plan),
+    "mqa": (_gqa_layer, _gqa_plan),
+    "mla": (_mla_layer, _mla_plan),
+}
+NOT_RUN = ("linear",)  # constant-state layers: no KV cache to measure
+
+
+def layer_entry(kind: str):
+    """The builder and planner of a kind's NumPy layer, or a KvcalcError for a kind the backend cannot run."""
+    from kvcalc.errors import KvcalcError
+
+    if kind not in LAYERS:
+        raise KvcalcError(f"kvcalc run has no NumPy layer for attention kind {kind!r} (it runs {', '.join(LAYERS)})")
+    return LAYERS[kind]

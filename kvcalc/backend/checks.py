@@ -18,7 +18,7 @@ import numpy as np
 from kvcalc.backend.attention import GroupedQueryAttention, LatentAttention
 from kvcalc.backend.ops import FlopCounter, softmax
 from kvcalc.backend.stack import stack_decode, stack_prefill
-from kvcalc.spec import MLA
+from kvcalc.attention import MLA
 
 
 @dataclass(frozen=True)

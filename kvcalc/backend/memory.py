@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
+from kvcalc.backend.attention import LayerPlan, layer_entry
 from kvcalc.backend.causal import prefill_tiling
-from kvcalc.costs.cache import per_token_formula
 from kvcalc.errors import KvcalcError
-from kvcalc.spec import MLA, ModelSpec, ResolvedGroup
+from kvcalc.spec import ModelSpec, ResolvedGroup
 from kvcalc.units import format_bytes
 
 QUERY_BLOCK = 256  # queries per prefill block at most: with 256·g rows a head's products run near BLAS's best
@@ -32,57 +32,23 @@ def query_block(window: int | None) -> int:
     return min(QUERY_BLOCK, window) if window else QUERY_BLOCK
 
 
-def _widths(group: ResolvedGroup, d_model: int, mla_cache: str) -> tuple[int, int, int, int]:
-    """(weights, activation width per token, KV heads, query heads per KV head) of one layer, in elements."""
-    att = group.attention
-    if isinstance(att, MLA):
-        h, qk, c, r, e = att.n_heads, att.qk_nope_head_dim + att.qk_rope_head_dim, att.kv_lora_rank, att.qk_rope_head_dim, att.v_head_dim
-        q_in = att.q_lora_rank or d_model
-        weights = (d_model * att.q_lora_rank if att.q_lora_rank else 0) + q_in * h * qk + d_model * (c + r) \
-            + c * h * (att.qk_nope_head_dim + e) + h * e * d_model  # W_UK/W_UV are held per head only
-        # the attention output per head (e), c_Q, and the latent and k_R with copies; every head's K and V only
-        # for the expanded cache (queries, and else K and V, a chunk of heads at a time: `_prefill_threads_bytes`)
-        width = h * e + q_in + 2 * (c + r) + (h * (qk + e) if mla_cache == "expanded" else 0)
-        return weights, width, h, 1
-    h, d = att.n_heads, group.head_dim
-    n_kv = {"mha": h, "mqa": 1}.get(att.kind) or att.n_kv_heads
-    weights = 2 * d_model * h * d + 2 * d_model * n_kv * d
-    # q (and, briefly, its regrouped copy), the attention output and its [s, h·d] copy; K and V with RoPE's copy
-    width = 3 * h * d + 4 * n_kv * d
-    return weights, width, n_kv, h // n_kv
+def _matrix_elements(group: ResolvedGroup) -> int:
+    """Weights one layer holds: its kind's weight matrices (norms and biases are small and left out)."""
+    return sum(w.size for w in group.attention.weights(group.layer) if w.role == "matrix")
 
 
-def _value_dim(group: ResolvedGroup) -> int:
-    """Value head dim e (the width of a row of p @ v)."""
-    att = group.attention
-    return att.v_head_dim if isinstance(att, MLA) else group.head_dim
-
-
-def _prefill_threads_bytes(group: ResolvedGroup, kv_heads: int, g: int, tokens: int, batch: int, itemsize: int,
-                           mla_cache: str, workers: int) -> int:
+def _prefill_threads_bytes(group: ResolvedGroup, p: LayerPlan, tokens: int, batch: int, itemsize: int,
+                           workers: int) -> int:
     """What the prefill threads hold, one per chunk of KV heads up to `workers` (`causal.causal_attention`):
-    each a band of scores (float16's softmax adds three float32 copies) and a tile's share of p @ v; with MLA
-    also the chunk's queries, and with its latent cache the chunk's K and V (`attention.LatentAttention.prefill`)."""
+    each a band of scores (float16's softmax adds three float32 copies) and a tile's share of p @ v, and what
+    the layer builds per chunk of heads (MLA: the chunk's queries, and with its latent cache its K and V)."""
     window = group.sliding_window
     block = query_block(window)  # what the runner passes the layer
-    tiling = prefill_tiling(batch, kv_heads, g, tokens, window, block)
-    per_thread = tiling.band(batch, g) * (itemsize + (12 if itemsize == 2 else 0))
-    per_thread += batch * tiling.chunk * tiling.block * g * _value_dim(group) * itemsize
-    att = group.attention
-    if isinstance(att, MLA):
-        qk = att.qk_nope_head_dim + att.qk_rope_head_dim
-        per_thread += batch * tiling.chunk * tokens * (qk + (qk + att.v_head_dim if mla_cache == "latent" else 0)) * itemsize
-    return min(workers, -(-kv_heads // tiling.chunk)) * per_thread
-
-
-def _naive_decode_bytes(group: ResolvedGroup, tokens: int, batch: int, itemsize: int) -> int:
-    """MLA's naive decode schedule (run, or the check that absorbed = naive) rebuilds every head's K and V of
-    every held token (`attention.LatentAttention.decode`)."""
-    att = group.attention
-    if not isinstance(att, MLA):
-        return 0
-    qk = att.qk_nope_head_dim + att.qk_rope_head_dim
-    return batch * tokens * att.n_heads * (qk + att.v_head_dim) * itemsize
+    tiling = prefill_tiling(batch, p.kv_heads, p.g, tokens, window, block)
+    per_thread = tiling.band(batch, p.g) * (itemsize + (12 if itemsize == 2 else 0))
+    per_thread += batch * tiling.chunk * tiling.block * p.g * p.value_dim * itemsize
+    per_thread += batch * tiling.chunk * tokens * p.chunk_width * itemsize
+    return min(workers, -(-p.kv_heads // tiling.chunk)) * per_thread
 
 
 @dataclass(frozen=True)
@@ -107,19 +73,20 @@ def plan(spec: ModelSpec, layers: list[int], ctx: int, decode: int, batch: int, 
     weights = cache = act = largest = 0
     for layer in layers:
         group = by_layer[layer]
-        w, width, kv_heads, g = _widths(group, spec.d_model, mla_cache)
-        weights += w * itemsize
-        held = min(total, group.sliding_window) if group.sliding_window else total
-        per_token = per_token_formula(group, mla_cache).elements * batch * itemsize
+        att = group.attention
+        p = layer_entry(att.kind)[1](att, group.layer, mla_cache)
+        weights += _matrix_elements(group) * itemsize
+        held = att.tokens_held(group.layer, total)
+        per_token = att.cache_formula(group.layer, mla_cache).elements * batch * itemsize
         layer_cache = per_token * held
         # the cache at the end, and the one after the prefill, which the run keeps for its checks
-        cache += layer_cache + per_token * (min(ctx, group.sliding_window) if group.sliding_window else ctx)
+        cache += layer_cache + per_token * att.tokens_held(group.layer, ctx)
         largest = max(largest, layer_cache)
-        scores = _prefill_threads_bytes(group, kv_heads, g, total, batch, itemsize, mla_cache, workers)
+        scores = _prefill_threads_bytes(group, p, total, batch, itemsize, workers)
         # 4 · d_model: the run's input, a layer's input, its norm and its output (the residual stream)
-        act = max(act, batch * total * (4 * spec.d_model + width) * itemsize + scores,
+        act = max(act, batch * total * (4 * spec.d_model + p.width) * itemsize + scores,
                   # the run's input and the recompute check's output, beside a naive decode step's K and V
-                  batch * total * 2 * spec.d_model * itemsize + _naive_decode_bytes(group, held, batch, itemsize))
+                  batch * total * 2 * spec.d_model * itemsize + batch * held * p.rebuilt * itemsize)
     return MemoryPlan(weights=weights, cache=cache + largest, activations=act)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from kvcalc.render import Column
+from kvcalc.present.render import Column
 from kvcalc.units import format_seconds
 
 RESULT_COLUMNS = [
@@ -21,6 +21,7 @@ CHECK_COLUMNS = [
     Column("result", "Result"),
     Column("detail", "Compared"),
 ]
+CHECK_KEYS = ["name", "error", "tolerance", "must_exceed", "passed", "detail"]
 
 
 def _text(value, kind: str) -> str:

@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvcalc.backend import checks
-from kvcalc.backend.attention import Cache, GroupedQueryAttention, LatentAttention
+from kvcalc.backend.attention import NOT_RUN, Cache, layer_entry
 from kvcalc.backend.memory import Request, available_memory, guard, query_block
 from kvcalc.backend.ops import FlopCounter
 from kvcalc.backend.stack import stack_decode, stack_prefill
 from kvcalc.backend.threads import available_cores, usable_workers
 from kvcalc.costs.cache import kv_cache
-from kvcalc.costs.flops import decode_work, layer_attention_flops, prefill_work, resolve_schedule
+from kvcalc.costs.flops import decode_work, layer_attention_flops, prefill_work
 from kvcalc.errors import KvcalcError
-from kvcalc.spec import MLA, Linear, ModelSpec, ResolvedGroup
+from kvcalc.settings import Settings, resolve_schedule
+from kvcalc.spec import ModelSpec, ResolvedGroup
 
 DTYPES = {"float32": (np.float32, "fp32"), "float16": (np.float16, "fp16"), "float64": (np.float64, "fp64")}
 # Relative error allowed between computations that are equal in exact arithmetic (max |a - b| / max |b|).
@@ -92,24 +93,22 @@ class RunReport:
         return [r for r in self.rows if r.match is False]
 
 
+def _runs(group: ResolvedGroup) -> bool:
+    """Whether a run builds this group's layers (constant-state layers have no KV cache to measure)."""
+    return group.attention.kind not in NOT_RUN
+
+
 def layer_order(spec: ModelSpec) -> list[int]:
     """Layers in the order a run takes them: the first layer of each group, then the rest in model order."""
-    firsts = [g.layers[0] for g in spec.groups if not isinstance(g.attention, Linear)]
-    return firsts + [i for g in spec.groups if not isinstance(g.attention, Linear) for i in g.layers if i not in firsts]
+    runs = [g for g in spec.groups if _runs(g)]
+    firsts = [g.layers[0] for g in runs]
+    return firsts + [i for g in runs for i in g.layers if i not in firsts]
 
 
-def build_layer(spec: ModelSpec, group: ResolvedGroup, rng, s: RunSettings, rope: str = "decoupled"):
+def build_layer(group: ResolvedGroup, rng, s: RunSettings, rope: str = "decoupled"):
     """A NumPy layer with random weights at the group's real dims."""
-    dtype = DTYPES[s.dtype][0]
-    att = group.attention
-    block = query_block(group.sliding_window)
-    if isinstance(att, MLA):
-        return LatentAttention(spec.d_model, att.n_heads, att.kv_lora_rank, att.q_lora_rank, att.qk_nope_head_dim,
-                               att.qk_rope_head_dim, att.v_head_dim, group.sliding_window, rng, dtype, s.mla_cache,
-                               block, rope, s.workers)
-    n_kv = {"mha": att.n_heads, "mqa": 1}.get(att.kind) or att.n_kv_heads
-    return GroupedQueryAttention(spec.d_model, att.n_heads, n_kv, group.head_dim, group.sliding_window, rng, dtype, block,
-                                 s.workers)
+    build = layer_entry(group.attention.kind)[0]
+    return build(group, rng, DTYPES[s.dtype][0], s.mla_cache, query_block(group.sliding_window), rope, s.workers)
 
 
 class _Quiet:
@@ -122,10 +121,13 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     progress = progress or _Quiet()
     if s.dtype not in DTYPES:
         raise KvcalcError(f"unsupported dtype {s.dtype!r}: choose float32, float16 or float64")
+    for g in spec.groups:
+        if _runs(g):
+            layer_entry(g.attention.kind)  # a kind without a NumPy layer fails before anything is allocated
     order = layer_order(spec)
     if not order:
         raise KvcalcError(f"{spec.name}: no attention layer to run (constant-state layers only)")
-    n_layers = s.layers or len([g for g in spec.groups if not isinstance(g.attention, Linear)])
+    n_layers = s.layers or len([g for g in spec.groups if _runs(g)])
     if n_layers > len(order):
         raise KvcalcError(f"--layers {n_layers}: {spec.name} has only {len(order)} attention layers")
     itemsize = np.dtype(DTYPES[s.dtype][0]).itemsize
@@ -137,7 +139,7 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     ids = sorted(order[:n_layers])
     rng = np.random.default_rng(s.seed)
     dtype = DTYPES[s.dtype][0]
-    layers = [build_layer(spec, by_layer[i], rng, s) for i in ids]
+    layers = [build_layer(by_layer[i], rng, s) for i in ids]
     x0 = rng.standard_normal((s.batch, s.ctx + s.decode, spec.d_model)).astype(dtype)
 
     report = RunReport(spec.name, s, ids, predicted_peak_bytes=mem.peak)
@@ -167,35 +169,24 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     _timing_rows(report, prefill_flops, fc_dec.by_component, prefill_seconds, decode_seconds, s.decode, s.workers)
     if s.decode:
         report.checks += checks.run_checks(spec, s, layers, x0, outputs, after_prefill, schedule, TOLERANCE[s.dtype])
-    if s.rope_demo or any(isinstance(by_layer[i].attention, MLA) for i in ids):
+    if s.rope_demo or any(by_layer[i].attention.schedules for i in ids):
         report.checks += checks.rope_demo(spec, s, TOLERANCE[s.dtype])
     report.checks += [checks.gqa_equals_mha(s, TOLERANCE[s.dtype])]
     return report
 
 
-def _expected_shapes(group: ResolvedGroup, s: RunSettings, held: int, head_dim: int | None) -> dict[str, tuple]:
-    att, b = group.attention, s.batch
-    if isinstance(att, MLA):
-        if s.mla_cache == "latent":
-            return {"c_kv": (b, held, att.kv_lora_rank), "k_rope": (b, held, att.qk_rope_head_dim)}
-        return {"k": (b, held, att.n_heads, att.qk_nope_head_dim + att.qk_rope_head_dim),
-                "v": (b, held, att.n_heads, att.v_head_dim)}
-    n_kv = {"mha": att.n_heads, "mqa": 1}.get(att.kind) or att.n_kv_heads
-    return {"k": (b, held, n_kv, head_dim), "v": (b, held, n_kv, head_dim)}
-
-
 def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, prefill_measured, decode_measured, schedule):
-    kv_dtype = DTYPES[s.dtype][1]
     total = s.ctx + s.decode
+    at = Settings(ctx=s.ctx, batch=s.batch, kv_dtype=DTYPES[s.dtype][1], mla_cache=s.mla_cache)
 
     def per_layer_bytes(group, tokens):
-        return kv_cache(spec, tokens, s.batch, kv_dtype, s.mla_cache).groups[group.index].bytes_per_layer
+        return kv_cache(spec, at.at(tokens)).groups[group.index].bytes_per_layer
 
     for n, (layer, cache, last) in enumerate(zip(ids, after_prefill, final)):
         group = by_layer[layer]
         for when, c, tokens in (("after prefill", cache, s.ctx), ("at the end", last, total)):
-            held = min(tokens, group.sliding_window) if group.sliding_window else tokens
-            for name, shape in _expected_shapes(group, s, held, group.head_dim).items():
+            held = group.attention.tokens_held(group.layer, tokens)
+            for name, shape in group.attention.cache_shapes(group.layer, s.batch, held, s.mla_cache).items():
                 got = tuple(c.tensors[name].shape) if name in c.tensors else None
                 report.rows.append(Row("cache", f"layer {layer} {name} shape {when}", shape, got, "shape"))
         report.rows.append(Row("cache", f"layer {layer} bytes after prefill", per_layer_bytes(group, s.ctx), cache.nbytes, "bytes"))
@@ -204,13 +195,13 @@ def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, pref
                                    per_layer_bytes(group, s.ctx + j + 1), sizes[n], "bytes"))
     measured_total = _scaled_total(spec, ids, by_layer, final)
     report.rows.append(Row("cache", f"KV cache, all {spec.n_layers} layers, at ctx {total:,} (= kvcalc compare)",
-                           kv_cache(spec, total, s.batch, kv_dtype, s.mla_cache).bytes, measured_total, "bytes"))
+                           kv_cache(spec, at.at(total)).bytes, measured_total, "bytes"))
     prefill_pred, decode_pred = Counter(), Counter()
     for layer in ids:
         group = by_layer[layer]
-        prefill_pred.update(layer_attention_flops(spec, group, prefill_work(s.ctx, group.sliding_window), "naive"))
+        prefill_pred.update(layer_attention_flops(group, prefill_work(group, s.ctx), "naive"))
         for t in range(s.ctx + 1, total + 1):
-            decode_pred.update(layer_attention_flops(spec, group, decode_work(t, group.sliding_window, s.mla_cache), schedule))
+            decode_pred.update(layer_attention_flops(group, decode_work(group, t, s.mla_cache), schedule))
     for label, pred, got in (("prefill", prefill_pred, prefill_measured), (f"{s.decode} decode steps", decode_pred, decode_measured)):
         for comp in sorted(set(pred) | set(got)):
             report.rows.append(Row("flops", f"{label} {comp}", s.batch * pred.get(comp, 0), got.get(comp, 0), "flops"))
@@ -224,7 +215,9 @@ def _scaled_total(spec, ids, by_layer, final: list[Cache]) -> int | None:
         measured.setdefault(by_layer[layer].index, cache.nbytes)
     total = 0
     for g in spec.groups:
-        if isinstance(g.attention, Linear) and g.attention.state_elements == 0:
+        if not _runs(g):  # not run: its state, if any, was not measured
+            if g.attention.constant_state(g.layer):
+                return None
             continue
         if g.index not in measured:
             return None

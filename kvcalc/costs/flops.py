@@ -3,9 +3,10 @@
 Conventions (also in the README):
 - FLOPs, not MACs: a product of an m×k and a k×n matrix costs 2·m·n·k. Only matrix products are counted;
   norms, softmax, activations, RoPE, residual adds and biases are O(tokens·d) and left out.
-- Causal attention: query i (1-based) meets min(i, W) keys, W the layer's window (∞ without one). So a prefill of
-  N tokens scores Σ_{i≤N} min(i, W) query–key pairs, about N²/2; `dense_attn` counts the N×N matrix instead, as
-  FLOP-counting libraries (and nanoGPT's sizing notebook) do.
+- Causal attention: the keys each query sees are its layer's attention kind's answer (kvcalc.attention): with a
+  window W, query i (1-based) meets min(i, W) keys. So a prefill of N tokens scores Σ_{i≤N} min(i, W) query–key
+  pairs, about N²/2; `dense_attn` counts the N×N matrix instead, as FLOP-counting libraries (and nanoGPT's sizing
+  notebook) do.
 - A decode step at context t processes the token at position t: it attends to min(t, W) keys, itself included.
 - Generation of G tokens after a prompt of P: with a cache, the decode steps at contexts P+1 … P+G (O(N²) in
   attention); without one, each step re-runs a prefill of the whole prefix of t = P+1 … P+G tokens (O(N³)).
@@ -22,87 +23,14 @@ Conventions (also in the README):
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from typing import Callable
 
+from kvcalc.attention import Work, tri
 from kvcalc.costs.params import ffn_of_layer
-from kvcalc.errors import KvcalcError
-from kvcalc.spec import MLA, DenseFFN, Linear, ModelSpec, ResolvedGroup
+from kvcalc.settings import Settings
+from kvcalc.spec import DenseFFN, ModelSpec, ResolvedGroup
 
-MLA_SCHEDULES = ("naive", "absorbed")
-
-
-# ---------------------------------------------------------------- causal pair counts (exact closed forms)
-
-
-def tri(n: int) -> int:
-    """1 + 2 + … + n."""
-    return n * (n + 1) // 2
-
-
-def keys_seen(n: int, window: int | None) -> int:
-    """Σ_{i=1..n} min(i, W): query–key pairs of a causal prefill of n tokens (W None: no window)."""
-    if window is None or n <= window:
-        return tri(n)
-    return tri(window) + (n - window) * window
-
-
-def keys_seen_sum(n: int, window: int | None) -> int:
-    """Σ_{t=1..n} keys_seen(t, W): the pairs of n prefills of lengths 1 … n (generation without a cache)."""
-    if window is None or n <= window:
-        return n * (n + 1) * (n + 2) // 6  # Σ t(t+1)/2
-    w = window
-    return w * (w + 1) * (w + 2) // 6 + (n - w) * tri(w) + w * tri(n - w)
-
-
-@dataclass(frozen=True)
-class Work:
-    """What one pass does in every layer of a group: query tokens, query–key pairs, keys up-projected (MLA naive)."""
-
-    tokens: int
-    pairs: int
-    expanded: int
-
-
-WorkFn = Callable[[int | None], Work]  # window -> work of one layer with that window
-
-
-def _attention(group: ResolvedGroup, d: int, w: Work, schedule: str) -> dict[str, int]:
-    """FLOPs of one attention layer of `group` doing `w`."""
-    att, T = group.attention, w.tokens
-    if isinstance(att, Linear):
-        return {}
-    if not isinstance(att, MLA):
-        n_h, d_h = att.n_heads, group.head_dim
-        n_kv = {"mha": n_h, "mqa": 1}.get(att.kind) or att.n_kv_heads
-        return {
-            "attn/q": 2 * T * d * n_h * d_h,
-            "attn/k": 2 * T * d * n_kv * d_h,
-            "attn/v": 2 * T * d * n_kv * d_h,
-            "attn/scores": 2 * w.pairs * n_h * d_h,  # QKᵀ: each query head meets its (shared) key head
-            "attn/mix": 2 * w.pairs * n_h * d_h,  # AV
-            "attn/o": 2 * T * n_h * d_h * d,
-        }
-    n_h, d_c, d_r = att.n_heads, att.kv_lora_rank, att.qk_rope_head_dim
-    nope, d_v = att.qk_nope_head_dim, att.v_head_dim
-    out = {}
-    if att.q_lora_rank:
-        out["attn/q_down"] = 2 * T * d * att.q_lora_rank  # W_DQ
-        out["attn/q_up"] = 2 * T * att.q_lora_rank * n_h * (nope + d_r)  # W_UQ, W_QR
-    else:
-        out["attn/q"] = 2 * T * d * n_h * (nope + d_r)
-    out["attn/kv_down"] = 2 * T * d * (d_c + d_r)  # W_DKV and W_KR: the latent c_KV and the RoPE key
-    if schedule == "naive":
-        out["attn/kv_up"] = 2 * w.expanded * d_c * n_h * (nope + d_v)  # W_UK, W_UV on every key rebuilt
-        out["attn/scores"] = 2 * w.pairs * n_h * (nope + d_r)
-        out["attn/mix"] = 2 * w.pairs * n_h * d_v
-    else:
-        out["attn/q_absorb"] = 2 * T * n_h * nope * d_c  # q_nope·W_UK per head: the query in latent space
-        out["attn/scores"] = 2 * w.pairs * n_h * (d_c + d_r)  # against c_KV and the shared RoPE key
-        out["attn/mix"] = 2 * w.pairs * n_h * d_c  # A·c_KV in latent space
-        out["attn/v_up"] = 2 * T * n_h * d_c * d_v  # W_UV folded into the output
-    out["attn/o"] = 2 * T * n_h * d_v * d
-    return out
+WorkFn = Callable[[ResolvedGroup], Work]  # group -> what one of its layers does in the pass
 
 
 def _ffn(spec: ModelSpec, layer: int, tokens: int) -> dict[str, int]:
@@ -119,10 +47,10 @@ def _ffn(spec: ModelSpec, layer: int, tokens: int) -> dict[str, int]:
 
 
 def forward(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: str) -> dict[str, int]:
-    """FLOPs by component of a pass whose attention work per layer is `work(window)`."""
+    """FLOPs by component of a pass whose attention work per layer of a group is `work(group)`."""
     total: Counter = Counter()
     for group in spec.groups:
-        layer_attn = _attention(group, spec.d_model, work(group.sliding_window), schedule)
+        layer_attn = group.attention.flops(group.layer, work(group), schedule)
         for _ in group.layers:
             total.update(layer_attn)
     for layer in range(spec.n_layers):
@@ -131,74 +59,61 @@ def forward(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: s
     return {k: v for k, v in total.items() if v}
 
 
-def resolve_schedule(mla_cache: str, mla_schedule: str | None) -> str:
-    """The MLA decode schedule: as asked, else absorbed from a latent cache and naive from an expanded one."""
-    if mla_schedule is None:
-        return "absorbed" if mla_cache == "latent" else "naive"
-    _check(mla_schedule, mla_cache)
-    return mla_schedule
-
-
-def _check(schedule: str, mla_cache: str) -> None:
-    if schedule not in MLA_SCHEDULES:
-        raise KvcalcError(f"unknown MLA schedule {schedule!r}: choose naive or absorbed")
-    if schedule == "absorbed" and mla_cache == "expanded":
-        raise KvcalcError("--mla-schedule absorbed attends in the latent space: it needs --mla-cache latent")
-
-
 def _naive_expands(mla_cache: str, keys: int, new: int) -> int:
     """Keys up-projected by a naive MLA step: all attended keys from a latent cache, only new ones from an expanded one."""
     return keys if mla_cache == "latent" else new
 
 
-def prefill_work(n: int, window: int | None, dense_attn: bool = False) -> Work:
-    """What a prefill of `n` tokens does in one layer with `window`: n queries, causal pairs, n keys up-projected."""
-    return Work(n, n * n if dense_attn else keys_seen(n, window), n)
+def prefill_work(group: ResolvedGroup, n: int, dense_attn: bool = False) -> Work:
+    """What a prefill of `n` tokens does in one layer of `group`: n queries, causal pairs, n keys up-projected."""
+    return Work(n, n * n if dense_attn else group.attention.keys_prefill(group.layer, n), n)
 
 
-def decode_work(t: int, window: int | None, mla_cache: str = "latent") -> Work:
-    """What the decode step at context `t` does in one layer: one query over min(t, W) keys."""
-    keys = min(t, window) if window else t
+def decode_work(group: ResolvedGroup, t: int, mla_cache: str = "latent") -> Work:
+    """What the decode step at context `t` does in one layer of `group`: one query over the keys it sees."""
+    keys = group.attention.keys_at(group.layer, t)
     return Work(1, keys, _naive_expands(mla_cache, keys, 1))
 
 
-def layer_attention_flops(spec: ModelSpec, group: ResolvedGroup, work: Work, schedule: str) -> dict[str, int]:
+def layer_attention_flops(group: ResolvedGroup, work: Work, schedule: str) -> dict[str, int]:
     """FLOPs of one attention layer of `group` doing `work` (one sequence), by component."""
-    return {k: v for k, v in _attention(group, spec.d_model, work, schedule).items() if v}
+    return {k: v for k, v in group.attention.flops(group.layer, work, schedule).items() if v}
 
 
-def prefill_flops(spec: ModelSpec, n: int, batch: int = 1, dense_attn: bool = False, logits: str = "last") -> dict[str, int]:
-    """FLOPs of a prefill of `n` tokens for each of `batch` sequences, by component."""
-    out = forward(spec, lambda w: prefill_work(n, w, dense_attn), n, n if logits == "all" else 1, "naive")
-    return {k: batch * v for k, v in out.items()}
+def prefill_flops(spec: ModelSpec, s: Settings, logits: str = "last") -> dict[str, int]:
+    """FLOPs of a prefill of `s.ctx` tokens for each of `s.batch` sequences, by component."""
+    n = s.ctx
+    out = forward(spec, lambda g: prefill_work(g, n, s.dense_attn), n, n if logits == "all" else 1, "naive")
+    return {k: s.batch * v for k, v in out.items()}
 
 
-def decode_flops(spec: ModelSpec, t: int, batch: int = 1, schedule: str = "absorbed", mla_cache: str = "latent") -> dict[str, int]:
-    """FLOPs of one decode step at context `t` (the new token at position t) for `batch` sequences."""
-    _check(schedule, mla_cache)
-    out = forward(spec, lambda w: decode_work(t, w, mla_cache), 1, 1, schedule)
-    return {k: batch * v for k, v in out.items()}
+def decode_flops(spec: ModelSpec, s: Settings) -> dict[str, int]:
+    """FLOPs of one decode step at context `s.ctx` (the new token at position ctx) for `s.batch` sequences."""
+    out = forward(spec, lambda g: decode_work(g, s.ctx, s.mla_cache), 1, 1, s.schedule)
+    return {k: s.batch * v for k, v in out.items()}
 
 
-def generate_flops(spec: ModelSpec, prompt: int, gen: int, batch: int = 1, cached: bool = True,
-                   schedule: str = "absorbed", mla_cache: str = "latent") -> dict[str, int]:
-    """FLOPs of generating `gen` tokens after a `prompt`, with a KV cache (decode steps) or without (re-prefills)."""
-    _check(schedule, mla_cache)
+def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[str, int]:
+    """FLOPs of generating `s.gen` tokens after a prompt of `s.ctx`, with a KV cache (decode steps) or without
+    (every step re-runs a prefill of its prefix; MLA then up-projects, as a prefill does)."""
+    prompt, gen = s.ctx, s.gen
     last = prompt + gen
     if cached:
-        def work(w):
-            keys = keys_seen(last, w) - keys_seen(prompt, w)  # Σ_{t=P+1..P+G} min(t, W)
-            return Work(gen, keys, _naive_expands(mla_cache, keys, gen))
+        def work(g: ResolvedGroup) -> Work:
+            att, layer = g.attention, g.layer
+            keys = att.keys_prefill(layer, last) - att.keys_prefill(layer, prompt)  # Σ_{t=P+1..P+G} keys_at(t)
+            return Work(gen, keys, _naive_expands(s.mla_cache, keys, gen))
 
-        out = forward(spec, work, gen, gen, schedule)
+        out = forward(spec, work, gen, gen, s.schedule)
     else:
         tokens = tri(last) - tri(prompt)  # each step re-runs all t tokens of its prefix
 
-        def work(w):
-            return Work(tokens, keys_seen_sum(last, w) - keys_seen_sum(prompt, w), tokens)
+        def work(g: ResolvedGroup) -> Work:
+            att, layer = g.attention, g.layer
+            return Work(tokens, att.keys_prefills(layer, last) - att.keys_prefills(layer, prompt), tokens)
 
         out = forward(spec, work, tokens, gen, "naive")
-    return {k: batch * v for k, v in out.items()}
+    return {k: s.batch * v for k, v in out.items()}
 
 
 def attention_part(breakdown: dict[str, int]) -> int:
@@ -206,15 +121,18 @@ def attention_part(breakdown: dict[str, int]) -> int:
     return sum(v for k, v in breakdown.items() if k in ("attn/scores", "attn/mix", "attn/kv_up"))
 
 
-def mla_crossover(spec: ModelSpec, mla_cache: str = "latent", limit: int = 1 << 30) -> int | None:
-    """The first context t at which the absorbed decode step needs fewer FLOPs than the naive one (None: never by `limit`).
-
-    Both are affine in the keys attended, so the cheaper schedule changes at most once as context grows.
-    """
-    if not any(isinstance(g.attention, MLA) for g in spec.groups) or mla_cache == "expanded":
+def mla_crossover(spec: ModelSpec, s: Settings, limit: int = 1 << 30) -> int | None:
+    """The first context t at which the absorbed decode step needs fewer FLOPs than the naive one (None: never by
+    `limit`, or no choice of schedule). Both are affine in the keys attended, so the cheaper one changes at most once."""
+    if not spec.has_schedules() or s.mla_cache == "expanded":
         return None
-    cheaper = lambda t: sum(decode_flops(spec, t, schedule="absorbed").values()) < sum(  # noqa: E731
-        decode_flops(spec, t, schedule="naive", mla_cache=mla_cache).values())
+    one = Settings(ctx=1, mla_cache=s.mla_cache)
+
+    def cheaper(t: int) -> bool:
+        at = one.at(t)
+        return sum(decode_flops(spec, at.with_schedule("absorbed")).values()) < sum(
+            decode_flops(spec, at.with_schedule("naive")).values())
+
     if cheaper(1):
         return 1
     if not cheaper(limit):

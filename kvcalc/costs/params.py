@@ -12,52 +12,26 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from kvcalc.costs.cache import dtype_bits
-from kvcalc.errors import KvcalcError
-from kvcalc.spec import MLA, DenseFFN, Linear, ModelSpec, MoEFFN, ResolvedGroup
-
-WEIGHT_DTYPE_BITS = {"fp64": 64, "fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
+from kvcalc.dtypes import dtype_bits
+from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, ResolvedGroup
 
 
 def ffn_of_layer(spec: ModelSpec, layer: int) -> DenseFFN | MoEFFN:
     """The FFN block layer `layer` runs: the group's override, else the model's; MoE's leading layers are dense."""
     group = next(g for g in spec.groups if layer in g.layers)
     ffn = spec.layer_groups[group.index].ffn or spec.ffn
-    if isinstance(ffn, MoEFFN) and layer < ffn.first_k_dense:
+    if isinstance(ffn, MoEFFN) and layer < ffn.first_k_dense and ffn.dense_d_ff is not None:  # (the spec requires it)
         # DeepSeek first_k_dense_replace: these layers run a dense FFN of dense_d_ff.
         return DenseFFN(kind="dense", d_ff=ffn.dense_d_ff, gated=ffn.gated)
     return ffn
 
 
-def attention_params(group: ResolvedGroup, d_model: int) -> dict[str, int]:
-    """Weights of one attention layer of `group`, by matrix (biases and per-head norms included)."""
-    att, d = group.attention, d_model
-    if isinstance(att, Linear):
-        return {}  # a constant-state layer's projections are not described by the spec
-    if isinstance(att, MLA):
-        n_h, qk = att.n_heads, att.qk_nope_head_dim + att.qk_rope_head_dim
-        out = {}
-        if att.q_lora_rank:
-            out["attn/q_down"] = d * att.q_lora_rank  # W_DQ
-            out["attn/q_up"] = att.q_lora_rank * n_h * qk  # W_UQ and W_QR
-            out["attn/norms"] = att.q_lora_rank  # q_a_layernorm
-        else:
-            out["attn/q"] = d * n_h * qk  # plain W_Q (DeepSeek-V2-Lite)
-        out["attn/kv_down"] = d * (att.kv_lora_rank + att.qk_rope_head_dim)  # W_DKV and W_KR (kv_a_proj_with_mqa)
-        out["attn/norms"] = out.get("attn/norms", 0) + att.kv_lora_rank  # kv_a_layernorm
-        out["attn/kv_up"] = att.kv_lora_rank * n_h * (att.qk_nope_head_dim + att.v_head_dim)  # W_UK and W_UV
-        out["attn/o"] = n_h * att.v_head_dim * d  # W_O
-        return out
-    n_h, d_h = att.n_heads, group.head_dim
-    n_kv = {"mha": n_h, "mqa": 1}.get(att.kind) or att.n_kv_heads
-    bias = 1 if att.qkv_bias else 0
-    return {
-        "attn/q": d * n_h * d_h + bias * n_h * d_h,
-        "attn/k": d * n_kv * d_h + bias * n_kv * d_h,
-        "attn/v": d * n_kv * d_h + bias * n_kv * d_h,
-        "attn/o": n_h * d_h * d + (d if att.o_bias else 0),
-        "attn/norms": 2 * d_h if att.qk_norm else 0,  # q_norm and k_norm over head_dim
-    }
+def attention_params(group: ResolvedGroup) -> dict[str, int]:
+    """Weights of one attention layer of `group`, by component (its kind's weight table, biases and norms included)."""
+    out: dict[str, int] = {}
+    for w in group.attention.weights(group.layer):
+        out[w.component] = out.get(w.component, 0) + w.size
+    return out
 
 
 def _matrices(gated: bool) -> int:
@@ -105,7 +79,7 @@ def param_counts(spec: ModelSpec) -> ParamReport:
         total["pos_embed"] = spec.max_context * d
     active = Counter(total)
     for group in spec.groups:
-        attn = attention_params(group, d)
+        attn = attention_params(group)
         for _ in group.layers:
             total.update(attn)
             active.update(attn)
@@ -123,9 +97,7 @@ def param_counts(spec: ModelSpec) -> ParamReport:
 
 def weights_bytes(params: int, weights_dtype: str) -> int:
     """Bytes of `params` weights stored as `weights_dtype`, rounded up (int4: half a byte; scales not modelled)."""
-    if weights_dtype.lower() not in WEIGHT_DTYPE_BITS:
-        raise KvcalcError(f"unsupported weights dtype {weights_dtype!r}: choose one of {', '.join(WEIGHT_DTYPE_BITS)}")
-    return -(-params * WEIGHT_DTYPE_BITS[weights_dtype.lower()] // 8)
+    return -(-params * dtype_bits(weights_dtype, "weights") // 8)
 
 
-__all__ = ["ParamReport", "param_counts", "weights_bytes", "ffn_of_layer", "attention_params", "dtype_bits"]
+__all__ = ["ParamReport", "param_counts", "weights_bytes", "ffn_of_layer", "attention_params"]

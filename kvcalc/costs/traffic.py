@@ -13,31 +13,26 @@ from __future__ import annotations
 
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.params import param_counts, weights_bytes
+from kvcalc.settings import Settings
+from kvcalc.spec import ModelSpec
 
 
-def _lookup_tables(spec) -> int:
+def _lookup_tables(spec: ModelSpec) -> int:
     """Parameters of the tables read by lookup, not in full: the input embedding (unless tied) and learned positions."""
     tables = 0 if spec.tie_embeddings else spec.vocab_size * spec.d_model
     return tables + (spec.max_context * spec.d_model if spec.learned_positions else 0)
 
 
-def decode_bytes(spec, t: int, batch: int = 1, weights_dtype: str = "bf16", kv_dtype: str = "bf16",
-                 mla_cache: str = "latent") -> dict[str, int]:
-    """Bytes one decode step at context `t` reads, by part: 'weights' and 'kv_cache'."""
-    rows = batch * spec.d_model * (2 if spec.learned_positions else 1)  # the embedding rows looked up
+def decode_bytes(spec: ModelSpec, s: Settings) -> dict[str, int]:
+    """Bytes one decode step at context `s.ctx` reads, by part: 'weights' and 'kv_cache'."""
+    rows = s.batch * spec.d_model * (2 if spec.learned_positions else 1)  # the embedding rows looked up
     read = param_counts(spec).active - _lookup_tables(spec) + rows
-    return {
-        "weights": weights_bytes(read, weights_dtype),
-        "kv_cache": kv_cache(spec, t, batch, kv_dtype, mla_cache).bytes,
-    }
+    return {"weights": weights_bytes(read, s.weights_dtype), "kv_cache": kv_cache(spec, s).bytes}
 
 
-def prefill_bytes(spec, n: int, batch: int = 1, weights_dtype: str = "bf16", kv_dtype: str = "bf16",
-                  mla_cache: str = "latent") -> dict[str, int]:
-    """Bytes a prefill of `n` tokens moves, by part: 'weights' (all, read once) and 'kv_cache' (written)."""
+def prefill_bytes(spec: ModelSpec, s: Settings) -> dict[str, int]:
+    """Bytes a prefill of `s.ctx` tokens moves, by part: 'weights' (all, read once) and 'kv_cache' (written)."""
     tables = _lookup_tables(spec)
-    rows = min(tables, batch * n * spec.d_model * (2 if spec.learned_positions else 1))
-    return {
-        "weights": weights_bytes(param_counts(spec).total - tables + rows, weights_dtype),
-        "kv_cache": kv_cache(spec, n, batch, kv_dtype, mla_cache).bytes,
-    }
+    rows = min(tables, s.batch * s.ctx * spec.d_model * (2 if spec.learned_positions else 1))
+    return {"weights": weights_bytes(param_counts(spec).total - tables + rows, s.weights_dtype),
+            "kv_cache": kv_cache(spec, s).bytes}

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from kvcalc.fields import Figure
 from kvcalc.units import format_bytes, format_count, format_flops, format_seconds, format_tokens
 
 FORMATS = ("table", "markdown", "latex", "csv", "json")
@@ -21,8 +22,8 @@ FORMATS = ("table", "markdown", "latex", "csv", "json")
 class Column:
     """One column: the row key it shows, its header, and how to format it.
 
-    kind: 'text', 'num' (text that reads as a number: right-aligned), 'int', 'bytes', 'tokens', 'ratio', 'flops',
-    'count' (parameters), 'seconds', 'rate' (per second), 'float' or 'bandwidth' (bytes/s, decimal units).
+    kind: one of kvcalc.fields.KINDS ('text', 'num' (text that reads as a number: right-aligned), 'int', 'bool',
+    'bytes', 'tokens', 'ratio', 'flops', 'count', 'seconds', 'rate', 'float', 'bandwidth').
     """
 
     key: str
@@ -34,15 +35,30 @@ class Column:
         """The header on one line (rich tables may break it where the header has a newline)."""
         return self.header.replace("\n", " ")
 
+    @classmethod
+    def of(cls, fig: Figure) -> Column:
+        """The column that shows a result field."""
+        return cls(fig.key, fig.header, fig.kind)
+
     @property
     def numeric(self) -> bool:
         return self.kind in ("int", "bytes", "tokens", "ratio", "num", "flops", "count", "seconds", "rate", "float", "bandwidth")
 
 
-def cell(value: Any, kind: str, units: str = "binary", latex: bool = False) -> str:
-    """Format one value for a human format."""
+def cell(value: Any, kind: str, units: str = "binary", latex: bool = False, compact: bool = False) -> str:
+    """Format one value for a human format; `compact` drops the space before a unit (for narrow terminals)."""
+    text = _cell(value, kind, units, latex)
+    return text.replace(" ", "") if compact and kind in COMPACTABLE else text
+
+
+COMPACTABLE = ("bytes", "flops", "seconds", "bandwidth")
+
+
+def _cell(value: Any, kind: str, units: str, latex: bool) -> str:
     if value is None:
         return "–"
+    if isinstance(value, bool):  # one spelling in every human format; csv and json write true/false
+        return "yes" if value else "no"
     if kind == "bytes":
         return format_bytes(value, units)
     if kind == "tokens":
@@ -111,8 +127,17 @@ def to_csv(keys: list[str], rows: list[dict]) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(keys)
     for row in rows:
-        writer.writerow(["" if row.get(k) is None else row.get(k) for k in keys])
+        writer.writerow([_csv_value(row.get(k)) for k in keys])
     return buf.getvalue().rstrip("\n")
+
+
+def _csv_value(value: Any) -> Any:
+    """Raw values as csv writes them: empty when not applicable, booleans as JSON spells them."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
 
 
 def _jsonable(value: Any) -> Any:
@@ -128,39 +153,30 @@ def to_json(payload: Any) -> str:
     return json.dumps(_jsonable(payload), indent=2)
 
 
-def to_rich(columns: list[Column], rows: list[dict], units: str, title: str | None = None):
-    """A rich Table (imported lazily: only the table format needs it)."""
+def to_rich(columns: list[Column], rows: list[dict], units: str, title: str | None = None, compact: bool = False):
+    """A rich Table (imported lazily: only the table format needs it). Numbers and the first column never wrap;
+    other text and the headers may wrap at spaces (kvcalc.present.emit sizes the page so nothing is cut)."""
     from rich import box
     from rich.table import Table
 
-    cells = [[cell(row.get(c.key), c.kind, units) for c in columns] for row in rows]
-    widths = []
-    for i, c in enumerate(columns):
-        # Numbers and the first column never break; text columns wrap at spaces; headers keep whole words.
-        whole = c.numeric or i == 0
-        texts = [r[i] for r in cells]
-        words = [w for t in texts for w in (t.split() if not whole else [t])] + c.header.split()
-        widths.append(max(len(w) for w in words))
-    # The narrowest the table can be without cutting a figure: the CLI widens the page to at least this.
-    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
-                  min_width=sum(widths) + 2 * len(columns) + 2)
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
     for i, c in enumerate(columns):
         table.add_column(c.header, justify="right" if c.numeric else "left", no_wrap=c.numeric or i == 0,
-                         min_width=widths[i])
-    for row in cells:
-        table.add_row(*row)
+                         overflow="fold")
+    for row in rows:
+        table.add_row(*[cell(row.get(c.key), c.kind, units, compact=compact) for c in columns])
     return table
 
 
 def render(columns: list[Column], rows: list[dict], fmt: str, units: str = "binary", title: str | None = None,
-           raw_keys: list[str] | None = None, payload: Any = None):
+           raw_keys: list[str] | None = None, payload: Any = None, compact: bool = False):
     """Render rows in `fmt`; returns a string, or a rich Table for 'table'.
 
     csv and json carry `raw_keys` of each row (default: the columns' keys); `payload` overrides what json prints.
     """
     keys = raw_keys or [c.key for c in columns]
     if fmt == "table":
-        return to_rich(columns, rows, units, title)
+        return to_rich(columns, rows, units, title, compact)
     if fmt == "markdown":
         return (f"**{title}**\n\n" if title else "") + to_markdown(columns, rows, units)
     if fmt == "latex":

@@ -1,0 +1,64 @@
+"""Attention kinds: one module each, and the registry that spec loading dispatches on (`kind:` in a spec).
+
+A kind is registered by decorating its class with `register`; `AttentionField` validates a spec's `attention:`
+mapping as the registered class its `kind` names, so errors name only that kind's fields.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+from pydantic import PlainValidator, SerializeAsAny, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from kvcalc.attention.base import AttentionKind, Formula, Layer, Symbol, Weight, Work, keys_seen, keys_seen_sum, tri
+
+KINDS: dict[str, type[AttentionKind]] = {}
+K = TypeVar("K", bound=type[AttentionKind])
+
+
+def kind_name(cls: type[AttentionKind]) -> str:
+    """The `kind:` tag a class declares as `kind: Literal["..."]`."""
+    (name,) = cls.model_fields["kind"].annotation.__args__  # type: ignore[union-attr]
+    return name
+
+
+def register(cls: K) -> K:
+    """Make an attention kind known to spec loading (a class decorator)."""
+    KINDS[kind_name(cls)] = cls
+    return cls
+
+
+def _error(loc: tuple[str, ...], value: Any, message: str) -> ValidationError:
+    detail = InitErrorDetails(type=PydanticCustomError("attention", message), loc=loc, input=value)
+    return ValidationError.from_exception_data("attention", [detail])
+
+
+def _validate(value: Any) -> AttentionKind:
+    """The registered kind a spec's `attention:` mapping names, validated with that kind's own fields."""
+    if isinstance(value, AttentionKind):
+        return value
+    if not isinstance(value, dict):
+        raise _error((), value, f"must be a mapping with a kind ({', '.join(KINDS)}), not {type(value).__name__}")
+    kind = value.get("kind")
+    if kind not in KINDS:
+        what = "required field is missing" if kind is None else f"unknown attention kind {kind!r}"
+        raise _error(("kind",), kind, f"{what}: choose one of {', '.join(KINDS)}")
+    return KINDS[kind].model_validate(value)
+
+
+# A layer group's `attention:` field: any registered kind, dumped with its own fields.
+AttentionField = Annotated[SerializeAsAny[AttentionKind], PlainValidator(_validate)]
+
+from kvcalc.attention.gqa import GQA, MHA, MQA, Heads  # noqa: E402  (the bundled kinds register themselves)
+from kvcalc.attention.linear import Linear  # noqa: E402
+from kvcalc.attention.mla import MLA, MLA_CACHE_LAYOUTS, MLA_SCHEDULES  # noqa: E402
+
+for _cls in (MHA, GQA, MQA, MLA, Linear):
+    register(_cls)
+
+__all__ = [
+    "KINDS", "AttentionField", "AttentionKind", "Formula", "GQA", "Heads", "Layer", "Linear", "MHA", "MLA",
+    "MLA_CACHE_LAYOUTS", "MLA_SCHEDULES", "MQA", "Symbol", "Weight", "Work", "keys_seen", "keys_seen_sum",
+    "register", "tri",
+]

@@ -1,0 +1,209 @@
+"""What every attention kind answers, in one place: the cache a token adds, the tokens a layer holds, the keys each
+query sees, the weight matrices, and how the kind is shown. Costs, rows, `--explain` and the NumPy backend ask a
+kind these questions; none of them derives a fact of a layer on its own.
+
+Conventions (also in the README):
+- Cache counts are elements per token and layer; bytes come later (kvcalc.dtypes).
+- A window W: the query at position t (1-based) sees itself and the W-1 keys before it, min(t, W) keys, so a
+  layer holds min(ctx, W) tokens (Gemma / Hugging Face convention).
+- Weights are named by the papers' symbols (W_Q, W_DKV, ...) and grouped into the components that parameter and
+  FLOP breakdowns report ('attn/q', 'attn/kv_down', ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Strict(BaseModel):
+    """Base for every spec model: unknown keys are errors, values are frozen after validation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """One symbol of a formula: its notation, value, and the spec field it came from."""
+
+    name: str
+    value: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Formula:
+    """Cached elements per token and layer for one attention block, with its derivation."""
+
+    expression: str  # e.g. "2·n_kv·d_h"
+    symbols: tuple[Symbol, ...]
+    elements: int
+    components: dict[str, int]  # named parts, e.g. {"k": 1024, "v": 1024}
+    reference: str  # where the formula comes from
+
+
+@dataclass(frozen=True)
+class Weight:
+    """One weight of an attention layer: its paper symbol, the breakdown component it counts in, and its shape.
+
+    role: 'matrix' (multiplies activations: 2 FLOPs per element and token), 'bias' or 'norm' (counted as parameters,
+    O(tokens) work left out of FLOPs).
+    """
+
+    name: str
+    component: str
+    shape: tuple[int, ...]
+    role: Literal["matrix", "bias", "norm"] = "matrix"
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """Where an attention block sits: the model's hidden size, the group's window, and the block's spec path."""
+
+    d_model: int
+    window: int | None
+    path: str  # e.g. "layer_groups[1].attention", for derivations and messages
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one pass does in a layer: query tokens, query–key pairs, and keys rebuilt from a latent (MLA naive)."""
+
+    tokens: int
+    pairs: int
+    expanded: int
+
+
+# ---------------------------------------------------------------- causal pair counts (exact closed forms)
+
+
+def tri(n: int) -> int:
+    """1 + 2 + … + n."""
+    return n * (n + 1) // 2
+
+
+def keys_seen(n: int, window: int | None) -> int:
+    """Σ_{i=1..n} min(i, W): query–key pairs of a causal prefill of n tokens (W None: no window)."""
+    if window is None or n <= window:
+        return tri(n)
+    return tri(window) + (n - window) * window
+
+
+def keys_seen_sum(n: int, window: int | None) -> int:
+    """Σ_{t=1..n} keys_seen(t, W): the pairs of n prefills of lengths 1 … n (generation without a cache)."""
+    if window is None or n <= window:
+        return n * (n + 1) * (n + 2) // 6  # Σ t(t+1)/2
+    w = window
+    return w * (w + 1) * (w + 2) // 6 + (n - w) * tri(w) + w * tri(n - w)
+
+
+# ---------------------------------------------------------------- the interface
+
+
+class AttentionKind(Strict):
+    """An attention block of a layer group. Subclasses declare `kind: Literal[...]`, their fields, and answer below.
+
+    A new kind is one subclass decorated with `kvcalc.attention.register`; spec loading, costs, `compare`, `cost`
+    and `show` then work for it (the NumPy backend needs a layer of its own: `kvcalc.backend.attention.LAYERS`).
+    """
+
+    kind: str
+    label: ClassVar[str] = ""  # how tables name the kind ("GQA", "MLA"); empty: the kind in capitals
+    layouts: ClassVar[tuple[str, ...]] = ()  # cache layouts the block can be stored in (MLA: latent, expanded)
+    schedules: ClassVar[tuple[str, ...]] = ()  # decode schedules with different costs (MLA: naive, absorbed)
+    windowed: ClassVar[bool] = True  # whether a sliding window applies (a constant-state layer has none)
+
+    # -- the cache
+
+    def cache_formula(self, layer: Layer, layout: str) -> Formula:
+        """Elements one token adds to the cache of one layer (`layout` matters only for kinds with `layouts`)."""
+        raise NotImplementedError
+
+    def constant_state(self, layer: Layer) -> int:
+        """Elements of constant state per sequence and layer, held whatever the context (linear attention, SSMs)."""
+        return 0
+
+    def tokens_held(self, layer: Layer, ctx: int) -> int:
+        """Tokens a layer keeps per sequence at context `ctx`: min(ctx, W) under a window, else ctx."""
+        return min(ctx, layer.window) if layer.window else ctx
+
+    def cache_shapes(self, layer: Layer, batch: int, held: int, layout: str) -> dict[str, tuple[int, ...]]:
+        """Shapes of the tensors a layer's cache holds, by name (what the NumPy backend must measure)."""
+        return {}
+
+    # -- the keys each query sees (FLOPs)
+
+    def keys_at(self, layer: Layer, t: int) -> int:
+        """Keys the query at position t (1-based) attends to, itself included: min(t, W)."""
+        return min(t, layer.window) if layer.window else t
+
+    def keys_prefill(self, layer: Layer, n: int) -> int:
+        """Σ_{t=1..n} keys_at(t): the query–key pairs of a causal prefill of n tokens."""
+        return keys_seen(n, layer.window)
+
+    def keys_prefills(self, layer: Layer, n: int) -> int:
+        """Σ_{t=1..n} keys_prefill(t): the pairs of n prefills of lengths 1 … n (decoding without a cache)."""
+        return keys_seen_sum(n, layer.window)
+
+    # -- weights and FLOPs
+
+    def weights(self, layer: Layer) -> tuple[Weight, ...]:
+        """Every weight of one layer, by paper symbol; parameters, FLOPs and the backend's memory plan use it."""
+        return ()
+
+    def flops(self, layer: Layer, work: Work, schedule: str) -> dict[str, int]:
+        """FLOPs of one layer doing `work` for one sequence, by component (2 FLOPs per multiply-add)."""
+        return {}
+
+    # -- facts for rows and labels
+
+    @property
+    def query_heads(self) -> int | None:
+        """Query heads n_h, or None for a layer without softmax heads."""
+        return None
+
+    def kv_heads(self, layer: Layer) -> int | None:
+        """Key/value heads cached per token, for MHA/GQA/MQA; None where the cache is not per-head K and V."""
+        return None
+
+    def d_h(self, layer: Layer) -> int | None:
+        """The resolved per-head dim d_h of MHA/GQA/MQA; None for other kinds."""
+        return None
+
+    def facts(self) -> dict[str, int]:
+        """Kind-specific dims that `list` and `compare` report under their own keys (MLA: kv_lora_rank, ...)."""
+        return {}
+
+    def kv_label(self, layer: Layer, layout: str | None) -> str:
+        """The 'KV heads or latent' cell: what one layer caches per token, in a few characters."""
+        heads = self.kv_heads(layer)
+        return "–" if heads is None else str(heads)
+
+    def head_dim_label(self, layer: Layer) -> str:
+        """The 'Head dim' cell."""
+        d_h = self.d_h(layer)
+        return "–" if d_h is None else str(d_h)
+
+    def describe(self, layer: Layer) -> str:
+        """One line of dims for `show`'s summary."""
+        return ", ".join(f"{k} {v}" for k, v in self.model_dump(exclude={"kind"}, exclude_none=True).items())
+
+    def problems(self, layer: Layer) -> list[str]:
+        """Rules that need the model's dims (`path: rule` lines); the spec reports them with the rest."""
+        return []
+
+
+def matrix_flops(weights: tuple[Weight, ...], tokens: int, names: tuple[str, ...]) -> dict[str, int]:
+    """2·tokens·size of each named matrix, summed by component (a token multiplies each of them once)."""
+    out: dict[str, int] = {}
+    for w in weights:
+        if w.name in names:
+            out[w.component] = out.get(w.component, 0) + 2 * tokens * w.size
+    return out

@@ -1,0 +1,153 @@
+"""Multi-head attention and its grouped forms: MHA (n_kv = n_h), GQA (n_h query heads share n_kv K/V heads) and
+MQA (n_kv = 1). Cache per token and layer 2·n_kv·d_h (DeepSeek-V2 Table 1; both surveys' tables)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from kvcalc.attention.base import AttentionKind, Formula, Layer, Symbol, Weight, Work, matrix_flops
+
+
+class Heads(AttentionKind):
+    """The fields and answers MHA, GQA and MQA share; they differ only in how many K/V heads they cache."""
+
+    n_heads: PositiveInt = Field(description="Query heads n_h (HF num_attention_heads).")
+    head_dim: PositiveInt | None = Field(
+        None, description="Per-head dim d_h (HF head_dim); when absent, d_model / n_heads. Gemma 3 27B gives 128, not 168."
+    )
+    qkv_bias: bool = Field(False, description="Bias on the q/k/v projections (Qwen2, GPT-2).")
+    o_bias: bool = Field(False, description="Bias on the output projection (GPT-2).")
+    qk_norm: bool = Field(False, description="RMSNorm on queries and keys per head (Gemma 3, Qwen3).")
+
+    expression: ClassVar[str]  # the cache formula in the papers' notation
+    reference: ClassVar[str]
+
+    @property
+    def n_kv(self) -> int:
+        """K/V heads n_kv."""
+        raise NotImplementedError
+
+    def kv_symbols(self, layer: Layer) -> tuple[Symbol, ...]:
+        """The symbols of the formula besides d_h."""
+        raise NotImplementedError
+
+    @property
+    def query_heads(self) -> int:
+        return self.n_heads
+
+    def kv_heads(self, layer: Layer) -> int:
+        return self.n_kv
+
+    def d_h(self, layer: Layer) -> int:
+        # HF convention: head_dim when the config gives it, else hidden_size / num_attention_heads.
+        return self.head_dim if self.head_dim is not None else layer.d_model // self.n_heads
+
+    def head_dim_derived(self) -> bool:
+        """True when d_h = d_model / n_heads because the spec gave none."""
+        return self.head_dim is None
+
+    def d_h_symbol(self, layer: Layer) -> Symbol:
+        n, d_h = self.n_heads, self.d_h(layer)
+        derived = f"d_model / {layer.path}.n_heads = {n * d_h}/{n} (no head_dim given)"
+        return Symbol("d_h", d_h, derived if self.head_dim_derived() else f"{layer.path}.head_dim")
+
+    def cache_formula(self, layer: Layer, layout: str) -> Formula:
+        k = v = self.n_kv * self.d_h(layer)  # keys and values: n_kv heads of d_h each
+        symbols = self.kv_symbols(layer) + (self.d_h_symbol(layer),)
+        return Formula(self.expression, symbols, k + v, {"k": k, "v": v}, self.reference)
+
+    def cache_shapes(self, layer: Layer, batch: int, held: int, layout: str) -> dict[str, tuple[int, ...]]:
+        d_h = self.d_h(layer)
+        return {"k": (batch, held, self.n_kv, d_h), "v": (batch, held, self.n_kv, d_h)}
+
+    def weights(self, layer: Layer) -> tuple[Weight, ...]:
+        d, n_h, n_kv, d_h = layer.d_model, self.n_heads, self.n_kv, self.d_h(layer)
+        out = [Weight("W_Q", "attn/q", (d, n_h * d_h)), Weight("W_K", "attn/k", (d, n_kv * d_h)),
+               Weight("W_V", "attn/v", (d, n_kv * d_h)), Weight("W_O", "attn/o", (n_h * d_h, d))]
+        if self.qkv_bias:
+            out += [Weight("b_Q", "attn/q", (n_h * d_h,), "bias"), Weight("b_K", "attn/k", (n_kv * d_h,), "bias"),
+                    Weight("b_V", "attn/v", (n_kv * d_h,), "bias")]
+        if self.o_bias:
+            out.append(Weight("b_O", "attn/o", (d,), "bias"))
+        if self.qk_norm:  # q_norm and k_norm over head_dim (Gemma 3, Qwen3)
+            out += [Weight("q_norm", "attn/norms", (d_h,), "norm"), Weight("k_norm", "attn/norms", (d_h,), "norm")]
+        return tuple(out)
+
+    def flops(self, layer: Layer, work: Work, schedule: str) -> dict[str, int]:
+        n_h, d_h = self.n_heads, self.d_h(layer)
+        proj = matrix_flops(self.weights(layer), work.tokens, ("W_Q", "W_K", "W_V", "W_O"))
+        return {
+            "attn/q": proj["attn/q"],
+            "attn/k": proj["attn/k"],
+            "attn/v": proj["attn/v"],
+            "attn/scores": 2 * work.pairs * n_h * d_h,  # QKᵀ: each query head meets its (shared) key head
+            "attn/mix": 2 * work.pairs * n_h * d_h,  # AV
+            "attn/o": proj["attn/o"],
+        }
+
+    def describe(self, layer: Layer) -> str:
+        hd = f"{self.d_h(layer)} ({'derived: d_model / n_heads' if self.head_dim_derived() else 'head_dim'})"
+        return f"n_h {self.n_heads}, n_kv {self.n_kv}, d_h {hd}, group size {self.n_heads // self.n_kv}"
+
+    def problems(self, layer: Layer) -> list[str]:
+        if self.head_dim_derived() and layer.d_model % self.n_heads:
+            return [f"{layer.path}.head_dim: not given, and d_model ({layer.d_model}) is not divisible by n_heads "
+                    f"({self.n_heads}); give head_dim explicitly"]
+        return []
+
+
+class MHA(Heads):
+    """Multi-head attention: every query head has its own key and value head."""
+
+    kind: Literal["mha"]
+    label: ClassVar[str] = "MHA"
+    expression: ClassVar[str] = "2·n_h·d_h"
+    reference: ClassVar[str] = "DeepSeek-V2 Table 1 (MHA); 2: keys and values"
+
+    @property
+    def n_kv(self) -> int:
+        return self.n_heads
+
+    def kv_symbols(self, layer: Layer) -> tuple[Symbol, ...]:
+        return (Symbol("n_h", self.n_heads, f"{layer.path}.n_heads"),)
+
+
+class GQA(Heads):
+    """Grouped-query attention: n_heads query heads share n_kv_heads key/value heads."""
+
+    kind: Literal["gqa"]
+    n_kv_heads: PositiveInt = Field(description="Key/value heads n_kv (HF num_key_value_heads).")
+    label: ClassVar[str] = "GQA"
+    expression: ClassVar[str] = "2·n_kv·d_h"
+    reference: ClassVar[str] = "DeepSeek-V2 Table 1 (GQA, n_g groups); 2: keys and values"
+
+    @model_validator(mode="after")
+    def _groups_divide(self) -> GQA:
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})")
+        return self
+
+    @property
+    def n_kv(self) -> int:
+        return self.n_kv_heads
+
+    def kv_symbols(self, layer: Layer) -> tuple[Symbol, ...]:
+        return (Symbol("n_kv", self.n_kv_heads, f"{layer.path}.n_kv_heads"),)
+
+
+class MQA(Heads):
+    """Multi-query attention: all query heads share one key/value head (GQA with n_kv = 1)."""
+
+    kind: Literal["mqa"]
+    label: ClassVar[str] = "MQA"
+    expression: ClassVar[str] = "2·d_h"
+    reference: ClassVar[str] = "DeepSeek-V2 Table 1 (MQA: one shared K/V head)"
+
+    @property
+    def n_kv(self) -> int:
+        return 1
+
+    def kv_symbols(self, layer: Layer) -> tuple[Symbol, ...]:
+        return ()

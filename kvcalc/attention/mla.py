@@ -1,0 +1,112 @@
+"""DeepSeek's multi-head latent attention (DeepSeek-V2 §2.1): one latent c_KV of d_c and a decoupled RoPE key of d_R
+per token are cached; per-head keys and values are rebuilt by W_UK and W_UV, or those are folded ("absorbed") into
+the query and the output. Named as in DeepSeek's configs."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, PositiveInt
+
+from kvcalc.attention.base import AttentionKind, Formula, Layer, Symbol, Weight, Work, matrix_flops
+
+MLA_CACHE_LAYOUTS = ("latent", "expanded")
+MLA_SCHEDULES = ("naive", "absorbed")
+
+
+class MLA(AttentionKind):
+    """Multi-head latent attention with decoupled RoPE."""
+
+    kind: Literal["mla"]
+    n_heads: PositiveInt = Field(description="Query heads n_h.")
+    kv_lora_rank: PositiveInt = Field(description="KV latent dim d_c, the compressed vector c_KV that is cached.")
+    q_lora_rank: PositiveInt | None = Field(
+        None, description="Query latent dim d_c' (absent: plain W_Q, as in DeepSeek-V2-Lite)."
+    )
+    qk_nope_head_dim: PositiveInt = Field(description="Per-head query/key dim without RoPE, rebuilt from the latent.")
+    qk_rope_head_dim: PositiveInt = Field(description="Decoupled RoPE key dim d_R, one key shared by all heads.")
+    v_head_dim: PositiveInt = Field(description="Per-head value dim.")
+
+    label: ClassVar[str] = "MLA"
+    layouts: ClassVar[tuple[str, ...]] = MLA_CACHE_LAYOUTS
+    schedules: ClassVar[tuple[str, ...]] = MLA_SCHEDULES
+
+    @property
+    def qk_head_dim(self) -> int:
+        """d_qk = d_nope + d_R: a query or key head, its RoPE part included."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def cache_formula(self, layer: Layer, layout: str) -> Formula:
+        at = layer.path
+        if layout == "latent":
+            d_c = Symbol("d_c", self.kv_lora_rank, f"{at}.kv_lora_rank")
+            d_r = Symbol("d_R", self.qk_rope_head_dim, f"{at}.qk_rope_head_dim")
+            return Formula(
+                "d_c + d_R", (d_c, d_r), d_c.value + d_r.value, {"c_kv": d_c.value, "k_rope": d_r.value},
+                "DeepSeek-V2 §2.1.3 and Table 1: the latent c_KV plus the decoupled RoPE key (what DeepSeek, vLLM, SGLang cache)",
+            )
+        n_h = Symbol("n_h", self.n_heads, f"{at}.n_heads")
+        nope = Symbol("d_nope", self.qk_nope_head_dim, f"{at}.qk_nope_head_dim")
+        rope = Symbol("d_R", self.qk_rope_head_dim, f"{at}.qk_rope_head_dim")
+        d_v = Symbol("d_v", self.v_head_dim, f"{at}.v_head_dim")
+        k, v = self.n_heads * self.qk_head_dim, self.n_heads * self.v_head_dim
+        return Formula(
+            "n_h·(d_nope + d_R) + n_h·d_v", (n_h, nope, rope, d_v), k + v, {"k": k, "v": v},
+            "per-head K and V rebuilt from the latent (DeepSeek reference 'naive' mode; HF transformers 4.x)",
+        )
+
+    def cache_shapes(self, layer: Layer, batch: int, held: int, layout: str) -> dict[str, tuple[int, ...]]:
+        if layout == "latent":
+            return {"c_kv": (batch, held, self.kv_lora_rank), "k_rope": (batch, held, self.qk_rope_head_dim)}
+        return {"k": (batch, held, self.n_heads, self.qk_head_dim), "v": (batch, held, self.n_heads, self.v_head_dim)}
+
+    def weights(self, layer: Layer) -> tuple[Weight, ...]:
+        d, n_h, c, r = layer.d_model, self.n_heads, self.kv_lora_rank, self.qk_rope_head_dim
+        nope, d_v, q = self.qk_nope_head_dim, self.v_head_dim, self.q_lora_rank
+        if q:  # DeepSeek-V2 eq. 12-13: c_Q = W_DQ h, q_C = W_UQ c_Q, q_R = RoPE(W_QR c_Q)
+            out = [Weight("W_DQ", "attn/q_down", (d, q)), Weight("W_UQ", "attn/q_up", (q, n_h * nope)),
+                   Weight("W_QR", "attn/q_up", (q, n_h * r)), Weight("q_a_layernorm", "attn/norms", (q,), "norm")]
+        else:  # no query compression (DeepSeek-V2-Lite): one W_Q for both parts
+            out = [Weight("W_Q", "attn/q", (d, n_h * (nope + r)))]
+        # eq. 9 and 11: c_KV = W_DKV h and k_R = RoPE(W_KR h), one projection in HF (kv_a_proj_with_mqa)
+        out += [Weight("W_DKV", "attn/kv_down", (d, c)), Weight("W_KR", "attn/kv_down", (d, r)),
+                Weight("kv_a_layernorm", "attn/norms", (c,), "norm"),
+                # eq. 10: k_C = W_UK c_KV, v_C = W_UV c_KV (kv_b_proj)
+                Weight("W_UK", "attn/kv_up", (c, n_h * nope)), Weight("W_UV", "attn/kv_up", (c, n_h * d_v)),
+                Weight("W_O", "attn/o", (n_h * d_v, d))]
+        return tuple(out)
+
+    def flops(self, layer: Layer, work: Work, schedule: str) -> dict[str, int]:
+        w, T = self.weights(layer), work.tokens
+        n_h, d_c, nope, d_v = self.n_heads, self.kv_lora_rank, self.qk_nope_head_dim, self.v_head_dim
+        out = matrix_flops(w, T, ("W_DQ", "W_UQ", "W_QR", "W_Q", "W_DKV", "W_KR"))
+        if schedule == "naive":
+            out["attn/kv_up"] = matrix_flops(w, work.expanded, ("W_UK", "W_UV"))["attn/kv_up"]  # every key rebuilt
+            out["attn/scores"] = 2 * work.pairs * n_h * self.qk_head_dim
+            out["attn/mix"] = 2 * work.pairs * n_h * d_v
+        else:  # DeepSeek-V2 §2.1.3: W_UK folded into the query, W_UV into the output
+            out["attn/q_absorb"] = 2 * T * n_h * nope * d_c  # q_nope·W_UK per head: the query in latent space
+            out["attn/scores"] = 2 * work.pairs * n_h * (d_c + self.qk_rope_head_dim)  # against c_KV and the RoPE key
+            out["attn/mix"] = 2 * work.pairs * n_h * d_c  # A·c_KV in latent space
+            out["attn/v_up"] = 2 * T * n_h * d_c * d_v  # W_UV applied to the latent output
+        out.update(matrix_flops(w, T, ("W_O",)))
+        return out
+
+    @property
+    def query_heads(self) -> int:
+        return self.n_heads
+
+    def facts(self) -> dict[str, int]:
+        return {"kv_lora_rank": self.kv_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim}
+
+    def kv_label(self, layer: Layer, layout: str | None) -> str:
+        # latent: d_c + d_R per token; expanded: per-head K and V of every query head
+        return str(self.n_heads) if layout == "expanded" else f"{self.kv_lora_rank}+{self.qk_rope_head_dim}"
+
+    def head_dim_label(self, layer: Layer) -> str:
+        return f"{self.qk_head_dim}/{self.v_head_dim}"
+
+    def describe(self, layer: Layer) -> str:
+        q = f"q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "no query compression"
+        return (f"n_h {self.n_heads}, d_c {self.kv_lora_rank}, d_R {self.qk_rope_head_dim}, qk_nope {self.qk_nope_head_dim}, "
+                f"v {self.v_head_dim}, {q}; d_qk = {self.qk_head_dim} (derived)")

@@ -1,0 +1,23 @@
+"""Storage widths of cache and weight dtypes, and element counts -> bytes (rounded up to a whole byte)."""
+
+from __future__ import annotations
+
+from kvcalc.errors import KvcalcError
+
+# Bits per stored element. int4 is half a byte; quantisation scales and zero points are not modelled (they depend on
+# the kernel's block size).
+DTYPE_BITS = {"fp64": 64, "fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
+DTYPES = tuple(DTYPE_BITS)
+
+
+def dtype_bits(dtype: str, what: str = "kv") -> int:
+    """Bits per element of a dtype name, or a KvcalcError listing the supported ones."""
+    try:
+        return DTYPE_BITS[dtype.lower()]
+    except KeyError:
+        raise KvcalcError(f"unsupported {what} dtype {dtype!r}: choose one of {', '.join(DTYPE_BITS)}") from None
+
+
+def elements_to_bytes(elements: int, dtype: str) -> int:
+    """Bytes needed to store `elements` values of `dtype`, rounded up to a whole byte."""
+    return -(-elements * dtype_bits(dtype) // 8)

@@ -1,0 +1,182 @@
+"""The command line's shared parts: option types declared once, the cost options every cost command takes, error
+handling, and argument parsing. Choice lists come from the library (kvcalc.settings, kvcalc.present.render)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
+
+import typer
+
+from kvcalc.dtypes import DTYPES
+from kvcalc.errors import KvcalcError
+from kvcalc.present.render import FORMATS
+from kvcalc.settings import MLA_CACHE_LAYOUTS, MLA_SCHEDULES
+from kvcalc.units import UNIT_SYSTEMS
+
+if TYPE_CHECKING:
+    from kvcalc.registry import LoadedModel
+    from kvcalc.settings import Settings
+
+
+def choice(values: tuple[str, ...]) -> dict[str, Any]:
+    """Option settings that accept one of `values` (any case), listed in --help: the library's list is the source."""
+
+    def check(value: str | None) -> str | None:
+        if value is None or value.lower() in values:
+            return None if value is None else value.lower()
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(values)}")
+
+    return {"metavar": "[" + "|".join(values) + "]", "callback": check}
+
+
+CTX_HELP = "Context length(s) in tokens: 4096, 4k, 128k, 1M, or a comma list 4k,32k,128k. k = 1024 (128k = 131072)."
+ModelsArg = Annotated[list[str], typer.Argument(metavar="MODEL", help="Bundled names, YAML spec paths, or config.json paths.")]
+ModelArg = Annotated[str, typer.Argument(metavar="MODEL", help="A bundled name, a YAML spec path, or a config.json path.")]
+CtxOpt = Annotated[str, typer.Option("--ctx", "-c", help=CTX_HELP)]
+OneCtxOpt = Annotated[str, typer.Option("--ctx", "-c", help="Context length in tokens: 4096, 4k, 128k, 1M. k = 1024 (128k = 131072).")]
+BatchOpt = Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences held at once.")]
+DtypeOpt = Annotated[str, typer.Option("--kv-dtype", **choice(DTYPES), help="Storage type of the cache (int4: half a byte per element).")]
+WeightsDtypeOpt = Annotated[str, typer.Option("--weights-dtype", **choice(DTYPES), help="Storage type of the weights (int4: half a byte).")]
+MlaOpt = Annotated[str, typer.Option("--mla-cache", **choice(MLA_CACHE_LAYOUTS), help="MLA cache layout: latent (d_c + d_R, as DeepSeek/vLLM/SGLang) or expanded (per-head K and V).")]
+ScheduleOpt = Annotated[Optional[str], typer.Option("--mla-schedule", **choice(MLA_SCHEDULES), help="MLA decode: absorbed (W_UK/W_UV folded; default with a latent cache) or naive (K/V rebuilt; default with an expanded cache).")]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", **choice(FORMATS), help="Output format.")]
+UnitsOpt = Annotated[str, typer.Option("--units", **choice(UNIT_SYSTEMS), help="Byte units in table/markdown/latex: binary (KiB, GiB), si (kB, GB), or exact bytes.")]
+ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the derivation of every cache figure: formula, symbols, values, source fields.")]
+NoWindowsOpt = Annotated[bool, typer.Option("--no-windows", help="Ignore sliding windows (every layer global): what the cache would be without them.")]
+ColumnsOpt = Annotated[str, typer.Option("--columns", help="Columns: presets kv (default), cost, generate, mla, time, all, and/or column keys, comma-separated; model and ctx are always shown.")]
+
+
+def _parse_gen(value: str | int) -> int:
+    from kvcalc.units import parse_tokens
+
+    if isinstance(value, int):  # the default
+        return value
+    try:
+        return parse_tokens(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class CostOptions:
+    """The options of every cost command (compare, sweep, cost), declared once (`cost_options`)."""
+
+    batch: int
+    gen: int
+    kv_dtype: str
+    weights_dtype: str
+    mla_cache: str
+    mla_schedule: str | None
+    dense_attn: bool
+    hardware_name: str | None
+
+    def settings(self, ctx: int) -> Settings:
+        """The Settings at `ctx`, with the hardware preset or file loaded."""
+        from kvcalc.settings import Settings
+
+        hw = None
+        if self.hardware_name:
+            from kvcalc.hardware import load_hardware
+
+            hw = load_hardware(self.hardware_name)
+        return Settings(ctx=ctx, batch=self.batch, gen=self.gen, kv_dtype=self.kv_dtype, weights_dtype=self.weights_dtype,
+                        mla_cache=self.mla_cache, mla_schedule=self.mla_schedule, dense_attn=self.dense_attn, hardware=hw)
+
+
+_COST_PARAMS = [
+    ("batch", BatchOpt, 1),
+    ("gen", Annotated[int, typer.Option("--gen", "-g", parser=_parse_gen, metavar="TOKENS", help="Tokens generated after the prompt of --ctx (generation FLOPs): 1024, 1k, ...")], 1024),
+    ("kv_dtype", DtypeOpt, "bf16"),
+    ("weights_dtype", WeightsDtypeOpt, "bf16"),
+    ("mla_cache", MlaOpt, "latent"),
+    ("mla_schedule", ScheduleOpt, None),
+    ("dense_attn", Annotated[bool, typer.Option("--dense-attn", help="Count prefill attention as the full N×N matrix (as FLOP-counting libraries do), not causal.")], False),
+    ("hardware_name", Annotated[Optional[str], typer.Option("--hardware", help="A hardware preset ('kvcalc hardware' lists them) or a YAML file: adds roofline times (lower bounds).")], None),
+]
+
+
+def cost_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command the cost options, received together as its `opts: CostOptions` parameter."""
+    sig = inspect.signature(fn)
+    resolved = typing.get_type_hints(fn, include_extras=True)  # typer reads the signature's annotations as objects
+    own = [p.replace(annotation=resolved[p.name]) for p in sig.parameters.values() if p.name != "opts"]
+    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+              for name, annotation, default in _COST_PARAMS]
+    hints = {p.name: p.annotation for p in own}
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        opts = CostOptions(**{name: kwargs.pop(name) for name, _, _ in _COST_PARAMS})
+        return fn(*args, opts=opts, **kwargs)
+
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + shared
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {**hints, **{p.name: p.annotation for p in shared}}
+    return wrapper
+
+
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a KvcalcError into one message on stderr and exit status 1, and Ctrl-C into exit status 130 (the
+    shell's convention for SIGINT): never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from kvcalc.present.emit import warn
+
+        try:
+            return fn(*args, **kwargs)
+        except KvcalcError as exc:
+            warn(f"error: {exc}")
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            warn("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def parse_ctx(value: str) -> list[int]:
+    """A comma list of context lengths, or a usage error naming --ctx."""
+    from kvcalc.units import parse_token_list
+
+    try:
+        return parse_token_list(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--ctx'") from None
+
+
+def one_ctx(value: str, why: str) -> int:
+    """One context length; `why` completes the message for a list ("show takes one context; ...")."""
+    ctxs = parse_ctx(value)
+    if len(ctxs) != 1:
+        raise typer.BadParameter(why, param_hint="'--ctx'")
+    return ctxs[0]
+
+
+def load(model: str, no_windows: bool = False) -> LoadedModel:
+    """A model by name or path, with its windows removed when asked."""
+    from kvcalc.registry import load_model
+
+    loaded = load_model(model)
+    if no_windows:
+        from dataclasses import replace
+
+        from kvcalc.costs.cache import without_windows
+
+        loaded = replace(loaded, spec=without_windows(loaded.spec))
+    return loaded
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"kvcalc {version('kvcalc')}")
+        except PackageNotFoundError:  # running from a source tree that was never installed
+            typer.echo("kvcalc (not installed)")
+        raise typer.Exit()

@@ -1,0 +1,144 @@
+"""One way out for every command: a result's tables -> table | markdown | latex | csv | json on stdout, notes on stderr.
+
+The rules for every format live here:
+- Human formats (table, markdown, latex) show every table, then the derivation (`--explain`) if asked; warnings go
+  to stderr. csv and json carry data flags instead (e.g. `exceeds_max_context`), so a program reading them gets
+  clean data even with stderr merged into stdout.
+- csv: one table is one csv file; several tables are one csv file whose first column, `table`, names the table a
+  row belongs to, under the union of their keys (empty where a table has no such key).
+- json: the command's payload (default: the first table's rows with their raw keys).
+- A table never loses a column: on a narrow terminal its headers and text wrap, then units lose their space; if it
+  still does not fit, it is printed wider than the terminal, with a one-line hint on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcalc.present.render import Column, only, render, to_csv
+
+HUMAN = ("table", "markdown", "latex")
+
+
+@dataclass
+class Table:
+    """One table of a result: its name (csv's `table` column), columns, raw rows, title, and the raw keys csv and
+    json carry (default: the columns' keys)."""
+
+    name: str
+    columns: list[Column]
+    rows: list[dict]
+    title: str | None = None
+    raw_keys: list[str] | None = None
+    hint: str | None = None  # how to pick fewer columns, when this table is too wide for the terminal
+
+    @property
+    def keys(self) -> list[str]:
+        return self.raw_keys or [c.key for c in self.columns]
+
+
+@dataclass
+class Output:
+    """What a command prints: its tables, the json payload, derivation lines, and warnings."""
+
+    tables: list[Table]
+    payload: Any = None
+    explain: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def warn(message: str) -> None:
+    """One line on stderr."""
+    stderr_console().print(message, markup=False)
+
+
+def emit(out: Output, fmt: str, units: str = "binary") -> None:
+    """Print `out` in `fmt`."""
+    import typer
+
+    if fmt in HUMAN:
+        for message in out.warnings:
+            warn(message)
+    if fmt == "json":
+        payload = out.payload if out.payload is not None else only(out.tables[0].rows, out.tables[0].keys)
+        typer.echo(render([], [], "json", payload=payload))
+        return
+    if fmt == "csv":
+        typer.echo(csv_text(out.tables))
+        return
+    for i, t in enumerate(out.tables):
+        if i:
+            typer.echo("")
+        if fmt == "table":
+            print_table(t, units)
+        else:
+            typer.echo(render(t.columns, t.rows, fmt, units, title=t.title))
+    if out.explain:
+        typer.echo("")
+        typer.echo(explain_block(out.explain, fmt))
+
+
+def csv_text(tables: list[Table]) -> str:
+    """One csv file: a table as it is, or several with a leading `table` column under the union of their keys."""
+    if len(tables) == 1:
+        return to_csv(tables[0].keys, tables[0].rows)
+    keys = list(dict.fromkeys(k for t in tables for k in t.keys))
+    rows = [{"table": t.name, **{k: r.get(k) for k in t.keys}} for t in tables for r in t.rows]
+    return to_csv(["table"] + keys, rows)
+
+
+def explain_block(lines: list[str], fmt: str) -> str:
+    """Derivation lines as a comment block (latex), a fenced block (markdown) or plain text."""
+    if fmt == "latex":
+        return "\n".join(f"% {line}" if line else "%" for line in lines).rstrip("%\n")
+    if fmt == "markdown":
+        return "```text\n" + "\n".join(lines).rstrip() + "\n```"
+    return "\n".join(lines).rstrip()
+
+
+def terminal_width() -> int:
+    """The page width: COLUMNS or the terminal's, else a wide page when piped (so files and logs don't wrap)."""
+    from rich.console import Console
+
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        return 200
+    return Console().width
+
+
+def fit(t: Table, units: str, width: int) -> tuple[Any, int]:
+    """The rich table for `t` and the page width to print it at: the terminal's if it fits there (headers and text
+    wrapping, then compact units), else its own narrowest width, which never cuts a figure."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    from kvcalc.present.render import to_rich
+
+    console = Console(width=width)
+    table = None
+    for compact in (False, True):
+        table = to_rich(t.columns, t.rows, units, t.title, compact=compact)
+        need = Measurement.get(console, console.options, table).minimum
+        if need <= width:
+            return table, width
+    return table, need
+
+
+def print_table(t: Table, units: str) -> None:
+    """Print a table through rich at a width that keeps every column whole."""
+    from rich.console import Console
+
+    width = terminal_width()
+    table, page = fit(t, units, width)
+    if page > width:
+        hint = t.hint or "use fewer columns"
+        warn(f"note: this table needs {page} columns and the terminal has {width}; it is printed wider ({hint})")
+    Console(soft_wrap=True, highlight=False, width=page).print(table)

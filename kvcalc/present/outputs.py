@@ -1,0 +1,160 @@
+"""What each command prints, as an Output of tables, a json payload, derivations and warnings (no printing here:
+kvcalc.present.emit prints)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kvcalc.present.emit import Output, Table
+from kvcalc.present.render import Column, only
+
+if TYPE_CHECKING:
+    from kvcalc.backend.runner import RunReport
+    from kvcalc.registry import LoadedModel
+    from kvcalc.settings import Settings
+    from kvcalc.spec import ModelSpec
+
+COLUMNS_HINT = "pick fewer with --columns: a preset (kv, cost, generate, mla, time) or column keys"
+
+
+def over_max(spec: ModelSpec, tokens: int, what: str) -> list[str]:
+    """A warning when `tokens` pass the model's trained maximum (`what` says what they are)."""
+    if tokens <= spec.max_context:
+        return []
+    return [f"warning: {spec.name}: {what} exceeds its trained maximum of {spec.max_context:,} tokens (max_context); "
+            "computed anyway"]
+
+
+def _ctx_warnings(specs: list[ModelSpec], ctxs: list[int]) -> list[str]:
+    return [w for spec in specs for w in over_max(spec, max(ctxs), f"ctx {max(ctxs):,}")]
+
+
+def list_output() -> Output:
+    """`list`: every bundled model."""
+    from kvcalc.present.columns import LIST_COLUMNS, LIST_KEYS
+    from kvcalc.registry import bundled_names, load_model
+    from kvcalc.rows import list_rows
+
+    rows = list_rows([load_model(name).spec for name in bundled_names()])
+    return Output([Table("models", LIST_COLUMNS, rows, "Bundled models", LIST_KEYS)])
+
+
+def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], columns: str, explain: bool,
+                   no_windows: bool, hardware: str | None) -> Output:
+    """`compare`: one row per model and context, with the derivation of each cache when asked."""
+    from kvcalc.explain import derivation, derivation_lines
+    from kvcalc.present.columns import JSON_KEYS, choose
+    from kvcalc.rows import compare_rows
+
+    cols = choose(columns, hardware is not None)
+    specs = [lm.spec for lm in loaded]
+    rows, reports = compare_rows(specs, ctxs, s)
+    origins = [lm for lm in loaded for _ in ctxs]
+    derivations = [derivation(r, lm.origin, lm.config_keys) for lm, r in zip(origins, reports)] if explain else []
+    title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns == "kv" else
+             f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} (lower bounds)" if hardware else ""))
+    title += ", windows ignored" if no_windows else ""
+    payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
+    lines = [line for d in derivations for line in derivation_lines(d) + [""]]
+    table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
+    return Output([table], payload, lines, _ctx_warnings(specs, ctxs))
+
+
+def sweep_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], columns: str | None,
+                 hardware: str | None) -> Output:
+    """`sweep`: one row per model and context over a range."""
+    from kvcalc.present.columns import JSON_KEYS, choose
+    from kvcalc.rows import compare_rows
+
+    specs = [lm.spec for lm in loaded]
+    if columns is None:
+        columns = "model,ctx,kv_cache_bytes,flops_prefill,flops_decode_token,decode_bytes_read"
+        columns += ",flops_decode_token_naive,flops_decode_token_absorbed" if any(sp.has_schedules() for sp in specs) else ""
+        columns += ",decode_seconds_per_token,tokens_per_second" if hardware else ""
+    cols = choose(columns, hardware is not None)
+    rows, _ = compare_rows(specs, ctxs, s)
+    title = f"Growth with context, batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}"
+    title += f", {hardware} (lower bounds)" if hardware else ""
+    return Output([Table("sweep", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)], warnings=_ctx_warnings(specs, ctxs))
+
+
+def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, units: str) -> Output:
+    """`show`: the spec and its cache, then the cache by layer group (or layer)."""
+    from kvcalc.costs.cache import kv_cache
+    from kvcalc.explain import derivation, derivation_lines
+    from kvcalc.present.columns import GROUP_COLUMNS, GROUP_KEYS
+    from kvcalc.present.summary import SUMMARY_COLUMNS, SUMMARY_KEYS, summary_rows
+    from kvcalc.rows import group_rows
+
+    spec = lm.spec
+    report = kv_cache(spec, s)
+    breakdown = group_rows(report, per_layer)
+    summary = summary_rows(lm, report, units)
+    d = derivation(report, lm.origin, lm.config_keys)
+    payload: dict[str, Any] = {
+        "model": spec.name, "origin": lm.origin, "exceeds_max_context": s.ctx > spec.max_context,
+        "spec": spec.model_dump(exclude_none=True), "summary": {r["key"]: r["value"] for r in summary},
+        "layers" if per_layer else "groups": breakdown}
+    if explain:
+        payload["derivation"] = d
+    title = f"KV cache by {'layer' if per_layer else 'layer group'} at ctx {s.ctx:,}, batch {s.batch}, {s.kv_dtype}"
+    tables = [Table("summary", SUMMARY_COLUMNS, summary, f"{spec.name} ({lm.origin})", SUMMARY_KEYS),
+              Table("layers" if per_layer else "groups", GROUP_COLUMNS, breakdown, title,
+                    (["layer"] if per_layer else []) + [k for k in GROUP_KEYS if k != "layer"])]
+    return Output(tables, payload, derivation_lines(d, units) if explain else [],
+                  over_max(spec, s.ctx, f"ctx {s.ctx:,}"))
+
+
+PASS_TITLES = {
+    "prefill": "Prefill\n(ctx tokens)", "decode_token": "Decode step\n(at ctx)", "generate_cached": "Generate\n(cache)",
+    "generate_uncached": "Generate\n(no cache)", "decode_token_naive": "Decode step\nnaive", "decode_token_absorbed":
+    "Decode step\nabsorbed", "generate_cached_naive": "Generate (cache)\nnaive", "generate_cached_absorbed":
+    "Generate (cache)\nabsorbed",
+}
+
+
+def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
+    """`cost`: FLOPs by component of each pass, then parameters, memory, traffic and times."""
+    from kvcalc.costs.cache import kv_cache
+    from kvcalc.figures import cost_breakdowns, figures
+    from kvcalc.present.summary import SUMMARY_COLUMNS, SUMMARY_KEYS, cost_summary_rows
+
+    spec = lm.spec
+    passes = cost_breakdowns(spec, s)
+    summary = cost_summary_rows(figures(spec, s), kv_cache(spec, s).bytes, units)
+    components = list(dict.fromkeys(k for p in passes.values() for k in p))
+    rows = [{"component": c, **{p: passes[p].get(c, 0) for p in passes}} for c in components]
+    rows.append({"component": "total", **{p: sum(passes[p].values()) for p in passes}})
+    cols = [Column("component", "Component")] + [Column(p, PASS_TITLES[p], "flops") for p in passes]
+    payload = {"model": spec.name, "ctx": s.ctx, "gen": s.gen, "batch": s.batch,
+               "flops": {p: {**b, "total": sum(b.values())} for p, b in passes.items()},
+               "summary": {r["key"]: r["value"] for r in summary}}
+    title = f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}"
+    warnings = over_max(spec, s.ctx + s.gen, f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
+    return Output([Table("flops", cols, rows, title), Table("summary", SUMMARY_COLUMNS, summary,
+                                                              "Memory, traffic and time", SUMMARY_KEYS)],
+                  payload, warnings=warnings)
+
+
+def run_output(report: RunReport) -> Output:
+    """`run`: predicted against measured, then the numerical checks."""
+    from kvcalc.backend.report import CHECK_COLUMNS, CHECK_KEYS, RESULT_COLUMNS, check_rows, report_payload, result_rows
+
+    s = report.settings
+    title = (f"{report.model}: layers {', '.join(map(str, report.layers))}, ctx {s.ctx:,} + {s.decode} decode steps, "
+             f"batch {s.batch}, {s.dtype}")
+    return Output([Table("results", RESULT_COLUMNS, result_rows(report), title,
+                         ["section", "quantity", "predicted", "measured", "match"]),
+                   Table("checks", CHECK_COLUMNS, check_rows(report), "Numerical checks", CHECK_KEYS)],
+                  report_payload(report))
+
+
+def hardware_output() -> Output:
+    """`hardware`: the bundled presets."""
+    from kvcalc.hardware import bundled_hardware, hardware_rows, load_hardware
+
+    rows = hardware_rows([load_hardware(name) for name in bundled_hardware()])
+    cols = [Column("name", "Name"), Column("vendor", "Vendor"), Column("peak_flops_bf16", "Peak bf16\nper second", "flops"),
+            Column("memory_bandwidth", "Memory\nbandwidth", "bandwidth"), Column("memory_bytes", "Memory", "bytes"),
+            Column("ridge_flops_per_byte", "Ridge\nFLOP/byte", "float")]
+    return Output([Table("hardware", cols, rows, "Hardware presets (vendor peak figures)")])

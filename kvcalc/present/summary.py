@@ -1,0 +1,102 @@
+"""Key/value tables: a model's spec and cache for `show`, and parameters, memory and time for `cost`.
+
+Each row has the raw `value` (csv and json), the `shown` text (human formats) and the `source` of the figure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcalc.costs.cache import CacheReport
+from kvcalc.figures import CostFigures
+from kvcalc.present.render import Column
+from kvcalc.registry import LoadedModel
+from kvcalc.rows import attention_label
+from kvcalc.spec import DenseFFN, ModelSpec, layer_ranges
+from kvcalc.units import format_bytes, format_count, format_flops, format_seconds, format_tokens
+
+SUMMARY_COLUMNS = [Column("key", "Field"), Column("shown", "Value"), Column("source", "Source")]
+SUMMARY_KEYS = ["key", "value", "source"]
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _rows(items: list[tuple[str, Any, str, str]]) -> list[dict]:
+    return [{"key": k, "value": v, "shown": s, "source": src} for k, v, s, src in items]
+
+
+def ffn_text(spec: ModelSpec) -> str:
+    """The model's FFN in a few words."""
+    ffn = spec.ffn
+    if isinstance(ffn, DenseFFN):
+        return f"dense{' gated' if ffn.gated else ''}, d_ff {ffn.d_ff:,}"
+    shared = f" + {ffn.n_shared_experts} shared" if ffn.n_shared_experts else ""
+    dense = f"; first {ffn.first_k_dense} layer(s) dense d_ff {ffn.dense_d_ff:,}" if ffn.first_k_dense and ffn.dense_d_ff else ""
+    return f"MoE {ffn.n_experts_per_tok} of {ffn.n_routed_experts} routed{shared}, expert d_ff {ffn.moe_d_ff:,}{dense}"
+
+
+def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary") -> list[dict]:
+    """Key facts of a loaded model and its cache, each with where it came from."""
+    spec = loaded.spec
+    keys = loaded.config_keys
+    where = lambda field: f"{field}" + (f" (config.json: {keys[field]})" if field in keys else "")  # noqa: E731
+    label = attention_label(spec, report.mla_cache)
+    items: list[tuple[str, Any, str, str]] = [
+        ("name", spec.name, spec.name, loaded.origin),
+        ("family", spec.family, spec.family, "family"),
+        ("source", spec.source, spec.source or "–", "source"),
+        ("attention", label, label, "layer_groups"),
+        ("d_model", spec.d_model, f"{spec.d_model:,}", where("d_model")),
+        ("n_layers", spec.n_layers, f"{spec.n_layers:,}", where("n_layers")),
+        ("vocab_size", spec.vocab_size, f"{spec.vocab_size:,}", where("vocab_size")),
+        ("tie_embeddings", spec.tie_embeddings, _yes(spec.tie_embeddings), "tie_embeddings"),
+        ("max_context", spec.max_context, f"{spec.max_context:,} ({format_tokens(spec.max_context)})", where("max_context")),
+        ("ffn", ffn_text(spec), ffn_text(spec), "ffn"),
+    ]
+    for g in spec.groups:
+        window = f", window {g.sliding_window:,}" if g.sliding_window else ""
+        text = (f"{g.attention.kind.upper()} on {len(g.layers)} layer(s) [{layer_ranges(list(g.layers))}]{window}: "
+                f"{g.attention.describe(g.layer)}")
+        items.append((g.label, text, text, f"layer_groups[{g.index}]"))
+    mla = f", MLA {report.mla_cache}" if report.mla_cache else ""
+    items += [
+        ("kv_elements_per_token", report.elements_per_token, f"{report.elements_per_token:,}",
+         "sum over layers (full-attention rate)"),
+        ("kv_bytes_per_token", report.bytes_per_token,
+         f"{report.bytes_per_token:,} B ({format_bytes(report.bytes_per_token, units)})", f"{report.kv_dtype}{mla}"),
+        ("kv_cache_bytes", report.bytes, f"{report.bytes:,} B ({format_bytes(report.bytes, units)})",
+         f"ctx {report.ctx:,} × batch {report.batch}, windows applied"),
+    ]
+    return _rows(items)
+
+
+def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binary") -> list[dict]:
+    """Key/value rows of `cost`: parameters, memory, decode traffic, and (with hardware) roofline times."""
+    b = lambda n: f"{n:,} B ({format_bytes(n, units)})"  # noqa: E731
+    items: list[tuple[str, Any, str, str]] = [
+        ("params_total", fig.params_total, f"{fig.params_total:,} ({format_count(fig.params_total)})", "all weights"),
+        ("params_active", fig.params_active, f"{fig.params_active:,} ({format_count(fig.params_active)})",
+         "used by one token (MoE: top-k + shared experts)"),
+        ("weights_bytes", fig.weights_bytes, b(fig.weights_bytes), f"all weights in {fig.weights_dtype}"),
+        ("kv_cache_bytes", kv_cache_bytes, b(kv_cache_bytes), "KV cache at ctx, windows applied"),
+        ("decode_bytes_read", fig.decode_bytes_read, b(fig.decode_bytes_read),
+         "one decode step at ctx: active weights + KV cache (MoE: a lower bound when batch exceeds 1)"),
+        ("decode_intensity", fig.decode_intensity, f"{fig.decode_intensity:.2f} FLOP/byte",
+         f"{format_flops(fig.flops_decode_token)} per decode step / bytes read"),
+    ]
+    if fig.flops_decode_token_absorbed is not None:  # the schedules can be compared (MLA with a latent cache)
+        t = fig.mla_crossover
+        text = f"absorbed is cheaper from context {t:,} on" if t else "naive stays cheaper"
+        items.append(("mla_crossover", t, text, "first context where the absorbed decode step needs fewer FLOPs than naive"))
+    if fig.hardware is not None:
+        hw = fig.hardware
+        items += [
+            ("prefill_seconds", fig.prefill_seconds, format_seconds(fig.prefill_seconds or 0), f"{hw}, lower bound"),
+            ("decode_seconds_per_token", fig.decode_seconds_per_token, format_seconds(fig.decode_seconds_per_token or 0),
+             f"{hw}, {fig.decode_bound}-bound, lower bound"),
+            ("tokens_per_second", fig.tokens_per_second, f"{fig.tokens_per_second or 0:,.1f}", "batch / decode time, upper bound"),
+            ("fits_in_memory", fig.fits_in_memory, _yes(bool(fig.fits_in_memory)), f"weights + KV cache vs {hw} memory"),
+        ]
+    return _rows(items)

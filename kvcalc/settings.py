@@ -1,0 +1,76 @@
+"""The settings of a cost question, passed whole to every cost function, and the choice lists they draw on.
+
+The CLI's choices (dtypes, MLA layouts and schedules) are generated from these lists, so each is written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from kvcalc.attention.mla import MLA_CACHE_LAYOUTS, MLA_SCHEDULES
+from kvcalc.dtypes import DTYPES, dtype_bits
+from kvcalc.errors import KvcalcError
+
+if TYPE_CHECKING:
+    from kvcalc.hardware import Hardware
+
+__all__ = ["DTYPES", "MLA_CACHE_LAYOUTS", "MLA_SCHEDULES", "Settings", "resolve_schedule"]
+
+
+def resolve_schedule(mla_cache: str, mla_schedule: str | None) -> str:
+    """The MLA decode schedule: as asked, else absorbed from a latent cache and naive from an expanded one."""
+    if mla_schedule is None:
+        return "absorbed" if mla_cache == "latent" else "naive"
+    if mla_schedule not in MLA_SCHEDULES:
+        raise KvcalcError(f"unknown MLA schedule {mla_schedule!r}: choose {' or '.join(MLA_SCHEDULES)}")
+    if mla_schedule == "absorbed" and mla_cache == "expanded":
+        raise KvcalcError("--mla-schedule absorbed attends in the latent space: it needs --mla-cache latent")
+    return mla_schedule
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The knobs of a cost question (checked on creation).
+
+    ctx: tokens held per sequence (k = 1024); batch: sequences; gen: tokens generated after a prompt of ctx;
+    kv_dtype / weights_dtype: storage types; mla_cache: MLA cache layout; mla_schedule: MLA decode schedule (None:
+    absorbed from a latent cache, naive from an expanded one); dense_attn: count prefill attention as N×N;
+    hardware: a kvcalc.hardware.Hardware for roofline times, or None.
+    """
+
+    ctx: int
+    batch: int = 1
+    gen: int = 1024
+    kv_dtype: str = "bf16"
+    weights_dtype: str = "bf16"
+    mla_cache: str = "latent"
+    mla_schedule: str | None = None
+    dense_attn: bool = False
+    hardware: Hardware | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ctx", "batch", "gen"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise KvcalcError(f"{name} must be a positive whole number of {'sequences' if name == 'batch' else 'tokens'}, got {value!r}")
+        dtype_bits(self.kv_dtype, "kv")
+        dtype_bits(self.weights_dtype, "weights")
+        object.__setattr__(self, "kv_dtype", self.kv_dtype.lower())
+        object.__setattr__(self, "weights_dtype", self.weights_dtype.lower())
+        if self.mla_cache not in MLA_CACHE_LAYOUTS:
+            raise KvcalcError(f"unknown MLA cache layout {self.mla_cache!r}: choose {' or '.join(MLA_CACHE_LAYOUTS)}")
+        resolve_schedule(self.mla_cache, self.mla_schedule)
+
+    @property
+    def schedule(self) -> str:
+        """The MLA decode schedule in effect."""
+        return resolve_schedule(self.mla_cache, self.mla_schedule)
+
+    def at(self, ctx: int) -> Settings:
+        """The same settings at another context."""
+        return replace(self, ctx=ctx)
+
+    def with_schedule(self, schedule: str) -> Settings:
+        """The same settings under another MLA decode schedule."""
+        return replace(self, mla_schedule=schedule)
