@@ -3,14 +3,34 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from kvcalc.options import (ColumnsOpt, CostOptions, CtxOpt, ExplainOpt, FormatOpt, ModelArg, ModelsArg, MlaOpt,
-                           NoWindowsOpt, OneCtxOpt, ScheduleOpt, UnitsOpt, BatchOpt, DtypeOpt, cost_options, guarded,
-                           choice, load, one_ctx, parse_ctx, version_callback)
 from kvcalc.errors import KvcalcError
+from kvcalc.options import (
+    BatchOpt,
+    ColumnsOpt,
+    CostOptions,
+    CtxOpt,
+    DtypeOpt,
+    ExplainOpt,
+    FormatOpt,
+    MlaOpt,
+    ModelArg,
+    ModelsArg,
+    NoWindowsOpt,
+    OneCtxOpt,
+    ScheduleOpt,
+    UnitsOpt,
+    choice,
+    cost_options,
+    guarded,
+    load,
+    one_ctx,
+    parse_ctx,
+    version_callback,
+)
 
 app = typer.Typer(
     name="kvcalc",
@@ -34,8 +54,8 @@ def _root(
 @guarded
 def list_models(fmt: FormatOpt = "table", units: UnitsOpt = "binary") -> None:
     """List the bundled models with their attention kind, key dims and bf16 KV bytes per token."""
-    from kvcalc.present.outputs import list_output
     from kvcalc.present.emit import emit
+    from kvcalc.present.outputs import list_output
 
     emit(list_output(), fmt, units)
 
@@ -54,8 +74,8 @@ def compare(
     no_windows: NoWindowsOpt = False,
 ) -> None:
     """Compare models side by side: one row per model and context (KV cache by default; --columns for costs)."""
-    from kvcalc.present.outputs import compare_output
     from kvcalc.present.emit import emit
+    from kvcalc.present.outputs import compare_output
 
     ctxs = parse_ctx(ctx)
     if explain and fmt == "csv":
@@ -72,14 +92,14 @@ def sweep(
     models: ModelsArg,
     opts: CostOptions,
     ctx: Annotated[str, typer.Option("--ctx", "-c", help="A range LO..HI (log-spaced: doubling, or --points) or a comma list. k = 1024.")] = "1k..1M",
-    points: Annotated[Optional[int], typer.Option("--points", min=2, help="Log-spaced points in the range (default: every doubling).")] = None,
-    columns: Annotated[Optional[str], typer.Option("--columns", help="Column keys or presets, comma-separated (see compare --help); model and ctx are always shown.")] = None,
+    points: Annotated[int | None, typer.Option("--points", min=2, help="Log-spaced points in the range (default: every doubling).")] = None,
+    columns: Annotated[str | None, typer.Option("--columns", help="Column keys or presets, comma-separated (see compare --help); model and ctx are always shown.")] = None,
     fmt: FormatOpt = "table",
     units: UnitsOpt = "binary",
 ) -> None:
     """How cache, FLOPs and time grow with context: one row per model and context over a log-spaced range."""
-    from kvcalc.present.outputs import sweep_output
     from kvcalc.present.emit import emit
+    from kvcalc.present.outputs import sweep_output
     from kvcalc.units import parse_token_range
 
     try:
@@ -105,8 +125,8 @@ def show(
     no_windows: NoWindowsOpt = False,
 ) -> None:
     """Show a model's spec, derived dims, and its KV cache per token, per layer group (or layer) and in total."""
-    from kvcalc.present.outputs import show_output
     from kvcalc.present.emit import emit
+    from kvcalc.present.outputs import show_output
     from kvcalc.settings import Settings
 
     s = Settings(ctx=one_ctx(ctx, "show takes one context; use compare for several"), batch=batch, kv_dtype=kv_dtype,
@@ -127,8 +147,8 @@ def cost(
     units: UnitsOpt = "binary",
 ) -> None:
     """FLOPs by component of prefill, one decode step and the whole generation (cached vs not; MLA naive vs absorbed)."""
-    from kvcalc.present.outputs import cost_output
     from kvcalc.present.emit import emit
+    from kvcalc.present.outputs import cost_output
 
     s = opts.settings(one_ctx(ctx, "cost takes one prompt length; use sweep for several"))
     emit(cost_output(load(model), s, units), fmt, units)
@@ -141,22 +161,23 @@ def run_backend(
     ctx: Annotated[str, typer.Option("--ctx", "-c", help="Prompt tokens to prefill (k = 1024).")] = "128",
     decode: Annotated[int, typer.Option("--decode", "-d", min=0, help="Decode steps after the prefill.")] = 4,
     batch: BatchOpt = 1,
-    layers: Annotated[Optional[int], typer.Option("--layers", "-l", min=1, help="Layers to run (default: one of each layer group).")] = None,
+    layers: Annotated[int | None, typer.Option("--layers", "-l", min=1, help="Layers to run (default: one of each layer group).")] = None,
     dtype: Annotated[str, typer.Option("--dtype", **choice(("float32", "float16", "float64")), help="NumPy dtype of weights, activations and cache.")] = "float32",
     mla_cache: MlaOpt = "latent",
     mla_schedule: ScheduleOpt = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random weights and inputs.")] = 0,
-    max_memory: Annotated[Optional[str], typer.Option("--max-memory", help="Refuse runs predicted to need more (8G, 512M; default: available memory).")] = None,
+    max_memory: Annotated[str | None, typer.Option("--max-memory", help="Refuse runs predicted to need more (8G, 512M; default: available memory).")] = None,
     rope_demo: Annotated[bool, typer.Option("--rope-demo", help="Add the RoPE demonstration (always on for MLA models).")] = False,
-    threads: Annotated[Optional[int], typer.Option("--threads", "-t", min=1, help="Threads for the prefill's attention, each with a one-thread BLAS (default: every core).")] = None,
+    threads: Annotated[int | None, typer.Option("--threads", "-t", min=1, help="Threads for the prefill's attention, each with a one-thread BLAS (default: every core).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     fmt: FormatOpt = "table",
 ) -> None:
     """Run the attention layers for real in NumPy and check the analytic cache and FLOP figures against them."""
     from kvcalc.backend.runner import RunSettings, run
-    from kvcalc.present.outputs import run_output
     from kvcalc.present.emit import emit
+    from kvcalc.present.outputs import run_output
     from kvcalc.progress import progress_hooks
+    from kvcalc.settings import resolve_schedule
     from kvcalc.units import parse_size
 
     try:
@@ -166,7 +187,7 @@ def run_backend(
     settings = RunSettings(ctx=one_ctx(ctx, "run takes one prompt length"), decode=decode, batch=batch, layers=layers,
                            dtype=dtype, mla_cache=mla_cache, mla_schedule=mla_schedule, seed=seed, max_memory=limit,
                            rope_demo=rope_demo, threads=threads)
-    settings.schedule  # a bad combination fails before any allocation
+    resolve_schedule(mla_cache, mla_schedule)  # a bad combination fails before any allocation
     lm = load(model)
     with progress_hooks(quiet) as progress:
         report = run(lm.spec, settings, progress)
@@ -181,8 +202,8 @@ def run_backend(
 @guarded
 def hardware_list(fmt: FormatOpt = "table", units: UnitsOpt = "binary") -> None:
     """List the bundled hardware presets: peak dense bf16 FLOP/s, memory bandwidth and size, with sources."""
-    from kvcalc.present.outputs import hardware_output
     from kvcalc.present.emit import emit
+    from kvcalc.present.outputs import hardware_output
 
     emit(hardware_output(), fmt, units)
 
@@ -191,8 +212,8 @@ def hardware_list(fmt: FormatOpt = "table", units: UnitsOpt = "binary") -> None:
 @guarded
 def import_config(
     config: Annotated[Path, typer.Argument(metavar="CONFIG", help="A Hugging Face config.json.")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the YAML spec here instead of stdout.")] = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Name of the spec (default: the config's folder or file name).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the YAML spec here instead of stdout.")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Name of the spec (default: the config's folder or file name).")] = None,
 ) -> None:
     """Convert a Hugging Face config.json into an equivalent kvcalc YAML spec."""
     from kvcalc.export import spec_yaml

@@ -7,7 +7,7 @@ and the README's key list are generated from them. Keys are stable: later versio
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.flops import decode_flops, generate_flops, mla_crossover, prefill_flops
@@ -57,7 +57,7 @@ def figures(spec: ModelSpec, s: Settings) -> CostFigures:
     params = param_counts(spec)
     decode = sum(decode_flops(spec, s).values())
     read = sum(decode_bytes(spec, s).values())
-    out = dict(
+    out: dict[str, Any] = dict(
         gen=s.gen,
         weights_dtype=s.weights_dtype,
         params_total=params.total,

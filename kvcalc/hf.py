@@ -195,7 +195,7 @@ def _mistral(cfg, origin, notes):
 
 
 def _mixtral(cfg, origin, notes):
-    moe = {
+    moe: dict[str, Any] = {
         "kind": "moe",
         "n_routed_experts": _need(cfg, "num_local_experts", origin),
         "n_experts_per_tok": _need(cfg, "num_experts_per_tok", origin),
@@ -224,7 +224,7 @@ def _qwen3(cfg, origin, notes):
 
 
 def _qwen3_moe(cfg, origin, notes):
-    moe = {
+    moe: dict[str, Any] = {
         "kind": "moe",
         "n_routed_experts": _need(cfg, "num_experts", origin),
         "n_experts_per_tok": _need(cfg, "num_experts_per_tok", origin),
@@ -280,7 +280,7 @@ def _deepseek(cfg, origin, notes):
     if q_rank:  # null (HF) or 0 (DeepSeek's own format) both mean no query compression
         att["q_lora_rank"] = q_rank
     first_k = _get(cfg, "first_k_dense_replace", origin, minimum=0) or 0
-    moe = {
+    moe: dict[str, Any] = {
         "kind": "moe",
         "n_routed_experts": _need(cfg, "n_routed_experts", origin),
         "n_experts_per_tok": _need(cfg, "num_experts_per_tok", origin),
@@ -337,7 +337,7 @@ def _falcon(cfg, origin, notes):
 
 
 def _gpt2(cfg, origin, notes):
-    base = {
+    base: dict[str, Any] = {
         "family": "gpt2",
         "d_model": _need(cfg, "n_embd", origin),
         "n_layers": _need(cfg, "n_layer", origin),

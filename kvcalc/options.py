@@ -6,8 +6,9 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -42,7 +43,7 @@ BatchOpt = Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences h
 DtypeOpt = Annotated[str, typer.Option("--kv-dtype", **choice(DTYPES), help="Storage type of the cache (int4: half a byte per element).")]
 WeightsDtypeOpt = Annotated[str, typer.Option("--weights-dtype", **choice(DTYPES), help="Storage type of the weights (int4: half a byte).")]
 MlaOpt = Annotated[str, typer.Option("--mla-cache", **choice(MLA_CACHE_LAYOUTS), help="MLA cache layout: latent (d_c + d_R, as DeepSeek/vLLM/SGLang) or expanded (per-head K and V).")]
-ScheduleOpt = Annotated[Optional[str], typer.Option("--mla-schedule", **choice(MLA_SCHEDULES), help="MLA decode: absorbed (W_UK/W_UV folded; default with a latent cache) or naive (K/V rebuilt; default with an expanded cache).")]
+ScheduleOpt = Annotated[str | None, typer.Option("--mla-schedule", **choice(MLA_SCHEDULES), help="MLA decode: absorbed (W_UK/W_UV folded; default with a latent cache) or naive (K/V rebuilt; default with an expanded cache).")]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", **choice(FORMATS), help="Output format.")]
 UnitsOpt = Annotated[str, typer.Option("--units", **choice(UNIT_SYSTEMS), help="Byte units in table/markdown/latex: binary (KiB, GiB), si (kB, GB), or exact bytes.")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the derivation of every cache figure: formula, symbols, values, source fields.")]
@@ -95,7 +96,7 @@ _COST_PARAMS = [
     ("mla_cache", MlaOpt, "latent"),
     ("mla_schedule", ScheduleOpt, None),
     ("dense_attn", Annotated[bool, typer.Option("--dense-attn", help="Count prefill attention as the full N×N matrix (as FLOP-counting libraries do), not causal.")], False),
-    ("hardware_name", Annotated[Optional[str], typer.Option("--hardware", help="A hardware preset ('kvcalc hardware' lists them) or a YAML file: adds roofline times (lower bounds).")], None),
+    ("hardware_name", Annotated[str | None, typer.Option("--hardware", help="A hardware preset ('kvcalc hardware' lists them) or a YAML file: adds roofline times (lower bounds).")], None),
 ]
 
 

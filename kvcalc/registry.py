@@ -86,7 +86,7 @@ def load_path(path: Path, kind: str = "yaml") -> LoadedModel:
     from kvcalc.hf import is_hf_config, spec_from_config
 
     data = _read_mapping(path)
-    if is_hf_config(data):
+    if isinstance(data, dict) and is_hf_config(data):
         spec, imported = spec_from_config(data, str(path), _name_from_path(path))
         return LoadedModel(spec, str(path), "hf", imported.keys)
     if path.suffix.lower() == ".json" and isinstance(data, dict):

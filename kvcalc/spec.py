@@ -9,14 +9,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, PrivateAttr, model_validator
 
 from kvcalc.attention import AttentionField, AttentionKind, Layer
 from kvcalc.attention.base import Strict
 from kvcalc.errors import SpecError
-
 
 # ---------------------------------------------------------------- FFN blocks (parameters are counted later)
 
@@ -57,7 +56,7 @@ class MoEFFN(Strict):
         return self
 
 
-FFN = Annotated[Union[DenseFFN, MoEFFN], Field(discriminator="kind")]
+FFN = Annotated[DenseFFN | MoEFFN, Field(discriminator="kind")]
 
 
 # ---------------------------------------------------------------- layer groups
@@ -70,7 +69,7 @@ class Every(Strict):
     start: NonNegativeInt = 0
 
 
-LayerSelector = Union[str, list[NonNegativeInt], Every]
+LayerSelector = str | list[NonNegativeInt] | Every
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
@@ -190,7 +189,7 @@ class ModelSpec(Strict):
         missing = [i for i in range(self.n_layers) if i not in owner]
         if missing and not problems:
             problems.append(f"layer_groups: layers {_ranges(missing)} belong to no group (every layer needs an attention block)")
-        for gi, group in enumerate(self.layer_groups):
+        for gi in range(len(self.layer_groups)):
             if rest and gi == rest[0] and not picked[gi] and not problems:
                 problems.append(f"layer_groups[{gi}].layers: 'rest' is empty: the other groups already cover every layer")
         problems += self._check_dims()

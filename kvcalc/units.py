@@ -54,10 +54,11 @@ def format_bytes(n: int | Fraction, units: str = "binary") -> str:
     """
     if units == "bytes":
         return f"{int(n):,}"
-    table = BINARY if units == "binary" else SI
+    table: tuple[tuple[str, int], ...] = BINARY if units == "binary" else SI
     name, scale = table[0]
+    size = abs(Fraction(n))
     for candidate, candidate_scale in table:
-        if abs(n) >= candidate_scale:
+        if size >= candidate_scale:
             name, scale = candidate, candidate_scale
     if scale == 1:
         return f"{n} B"
@@ -71,10 +72,11 @@ def _three_digits(value: float) -> str:
     return f"{value:.{digits}f}"
 
 
-def _scaled(n: int | float | Fraction, steps: tuple[tuple[str, int], ...]) -> tuple[float, str]:
+def _scaled(n: float | Fraction, steps: tuple[tuple[str, int], ...]) -> tuple[float, str]:
     name, scale = steps[0]
+    size = abs(Fraction(n))
     for candidate, candidate_scale in steps:
-        if abs(n) >= candidate_scale:
+        if size >= candidate_scale:
             name, scale = candidate, candidate_scale
     return float(Fraction(n) / scale), name
 

@@ -10,8 +10,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvcalc.backend.causal import (attend_all, attend_heads, band_scratch, blocks, causal_attention, head_chunks,
-                                   outputs, prefill_tiling, query_rows)
+from kvcalc.backend.causal import (
+    attend_all,
+    attend_heads,
+    band_scratch,
+    blocks,
+    causal_attention,
+    head_chunks,
+    outputs,
+    prefill_tiling,
+    query_rows,
+)
 from kvcalc.backend.ops import FlopCounter, apply_rope, apply_rope_, random_weight, rms_norm, rope_tables, softmax
 from kvcalc.backend.threads import run_tasks
 

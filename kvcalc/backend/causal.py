@@ -79,7 +79,7 @@ def block_tiles(s0: int, e: int, window: int | None) -> list[Tiles]:
     b = e - s0
     lo = max(0, e - window) if window else 0
     tiles = [Tiles(1, 0, lo, 0, b, s0 - lo)] if s0 > lo else []
-    if lo:  # row j meets [max(0, s0 + j - W + 1), lo): rows [0, cut) start at key 0
+    if window and lo:  # row j meets [max(0, s0 + j - W + 1), lo): rows [0, cut) start at key 0
         cut = min(b, max(0, window - s0))
         tiles += [Tiles(1, 0, 0, 0, cut, lo)] if cut else []
         tiles += _upper_tiles(b - cut, cut, lo - (b - cut))

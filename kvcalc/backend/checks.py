@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvcalc.attention import MLA
 from kvcalc.backend.attention import GroupedQueryAttention, LatentAttention
 from kvcalc.backend.ops import FlopCounter, softmax
 from kvcalc.backend.stack import stack_decode, stack_prefill
-from kvcalc.attention import MLA
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,8 @@ def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, pref
     measured_total = _scaled_total(spec, ids, by_layer, final)
     report.rows.append(Row("cache", f"KV cache, all {spec.n_layers} layers, at ctx {total:,} (= kvcalc compare)",
                            kv_cache(spec, at.at(total)).bytes, measured_total, "bytes"))
-    prefill_pred, decode_pred = Counter(), Counter()
+    prefill_pred: Counter[str] = Counter()
+    decode_pred: Counter[str] = Counter()
     for layer in ids:
         group = by_layer[layer]
         prefill_pred.update(layer_attention_flops(group, prefill_work(group, s.ctx), "naive"))
@@ -210,7 +211,7 @@ def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, pref
 
 def _scaled_total(spec, ids, by_layer, final: list[Cache]) -> int | None:
     """Measured bytes of one run layer per group, times that group's layer count (None if a group was not run)."""
-    measured = {}
+    measured: dict[int, int] = {}
     for layer, cache in zip(ids, final):
         measured.setdefault(by_layer[layer].index, cache.nbytes)
     total = 0

@@ -23,7 +23,7 @@ Conventions (also in the README):
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from kvcalc.attention import Work, tri
 from kvcalc.costs.params import ffn_of_layer

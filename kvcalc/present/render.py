@@ -9,8 +9,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from kvcalc.fields import Figure
 from kvcalc.units import format_bytes, format_count, format_flops, format_seconds, format_tokens
