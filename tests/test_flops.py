@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from kvcalc.costs.flops import (
-    attention_part, decode_flops, generate_flops, keys_seen, keys_seen_sum, mla_crossover, prefill_flops,
-)
+from kvcalc.attention import keys_seen, keys_seen_sum
+from kvcalc.costs.flops import attention_part, decode_flops, generate_flops, mla_crossover, prefill_flops
 from kvcalc.costs.traffic import decode_bytes, prefill_bytes
 from kvcalc.errors import KvcalcError
+from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec
 
 from conftest import spec
@@ -47,7 +47,7 @@ def test_prefill_and_decode_closed_forms_mha_gqa_mqa(kind, n_kv):
         att["n_kv_heads"] = n_kv
     s, n, t = tiny(att), 10, 7
     pairs = n * (n + 1) // 2  # causal: query i meets i keys
-    assert prefill_flops(s, n) == {
+    assert prefill_flops(s, Settings(ctx=n)) == {
         "attn/q": L * 2 * n * D * 8 * 16,
         "attn/k": L * 2 * n * D * n_kv * 16,
         "attn/v": L * 2 * n * D * n_kv * 16,
@@ -57,7 +57,7 @@ def test_prefill_and_decode_closed_forms_mha_gqa_mqa(kind, n_kv):
         "ffn/dense": L * 2 * n * 3 * D * FF,
         "lm_head": 2 * 1 * D * V,  # logits of the last position only
     }
-    assert decode_flops(s, t) == {
+    assert decode_flops(s, Settings(ctx=t)) == {
         "attn/q": L * 2 * D * 8 * 16,
         "attn/k": L * 2 * D * n_kv * 16,
         "attn/v": L * 2 * D * n_kv * 16,
@@ -83,15 +83,19 @@ def test_mla_closed_forms():
     }
     pairs = n * (n + 1) // 2
     # prefill: the prompt's K and V are up-projected once, attention per head
-    assert prefill_flops(s, n) == {**common(n), "attn/kv_up": L * 2 * n * c * h * (nope + v),
-                                   "attn/scores": L * 2 * pairs * h * (nope + r), "attn/mix": L * 2 * pairs * h * v}
+    assert prefill_flops(s, Settings(ctx=n)) == {
+        **common(n), "attn/kv_up": L * 2 * n * c * h * (nope + v),
+        "attn/scores": L * 2 * pairs * h * (nope + r), "attn/mix": L * 2 * pairs * h * v,
+    }
     # naive decode from a latent cache: all t keys rebuilt every step
-    assert decode_flops(s, t, schedule="naive") == {**common(1), "attn/kv_up": L * 2 * t * c * h * (nope + v),
-                                                    "attn/scores": L * 2 * t * h * (nope + r), "attn/mix": L * 2 * t * h * v}
+    assert decode_flops(s, Settings(ctx=t, mla_schedule="naive")) == {
+        **common(1), "attn/kv_up": L * 2 * t * c * h * (nope + v),
+        "attn/scores": L * 2 * t * h * (nope + r), "attn/mix": L * 2 * t * h * v,
+    }
     # naive decode from an expanded cache: only the new token's K and V
-    assert decode_flops(s, t, schedule="naive", mla_cache="expanded")["attn/kv_up"] == L * 2 * c * h * (nope + v)
+    assert decode_flops(s, Settings(ctx=t, mla_schedule="naive", mla_cache="expanded"))["attn/kv_up"] == L * 2 * c * h * (nope + v)
     # absorbed: W_UK folded into the query, W_UV into the output, attention over c_KV and the RoPE key
-    assert decode_flops(s, t, schedule="absorbed") == {
+    assert decode_flops(s, Settings(ctx=t, mla_schedule="absorbed")) == {
         **common(1), "attn/q_absorb": L * 2 * h * nope * c, "attn/scores": L * 2 * t * h * (c + r),
         "attn/mix": L * 2 * t * h * c, "attn/v_up": L * 2 * h * c * v,
     }
@@ -99,7 +103,7 @@ def test_mla_closed_forms():
 
 def test_moe_counts_active_experts_only():
     moe = {"kind": "moe", "n_routed_experts": 8, "n_experts_per_tok": 2, "moe_d_ff": 32, "n_shared_experts": 1}
-    f = decode_flops(tiny({"kind": "mha", "n_heads": 4}, ffn=moe), 5)
+    f = decode_flops(tiny({"kind": "mha", "n_heads": 4}, ffn=moe), Settings(ctx=5))
     assert f["ffn/routed"] == L * 2 * 2 * 3 * D * 32
     assert f["ffn/shared"] == L * 2 * 1 * 3 * D * 32
     assert f["ffn/router"] == L * 2 * D * 8
@@ -107,9 +111,9 @@ def test_moe_counts_active_experts_only():
 
 def test_sliding_window_caps_attention():
     s = tiny({"kind": "mqa", "n_heads": 4}, window=8)
-    assert decode_flops(s, 8) == decode_flops(s, 1000)
-    assert prefill_flops(s, 20)["attn/scores"] == L * 2 * (36 + 12 * 8) * 4 * 16  # Σ min(i, 8) = 36 + 12·8
-    assert prefill_flops(s, 20, dense_attn=True)["attn/scores"] == L * 2 * 400 * 4 * 16  # N×N, as libraries count
+    assert decode_flops(s, Settings(ctx=8)) == decode_flops(s, Settings(ctx=1000))
+    assert prefill_flops(s, Settings(ctx=20))["attn/scores"] == L * 2 * (36 + 12 * 8) * 4 * 16  # Σ min(i, 8) = 36 + 12·8
+    assert prefill_flops(s, Settings(ctx=20, dense_attn=True))["attn/scores"] == L * 2 * 400 * 4 * 16  # N×N, as libraries count
 
 
 # ---------------------------------------------------------------- consistency of prefill, decode and generation
@@ -120,23 +124,30 @@ def test_generation_is_the_sum_of_its_steps(window):
     s = tiny(MLA_ATT if window is None else {"kind": "gqa", "n_heads": 4, "n_kv_heads": 2}, window=window)
     P, G = 5, 9
     for schedule in (("naive", "absorbed") if window is None else ("absorbed",)):
-        steps = [decode_flops(s, t, schedule=schedule) for t in range(P + 1, P + G + 1)]
+        steps = [decode_flops(s, Settings(ctx=t, mla_schedule=schedule)) for t in range(P + 1, P + G + 1)]
         summed = {k: sum(step.get(k, 0) for step in steps) for k in steps[0]}
-        assert generate_flops(s, P, G, schedule=schedule) == summed
-    reruns = [prefill_flops(s, t) for t in range(P + 1, P + G + 1)]
-    assert generate_flops(s, P, G, cached=False) == {k: sum(r[k] for r in reruns) for k in reruns[0]}
+        assert generate_flops(s, Settings(ctx=P, gen=G, mla_schedule=schedule)) == summed
+    reruns = [prefill_flops(s, Settings(ctx=t)) for t in range(P + 1, P + G + 1)]
+    assert generate_flops(s, Settings(ctx=P, gen=G), cached=False) == {k: sum(r[k] for r in reruns) for k in reruns[0]}
     # a prefill's attention is the sum of the attention of decode steps 1..N
     n = 12
-    assert prefill_flops(s, n)["attn/scores"] == sum(decode_flops(s, t, schedule="naive")["attn/scores"] for t in range(1, n + 1))
+    naive = [decode_flops(s, Settings(ctx=t, mla_schedule="naive")) for t in range(1, n + 1)]
+    assert prefill_flops(s, Settings(ctx=n))["attn/scores"] == sum(step["attn/scores"] for step in naive)
 
 
 def test_growth_cached_quadratic_uncached_cubic():
     s = spec("llama3-8b")
+
+    def from_empty(g: int, cached: bool) -> int:
+        # Attention FLOPs of generating g tokens after an empty prompt. Settings needs ctx >= 1, so: the step at
+        # context 1 (a decode step, or with no cache a prefill of 1 token) plus g - 1 tokens after a prompt of 1.
+        first = decode_flops(s, Settings(ctx=1)) if cached else prefill_flops(s, Settings(ctx=1))
+        return attention_part(first) + attention_part(generate_flops(s, Settings(ctx=1, gen=g - 1), cached=cached))
+
     ratios_cached, ratios_uncached = [], []
     for g in (1024, 8192, 65_536):
-        ratios_cached.append(attention_part(generate_flops(s, 0, 2 * g)) / attention_part(generate_flops(s, 0, g)))
-        ratios_uncached.append(attention_part(generate_flops(s, 0, 2 * g, cached=False)) /
-                               attention_part(generate_flops(s, 0, g, cached=False)))
+        ratios_cached.append(from_empty(2 * g, True) / from_empty(g, True))
+        ratios_uncached.append(from_empty(2 * g, False) / from_empty(g, False))
     # doubling G multiplies attention FLOPs by 2(2G+1)/(G+1) -> 4 with a cache, and by about 8 without one
     assert all(abs(r - 4) < 4 / 1000 for r in ratios_cached)
     assert all(abs(r - 8) < 8 * 3 / 1000 for r in ratios_uncached)
@@ -151,7 +162,7 @@ def test_nanogpt_gpt2_forward_flops():
     # karpathy/nanoGPT transformer_sizing.ipynb (bias-free GPT-2 small, 1024 tokens): forward FLOPs 291,648,307,200,
     # attention 8,053,063,680 per layer, MLP 9,663,676,416 per layer, LM head 79,047,426,048. The notebook counts
     # the full N×N attention and logits at every position; biases add no matrix-product FLOPs.
-    f = prefill_flops(spec("gpt2"), 1024, dense_attn=True, logits="all")
+    f = prefill_flops(spec("gpt2"), Settings(ctx=1024, dense_attn=True), logits="all")
     attention = sum(v for k, v in f.items() if k.startswith("attn/"))
     assert attention == 12 * 8_053_063_680
     assert f["ffn/dense"] == 12 * 9_663_676_416
@@ -166,7 +177,7 @@ def test_kaplan_forward_flops_per_token_gpt2():
     # keys per query as n_ctx/2, the exact mean is (n_ctx+1)/2. So the two differ by exactly 2·n_layer·d_model,
     # 1.6e-5 of the total here, and we assert agreement within 0.01%.
     n_layer, d, n_ctx = 12, 768, 1024
-    f = prefill_flops(spec("gpt2"), n_ctx)
+    f = prefill_flops(spec("gpt2"), Settings(ctx=n_ctx))
     ours = sum(v for k, v in f.items() if k != "lm_head")  # per sequence
     kaplan_per_token = 2 * (12 * n_layer * d * d) + 2 * n_layer * n_ctx * d
     assert ours == n_ctx * kaplan_per_token + n_ctx * 2 * n_layer * d
@@ -192,18 +203,18 @@ def ds_v2_decode_closed_form(t: int, schedule: str) -> int:
 @pytest.mark.parametrize("t", [1, 2, 1024, 131_072])
 @pytest.mark.parametrize("schedule", ["naive", "absorbed"])
 def test_deepseek_v2_decode_closed_forms(t, schedule):
-    assert sum(decode_flops(spec("deepseek-v2"), t, schedule=schedule).values()) == ds_v2_decode_closed_form(t, schedule)
+    assert sum(decode_flops(spec("deepseek-v2"), Settings(ctx=t, mla_schedule=schedule)).values()) == ds_v2_decode_closed_form(t, schedule)
 
 
 def test_deepseek_v2_which_schedule_is_cheaper():
     s = spec("deepseek-v2")
-    cost = lambda t, sched, cache="latent": sum(decode_flops(s, t, schedule=sched, mla_cache=cache).values())  # noqa: E731
+    cost = lambda t, sched, cache="latent": sum(decode_flops(s, Settings(ctx=t, mla_schedule=sched, mla_cache=cache)).values())  # noqa: E731
     # From a latent cache, rebuilding K and V of every cached token (2·c·h·(nope+v) = 33.6M FLOPs per key and
     # layer) dwarfs the absorbed schedule's 2·h·(2c+r) = 278,528: absorbed is cheaper at 1k and at 128k.
     assert cost(1024, "absorbed") < cost(1024, "naive")
     assert cost(131_072, "absorbed") < cost(131_072, "naive")
     # The two cost the same setup to within one key: the cheaper one changes at t = 2.
-    assert mla_crossover(s) == 2
+    assert mla_crossover(s, Settings(ctx=1)) == 2
     assert cost(1, "naive") < cost(1, "absorbed") and cost(2, "absorbed") < cost(2, "naive")
     # From an expanded cache, naive attends per head over cached K/V (2·h·(nope+r+v) = 81,920 per key) and beats the
     # absorbed schedule's per-key work in FLOPs at long context, at 71x the cache.
@@ -212,14 +223,14 @@ def test_deepseek_v2_which_schedule_is_cheaper():
 
 def test_absorbed_needs_a_latent_cache():
     with pytest.raises(KvcalcError, match="needs --mla-cache latent"):
-        decode_flops(spec("deepseek-v2"), 10, schedule="absorbed", mla_cache="expanded")
+        decode_flops(spec("deepseek-v2"), Settings(ctx=10, mla_schedule="absorbed", mla_cache="expanded"))
     with pytest.raises(KvcalcError, match="naive or absorbed"):
-        decode_flops(spec("deepseek-v2"), 10, schedule="fused")
+        decode_flops(spec("deepseek-v2"), Settings(ctx=10, mla_schedule="fused"))
 
 
 def test_batch_scales_flops():
     s = spec("mixtral-8x7b")
-    assert decode_flops(s, 100, batch=4) == {k: 4 * v for k, v in decode_flops(s, 100).items()}
+    assert decode_flops(s, Settings(ctx=100, batch=4)) == {k: 4 * v for k, v in decode_flops(s, Settings(ctx=100)).items()}
 
 
 # ---------------------------------------------------------------- memory traffic
@@ -227,14 +238,14 @@ def test_batch_scales_flops():
 
 def test_decode_bytes_llama3_8b():
     s = spec("llama3-8b")
-    b = decode_bytes(s, 4096)
+    b = decode_bytes(s, Settings(ctx=4096))
     # all weights but the input embedding table (one row of 4096 is looked up), bf16
     assert b["weights"] == 2 * (8_030_261_248 - 128_256 * 4096 + 4096)
     assert b["kv_cache"] == 4096 * 131_072  # 128 KiB per token
-    assert decode_bytes(s, 4096, batch=2)["kv_cache"] == 2 * b["kv_cache"]
+    assert decode_bytes(s, Settings(ctx=4096, batch=2))["kv_cache"] == 2 * b["kv_cache"]
 
 
 def test_decode_bytes_moe_reads_active_experts():
     s = spec("mixtral-8x7b")
-    assert decode_bytes(s, 1)["weights"] == 2 * (12_879_925_248 - 32_000 * 4096 + 4096)
-    assert prefill_bytes(s, 1000)["weights"] == 2 * (46_702_792_704 - 32_000 * 4096 + 1000 * 4096)
+    assert decode_bytes(s, Settings(ctx=1))["weights"] == 2 * (12_879_925_248 - 32_000 * 4096 + 4096)
+    assert prefill_bytes(s, Settings(ctx=1000))["weights"] == 2 * (46_702_792_704 - 32_000 * 4096 + 1000 * 4096)
