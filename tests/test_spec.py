@@ -58,10 +58,10 @@ def test_bundled_spec_loads_with_source(name):
 def test_head_dim_is_taken_from_spec_not_recomputed():
     # Gemma 3 27B: head_dim 128 while d_model / n_heads = 5376 / 32 = 168 (FACTS.md §5.2).
     g = spec("gemma3-27b").groups[0]
-    assert g.head_dim == 128 and not g.head_dim_derived
+    assert g.head_dim == 128 and not g.attention.head_dim_derived()
     # Llama 3 70B gives no head_dim: 8192 / 64 = 128.
     g = spec("llama3-70b").groups[0]
-    assert g.head_dim == 128 and g.head_dim_derived
+    assert g.head_dim == 128 and g.attention.head_dim_derived()
 
 
 def test_gemma3_layer_pattern():
@@ -149,7 +149,7 @@ def test_unknown_attention_kind_names_the_choices():
     data = with_()
     data["layer_groups"][0]["attention"]["kind"] = "flash"
     text = error_of(data)
-    assert "layer_groups[0].attention" in text and "'mha', 'gqa', 'mqa', 'mla', 'linear'" in text
+    assert "layer_groups[0].attention.kind: unknown attention kind 'flash': choose one of mha, gqa, mqa, mla, linear" in text
 
 
 def test_moe_rules():
