@@ -6,7 +6,7 @@ import csv
 import io
 import json
 
-from kvcalc.render import Column, latex_escape, render
+from kvcalc.present.render import Column, latex_escape, render
 
 COLUMNS = [Column("model", "Model"), Column("n", "Layers", "int"), Column("b", "KV\ncache", "bytes"), Column("r", "vs first", "ratio")]
 ROWS = [
