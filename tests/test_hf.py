@@ -8,10 +8,11 @@ import pytest
 
 from kvcalc.costs.cache import kv_cache
 from kvcalc.errors import SpecError
+from kvcalc.export import spec_yaml
 from kvcalc.hf import IMPORTERS, spec_from_config
 from kvcalc.registry import load_path
+from kvcalc.settings import Settings
 from kvcalc.spec import load_spec
-from kvcalc.summary import spec_yaml
 
 from conftest import REFERENCE_MODELS, spec
 
@@ -44,7 +45,8 @@ CONTEXTS = (1, 511, 512, 1000, 1024, 4096, 32_768, 131_072, 1 << 20)
 
 
 def cache_numbers(s, mla_cache="latent"):
-    return [(kv_cache(s, c, mla_cache=mla_cache).bytes_per_token, kv_cache(s, c, mla_cache=mla_cache).bytes) for c in CONTEXTS]
+    reports = [kv_cache(s, Settings(ctx=c, mla_cache=mla_cache)) for c in CONTEXTS]
+    return [(r.bytes_per_token, r.bytes) for r in reports]
 
 
 def test_every_reference_config_is_mapped():
@@ -115,7 +117,7 @@ def test_falcon_multi_query_means_one_kv_head():
            "num_kv_heads": 71, "multi_query": True, "vocab_size": 65024}
     s = imported(cfg)
     assert s.groups[0].attention.kind == "mqa"
-    assert kv_cache(s, 1).elements_per_token == 32 * 2 * 64  # d_h = 4544 / 71 = 64
+    assert kv_cache(s, Settings(ctx=1)).elements_per_token == 32 * 2 * 64  # d_h = 4544 / 71 = 64
     assert "num_kv_heads 71 ignored" in s.notes
 
 
@@ -183,7 +185,7 @@ def test_deepseek_q_lora_rank_null_or_zero_means_none(q_lora):
 def test_deepseek_ignores_num_key_value_heads():
     path = REFERENCE_MODELS / "deepseek-v2.json"
     cfg = {**json.loads(path.read_text()), "num_key_value_heads": 1}
-    assert kv_cache(imported(cfg), 1).elements_per_token == 60 * 576
+    assert kv_cache(imported(cfg), Settings(ctx=1)).elements_per_token == 60 * 576
 
 
 def test_qwen3_moe_dense_layers():
