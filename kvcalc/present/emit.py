@@ -122,11 +122,10 @@ def fit(t: Table, units: str, width: int) -> tuple[Any, int]:
 
     from kvcalc.present.render import to_rich
 
-    console = Console(width=width)
-    table = None
+    wide = Console(width=1 << 16)  # measure unconstrained: rich caps a measurement at the page width
     for compact in (False, True):
         table = to_rich(t.columns, t.rows, units, t.title, compact=compact)
-        need = Measurement.get(console, console.options, table).minimum
+        need = Measurement.get(wide, wide.options, table).minimum
         if need <= width:
             return table, width
     return table, need

@@ -155,17 +155,22 @@ def to_json(payload: Any) -> str:
 
 
 def to_rich(columns: list[Column], rows: list[dict], units: str, title: str | None = None, compact: bool = False):
-    """A rich Table (imported lazily: only the table format needs it). Numbers and the first column never wrap;
-    other text and the headers may wrap at spaces (kvcalc.present.emit sizes the page so nothing is cut)."""
+    """A rich Table (imported lazily: only the table format needs it). Numbers and the first column never wrap and
+    never shrink below their widest cell; other text and the headers may wrap at spaces, never inside a word."""
     from rich import box
     from rich.table import Table
 
+    cells = [[cell(row.get(c.key), c.kind, units, compact=compact) for c in columns] for row in rows]
     table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
     for i, c in enumerate(columns):
-        table.add_column(c.header, justify="right" if c.numeric else "left", no_wrap=c.numeric or i == 0,
-                         overflow="fold")
-    for row in rows:
-        table.add_row(*[cell(row.get(c.key), c.kind, units, compact=compact) for c in columns])
+        whole = c.numeric or i == 0
+        texts = [r[i] for r in cells]
+        words = [t for t in texts] if whole else [w for t in texts for w in t.split()]
+        words += c.header.split("\n") if whole else c.header.split()
+        table.add_column(c.header, justify="right" if c.numeric else "left", no_wrap=whole,
+                         min_width=max(len(w) for w in words))
+    for row in cells:
+        table.add_row(*row)
     return table
 
 
