@@ -13,7 +13,7 @@ from kvcalc.backend.checks import dense_reference, rel_error
 from kvcalc.backend.memory import query_block
 from kvcalc.backend.ops import FlopCounter, softmax, softmax_
 from kvcalc.backend.runner import RunSettings, run
-from kvcalc.costs.flops import keys_seen
+from kvcalc.attention import GQA, MHA, keys_seen
 from kvcalc.spec import ModelSpec
 
 from conftest import run as cli
@@ -197,16 +197,17 @@ def test_cli_run_table_and_exit_code():
 
 
 def test_wrong_prediction_fails_the_run(monkeypatch):
-    # Break the analytic cache formula: the run must notice and exit non-zero, showing the mismatch.
-    import kvcalc.costs.cache as cache
+    # Break the analytic cache formula (GPT-2 is MHA; the formula lives on its attention kind): the run must notice
+    # and exit non-zero, showing the mismatch.
+    from kvcalc.attention import Formula
 
-    real = cache.per_token_formula
+    real = MHA.cache_formula
 
-    def off_by_one(group, mla_cache="latent"):
-        f = real(group, mla_cache)
-        return cache.Formula(f.expression, f.symbols, f.elements + 1, f.components, f.reference)
+    def off_by_one(self, layer, layout):
+        f = real(self, layer, layout)
+        return Formula(f.expression, f.symbols, f.elements + 1, f.components, f.reference)
 
-    monkeypatch.setattr(cache, "per_token_formula", off_by_one)
+    monkeypatch.setattr(MHA, "cache_formula", off_by_one)
     res = cli("run", "gpt2", "--ctx", "8", "--decode", "1", ok=False)
     assert res.exit_code == 1
     assert "error: predicted and measured differ" in res.stderr and "bytes after prefill" in res.stderr
@@ -214,10 +215,9 @@ def test_wrong_prediction_fails_the_run(monkeypatch):
 
 
 def test_wrong_flop_formula_fails_the_run(monkeypatch):
-    import kvcalc.costs.flops as flops
-
-    real = flops._attention
-    monkeypatch.setattr(flops, "_attention", lambda *a: {k: v + (k == "attn/scores") for k, v in real(*a).items()})
+    # Llama 3.2 1B is GQA; its FLOP formula lives on its attention kind.
+    real = GQA.flops
+    monkeypatch.setattr(GQA, "flops", lambda *a: {k: v + (k == "attn/scores") for k, v in real(*a).items()})
     res = cli("run", "llama3.2-1b", "--ctx", "8", "--decode", "1", ok=False)
     assert res.exit_code == 1 and "attn/scores" in res.stderr
 
