@@ -222,3 +222,47 @@ def test_defect_7_expanded_mla_shows_its_kv_heads():
     row = next(line.split() for line in expanded.splitlines() if line.split()[:1] == ["deepseek-v2"])
     # Model, Attention, Layers 60, Q heads 128, KV heads 128 (every head's K and V), head dims 192/128
     assert row[1:7] == ["MLA", "(expanded)", "60", "128", "128", "192/128"]
+
+
+# ---------------------------------------------------------------- generated docs and the public API
+
+
+def test_readme_key_table_is_generated_from_the_result_types():
+    from conftest import ROOT
+    from kvcalc.present.columns import key_table
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    between = readme.split("<!-- keys:begin -->\n")[1].split("\n<!-- keys:end -->")[0]
+    assert between == key_table()
+
+
+def test_json_keys_keep_their_order_and_only_add():
+    from kvcalc.present.columns import JSON_KEYS
+
+    before = ["model", "attention", "n_layers", "n_heads", "n_kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim",
+              "sliding_window", "n_window_layers", "max_context", "ctx", "exceeds_max_context", "batch", "kv_dtype",
+              "mla_cache", "kv_bytes_per_token", "kv_cache_bytes", "ratio", "gen", "weights_dtype", "params_total",
+              "params_active", "weights_bytes", "flops_prefill", "flops_decode_token", "flops_generate_cached",
+              "flops_generate_uncached", "decode_bytes_read", "decode_intensity", "mla_schedule",
+              "flops_decode_token_naive", "flops_decode_token_absorbed", "mla_crossover", "hardware", "prefill_seconds",
+              "decode_seconds_per_token", "tokens_per_second", "decode_bound", "fits_in_memory"]  # the keys of 0.1.0
+    assert [k for k in JSON_KEYS if k in before] == before
+    assert set(JSON_KEYS) - set(before) == {"family", "d_model"}
+
+
+def test_public_api_computes_a_table_without_the_cli_or_numpy():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from kvcalc import Settings, compare_rows, cost_figures, kv_cache, load_model\n"
+        "spec = load_model('deepseek-v2').spec\n"
+        "s = Settings(ctx=131072)\n"
+        "rows, _ = compare_rows([load_model('llama3-70b').spec, spec], [4096, 131072], s)\n"
+        "print(kv_cache(spec, s).bytes, cost_figures(spec, s).mla_schedule, len(rows), rows[1]['kv_cache_bytes'])\n"
+        "print('numpy' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    # DeepSeek-V2: 60 layers × (512 + 64) elements × 2 bytes × 131072 tokens; Llama 3 70B: 80 · 2 · 8 · 128 · 2 · 131072
+    assert out == [str(60 * 576 * 2 * 131072), "absorbed", "4", str(80 * 2 * 8 * 128 * 2 * 131072), "False"]

@@ -69,3 +69,10 @@ GROUP_COLUMNS = _columns(GroupRow, ("group", "layers", "n_layers", "kind", "slid
                                     "elements_per_token_per_layer", "bytes_per_token_per_layer", "tokens_held",
                                     "bytes_per_layer", "bytes"))
 GROUP_KEYS = [f.key for f in figures_of(GroupRow) if f.raw]
+
+
+def key_table() -> str:
+    """The README's table of compare/sweep csv and json keys, generated from the result types."""
+    lines = ["| Key | Unit | Meaning |", "|---|---|---|"]
+    lines += [f"| `{f.key}` | {f.kind} | {f.meaning} |" for f in FIGURES.values() if f.raw]
+    return "\n".join(lines)

@@ -161,7 +161,9 @@ def to_rich(columns: list[Column], rows: list[dict], units: str, title: str | No
     from rich.table import Table
 
     cells = [[cell(row.get(c.key), c.kind, units, compact=compact) for c in columns] for row in rows]
-    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    # two spaces between columns (the right padding and the box's blank divider), none at the edges
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
+                  padding=(0, 1, 0, 0), pad_edge=False)
     for i, c in enumerate(columns):
         whole = c.numeric or i == 0
         texts = [r[i] for r in cells]
