@@ -41,12 +41,12 @@ OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 def reference_shape(spec, ctx: int) -> tuple[int, int, int]:
     """(m, k, n) of the query projection of the first attention layer: [ctx, d_model] @ [d_model, n_heads · d_qk]."""
-    from kvcalc.spec import MLA, Linear
+    from kvcalc.attention import MLA
 
-    group = next(g for g in spec.groups if not isinstance(g.attention, Linear))
+    group = next(g for g in spec.groups if g.attention.query_heads)
     att = group.attention
-    d_qk = att.qk_nope_head_dim + att.qk_rope_head_dim if isinstance(att, MLA) else group.head_dim
-    return ctx, spec.d_model, att.n_heads * d_qk
+    d_qk = att.qk_head_dim if isinstance(att, MLA) else group.head_dim
+    return ctx, spec.d_model, att.query_heads * d_qk
 
 
 def matmul_gflops(m: int, k: int, n: int) -> float:
