@@ -102,7 +102,7 @@ def child(model: str, ctx: int, reps: int) -> dict:
 def measure(model: str, ctx: int, reps: int) -> dict:
     """`child` in a fresh interpreter; a failing child stops the benchmark."""
     cmd = [sys.executable, __file__, "--child", model, "--ctx", str(ctx), "--reps", str(reps)]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr}")
     return json.loads(proc.stdout.splitlines()[-1])
