@@ -30,10 +30,9 @@ def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | N
             leaf = s.source.split(".")[-1] if "/" not in s.source else "head_dim"
             symbols.append({"symbol": s.name, "value": s.value, "field": s.source,
                             "config_key": keys.get(leaf) if keys and "/" not in s.source else None})
+        held: dict = {"rule": g.attention.tokens_rule(g.layer)}
         if g.sliding_window:
-            held = {"rule": "min(ctx, W)", "W": g.sliding_window, "field": f"layer_groups[{g.index}].sliding_window"}
-        else:
-            held = {"rule": "ctx"}
+            held.update(W=g.sliding_window, field=f"layer_groups[{g.index}].sliding_window")
         groups.append({
             "group": g.label,
             "layers": list(g.layers),
@@ -73,7 +72,7 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
     lines = [f"{d['model']}  (from {d['origin']}; ctx {d['ctx']:,}, batch {d['batch']}, "
              f"{d['kv_dtype']} = {d['bits_per_element']} bits/element{mla})"]
     for g in d["groups"]:
-        span = "sliding window" if g["tokens_rule"]["rule"] != "ctx" else "full attention"
+        span = {"ctx": "full attention", "min(ctx, W)": "sliding window"}.get(g["tokens_rule"]["rule"], g["tokens_rule"]["rule"])
         lines.append(f"  {g['group']}: layers {_span(g['layers'])} ({g['n_layers']} layers), {g['kind'].upper()}, {span}")
         lines.append(f"    per token and layer: {g['formula']} = {g['substituted']} = {g['elements_per_token_per_layer']:,} elements"
                      f"   [{g['reference']}]")
@@ -83,6 +82,8 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
         rule = g["tokens_rule"]
         if rule["rule"] == "ctx":
             lines.append(f"    tokens held: ctx = {g['tokens_held']:,}")
+        elif "W" not in rule:
+            lines.append(f"    tokens held: {rule['rule']} = {g['tokens_held']:,}")
         else:
             lines.append(f"    tokens held: min(ctx, W) = min({d['ctx']:,}, {rule['W']:,}) = {g['tokens_held']:,}"
                          f"   (W from {rule['field']}: the query, itself and the W-1 keys before it)")

@@ -134,6 +134,10 @@ class AttentionKind(Strict):
         """Tokens a layer keeps per sequence at context `ctx`: min(ctx, W) under a window, else ctx."""
         return min(ctx, layer.window) if layer.window else ctx
 
+    def tokens_rule(self, layer: Layer) -> str:
+        """How `tokens_held` is reached, for `--explain`: 'min(ctx, W)' under a window, else 'ctx'."""
+        return "min(ctx, W)" if layer.window else "ctx"
+
     def cache_shapes(self, layer: Layer, batch: int, held: int, layout: str) -> dict[str, tuple[int, ...]]:
         """Shapes of the tensors a layer's cache holds, by name (what the NumPy backend must measure)."""
         return {}

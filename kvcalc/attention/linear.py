@@ -29,6 +29,9 @@ class Linear(AttentionKind):
     def tokens_held(self, layer: Layer, ctx: int) -> int:
         return 0  # nothing per token: the state is the same size at any context
 
+    def tokens_rule(self, layer: Layer) -> str:
+        return "none (constant state)"
+
     def keys_at(self, layer: Layer, t: int) -> int:
         return 0  # no softmax over keys
 
