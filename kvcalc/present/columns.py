@@ -48,7 +48,11 @@ def choose(text: str, have_hardware: bool, identity: tuple[str, ...] = IDENTITY)
                 f"unknown column {item!r}: use a preset ({', '.join(PRESETS)}) or a column key "
                 f"({', '.join(sorted(CATALOG))})"
             )
-    keys = list(dict.fromkeys([k for k in identity if k not in keys] + keys))
+    keys = list(dict.fromkeys(keys))
+    for key in identity:  # a missing identity column goes after the identity columns asked for, else first
+        if key not in keys:
+            at = max((keys.index(k) + 1 for k in identity if k in keys), default=0)
+            keys.insert(at, key)
     if not have_hardware:
         asked = [k for k in keys if k in HARDWARE_KEYS and k != "hardware"]
         if asked and text.strip() != "all":
