@@ -25,6 +25,7 @@ from kvcalc.options import (
     UnitsOpt,
     choice,
     cost_options,
+    explain_format,
     guarded,
     load,
     one_ctx,
@@ -78,8 +79,7 @@ def compare(
     from kvcalc.present.outputs import compare_output
 
     ctxs = parse_ctx(ctx)
-    if explain and fmt == "csv":
-        raise typer.BadParameter("--explain cannot be combined with --format csv (use json to get the derivation as data)")
+    explain_format(explain, fmt)
     loaded = [load(m, no_windows) for m in models]
     out = compare_output(loaded, opts.settings(ctxs[0]), ctxs, columns, explain, no_windows, opts.hardware_name)
     emit(out, fmt, units)
@@ -131,8 +131,7 @@ def show(
 
     s = Settings(ctx=one_ctx(ctx, "show takes one context; use compare for several"), batch=batch, kv_dtype=kv_dtype,
                  mla_cache=mla_cache)
-    if explain and fmt == "csv":
-        raise typer.BadParameter("--explain cannot be combined with --format csv (use json to get the derivation as data)")
+    explain_format(explain, fmt)
     emit(show_output(load(model, no_windows), s, per_layer, explain, units), fmt, units)
 
 

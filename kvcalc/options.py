@@ -158,6 +158,12 @@ def one_ctx(value: str, why: str) -> int:
     return ctxs[0]
 
 
+def explain_format(explain: bool, fmt: str) -> None:
+    """--explain prints text beside a table, or data inside json: csv has room for neither."""
+    if explain and fmt == "csv":
+        raise typer.BadParameter("--explain cannot be combined with --format csv (use json to get the derivation as data)")
+
+
 def load(model: str, no_windows: bool = False) -> LoadedModel:
     """A model by name or path, with its windows removed when asked."""
     from kvcalc.registry import load_model
