@@ -98,7 +98,8 @@ def test_every_new_figure_in_every_format(fmt):
 
 def test_columns_choice_and_errors():
     out = run("compare", "gpt2", "--ctx", "1k", "--columns", "model,params_total,flops_decode_token", "--format", "markdown").stdout
-    assert out.splitlines()[2] == "| Model | Params | Decode FLOPs/token |"
+    # ctx is an identifying column: --columns always keeps it, after the model (README, "Identifying columns stay")
+    assert out.splitlines()[2] == "| Model | Ctx | Params | Decode FLOPs/token |"
     res = run("compare", "gpt2", "--columns", "model,flops", ok=False)
     assert res.exit_code == 1 and "unknown column 'flops'" in res.stderr and "flops_prefill" in res.stderr
     res = run("compare", "gpt2", "--columns", "time", ok=False)
