@@ -7,17 +7,16 @@ import json
 import numpy as np
 import pytest
 
+from conftest import run as cli
+from conftest import spec
+from kvcalc.attention import GQA, MHA, keys_seen
 from kvcalc.backend.attention import GroupedQueryAttention
 from kvcalc.backend.causal import SCORE_CHUNK, _tiles, block_tiles, prefill_tiling
 from kvcalc.backend.checks import dense_reference, rel_error
 from kvcalc.backend.memory import query_block
 from kvcalc.backend.ops import FlopCounter, softmax, softmax_
 from kvcalc.backend.runner import RunSettings, run
-from kvcalc.attention import GQA, MHA, keys_seen
 from kvcalc.spec import ModelSpec
-
-from conftest import run as cli
-from conftest import spec
 
 ATTENTION = {
     "mha": {"kind": "mha", "n_heads": 4, "head_dim": 8},

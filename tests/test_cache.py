@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import ALL_BUNDLED, spec
 from kvcalc.costs.cache import kv_cache, per_token_formula, without_windows
 from kvcalc.dtypes import DTYPE_BITS, elements_to_bytes
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec
-
-from conftest import ALL_BUNDLED, spec
 
 K128 = 128 * 1024  # "128k" = 131,072 tokens (k = 1024)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from conftest import run
 
 # Llama-3-8B's shape (its config.json), cut to the keys the importer reads.

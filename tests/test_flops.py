@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import spec
 from kvcalc.attention import keys_seen, keys_seen_sum
 from kvcalc.costs.flops import attention_part, decode_flops, generate_flops, mla_crossover, prefill_flops
 from kvcalc.costs.traffic import decode_bytes, prefill_bytes
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec
-
-from conftest import spec
 
 D, L, V, FF = 64, 3, 100, 256
 

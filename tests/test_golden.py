@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kvcalc.registry import natural_key
-
 from conftest import run
+from kvcalc.registry import natural_key
 
 GOLDEN = json.loads(gzip.decompress((Path(__file__).parent / "data" / "golden" / "golden.json.gz").read_bytes()))
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from conftest import REFERENCE_MODELS, spec
 from kvcalc.costs.cache import kv_cache
 from kvcalc.errors import SpecError
 from kvcalc.export import spec_yaml
@@ -13,8 +14,6 @@ from kvcalc.hf import IMPORTERS, spec_from_config
 from kvcalc.registry import load_path
 from kvcalc.settings import Settings
 from kvcalc.spec import load_spec
-
-from conftest import REFERENCE_MODELS, spec
 
 # Reference config (tests/data/reference/models) -> the bundled spec of the same model.
 REFERENCE_TO_BUNDLED = {

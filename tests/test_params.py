@@ -6,11 +6,10 @@ from collections import Counter
 
 import pytest
 
+from conftest import ALL_BUNDLED, spec
 from kvcalc.costs.params import attention_params, param_counts, weights_bytes
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import ModelSpec
-
-from conftest import ALL_BUNDLED, spec
 
 # FACTS.md §4 (the reference notes behind tests/data/reference), "Derived from config": exact counts from the HF
 # configs, including embeddings, the LM head unless tied, norms and biases. (Total, active) — active only for MoE models.

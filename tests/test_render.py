@@ -29,7 +29,7 @@ def test_latex_booktabs_and_escaping():
     lines = text.splitlines()
     assert lines[0] == "% KV 100% & more"  # a comment line: LaTeX ignores everything after the %
     assert lines[1] == r"\begin{tabular}{lrrr}"
-    assert [l for l in lines if l in (r"\toprule", r"\midrule", r"\bottomrule")] == [r"\toprule", r"\midrule", r"\bottomrule"]
+    assert [line for line in lines if line in (r"\toprule", r"\midrule", r"\bottomrule")] == [r"\toprule", r"\midrule", r"\bottomrule"]
     assert r"a\_b\%c\&d & 80 & 40.0 GiB & 1.00$\times$ \\" in lines
     assert lines[-1] == r"\end{tabular}"
 

@@ -7,11 +7,10 @@ import copy
 import pytest
 import yaml
 
+from conftest import ALL_BUNDLED, spec
 from kvcalc.errors import SpecError
 from kvcalc.registry import specs_dir
 from kvcalc.spec import ModelSpec, load_spec, spec_from_dict
-
-from conftest import ALL_BUNDLED, spec
 
 BASE = {
     "name": "toy", "family": "test", "d_model": 64, "n_layers": 6, "vocab_size": 100, "max_context": 4096,

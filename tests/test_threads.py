@@ -11,13 +11,12 @@ import pytest
 
 import kvcalc.backend.causal as causal
 import kvcalc.backend.threads as threads
+from conftest import run as cli
+from conftest import spec
 from kvcalc.backend.attention import GroupedQueryAttention, LatentAttention
 from kvcalc.backend.memory import plan
 from kvcalc.backend.ops import FlopCounter
 from kvcalc.backend.runner import RunSettings, layer_order, run
-
-from conftest import run as cli
-from conftest import spec
 
 CAN_SET_BLAS = threads._blas_controller() is not None
 
