@@ -1,0 +1,45 @@
+"""Import a Hugging Face `config.json` as a kvcalc spec, respecting each model_type's conventions and traps.
+
+One module per family of model_types (dense.py, deepseek.py, ...), each registering its importers with
+`kvcalc.hf.common.importer`; the traps each handles are written beside its code with their source (see the README).
+"""
+
+from __future__ import annotations
+
+from kvcalc.errors import SpecError
+from kvcalc.hf import deepseek, dense  # noqa: F401  (the importers register themselves)
+from kvcalc.hf.common import HF_KEYS, IMPORTERS, KEY_OVERRIDES, Imported
+from kvcalc.spec import ModelSpec, spec_from_dict
+
+__all__ = ["IMPORTERS", "Imported", "import_config", "is_hf_config", "spec_from_config"]
+
+
+def is_hf_config(data: object) -> bool:
+    """True for a mapping that looks like a Hugging Face config (it names a model_type)."""
+    return isinstance(data, dict) and "model_type" in data and "layer_groups" not in data
+
+
+def import_config(cfg: dict, origin: str, name: str) -> Imported:
+    """Convert a parsed HF config into spec fields (not yet validated), or raise SpecError naming `origin`."""
+    model_type = cfg.get("model_type")
+    if model_type not in IMPORTERS:
+        raise SpecError(
+            f"{origin}: model_type: {model_type!r} is not supported; supported model_types: {', '.join(sorted(IMPORTERS))}"
+        )
+    notes: list[str] = []
+    try:
+        body = IMPORTERS[model_type](dict(cfg), origin, notes)
+    except (TypeError, ValueError) as exc:  # a field of the wrong type, e.g. a string where a number belongs
+        raise SpecError(f"{origin}: a field has the wrong type for model_type {model_type!r}: {exc}") from None
+    data = {"name": name, "family": body.pop("family"), "source": f"Hugging Face config.json ({origin}, model_type {model_type})"}
+    if notes:
+        data["notes"] = "; ".join(notes)
+    data.update(body)
+    keys = {**HF_KEYS, **KEY_OVERRIDES.get(model_type, {})}
+    return Imported(data=data, keys=keys)
+
+
+def spec_from_config(cfg: dict, origin: str, name: str) -> tuple[ModelSpec, Imported]:
+    """Import and validate an HF config as a ModelSpec."""
+    imported = import_config(cfg, origin, name)
+    return spec_from_dict(imported.data, origin), imported

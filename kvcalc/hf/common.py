@@ -1,0 +1,201 @@
+"""What every Hugging Face importer shares: reading whole numbers that name their key, the Llama-style decoder,
+layer groups from per-layer dicts, windows from `layer_types`, and the registry of importers by model_type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcalc.errors import SpecError
+from kvcalc.spec import layer_ranges
+
+# Gemma3TextConfig.__init__ defaults (transformers configuration_gemma3.py; reference FACTS.md §1.2):
+# published 4B/12B/27B `text_config`s list only the keys that differ from these.
+GEMMA3_TEXT_DEFAULTS = {
+    "vocab_size": 262_208,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "max_position_embeddings": 131_072,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 6,
+    "tie_word_embeddings": True,
+    "query_pre_attn_scalar": 256,
+}
+# Gemma2Config defaults (transformers configuration_gemma2.py).
+GEMMA2_DEFAULTS = {"head_dim": 256, "sliding_window": 4096, "tie_word_embeddings": True}
+# FalconConfig default when the file has no max_position_embeddings key (Falcon-7B's official file has none).
+FALCON_DEFAULT_MAX_POSITIONS = 2048
+
+# Which config key each spec field is read from, for `--explain` (model_types may override).
+HF_KEYS = {
+    "d_model": "hidden_size",
+    "n_layers": "num_hidden_layers",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "head_dim": "head_dim",
+    "sliding_window": "sliding_window",
+    "kv_lora_rank": "kv_lora_rank",
+    "q_lora_rank": "q_lora_rank",
+    "qk_nope_head_dim": "qk_nope_head_dim",
+    "qk_rope_head_dim": "qk_rope_head_dim",
+    "v_head_dim": "v_head_dim",
+    "max_context": "max_position_embeddings",
+    "vocab_size": "vocab_size",
+}
+# The `layer_types` entries of the attention kinds imported (transformers' sliding and full attention layers).
+LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+@dataclass
+class Imported:
+    """A spec converted from a config, with the config key behind each spec field and notes on choices made."""
+
+    data: dict
+    keys: dict[str, str] = field(default_factory=lambda: dict(HF_KEYS))
+
+
+def whole(value: Any, key: str, origin: str, minimum: int = 1) -> int:
+    """`value` as an int, or a SpecError naming `key`: a bool, a fraction or a string is not a whole number."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON 32.0 is the whole number 32, as pydantic reads it in a YAML spec
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{origin}: {key}: must be a whole number, got {value!r}")
+    if value < minimum:
+        raise SpecError(f"{origin}: {key}: must be at least {minimum}, got {value}")
+    return value
+
+
+def need(cfg: dict, key: str, origin: str, *alts: str) -> int:
+    """A required whole-number field (a positive int), read from `key` or the first alternative present."""
+    for k in (key, *alts):
+        if cfg.get(k) is not None:
+            return whole(cfg[k], k, origin)
+    raise SpecError(f"{origin}: {key}: required field is missing from the config")
+
+
+def get(cfg: dict, key: str, origin: str, minimum: int = 1) -> int | None:
+    """An optional whole-number field: None when absent or null (`minimum` 0 where 0 means 'none')."""
+    return None if cfg.get(key) is None else whole(cfg[key], key, origin, minimum)
+
+
+def heads_attention(n_heads: int, n_kv: int, head_dim: int | None, **flags) -> dict:
+    """An MHA/GQA/MQA block from head counts (the kind follows n_kv: n_heads -> mha, 1 -> mqa, else gqa)."""
+    kind = "mha" if n_kv == n_heads else "mqa" if n_kv == 1 else "gqa"
+    att: dict = {"kind": kind, "n_heads": n_heads}
+    if kind == "gqa":
+        att["n_kv_heads"] = n_kv
+    if head_dim is not None:
+        att["head_dim"] = head_dim
+    att.update({k: v for k, v in flags.items() if v})
+    return att
+
+
+def group_layers(layers: list[dict], n_layers: int) -> list[dict]:
+    """Collapse per-layer {attention, sliding_window, ffn} dicts into layer groups with range selectors."""
+    order: list[tuple[str, dict, list[int]]] = []
+    for i, layer in enumerate(layers):
+        key = repr(sorted(layer.items()))
+        for k, _, idx in order:
+            if k == key:
+                idx.append(i)
+                break
+        else:
+            order.append((key, layer, [i]))
+    windowed = any(layer.get("sliding_window") for _, layer, _ in order)
+    groups = []
+    for _, layer, idx in order:
+        # Name groups only where windows tell them apart; other splits (e.g. dense vs MoE FFN) stay unnamed.
+        group = {"name": "local" if layer.get("sliding_window") else "global"} if windowed and len(order) > 1 else {}
+        group["layers"] = "all" if len(idx) == n_layers else layer_ranges(idx)
+        group.update(layer)
+        groups.append(group)
+    return groups
+
+
+def layer_windows(cfg: dict, origin: str, n_layers: int, window: int | None,
+             default_sliding: Callable[[int], bool]) -> list[int | None]:
+    """Per-layer window: from `layer_types` when the config has it, else the model_type's own rule."""
+    if not window:
+        return [None] * n_layers
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != n_layers:
+            got = f"{len(types)} entries" if isinstance(types, list) else repr(types)
+            raise SpecError(f"{origin}: layer_types: must have one entry per layer (num_hidden_layers {n_layers}), got {got}")
+        for i, t in enumerate(types):
+            if t not in LAYER_TYPES:
+                raise SpecError(f"{origin}: layer_types[{i}]: must be one of {', '.join(LAYER_TYPES)}, got {t!r}")
+        return [window if t == "sliding_attention" else None for t in types]
+    return [window if default_sliding(i) else None for i in range(n_layers)]
+
+
+def dense_ffn(d_ff: int, gated: bool = True, bias: bool = False) -> dict:
+    ffn: dict = {"kind": "dense", "d_ff": d_ff}
+    if not gated:
+        ffn["gated"] = False
+    if bias:
+        ffn["bias"] = True
+    return ffn
+
+
+def base_fields(cfg: dict, origin: str, family: str, tie_default: bool) -> dict:
+    return {
+        "family": family,
+        "d_model": need(cfg, "hidden_size", origin),
+        "n_layers": need(cfg, "num_hidden_layers", origin),
+        "vocab_size": need(cfg, "vocab_size", origin),
+        "tie_embeddings": bool(cfg.get("tie_word_embeddings", tie_default)),
+        "max_context": need(cfg, "max_position_embeddings", origin),
+    }
+
+
+def decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_default=False, qkv_bias=False,
+             qk_norm=False, norms_per_layer: int = 2, sliding: Callable[[int], bool] = lambda i: True,
+             ffn: dict | None = None, layer_ffn: Callable[[int], dict | None] = lambda i: None) -> dict:
+    """The common Llama-style decoder: every layer the same attention, windows per `sliding` or `layer_types`."""
+    base = base_fields(cfg, origin, family, tie_default)
+    if norms_per_layer != 2:
+        base["norms_per_layer"] = norms_per_layer
+    n_heads = need(cfg, "num_attention_heads", origin)
+    n_kv = get(cfg, "num_key_value_heads", origin) or n_heads
+    # Llama-style attention_bias puts a bias on q, k, v and o; Qwen2 has q/k/v biases only.
+    bias = bool(cfg.get("attention_bias", False))
+    att = heads_attention(n_heads, n_kv, get(cfg, "head_dim", origin), qkv_bias=qkv_bias or bias, o_bias=bias, qk_norm=qk_norm)
+    window = get(cfg, "sliding_window", origin, minimum=0)  # 0 or null: no window
+    if window and window >= base["max_context"]:
+        notes.append(f"sliding_window {window} >= max_position_embeddings {base['max_context']}: it never applies, left out")
+        window = None
+    windows = layer_windows(cfg, origin, base["n_layers"], window, sliding)
+    layers = []
+    for i in range(base["n_layers"]):
+        layer: dict = {"attention": att}
+        if windows[i]:
+            layer["sliding_window"] = windows[i]
+        if layer_ffn(i) is not None:
+            layer["ffn"] = layer_ffn(i)
+        layers.append(layer)
+    base["ffn"] = ffn if ffn is not None else dense_ffn(need(cfg, "intermediate_size", origin), bias=bool(cfg.get("mlp_bias")))
+    base["layer_groups"] = group_layers(layers, base["n_layers"])
+    return base
+
+
+
+
+Importer = Callable[[dict, str, list[str]], dict]
+IMPORTERS: dict[str, Importer] = {}
+KEY_OVERRIDES: dict[str, dict[str, str]] = {}
+
+
+def importer(*model_types: str, keys: dict[str, str] | None = None) -> Callable[[Importer], Importer]:
+    """Register a function as the importer of `model_types` (with the config keys its fields come from, for --explain)."""
+
+    def register(fn: Importer) -> Importer:
+        for t in model_types:
+            IMPORTERS[t] = fn
+            if keys:
+                KEY_OVERRIDES[t] = keys
+        return fn
+
+    return register

@@ -1,0 +1,51 @@
+"""Importer of DeepSeek-V2/V3 (multi-head latent attention, MoE with shared experts and leading dense layers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, importer, need
+
+
+@importer("deepseek_v2", "deepseek_v3")
+def _deepseek(cfg, origin, notes):
+    base = base_fields(cfg, origin, "deepseek", False)
+    att = {
+        "kind": "mla",
+        "n_heads": need(cfg, "num_attention_heads", origin),
+        "kv_lora_rank": need(cfg, "kv_lora_rank", origin),
+        "qk_nope_head_dim": need(cfg, "qk_nope_head_dim", origin),
+        "qk_rope_head_dim": need(cfg, "qk_rope_head_dim", origin),
+        "v_head_dim": need(cfg, "v_head_dim", origin),
+    }
+    q_rank = get(cfg, "q_lora_rank", origin, minimum=0)
+    if q_rank:  # null (HF) or 0 (DeepSeek's own format) both mean no query compression
+        att["q_lora_rank"] = q_rank
+    first_k = get(cfg, "first_k_dense_replace", origin, minimum=0) or 0
+    moe: dict[str, Any] = {
+        "kind": "moe",
+        "n_routed_experts": need(cfg, "n_routed_experts", origin),
+        "n_experts_per_tok": need(cfg, "num_experts_per_tok", origin),
+        "moe_d_ff": need(cfg, "moe_intermediate_size", origin),
+        "n_shared_experts": get(cfg, "n_shared_experts", origin, minimum=0) or 0,
+        "first_k_dense": first_k,
+    }
+    if cfg.get("topk_method") == "noaux_tc":  # DeepSeek-V3: a learned per-expert bias steers routing
+        moe["router_bias"] = True
+    freq = get(cfg, "moe_layer_freq", origin, minimum=0) or 1
+    if first_k or freq != 1:
+        moe["dense_d_ff"] = need(cfg, "intermediate_size", origin)
+    layers = []
+    for i in range(base["n_layers"]):
+        layer: dict = {"attention": att}
+        # DeepseekV2DecoderLayer: MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0.
+        if i >= first_k and i % freq:
+            layer["ffn"] = dense_ffn(moe["dense_d_ff"])
+        layers.append(layer)
+    if get(cfg, "num_nextn_predict_layers", origin, minimum=0):
+        notes.append(f"{cfg['num_nextn_predict_layers']} multi-token-prediction layer(s) not counted (not used in plain decoding)")
+    base["ffn"] = moe
+    base["layer_groups"] = group_layers(layers, base["n_layers"])
+    return base
+
+

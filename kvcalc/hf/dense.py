@@ -1,0 +1,160 @@
+"""Importers of dense and MoE decoders with MHA/GQA/MQA attention: Llama, Mistral, Mixtral, Qwen2/3, Gemma 2/3,
+Falcon, GPT-2. Each function's comments give the rule it implements and its source."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kvcalc.errors import SpecError
+from kvcalc.hf.common import (
+    FALCON_DEFAULT_MAX_POSITIONS,
+    GEMMA2_DEFAULTS,
+    GEMMA3_TEXT_DEFAULTS,
+    base_fields,
+    decoder,
+    dense_ffn,
+    get,
+    heads_attention,
+    importer,
+    need,
+    whole,
+)
+
+
+@importer("llama")
+def _llama(cfg, origin, notes):
+    return decoder(cfg, origin, "llama", notes)
+
+
+@importer("mistral")
+def _mistral(cfg, origin, notes):
+    return decoder(cfg, origin, "mistral", notes)
+
+
+@importer("mixtral")
+def _mixtral(cfg, origin, notes):
+    moe: dict[str, Any] = {
+        "kind": "moe",
+        "n_routed_experts": need(cfg, "num_local_experts", origin),
+        "n_experts_per_tok": need(cfg, "num_experts_per_tok", origin),
+        "moe_d_ff": need(cfg, "intermediate_size", origin),  # Mixtral: intermediate_size is per expert
+    }
+    return decoder(cfg, origin, "mixtral", notes, ffn=moe)
+
+
+def _qwen_window(cfg: dict, origin: str, notes: list[str]) -> Callable[[int], bool]:
+    """Qwen2/3: windows only when use_sliding_window is true, and then only on layers >= max_window_layers."""
+    if cfg.get("sliding_window") and not cfg.get("use_sliding_window", False):
+        notes.append(f"use_sliding_window is false: sliding_window {cfg['sliding_window']} does not apply")
+        cfg["sliding_window"] = None
+        cfg.pop("layer_types", None)
+    first = get(cfg, "max_window_layers", origin, minimum=0) or 0
+    return lambda i: i >= first
+
+
+@importer("qwen2")
+def _qwen2(cfg, origin, notes):
+    # Qwen2 always has biases on q, k and v (Qwen2Attention: bias=True).
+    return decoder(cfg, origin, "qwen2", notes, qkv_bias=True, sliding=_qwen_window(cfg, origin, notes))
+
+
+@importer("qwen3")
+def _qwen3(cfg, origin, notes):
+    return decoder(cfg, origin, "qwen3", notes, qk_norm=True, sliding=_qwen_window(cfg, origin, notes))
+
+
+@importer("qwen3_moe")
+def _qwen3_moe(cfg, origin, notes):
+    moe: dict[str, Any] = {
+        "kind": "moe",
+        "n_routed_experts": need(cfg, "num_experts", origin),
+        "n_experts_per_tok": need(cfg, "num_experts_per_tok", origin),
+        "moe_d_ff": need(cfg, "moe_intermediate_size", origin),
+    }
+    only = cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list):
+        raise SpecError(f"{origin}: mlp_only_layers: must be a list of layer indices, got {only!r}")
+    dense_layers = {whole(i, f"mlp_only_layers[{j}]", origin, minimum=0) for j, i in enumerate(only)}
+    step = get(cfg, "decoder_sparse_step", origin, minimum=0) or 1
+
+    # Qwen3MoeDecoderLayer: sparse unless listed in mlp_only_layers or off the decoder_sparse_step grid.
+    def layer_ffn(i):
+        if i in dense_layers or (i + 1) % step:
+            return dense_ffn(need(cfg, "intermediate_size", origin))
+        return None
+
+    return decoder(cfg, origin, "qwen3", notes, qk_norm=True, sliding=_qwen_window(cfg, origin, notes), ffn=moe, layer_ffn=layer_ffn)
+
+
+@importer("gemma2")
+def _gemma2(cfg, origin, notes):
+    cfg = {**GEMMA2_DEFAULTS, **cfg}
+    # Gemma2: even layers are local (sliding), odd layers global.
+    # Gemma 2/3 layers have four norms: before and after attention, before and after the FFN.
+    return decoder(cfg, origin, "gemma2", notes, tie_default=True, norms_per_layer=4, sliding=lambda i: i % 2 == 0)
+
+
+@importer("gemma3", "gemma3_text")
+def _gemma3(cfg, origin, notes):
+    if isinstance(cfg.get("text_config"), dict):
+        cfg = {**cfg["text_config"]}
+        notes.append("text model read from text_config (vision tower not counted)")
+    filled = [k for k in GEMMA3_TEXT_DEFAULTS if k not in cfg]
+    if filled:
+        notes.append("Gemma3TextConfig defaults filled in for: " + ", ".join(filled))
+    cfg = {**GEMMA3_TEXT_DEFAULTS, **cfg}
+    pattern = get(cfg, "sliding_window_pattern", origin, 0) or get(cfg, "_sliding_window_pattern", origin, 0) or 6
+    # Gemma 3: layer i is global when (i + 1) % pattern == 0, local (sliding) otherwise (FACTS.md §1.2).
+    return decoder(cfg, origin, "gemma3", notes, tie_default=True, qk_norm=True, norms_per_layer=4,
+                    sliding=lambda i: (i + 1) % pattern != 0)
+
+
+@importer("falcon", keys={"n_kv_heads": "multi_query / num_kv_heads"})
+def _falcon(cfg, origin, notes):
+    cfg = dict(cfg)
+    cfg.setdefault("hidden_size", get(cfg, "n_embed", origin))
+    cfg.setdefault("num_hidden_layers", get(cfg, "n_layer", origin))
+    cfg.setdefault("num_attention_heads", get(cfg, "n_head", origin))
+    if cfg.get("max_position_embeddings") is None:
+        cfg["max_position_embeddings"] = FALCON_DEFAULT_MAX_POSITIONS
+        notes.append(f"no max_position_embeddings in the config: FalconConfig default {FALCON_DEFAULT_MAX_POSITIONS} used")
+    base = base_fields(cfg, origin, "falcon", True)
+    base["norm"] = "layernorm"
+    if cfg.get("parallel_attn", True) and not cfg.get("new_decoder_architecture"):
+        base["norms_per_layer"] = 1  # one LayerNorm feeds both the attention and the FFN
+    n_heads = need(cfg, "num_attention_heads", origin)
+    if cfg.get("new_decoder_architecture"):
+        n_kv = get(cfg, "num_kv_heads", origin) or n_heads
+    elif cfg.get("multi_query", True):
+        # multi_query: true means one shared K/V head, whatever num_kv_heads says (FACTS.md §5.1).
+        n_kv = 1
+        if cfg.get("num_kv_heads") not in (None, 1):
+            notes.append(f"multi_query is true: one KV head (num_kv_heads {cfg['num_kv_heads']} ignored)")
+    else:
+        n_kv = n_heads
+    d = base["d_model"]
+    base["ffn"] = dense_ffn(get(cfg, "ffn_hidden_size", origin) or 4 * d, gated=False, bias=bool(cfg.get("bias")))
+    bias = bool(cfg.get("bias"))
+    base["layer_groups"] = [{"layers": "all", "attention": heads_attention(n_heads, n_kv, get(cfg, "head_dim", origin), qkv_bias=bias, o_bias=bias)}]
+    return base
+
+
+@importer("gpt2", keys={"d_model": "n_embd", "n_layers": "n_layer", "n_heads": "n_head", "max_context": "n_positions"})
+def _gpt2(cfg, origin, notes):
+    base: dict[str, Any] = {
+        "family": "gpt2",
+        "d_model": need(cfg, "n_embd", origin),
+        "n_layers": need(cfg, "n_layer", origin),
+        "vocab_size": need(cfg, "vocab_size", origin),
+        "tie_embeddings": bool(cfg.get("tie_word_embeddings", True)),
+        "max_context": need(cfg, "n_positions", origin),
+        "norm": "layernorm",
+        "learned_positions": True,
+    }
+    n_heads = need(cfg, "n_head", origin)
+    base["ffn"] = dense_ffn(get(cfg, "n_inner", origin) or 4 * base["d_model"], gated=False, bias=True)
+    base["layer_groups"] = [{"layers": "all", "attention": heads_attention(n_heads, n_heads, None, qkv_bias=True, o_bias=True)}]
+    return base
+
+
