@@ -1,9 +1,11 @@
-"""Find a model: a bundled spec by name (case-insensitive, exact), a YAML spec path, or a Hugging Face config.json path."""
+"""Find a model: a bundled spec by name (case-insensitive, exact), a YAML spec path, a Hugging Face config.json path,
+or a Hub id (ORG/NAME) whose config.json is in the local Hugging Face cache (never downloaded)."""
 
 from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +48,7 @@ class LoadedModel:
     origin: str  # a bundled file, a YAML path, or a config.json path
     kind: str  # "bundled", "yaml" or "hf"
     config_keys: dict[str, str] = field(default_factory=dict)  # spec field -> HF config key, for kind "hf"
+    warnings: tuple[str, ...] = ()  # one line each, for the user: e.g. the assumptions of a generic import
 
 
 def _read_mapping(path: Path) -> object:
@@ -81,14 +84,17 @@ def _name_from_path(path: Path) -> str:
     return _as_name(path.parent.name if path.stem == "config" and path.parent.name else path.stem)
 
 
-def load_path(path: Path, kind: str = "yaml") -> LoadedModel:
-    """Load a YAML spec or an HF config (recognised by its model_type) from a file."""
-    from kvcalc.hf import is_hf_config, spec_from_config
+def load_path(path: Path, kind: str = "yaml", origin: str | None = None, name: str | None = None) -> LoadedModel:
+    """Load a YAML spec or an HF config (recognised by its model_type) from a file (`origin` and `name`: how to call
+    an HF config in messages and the spec's name, by default its path and folder)."""
+    from kvcalc.hf import generic, is_hf_config, spec_from_config
 
     data = _read_mapping(path)
     if isinstance(data, dict) and is_hf_config(data):
-        spec, imported = spec_from_config(data, str(path), _name_from_path(path))
-        return LoadedModel(spec, str(path), "hf", imported.keys)
+        origin = origin or str(path)
+        spec, imported = spec_from_config(data, origin, name or _name_from_path(path))
+        warnings = (f"warning: {origin}: {generic.assumption(data)}",) if generic.is_generic(data) else ()
+        return LoadedModel(spec, origin, "hf", imported.keys, warnings)
     if path.suffix.lower() == ".json" and isinstance(data, dict):
         raise SpecError(f"{path}: model_type: not found; a JSON file must be a Hugging Face config.json with a model_type")
     return LoadedModel(spec_from_dict(data, str(path)), str(path), kind)
@@ -97,6 +103,61 @@ def load_path(path: Path, kind: str = "yaml") -> LoadedModel:
 def looks_like_path(arg: str, suffixes: tuple[str, ...] = (".yaml", ".yml", ".json")) -> bool:
     """True when MODEL (or HARDWARE) was meant as a file: it has a folder separator or a spec suffix."""
     return "/" in arg or "\\" in arg or arg.lower().endswith(suffixes)
+
+
+# A Hub id: ORG/NAME, each part as the Hub allows (letters, digits, '.', '_', '-').
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def looks_like_hub_id(arg: str) -> bool:
+    """True for ORG/NAME (exactly one slash, no spec suffix) that is not an existing path."""
+    spec_file = arg.lower().endswith((".yaml", ".yml", ".json"))
+    return bool(HUB_ID.fullmatch(arg)) and not spec_file and not Path(arg).expanduser().exists()
+
+
+def hub_caches() -> list[tuple[Path, str]]:
+    """The Hugging Face hub caches to look in, in huggingface_hub's order of precedence, each with where it came from."""
+    caches: list[tuple[Path, str]] = []
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):  # the second is huggingface_hub's older name
+        if os.environ.get(var):
+            caches.append((Path(os.environ[var]).expanduser(), var))
+    if os.environ.get("HF_HOME"):
+        caches.append((Path(os.environ["HF_HOME"]).expanduser() / "hub", "HF_HOME/hub"))
+    if os.environ.get("XDG_CACHE_HOME"):
+        caches.append((Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "huggingface" / "hub", "XDG_CACHE_HOME/huggingface/hub"))
+    caches.append((Path.home() / ".cache" / "huggingface" / "hub", "the default"))
+    unique: dict[Path, str] = {}
+    for cache, why in caches:
+        unique.setdefault(cache, why)
+    return list(unique.items())
+
+
+def snapshot_config(repo: Path) -> Path | None:
+    """config.json of a cached Hub repo folder: the snapshot refs/main names, else the newest snapshot that has one."""
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        pinned = repo / "snapshots" / ref.read_text(encoding="utf-8").strip() / "config.json"
+        if pinned.is_file():
+            return pinned
+    found = [c for c in (repo / "snapshots").glob("*/config.json") if c.is_file()]
+    # Newest by when the snapshot folder was written; the name breaks ties so the choice is the same every time.
+    return max(found, key=lambda c: (c.parent.stat().st_mtime, c.parent.name), default=None)
+
+
+def find_hub_config(hub_id: str) -> Path:
+    """The cached config.json of Hub id ORG/NAME, or a LookupFailure saying where it looked (nothing is downloaded)."""
+    folder = "models--" + hub_id.replace("/", "--")
+    looked = []
+    for cache, why in hub_caches():
+        config = snapshot_config(cache / folder)
+        if config is not None:
+            return config
+        looked.append(f"{cache / folder}/snapshots/*/config.json ({why})")
+    raise LookupFailure(
+        f"Hub id {hub_id}: not a file, and its config.json is not in the local Hugging Face cache; looked in "
+        f"{'; '.join(looked)}. kvcalc never downloads: fetch it with `huggingface-cli download {hub_id} config.json` "
+        "(or point HF_HUB_CACHE or HF_HOME at the cache that has it)"
+    )
 
 
 def find_bundled(arg: str, names: list[str], what: str, how_to_list: str) -> str:
@@ -110,10 +171,14 @@ def find_bundled(arg: str, names: list[str], what: str, how_to_list: str) -> str
 
 
 def load_model(arg: str) -> LoadedModel:
-    """Resolve MODEL: an existing file, else a bundled name (exact, case-insensitive), else a LookupFailure."""
+    """Resolve MODEL: an existing file, else a Hub id (ORG/NAME) in the local Hugging Face cache, else a bundled name
+    (exact, case-insensitive), else a LookupFailure."""
     path = Path(arg).expanduser()
     if path.is_file():
         return load_path(path)
+    if looks_like_hub_id(arg):
+        config = find_hub_config(arg)
+        return load_path(config, origin=f"Hub id {arg} ({config})", name=_as_name(arg.split("/")[1]))
     if looks_like_path(arg):
         if path.is_dir():
             raise SpecError(f"{arg}: is a folder, not a spec or config file")

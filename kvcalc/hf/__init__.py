@@ -20,15 +20,21 @@ def is_hf_config(data: object) -> bool:
 
 
 def import_config(cfg: dict, origin: str, name: str) -> Imported:
-    """Convert a parsed HF config into spec fields (not yet validated), or raise SpecError naming `origin`."""
+    """Convert a parsed HF config into spec fields (not yet validated), or raise SpecError naming `origin`.
+
+    A model_type without an importer goes to `generic.plain_decoder`, which refuses keys it cannot account for."""
+    from kvcalc.hf import generic
+
     model_type = cfg.get("model_type")
-    if model_type not in IMPORTERS:
+    if not isinstance(model_type, str):
         raise SpecError(
             f"{origin}: model_type: {model_type!r} is not supported; supported model_types: {', '.join(sorted(IMPORTERS))}"
         )
+    # Any other model_type: a plain decoder when every key is a standard one, else refused naming the keys.
+    convert = IMPORTERS.get(model_type, generic.plain_decoder)
     notes: list[str] = []
     try:
-        body = IMPORTERS[model_type](dict(cfg), origin, notes)
+        body = convert(dict(cfg), origin, notes)
     except (TypeError, ValueError) as exc:  # a field of the wrong type, e.g. a string where a number belongs
         raise SpecError(f"{origin}: a field has the wrong type for model_type {model_type!r}: {exc}") from None
     data = {"name": name, "family": body.pop("family"), "source": f"Hugging Face config.json ({origin}, model_type {model_type})"}

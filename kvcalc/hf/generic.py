@@ -1,0 +1,134 @@
+"""Any other model_type, safely: a config whose model_type kvcalc does not know is imported as a plain Llama-style
+decoder only when every key it holds is a standard one. Keys of mechanisms kvcalc does not model (latent ranks,
+linear attention, SSM state, indexers, hybrid patterns, KV sharing, experts, ...) and keys it does not know are
+refused by name: a wrong number is worse than none."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from kvcalc.errors import SpecError
+from kvcalc.hf.common import IMPORTERS, LAYER_TYPES, decoder, get
+
+# The keys a plain decoder is built from (kvcalc.hf.common.decoder reads these and nothing else).
+DECODER_KEYS = frozenset({
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+    "sliding_window", "layer_types", "use_sliding_window", "max_window_layers", "vocab_size", "max_position_embeddings",
+    "attention_bias", "mlp_bias", "tie_word_embeddings", "rms_norm_eps", "layer_norm_eps",
+})
+# Keys that change neither the cache, the parameters nor the FLOPs kvcalc counts: bookkeeping, token ids, RoPE
+# (rotary angles, and how many dims rotate, do not change what is cached), dropout, init, the activation (the FFN is
+# assumed gated whatever it is, and the warning says so), and the storage format of the weights (a --weights-dtype choice).
+HARMLESS_KEYS = frozenset({
+    "architectures", "model_type", "auto_map", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
+    "bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "output_attentions", "output_hidden_states",
+    "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor", "hidden_act", "initializer_range",
+    "attention_dropout", "pretraining_tp", "quantization_config",
+})
+ALLOWED_KEYS = DECODER_KEYS | HARMLESS_KEYS
+# A plain decoder cannot be built without these (num_key_value_heads and head_dim have Llama's defaults).
+REQUIRED_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+                 "max_position_embeddings")
+
+# Key-name patterns of mechanisms kvcalc does not model for a model_type it does not know, first match wins.
+# Experts are here too: kvcalc models MoE, but which layers are sparse, whether intermediate_size is per expert and
+# how many shared experts there are differ from one model_type to the next, so guessing would misstate parameters.
+MECHANISMS: tuple[tuple[str, str], ...] = (
+    (r"lora|latent", "latent attention"),
+    (r"linear_", "linear attention"),
+    (r"mamba|ssm|state_size|d_state|conv|time_step", "state-space/convolution layers"),
+    (r"index", "attention indexer"),
+    (r"attn_type|attention_type|block_type|layer_type", "attention-type lists"),
+    (r"hybrid|pattern|interval|period|attn_layer|global|local", "hybrid layer patterns"),
+    (r"kv_shar|shared_kv|kv_reuse|shared_layer", "KV sharing"),
+    (r"chunk", "chunked attention"),
+    (r"nextn|mtp", "multi-token prediction layers"),
+    (r"cross_att|encoder|decoder_start", "encoder/cross-attention"),
+    (r"expert|moe|router|routed|top_?k|sparse_step|mlp_only", "experts/MoE"),
+    (r"window|sink", "other attention-window rules"),
+    (r"vision|audio|speech|image|text_config", "other modalities"),
+)
+
+
+def is_generic(cfg: dict) -> bool:
+    """True when `cfg` names a model_type no importer knows, so it is imported (or refused) as a plain decoder."""
+    model_type = cfg.get("model_type")
+    return isinstance(model_type, str) and model_type not in IMPORTERS
+
+
+def mechanism(key: str) -> str | None:
+    """The unmodelled mechanism a config key's name points to, or None."""
+    return next((label for pattern, label in MECHANISMS if re.search(pattern, key.lower())), None)
+
+
+def _refuse(cfg: dict, origin: str, reason: str) -> SpecError:
+    return SpecError(f"{origin}: model_type: {cfg.get('model_type')!r} is not supported; supported model_types: "
+                     f"{', '.join(sorted(IMPORTERS))}; {reason}")
+
+
+def check(cfg: dict, origin: str) -> None:
+    """Raise SpecError unless `cfg` holds only standard decoder keys (and layer_types only sliding/full layers)."""
+    unknown = [k for k in cfg if k not in ALLOWED_KEYS]
+    found = [f"{k} ({mechanism(k)})" for k in unknown if mechanism(k)]
+    types = cfg.get("layer_types")
+    if isinstance(types, list):
+        others = sorted({str(t) for t in types if t not in LAYER_TYPES})
+        if others:
+            found.append(f"layer_types ({', '.join(others)})")
+    others = [k for k in unknown if not mechanism(k)]
+    if found:
+        rest = f"; other keys it does not read: {', '.join(others)}" if others else ""
+        raise _refuse(cfg, origin, f"its config has keys of mechanisms kvcalc does not model: {', '.join(found)}{rest}")
+    if others:
+        raise _refuse(cfg, origin, f"its config has keys kvcalc does not read: {', '.join(others)}; an unknown model_type "
+                                   "is imported as a plain decoder only when every key is a standard one")
+    missing = [k for k in REQUIRED_KEYS if cfg.get(k) is None]
+    if missing:
+        raise _refuse(cfg, origin, f"a plain decoder needs the standard keys it lacks: {', '.join(missing)}")
+    if isinstance(types, list) and "sliding_attention" in types and not cfg.get("sliding_window"):
+        raise _refuse(cfg, origin, "layer_types has sliding_attention layers but sliding_window is not set")
+
+
+def _window_rule(cfg: dict) -> tuple[Callable[[int], bool], str | None]:
+    """Which layers slide when there is no layer_types, and the assumption in words (None: no window assumed)."""
+    window, types = cfg.get("sliding_window"), cfg.get("layer_types")
+    if not window or cfg.get("use_sliding_window") is False or types is not None:
+        return (lambda i: True), None
+    limit = cfg.get("max_position_embeddings")
+    if isinstance(window, int) and isinstance(limit, int) and window >= limit:
+        return (lambda i: True), None  # never applies; the decoder leaves it out with a note
+    if cfg.get("max_window_layers") is not None:
+        # Qwen2's rule, the only one max_window_layers comes from: layers from max_window_layers on slide.
+        first = cfg["max_window_layers"]
+        return (lambda i: i >= first), f"sliding_window {window} on layers >= max_window_layers {first}"
+    return (lambda i: True), f"sliding_window {window} on every layer (no layer_types)"
+
+
+def assumption(cfg: dict) -> str:
+    """The one-line statement of what a generic import assumes (a note in the spec and a warning for the user)."""
+    parts = ["the same attention in every layer", "a gated FFN of intermediate_size",
+             "LayerNorm (layer_norm_eps)" if "layer_norm_eps" in cfg and "rms_norm_eps" not in cfg else "RMSNorm"]
+    if "tie_word_embeddings" not in cfg:
+        parts.append("tied embeddings (tie_word_embeddings absent: the transformers default)")
+    window = _window_rule(cfg)[1]
+    if window:
+        parts.append(window)
+    return (f"model_type {cfg.get('model_type')!r} is not known to kvcalc: imported as a plain Llama-style decoder "
+            f"from its standard keys ({', '.join(parts)})")
+
+
+def plain_decoder(cfg: dict, origin: str, notes: list[str]) -> dict:
+    """Spec fields of a config of an unknown model_type, or SpecError naming the keys that forbid a generic import."""
+    check(cfg, origin)
+    cfg = dict(cfg)
+    get(cfg, "max_window_layers", origin, minimum=0)  # a whole number, checked before the window rule uses it
+    sliding, _ = _window_rule(cfg)
+    notes.append(assumption(cfg))
+    if cfg.get("sliding_window") and cfg.get("use_sliding_window") is False:
+        notes.append(f"use_sliding_window is false: sliding_window {cfg['sliding_window']} does not apply")
+        cfg["sliding_window"] = None
+    body = decoder(cfg, origin, str(cfg["model_type"]), notes, tie_default=True, sliding=sliding)
+    if "layer_norm_eps" in cfg and "rms_norm_eps" not in cfg:
+        body["norm"] = "layernorm"
+    return body
