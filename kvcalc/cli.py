@@ -22,6 +22,7 @@ from kvcalc.options import (
     NoWindowsOpt,
     OneCtxOpt,
     ScheduleOpt,
+    StateDtypeOpt,
     UnitsOpt,
     choice,
     cost_options,
@@ -117,6 +118,7 @@ def show(
     ctx: OneCtxOpt = "128k",
     batch: BatchOpt = 1,
     kv_dtype: DtypeOpt = "bf16",
+    state_dtype: StateDtypeOpt = None,
     mla_cache: MlaOpt = "latent",
     per_layer: Annotated[bool, typer.Option("--per-layer", help="One row per layer instead of per layer group.")] = False,
     fmt: FormatOpt = "table",
@@ -130,7 +132,7 @@ def show(
     from kvcalc.settings import Settings
 
     s = Settings(ctx=one_ctx(ctx, "show takes one context; use compare for several"), batch=batch, kv_dtype=kv_dtype,
-                 mla_cache=mla_cache)
+                 mla_cache=mla_cache, state_dtype=state_dtype)
     explain_format(explain, fmt)
     emit(show_output(load(model, no_windows), s, per_layer, explain, units), fmt, units)
 
@@ -224,6 +226,8 @@ def import_config(
     lm = load_path(config)
     if lm.kind != "hf":
         raise KvcalcError(f"{config}: model_type: not found; this is not a Hugging Face config.json")
+    for message in lm.warnings:
+        warn(message)
     text = spec_yaml(lm.spec, name)
     if output is None:
         typer.echo(text, nl=False)

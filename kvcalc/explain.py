@@ -25,14 +25,18 @@ def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | N
     groups = []
     for gc in report.groups:
         g = gc.group
-        symbols = []
-        for s in gc.formula.symbols:
-            leaf = s.source.split(".")[-1] if "/" not in s.source else "head_dim"
-            symbols.append({"symbol": s.name, "value": s.value, "field": s.source,
-                            "config_key": keys.get(leaf) if keys and "/" not in s.source else None})
+        symbols = _symbols(gc.formula, keys)
         held: dict = {"rule": g.attention.tokens_rule(g.layer)}
         if g.sliding_window:
             held.update(W=g.sliding_window, field=f"layer_groups[{g.index}].sliding_window")
+        elif g.layer.chunk:
+            held.update(C=g.layer.chunk, field=f"layer_groups[{g.index}].attention_chunk_size")
+        state = None
+        if gc.state_formula is not None:
+            sf = gc.state_formula
+            state = {"formula": sf.expression, "substituted": substitute(sf.expression, {s.name: s.value for s in sf.symbols}),
+                     "reference": sf.reference, "symbols": _symbols(sf, keys), "components": sf.components,
+                     "elements": gc.state_elements, "bytes": gc.state_bytes}
         groups.append({
             "group": g.label,
             "layers": list(g.layers),
@@ -49,6 +53,7 @@ def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | N
             "state_elements_per_layer": gc.state_elements_per_layer,
             "elements": gc.elements,
             "bytes": gc.bytes,
+            **({"state": state} if state else {}),
         })
     return {
         "model": report.model,
@@ -63,7 +68,19 @@ def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | N
         "kv_bytes_per_token": report.bytes_per_token,
         "elements": report.elements,
         "kv_cache_bytes": report.bytes,
+        **({"state_dtype": report.state_dtype, "state_elements": report.state_elements, "state_bytes": report.state_bytes,
+            "cache_bytes": report.cache_bytes} if report.state_elements else {}),
     }
+
+
+def _symbols(formula, keys: dict[str, str]) -> list[dict]:
+    """A formula's symbols with the spec field (and config.json key) each came from."""
+    out = []
+    for s in formula.symbols:
+        leaf = s.source.split(".")[-1] if "/" not in s.source else "head_dim"
+        out.append({"symbol": s.name, "value": s.value, "field": s.source,
+                    "config_key": keys.get(leaf) if keys and "/" not in s.source else None})
+    return out
 
 
 def derivation_lines(d: dict, units: str = "binary") -> list[str]:
@@ -82,14 +99,25 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
         rule = g["tokens_rule"]
         if rule["rule"] == "ctx":
             lines.append(f"    tokens held: ctx = {g['tokens_held']:,}")
+        elif "C" in rule:
+            lines.append(f"    tokens held: min(ctx, C) = min({d['ctx']:,}, {rule['C']:,}) = {g['tokens_held']:,}"
+                         f"   (C from {rule['field']}: a query sees its own chunk; a layer reserves a whole chunk)")
         elif "W" not in rule:
             lines.append(f"    tokens held: {rule['rule']} = {g['tokens_held']:,}")
         else:
             lines.append(f"    tokens held: min(ctx, W) = min({d['ctx']:,}, {rule['W']:,}) = {g['tokens_held']:,}"
                          f"   (W from {rule['field']}: the query, itself and the W-1 keys before it)")
-        state = f" + {g['state_elements_per_layer']:,} state" if g["state_elements_per_layer"] else ""
-        lines.append(f"    elements: {g['n_layers']} layers × ({g['elements_per_token_per_layer']:,} × {g['tokens_held']:,}{state})"
+        lines.append(f"    elements: {g['n_layers']} layers × ({g['elements_per_token_per_layer']:,} × {g['tokens_held']:,})"
                      f" × batch {d['batch']} = {g['elements']:,}")
+        if "state" in g:
+            st = g["state"]
+            lines.append(f"    constant state per sequence and layer: {st['formula']} = {st['substituted']} = "
+                         f"{g['state_elements_per_layer']:,} elements   [{st['reference']}]")
+            for s in st["symbols"]:
+                via = f"  (config.json: {s['config_key']})" if s["config_key"] else ""
+                lines.append(f"      {s['symbol']} = {s['value']:,}   from {s['field']}{via}")
+            lines.append(f"    state: {g['n_layers']} layers × {g['state_elements_per_layer']:,} × batch {d['batch']}"
+                         f" = {st['elements']:,} elements")
     b = d["bits_per_element"]
     parts = " + ".join(f"{g['n_layers']}×{g['elements_per_token_per_layer']:,}" for g in d["groups"])
     lines.append(f"  per token (every layer holding one more token): {parts} = {d['elements_per_token']:,} elements"
@@ -97,6 +125,11 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
     sums = " + ".join(f"{g['elements']:,}" for g in d["groups"]) + " = " if len(d["groups"]) > 1 else ""
     lines.append(f"  KV cache: {sums}{d['elements']:,} elements"
                  f" × {b}/8 bytes = {d['kv_cache_bytes']:,} bytes ({format_bytes(d['kv_cache_bytes'], units)})")
+    if d.get("state_elements"):
+        sb = dtype_bits(d["state_dtype"])
+        lines.append(f"  constant states: {d['state_elements']:,} elements × {sb}/8 bytes ({d['state_dtype']}) = "
+                     f"{d['state_bytes']:,} bytes ({format_bytes(d['state_bytes'], units)}); KV cache + states = "
+                     f"{d['cache_bytes']:,} bytes ({format_bytes(d['cache_bytes'], units)})")
     return lines
 
 

@@ -49,7 +49,7 @@ class CostFigures:
                                                     "roofline lower bound on one decode step's time")
     tokens_per_second: float | None = figure("Tokens/s", "rate", "batch / decode time: an upper bound")
     decode_bound: str | None = figure("Decode\nbound", "text", "compute or memory: what bounds a decode step")
-    fits_in_memory: bool | None = figure("Fits", "bool", "weights + KV cache within the device's memory")
+    fits_in_memory: bool | None = figure("Fits", "bool", "weights + KV cache + states within the device's memory")
 
 
 def figures(spec: ModelSpec, s: Settings) -> CostFigures:
@@ -92,7 +92,7 @@ def _roofline(spec: ModelSpec, s: Settings, hw: Hardware, prefill_flops_: int, d
         "decode_seconds_per_token": float(step.seconds),
         "tokens_per_second": float(s.batch / step.seconds),
         "decode_bound": step.bound,
-        "fits_in_memory": weights + kv_cache(spec, s).bytes <= hw.memory_bytes,
+        "fits_in_memory": weights + kv_cache(spec, s).cache_bytes <= hw.memory_bytes,
     }
 
 

@@ -41,6 +41,7 @@ CtxOpt = Annotated[str, typer.Option("--ctx", "-c", help=CTX_HELP)]
 OneCtxOpt = Annotated[str, typer.Option("--ctx", "-c", help="Context length in tokens: 4096, 4k, 128k, 1M. k = 1024 (128k = 131072).")]
 BatchOpt = Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences held at once.")]
 DtypeOpt = Annotated[str, typer.Option("--kv-dtype", **choice(DTYPES), help="Storage type of the cache (int4: half a byte per element).")]
+StateDtypeOpt = Annotated[str | None, typer.Option("--state-dtype", **choice(DTYPES), help="Storage type of the constant states of linear-attention and SSM layers (default: the KV dtype; several engines keep SSM state in fp32).")]
 WeightsDtypeOpt = Annotated[str, typer.Option("--weights-dtype", **choice(DTYPES), help="Storage type of the weights (int4: half a byte).")]
 MlaOpt = Annotated[str, typer.Option("--mla-cache", **choice(MLA_CACHE_LAYOUTS), help="MLA cache layout: latent (d_c + d_R, as DeepSeek/vLLM/SGLang) or expanded (per-head K and V).")]
 ScheduleOpt = Annotated[str | None, typer.Option("--mla-schedule", **choice(MLA_SCHEDULES), help="MLA decode: absorbed (W_UK/W_UV folded; default with a latent cache) or naive (K/V rebuilt; default with an expanded cache).")]
@@ -74,6 +75,7 @@ class CostOptions:
     mla_schedule: str | None
     dense_attn: bool
     hardware_name: str | None
+    state_dtype: str | None = None
 
     def settings(self, ctx: int) -> Settings:
         """The Settings at `ctx`, with the hardware preset or file loaded."""
@@ -85,13 +87,15 @@ class CostOptions:
 
             hw = load_hardware(self.hardware_name)
         return Settings(ctx=ctx, batch=self.batch, gen=self.gen, kv_dtype=self.kv_dtype, weights_dtype=self.weights_dtype,
-                        mla_cache=self.mla_cache, mla_schedule=self.mla_schedule, dense_attn=self.dense_attn, hardware=hw)
+                        mla_cache=self.mla_cache, mla_schedule=self.mla_schedule, dense_attn=self.dense_attn, hardware=hw,
+                        state_dtype=self.state_dtype)
 
 
 _COST_PARAMS = [
     ("batch", BatchOpt, 1),
     ("gen", Annotated[int, typer.Option("--gen", "-g", parser=_parse_gen, metavar="TOKENS", help="Tokens generated after the prompt of --ctx (generation FLOPs): 1024, 1k, ...")], 1024),
     ("kv_dtype", DtypeOpt, "bf16"),
+    ("state_dtype", StateDtypeOpt, None),
     ("weights_dtype", WeightsDtypeOpt, "bf16"),
     ("mla_cache", MlaOpt, "latent"),
     ("mla_schedule", ScheduleOpt, None),

@@ -27,15 +27,17 @@ def _joined(values: Any) -> str:
 
 
 def attention_label(spec: ModelSpec, layout: str | None = None) -> str:
-    """'GQA', 'MLA (latent)', or 'GQA+SWA 1024×52': a window of 1024 tokens on 52 layers."""
+    """'GQA', 'MLA (latent)', 'GQA+SWA 1024×52' (a window of 1024 tokens on 52 layers), 'GQA+chunk 8192×36'."""
     kinds = "+".join(dict.fromkeys(g.attention.label or g.attention.kind.upper() for g in spec.groups))
     if layout and spec.has_layouts():
         kinds += f" ({layout})"
     windowed = [g for g in spec.groups if g.sliding_window]
-    if not windowed:
-        return kinds
-    n_win = sum(len(g.layers) for g in windowed)
-    return f"{kinds}+SWA {_joined(g.sliding_window for g in windowed)}×{n_win}"
+    chunked = [g for g in spec.groups if g.layer.chunk]
+    if windowed:
+        kinds += f"+SWA {_joined(g.sliding_window for g in windowed)}×{sum(len(g.layers) for g in windowed)}"
+    if chunked:
+        kinds += f"+chunk {_joined(g.layer.chunk for g in chunked)}×{sum(len(g.layers) for g in chunked)}"
+    return kinds
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class ModelFacts:
     sliding_window: int | None = figure("Window", "int", "sliding window W, when every windowed layer has the same")
     n_window_layers: int = figure("Window\nlayers", "int", "layers with a sliding window")
     max_context: int = figure("Max\nctx", "tokens", "trained maximum context")
+    attention_chunk_size: int | None = figure("Chunk", "int", "chunk C of chunked local attention, when every chunked layer has the same")
     attention_label: str = figure("Attention", "text", raw=False)
     heads_label: str = figure("Q\nheads", "num", raw=False)
     kv_label: str = figure("KV heads\nor latent", "num", raw=False)
@@ -85,6 +88,7 @@ def model_facts(spec: ModelSpec, layout: str | None = None) -> ModelFacts:
         sliding_window=_uniform(windows) if windows else None,
         n_window_layers=sum(len(g.layers) for g in groups if g.sliding_window),
         max_context=spec.max_context,
+        attention_chunk_size=_uniform([g.layer.chunk for g in groups if g.layer.chunk]),
         attention_label=attention_label(spec, layout),
         heads_label=_joined(heads),
         kv_label=_joined(g.attention.kv_label(g.layer, layout) for g in groups),
@@ -121,6 +125,8 @@ class CacheFigures:
     kv_bytes_per_token: int = figure("KV per\ntoken", "bytes", "cache bytes one token adds over all layers (one sequence)")
     kv_cache_bytes: int = figure("KV\ncache", "bytes", "cache bytes at ctx for the batch, windows applied")
     ratio: float | None = figure("vs\nfirst", "ratio", "kv_cache_bytes over the first model's at the same ctx")
+    state_bytes: int = figure("State", "bytes", "constant states of linear-attention and SSM layers, for the batch")
+    cache_bytes: int = figure("Cache +\nstate", "bytes", "kv_cache_bytes + state_bytes")
 
 
 def cache_figures(spec: ModelSpec, report: CacheReport, first_bytes: int | None) -> CacheFigures:
@@ -134,6 +140,8 @@ def cache_figures(spec: ModelSpec, report: CacheReport, first_bytes: int | None)
         kv_bytes_per_token=report.bytes_per_token,
         kv_cache_bytes=report.bytes,
         ratio=report.bytes / first_bytes if first_bytes else None,
+        state_bytes=report.state_bytes,
+        cache_bytes=report.cache_bytes,
     )
 
 
@@ -173,6 +181,7 @@ class GroupRow:
     bytes_per_layer: int = figure("Cache per\nlayer", "bytes", "cache bytes of one layer, all sequences")
     elements: int = figure("Elements,\nall layers", "int", "cache elements of all its layers")
     bytes: int = figure("Cache, all\nits layers", "bytes", "cache bytes of all its layers")
+    state_bytes: int | None = figure("State, all\nits layers", "bytes", "constant state of all its layers")
     layer: int | None = figure("Layer", "int", "the layer (per-layer rows)")
 
 
@@ -193,6 +202,7 @@ def _group_row(gc: GroupCache, kv_dtype: str) -> GroupRow:
         bytes_per_layer=gc.bytes_per_layer,
         elements=gc.elements,
         bytes=gc.bytes,
+        state_bytes=gc.state_bytes or None,
     )
 
 

@@ -36,7 +36,8 @@ class Settings:
     ctx: tokens held per sequence (k = 1024); batch: sequences; gen: tokens generated after a prompt of ctx;
     kv_dtype / weights_dtype: storage types; mla_cache: MLA cache layout; mla_schedule: MLA decode schedule (None:
     absorbed from a latent cache, naive from an expanded one); dense_attn: count prefill attention as N×N;
-    hardware: a kvcalc.hardware.Hardware for roofline times, or None.
+    hardware: a kvcalc.hardware.Hardware for roofline times, or None; state_dtype: storage of constant states
+    (linear attention, SSMs), default the KV dtype (several engines keep SSM state in fp32).
     """
 
     ctx: int
@@ -48,6 +49,7 @@ class Settings:
     mla_schedule: str | None = None
     dense_attn: bool = False
     hardware: Hardware | None = None
+    state_dtype: str | None = None  # constant states (linear attention, SSMs); None: the KV dtype
 
     def __post_init__(self) -> None:
         for name in ("ctx", "batch", "gen"):
@@ -58,9 +60,17 @@ class Settings:
         dtype_bits(self.weights_dtype, "weights")
         object.__setattr__(self, "kv_dtype", self.kv_dtype.lower())
         object.__setattr__(self, "weights_dtype", self.weights_dtype.lower())
+        if self.state_dtype is not None:
+            dtype_bits(self.state_dtype, "state")
+            object.__setattr__(self, "state_dtype", self.state_dtype.lower())
         if self.mla_cache not in MLA_CACHE_LAYOUTS:
             raise KvcalcError(f"unknown MLA cache layout {self.mla_cache!r}: choose {' or '.join(MLA_CACHE_LAYOUTS)}")
         resolve_schedule(self.mla_cache, self.mla_schedule)
+
+    @property
+    def state_storage(self) -> str:
+        """The dtype constant states are stored in: state_dtype, else the KV dtype."""
+        return self.state_dtype or self.kv_dtype
 
     @property
     def schedule(self) -> str:

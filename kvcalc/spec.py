@@ -87,7 +87,15 @@ class LayerGroup(Strict):
     sliding_window: PositiveInt | None = Field(
         None, description="Window W: each query sees itself and the W-1 keys before it; the layer holds min(ctx, W) tokens."
     )
+    attention_chunk_size: PositiveInt | None = Field(
+        None, description="Chunk C of chunked local attention (Llama 4): a query sees the keys of its own aligned chunk "
+        "up to itself; the layer holds min(ctx, C) tokens."
+    )
     ffn: FFN | None = Field(None, description="FFN of these layers when it differs from the model's.")
+
+    def layer(self, d_model: int, gi: int) -> Layer:
+        """Where this group's attention block sits (what its kind needs to answer)."""
+        return Layer(d_model, self.sliding_window, f"layer_groups[{gi}].attention", self.attention_chunk_size)
 
 
 def _select(selector: LayerSelector, n_layers: int, taken: set[int]) -> list[int]:
@@ -203,14 +211,19 @@ class ModelSpec(Strict):
         problems = []
         for gi, group in enumerate(self.layer_groups):
             att = group.attention
-            problems += att.problems(Layer(self.d_model, group.sliding_window, f"layer_groups[{gi}].attention"))
-            if group.sliding_window is not None:
+            problems += att.problems(group.layer(self.d_model, gi))
+            if group.sliding_window is not None and group.attention_chunk_size is not None:
+                problems.append(f"layer_groups[{gi}]: sliding_window and attention_chunk_size exclude each other")
+            for name, size in (("sliding_window", group.sliding_window), ("attention_chunk_size", group.attention_chunk_size)):
+                if size is None:
+                    continue
                 if not att.windowed:
-                    problems.append(f"layer_groups[{gi}].sliding_window: a '{att.kind}' layer has no KV cache to window")
-                elif group.sliding_window >= self.max_context:
+                    problems.append(f"layer_groups[{gi}].{name}: a '{att.kind}' layer has no KV cache to window")
+                elif size >= self.max_context:
+                    what = "window" if name == "sliding_window" else "chunk"
                     problems.append(
-                        f"layer_groups[{gi}].sliding_window: window {group.sliding_window} must be below max_context "
-                        f"({self.max_context}); a window that long never applies, so leave it out"
+                        f"layer_groups[{gi}].{name}: {what} {size} must be below max_context ({self.max_context}); "
+                        f"a {what} that long never applies, so leave it out"
                     )
         for where, ffn in [("ffn", self.ffn)] + [(f"layer_groups[{i}].ffn", g.ffn) for i, g in enumerate(self.layer_groups)]:
             if isinstance(ffn, MoEFFN) and ffn.first_k_dense >= self.n_layers:
@@ -224,7 +237,7 @@ class ModelSpec(Strict):
             layers=tuple(layers),
             attention=group.attention,
             sliding_window=group.sliding_window,
-            layer=Layer(self.d_model, group.sliding_window, f"layer_groups[{gi}].attention"),
+            layer=group.layer(self.d_model, gi),
         )
 
     @property

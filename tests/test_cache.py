@@ -218,8 +218,12 @@ def test_constant_state_layers_do_not_grow():
     })
     for ctx in (1, 100, 10_000):
         report = kv_cache(s, Settings(ctx=ctx, batch=2))
-        assert report.elements == 2 * (3 * 4096 + 1 * 2 * 2 * 16 * ctx)
+        assert report.elements == 2 * 1 * 2 * 2 * 16 * ctx  # the KV cache: the GQA layer only (#6)
+        assert report.state_elements == 2 * 3 * 4096  # the states, apart: the same at every ctx
+        assert report.cache_bytes == 2 * (report.elements + report.state_elements)  # bf16
     assert kv_cache(s, Settings(ctx=1)).elements_per_token == 2 * 2 * 16  # the linear layers add nothing per token
+    fp32 = kv_cache(s, Settings(ctx=100, batch=2, state_dtype="fp32"))
+    assert (fp32.bytes, fp32.state_bytes) == (2 * 2 * 2 * 2 * 16 * 100, 4 * 2 * 3 * 4096)  # --state-dtype
 
 
 def test_bad_arguments_raise():

@@ -6,6 +6,10 @@ Conventions (also in the README):
 - Cache counts are elements per token and layer; bytes come later (kvcalc.dtypes).
 - A window W: the query at position t (1-based) sees itself and the W-1 keys before it, min(t, W) keys, so a
   layer holds min(ctx, W) tokens (Gemma / Hugging Face convention).
+- A chunk C (Llama 4's chunked local attention): the query at position t sees the keys of its own aligned chunk up
+  to itself, ((t - 1) mod C) + 1 keys; a layer must hold min(ctx, C) tokens (what is reserved at any position).
+- Keys scanned vs attended: a layer scans the keys its window or chunk shows it; a sparse indexer (DeepSeek-V3.2)
+  then attends only the top k of them. Without an indexer the two are the same.
 - Weights are named by the papers' symbols (W_Q, W_DKV, ...) and grouped into the components that parameter and
   FLOP breakdowns report ('attn/q', 'attn/kv_down', ...).
 """
@@ -65,20 +69,32 @@ class Weight:
 
 @dataclass(frozen=True)
 class Layer:
-    """Where an attention block sits: the model's hidden size, the group's window, and the block's spec path."""
+    """Where an attention block sits: the model's hidden size, the group's window or chunk, and the block's path."""
 
     d_model: int
     window: int | None
     path: str  # e.g. "layer_groups[1].attention", for derivations and messages
+    chunk: int | None = None  # chunked local attention (Llama 4 attention_chunk_size)
+
+    @property
+    def span(self) -> int | None:
+        """The most keys a query can see: its window or chunk (None: the whole context)."""
+        return self.window or self.chunk
 
 
 @dataclass(frozen=True)
 class Work:
-    """What one pass does in a layer: query tokens, query–key pairs, and keys rebuilt from a latent (MLA naive)."""
+    """What one pass does in a layer: query tokens, query–key pairs attended, keys rebuilt from a latent (MLA
+    naive), and query–key pairs scanned (by a sparse indexer before its top-k; else equal to `pairs`)."""
 
     tokens: int
     pairs: int
     expanded: int
+    scanned: int = -1  # -1: the same as pairs
+
+    @property
+    def scanned_pairs(self) -> int:
+        return self.pairs if self.scanned < 0 else self.scanned
 
 
 # ---------------------------------------------------------------- causal pair counts (exact closed forms)
@@ -102,6 +118,23 @@ def keys_seen_sum(n: int, window: int | None) -> int:
         return n * (n + 1) * (n + 2) // 6  # Σ t(t+1)/2
     w = window
     return w * (w + 1) * (w + 2) // 6 + (n - w) * tri(w) + w * tri(n - w)
+
+
+def chunk_keys_seen(n: int, chunk: int) -> int:
+    """Σ_{t=1..n} (((t-1) mod C) + 1): the pairs of a chunked causal prefill of n tokens (q full chunks, then r)."""
+    q, r = divmod(n, chunk)
+    return q * tri(chunk) + tri(r)
+
+
+def chunk_keys_seen_sum(n: int, chunk: int) -> int:
+    """Σ_{m=1..n} chunk_keys_seen(m, C), in closed form: over full blocks of C prefill lengths, then the last one.
+
+    With m = qC + r (0 <= r < C), chunk_keys_seen(m) = q·T + tri(r), T = tri(C); Σ_{r<C} tri(r) = (C-1)C(C+1)/6.
+    """
+    t, tet = tri(chunk), (chunk - 1) * chunk * (chunk + 1) // 6
+    big_q, big_r = divmod(n, chunk)  # m = 0 … n: big_q full blocks, then r = 0 … big_r of block big_q
+    full = chunk * t * big_q * (big_q - 1) // 2 + big_q * tet
+    return full + (big_r + 1) * big_q * t + big_r * (big_r + 1) * (big_r + 2) // 6
 
 
 # ---------------------------------------------------------------- the interface
@@ -128,15 +161,20 @@ class AttentionKind(Strict):
 
     def constant_state(self, layer: Layer) -> int:
         """Elements of constant state per sequence and layer, held whatever the context (linear attention, SSMs)."""
-        return 0
+        return self.state_formula(layer).elements
+
+    def state_formula(self, layer: Layer) -> Formula:
+        """The constant state per sequence and layer with its derivation (the recurrent and convolution states)."""
+        return Formula("0", (), 0, {}, "no constant state")
 
     def tokens_held(self, layer: Layer, ctx: int) -> int:
-        """Tokens a layer keeps per sequence at context `ctx`: min(ctx, W) under a window, else ctx."""
-        return min(ctx, layer.window) if layer.window else ctx
+        """Tokens a layer keeps per sequence at context `ctx`: min(ctx, W) under a window, min(ctx, C) under a
+        chunk, else ctx."""
+        return min(ctx, layer.span) if layer.span else ctx
 
     def tokens_rule(self, layer: Layer) -> str:
-        """How `tokens_held` is reached, for `--explain`: 'min(ctx, W)' under a window, else 'ctx'."""
-        return "min(ctx, W)" if layer.window else "ctx"
+        """How `tokens_held` is reached, for `--explain`: 'min(ctx, W)', 'min(ctx, C)' or 'ctx'."""
+        return "min(ctx, W)" if layer.window else "min(ctx, C)" if layer.chunk else "ctx"
 
     def cache_shapes(self, layer: Layer, batch: int, held: int, layout: str) -> dict[str, tuple[int, ...]]:
         """Shapes of the tensors a layer's cache holds, by name (what the NumPy backend must measure)."""
@@ -144,17 +182,31 @@ class AttentionKind(Strict):
 
     # -- the keys each query sees (FLOPs)
 
-    def keys_at(self, layer: Layer, t: int) -> int:
-        """Keys the query at position t (1-based) attends to, itself included: min(t, W)."""
+    def scan_at(self, layer: Layer, t: int) -> int:
+        """Keys the query at position t (1-based) can see, itself included: min(t, W), its chunk's, or t."""
+        if layer.chunk:
+            return (t - 1) % layer.chunk + 1
         return min(t, layer.window) if layer.window else t
 
+    def scan_prefill(self, layer: Layer, n: int) -> int:
+        """Σ_{t=1..n} scan_at(t): the query–key pairs a causal prefill of n tokens can see."""
+        return chunk_keys_seen(n, layer.chunk) if layer.chunk else keys_seen(n, layer.window)
+
+    def scan_prefills(self, layer: Layer, n: int) -> int:
+        """Σ_{m=1..n} scan_prefill(m): those of n prefills of lengths 1 … n (decoding without a cache)."""
+        return chunk_keys_seen_sum(n, layer.chunk) if layer.chunk else keys_seen_sum(n, layer.window)
+
+    def keys_at(self, layer: Layer, t: int) -> int:
+        """Keys the query at position t attends to: those it can see, unless the kind selects fewer (top-k)."""
+        return self.scan_at(layer, t)
+
     def keys_prefill(self, layer: Layer, n: int) -> int:
-        """Σ_{t=1..n} keys_at(t): the query–key pairs of a causal prefill of n tokens."""
-        return keys_seen(n, layer.window)
+        """Σ_{t=1..n} keys_at(t): the query–key pairs a causal prefill of n tokens attends."""
+        return self.scan_prefill(layer, n)
 
     def keys_prefills(self, layer: Layer, n: int) -> int:
-        """Σ_{t=1..n} keys_prefill(t): the pairs of n prefills of lengths 1 … n (decoding without a cache)."""
-        return keys_seen_sum(n, layer.window)
+        """Σ_{m=1..n} keys_prefill(m): the pairs of n prefills of lengths 1 … n (decoding without a cache)."""
+        return self.scan_prefills(layer, n)
 
     # -- weights and FLOPs
 

@@ -20,6 +20,12 @@ class Heads(AttentionKind):
     qkv_bias: bool = Field(False, description="Bias on the q/k/v projections (Qwen2, GPT-2).")
     o_bias: bool = Field(False, description="Bias on the output projection (GPT-2).")
     qk_norm: bool = Field(False, description="RMSNorm on queries and keys per head (Gemma 3, Qwen3).")
+    v_head_dim: PositiveInt | None = Field(
+        None, description="Per-head value dim d_v when it differs from the key dim d_h (MiMo-V2-Flash: K 192, V 128)."
+    )
+    sinks: bool = Field(
+        False, description="A learned attention-sink logit per query head (gpt-oss): parameters, no cached tokens."
+    )
 
     expression: ClassVar[str]  # the cache formula in the papers' notation
     reference: ClassVar[str]
@@ -44,6 +50,10 @@ class Heads(AttentionKind):
         # HF convention: head_dim when the config gives it, else hidden_size / num_attention_heads.
         return self.head_dim if self.head_dim is not None else layer.d_model // self.n_heads
 
+    def d_v(self, layer: Layer) -> int:
+        """The per-head value dim: v_head_dim when given, else d_h."""
+        return self.v_head_dim if self.v_head_dim is not None else self.d_h(layer)
+
     def head_dim_derived(self) -> bool:
         """True when d_h = d_model / n_heads because the spec gave none."""
         return self.head_dim is None
@@ -54,42 +64,54 @@ class Heads(AttentionKind):
         return Symbol("d_h", d_h, derived if self.head_dim_derived() else f"{layer.path}.head_dim")
 
     def cache_formula(self, layer: Layer, layout: str) -> Formula:
-        k = v = self.n_kv * self.d_h(layer)  # keys and values: n_kv heads of d_h each
+        k, v = self.n_kv * self.d_h(layer), self.n_kv * self.d_v(layer)  # keys and values: n_kv heads each
         symbols = self.kv_symbols(layer) + (self.d_h_symbol(layer),)
-        return Formula(self.expression, symbols, k + v, {"k": k, "v": v}, self.reference)
+        expression = self.expression
+        if self.v_head_dim is not None:  # keys and values of different sizes: n_kv·(d_h + d_v)
+            symbols += (Symbol("d_v", self.v_head_dim, f"{layer.path}.v_head_dim"),)
+            expression = self.expression.replace("2·", "").replace("d_h", "(d_h + d_v)").removeprefix("(d_h + d_v)")
+            expression = expression or "d_h + d_v"  # MQA: one head of each
+        return Formula(expression, symbols, k + v, {"k": k, "v": v}, self.reference)
 
     def cache_shapes(self, layer: Layer, batch: int, held: int, layout: str) -> dict[str, tuple[int, ...]]:
-        d_h = self.d_h(layer)
-        return {"k": (batch, held, self.n_kv, d_h), "v": (batch, held, self.n_kv, d_h)}
+        return {"k": (batch, held, self.n_kv, self.d_h(layer)), "v": (batch, held, self.n_kv, self.d_v(layer))}
 
     def weights(self, layer: Layer) -> tuple[Weight, ...]:
-        d, n_h, n_kv, d_h = layer.d_model, self.n_heads, self.n_kv, self.d_h(layer)
+        d, n_h, n_kv, d_h, d_v = layer.d_model, self.n_heads, self.n_kv, self.d_h(layer), self.d_v(layer)
         out = [Weight("W_Q", "attn/q", (d, n_h * d_h)), Weight("W_K", "attn/k", (d, n_kv * d_h)),
-               Weight("W_V", "attn/v", (d, n_kv * d_h)), Weight("W_O", "attn/o", (n_h * d_h, d))]
+               Weight("W_V", "attn/v", (d, n_kv * d_v)), Weight("W_O", "attn/o", (n_h * d_v, d))]
         if self.qkv_bias:
             out += [Weight("b_Q", "attn/q", (n_h * d_h,), "bias"), Weight("b_K", "attn/k", (n_kv * d_h,), "bias"),
-                    Weight("b_V", "attn/v", (n_kv * d_h,), "bias")]
+                    Weight("b_V", "attn/v", (n_kv * d_v,), "bias")]
         if self.o_bias:
             out.append(Weight("b_O", "attn/o", (d,), "bias"))
         if self.qk_norm:  # q_norm and k_norm over head_dim (Gemma 3, Qwen3)
             out += [Weight("q_norm", "attn/norms", (d_h,), "norm"), Weight("k_norm", "attn/norms", (d_h,), "norm")]
+        if self.sinks:  # gpt-oss: one learned logit per head joins each softmax (GptOssAttention.sinks)
+            out.append(Weight("sinks", "attn/sinks", (n_h,), "bias"))
         return tuple(out)
 
     def flops(self, layer: Layer, work: Work, schedule: str) -> dict[str, int]:
-        n_h, d_h = self.n_heads, self.d_h(layer)
+        n_h, d_h, d_v = self.n_heads, self.d_h(layer), self.d_v(layer)
         proj = matrix_flops(self.weights(layer), work.tokens, ("W_Q", "W_K", "W_V", "W_O"))
         return {
             "attn/q": proj["attn/q"],
             "attn/k": proj["attn/k"],
             "attn/v": proj["attn/v"],
             "attn/scores": 2 * work.pairs * n_h * d_h,  # QKᵀ: each query head meets its (shared) key head
-            "attn/mix": 2 * work.pairs * n_h * d_h,  # AV
+            "attn/mix": 2 * work.pairs * n_h * d_v,  # AV
             "attn/o": proj["attn/o"],
         }
 
+    def head_dim_label(self, layer: Layer) -> str:
+        d_h = self.d_h(layer)
+        return str(d_h) if self.v_head_dim is None else f"{d_h}/{self.v_head_dim}"
+
     def describe(self, layer: Layer) -> str:
         hd = f"{self.d_h(layer)} ({'derived: d_model / n_heads' if self.head_dim_derived() else 'head_dim'})"
-        return f"n_h {self.n_heads}, n_kv {self.n_kv}, d_h {hd}, group size {self.n_heads // self.n_kv}"
+        dv = f", d_v {self.v_head_dim}" if self.v_head_dim is not None else ""
+        sinks = ", attention sinks" if self.sinks else ""
+        return f"n_h {self.n_heads}, n_kv {self.n_kv}, d_h {hd}{dv}, group size {self.n_heads // self.n_kv}{sinks}"
 
     def problems(self, layer: Layer) -> list[str]:
         if self.head_dim_derived() and layer.d_model % self.n_heads:

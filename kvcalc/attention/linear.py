@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt
 
-from kvcalc.attention.base import AttentionKind, Formula, Layer
+from kvcalc.attention.base import AttentionKind, Formula, Layer, Symbol
 
 
 class Linear(AttentionKind):
@@ -23,8 +23,9 @@ class Linear(AttentionKind):
     def cache_formula(self, layer: Layer, layout: str) -> Formula:
         return Formula("0", (), 0, {}, "constant-state layer: no per-token cache (state counted separately)")
 
-    def constant_state(self, layer: Layer) -> int:
-        return self.state_elements
+    def state_formula(self, layer: Layer) -> Formula:
+        s = Symbol("S", self.state_elements, f"{layer.path}.state_elements")
+        return Formula("S", (s,), s.value, {"state": s.value}, "a constant state of the size the spec gives")
 
     def tokens_held(self, layer: Layer, ctx: int) -> int:
         return 0  # nothing per token: the state is the same size at any context
@@ -32,13 +33,13 @@ class Linear(AttentionKind):
     def tokens_rule(self, layer: Layer) -> str:
         return "none (constant state)"
 
-    def keys_at(self, layer: Layer, t: int) -> int:
+    def scan_at(self, layer: Layer, t: int) -> int:
         return 0  # no softmax over keys
 
-    def keys_prefill(self, layer: Layer, n: int) -> int:
+    def scan_prefill(self, layer: Layer, n: int) -> int:
         return 0
 
-    def keys_prefills(self, layer: Layer, n: int) -> int:
+    def scan_prefills(self, layer: Layer, n: int) -> int:
         return 0
 
     def kv_label(self, layer: Layer, layout: str | None) -> str:

@@ -1,14 +1,18 @@
 """DeepSeek's multi-head latent attention (DeepSeek-V2 §2.1): one latent c_KV of d_c and a decoupled RoPE key of d_R
 per token are cached; per-head keys and values are rebuilt by W_UK and W_UV, or those are folded ("absorbed") into
-the query and the output. Named as in DeepSeek's configs."""
+the query and the output. Named as in DeepSeek's configs.
+
+With DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5) a lightning indexer caches one more key of d_I per token; each
+query scores every key it can see with H_I cheap heads (score = Σ_h w_h·ReLU(q_h·k)), and MLA attends only the top
+k (DeepSeek-V3.2-Exp inference/model.py, class Indexer: wq_b, wk, k_norm, weights_proj, k_cache)."""
 
 from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, model_validator
 
-from kvcalc.attention.base import AttentionKind, Formula, Layer, Symbol, Weight, Work, matrix_flops
+from kvcalc.attention.base import AttentionKind, Formula, Layer, Symbol, Weight, Work, keys_seen, keys_seen_sum, matrix_flops
 
 MLA_CACHE_LAYOUTS = ("latent", "expanded")
 MLA_SCHEDULES = ("naive", "absorbed")
@@ -26,10 +30,25 @@ class MLA(AttentionKind):
     qk_nope_head_dim: PositiveInt = Field(description="Per-head query/key dim without RoPE, rebuilt from the latent.")
     qk_rope_head_dim: PositiveInt = Field(description="Decoupled RoPE key dim d_R, one key shared by all heads.")
     v_head_dim: PositiveInt = Field(description="Per-head value dim.")
+    index_n_heads: PositiveInt | None = Field(None, description="Indexer heads H_I (DeepSeek-V3.2 index_n_heads).")
+    index_head_dim: PositiveInt | None = Field(None, description="Indexer key dim d_I, cached per token (index_head_dim).")
+    index_topk: PositiveInt | None = Field(None, description="Keys each query attends after the indexer's top-k (index_topk).")
 
     label: ClassVar[str] = "MLA"
     layouts: ClassVar[tuple[str, ...]] = MLA_CACHE_LAYOUTS
     schedules: ClassVar[tuple[str, ...]] = MLA_SCHEDULES
+
+    @model_validator(mode="after")
+    def _indexer_whole(self) -> MLA:
+        given = [self.index_n_heads, self.index_head_dim, self.index_topk]
+        if any(v is not None for v in given) and None in given:
+            raise ValueError("an indexer needs index_n_heads, index_head_dim and index_topk together")
+        return self
+
+    @property
+    def indexed(self) -> bool:
+        """Whether a sparse indexer selects the keys attended (DeepSeek Sparse Attention)."""
+        return self.index_topk is not None
 
     @property
     def qk_head_dim(self) -> int:
@@ -37,6 +56,16 @@ class MLA(AttentionKind):
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
     def cache_formula(self, layer: Layer, layout: str) -> Formula:
+        formula = self._attention_cache(layer, layout)
+        if not self.indexed or self.index_head_dim is None:
+            return formula
+        # DeepSeek-V3.2: the indexer's key of d_I per token is cached beside the latent (Indexer.k_cache)
+        d_i = Symbol("d_I", self.index_head_dim, f"{layer.path}.index_head_dim")
+        return Formula(f"{formula.expression} + d_I", formula.symbols + (d_i,), formula.elements + d_i.value,
+                       {**formula.components, "index_k": d_i.value},
+                       formula.reference + "; plus the indexer key (DeepSeek-V3.2 Indexer.k_cache)")
+
+    def _attention_cache(self, layer: Layer, layout: str) -> Formula:
         at = layer.path
         if layout == "latent":
             d_c = Symbol("d_c", self.kv_lora_rank, f"{at}.kv_lora_rank")
@@ -57,8 +86,33 @@ class MLA(AttentionKind):
 
     def cache_shapes(self, layer: Layer, batch: int, held: int, layout: str) -> dict[str, tuple[int, ...]]:
         if layout == "latent":
-            return {"c_kv": (batch, held, self.kv_lora_rank), "k_rope": (batch, held, self.qk_rope_head_dim)}
-        return {"k": (batch, held, self.n_heads, self.qk_head_dim), "v": (batch, held, self.n_heads, self.v_head_dim)}
+            out: dict[str, tuple[int, ...]] = {"c_kv": (batch, held, self.kv_lora_rank), "k_rope": (batch, held, self.qk_rope_head_dim)}
+        else:
+            out = {"k": (batch, held, self.n_heads, self.qk_head_dim), "v": (batch, held, self.n_heads, self.v_head_dim)}
+        if self.index_head_dim is not None:
+            out["index_k"] = (batch, held, self.index_head_dim)
+        return out
+
+    def _cap(self, layer: Layer) -> int | None:
+        """The most keys a query attends: its window, capped by the indexer's top-k."""
+        caps = [c for c in (layer.window, self.index_topk) if c]
+        return min(caps) if caps else None
+
+    def keys_at(self, layer: Layer, t: int) -> int:
+        scanned = self.scan_at(layer, t)
+        return min(scanned, self.index_topk) if self.index_topk else scanned
+
+    def keys_prefill(self, layer: Layer, n: int) -> int:
+        # Σ_t min(t, W, k): a window of min(W, k) (an indexer with chunked attention is refused in `problems`)
+        return keys_seen(n, self._cap(layer)) if self.indexed else self.scan_prefill(layer, n)
+
+    def keys_prefills(self, layer: Layer, n: int) -> int:
+        return keys_seen_sum(n, self._cap(layer)) if self.indexed else self.scan_prefills(layer, n)
+
+    def problems(self, layer: Layer) -> list[str]:
+        if self.indexed and layer.chunk:
+            return [f"{layer.path}: an indexer (index_topk) with chunked attention is not modelled"]
+        return []
 
     def weights(self, layer: Layer) -> tuple[Weight, ...]:
         d, n_h, c, r = layer.d_model, self.n_heads, self.kv_lora_rank, self.qk_rope_head_dim
@@ -74,6 +128,11 @@ class MLA(AttentionKind):
                 # eq. 10: k_C = W_UK c_KV, v_C = W_UV c_KV (kv_b_proj)
                 Weight("W_UK", "attn/kv_up", (c, n_h * nope)), Weight("W_UV", "attn/kv_up", (c, n_h * d_v)),
                 Weight("W_O", "attn/o", (n_h * d_v, d))]
+        if self.index_n_heads is not None and self.index_head_dim is not None:
+            h_i, d_i = self.index_n_heads, self.index_head_dim
+            # Indexer: wq_b reads the query latent c_Q (x without one), wk and weights_proj read x; k_norm is a LayerNorm
+            out += [Weight("W_IQ", "attn/index", (q or d, h_i * d_i)), Weight("W_IK", "attn/index", (d, d_i)),
+                    Weight("W_IW", "attn/index", (d, h_i)), Weight("index_k_norm", "attn/index", (2 * d_i,), "norm")]
         return tuple(out)
 
     def flops(self, layer: Layer, work: Work, schedule: str) -> dict[str, int]:
@@ -90,6 +149,10 @@ class MLA(AttentionKind):
             out["attn/mix"] = 2 * work.pairs * n_h * d_c  # A·c_KV in latent space
             out["attn/v_up"] = 2 * T * n_h * d_c * d_v  # W_UV applied to the latent output
         out.update(matrix_flops(w, T, ("W_O",)))
+        if self.index_n_heads is not None and self.index_head_dim is not None:
+            out.update(matrix_flops(w, T, ("W_IQ", "W_IK", "W_IW")))  # attn/index: the indexer's projections
+            # every key scanned: q_h·k for H_I heads of d_I, then the weighted sum over heads
+            out["attn/index_scores"] = 2 * work.scanned_pairs * self.index_n_heads * (self.index_head_dim + 1)
         return out
 
     @property
@@ -100,13 +163,15 @@ class MLA(AttentionKind):
         return {"kv_lora_rank": self.kv_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim}
 
     def kv_label(self, layer: Layer, layout: str | None) -> str:
-        # latent: d_c + d_R per token; expanded: per-head K and V of every query head
-        return str(self.n_heads) if layout == "expanded" else f"{self.kv_lora_rank}+{self.qk_rope_head_dim}"
+        # latent: d_c + d_R per token (+ d_I with an indexer); expanded: per-head K and V of every query head
+        index = f"+{self.index_head_dim}" if self.index_head_dim else ""
+        return (str(self.n_heads) if layout == "expanded" else f"{self.kv_lora_rank}+{self.qk_rope_head_dim}") + index
 
     def head_dim_label(self, layer: Layer) -> str:
         return f"{self.qk_head_dim}/{self.v_head_dim}"
 
     def describe(self, layer: Layer) -> str:
         q = f"q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "no query compression"
+        index = f"; indexer {self.index_n_heads} heads × {self.index_head_dim}, top {self.index_topk:,}" if self.indexed else ""
         return (f"n_h {self.n_heads}, d_c {self.kv_lora_rank}, d_R {self.qk_rope_head_dim}, qk_nope {self.qk_nope_head_dim}, "
-                f"v {self.v_head_dim}, {q}; d_qk = {self.qk_head_dim} (derived)")
+                f"v {self.v_head_dim}, {q}; d_qk = {self.qk_head_dim} (derived){index}")

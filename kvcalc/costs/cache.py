@@ -7,6 +7,9 @@ Conventions (also in the README):
 - What one token adds to a layer, and how many tokens a layer holds, are its attention kind's answers
   (kvcalc.attention): a window W holds min(ctx, W) tokens.
 - `elements_per_token` is the full-attention rate: every layer holding one more token, windows ignored.
+- The KV cache (`bytes`: growing, windowed and chunked layers, indexer keys) and the constant states of linear
+  attention and state-space layers (`state_bytes`, stored at the state dtype) are kept apart; `cache_bytes` is
+  their sum.
 """
 
 from __future__ import annotations
@@ -32,10 +35,13 @@ class GroupCache:
     formula: Formula
     tokens_held: int  # per sequence: min(ctx, W) under a window, else ctx
     state_elements_per_layer: int  # constant state (linear layers), per sequence
-    elements_per_layer: int  # for all `batch` sequences
-    elements: int  # for all layers of the group and all sequences
+    elements_per_layer: int  # KV cache, for all `batch` sequences
+    elements: int  # KV cache, for all layers of the group and all sequences
     bytes_per_layer: int
     bytes: int
+    state_formula: Formula | None = None  # the constant state's derivation, when the layer has one
+    state_elements: int = 0  # constant state, all layers of the group and all sequences
+    state_bytes: int = 0
 
     @property
     def n_layers(self) -> int:
@@ -54,9 +60,17 @@ class CacheReport:
     groups: tuple[GroupCache, ...]
     elements_per_token: int  # all layers, full-attention rate, one sequence
     bytes_per_token: int
-    elements: int
+    elements: int  # the KV cache
     bytes: int
     notes: tuple[str, ...] = field(default=())
+    state_dtype: str = "bf16"
+    state_elements: int = 0  # the constant states
+    state_bytes: int = 0
+
+    @property
+    def cache_bytes(self) -> int:
+        """KV cache and constant states together."""
+        return self.bytes + self.state_bytes
 
 
 def group_cache(group: ResolvedGroup, s: Settings) -> GroupCache:
@@ -64,11 +78,13 @@ def group_cache(group: ResolvedGroup, s: Settings) -> GroupCache:
     att, layer = group.attention, group.layer
     formula = att.cache_formula(layer, s.mla_cache)
     held = att.tokens_held(layer, s.ctx)
-    state = att.constant_state(layer)
-    per_layer = s.batch * (formula.elements * held + state)
+    state = att.state_formula(layer)
+    per_layer = s.batch * formula.elements * held
     total = per_layer * len(group.layers)
-    return GroupCache(group, formula, held, state, per_layer, total,
-                      elements_to_bytes(per_layer, s.kv_dtype), elements_to_bytes(total, s.kv_dtype))
+    state_total = s.batch * state.elements * len(group.layers)
+    return GroupCache(group, formula, held, state.elements, per_layer, total,
+                      elements_to_bytes(per_layer, s.kv_dtype), elements_to_bytes(total, s.kv_dtype),
+                      state if state.elements else None, state_total, elements_to_bytes(state_total, s.state_storage))
 
 
 def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
@@ -76,6 +92,7 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
     rows = tuple(group_cache(g, s) for g in spec.groups)
     per_token = sum(r.formula.elements * r.n_layers for r in rows)
     elements = sum(r.elements for r in rows)
+    state = sum(r.state_elements for r in rows)
     return CacheReport(
         model=spec.name,
         ctx=s.ctx,
@@ -87,6 +104,9 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
         bytes_per_token=elements_to_bytes(per_token, s.kv_dtype),
         elements=elements,
         bytes=elements_to_bytes(elements, s.kv_dtype),
+        state_dtype=s.state_storage,
+        state_elements=state,
+        state_bytes=elements_to_bytes(state, s.state_storage),
     )
 
 

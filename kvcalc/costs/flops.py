@@ -66,13 +66,17 @@ def _naive_expands(mla_cache: str, keys: int, new: int) -> int:
 
 def prefill_work(group: ResolvedGroup, n: int, dense_attn: bool = False) -> Work:
     """What a prefill of `n` tokens does in one layer of `group`: n queries, causal pairs, n keys up-projected."""
-    return Work(n, n * n if dense_attn else group.attention.keys_prefill(group.layer, n), n)
+    att, layer = group.attention, group.layer
+    if dense_attn:  # the N×N matrix, as FLOP-counting libraries count it
+        return Work(n, n * n, n, n * n)
+    return Work(n, att.keys_prefill(layer, n), n, att.scan_prefill(layer, n))
 
 
 def decode_work(group: ResolvedGroup, t: int, mla_cache: str = "latent") -> Work:
     """What the decode step at context `t` does in one layer of `group`: one query over the keys it sees."""
-    keys = group.attention.keys_at(group.layer, t)
-    return Work(1, keys, _naive_expands(mla_cache, keys, 1))
+    att, layer = group.attention, group.layer
+    keys = att.keys_at(layer, t)
+    return Work(1, keys, _naive_expands(mla_cache, keys, 1), att.scan_at(layer, t))
 
 
 def layer_attention_flops(group: ResolvedGroup, work: Work, schedule: str) -> dict[str, int]:
@@ -102,7 +106,8 @@ def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[st
         def work(g: ResolvedGroup) -> Work:
             att, layer = g.attention, g.layer
             keys = att.keys_prefill(layer, last) - att.keys_prefill(layer, prompt)  # Σ_{t=P+1..P+G} keys_at(t)
-            return Work(gen, keys, _naive_expands(s.mla_cache, keys, gen))
+            scanned = att.scan_prefill(layer, last) - att.scan_prefill(layer, prompt)
+            return Work(gen, keys, _naive_expands(s.mla_cache, keys, gen), scanned)
 
         out = forward(spec, work, gen, gen, s.schedule)
     else:
@@ -110,7 +115,8 @@ def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[st
 
         def work(g: ResolvedGroup) -> Work:
             att, layer = g.attention, g.layer
-            return Work(tokens, att.keys_prefills(layer, last) - att.keys_prefills(layer, prompt), tokens)
+            pairs = att.keys_prefills(layer, last) - att.keys_prefills(layer, prompt)
+            return Work(tokens, pairs, tokens, att.scan_prefills(layer, last) - att.scan_prefills(layer, prompt))
 
         out = forward(spec, work, tokens, gen, "naive")
     return {k: s.batch * v for k, v in out.items()}

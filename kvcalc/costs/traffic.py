@@ -1,6 +1,8 @@
 """Bytes a pass moves through memory: weights read plus KV cache read (decode) or written (prefill).
 
 Conventions (also in the README):
+- Constant states (linear attention, SSM layers) are read and written back at every decode step; a prefill writes
+  them once.
 - A decode step reads every weight a token uses once for the whole batch (MoE: the top-k routed and shared experts,
   a lower bound: with a batch, different tokens pick different experts, up to all of them) and the KV cache of
   every sequence at context t. The input embedding is a lookup: only one row per sequence is read.
@@ -24,15 +26,23 @@ def _lookup_tables(spec: ModelSpec) -> int:
 
 
 def decode_bytes(spec: ModelSpec, s: Settings) -> dict[str, int]:
-    """Bytes one decode step at context `s.ctx` reads, by part: 'weights' and 'kv_cache'."""
+    """Bytes one decode step at context `s.ctx` moves, by part: 'weights' and 'kv_cache' read, and (hybrid models)
+    'state': every constant state read and written back."""
     rows = s.batch * spec.d_model * (2 if spec.learned_positions else 1)  # the embedding rows looked up
     read = param_counts(spec).active - _lookup_tables(spec) + rows
-    return {"weights": weights_bytes(read, s.weights_dtype), "kv_cache": kv_cache(spec, s).bytes}
+    cache = kv_cache(spec, s)
+    out = {"weights": weights_bytes(read, s.weights_dtype), "kv_cache": cache.bytes}
+    if cache.state_bytes:
+        out["state"] = 2 * cache.state_bytes  # 2: a step reads each state and writes its update
+    return out
 
 
 def prefill_bytes(spec: ModelSpec, s: Settings) -> dict[str, int]:
     """Bytes a prefill of `s.ctx` tokens moves, by part: 'weights' (all, read once) and 'kv_cache' (written)."""
     tables = _lookup_tables(spec)
     rows = min(tables, s.batch * s.ctx * spec.d_model * (2 if spec.learned_positions else 1))
-    return {"weights": weights_bytes(param_counts(spec).total - tables + rows, s.weights_dtype),
-            "kv_cache": kv_cache(spec, s).bytes}
+    cache = kv_cache(spec, s)
+    out = {"weights": weights_bytes(param_counts(spec).total - tables + rows, s.weights_dtype), "kv_cache": cache.bytes}
+    if cache.state_bytes:
+        out["state"] = cache.state_bytes  # written once at the end of the prompt
+    return out

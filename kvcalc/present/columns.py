@@ -73,6 +73,7 @@ GROUP_COLUMNS = _columns(GroupRow, ("group", "layers", "n_layers", "kind", "slid
                                     "elements_per_token_per_layer", "bytes_per_token_per_layer", "tokens_held",
                                     "bytes_per_layer", "bytes"))
 GROUP_KEYS = [f.key for f in figures_of(GroupRow) if f.raw]
+STATE_COLUMN = _columns(GroupRow, ("state_bytes",))[0]  # shown when a group holds a constant state
 
 
 def key_table() -> str:

@@ -25,6 +25,11 @@ def over_max(spec: ModelSpec, tokens: int, what: str) -> list[str]:
             "computed anyway"]
 
 
+def _load_warnings(loaded: list[LoadedModel]) -> list[str]:
+    """What loading said (an unknown model_type imported as a plain decoder, ...)."""
+    return [w for lm in loaded for w in lm.warnings]
+
+
 def _ctx_warnings(specs: list[ModelSpec], ctxs: list[int]) -> list[str]:
     return [w for spec in specs for w in over_max(spec, max(ctxs), f"ctx {max(ctxs):,}")]
 
@@ -57,7 +62,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
     lines = [line for d in derivations for line in derivation_lines(d) + [""]]
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
-    return Output([table], payload, lines, _ctx_warnings(specs, ctxs))
+    return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs))
 
 
 def sweep_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], columns: str | None,
@@ -75,14 +80,15 @@ def sweep_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], column
     rows, _ = compare_rows(specs, ctxs, s)
     title = f"Growth with context, batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}"
     title += f", {hardware} (lower bounds)" if hardware else ""
-    return Output([Table("sweep", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)], warnings=_ctx_warnings(specs, ctxs))
+    return Output([Table("sweep", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)],
+                  warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs))
 
 
 def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, units: str) -> Output:
     """`show`: the spec and its cache, then the cache by layer group (or layer)."""
     from kvcalc.costs.cache import kv_cache
     from kvcalc.explain import derivation, derivation_lines
-    from kvcalc.present.columns import GROUP_COLUMNS, GROUP_KEYS
+    from kvcalc.present.columns import GROUP_COLUMNS, GROUP_KEYS, STATE_COLUMN
     from kvcalc.present.summary import SUMMARY_COLUMNS, SUMMARY_KEYS, summary_rows
     from kvcalc.rows import group_rows
 
@@ -98,11 +104,12 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
     if explain:
         payload["derivation"] = d
     title = f"KV cache by {'layer' if per_layer else 'layer group'} at ctx {s.ctx:,}, batch {s.batch}, {s.kv_dtype}"
+    columns = GROUP_COLUMNS + ([STATE_COLUMN] if report.state_elements else [])
     tables = [Table("summary", SUMMARY_COLUMNS, summary, f"{spec.name} ({lm.origin})", SUMMARY_KEYS),
-              Table("layers" if per_layer else "groups", GROUP_COLUMNS, breakdown, title,
+              Table("layers" if per_layer else "groups", columns, breakdown, title,
                     (["layer"] if per_layer else []) + [k for k in GROUP_KEYS if k != "layer"])]
     return Output(tables, payload, derivation_lines(d, units) if explain else [],
-                  over_max(spec, s.ctx, f"ctx {s.ctx:,}"))
+                  _load_warnings([lm]) + over_max(spec, s.ctx, f"ctx {s.ctx:,}"))
 
 
 PASS_TITLES = {
@@ -130,7 +137,8 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
                "flops": {p: {**b, "total": sum(b.values())} for p, b in passes.items()},
                "summary": {r["key"]: r["value"] for r in summary}}
     title = f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}"
-    warnings = over_max(spec, s.ctx + s.gen, f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
+    warnings = _load_warnings([lm]) + over_max(spec, s.ctx + s.gen,
+                                               f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
     return Output([Table("flops", cols, rows, title), Table("summary", SUMMARY_COLUMNS, summary,
                                                               "Memory, traffic and time", SUMMARY_KEYS)],
                   payload, warnings=warnings)

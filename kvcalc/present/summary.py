@@ -69,6 +69,13 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
         ("kv_cache_bytes", report.bytes, f"{report.bytes:,} B ({format_bytes(report.bytes, units)})",
          f"ctx {report.ctx:,} × batch {report.batch}, windows applied"),
     ]
+    if report.state_elements:
+        items += [
+            ("state_bytes", report.state_bytes, f"{report.state_bytes:,} B ({format_bytes(report.state_bytes, units)})",
+             f"constant states of linear-attention and SSM layers, {report.state_dtype}, batch {report.batch}"),
+            ("cache_bytes", report.cache_bytes, f"{report.cache_bytes:,} B ({format_bytes(report.cache_bytes, units)})",
+             "kv_cache_bytes + state_bytes"),
+        ]
     return _rows(items)
 
 
