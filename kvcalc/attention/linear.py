@@ -1,4 +1,5 @@
-"""A layer with a constant-size state instead of a growing KV cache (linear attention, state-space layers)."""
+"""A layer with a constant-size state given directly in the spec (a stand-in for any linear-attention or state-space
+layer whose own kind kvcalc does not model)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt
 
-from kvcalc.attention.base import AttentionKind, Formula, Layer, Symbol
+from kvcalc.attention.base import Formula, Layer, Symbol
+from kvcalc.attention.recurrent import Recurrent
 
 
-class Linear(AttentionKind):
+class Linear(Recurrent):
     """A constant-state layer: nothing per token, `state_elements` per sequence whatever the context."""
 
     kind: Literal["linear"]
@@ -18,32 +20,10 @@ class Linear(AttentionKind):
     )
 
     label: ClassVar[str] = "LINEAR"
-    windowed: ClassVar[bool] = False
-
-    def cache_formula(self, layer: Layer, layout: str) -> Formula:
-        return Formula("0", (), 0, {}, "constant-state layer: no per-token cache (state counted separately)")
 
     def state_formula(self, layer: Layer) -> Formula:
         s = Symbol("S", self.state_elements, f"{layer.path}.state_elements")
         return Formula("S", (s,), s.value, {"state": s.value}, "a constant state of the size the spec gives")
-
-    def tokens_held(self, layer: Layer, ctx: int) -> int:
-        return 0  # nothing per token: the state is the same size at any context
-
-    def tokens_rule(self, layer: Layer) -> str:
-        return "none (constant state)"
-
-    def scan_at(self, layer: Layer, t: int) -> int:
-        return 0  # no softmax over keys
-
-    def scan_prefill(self, layer: Layer, n: int) -> int:
-        return 0
-
-    def scan_prefills(self, layer: Layer, n: int) -> int:
-        return 0
-
-    def kv_label(self, layer: Layer, layout: str | None) -> str:
-        return "state"
 
     def describe(self, layer: Layer) -> str:
         return f"constant state {self.state_elements:,} elements per sequence"
