@@ -44,6 +44,12 @@ class MoEFFN(Strict):
     router_bias: bool = Field(
         False, description="A per-expert bias in the router (DeepSeek-V3's e_score_correction_bias, topk_method noaux_tc)."
     )
+    expert_bias: bool = Field(
+        False, description="Biases on each expert's projections (gpt-oss: gate_up_proj_bias, down_proj_bias)."
+    )
+    shared_gate: bool = Field(
+        False, description="A sigmoid gate of d_model weights on the shared experts' output (Qwen3-Next shared_expert_gate)."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> MoEFFN:
@@ -56,7 +62,13 @@ class MoEFFN(Strict):
         return self
 
 
-FFN = Annotated[DenseFFN | MoEFFN, Field(discriminator="kind")]
+class NoFFN(Strict):
+    """No feed-forward block: a layer that is one mixer only (Nemotron-H's Mamba and attention blocks)."""
+
+    kind: Literal["none"]
+
+
+FFN = Annotated[DenseFFN | MoEFFN | NoFFN, Field(discriminator="kind")]
 
 
 # ---------------------------------------------------------------- layer groups
@@ -283,7 +295,7 @@ def _loc(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("dense", "moe") or part in ("function-after[_resolve(), ModelSpec]",):
+        elif part in ("dense", "moe", "none") or part in ("function-after[_resolve(), ModelSpec]",):
             continue  # the FFN's discriminator tag: the kind is already named in the message context
         else:
             out += ("." if out else "") + str(part)

@@ -23,6 +23,10 @@ class Heads(AttentionKind):
     v_head_dim: PositiveInt | None = Field(
         None, description="Per-head value dim d_v when it differs from the key dim d_h (MiMo-V2-Flash: K 192, V 128)."
     )
+    output_gate: bool = Field(
+        False, description="A sigmoid gate on the attention output, one per query-head channel (Qwen3-Next: q_proj emits "
+        "the query and the gate, n_h·d_h more outputs)."
+    )
     sinks: bool = Field(
         False, description="A learned attention-sink logit per query head (gpt-oss): parameters, no cached tokens."
     )
@@ -80,6 +84,8 @@ class Heads(AttentionKind):
         d, n_h, n_kv, d_h, d_v = layer.d_model, self.n_heads, self.n_kv, self.d_h(layer), self.d_v(layer)
         out = [Weight("W_Q", "attn/q", (d, n_h * d_h)), Weight("W_K", "attn/k", (d, n_kv * d_h)),
                Weight("W_V", "attn/v", (d, n_kv * d_v)), Weight("W_O", "attn/o", (n_h * d_v, d))]
+        if self.output_gate:  # Qwen3NextAttention: q_proj is d × 2·n_h·d_h, the second half gates the output
+            out.append(Weight("W_G", "attn/q", (d, n_h * d_h)))
         if self.qkv_bias:
             out += [Weight("b_Q", "attn/q", (n_h * d_h,), "bias"), Weight("b_K", "attn/k", (n_kv * d_h,), "bias"),
                     Weight("b_V", "attn/v", (n_kv * d_v,), "bias")]
@@ -93,7 +99,7 @@ class Heads(AttentionKind):
 
     def flops(self, layer: Layer, work: Work, schedule: str) -> dict[str, int]:
         n_h, d_h, d_v = self.n_heads, self.d_h(layer), self.d_v(layer)
-        proj = matrix_flops(self.weights(layer), work.tokens, ("W_Q", "W_K", "W_V", "W_O"))
+        proj = matrix_flops(self.weights(layer), work.tokens, ("W_Q", "W_G", "W_K", "W_V", "W_O"))
         return {
             "attn/q": proj["attn/q"],
             "attn/k": proj["attn/k"],

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from kvcalc.attention import Work, tri
 from kvcalc.costs.params import ffn_of_layer
 from kvcalc.settings import Settings
-from kvcalc.spec import DenseFFN, ModelSpec, ResolvedGroup
+from kvcalc.spec import DenseFFN, ModelSpec, NoFFN, ResolvedGroup
 
 WorkFn = Callable[[ResolvedGroup], Work]  # group -> what one of its layers does in the pass
 
@@ -36,12 +36,15 @@ WorkFn = Callable[[ResolvedGroup], Work]  # group -> what one of its layers does
 def _ffn(spec: ModelSpec, layer: int, tokens: int) -> dict[str, int]:
     ffn, d = ffn_of_layer(spec, layer), spec.d_model
     mats = lambda gated: 3 if gated else 2  # noqa: E731  gate/up/down or up/down
+    if isinstance(ffn, NoFFN):
+        return {}
     if isinstance(ffn, DenseFFN):
         return {"ffn/dense": 2 * tokens * mats(ffn.gated) * d * ffn.d_ff}
     shared_ff = ffn.shared_d_ff or ffn.moe_d_ff
     return {
         "ffn/routed": 2 * tokens * ffn.n_experts_per_tok * mats(ffn.gated) * d * ffn.moe_d_ff,  # top-k only
-        "ffn/shared": 2 * tokens * ffn.n_shared_experts * mats(ffn.gated) * d * shared_ff,
+        # the shared experts, and (Qwen3-Next) their gate: a d_model × 1 product per token
+        "ffn/shared": 2 * tokens * (ffn.n_shared_experts * mats(ffn.gated) * d * shared_ff + (d if ffn.shared_gate else 0)),
         "ffn/router": 2 * tokens * d * ffn.n_routed_experts,
     }
 

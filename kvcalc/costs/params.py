@@ -13,10 +13,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 from kvcalc.dtypes import dtype_bits
-from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, ResolvedGroup
+from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
 
-def ffn_of_layer(spec: ModelSpec, layer: int) -> DenseFFN | MoEFFN:
+def ffn_of_layer(spec: ModelSpec, layer: int) -> DenseFFN | MoEFFN | NoFFN:
     """The FFN block layer `layer` runs: the group's override, else the model's; MoE's leading layers are dense."""
     group = next(g for g in spec.groups if layer in g.layers)
     ffn = spec.layer_groups[group.index].ffn or spec.ffn
@@ -38,15 +38,19 @@ def _matrices(gated: bool) -> int:
     return 3 if gated else 2  # gate, up, down (SwiGLU/GeGLU) or up, down
 
 
-def ffn_params(ffn: DenseFFN | MoEFFN, d_model: int) -> tuple[dict[str, int], dict[str, int]]:
+def ffn_params(ffn: DenseFFN | MoEFFN | NoFFN, d_model: int) -> tuple[dict[str, int], dict[str, int]]:
     """(total, active-per-token) weights of one FFN layer, by component."""
     d = d_model
+    if isinstance(ffn, NoFFN):
+        return {}, {}
     if isinstance(ffn, DenseFFN):
         bias = ((2 if ffn.gated else 1) * ffn.d_ff + d) if ffn.bias else 0
         dense = {"ffn/dense": _matrices(ffn.gated) * d * ffn.d_ff + bias}
         return dense, dense
-    expert = _matrices(ffn.gated) * d * ffn.moe_d_ff
+    # gpt-oss: each expert's gate_up projection has a bias of 2·d_ff, its down projection one of d
+    expert = _matrices(ffn.gated) * d * ffn.moe_d_ff + (((2 if ffn.gated else 1) * ffn.moe_d_ff + d) if ffn.expert_bias else 0)
     shared = ffn.n_shared_experts * _matrices(ffn.gated) * d * (ffn.shared_d_ff or ffn.moe_d_ff)
+    shared += d if ffn.shared_gate else 0  # Qwen3-Next shared_expert_gate: Linear(d_model, 1)
     router = d * ffn.n_routed_experts + (ffn.n_routed_experts if ffn.router_bias else 0)
     total = {"ffn/routed": ffn.n_routed_experts * expert, "ffn/shared": shared, "ffn/router": router}
     active = {"ffn/routed": ffn.n_experts_per_tok * expert, "ffn/shared": shared, "ffn/router": router}

@@ -12,7 +12,7 @@ from kvcalc.figures import CostFigures
 from kvcalc.present.render import Column
 from kvcalc.registry import LoadedModel
 from kvcalc.rows import attention_label
-from kvcalc.spec import DenseFFN, ModelSpec, layer_ranges
+from kvcalc.spec import DenseFFN, ModelSpec, NoFFN, layer_ranges
 from kvcalc.units import format_bytes, format_count, format_flops, format_seconds, format_tokens
 
 SUMMARY_COLUMNS = [Column("key", "Field"), Column("shown", "Value"), Column("source", "Source")]
@@ -30,6 +30,8 @@ def _rows(items: list[tuple[str, Any, str, str]]) -> list[dict]:
 def ffn_text(spec: ModelSpec) -> str:
     """The model's FFN in a few words."""
     ffn = spec.ffn
+    if isinstance(ffn, NoFFN):
+        return "none (per layer group)"
     if isinstance(ffn, DenseFFN):
         return f"dense{' gated' if ffn.gated else ''}, d_ff {ffn.d_ff:,}"
     shared = f" + {ffn.n_shared_experts} shared" if ffn.n_shared_experts else ""
