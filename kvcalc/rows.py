@@ -172,6 +172,7 @@ class GroupRow:
     n_layers: int = figure("Count", "int", "number of layers")
     kind: str = figure("Kind", "text", "attention kind")
     sliding_window: int | None = figure("Window", "int", "window W, if any")
+    attention_chunk_size: int | None = figure("Chunk", "int", "chunk C of chunked local attention, if any")
     formula: str = figure("Per token\nand layer", "text", "cache elements one token adds to one layer")
     elements_per_token_per_layer: int = figure("Elements", "int", "the formula's value")
     bytes_per_token_per_layer: int = figure("Bytes per\ntoken·layer", "bytes", "those elements in kv_dtype")
@@ -193,6 +194,7 @@ def _group_row(gc: GroupCache, kv_dtype: str) -> GroupRow:
         n_layers=gc.n_layers,
         kind=g.attention.kind,
         sliding_window=g.sliding_window,
+        attention_chunk_size=g.layer.chunk,
         formula=gc.formula.expression,
         elements_per_token_per_layer=gc.formula.elements,
         bytes_per_token_per_layer=elements_to_bytes(gc.formula.elements, kv_dtype),

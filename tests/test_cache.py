@@ -168,7 +168,7 @@ def test_window_holds_min_ctx_w(ctx, held):
 @pytest.mark.parametrize("name", ALL_BUNDLED)
 def test_cache_linear_in_context_below_any_window(name):
     s = spec(name)
-    limit = min([g.sliding_window for g in s.groups if g.sliding_window] or [1 << 20])
+    limit = min([g.layer.span for g in s.groups if g.layer.span] or [1 << 20])  # the smallest window or chunk
     one = kv_cache(s, Settings(ctx=1))
     for ctx in sorted({2, 3, 17, limit // 2, limit}):
         assert kv_cache(s, Settings(ctx=ctx)).elements == ctx * one.elements

@@ -119,7 +119,7 @@ def test_list_sorts_names_naturally():
     # Digit runs compare as numbers: 1b < 4b < 12b < 27b, 8b < 70b, and llama3 before llama3.1 before llama3.2.
     assert [n for n in names if n.startswith("gemma3-")] == ["gemma3-1b", "gemma3-4b", "gemma3-12b", "gemma3-27b"]
     assert [n for n in names if n.startswith("llama3")] == [
-        "llama3-8b", "llama3-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b"
+        "llama3-8b", "llama3-70b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b"
     ]
     assert [n for n in names if n.startswith("qwen2.5-")] == ["qwen2.5-7b", "qwen2.5-72b"]
     assert names.index("deepseek-v2") < names.index("deepseek-v2-lite") < names.index("deepseek-v3")

@@ -176,7 +176,7 @@ def test_hub_id_prefers_the_snapshot_refs_main_names(hub):
 
 
 def test_hub_id_of_an_unknown_model_type_is_checked_like_a_file(hub):
-    cache_snapshot(hub, HUB_ID, "0123abc", {**PLAIN, "model_type": "qwen3_next", "linear_num_value_heads": 32})
+    cache_snapshot(hub, HUB_ID, "0123abc", {**PLAIN, "model_type": "qwen9_next", "linear_num_value_heads": 32})
     err = failing("show", HUB_ID)
     assert f"error: Hub id {HUB_ID} (" in err and "linear_num_value_heads (linear attention)" in err
 

@@ -153,8 +153,10 @@ def base_fields(cfg: dict, origin: str, family: str, tie_default: bool) -> dict:
 
 def decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_default=False, qkv_bias=False,
              qk_norm=False, norms_per_layer: int = 2, sliding: Callable[[int], bool] = lambda i: True,
-             ffn: dict | None = None, layer_ffn: Callable[[int], dict | None] = lambda i: None) -> dict:
-    """The common Llama-style decoder: every layer the same attention, windows per `sliding` or `layer_types`."""
+             ffn: dict | None = None, layer_ffn: Callable[[int], dict | None] = lambda i: None,
+             attention: dict | None = None) -> dict:
+    """The common Llama-style decoder: every layer the same attention (`attention`: more of its fields), windows per
+    `sliding` or `layer_types`."""
     base = base_fields(cfg, origin, family, tie_default)
     if norms_per_layer != 2:
         base["norms_per_layer"] = norms_per_layer
@@ -162,7 +164,8 @@ def decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_defaul
     n_kv = get(cfg, "num_key_value_heads", origin) or n_heads
     # Llama-style attention_bias puts a bias on q, k, v and o; Qwen2 has q/k/v biases only.
     bias = bool(cfg.get("attention_bias", False))
-    att = heads_attention(n_heads, n_kv, get(cfg, "head_dim", origin), qkv_bias=qkv_bias or bias, o_bias=bias, qk_norm=qk_norm)
+    att = heads_attention(n_heads, n_kv, get(cfg, "head_dim", origin), qkv_bias=qkv_bias or bias, o_bias=bias, qk_norm=qk_norm,
+                          **(attention or {}))
     window = get(cfg, "sliding_window", origin, minimum=0)  # 0 or null: no window
     if window and window >= base["max_context"]:
         notes.append(f"sliding_window {window} >= max_position_embeddings {base['max_context']}: it never applies, left out")

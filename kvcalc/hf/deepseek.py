@@ -7,7 +7,7 @@ from typing import Any
 from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, importer, need
 
 
-@importer("deepseek_v2", "deepseek_v3")
+@importer("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 def _deepseek(cfg, origin, notes):
     base = base_fields(cfg, origin, "deepseek", False)
     att = {
@@ -18,6 +18,10 @@ def _deepseek(cfg, origin, notes):
         "qk_rope_head_dim": need(cfg, "qk_rope_head_dim", origin),
         "v_head_dim": need(cfg, "v_head_dim", origin),
     }
+    if any(k in cfg for k in ("index_topk", "index_n_heads", "index_head_dim")):
+        # DeepSeek-V3.2 (DeepSeek Sparse Attention): the lightning indexer of every layer (inference/model.py Indexer)
+        att.update(index_n_heads=need(cfg, "index_n_heads", origin), index_head_dim=need(cfg, "index_head_dim", origin),
+                   index_topk=need(cfg, "index_topk", origin))
     q_rank = get(cfg, "q_lora_rank", origin, minimum=0)
     if q_rank:  # null (HF) or 0 (DeepSeek's own format) both mean no query compression
         att["q_lora_rank"] = q_rank

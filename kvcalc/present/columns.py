@@ -69,7 +69,7 @@ def _columns(cls: type, keys: tuple[str, ...]) -> list[Column]:
 LIST_COLUMNS = _columns(ListRow, ("model", "attention_label", "n_layers", "d_model", "heads_label", "kv_label",
                                   "head_dim_label", "max_context", "kv_bytes_per_token"))
 LIST_KEYS = [f.key for f in figures_of(ListRow) if f.raw]
-GROUP_COLUMNS = _columns(GroupRow, ("group", "layers", "n_layers", "kind", "sliding_window", "formula",
+GROUP_COLUMNS = _columns(GroupRow, ("group", "layers", "n_layers", "kind", "sliding_window", "attention_chunk_size", "formula",
                                     "elements_per_token_per_layer", "bytes_per_token_per_layer", "tokens_held",
                                     "bytes_per_layer", "bytes"))
 GROUP_KEYS = [f.key for f in figures_of(GroupRow) if f.raw]

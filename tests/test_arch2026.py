@@ -1,0 +1,216 @@
+"""#6: the architectures of 2025-26 that need no new layer kind of their own: gpt-oss (alternating 128-token windows,
+attention sinks, MoE with biases), DeepSeek-V3.2 (the sparse-attention indexer), Llama 4 (chunked local attention,
+NoPE layers, interleaved MoE), keys and values of different sizes, and the bundled specs of current models.
+
+Every expected figure is written out from the config's numbers, with the rule it follows, or is a published figure
+with its source."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import REFERENCE, run, spec
+from kvcalc.attention import GQA, Work
+from kvcalc.attention.base import Layer, chunk_keys_seen, chunk_keys_seen_sum
+from kvcalc.costs.cache import kv_cache
+from kvcalc.costs.flops import decode_flops, generate_flops, prefill_flops
+from kvcalc.costs.params import param_counts
+from kvcalc.settings import Settings
+from kvcalc.spec import ModelSpec
+
+MODELS_2026 = REFERENCE / "models-2026"
+K = 1024
+
+
+def compare(*args: str) -> list[dict]:
+    return json.loads(run("compare", *map(str, args), "-f", "json").stdout)
+
+
+# ---------------------------------------------------------------- gpt-oss
+
+
+@pytest.mark.parametrize("ctx", [4 * K, 128 * K])
+def test_gpt_oss_20b_cache_alternates_windows(ctx):
+    # layer_types: 12 sliding layers (window 128: they hold min(ctx, 128) tokens) and 12 full layers, each caching
+    # 2 (K and V) · 8 KV heads · head_dim 64 elements per token, bf16
+    want = (12 * ctx + 12 * 128) * 2 * 8 * 64 * 2
+    rows = compare(MODELS_2026 / "gpt-oss-20b.json", "gpt-oss-20b", "--ctx", str(ctx))
+    assert [r["kv_cache_bytes"] for r in rows] == [want, want]
+    if ctx == 128 * K:
+        assert want == 3_224_371_200  # the figure #6 states
+
+
+@pytest.mark.parametrize("name, total, active", [
+    # OpenAI, "gpt-oss-120b & gpt-oss-20b Model Card" (arXiv:2508.10925), Table 1: total parameters, and active
+    # parameters per token, which count the unembedding but not the embedding table
+    ("gpt-oss-20b", 20.91e9, 3.61e9),
+    ("gpt-oss-120b", 116.83e9, 5.13e9),
+])
+def test_gpt_oss_parameters_match_the_model_card(name, total, active):
+    s = spec(name)
+    p = param_counts(s)
+    embedding = s.vocab_size * s.d_model  # kvcalc's active count includes it; the card's does not
+    assert abs(p.total / total - 1) < 0.005
+    assert abs((p.active - embedding) / active - 1) < 0.005
+    # sinks: one logit per head per layer; expert biases 2·d_ff + d per expert; router bias one per expert
+    assert p.breakdown["attn/sinks"] == s.n_layers * 64
+    d, e = s.d_model, s.ffn.n_routed_experts
+    assert p.breakdown["ffn/routed"] == s.n_layers * e * (3 * d * 2880 + 2 * 2880 + d)
+    assert p.breakdown["ffn/router"] == s.n_layers * (d * e + e)
+
+
+# ---------------------------------------------------------------- DeepSeek-V3.2: the indexer
+
+
+def test_deepseek_v32_cache_holds_the_indexer_keys():
+    # 61 layers × (512 latent + 64 RoPE key + 128 indexer key) elements per token, bf16
+    for ctx in (4 * K, 128 * K):
+        rows = compare(MODELS_2026 / "deepseek-v3.2.json", "deepseek-v3.2", "--ctx", str(ctx))
+        assert [r["kv_cache_bytes"] for r in rows] == [61 * (512 + 64 + 128) * ctx * 2] * 2
+    assert rows[0]["kv_cache_bytes"] == 11_257_511_936  # at 128k, the figure #6 states
+
+
+def test_deepseek_v32_decode_is_cheaper_than_v3_at_long_context_and_shows_the_indexer():
+    at = Settings(ctx=128 * K)
+    v32, v3 = decode_flops(spec("deepseek-v3.2"), at), decode_flops(spec("deepseek-v3"), at)
+    assert sum(v32.values()) < sum(v3.values())
+    # absorbed decode at 128k: MLA attends the top 2048 keys, not all 131,072 (per layer: 2·keys·n_h·(d_c + d_R))
+    assert v32["attn/scores"] == 61 * 2 * 2048 * 128 * (512 + 64)
+    assert v3["attn/scores"] == 61 * 2 * 128 * K * 128 * (512 + 64)
+    # the indexer scans every key: 64 heads · (q·k over 128 + the weighted sum over heads)
+    assert v32["attn/index_scores"] == 61 * 2 * 128 * K * 64 * (128 + 1)
+    # its projections: wq_b (1536 × 64·128), wk (7168 × 128), weights_proj (7168 × 64), per token
+    assert v32["attn/index"] == 61 * 2 * (1536 * 64 * 128 + 7168 * 128 + 7168 * 64)
+    cost = json.loads(run("cost", "deepseek-v3.2", "--ctx", "128k", "-f", "json").stdout)["flops"]
+    assert {"attn/index", "attn/index_scores"} <= set(cost["decode_token_absorbed"])
+    # below the top-k, the indexer changes nothing the attention sees
+    short = Settings(ctx=2048)
+    assert decode_flops(spec("deepseek-v3.2"), short)["attn/scores"] == decode_flops(spec("deepseek-v3"), short)["attn/scores"]
+
+
+def test_deepseek_v32_prefill_attends_top_k_per_query():
+    s = spec("deepseek-v3.2")
+    n = 4096
+    f = prefill_flops(s, Settings(ctx=n))
+    attended = 2048 * 2049 // 2 + (n - 2048) * 2048  # Σ_i min(i, 2048)
+    assert f["attn/scores"] == 61 * 2 * attended * 128 * (128 + 64)  # prefill is naive: per-head d_qk = 192
+    assert f["attn/index_scores"] == 61 * 2 * (n * (n + 1) // 2) * 64 * 129  # every causal pair is scanned
+
+
+# ---------------------------------------------------------------- Llama 4: chunked attention and NoPE layers
+
+
+@pytest.mark.parametrize("ctx", [4 * K, 128 * K])
+def test_llama4_scout_cache_chunked_and_nope_layers(ctx):
+    # 48 layers; every fourth (3, 7, …, 47) is NoPE with full attention: 12 layers hold ctx tokens; the 36 RoPE
+    # layers attend within 8192-token chunks and hold min(ctx, 8192); 2 · 8 KV heads · 128 per token, bf16
+    want = (12 * ctx + 36 * min(ctx, 8192)) * 2 * 8 * 128 * 2
+    rows = compare(MODELS_2026 / "llama-4-scout-17b-16e-instruct.json", "llama4-scout", "--ctx", str(ctx))
+    assert [r["kv_cache_bytes"] for r in rows] == [want, want]
+    assert rows[0]["attention_chunk_size"] == 8192
+
+
+def test_llama4_scout_parameters_written_out():
+    d, layers, vocab, ff, experts = 5120, 48, 202048, 8192, 16
+    attention = d * 40 * 128 + 2 * d * 8 * 128 + 40 * 128 * d  # q, k, v, o; the L2 qk-norm has no weights
+    moe = experts * 3 * d * ff + 3 * d * ff + d * experts  # 16 routed experts, the shared expert, the router
+    per_layer = attention + moe + 2 * d  # and two RMSNorms
+    total = layers * per_layer + 2 * vocab * d + d  # untied embedding and LM head, the final norm
+    active = layers * (attention + 3 * d * ff * 2 + d * experts + 2 * d) + 2 * vocab * d + d  # top-1 + shared
+    p = param_counts(spec("llama4-scout"))
+    assert (p.total, p.active) == (total, active)
+    # Meta's model card: 109B total (with the vision encoder, which kvcalc does not count), 17B active
+    assert abs(p.total / 109e9 - 1) < 0.03 and abs(p.active / 17e9 - 1) < 0.03
+
+
+def test_llama4_maverick_alternates_dense_and_moe_layers():
+    s = spec("llama4-maverick")
+    p = param_counts(s)
+    assert abs(p.total / 400e9 - 1) < 0.03 and abs(p.active / 17e9 - 1) < 0.03  # Meta: 400B total, 17B active
+    d = 5120
+    assert p.breakdown["ffn/dense"] == 24 * 3 * d * 16384  # 24 dense layers of intermediate_size_mlp
+
+
+def test_chunked_key_counts_are_exact_sums():
+    for chunk in (1, 3, 8):
+        for n in range(0, 30):
+            assert chunk_keys_seen(n, chunk) == sum((t - 1) % chunk + 1 for t in range(1, n + 1))
+            assert chunk_keys_seen_sum(n, chunk) == sum(chunk_keys_seen(m, chunk) for m in range(1, n + 1))
+
+
+def toy(**group) -> ModelSpec:
+    return ModelSpec.model_validate({
+        "name": "toy", "family": "test", "d_model": 64, "n_layers": 2, "vocab_size": 100, "max_context": 4096,
+        "ffn": {"kind": "dense", "d_ff": 128},
+        "layer_groups": [{"layers": "all", "attention": {"kind": "gqa", "n_heads": 4, "n_kv_heads": 2, "head_dim": 16},
+                          **group}],
+    })
+
+
+def test_chunked_flops_count_the_keys_of_each_chunk():
+    s = toy(attention_chunk_size=5)
+    per_pair = 2 * 2 * 4 * 16  # scores and mix: 2 FLOPs · n_h · d_h each
+    for n in (3, 5, 12):
+        assert prefill_flops(s, Settings(ctx=n))["attn/scores"] == 2 * 2 * 4 * 16 * chunk_keys_seen(n, 5)
+    # the decode step at context t sees ((t - 1) mod C) + 1 keys: position 11 is the first of its chunk
+    assert decode_flops(s, Settings(ctx=11))["attn/scores"] + decode_flops(s, Settings(ctx=11))["attn/mix"] == 2 * per_pair * 1
+    assert decode_flops(s, Settings(ctx=10))["attn/scores"] == 2 * 2 * 4 * 16 * 5
+    cached = generate_flops(s, Settings(ctx=7, gen=6))["attn/scores"]
+    assert cached == 2 * 2 * 4 * 16 * sum((t - 1) % 5 + 1 for t in range(8, 14))
+    uncached = generate_flops(s, Settings(ctx=7, gen=6), cached=False)["attn/scores"]
+    assert uncached == 2 * 2 * 4 * 16 * sum(chunk_keys_seen(m, 5) for m in range(8, 14))
+    # the cache reserves a whole chunk, and is linear in ctx below it
+    assert [kv_cache(s, Settings(ctx=c)).bytes for c in (1, 4, 5, 9)] == [2 * 64 * c * 2 for c in (1, 4, 5, 5)]
+
+
+def test_window_and_chunk_exclude_each_other(tmp_path):
+    path = tmp_path / "both.yaml"
+    path.write_text(json.dumps({
+        "name": "both", "family": "test", "d_model": 64, "n_layers": 1, "vocab_size": 100, "max_context": 4096,
+        "ffn": {"kind": "dense", "d_ff": 128},
+        "layer_groups": [{"attention": {"kind": "mha", "n_heads": 4}, "sliding_window": 8, "attention_chunk_size": 16}],
+    }))
+    res = run("show", path, ok=False)
+    assert res.exit_code == 1
+    assert f"{path}: layer_groups[0]: sliding_window and attention_chunk_size exclude each other" in res.stderr
+
+
+# ---------------------------------------------------------------- keys and values of different sizes
+
+
+def test_keys_and_values_of_different_sizes():
+    # MiMo-V2-Flash's keys are 192 wide and its values 128: n_kv·(d_h + d_v) per token and layer
+    att = GQA(kind="gqa", n_heads=8, n_kv_heads=4, head_dim=192, v_head_dim=128)
+    layer = Layer(1024, None, "layer_groups[0].attention")
+    f = att.cache_formula(layer, "latent")
+    assert (f.expression, f.elements, f.components) == ("n_kv·(d_h + d_v)", 4 * (192 + 128), {"k": 768, "v": 512})
+    weights = {w.name: w.shape for w in att.weights(layer)}
+    assert weights["W_V"] == (1024, 4 * 128) and weights["W_O"] == (8 * 128, 1024)
+    mix = att.flops(layer, Work(1, 10, 1), "naive")["attn/mix"]
+    assert mix == 2 * 10 * 8 * 128  # A·V: each of 8 heads mixes 10 values of 128
+
+
+# ---------------------------------------------------------------- the bundled specs of current models
+
+
+@pytest.mark.parametrize("config, bundled", [
+    ("gpt-oss-20b.json", "gpt-oss-20b"),
+    ("deepseek-v3.2.json", "deepseek-v3.2"),
+    ("llama-4-scout-17b-16e-instruct.json", "llama4-scout"),
+])
+def test_bundled_specs_equal_their_configs(config, bundled):
+    from kvcalc.registry import load_model
+
+    imported, ours = load_model(str(MODELS_2026 / config)).spec, spec(bundled)
+    assert param_counts(imported).breakdown == param_counts(ours).breakdown
+    for ctx in (1, 4 * K, 128 * K):
+        assert kv_cache(imported, Settings(ctx=ctx)).bytes == kv_cache(ours, Settings(ctx=ctx)).bytes
+
+
+def test_qwen3_32b_parameters_written_out():
+    d, layers, vocab, ff = 5120, 64, 151936, 25600
+    attention = d * 64 * 128 + 2 * d * 8 * 128 + 64 * 128 * d + 2 * 128  # q, k, v, o and the q/k norms
+    per_layer = attention + 3 * d * ff + 2 * d
+    assert param_counts(spec("qwen3-32b")).total == layers * per_layer + 2 * vocab * d + d
