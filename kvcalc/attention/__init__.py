@@ -51,10 +51,11 @@ def _validate(value: Any) -> AttentionKind:
 AttentionField = Annotated[SerializeAsAny[AttentionKind], PlainValidator(_validate)]
 
 from kvcalc.attention.gqa import GQA, MHA, MQA, Heads  # noqa: E402  (the bundled kinds register themselves)
+from kvcalc.attention.lightning import Lightning  # noqa: E402
 from kvcalc.attention.linear import Linear  # noqa: E402
 from kvcalc.attention.mla import MLA, MLA_CACHE_LAYOUTS, MLA_SCHEDULES  # noqa: E402
 
-for _cls in (MHA, GQA, MQA, MLA, Linear):
+for _cls in (MHA, GQA, MQA, MLA, Linear, Lightning):
     register(_cls)
 
 __all__ = [
