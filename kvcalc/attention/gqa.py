@@ -27,6 +27,10 @@ class Heads(AttentionKind):
         False, description="A sigmoid gate on the attention output, one per query-head channel (Qwen3-Next: q_proj emits "
         "the query and the gate, n_h·d_h more outputs)."
     )
+    k_eq_v: bool = Field(
+        False, description="Values come from the key projection (Gemma 4 attention_k_eq_v): no W_V; the cache still holds "
+        "K (normed, rotated) and V (normed) apart, 2·n_kv·d_h per token."
+    )
     sinks: bool = Field(
         False, description="A learned attention-sink logit per query head (gpt-oss): parameters, no cached tokens."
     )
@@ -84,11 +88,13 @@ class Heads(AttentionKind):
         d, n_h, n_kv, d_h, d_v = layer.d_model, self.n_heads, self.n_kv, self.d_h(layer), self.d_v(layer)
         out = [Weight("W_Q", "attn/q", (d, n_h * d_h)), Weight("W_K", "attn/k", (d, n_kv * d_h)),
                Weight("W_V", "attn/v", (d, n_kv * d_v)), Weight("W_O", "attn/o", (n_h * d_v, d))]
+        if self.k_eq_v:  # Gemma4Attention: v = v_norm(k_proj(x)), no v_proj
+            out = [w for w in out if w.name != "W_V"]
         if self.output_gate:  # Qwen3NextAttention: q_proj is d × 2·n_h·d_h, the second half gates the output
             out.append(Weight("W_G", "attn/q", (d, n_h * d_h)))
         if self.qkv_bias:
-            out += [Weight("b_Q", "attn/q", (n_h * d_h,), "bias"), Weight("b_K", "attn/k", (n_kv * d_h,), "bias"),
-                    Weight("b_V", "attn/v", (n_kv * d_v,), "bias")]
+            out += [Weight("b_Q", "attn/q", (n_h * d_h,), "bias"), Weight("b_K", "attn/k", (n_kv * d_h,), "bias")]
+            out += [] if self.k_eq_v else [Weight("b_V", "attn/v", (n_kv * d_v,), "bias")]
         if self.o_bias:
             out.append(Weight("b_O", "attn/o", (d,), "bias"))
         if self.qk_norm:  # q_norm and k_norm over head_dim (Gemma 3, Qwen3)
@@ -103,7 +109,7 @@ class Heads(AttentionKind):
         return {
             "attn/q": proj["attn/q"],
             "attn/k": proj["attn/k"],
-            "attn/v": proj["attn/v"],
+            "attn/v": proj.get("attn/v", 0),
             "attn/scores": 2 * work.pairs * n_h * d_h,  # QKᵀ: each query head meets its (shared) key head
             "attn/mix": 2 * work.pairs * n_h * d_v,  # AV
             "attn/o": proj["attn/o"],

@@ -1,0 +1,106 @@
+"""Importer of Qwen3-Next (model_type qwen3_next): Gated DeltaNet layers with gated full attention every
+`full_attention_interval`-th layer, and a high-sparsity MoE with a gated shared expert.
+
+Sources (transformers, models/qwen3_next/): configuration_qwen3_next.py (Qwen3NextConfig and its defaults) and
+modeling_qwen3_next.py (Qwen3NextDecoderLayer, Qwen3NextAttention, Qwen3NextGatedDeltaNet, Qwen3NextSparseMoeBlock).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcalc.errors import SpecError
+from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, heads_attention, importer, need, whole
+
+# Qwen3NextConfig defaults (configuration_qwen3_next.py) of the keys particular to Qwen3-Next, filled in when a config
+# leaves them out, as transformers does: head_dim is 256 there, not hidden_size / num_attention_heads (= 128 for the
+# 80B model), and a config without num_experts still builds 512 experts. Standard keys (hidden_size, ...) are required.
+QWEN3_NEXT_DEFAULTS = {
+    "head_dim": 256,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "full_attention_interval": 4,
+    "num_experts": 512,
+    "num_experts_per_tok": 10,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+    "decoder_sparse_step": 1,
+}
+LINEAR_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+               "linear_conv_kernel_dim")
+QWEN3_NEXT_LAYER_TYPES = ("linear_attention", "full_attention")
+
+
+def _full_layers(cfg: dict, origin: str, n_layers: int) -> list[bool]:
+    """Which layers are full attention: `layer_types` when given, else Qwen3NextConfig.__post_init__'s rule,
+    layer i is full attention when (i + 1) % full_attention_interval == 0 (every 4th: 3, 7, …, 47)."""
+    types = cfg.get("layer_types")
+    if types is None:
+        interval = need(cfg, "full_attention_interval", origin)
+        return [(i + 1) % interval == 0 for i in range(n_layers)]
+    if not isinstance(types, list) or len(types) != n_layers:
+        got = f"{len(types)} entries" if isinstance(types, list) else repr(types)
+        raise SpecError(f"{origin}: layer_types: must have one entry per layer (num_hidden_layers {n_layers}), got {got}")
+    for i, t in enumerate(types):
+        if t not in QWEN3_NEXT_LAYER_TYPES:
+            raise SpecError(f"{origin}: layer_types[{i}]: must be one of {', '.join(QWEN3_NEXT_LAYER_TYPES)}, got {t!r}")
+    return [t == "full_attention" for t in types]
+
+
+def _sparse_layers(cfg: dict, origin: str, n_layers: int) -> list[bool]:
+    """Qwen3NextDecoderLayer: a Qwen3NextSparseMoeBlock when the layer is not in mlp_only_layers, num_experts > 0
+    and (i + 1) % decoder_sparse_step == 0; else a dense Qwen3NextMLP of intermediate_size (as Qwen3-MoE)."""
+    only = cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list):
+        raise SpecError(f"{origin}: mlp_only_layers: must be a list of layer indices, got {only!r}")
+    dense = {whole(i, f"mlp_only_layers[{j}]", origin, minimum=0) for j, i in enumerate(only)}
+    experts = get(cfg, "num_experts", origin, minimum=0) or 0
+    step = get(cfg, "decoder_sparse_step", origin, minimum=0) or 1
+    return [i not in dense and experts > 0 and (i + 1) % step == 0 for i in range(n_layers)]
+
+
+@importer("qwen3_next", keys={k: k for k in LINEAR_KEYS})
+def _qwen3_next(cfg, origin, notes):
+    filled = [k for k in QWEN3_NEXT_DEFAULTS if k not in cfg and not (k == "full_attention_interval" and "layer_types" in cfg)]
+    if filled:
+        notes.append("Qwen3NextConfig defaults filled in for: " + ", ".join(filled))
+    cfg = {**QWEN3_NEXT_DEFAULTS, **cfg}
+    if cfg.get("sliding_window") or cfg.get("use_sliding_window"):
+        notes.append("sliding_window does not apply: Qwen3NextAttention has no window")
+    base = base_fields(cfg, origin, "qwen3_next", False)
+    n = base["n_layers"]
+    bias = bool(cfg.get("attention_bias", False))  # Qwen3MoeAttention: bias=attention_bias on q, k, v and o
+    # Qwen3NextAttention: q_proj is d × 2·n_h·d_h (query and output gate), q_norm/k_norm over d_h (Qwen3MoeAttention);
+    # partial RoPE (partial_rotary_factor) changes no size.
+    n_heads = need(cfg, "num_attention_heads", origin)
+    n_kv = get(cfg, "num_key_value_heads", origin) or n_heads
+    full = heads_attention(n_heads, n_kv, need(cfg, "head_dim", origin), qkv_bias=bias, o_bias=bias, qk_norm=True,
+                           output_gate=True)
+    linear: dict[str, Any] = {"kind": "gated_deltanet", **{k: need(cfg, k, origin) for k in LINEAR_KEYS}}
+    fulls, sparse = _full_layers(cfg, origin, n), _sparse_layers(cfg, origin, n)
+    dense = dense_ffn(need(cfg, "intermediate_size", origin)) if not all(sparse) else None
+    layers = [{"attention": full if fulls[i] else linear, **({} if sparse[i] else {"ffn": dense})} for i in range(n)]
+    groups = group_layers(layers, n)
+    for g in groups:  # name the two mixers; each layer has the 2 default norms (input_ and post_attention_layernorm)
+        g.setdefault("name", "full" if g["attention"] is full else "linear")
+    base["layer_groups"] = groups
+    if not any(sparse):  # every layer dense: the model's FFN, no overrides
+        base["ffn"] = dense
+        for g in groups:
+            g.pop("ffn")
+        return base
+    # Qwen3NextSparseMoeBlock (= Qwen2MoeSparseMoeBlock): router gate Linear(d, num_experts, bias=False), the routed
+    # experts, one shared_expert MLP of shared_expert_intermediate_size and shared_expert_gate Linear(d, 1, bias=False).
+    base["ffn"] = {
+        "kind": "moe",
+        "n_routed_experts": need(cfg, "num_experts", origin),
+        "n_experts_per_tok": need(cfg, "num_experts_per_tok", origin),
+        "moe_d_ff": need(cfg, "moe_intermediate_size", origin),
+        "n_shared_experts": 1,
+        "shared_d_ff": need(cfg, "shared_expert_intermediate_size", origin),
+        "shared_gate": True,
+    }
+    return base
