@@ -1,0 +1,46 @@
+"""Importers of OLMo 2 and OLMo 3 (model_types olmo2, olmo3): post-norm layers, a query/key RMSNorm over the whole
+projection, and (OLMo 3) sliding windows on three layers of four.
+
+Rules, from transformers' models/olmo2 and models/olmo3 (configuration_olmo2.py, modeling_olmo2.py,
+modular_olmo3.py):
+- Olmo2Attention: q/k/v/o projections with bias only when attention_bias (Olmo2Config default False);
+  num_key_value_heads absent -> num_attention_heads; head_dim = hidden_size / num_attention_heads.
+- q_norm = Olmo2RMSNorm(num_attention_heads·head_dim) and k_norm = Olmo2RMSNorm(num_key_value_heads·head_dim),
+  applied to the whole q_proj / k_proj output before it is split into heads (Olmo3Attention.forward:
+  self.q_norm(self.q_proj(h))). kvcalc's Heads.qk_norm counts 2·d_h (a per-head norm), which this is not: the
+  importer leaves qk_norm off and notes the (n_h + n_kv)·d_h weights per layer it does not count. The cache is
+  unaffected (keys are cached after the norm, same size).
+- Olmo2DecoderLayer: two RMSNorms, post_attention_layernorm and post_feedforward_layernorm (on the sublayer
+  outputs, no input norm); a final norm; a gated SiLU MLP of intermediate_size without bias; untied by default.
+- OLMo 3 (Olmo3Config, Olmo3Attention): `layer_types` names each layer; absent, layer i is sliding unless
+  (i + 1) % 4 == 0. sliding_window defaults to 4096. Sliding layers pass it to the attention; masking_utils keeps
+  kv_idx > q_idx - sliding_window, so a query sees `sliding_window` keys, itself included: kvcalc's W.
+"""
+
+from __future__ import annotations
+
+from kvcalc.hf.common import decoder, get, importer, need
+
+
+def _qk_norm_note(cfg: dict, origin: str, notes: list[str]) -> None:
+    n_h = need(cfg, "num_attention_heads", origin)
+    n_kv = get(cfg, "num_key_value_heads", origin) or n_h
+    d_h = need(cfg, "hidden_size", origin) // n_h
+    notes.append(f"q_norm/k_norm span the whole projection ((n_h + n_kv)·d_h = {(n_h + n_kv) * d_h} weights a layer): "
+                 "not counted, kvcalc's qk_norm is per head")
+
+
+@importer("olmo2")
+def _olmo2(cfg: dict, origin: str, notes: list[str]) -> dict:
+    _qk_norm_note(cfg, origin, notes)
+    return decoder(cfg, origin, "olmo2", notes)
+
+
+@importer("olmo3")
+def _olmo3(cfg: dict, origin: str, notes: list[str]) -> dict:
+    cfg = dict(cfg)
+    if "sliding_window" not in cfg:
+        cfg["sliding_window"] = 4096  # Olmo3Config default
+        notes.append("no sliding_window in the config: Olmo3Config default 4096 used")
+    _qk_norm_note(cfg, origin, notes)
+    return decoder(cfg, origin, "olmo3", notes, sliding=lambda i: (i + 1) % 4 != 0)

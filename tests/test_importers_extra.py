@@ -1,0 +1,121 @@
+"""Importers of more model_types: each config in tests/data/reference/configs-extra (SOURCES.md says where it comes
+from) goes through `kvcalc compare`, and the cache is checked against a figure written out from the config's numbers,
+with the rule it follows; each importer's trap gets its own assertion."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import REFERENCE, run
+from kvcalc.hf import spec_from_config
+
+EXTRA = REFERENCE / "configs-extra"
+K = 1024
+BF16 = 2  # bytes per cached element (kvcalc's default kv dtype)
+
+
+def compare(name: str) -> list[dict]:
+    """`kvcalc compare <config> --ctx 4k,128k -f json`: one row per context."""
+    return json.loads(run("compare", EXTRA / f"{name}.json", "--ctx", "4k,128k", "-f", "json").stdout)
+
+
+def config(name: str) -> dict:
+    return json.loads((EXTRA / f"{name}.json").read_text())
+
+
+def imported(cfg: dict, name: str = "m"):
+    return spec_from_config(cfg, "test", name)[0]
+
+
+def kv_bytes(rows: list[dict]) -> list[int]:
+    return [r["kv_cache_bytes"] for r in rows]
+
+
+# ---------------------------------------------------------------- starcoder2
+
+
+def test_starcoder2_7b_cache_window_on_every_layer():
+    # 32 layers, each with the 4096-key window (sliding_window, the query included) and 4 KV heads of 4608/36 = 128:
+    # 2 (K and V) · 4 · 128 elements per token; past 4k the cache stops growing
+    per_token = 2 * 4 * 128 * BF16
+    assert kv_bytes(compare("starcoder2-7b")) == [32 * 4096 * per_token, 32 * 4096 * per_token]
+
+
+def test_starcoder2_biases_plain_gelu_layernorm_and_params():
+    s = imported(config("starcoder2-7b"))
+    att = s.layer_groups[0].attention
+    assert (att.qkv_bias, att.o_bias, s.ffn.gated, s.ffn.bias, s.norm, s.tie_embeddings) == (True, True, False, True, "layernorm", True)
+    d, f, n_h, n_kv, d_h, v, n = 4608, 18432, 36, 4, 128, 49152, 32
+    layer = (d * n_h * d_h + n_h * d_h) + 2 * (d * n_kv * d_h + n_kv * d_h) + (n_h * d_h * d + d)  # q, k, v, o with bias
+    layer += (d * f + f) + (f * d + d)  # c_fc, c_proj with bias: no gate
+    layer += 2 * 2 * d  # input and post-attention LayerNorm: weight and bias
+    want = v * d + n * layer + 2 * d  # tied embedding, final LayerNorm
+    assert compare("starcoder2-7b")[0]["params_total"] == want
+
+
+def test_starcoder2_missing_kv_heads_gets_the_config_default_2():
+    # the trap: Starcoder2Config defaults num_key_value_heads to 2, not to num_attention_heads
+    cfg = {k: v for k, v in config("starcoder2-7b").items() if k != "num_key_value_heads"}
+    assert imported(cfg).layer_groups[0].attention.n_kv_heads == 2
+
+
+# ---------------------------------------------------------------- phi3
+
+
+def test_phi3_mini_4k_window_is_2047_keys_not_2048():
+    # sliding_window 2047 on every layer: masking_utils keeps kv_idx > q_idx - 2047, 2047 keys with the query;
+    # 32 layers, 32 KV heads (MHA) of 3072/32 = 96
+    per_token = 2 * 32 * 96 * BF16
+    rows = compare("phi-3-mini-4k-instruct")
+    assert kv_bytes(rows) == [32 * 2047 * per_token] * 2
+    assert rows[0]["sliding_window"] == 2047
+
+
+def test_phi35_mini_window_beyond_max_context_is_left_out():
+    # sliding_window 262144 >= max_position_embeddings 131072: never applies; every layer holds the whole context
+    per_token = 2 * 32 * 96 * BF16
+    assert kv_bytes(compare("phi-3.5-mini-instruct")) == [32 * ctx * per_token for ctx in (4 * K, 128 * K)]
+    s = imported(config("phi-3.5-mini-instruct"))
+    assert s.layer_groups[0].sliding_window is None and "262144" in s.notes
+
+
+def test_phi3_fused_qkv_has_no_bias_whatever_attention_bias_says():
+    cfg = {**config("phi-3-mini-4k-instruct"), "attention_bias": True, "num_key_value_heads": 8}
+    att = imported(cfg).layer_groups[0].attention
+    # qkv_proj is n_h·d_h + 2·n_kv·d_h wide: num_key_value_heads is honoured, biases are not
+    assert (att.n_kv_heads, att.qkv_bias, att.o_bias) == (8, False, False)
+
+
+# ---------------------------------------------------------------- olmo2 / olmo3
+
+
+@pytest.mark.parametrize("name, n_layers, n_kv, d_h", [
+    ("olmo-2-1124-7b", 32, 32, 4096 // 32),  # MHA
+    ("olmo-2-0325-32b", 64, 8, 5120 // 40),  # GQA
+])
+def test_olmo2_cache_full_attention(name, n_layers, n_kv, d_h):
+    assert kv_bytes(compare(name)) == [n_layers * ctx * 2 * n_kv * d_h * BF16 for ctx in (4 * K, 128 * K)]
+
+
+def test_olmo2_whole_projection_qk_norm_is_noted_not_counted_per_head():
+    s = imported(config("olmo-2-0325-32b"))
+    assert s.layer_groups[0].attention.qk_norm is False
+    assert f"{(40 + 8) * 128}" in s.notes  # (n_h + n_kv)·d_h weights of q_norm and k_norm a layer
+
+
+def test_olmo3_layer_types_and_default_pattern(tmp_path):
+    # No public OLMo 3 config was found to copy: this is the OLMo 2 7B file with OLMo 3's keys set in the test
+    # (model_type, a 65,536-token context so that the 4096 window applies).
+    base = {**config("olmo-2-1124-7b"), "model_type": "olmo3", "max_position_embeddings": 65536, "sliding_window": 4096}
+    # absent layer_types: Olmo3Config makes layer i full when (i + 1) % 4 == 0, sliding otherwise
+    full = [g.layers for g in imported(base).layer_groups if g.sliding_window is None]
+    assert full == ["3,7,11,15,19,23,27,31"]
+    # given layer_types win: here 16 sliding layers hold 4096 keys (the query included), 16 full layers hold ctx
+    types = ["full_attention" if i % 2 else "sliding_attention" for i in range(32)]
+    path = tmp_path / "olmo3.json"
+    path.write_text(json.dumps({**base, "layer_types": types}))
+    rows = json.loads(run("compare", path, "--ctx", "4k,128k", "-f", "json").stdout)
+    per_token = 2 * 32 * 128 * BF16
+    assert kv_bytes(rows) == [32 * 4096 * per_token, (16 * 4096 + 16 * 128 * K) * per_token]
