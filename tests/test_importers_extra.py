@@ -119,3 +119,56 @@ def test_olmo3_layer_types_and_default_pattern(tmp_path):
     rows = json.loads(run("compare", path, "--ctx", "4k,128k", "-f", "json").stdout)
     per_token = 2 * 32 * 128 * BF16
     assert kv_bytes(rows) == [32 * 4096 * per_token, (16 * 4096 + 16 * 128 * K) * per_token]
+
+
+# ---------------------------------------------------------------- glm_moe_dsa (GLM-5)
+
+
+def test_glm5_cache_latent_rope_key_and_indexer_key():
+    # MLA on all 78 layers: the latent kv_lora_rank 512 + the RoPE key qk_rope_head_dim 64, plus the indexer's key
+    # index_head_dim 128 (every layer "full": no index_topk_freq); head_dim 64 and num_key_value_heads 64 are decoys
+    per_token = (512 + 64 + 128) * BF16
+    assert kv_bytes(compare("glm-5")) == [78 * ctx * per_token for ctx in (4 * K, 128 * K)]
+
+
+def test_glm5_parameters_written_out_from_the_config():
+    d, v, n, h = 6144, 154880, 78, 64
+    q_lora, kv_lora, nope, rope, d_v = 2048, 512, 192, 64, 256
+    attn = d * q_lora + q_lora + q_lora * h * (nope + rope)  # q_a_proj, q_a_layernorm, q_b_proj
+    attn += d * (kv_lora + rope) + kv_lora + kv_lora * h * (nope + d_v)  # kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj
+    attn += h * d_v * d  # o_proj
+    i_h, i_d = 32, 128
+    attn += q_lora * i_h * i_d + d * i_d + 2 * i_d + d * i_h  # indexer wq_b, wk, k_norm (LayerNorm), weights_proj
+    dense = 3 * d * 12288  # first_k_dense_replace 3 layers of intermediate_size
+    moe = 256 * 3 * d * 2048 + 1 * 3 * d * 2048 + d * 256 + 256  # routed, shared, router, e_score_correction_bias
+    want = 2 * v * d + n * (attn + 2 * d) + 3 * dense + (n - 3) * moe + d  # untied; 2 norms a layer; final norm
+    got = compare("glm-5")[0]["params_total"]
+    assert got == want
+    assert abs(got / 744e9 - 1) < 0.03  # zai-org/GLM-5 model card: 744B parameters (40B active)
+
+
+def test_glm5_shared_indexer_layers_are_refused_naming_the_need(tmp_path):
+    # GLM-5.2-style configs: index_topk_freq 4 makes most layers reuse another layer's top-k (no indexer cache)
+    path = tmp_path / "glm.json"
+    path.write_text(json.dumps({**config("glm-5"), "index_topk_freq": 4, "index_skip_topk_offset": 3}))
+    res = run("compare", path, ok=False)
+    assert res.exit_code != 0 and "shared" in res.stderr
+
+
+# ---------------------------------------------------------------- qwen3_vl
+
+
+def test_qwen3_vl_8b_text_config_cache_and_tie_from_top_level():
+    # text_config: 36 layers, 8 KV heads of head_dim 128, full attention everywhere
+    assert kv_bytes(compare("qwen3-vl-8b-instruct")) == [36 * ctx * 2 * 8 * 128 * BF16 for ctx in (4 * K, 128 * K)]
+    s = imported(config("qwen3-vl-8b-instruct"))
+    assert s.tie_embeddings is False and s.layer_groups[0].attention.qk_norm  # top-level key; Qwen3's per-head norm
+    flipped = {**config("qwen3-vl-8b-instruct"), "tie_word_embeddings": True}
+    assert imported(flipped).tie_embeddings is True  # the top-level key is the one read
+
+
+def test_qwen3_vl_moe_30b_a3b():
+    # 48 layers, 4 KV heads of 128; 128 experts of moe_intermediate_size 768, top 8, on every layer (step 1)
+    assert kv_bytes(compare("qwen3-vl-30b-a3b-instruct")) == [48 * ctx * 2 * 4 * 128 * BF16 for ctx in (4 * K, 128 * K)]
+    s = imported(config("qwen3-vl-30b-a3b-instruct"))
+    assert (s.ffn.n_routed_experts, s.ffn.n_experts_per_tok, s.ffn.moe_d_ff) == (128, 8, 768)

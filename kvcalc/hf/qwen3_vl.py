@@ -1,0 +1,39 @@
+"""Importers of Qwen3-VL (model_types qwen3_vl, qwen3_vl_moe): the text model under text_config, read with the Qwen3
+/ Qwen3-MoE rules; the vision tower is not counted.
+
+Rules, from transformers' models/qwen3_vl and models/qwen3_vl_moe (configuration_*.py, modeling_*.py):
+- Qwen3VLConfig nests the decoder in text_config (model_type qwen3_vl_text / qwen3_vl_moe_text); the language
+  model is Qwen3VLTextModel, whose layers are Qwen3's: q/k/v/o with bias only when attention_bias, q_norm and k_norm
+  RMSNorms of head_dim per head, head_dim from the config, every layer full attention (no sliding window keys).
+- Qwen3VLMoeTextSparseMoeBlock: num_experts experts of moe_intermediate_size, top num_experts_per_tok, a bias-free
+  router; layers in mlp_only_layers or off the decoder_sparse_step grid are dense of intermediate_size (Qwen3-MoE).
+- tie_word_embeddings lives at the top level (Qwen3VLConfig; the 8B file: false, none inside text_config): the
+  top-level key wins, then text_config's, else untied.
+- DeepStack feeds visual features into the first layers' hidden states and M-RoPE splits the rotary dims: neither
+  changes a size.
+"""
+
+from __future__ import annotations
+
+from kvcalc.errors import SpecError
+from kvcalc.hf.common import importer
+from kvcalc.hf.dense import _qwen3, _qwen3_moe
+
+
+def _text(cfg: dict, origin: str, notes: list[str]) -> dict:
+    text = cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise SpecError(f"{origin}: text_config: required for model_type {cfg.get('model_type')!r}, got {text!r:.40}")
+    notes.append("text model read from text_config (vision tower not counted)")
+    tie = cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+    return {**text, "tie_word_embeddings": tie}
+
+
+@importer("qwen3_vl")
+def _qwen3_vl(cfg: dict, origin: str, notes: list[str]) -> dict:
+    return _qwen3(_text(cfg, origin, notes), origin, notes)
+
+
+@importer("qwen3_vl_moe")
+def _qwen3_vl_moe(cfg: dict, origin: str, notes: list[str]) -> dict:
+    return _qwen3_moe(_text(cfg, origin, notes), origin, notes)
