@@ -172,3 +172,26 @@ def test_qwen3_vl_moe_30b_a3b():
     assert kv_bytes(compare("qwen3-vl-30b-a3b-instruct")) == [48 * ctx * 2 * 4 * 128 * BF16 for ctx in (4 * K, 128 * K)]
     s = imported(config("qwen3-vl-30b-a3b-instruct"))
     assert (s.ffn.n_routed_experts, s.ffn.n_experts_per_tok, s.ffn.moe_d_ff) == (128, 8, 768)
+
+
+# ---------------------------------------------------------------- minimax_m2
+
+
+def test_minimax_m25_full_attention_cache():
+    # no window on any layer (MiniMaxM2Model: "No sliding window"): 62 layers, 8 KV heads of head_dim 128
+    assert kv_bytes(compare("minimax-m2.5")) == [62 * ctx * 2 * 8 * 128 * BF16 for ctx in (4 * K, 128 * K)]
+
+
+def test_minimax_m25_parameters_written_out():
+    d, v, n, h, kv, d_h, e, f = 3072, 200064, 62, 48, 8, 128, 256, 1536
+    attn = d * h * d_h + 2 * d * kv * d_h + h * d_h * d  # q, k, v, o: no bias (whole-projection qk-norm not counted)
+    moe = e * 3 * d * f + d * e + e  # 256 gated experts of intermediate_size, router, e_score_correction_bias
+    want = 2 * v * d + n * (attn + moe + 2 * d) + d  # untied embedding and head; 2 norms a layer; final norm
+    rows = compare("minimax-m2.5")
+    assert rows[0]["params_total"] == want
+    assert abs(want / 230e9 - 1) < 0.03  # MiniMaxAI/MiniMax-M2 model card: 230B total parameters, 10B active
+
+
+def test_minimax_m2_qk_norm_noted_and_window_refused_to_apply():
+    s = imported({**config("minimax-m2.5"), "sliding_window": 4096})
+    assert s.layer_groups[0].sliding_window is None and "7168" in s.notes
