@@ -14,6 +14,7 @@ from kvcalc.options import (
     CostOptions,
     CtxOpt,
     DtypeOpt,
+    EncCtxOpt,
     ExplainOpt,
     FormatOpt,
     MlaOpt,
@@ -119,6 +120,7 @@ def show(
     batch: BatchOpt = 1,
     kv_dtype: DtypeOpt = "bf16",
     state_dtype: StateDtypeOpt = None,
+    enc_ctx: EncCtxOpt = None,
     mla_cache: MlaOpt = "latent",
     per_layer: Annotated[bool, typer.Option("--per-layer", help="One row per layer instead of per layer group.")] = False,
     fmt: FormatOpt = "table",
@@ -132,7 +134,7 @@ def show(
     from kvcalc.settings import Settings
 
     s = Settings(ctx=one_ctx(ctx, "show takes one context; use compare for several"), batch=batch, kv_dtype=kv_dtype,
-                 mla_cache=mla_cache, state_dtype=state_dtype)
+                 mla_cache=mla_cache, state_dtype=state_dtype, enc_ctx=enc_ctx)
     explain_format(explain, fmt)
     emit(show_output(load(model, no_windows), s, per_layer, explain, units), fmt, units)
 

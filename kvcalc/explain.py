@@ -54,6 +54,7 @@ def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | N
             "elements": gc.elements,
             "bytes": gc.bytes,
             **({"state": state} if state else {}),
+            **({"cross": _cross(gc, keys)} if gc.cross_formula is not None else {}),
         })
     return {
         "model": report.model,
@@ -71,6 +72,14 @@ def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | N
         **({"state_dtype": report.state_dtype, "state_elements": report.state_elements, "state_bytes": report.state_bytes,
             "cache_bytes": report.cache_bytes} if report.state_elements else {}),
     }
+
+
+def _cross(gc, keys: dict[str, str]) -> dict:
+    """The cross-attention part of a group's cache: K/V of every encoder position, in every layer."""
+    f = gc.cross_formula
+    return {"formula": f.expression, "substituted": substitute(f.expression, {s.name: s.value for s in f.symbols}),
+            "reference": f.reference, "symbols": _symbols(f, keys), "elements_per_position_per_layer": f.elements,
+            "encoder_positions": gc.cross_tokens}
 
 
 def _symbols(formula, keys: dict[str, str]) -> list[dict]:
@@ -107,7 +116,14 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
         else:
             lines.append(f"    tokens held: min(ctx, W) = min({d['ctx']:,}, {rule['W']:,}) = {g['tokens_held']:,}"
                          f"   (W from {rule['field']}: the query, itself and the W-1 keys before it)")
-        lines.append(f"    elements: {g['n_layers']} layers × ({g['elements_per_token_per_layer']:,} × {g['tokens_held']:,})"
+        cross = ""
+        if "cross" in g:
+            c = g["cross"]
+            lines.append(f"    cross-attention per encoder position and layer: {c['formula']} = {c['substituted']} = "
+                         f"{c['elements_per_position_per_layer']:,} elements, for {c['encoder_positions']:,} encoder positions"
+                         f" (enc_ctx: K/V of the encoder output, cached once per input)")
+            cross = f" + {c['elements_per_position_per_layer']:,} × {c['encoder_positions']:,}"
+        lines.append(f"    elements: {g['n_layers']} layers × ({g['elements_per_token_per_layer']:,} × {g['tokens_held']:,}{cross})"
                      f" × batch {d['batch']} = {g['elements']:,}")
         if "state" in g:
             st = g["state"]

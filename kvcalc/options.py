@@ -41,6 +41,7 @@ CtxOpt = Annotated[str, typer.Option("--ctx", "-c", help=CTX_HELP)]
 OneCtxOpt = Annotated[str, typer.Option("--ctx", "-c", help="Context length in tokens: 4096, 4k, 128k, 1M. k = 1024 (128k = 131072).")]
 BatchOpt = Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences held at once.")]
 DtypeOpt = Annotated[str, typer.Option("--kv-dtype", **choice(DTYPES), help="Storage type of the cache (int4: half a byte per element).")]
+EncCtxOpt = Annotated[int | None, typer.Option("--enc-ctx", parser=lambda v: _parse_gen(v), metavar="TOKENS", help="Encoder positions the cross-attention of encoder–decoder models caches (default: the model's source length, e.g. Whisper's 1500).")]
 StateDtypeOpt = Annotated[str | None, typer.Option("--state-dtype", **choice(DTYPES), help="Storage type of the constant states of linear-attention and SSM layers (default: the KV dtype; several engines keep SSM state in fp32).")]
 WeightsDtypeOpt = Annotated[str, typer.Option("--weights-dtype", **choice(DTYPES), help="Storage type of the weights (int4: half a byte).")]
 MlaOpt = Annotated[str, typer.Option("--mla-cache", **choice(MLA_CACHE_LAYOUTS), help="MLA cache layout: latent (d_c + d_R, as DeepSeek/vLLM/SGLang) or expanded (per-head K and V).")]
@@ -76,6 +77,7 @@ class CostOptions:
     dense_attn: bool
     hardware_name: str | None
     state_dtype: str | None = None
+    enc_ctx: int | None = None
 
     def settings(self, ctx: int) -> Settings:
         """The Settings at `ctx`, with the hardware preset or file loaded."""
@@ -88,7 +90,7 @@ class CostOptions:
             hw = load_hardware(self.hardware_name)
         return Settings(ctx=ctx, batch=self.batch, gen=self.gen, kv_dtype=self.kv_dtype, weights_dtype=self.weights_dtype,
                         mla_cache=self.mla_cache, mla_schedule=self.mla_schedule, dense_attn=self.dense_attn, hardware=hw,
-                        state_dtype=self.state_dtype)
+                        state_dtype=self.state_dtype, enc_ctx=self.enc_ctx)
 
 
 _COST_PARAMS = [
@@ -96,6 +98,7 @@ _COST_PARAMS = [
     ("gen", Annotated[int, typer.Option("--gen", "-g", parser=_parse_gen, metavar="TOKENS", help="Tokens generated after the prompt of --ctx (generation FLOPs): 1024, 1k, ...")], 1024),
     ("kv_dtype", DtypeOpt, "bf16"),
     ("state_dtype", StateDtypeOpt, None),
+    ("enc_ctx", EncCtxOpt, None),
     ("weights_dtype", WeightsDtypeOpt, "bf16"),
     ("mla_cache", MlaOpt, "latent"),
     ("mla_schedule", ScheduleOpt, None),

@@ -125,6 +125,7 @@ class CacheFigures:
     kv_bytes_per_token: int = figure("KV per\ntoken", "bytes", "cache bytes one token adds over all layers (one sequence)")
     kv_cache_bytes: int = figure("KV\ncache", "bytes", "cache bytes at ctx for the batch, windows applied")
     ratio: float | None = figure("vs\nfirst", "ratio", "kv_cache_bytes over the first model's at the same ctx")
+    enc_ctx: int | None = figure("Encoder\nctx", "tokens", "encoder positions cross-attention caches (encoder–decoder models)")
     state_bytes: int = figure("State", "bytes", "constant states of linear-attention and SSM layers, for the batch")
     cache_bytes: int = figure("Cache +\nstate", "bytes", "kv_cache_bytes + state_bytes")
 
@@ -140,6 +141,7 @@ def cache_figures(spec: ModelSpec, report: CacheReport, first_bytes: int | None)
         kv_bytes_per_token=report.bytes_per_token,
         kv_cache_bytes=report.bytes,
         ratio=report.bytes / first_bytes if first_bytes else None,
+        enc_ctx=report.enc_ctx or None,
         state_bytes=report.state_bytes,
         cache_bytes=report.cache_bytes,
     )

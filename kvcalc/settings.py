@@ -50,10 +50,13 @@ class Settings:
     dense_attn: bool = False
     hardware: Hardware | None = None
     state_dtype: str | None = None  # constant states (linear attention, SSMs); None: the KV dtype
+    enc_ctx: int | None = None  # encoder positions cross-attention caches; None: the model's source_len
 
     def __post_init__(self) -> None:
-        for name in ("ctx", "batch", "gen"):
+        for name in ("ctx", "batch", "gen", "enc_ctx"):
             value = getattr(self, name)
+            if name == "enc_ctx" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise KvcalcError(f"{name} must be a positive whole number of {'sequences' if name == 'batch' else 'tokens'}, got {value!r}")
         dtype_bits(self.kv_dtype, "kv")
@@ -71,6 +74,12 @@ class Settings:
     def state_storage(self) -> str:
         """The dtype constant states are stored in: state_dtype, else the KV dtype."""
         return self.state_dtype or self.kv_dtype
+
+    def encoder_tokens(self, spec_source_len: int | None) -> int:
+        """Encoder positions the cross-attention caches: enc_ctx, else the model's source length (0: no encoder)."""
+        if spec_source_len is None:
+            return 0
+        return self.enc_ctx or spec_source_len
 
     @property
     def schedule(self) -> str:

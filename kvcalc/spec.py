@@ -42,7 +42,8 @@ class MoEFFN(Strict):
     dense_d_ff: PositiveInt | None = Field(None, description="Hidden size of those dense layers (HF intermediate_size).")
     gated: bool = Field(True, description="Gated experts (three matrices each).")
     router_bias: bool = Field(
-        False, description="A per-expert bias in the router (DeepSeek-V3's e_score_correction_bias, topk_method noaux_tc)."
+        False, description="A per-expert vector in the router: DeepSeek-V3's e_score_correction_bias (topk_method "
+        "noaux_tc), gpt-oss's router bias, Gemma 4's per_expert_scale."
     )
     expert_bias: bool = Field(
         False, description="Biases on each expert's projections (gpt-oss: gate_up_proj_bias, down_proj_bias)."
@@ -104,10 +105,31 @@ class LayerGroup(Strict):
         "up to itself; the layer holds min(ctx, C) tokens."
     )
     ffn: FFN | None = Field(None, description="FFN of these layers when it differs from the model's.")
+    cross_attention: AttentionField | None = Field(
+        None, description="Encoder–decoder models (Whisper, T5, BART): an attention block over the encoder's output, whose "
+        "keys and values are cached once per input (enc_ctx tokens) beside the growing self-attention cache."
+    )
 
     def layer(self, d_model: int, gi: int) -> Layer:
         """Where this group's attention block sits (what its kind needs to answer)."""
         return Layer(d_model, self.sliding_window, f"layer_groups[{gi}].attention", self.attention_chunk_size)
+
+
+class Encoder(Strict):
+    """The encoder of an encoder–decoder model: run once per input over `source_len` positions; its output is what
+    the decoder layers' cross-attention caches. Counted in parameters and in the prefill's FLOPs."""
+
+    n_layers: PositiveInt = Field(description="Encoder layers (HF encoder_layers).")
+    source_len: PositiveInt = Field(
+        description="Encoder positions per input: the default enc_ctx (Whisper max_source_positions: 1500 frames)."
+    )
+    attention: AttentionField = Field(description="The encoder's (bidirectional) self-attention block.")
+    ffn: FFN = Field(description="The encoder's FFN block.")
+    norms_per_layer: PositiveInt = Field(2, description="Norms in each encoder layer.")
+    extra_params: NonNegativeInt = Field(
+        0, description="Encoder parameters outside its layers, counted by the importer from the config (Whisper: the "
+        "two convolutions of the audio front end, the position table, the final LayerNorm)."
+    )
 
 
 def _select(selector: LayerSelector, n_layers: int, taken: set[int]) -> list[int]:
@@ -146,6 +168,12 @@ class ResolvedGroup:
     attention: AttentionKind
     sliding_window: int | None
     layer: Layer  # what the kind needs to know of where it sits: d_model, window, spec path
+    cross: AttentionKind | None = None  # cross-attention over the encoder's output (encoder–decoder models)
+
+    @property
+    def cross_layer(self) -> Layer:
+        """Where the cross-attention block sits: no window, its own spec path."""
+        return Layer(self.layer.d_model, None, self.layer.path.replace(".attention", ".cross_attention"))
 
     @property
     def head_dim(self) -> int | None:
@@ -177,6 +205,7 @@ class ModelSpec(Strict):
     max_context: PositiveInt = Field(description="Trained maximum context in tokens (HF max_position_embeddings).")
     ffn: FFN = Field(description="The FFN block of every layer unless a group overrides it.")
     layer_groups: list[LayerGroup] = Field(min_length=1, description="Layer groups; together they cover every layer once.")
+    encoder: Encoder | None = Field(None, description="The encoder of an encoder–decoder model (Whisper, T5, BART).")
 
     _groups: tuple[ResolvedGroup, ...] = PrivateAttr(default=())
 
@@ -224,6 +253,8 @@ class ModelSpec(Strict):
         for gi, group in enumerate(self.layer_groups):
             att = group.attention
             problems += att.problems(group.layer(self.d_model, gi))
+            if group.cross_attention is not None and self.encoder is None:
+                problems.append(f"layer_groups[{gi}].cross_attention: cross-attention needs an encoder (the model's `encoder`)")
             if group.sliding_window is not None and group.attention_chunk_size is not None:
                 problems.append(f"layer_groups[{gi}]: sliding_window and attention_chunk_size exclude each other")
             for name, size in (("sliding_window", group.sliding_window), ("attention_chunk_size", group.attention_chunk_size)):
@@ -250,6 +281,7 @@ class ModelSpec(Strict):
             attention=group.attention,
             sliding_window=group.sliding_window,
             layer=group.layer(self.d_model, gi),
+            cross=group.cross_attention,
         )
 
     @property

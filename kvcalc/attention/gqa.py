@@ -27,6 +27,7 @@ class Heads(AttentionKind):
         False, description="A sigmoid gate on the attention output, one per query-head channel (Qwen3-Next: q_proj emits "
         "the query and the gate, n_h·d_h more outputs)."
     )
+    k_bias: bool = Field(True, description="With qkv_bias: whether the key projection has a bias too (Whisper's has none).")
     k_eq_v: bool = Field(
         False, description="Values come from the key projection (Gemma 4 attention_k_eq_v): no W_V; the cache still holds "
         "K (normed, rotated) and V (normed) apart, 2·n_kv·d_h per token."
@@ -93,7 +94,8 @@ class Heads(AttentionKind):
         if self.output_gate:  # Qwen3NextAttention: q_proj is d × 2·n_h·d_h, the second half gates the output
             out.append(Weight("W_G", "attn/q", (d, n_h * d_h)))
         if self.qkv_bias:
-            out += [Weight("b_Q", "attn/q", (n_h * d_h,), "bias"), Weight("b_K", "attn/k", (n_kv * d_h,), "bias")]
+            out.append(Weight("b_Q", "attn/q", (n_h * d_h,), "bias"))
+            out += [Weight("b_K", "attn/k", (n_kv * d_h,), "bias")] if self.k_bias else []
             out += [] if self.k_eq_v else [Weight("b_V", "attn/v", (n_kv * d_v,), "bias")]
         if self.o_bias:
             out.append(Weight("b_O", "attn/o", (d,), "bias"))

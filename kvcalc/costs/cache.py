@@ -42,6 +42,8 @@ class GroupCache:
     state_formula: Formula | None = None  # the constant state's derivation, when the layer has one
     state_elements: int = 0  # constant state, all layers of the group and all sequences
     state_bytes: int = 0
+    cross_formula: Formula | None = None  # cross-attention K/V per encoder token and layer (encoder–decoder models)
+    cross_tokens: int = 0  # encoder positions each layer's cross-attention holds, per sequence
 
     @property
     def n_layers(self) -> int:
@@ -64,6 +66,7 @@ class CacheReport:
     bytes: int
     notes: tuple[str, ...] = field(default=())
     state_dtype: str = "bf16"
+    enc_ctx: int = 0  # encoder positions the cross-attention holds (0: no encoder)
     state_elements: int = 0  # the constant states
     state_bytes: int = 0
 
@@ -73,23 +76,28 @@ class CacheReport:
         return self.bytes + self.state_bytes
 
 
-def group_cache(group: ResolvedGroup, s: Settings) -> GroupCache:
-    """The cache of one layer group of a model at settings `s`."""
+def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0) -> GroupCache:
+    """The cache of one layer group of a model at settings `s`; `enc_tokens`: encoder positions its cross-attention
+    holds (encoder–decoder models)."""
     att, layer = group.attention, group.layer
     formula = att.cache_formula(layer, s.mla_cache)
     held = att.tokens_held(layer, s.ctx)
     state = att.state_formula(layer)
-    per_layer = s.batch * formula.elements * held
+    cross = group.cross.cache_formula(group.cross_layer, s.mla_cache) if group.cross is not None else None
+    # the self-attention cache grows with ctx; cross-attention holds K/V of every encoder position, once per input
+    per_layer = s.batch * (formula.elements * held + (cross.elements * enc_tokens if cross else 0))
     total = per_layer * len(group.layers)
     state_total = s.batch * state.elements * len(group.layers)
     return GroupCache(group, formula, held, state.elements, per_layer, total,
                       elements_to_bytes(per_layer, s.kv_dtype), elements_to_bytes(total, s.kv_dtype),
-                      state if state.elements else None, state_total, elements_to_bytes(state_total, s.state_storage))
+                      state if state.elements else None, state_total, elements_to_bytes(state_total, s.state_storage),
+                      cross, enc_tokens if cross else 0)
 
 
 def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
     """Exact KV cache of `spec` holding `s.ctx` tokens for each of `s.batch` sequences (bytes for all of them)."""
-    rows = tuple(group_cache(g, s) for g in spec.groups)
+    enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
+    rows = tuple(group_cache(g, s, enc) for g in spec.groups)
     per_token = sum(r.formula.elements * r.n_layers for r in rows)
     elements = sum(r.elements for r in rows)
     state = sum(r.state_elements for r in rows)
@@ -105,6 +113,7 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
         elements=elements,
         bytes=elements_to_bytes(elements, s.kv_dtype),
         state_dtype=s.state_storage,
+        enc_ctx=enc,
         state_elements=state,
         state_bytes=elements_to_bytes(state, s.state_storage),
     )

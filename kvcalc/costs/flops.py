@@ -17,7 +17,10 @@ Conventions (also in the README):
   step, as Hugging Face transformers 5.x; with an expanded cache, only the new token); 'absorbed' folds W_UK into
   the query and W_UV into the output and attends in the latent space (DeepSeek-V2 §2.1.3; vLLM, SGLang).
 - MoE: only the routed experts a token activates, the shared experts and the router.
-- Linear (constant-state) layers: their projections are not described by the spec and count 0.
+- Constant-state layers (linear attention, SSMs): their kind counts its projections and recurrence.
+- Encoder–decoder models: the encoder runs once per input in the prefill (bidirectional attention over enc_ctx
+  positions); each decoder layer's cross-attention projects the encoder output's K and V once per input (at every
+  step without a cache) and attends every encoder position from each query.
 """
 
 from __future__ import annotations
@@ -25,16 +28,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from kvcalc.attention import Work, tri
+from kvcalc.attention import Layer, Work, tri
 from kvcalc.costs.params import ffn_of_layer
 from kvcalc.settings import Settings
-from kvcalc.spec import DenseFFN, ModelSpec, NoFFN, ResolvedGroup
+from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
 WorkFn = Callable[[ResolvedGroup], Work]  # group -> what one of its layers does in the pass
 
 
 def _ffn(spec: ModelSpec, layer: int, tokens: int) -> dict[str, int]:
-    ffn, d = ffn_of_layer(spec, layer), spec.d_model
+    return ffn_flops(ffn_of_layer(spec, layer), spec.d_model, tokens)
+
+
+def ffn_flops(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tokens: int) -> dict[str, int]:
+    """FLOPs of one FFN block over `tokens` tokens, by component."""
     mats = lambda gated: 3 if gated else 2  # noqa: E731  gate/up/down or up/down
     if isinstance(ffn, NoFFN):
         return {}
@@ -49,11 +56,37 @@ def _ffn(spec: ModelSpec, layer: int, tokens: int) -> dict[str, int]:
     }
 
 
-def forward(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: str) -> dict[str, int]:
-    """FLOPs by component of a pass whose attention work per layer of a group is `work(group)`."""
+def _cross(group: ResolvedGroup, tokens: int, enc: int, cross_kv: int, schedule: str) -> dict[str, int]:
+    """One layer's cross-attention: `tokens` queries over `enc` encoder positions, whose K and V are projected
+    `cross_kv` times (once per input with a cache; at every step without one)."""
+    if group.cross is None or not enc:
+        return {}
+    layer, att = group.cross_layer, group.cross
+    f = att.flops(layer, Work(tokens, tokens * enc, 0), schedule)
+    out = {f"cross/{k.split('/')[1]}": v for k, v in f.items() if k not in ("attn/k", "attn/v")}
+    kv = sum(w.size for w in att.weights(layer) if w.component in ("attn/k", "attn/v") and w.role == "matrix")
+    out["cross/kv"] = cross_kv * 2 * enc * kv  # W_K and W_V over every encoder position
+    return out
+
+
+def encoder_flops(spec: ModelSpec, enc: int) -> dict[str, int]:
+    """The encoder's pass over `enc` positions (bidirectional: every query meets every key), by component."""
+    e = spec.encoder
+    if e is None or not enc:
+        return {}
+    att = e.attention.flops(Layer(spec.d_model, None, "encoder.attention"), Work(enc, enc * enc, enc), "naive")
+    return {"encoder/attn": e.n_layers * sum(att.values()),
+            "encoder/ffn": e.n_layers * sum(ffn_flops(e.ffn, spec.d_model, enc).values())}
+
+
+def forward(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: str, enc: int = 0,
+            cross_kv: int = 0) -> dict[str, int]:
+    """FLOPs by component of a pass whose attention work per layer of a group is `work(group)`; `enc` encoder
+    positions are attended by cross-attention layers, whose K/V are projected `cross_kv` times."""
     total: Counter = Counter()
     for group in spec.groups:
-        layer_attn = group.attention.flops(group.layer, work(group), schedule)
+        layer_attn = Counter(group.attention.flops(group.layer, work(group), schedule))
+        layer_attn.update(_cross(group, tokens, enc, cross_kv, schedule))
         for _ in group.layers:
             total.update(layer_attn)
     for layer in range(spec.n_layers):
@@ -87,16 +120,23 @@ def layer_attention_flops(group: ResolvedGroup, work: Work, schedule: str) -> di
     return {k: v for k, v in group.attention.flops(group.layer, work, schedule).items() if v}
 
 
+def _enc(spec: ModelSpec, s: Settings) -> int:
+    return s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
+
+
 def prefill_flops(spec: ModelSpec, s: Settings, logits: str = "last") -> dict[str, int]:
-    """FLOPs of a prefill of `s.ctx` tokens for each of `s.batch` sequences, by component."""
-    n = s.ctx
-    out = forward(spec, lambda g: prefill_work(g, n, s.dense_attn), n, n if logits == "all" else 1, "naive")
-    return {k: s.batch * v for k, v in out.items()}
+    """FLOPs of a prefill of `s.ctx` tokens for each of `s.batch` sequences, by component (encoder–decoder models:
+    the encoder's pass and the cross-attention K/V projections too)."""
+    n, enc = s.ctx, _enc(spec, s)
+    out = Counter(forward(spec, lambda g: prefill_work(g, n, s.dense_attn), n, n if logits == "all" else 1, "naive",
+                          enc, cross_kv=1))
+    out.update(encoder_flops(spec, enc))
+    return {k: s.batch * v for k, v in out.items() if v}
 
 
 def decode_flops(spec: ModelSpec, s: Settings) -> dict[str, int]:
     """FLOPs of one decode step at context `s.ctx` (the new token at position ctx) for `s.batch` sequences."""
-    out = forward(spec, lambda g: decode_work(g, s.ctx, s.mla_cache), 1, 1, s.schedule)
+    out = forward(spec, lambda g: decode_work(g, s.ctx, s.mla_cache), 1, 1, s.schedule, _enc(spec, s))
     return {k: s.batch * v for k, v in out.items()}
 
 
@@ -112,7 +152,7 @@ def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[st
             scanned = att.scan_prefill(layer, last) - att.scan_prefill(layer, prompt)
             return Work(gen, keys, _naive_expands(s.mla_cache, keys, gen), scanned)
 
-        out = forward(spec, work, gen, gen, s.schedule)
+        out = forward(spec, work, gen, gen, s.schedule, _enc(spec, s))
     else:
         tokens = tri(last) - tri(prompt)  # each step re-runs all t tokens of its prefix
 
@@ -121,7 +161,7 @@ def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[st
             pairs = att.keys_prefills(layer, last) - att.keys_prefills(layer, prompt)
             return Work(tokens, pairs, tokens, att.scan_prefills(layer, last) - att.scan_prefills(layer, prompt))
 
-        out = forward(spec, work, tokens, gen, "naive")
+        out = forward(spec, work, tokens, gen, "naive", _enc(spec, s), cross_kv=gen)  # no cache: K/V at every step
     return {k: s.batch * v for k, v in out.items()}
 
 

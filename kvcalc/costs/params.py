@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from kvcalc.attention import Layer
 from kvcalc.dtypes import dtype_bits
 from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
@@ -32,6 +33,19 @@ def attention_params(group: ResolvedGroup) -> dict[str, int]:
     for w in group.attention.weights(group.layer):
         out[w.component] = out.get(w.component, 0) + w.size
     return out
+
+
+def encoder_params(spec: ModelSpec) -> dict[str, int]:
+    """The encoder's weights (encoder–decoder models): its layers' attention, FFN and norms, and what the importer
+    counted outside them (front end, position table, final norm)."""
+    e = spec.encoder
+    if e is None:
+        return {}
+    d = spec.d_model
+    norm = 2 * d if spec.norm == "layernorm" else d
+    attn = sum(w.size for w in e.attention.weights(Layer(d, None, "encoder.attention")))
+    return {"encoder/attn": e.n_layers * attn, "encoder/ffn": e.n_layers * sum(ffn_params(e.ffn, d)[0].values()),
+            "encoder/norms": e.n_layers * e.norms_per_layer * norm, "encoder/other": e.extra_params}
 
 
 def _matrices(gated: bool) -> int:
@@ -83,10 +97,16 @@ def param_counts(spec: ModelSpec) -> ParamReport:
         total["pos_embed"] = spec.max_context * d
     active = Counter(total)
     for group in spec.groups:
-        attn = attention_params(group)
+        attn = Counter(attention_params(group))
+        if group.cross is not None:  # encoder–decoder: the cross-attention block's weights
+            for w in group.cross.weights(group.cross_layer):
+                attn["cross/" + w.component.split("/")[1]] += w.size
         for _ in group.layers:
             total.update(attn)
             active.update(attn)
+    enc = encoder_params(spec)
+    total.update(enc)
+    active.update(enc)
     for layer in range(spec.n_layers):
         t, a = ffn_params(ffn_of_layer(spec, layer), d)
         total.update(t)

@@ -29,7 +29,9 @@ def decode_bytes(spec: ModelSpec, s: Settings) -> dict[str, int]:
     """Bytes one decode step at context `s.ctx` moves, by part: 'weights' and 'kv_cache' read, and (hybrid models)
     'state': every constant state read and written back."""
     rows = s.batch * spec.d_model * (2 if spec.learned_positions else 1)  # the embedding rows looked up
-    read = param_counts(spec).active - _lookup_tables(spec) + rows
+    params = param_counts(spec)
+    encoder = sum(v for k, v in params.active_breakdown.items() if k.startswith("encoder/"))  # runs once per input
+    read = params.active - encoder - _lookup_tables(spec) + rows
     cache = kv_cache(spec, s)
     out = {"weights": weights_bytes(read, s.weights_dtype), "kv_cache": cache.bytes}
     if cache.state_bytes:

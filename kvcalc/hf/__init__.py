@@ -7,7 +7,22 @@ One module per family of model_types (dense.py, deepseek.py, ...), each register
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf import deepseek, dense, glm, gpt_oss, llama4, minimax_m2, olmo, phi3, qwen3_next, qwen3_vl, ssm, starcoder2  # noqa: F401  (the importers register themselves)
+from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
+    deepseek,
+    dense,
+    gemma4,
+    glm,
+    gpt_oss,
+    llama4,
+    minimax,
+    olmo,
+    phi3,
+    qwen3_next,
+    qwen3_vl,
+    ssm,
+    starcoder2,
+    whisper,
+)
 from kvcalc.hf.common import HF_KEYS, IMPORTERS, KEY_OVERRIDES, Imported
 from kvcalc.spec import ModelSpec, spec_from_dict
 

@@ -104,7 +104,9 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
     if explain:
         payload["derivation"] = d
     title = f"KV cache by {'layer' if per_layer else 'layer group'} at ctx {s.ctx:,}, batch {s.batch}, {s.kv_dtype}"
-    columns = GROUP_COLUMNS + ([STATE_COLUMN] if report.state_elements else [])
+    chunked = any(g.layer.chunk for g in spec.groups)  # the Chunk column only where some layer has one
+    columns = [c for c in GROUP_COLUMNS if chunked or c.key != "attention_chunk_size"]
+    columns += [STATE_COLUMN] if report.state_elements else []
     tables = [Table("summary", SUMMARY_COLUMNS, summary, f"{spec.name} ({lm.origin})", SUMMARY_KEYS),
               Table("layers" if per_layer else "groups", columns, breakdown, title,
                     (["layer"] if per_layer else []) + [k for k in GROUP_KEYS if k != "layer"])]

@@ -59,9 +59,15 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
     ]
     for g in spec.groups:
         window = f", window {g.sliding_window:,}" if g.sliding_window else ""
+        cross = f"; cross-attention over the encoder: {g.cross.describe(g.cross_layer)}" if g.cross is not None else ""
         text = (f"{g.attention.kind.upper()} on {len(g.layers)} layer(s) [{layer_ranges(list(g.layers))}]{window}: "
-                f"{g.attention.describe(g.layer)}")
+                f"{g.attention.describe(g.layer)}{cross}")
         items.append((g.label, text, text, f"layer_groups[{g.index}]"))
+    if spec.encoder is not None:
+        e = spec.encoder
+        text = (f"{e.n_layers} layers, {e.source_len:,} positions by default; its output is cached by every decoder "
+                f"layer's cross-attention: {report.enc_ctx:,} positions here")
+        items.append(("encoder", text, text, "encoder"))
     mla = f", MLA {report.mla_cache}" if report.mla_cache else ""
     items += [
         ("kv_elements_per_token", report.elements_per_token, f"{report.elements_per_token:,}",

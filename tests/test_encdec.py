@@ -1,0 +1,87 @@
+"""#6: encoder–decoder models (Whisper): each decoder layer caches its growing self-attention K/V and the K/V of the
+encoder output, once per input; the encoder runs once, in the prefill. Figures written out from the config."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import REFERENCE, run, spec
+from kvcalc.costs.cache import kv_cache
+from kvcalc.costs.flops import decode_flops, prefill_flops
+from kvcalc.costs.params import param_counts
+from kvcalc.costs.traffic import decode_bytes
+from kvcalc.registry import load_model
+from kvcalc.settings import Settings
+
+WHISPER = REFERENCE / "models-enc-dec" / "whisper-large-v3.json"
+D, LAYERS, HEADS, FFN, VOCAB, SOURCE, TARGET, MELS = 1280, 32, 20, 5120, 51866, 1500, 448, 128
+
+
+def test_whisper_cache_is_self_plus_cross_attention():
+    # 32 decoder layers × (448 self-attention tokens + 1500 encoder positions) × 2 (K, V) × d_model 1280, bf16
+    row = json.loads(run("compare", WHISPER, "whisper-large-v3", "--ctx", "448", "-f", "json").stdout)
+    want = 32 * (448 + 1500) * 2 * 1280 * 2
+    assert [r["kv_cache_bytes"] for r in row] == [want, want] and row[0]["enc_ctx"] == 1500
+    # --enc-ctx changes only the cross-attention part; the self-attention part grows with ctx alone
+    other = json.loads(run("compare", WHISPER, "--ctx", "100", "--enc-ctx", "750", "-f", "json").stdout)[0]
+    assert other["kv_cache_bytes"] == 32 * (100 + 750) * 2 * 1280 * 2
+    # the per-token rate counts the self-attention only: cross-attention does not grow with ctx
+    assert row[0]["kv_bytes_per_token"] == 32 * 2 * 1280 * 2
+
+
+def test_whisper_parameters_written_out():
+    attention = 4 * D * D + 3 * D  # q, k, v, out_proj; biases on q, v and out_proj (k_proj has none)
+    ffn = 2 * D * FFN + FFN + D  # fc1, fc2 with biases (GELU: not gated)
+    layer_norm = 2 * D  # weight and bias
+    decoder = LAYERS * (2 * attention + ffn + 3 * layer_norm) + layer_norm  # self + cross attention; final norm
+    decoder += VOCAB * D + TARGET * D  # embed_tokens (proj_out is tied) and the learned positions
+    encoder = LAYERS * (attention + ffn + 2 * layer_norm) + layer_norm
+    encoder += (MELS * D * 3 + D) + (D * D * 3 + D) + SOURCE * D  # conv1, conv2, the position table
+    assert param_counts(spec("whisper-large-v3")).total == decoder + encoder == 1_543_490_560
+    # the model card's "1550M parameters" (https://huggingface.co/openai/whisper-large-v3)
+    assert abs((decoder + encoder) / 1550e6 - 1) < 0.01
+
+
+def test_whisper_prefill_runs_the_encoder_and_decode_only_the_decoder():
+    s = spec("whisper-large-v3")
+    pre, dec = prefill_flops(s, Settings(ctx=100)), decode_flops(s, Settings(ctx=100))
+    # the encoder: 32 layers of bidirectional attention over 1500 positions and its FFN
+    enc_attn = 2 * SOURCE * 4 * D * D + 2 * 2 * SOURCE * SOURCE * D  # projections; scores and mix over 1500²
+    assert pre["encoder/attn"] == LAYERS * enc_attn
+    assert pre["encoder/ffn"] == LAYERS * 2 * SOURCE * 2 * D * FFN
+    # cross-attention K/V of the encoder output, projected once per input
+    assert pre["cross/kv"] == LAYERS * 2 * SOURCE * 2 * D * D
+    assert "encoder/attn" not in dec and "cross/kv" not in dec
+    # a decode step's query meets every encoder position: scores and mix over 1500 keys, in every layer
+    assert dec["cross/scores"] == LAYERS * 2 * SOURCE * D and dec["cross/mix"] == LAYERS * 2 * SOURCE * D
+    # and reads the decoder's weights, not the encoder's
+    p = param_counts(s)
+    encoder = sum(v for k, v in p.breakdown.items() if k.startswith("encoder/"))
+    read = decode_bytes(s, Settings(ctx=100))["weights"]
+    # the tied vocabulary table is read whole by the LM head; the position table is a lookup: one row of each
+    assert read == 2 * (p.total - encoder - TARGET * D + 2 * D)
+
+
+def test_bundled_whisper_equals_the_config():
+    imported = load_model(str(WHISPER)).spec
+    for s in (Settings(ctx=1), Settings(ctx=448, enc_ctx=3000)):
+        assert kv_cache(imported, s).bytes == kv_cache(spec("whisper-large-v3"), s).bytes
+    assert param_counts(imported).breakdown == param_counts(spec("whisper-large-v3")).breakdown
+
+
+def test_explain_shows_the_cross_attention():
+    out = run("show", "whisper-large-v3", "--ctx", "448", "--explain").stdout
+    assert "cross-attention per encoder position and layer: 2·n_h·d_h = 2·20·64 = 2,560 elements, for 1,500" in out
+    assert "32 layers × (2,560 × 448 + 2,560 × 1,500) × batch 1 = 159,580,160" in out
+
+
+def test_cross_attention_needs_an_encoder(tmp_path):
+    path = tmp_path / "half.yaml"
+    path.write_text(json.dumps({
+        "name": "half", "family": "test", "d_model": 64, "n_layers": 1, "vocab_size": 100, "max_context": 64,
+        "ffn": {"kind": "dense", "d_ff": 128},
+        "layer_groups": [{"attention": {"kind": "mha", "n_heads": 4}, "cross_attention": {"kind": "mha", "n_heads": 4}}],
+    }))
+    res = run("compare", path, ok=False)
+    assert res.exit_code == 1
+    assert f"{path}: layer_groups[0].cross_attention: cross-attention needs an encoder" in res.stderr
