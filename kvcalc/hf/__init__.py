@@ -15,6 +15,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     gpt_oss,
     llama4,
     minimax,
+    minimax_m2,
     olmo,
     phi3,
     qwen3_next,
