@@ -214,3 +214,11 @@ def test_qwen3_32b_parameters_written_out():
     attention = d * 64 * 128 + 2 * d * 8 * 128 + 64 * 128 * d + 2 * 128  # q, k, v, o and the q/k norms
     per_layer = attention + 3 * d * ff + 2 * d
     assert param_counts(spec("qwen3-32b")).total == layers * per_layer + 2 * vocab * d + d
+
+
+def test_bundled_minimax_m25_equals_its_config():
+    from kvcalc.registry import load_model
+
+    imported = load_model(str(REFERENCE / "configs-extra" / "minimax-m2.5.json")).spec
+    assert param_counts(imported).breakdown == param_counts(spec("minimax-m2.5")).breakdown
+    assert kv_cache(imported, Settings(ctx=128 * K)).bytes == kv_cache(spec("minimax-m2.5"), Settings(ctx=128 * K)).bytes

@@ -99,10 +99,13 @@ def test_olmo2_cache_full_attention(name, n_layers, n_kv, d_h):
     assert kv_bytes(compare(name)) == [n_layers * ctx * 2 * n_kv * d_h * BF16 for ctx in (4 * K, 128 * K)]
 
 
-def test_olmo2_whole_projection_qk_norm_is_noted_not_counted_per_head():
+def test_olmo2_whole_projection_qk_norm_counts_the_whole_projection():
     s = imported(config("olmo-2-0325-32b"))
-    assert s.layer_groups[0].attention.qk_norm is False
-    assert f"{(40 + 8) * 128}" in s.notes  # (n_h + n_kv)·d_h weights of q_norm and k_norm a layer
+    att = s.layer_groups[0].attention
+    assert att.qk_norm and att.qk_norm_width == "projection"
+    from kvcalc.costs.params import param_counts
+    # q_norm of n_h·d_h = 40·128 and k_norm of n_kv·d_h = 8·128 weights, in each of 64 layers
+    assert param_counts(s).breakdown["attn/norms"] == 64 * (40 + 8) * 128
 
 
 def test_olmo3_layer_types_and_default_pattern(tmp_path):
@@ -184,7 +187,8 @@ def test_minimax_m25_full_attention_cache():
 
 def test_minimax_m25_parameters_written_out():
     d, v, n, h, kv, d_h, e, f = 3072, 200064, 62, 48, 8, 128, 256, 1536
-    attn = d * h * d_h + 2 * d * kv * d_h + h * d_h * d  # q, k, v, o: no bias (whole-projection qk-norm not counted)
+    attn = d * h * d_h + 2 * d * kv * d_h + h * d_h * d  # q, k, v, o: no bias
+    attn += (h + kv) * d_h  # q_norm and k_norm over the whole projection
     moe = e * 3 * d * f + d * e + e  # 256 gated experts of intermediate_size, router, e_score_correction_bias
     want = 2 * v * d + n * (attn + moe + 2 * d) + d  # untied embedding and head; 2 norms a layer; final norm
     rows = compare("minimax-m2.5")
@@ -194,4 +198,5 @@ def test_minimax_m25_parameters_written_out():
 
 def test_minimax_m2_qk_norm_noted_and_window_refused_to_apply():
     s = imported({**config("minimax-m2.5"), "sliding_window": 4096})
-    assert s.layer_groups[0].sliding_window is None and "7168" in s.notes
+    att = s.layer_groups[0].attention
+    assert s.layer_groups[0].sliding_window is None and att.qk_norm and att.qk_norm_width == "projection"

@@ -20,6 +20,10 @@ class Heads(AttentionKind):
     qkv_bias: bool = Field(False, description="Bias on the q/k/v projections (Qwen2, GPT-2).")
     o_bias: bool = Field(False, description="Bias on the output projection (GPT-2).")
     qk_norm: bool = Field(False, description="RMSNorm on queries and keys per head (Gemma 3, Qwen3).")
+    qk_norm_width: Literal["head", "projection"] = Field(
+        "head", description="What the q/k norms span: one head (d_h weights each; Gemma 3, Qwen3) or the whole "
+        "projection (n_h·d_h and n_kv·d_h; OLMo 2/3, MiniMax-M2)."
+    )
     v_head_dim: PositiveInt | None = Field(
         None, description="Per-head value dim d_v when it differs from the key dim d_h (MiMo-V2-Flash: K 192, V 128)."
     )
@@ -99,8 +103,10 @@ class Heads(AttentionKind):
             out += [] if self.k_eq_v else [Weight("b_V", "attn/v", (n_kv * d_v,), "bias")]
         if self.o_bias:
             out.append(Weight("b_O", "attn/o", (d,), "bias"))
-        if self.qk_norm:  # q_norm and k_norm over head_dim (Gemma 3, Qwen3)
-            out += [Weight("q_norm", "attn/norms", (d_h,), "norm"), Weight("k_norm", "attn/norms", (d_h,), "norm")]
+        if self.qk_norm:  # q_norm and k_norm over head_dim (Gemma 3, Qwen3), or over the whole projection (OLMo 2)
+            whole = self.qk_norm_width == "projection"
+            out += [Weight("q_norm", "attn/norms", (n_h * d_h if whole else d_h,), "norm"),
+                    Weight("k_norm", "attn/norms", (n_kv * d_h if whole else d_h,), "norm")]
         if self.sinks:  # gpt-oss: one learned logit per head joins each softmax (GptOssAttention.sinks)
             out.append(Weight("sinks", "attn/sinks", (n_h,), "bias"))
         return tuple(out)

@@ -164,8 +164,8 @@ def decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_defaul
     n_kv = get(cfg, "num_key_value_heads", origin) or n_heads
     # Llama-style attention_bias puts a bias on q, k, v and o; Qwen2 has q/k/v biases only.
     bias = bool(cfg.get("attention_bias", False))
-    att = heads_attention(n_heads, n_kv, get(cfg, "head_dim", origin), qkv_bias=qkv_bias or bias, o_bias=bias, qk_norm=qk_norm,
-                          **(attention or {}))
+    flags = {"qkv_bias": qkv_bias or bias, "o_bias": bias, "qk_norm": qk_norm, **(attention or {})}
+    att = heads_attention(n_heads, n_kv, get(cfg, "head_dim", origin), **flags)
     window = get(cfg, "sliding_window", origin, minimum=0)  # 0 or null: no window
     if window and window >= base["max_context"]:
         notes.append(f"sliding_window {window} >= max_position_embeddings {base['max_context']}: it never applies, left out")

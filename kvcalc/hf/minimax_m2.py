@@ -5,7 +5,7 @@ Rules, from transformers' models/minimax_m2 (modular_minimax_m2.py: MiniMaxM2Con
 MiniMaxM2SparseMoeBlock, MiniMaxM2Model):
 - MiniMaxM2Attention (FlexOlmoAttention): q/k/v/o without bias, num_key_value_heads K/V heads of head_dim (config);
   q_norm and k_norm are RMSNorms of n_h·d_h and n_kv·d_h over the whole projection (use_qk_norm, qk_norm_type
-  per_layer): kvcalc's qk_norm is per head, so it is left off and the (n_h + n_kv)·d_h weights a layer are noted.
+  per_layer): qk_norm with qk_norm_width "projection", (n_h + n_kv)·d_h weights a layer.
   RoPE over rotary_dim dims only, which changes no size.
 - MiniMaxM2Model: "No sliding window opposed to mixtral": every layer attends the whole context.
 - MiniMaxM2SparseMoeBlock: num_local_experts Mixtral experts of intermediate_size (per expert, gated), top
@@ -32,12 +32,7 @@ def _minimax_m2(cfg: dict, origin: str, notes: list[str]) -> dict:
     if cfg.get("sliding_window"):
         notes.append(f"sliding_window {cfg['sliding_window']} ignored: MiniMaxM2Model applies no window")
         cfg["sliding_window"] = None
-    n_h = need(cfg, "num_attention_heads", origin)
-    n_kv = get(cfg, "num_key_value_heads", origin) or n_h
-    d_h = get(cfg, "head_dim", origin) or need(cfg, "hidden_size", origin) // n_h
-    if cfg.get("use_qk_norm", True):
-        notes.append(f"q_norm/k_norm span the whole projection ((n_h + n_kv)·d_h = {(n_h + n_kv) * d_h} weights a "
-                     "layer): not counted, kvcalc's qk_norm is per head")
+    qk = {"qk_norm": True, "qk_norm_width": "projection"} if cfg.get("use_qk_norm", True) else {}
     if cfg.get("use_mtp"):
         notes.append("multi-token-prediction modules not counted (not used in plain decoding)")
     moe: dict[str, Any] = {
@@ -48,4 +43,4 @@ def _minimax_m2(cfg: dict, origin: str, notes: list[str]) -> dict:
         "router_bias": True,  # MiniMaxM2SparseMoeBlock.e_score_correction_bias
     }
     cfg["attention_bias"] = False
-    return decoder(cfg, origin, "minimax-m2", notes, ffn=moe)
+    return decoder(cfg, origin, "minimax-m2", notes, ffn=moe, attention=qk)

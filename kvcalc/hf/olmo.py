@@ -7,8 +7,7 @@ modular_olmo3.py):
   num_key_value_heads absent -> num_attention_heads; head_dim = hidden_size / num_attention_heads.
 - q_norm = Olmo2RMSNorm(num_attention_heads·head_dim) and k_norm = Olmo2RMSNorm(num_key_value_heads·head_dim),
   applied to the whole q_proj / k_proj output before it is split into heads (Olmo3Attention.forward:
-  self.q_norm(self.q_proj(h))). kvcalc's Heads.qk_norm counts 2·d_h (a per-head norm), which this is not: the
-  importer leaves qk_norm off and notes the (n_h + n_kv)·d_h weights per layer it does not count. The cache is
+  self.q_norm(self.q_proj(h))): qk_norm with qk_norm_width "projection", (n_h + n_kv)·d_h weights a layer. The cache is
   unaffected (keys are cached after the norm, same size).
 - Olmo2DecoderLayer: two RMSNorms, post_attention_layernorm and post_feedforward_layernorm (on the sublayer
   outputs, no input norm); a final norm; a gated SiLU MLP of intermediate_size without bias; untied by default.
@@ -19,21 +18,15 @@ modular_olmo3.py):
 
 from __future__ import annotations
 
-from kvcalc.hf.common import decoder, get, importer, need
+from kvcalc.hf.common import decoder, importer
 
-
-def _qk_norm_note(cfg: dict, origin: str, notes: list[str]) -> None:
-    n_h = need(cfg, "num_attention_heads", origin)
-    n_kv = get(cfg, "num_key_value_heads", origin) or n_h
-    d_h = need(cfg, "hidden_size", origin) // n_h
-    notes.append(f"q_norm/k_norm span the whole projection ((n_h + n_kv)·d_h = {(n_h + n_kv) * d_h} weights a layer): "
-                 "not counted, kvcalc's qk_norm is per head")
+# Olmo2Attention: q_norm and k_norm are RMSNorms over the whole projection (n_h·d_h and n_kv·d_h)
+WHOLE_PROJECTION_QK_NORM = {"qk_norm": True, "qk_norm_width": "projection"}
 
 
 @importer("olmo2")
 def _olmo2(cfg: dict, origin: str, notes: list[str]) -> dict:
-    _qk_norm_note(cfg, origin, notes)
-    return decoder(cfg, origin, "olmo2", notes)
+    return decoder(cfg, origin, "olmo2", notes, attention=WHOLE_PROJECTION_QK_NORM)
 
 
 @importer("olmo3")
@@ -42,5 +35,4 @@ def _olmo3(cfg: dict, origin: str, notes: list[str]) -> dict:
     if "sliding_window" not in cfg:
         cfg["sliding_window"] = 4096  # Olmo3Config default
         notes.append("no sliding_window in the config: Olmo3Config default 4096 used")
-    _qk_norm_note(cfg, origin, notes)
-    return decoder(cfg, origin, "olmo3", notes, sliding=lambda i: (i + 1) % 4 != 0)
+    return decoder(cfg, origin, "olmo3", notes, sliding=lambda i: (i + 1) % 4 != 0, attention=WHOLE_PROJECTION_QK_NORM)
