@@ -267,3 +267,13 @@ def test_public_api_computes_a_table_without_the_cli_or_numpy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     # DeepSeek-V2: 60 layers × (512 + 64) elements × 2 bytes × 131072 tokens; Llama 3 70B: 80 · 2 · 8 · 128 · 2 · 131072
     assert out == [str(60 * 576 * 2 * 131072), "absorbed", "4", str(80 * 2 * 8 * 128 * 2 * 131072), "False"]
+
+
+def test_readme_lists_every_bundled_model_and_supported_model_type():
+    from conftest import ROOT
+    from kvcalc.hf import IMPORTERS
+    from kvcalc.registry import bundled_names
+
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "## Bundled models " + ", ".join(bundled_names()) + "." in readme
+    assert "Supported `model_type`s: " + ", ".join(sorted(IMPORTERS)) + "." in readme
