@@ -16,6 +16,8 @@ from kvcalc.backend.causal import (
     band_scratch,
     blocks,
     causal_attention,
+    chunk_bounds,
+    chunked_attention,
     head_chunks,
     outputs,
     prefill_tiling,
@@ -48,53 +50,89 @@ class Cache:
 
 
 class GroupedQueryAttention:
-    """MHA (n_kv = n_h), GQA and MQA (n_kv = 1) with RoPE on queries and keys."""
+    """MHA (n_kv = n_h), GQA and MQA (n_kv = 1) with RoPE on queries and keys.
+
+    Options of the Heads kinds that change shapes, FLOPs or numbers: values of another size (value_dim e, so V is
+    [b, t, k, e] and W_O [h·e, m]); an output gate (W_G, counted under attn/q: the output times sigmoid(x W_G),
+    Qwen3-Next); k_eq_v (no W_V: v is the key projection, normalised, before RoPE; Gemma 4); sinks (one logit per
+    query head in every softmax denominator; gpt-oss); and chunked local attention of chunk C (Llama 4: a query at
+    position p meets the keys [C·floor(p/C), p]; the cache holds min(seen, C) tokens).
+    """
 
     def __init__(self, d_model: int, n_heads: int, n_kv: int, head_dim: int, window: int | None,
-                 rng: np.random.Generator, dtype, block: int = 256, workers: int = 1):
+                 rng: np.random.Generator, dtype, block: int = 256, workers: int = 1, *, value_dim: int | None = None,
+                 chunk: int | None = None, gate: bool = False, k_eq_v: bool = False, sinks: bool = False):
         self.m, self.h, self.k, self.d, self.window, self.dtype, self.block = d_model, n_heads, n_kv, head_dim, window, dtype, block
+        self.e, self.chunk, self.k_eq_v = value_dim or head_dim, chunk, k_eq_v
+        if (gate or k_eq_v) and self.e != head_dim:
+            raise ValueError("an output gate or k_eq_v needs values of the key's size (v_head_dim = head_dim)")
         self.workers = workers  # threads for the prefill's attention
         self.g = n_heads // n_kv
         self.wq = random_weight(rng, (d_model, n_heads * head_dim), d_model, dtype)
         self.wk = random_weight(rng, (d_model, n_kv * head_dim), d_model, dtype)
-        self.wv = random_weight(rng, (d_model, n_kv * head_dim), d_model, dtype)
-        self.wo = random_weight(rng, (n_heads * head_dim, d_model), n_heads * head_dim, dtype)
+        self.wv = None if k_eq_v else random_weight(rng, (d_model, n_kv * self.e), d_model, dtype)
+        self.wo = random_weight(rng, (n_heads * self.e, d_model), n_heads * self.e, dtype)
+        self.wg = random_weight(rng, (d_model, n_heads * head_dim), d_model, dtype) if gate else None
+        # [k, g]: head k·g + j's sink logit (learned in gpt-oss; random here)
+        self.sinks = rng.standard_normal((n_kv, self.g)).astype(dtype) if sinks else None
+
+    @property
+    def span(self) -> int | None:
+        """The most tokens the layer holds: its window or chunk (None: all)."""
+        return self.window or self.chunk
 
     def _qkv(self, fc: FlopCounter, x: np.ndarray, start: int):
-        """Projections and RoPE of tokens at positions start…: x [b, s, m] -> q [b, k, g, s, d], k, v [b, s, k, d]."""
+        """Projections and RoPE of tokens at positions start…: x [b, s, m] -> q [b, k, g, s, d], k [b, s, k, d],
+        v [b, s, k, e], and the output gate [b, s, h·d] (None without one)."""
         b, s, _ = x.shape
         cos, sin = rope_tables(np.arange(start, start + s), self.d, ROPE_THETA, self.dtype)
         q = apply_rope_(fc.matmul("attn/q", x, self.wq).reshape(b, s, self.h, self.d), cos, sin)
-        k = apply_rope_(fc.matmul("attn/k", x, self.wk).reshape(b, s, self.k, self.d), cos, sin)
-        v = fc.matmul("attn/v", x, self.wv).reshape(b, s, self.k, self.d)
+        k = fc.matmul("attn/k", x, self.wk).reshape(b, s, self.k, self.d)
+        if self.wv is None:  # k_eq_v: the values are the keys' projection, normalised and not rotated
+            v = rms_norm(k)
+        else:
+            v = fc.matmul("attn/v", x, self.wv).reshape(b, s, self.k, self.e)
+        apply_rope_(k, cos, sin)
+        gate = None if self.wg is None else fc.matmul("attn/q", x, self.wg)  # q_proj's second half (Qwen3-Next)
         # scaled into the layout [b, k, s, g, d]: a KV head's queries are then consecutive rows for its products
         q = np.multiply(q.reshape(b, s, self.k, self.g, self.d).transpose(0, 2, 1, 3, 4), self.dtype(self.d ** -0.5),
                         order="C")
-        return q.transpose(0, 1, 3, 2, 4), k, v
+        return q.transpose(0, 1, 3, 2, 4), k, v, gate
 
-    def _out(self, fc: FlopCounter, o: np.ndarray) -> np.ndarray:
-        b, _, _, s, _ = o.shape  # [b, k, g, s, d] -> [b, s, h·d] -> [b, s, m]
-        return fc.matmul("attn/o", o.transpose(0, 3, 1, 2, 4).reshape(b, s, self.h * self.d), self.wo)
+    def _out(self, fc: FlopCounter, o: np.ndarray, gate: np.ndarray | None = None) -> np.ndarray:
+        b, _, _, s, _ = o.shape  # [b, k, g, s, e] -> [b, s, h·e] (times the gate) -> [b, s, m]
+        o = o.transpose(0, 3, 1, 2, 4).reshape(b, s, self.h * self.e)
+        if gate is not None:
+            o = o * (1.0 / (1.0 + np.exp(-gate)))  # sigmoid: elementwise, not counted
+        return fc.matmul("attn/o", o, self.wo)
 
     on_block = None  # called after each prefill block, for a progress bar
 
     def prefill_blocks(self, batch: int, s: int) -> int:
+        if self.chunk:
+            return sum(blocks(batch, self.k, self.g, c1 - c0, None, self.block) for c0, c1 in chunk_bounds(s, self.chunk))
         return blocks(batch, self.k, self.g, s, self.window, self.block)
 
     def prefill(self, fc: FlopCounter, x: np.ndarray) -> tuple[np.ndarray, Cache]:
-        """Attention over a prompt x [b, s, m]; returns the output and the cache of its last min(s, W) tokens."""
-        q, k, v = self._qkv(fc, x, 0)
-        o = causal_attention(fc, q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3), self.window, self.block,
-                             self.on_block, self.workers)
-        return self._out(fc, o), Cache({"k": _keep(k, self.window), "v": _keep(v, self.window)}, x.shape[1])
+        """Attention over a prompt x [b, s, m]; returns the output and the cache of its last min(s, W or C) tokens."""
+        q, k, v, gate = self._qkv(fc, x, 0)
+        kT, vT = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)
+        if self.chunk:
+            o = chunked_attention(fc, q, kT, vT, self.chunk, self.block, self.on_block, self.workers, self.sinks)
+        else:
+            o = causal_attention(fc, q, kT, vT, self.window, self.block, self.on_block, self.workers, self.sinks)
+        return self._out(fc, o, gate), Cache({"k": _keep(k, self.span), "v": _keep(v, self.span)}, x.shape[1])
 
     def decode(self, fc: FlopCounter, x: np.ndarray, cache: Cache, schedule: str = "naive") -> tuple[np.ndarray, Cache]:
-        """One new token x [b, 1, m] at position cache.seen: append its K/V, attend over all held keys."""
-        q, k, v = self._qkv(fc, x, cache.seen)
-        keys = _keep(np.concatenate([cache.tensors["k"], k], axis=1), self.window)
-        values = _keep(np.concatenate([cache.tensors["v"], v], axis=1), self.window)
-        o = attend_all(fc, q, keys.transpose(0, 2, 3, 1), values.transpose(0, 2, 1, 3))
-        return self._out(fc, o), Cache({"k": keys, "v": values}, cache.seen + 1)
+        """One new token x [b, 1, m] at position p = cache.seen: append its K/V, attend over the held keys (under a
+        chunk, only those since its chunk began: p mod C + 1 of them)."""
+        p = cache.seen
+        q, k, v, gate = self._qkv(fc, x, p)
+        keys = _keep(np.concatenate([cache.tensors["k"], k], axis=1), self.span)
+        values = _keep(np.concatenate([cache.tensors["v"], v], axis=1), self.span)
+        n = p % self.chunk + 1 if self.chunk else keys.shape[1]  # the keys this query meets: the last n held
+        o = attend_all(fc, q, keys[:, -n:].transpose(0, 2, 3, 1), values[:, -n:].transpose(0, 2, 1, 3), self.sinks)
+        return self._out(fc, o, gate), Cache({"k": keys, "v": values}, p + 1)
 
 
 # ---------------------------------------------------------------- DeepSeek's multi-head latent attention
@@ -295,13 +333,16 @@ class LayerPlan:
 def _gqa_layer(group, rng, dtype, layout: str, block: int, rope: str, workers: int) -> GroupedQueryAttention:
     att, layer = group.attention, group.layer
     return GroupedQueryAttention(layer.d_model, att.n_heads, att.kv_heads(layer), att.d_h(layer), layer.window, rng,
-                                 dtype, block, workers)
+                                 dtype, block, workers, value_dim=att.d_v(layer), chunk=layer.chunk,
+                                 gate=att.output_gate, k_eq_v=att.k_eq_v, sinks=att.sinks)
 
 
 def _gqa_plan(att, layer, layout: str) -> LayerPlan:
-    h, n_kv, d = att.n_heads, att.kv_heads(layer), att.d_h(layer)
-    # q (and, briefly, its regrouped copy), the attention output and its [s, h·d] copy; K and V with RoPE's copy
-    return LayerPlan(width=3 * h * d + 4 * n_kv * d, kv_heads=n_kv, g=h // n_kv, value_dim=d)
+    h, n_kv, d, e = att.n_heads, att.kv_heads(layer), att.d_h(layer), att.d_v(layer)
+    # q (and, briefly, its regrouped copy), the attention output and its [s, h·e] copy; K and V with RoPE's copy;
+    # the output gate and the gated output
+    return LayerPlan(width=2 * h * d + 2 * h * e + 2 * n_kv * (d + e) + (h * d + h * e if att.output_gate else 0),
+                     kv_heads=n_kv, g=h // n_kv, value_dim=e)
 
 
 def _mla_layer(group, rng, dtype, layout: str, block: int, rope: str, workers: int) -> LatentAttention:

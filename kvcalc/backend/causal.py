@@ -140,12 +140,13 @@ def blocks(b: int, kh: int, g: int, s: int, window: int | None, block: int) -> i
 
 
 def causal_attention(fc: FlopCounter, q: np.ndarray, kT: np.ndarray, vT: np.ndarray, window: int | None,
-                     block: int, on_block=None, workers: int = 1) -> np.ndarray:
+                     block: int, on_block=None, workers: int = 1, sinks: np.ndarray | None = None) -> np.ndarray:
     """Exact causal (windowed) attention of the s prompt queries over the same s positions.
 
     q [b, k, g, s, d] (already scaled), kT [b, k, d, s], vT [b, k, s, e] -> [b, k, g, s, e].
     Chunks of KV heads are independent: up to `workers` threads take them (`kvcalc.backend.threads`).
     `on_block`, if given, is called after each step (progress reporting), from whichever thread took it.
+    `sinks` [k, g], if given: one logit per query head that joins every softmax denominator (gpt-oss).
     """
     b, kh, g, s, _ = q.shape
     rows = query_rows(q)
@@ -153,10 +154,28 @@ def causal_attention(fc: FlopCounter, q: np.ndarray, kT: np.ndarray, vT: np.ndar
     tiling = prefill_tiling(b, kh, g, s, window, block)
 
     def chunk(heads: slice, scratch: np.ndarray) -> None:
-        attend_heads(fc, rows[:, heads], kT[:, heads], vT[:, heads], out[:, heads], window, tiling, scratch, on_block)
+        attend_heads(fc, rows[:, heads], kT[:, heads], vT[:, heads], out[:, heads], window, tiling, scratch, on_block,
+                     None if sinks is None else sinks[heads])
 
     run_tasks(chunk, head_chunks(kh, tiling.chunk), workers, lambda: band_scratch(tiling, b, g, q.dtype))
     return out5
+
+
+def chunk_bounds(s: int, chunk: int) -> list[tuple[int, int]]:
+    """The aligned chunks [c0, c1) of s prompt positions (Llama 4's chunked local attention)."""
+    return [(c0, min(s, c0 + chunk)) for c0 in range(0, s, chunk)]
+
+
+def chunked_attention(fc: FlopCounter, q: np.ndarray, kT: np.ndarray, vT: np.ndarray, chunk: int, block: int,
+                      on_block=None, workers: int = 1, sinks: np.ndarray | None = None) -> np.ndarray:
+    """Chunked local attention: a query at position p meets the keys [C·floor(p/C), p], so each aligned chunk is a
+    causal attention of its own; shapes as `causal_attention`. The pairs are Σ over chunks of tri(chunk length)."""
+    b, kh, g, s, _ = q.shape
+    out = np.empty((b, kh, g, s, vT.shape[-1]), dtype=q.dtype)
+    for c0, c1 in chunk_bounds(s, chunk):
+        out[..., c0:c1, :] = causal_attention(fc, q[..., c0:c1, :], kT[..., c0:c1], vT[..., c0:c1, :], None, block,
+                                              on_block, workers, sinks)
+    return out
 
 
 def head_chunks(kv_heads: int, chunk: int) -> list[slice]:
@@ -170,9 +189,11 @@ def band_scratch(tiling: Tiling, b: int, g: int, dtype) -> np.ndarray:
 
 
 def attend_heads(fc: FlopCounter, rows: np.ndarray, kT: np.ndarray, vT: np.ndarray, out: np.ndarray,
-                 window: int | None, tiling: Tiling, scratch: np.ndarray, on_block=None) -> None:
+                 window: int | None, tiling: Tiling, scratch: np.ndarray, on_block=None,
+                 sinks: np.ndarray | None = None) -> None:
     """Every query block of a chunk of KV heads: rows [b, k, s·g, d], kT [b, k, d, s], vT [b, k, s, e] into
-    out [b, k, s·g, e]. Heads outer, blocks inner: the chunk's keys and values stay in cache over its blocks."""
+    out [b, k, s·g, e]. Heads outer, blocks inner: the chunk's keys and values stay in cache over its blocks.
+    `sinks` [k, g]: the chunk's sink logits, or None."""
     s = kT.shape[-1]
     g = rows.shape[-2] // s
     q_norm, k_norm = _norms(rows), _norms(kT.swapaxes(-1, -2))  # |q·k| <= |q| |k| (Cauchy–Schwarz)
@@ -180,8 +201,10 @@ def attend_heads(fc: FlopCounter, rows: np.ndarray, kT: np.ndarray, vT: np.ndarr
         e = min(s, s0 + tiling.block)
         a0 = max(0, s0 - window + 1) if window else 0
         bound = np.max(q_norm[:, :, s0 * g : e * g]) * np.max(k_norm[:, :, a0:e])
+        sink_rows = None if sinks is None else np.broadcast_to(  # [1, k, B·g, 1]: a row's head is its g index
+            sinks[:, None, :], (sinks.shape[0], e - s0, g)).reshape(1, sinks.shape[0], (e - s0) * g, 1)
         _attend_block(fc, rows[:, :, s0 * g : e * g], kT, vT, out[:, :, s0 * g : e * g], s0, e, window, scratch,
-                      bound >= SAFE_EXP)
+                      bound >= SAFE_EXP, sink_rows)
         if on_block is not None:
             on_block()
 
@@ -210,7 +233,7 @@ def _band(scores: np.ndarray, t: Tiles, g: int, a0: int) -> np.ndarray:
 
 
 def _attend_block(fc: FlopCounter, q: np.ndarray, kT: np.ndarray, vT: np.ndarray, out: np.ndarray, s0: int, e: int,
-                  window: int | None, scratch: np.ndarray, shift: bool) -> None:
+                  window: int | None, scratch: np.ndarray, shift: bool, sinks: np.ndarray | None = None) -> None:
     """Queries [s0, e) of some KV heads: q [b, k, B·g, d], kT [b, k, d, s], vT [b, k, s, e] into out [b, k, B·g, e].
 
     The scores live in one band [b, k, B·g, keys a0 … e) carved from `scratch`: each tile's product is written into
@@ -228,7 +251,7 @@ def _attend_block(fc: FlopCounter, q: np.ndarray, kT: np.ndarray, vT: np.ndarray
     for t in tiles:  # [n, h·g, d] @ [n, d, w] for the n tiles of t at once
         fc.matmul("attn/scores", _rows(q, t, g), _tiles(kT, t.n, 0, t.key0, 0, t.step, kT.shape[-2], t.w),
                   out=_band(scores, t, g, a0))
-    sums = softmax_(scores, shift)
+    sums = softmax_(scores, shift) if sinks is None else softmax_sink_(scores, sinks)
     _mix(fc, scores, vT, out, tiles, g, a0)
     if sums is not None:
         out /= sums
@@ -248,9 +271,34 @@ def _mix(fc: FlopCounter, p: np.ndarray, vT: np.ndarray, out: np.ndarray, tiles:
                                            _tiles(vT, t.n, t.key0, 0, t.step, 0, t.w, vT.shape[-1]))
 
 
-def attend_all(fc: FlopCounter, q: np.ndarray, kT: np.ndarray, vT: np.ndarray) -> np.ndarray:
-    """One new query per sequence over all held keys (a decode step): q [b, k, g, 1, d] -> [b, k, g, 1, e]."""
-    p = softmax(fc.matmul("attn/scores", q, kT[:, :, None])).astype(q.dtype)
-    return fc.matmul("attn/mix", p, vT[:, :, None])
+def softmax_sink(scores: np.ndarray, sinks: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis whose denominator also holds exp(sink) (sinks broadcast to scores[..., :1]): the
+    sink takes weight but gives no value (gpt-oss). In float32 or wider, as `softmax`."""
+    wide = scores.astype(np.float32) if scores.dtype == np.float16 else scores
+    sink = sinks.astype(wide.dtype)
+    peak = np.maximum(np.max(wide, axis=-1, keepdims=True), sink)
+    e = np.exp(wide - peak)
+    return e / (np.sum(e, axis=-1, keepdims=True) + np.exp(sink - peak))
+
+
+def softmax_sink_(scores: np.ndarray, sinks: np.ndarray) -> np.ndarray | None:
+    """`softmax_sink` in place, the division left to the caller as `softmax_` does (float16: normalised here)."""
+    if scores.dtype == np.float16:
+        scores[...] = softmax_sink(scores, sinks)
+        return None
+    sink = sinks.astype(scores.dtype)
+    peak = np.maximum(np.max(scores, axis=-1, keepdims=True), sink)
+    scores -= peak
+    np.exp(scores, out=scores)
+    return np.sum(scores, axis=-1, keepdims=True) + np.exp(sink - peak)
+
+
+def attend_all(fc: FlopCounter, q: np.ndarray, kT: np.ndarray, vT: np.ndarray,
+               sinks: np.ndarray | None = None) -> np.ndarray:
+    """One new query per sequence over all held keys (a decode step): q [b, k, g, 1, d] -> [b, k, g, 1, e];
+    sinks [k, g] or None."""
+    scores = fc.matmul("attn/scores", q, kT[:, :, None])
+    p = softmax(scores) if sinks is None else softmax_sink(scores, sinks[:, :, None, None])
+    return fc.matmul("attn/mix", p.astype(q.dtype), vT[:, :, None])
 
 

@@ -65,20 +65,35 @@ def run_checks(spec, s, layers, x0, outputs, after_prefill, schedule, tol) -> li
     return found
 
 
+def dense_mask(s: int, window: int | None, chunk: int | None) -> np.ndarray:
+    """[s, s] True where query i must not see key j: the future, beyond the window, or outside i's aligned chunk."""
+    i, j = np.arange(s)[:, None], np.arange(s)[None, :]
+    mask = j > i
+    if window:
+        mask |= (i - j) >= window
+    if chunk:
+        mask |= j < chunk * (i // chunk)
+    return mask
+
+
 def dense_reference(x, layer: GroupedQueryAttention) -> np.ndarray:
-    """Plain MHA over the full masked score matrix, K/V heads repeated over their groups: [b, s, m] -> [b, s, m]."""
+    """Plain MHA over the full masked score matrix, K/V heads repeated over their groups: [b, s, m] -> [b, s, m].
+
+    The mask is written out (causal, window, chunk); sinks join the softmax as an extra column of weight only."""
     fc = _silent()
-    q, k, v = layer._qkv(fc, x, 0)  # q [b, k, g, s, d] scaled, k/v [b, s, k, d]
+    q, k, v, gate = layer._qkv(fc, x, 0)  # q [b, k, g, s, d] scaled, k [b, s, k, d], v [b, s, k, e]
     b, kh, g, s, d = q.shape
     q = q.reshape(b, kh * g, s, d)
     k = np.repeat(k.transpose(0, 2, 1, 3), g, axis=1)  # [b, h, s, d]
     v = np.repeat(v.transpose(0, 2, 1, 3), g, axis=1)
-    scores = q @ k.transpose(0, 1, 3, 2)
-    i, j = np.arange(s)[:, None], np.arange(s)[None, :]
-    mask = (j > i) | ((i - j) >= layer.window if layer.window else False)
-    p = softmax(np.where(mask, -np.inf, scores)).astype(q.dtype)
-    o = (p @ v).reshape(b, kh, g, s, d)
-    return layer._out(fc, o)
+    scores = np.where(dense_mask(s, layer.window, layer.chunk), -np.inf, q @ k.transpose(0, 1, 3, 2))
+    if layer.sinks is not None:  # the sink as one more column, dropped after the softmax
+        sink = np.broadcast_to(layer.sinks.reshape(1, kh * g, 1, 1), (b, kh * g, s, 1))
+        p = softmax(np.concatenate([scores, sink], axis=-1))[..., :-1].astype(q.dtype)
+    else:
+        p = softmax(scores).astype(q.dtype)
+    o = (p @ v).reshape(b, kh, g, s, v.shape[-1])
+    return layer._out(fc, o, gate)
 
 
 def gqa_equals_mha(s, tol) -> Check:
@@ -92,6 +107,39 @@ def gqa_equals_mha(s, tol) -> Check:
         got, _ = layer.prefill(_silent(), x)
         worst = max(worst, rel_error(got, dense_reference(x, layer)))
     return _within("GQA with n_kv = n_h equals MHA", worst, tol, "n_kv 4, 2, 1 of 4 heads vs dense masked MHA")
+
+
+def heads_variant_checks(spec, s, tol) -> list[Check]:
+    """For each Heads option the model uses, at small dims: the blocked code path equals dense masked attention.
+
+    Chunked attention against an explicit chunk mask; values of another size, the output gate, k_eq_v and sinks
+    each against the same dense reference (which writes the sink as an extra softmax column)."""
+    from kvcalc.attention.gqa import Heads
+
+    dtype = {"float32": np.float32, "float16": np.float16, "float64": np.float64}[s.dtype]
+    x = np.random.default_rng(s.seed).standard_normal((2, 23, 32)).astype(dtype)
+    found = []
+    seen = set()
+    for g in spec.groups:
+        att = g.attention
+        if not isinstance(att, Heads):
+            continue
+        variants = {"chunked attention equals dense attention with a chunk mask": dict(chunk=6) if g.layer.chunk else None,
+                    "values of their own size (d_v) equal dense attention": dict(value_dim=12) if att.v_head_dim else None,
+                    "the output gate equals dense gated attention": dict(gate=True) if att.output_gate else None,
+                    "k_eq_v (values from the key projection) equals dense attention": dict(k_eq_v=True) if att.k_eq_v else None,
+                    "attention sinks equal dense attention with a sink column": dict(sinks=True) if att.sinks else None}
+        for name, options in variants.items():
+            if options is None or name in seen:
+                continue
+            seen.add(name)
+            worst = 0.0
+            for n_kv, window in ((4, None), (2, 7 if "chunk" not in options else None), (1, None)):
+                layer = GroupedQueryAttention(32, 4, n_kv, 8, window, np.random.default_rng(s.seed + n_kv), dtype, block=5,
+                                              **options)
+                worst = max(worst, rel_error(layer.prefill(_silent(), x)[0], dense_reference(x, layer)))
+            found.append(_within(name, worst, tol, "n_kv 4, 2, 1 of 4 heads, 23 tokens, vs dense masked MHA"))
+    return found
 
 
 def _demo_dims(spec):

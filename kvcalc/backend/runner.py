@@ -172,6 +172,7 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     if s.rope_demo or any(by_layer[i].attention.schedules for i in ids):
         report.checks += checks.rope_demo(spec, s, TOLERANCE[s.dtype])
     report.checks += [checks.gqa_equals_mha(s, TOLERANCE[s.dtype])]
+    report.checks += checks.heads_variant_checks(spec, s, TOLERANCE[s.dtype])
     return report
 
 
