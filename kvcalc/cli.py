@@ -20,6 +20,7 @@ from kvcalc.options import (
     MlaOpt,
     ModelArg,
     ModelsArg,
+    MtpOpt,
     NoWindowsOpt,
     OneCtxOpt,
     ScheduleOpt,
@@ -121,6 +122,7 @@ def show(
     kv_dtype: DtypeOpt = "bf16",
     state_dtype: StateDtypeOpt = None,
     enc_ctx: EncCtxOpt = None,
+    mtp: MtpOpt = False,
     mla_cache: MlaOpt = "latent",
     per_layer: Annotated[bool, typer.Option("--per-layer", help="One row per layer instead of per layer group.")] = False,
     fmt: FormatOpt = "table",
@@ -134,7 +136,7 @@ def show(
     from kvcalc.settings import Settings
 
     s = Settings(ctx=one_ctx(ctx, "show takes one context; use compare for several"), batch=batch, kv_dtype=kv_dtype,
-                 mla_cache=mla_cache, state_dtype=state_dtype, enc_ctx=enc_ctx)
+                 mla_cache=mla_cache, state_dtype=state_dtype, enc_ctx=enc_ctx, mtp=mtp)
     explain_format(explain, fmt)
     emit(show_output(load(model, no_windows), s, per_layer, explain, units), fmt, units)
 

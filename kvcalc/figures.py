@@ -54,7 +54,7 @@ class CostFigures:
 
 def figures(spec: ModelSpec, s: Settings) -> CostFigures:
     """All cost figures of `spec` at settings `s` (exact ints, except ratios and seconds)."""
-    params = param_counts(spec)
+    params = param_counts(spec, s.mtp)
     decode = sum(decode_flops(spec, s).values())
     read = sum(decode_bytes(spec, s).values())
     out: dict[str, Any] = dict(

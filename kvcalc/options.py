@@ -41,6 +41,7 @@ CtxOpt = Annotated[str, typer.Option("--ctx", "-c", help=CTX_HELP)]
 OneCtxOpt = Annotated[str, typer.Option("--ctx", "-c", help="Context length in tokens: 4096, 4k, 128k, 1M. k = 1024 (128k = 131072).")]
 BatchOpt = Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences held at once.")]
 DtypeOpt = Annotated[str, typer.Option("--kv-dtype", **choice(DTYPES), help="Storage type of the cache (int4: half a byte per element).")]
+MtpOpt = Annotated[bool, typer.Option("--mtp", help="Count the multi-token-prediction layers (their cache, weights and FLOPs), as speculative decoding runs them; plain decoding does not.")]
 EncCtxOpt = Annotated[int | None, typer.Option("--enc-ctx", parser=lambda v: _parse_gen(v), metavar="TOKENS", help="Encoder positions the cross-attention of encoder–decoder models caches (default: the model's source length, e.g. Whisper's 1500).")]
 StateDtypeOpt = Annotated[str | None, typer.Option("--state-dtype", **choice(DTYPES), help="Storage type of the constant states of linear-attention and SSM layers (default: the KV dtype; several engines keep SSM state in fp32).")]
 WeightsDtypeOpt = Annotated[str, typer.Option("--weights-dtype", **choice(DTYPES), help="Storage type of the weights (int4: half a byte).")]
@@ -78,6 +79,7 @@ class CostOptions:
     hardware_name: str | None
     state_dtype: str | None = None
     enc_ctx: int | None = None
+    mtp: bool = False
 
     def settings(self, ctx: int) -> Settings:
         """The Settings at `ctx`, with the hardware preset or file loaded."""
@@ -90,7 +92,7 @@ class CostOptions:
             hw = load_hardware(self.hardware_name)
         return Settings(ctx=ctx, batch=self.batch, gen=self.gen, kv_dtype=self.kv_dtype, weights_dtype=self.weights_dtype,
                         mla_cache=self.mla_cache, mla_schedule=self.mla_schedule, dense_attn=self.dense_attn, hardware=hw,
-                        state_dtype=self.state_dtype, enc_ctx=self.enc_ctx)
+                        state_dtype=self.state_dtype, enc_ctx=self.enc_ctx, mtp=self.mtp)
 
 
 _COST_PARAMS = [
@@ -99,6 +101,7 @@ _COST_PARAMS = [
     ("kv_dtype", DtypeOpt, "bf16"),
     ("state_dtype", StateDtypeOpt, None),
     ("enc_ctx", EncCtxOpt, None),
+    ("mtp", MtpOpt, False),
     ("weights_dtype", WeightsDtypeOpt, "bf16"),
     ("mla_cache", MlaOpt, "latent"),
     ("mla_schedule", ScheduleOpt, None),

@@ -51,6 +51,7 @@ class Settings:
     hardware: Hardware | None = None
     state_dtype: str | None = None  # constant states (linear attention, SSMs); None: the KV dtype
     enc_ctx: int | None = None  # encoder positions cross-attention caches; None: the model's source_len
+    mtp: bool = False  # count the multi-token-prediction layers (their cache and weights), as speculative decoding does
 
     def __post_init__(self) -> None:
         for name in ("ctx", "batch", "gen", "enc_ctx"):

@@ -6,6 +6,7 @@ the sum over groups (a sliding-window or constant-state group can never be forgo
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,6 +207,11 @@ class ModelSpec(Strict):
     ffn: FFN = Field(description="The FFN block of every layer unless a group overrides it.")
     layer_groups: list[LayerGroup] = Field(min_length=1, description="Layer groups; together they cover every layer once.")
     encoder: Encoder | None = Field(None, description="The encoder of an encoder–decoder model (Whisper, T5, BART).")
+    mtp_layers: NonNegativeInt = Field(
+        0, description="Multi-token-prediction layers (DeepSeek num_nextn_predict_layers): each a decoder layer like the "
+        "last one plus a 2·d × d input projection and three norms; counted only with --mtp (speculative decoding keeps "
+        "their cache), since plain decoding does not run them."
+    )
 
     _groups: tuple[ResolvedGroup, ...] = PrivateAttr(default=())
 
@@ -293,6 +299,14 @@ class ModelSpec(Strict):
     def attention_kinds(self) -> tuple[str, ...]:
         """Distinct attention kinds, in the order the groups first use them."""
         return tuple(dict.fromkeys(g.attention.kind for g in self._groups))
+
+    def mtp_group(self) -> ResolvedGroup | None:
+        """The multi-token-prediction layers as a layer group: the last layer's attention, at indices after the model's."""
+        if not self.mtp_layers:
+            return None
+        last = next(g for g in self._groups if self.n_layers - 1 in g.layers)
+        layers = tuple(range(self.n_layers, self.n_layers + self.mtp_layers))
+        return dataclasses.replace(last, label="mtp", layers=layers)
 
     def has_layouts(self) -> bool:
         """Whether some layer's cache has a layout to choose (MLA: latent or expanded)."""

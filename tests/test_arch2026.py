@@ -222,3 +222,28 @@ def test_bundled_minimax_m25_equals_its_config():
     imported = load_model(str(REFERENCE / "configs-extra" / "minimax-m2.5.json")).spec
     assert param_counts(imported).breakdown == param_counts(spec("minimax-m2.5")).breakdown
     assert kv_cache(imported, Settings(ctx=128 * K)).bytes == kv_cache(spec("minimax-m2.5"), Settings(ctx=128 * K)).bytes
+
+
+# ---------------------------------------------------------------- multi-token prediction (--mtp)
+
+
+def test_mtp_layers_count_only_when_asked():
+    s = spec("deepseek-v3")
+    plain, mtp = Settings(ctx=128 * K), Settings(ctx=128 * K, mtp=True)
+    # one MTP layer (num_nextn_predict_layers 1) caches like the 61 others: 62 × 576 per token, bf16
+    assert kv_cache(s, plain).bytes == 61 * 576 * 128 * K * 2
+    assert kv_cache(s, mtp).bytes == 62 * 576 * 128 * K * 2
+    p, q = param_counts(s), param_counts(s, mtp=True)
+    assert p.total == 671_026_419_200  # the main model, as before
+    d = 7168
+    layer = q.breakdown["mtp/attn"] + q.breakdown["mtp/ffn"]
+    assert layer == (p.breakdown["attn/q_down"] + p.breakdown["attn/q_up"] + p.breakdown["attn/kv_down"] + p.breakdown["attn/kv_up"]
+                     + p.breakdown["attn/o"] + p.breakdown["attn/norms"]) // 61 + (256 + 1) * 3 * d * 2048 + d * 256 + 256
+    assert q.breakdown["mtp/proj"] == 2 * d * d and q.breakdown["mtp/norms"] == 5 * d  # eh_proj; 2 + enorm, hnorm, head norm
+    # DeepSeek-V3 README: "685B total, including 671B of the Main Model weights and 14B of the MTP Module weights";
+    # the checkpoint stores the MTP module's own copies of the embedding and the output head, which kvcalc shares
+    assert abs((q.total + 2 * 129280 * d) / 685e9 - 1) < 0.001
+    f = decode_flops(s, mtp)
+    assert f["mtp/proj"] == 2 * 2 * d * d and f["mtp/attn"] > 0 and "mtp/proj" not in decode_flops(s, plain)
+    out = json.loads(run("compare", "deepseek-v3", "--ctx", "128k", "--mtp", "-f", "json").stdout)[0]
+    assert out["kv_cache_bytes"] == 62 * 576 * 128 * K * 2 and out["params_total"] == q.total

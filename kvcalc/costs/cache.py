@@ -97,7 +97,11 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0) -> Group
 def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
     """Exact KV cache of `spec` holding `s.ctx` tokens for each of `s.batch` sequences (bytes for all of them)."""
     enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
-    rows = tuple(group_cache(g, s, enc) for g in spec.groups)
+    groups = spec.groups
+    mtp = spec.mtp_group() if s.mtp else None
+    if mtp is not None:  # --mtp: the multi-token-prediction layers keep a cache like the last layer's
+        groups = groups + (mtp,)
+    rows = tuple(group_cache(g, s, enc) for g in groups)
     per_token = sum(r.formula.elements * r.n_layers for r in rows)
     elements = sum(r.elements for r in rows)
     state = sum(r.state_elements for r in rows)

@@ -80,9 +80,10 @@ def encoder_flops(spec: ModelSpec, enc: int) -> dict[str, int]:
 
 
 def forward(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: str, enc: int = 0,
-            cross_kv: int = 0) -> dict[str, int]:
+            cross_kv: int = 0, mtp: bool = False) -> dict[str, int]:
     """FLOPs by component of a pass whose attention work per layer of a group is `work(group)`; `enc` encoder
-    positions are attended by cross-attention layers, whose K/V are projected `cross_kv` times."""
+    positions are attended by cross-attention layers, whose K/V are projected `cross_kv` times; `mtp`: the
+    multi-token-prediction layers run beside the model (one more block each, over the same tokens)."""
     total: Counter = Counter()
     for group in spec.groups:
         layer_attn = Counter(group.attention.flops(group.layer, work(group), schedule))
@@ -91,6 +92,13 @@ def forward(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: s
             total.update(layer_attn)
     for layer in range(spec.n_layers):
         total.update(_ffn(spec, layer, tokens))
+    mtp_group = spec.mtp_group() if mtp else None
+    if mtp_group is not None:  # DeepSeek-V3 §2.2: a block like the last layer's, after M_k (2·d × d) per token
+        n, last = spec.mtp_layers, spec.n_layers - 1
+        block = Counter(mtp_group.attention.flops(mtp_group.layer, work(mtp_group), schedule))
+        block.update(_ffn(spec, last, tokens))
+        total.update({f"mtp/{k.split('/')[0]}": n * v for k, v in block.items()})
+        total["mtp/proj"] += n * 2 * tokens * 2 * spec.d_model * spec.d_model
     total["lm_head"] = 2 * logits * spec.d_model * spec.vocab_size
     return {k: v for k, v in total.items() if v}
 
@@ -129,14 +137,14 @@ def prefill_flops(spec: ModelSpec, s: Settings, logits: str = "last") -> dict[st
     the encoder's pass and the cross-attention K/V projections too)."""
     n, enc = s.ctx, _enc(spec, s)
     out = Counter(forward(spec, lambda g: prefill_work(g, n, s.dense_attn), n, n if logits == "all" else 1, "naive",
-                          enc, cross_kv=1))
+                          enc, cross_kv=1, mtp=s.mtp))
     out.update(encoder_flops(spec, enc))
     return {k: s.batch * v for k, v in out.items() if v}
 
 
 def decode_flops(spec: ModelSpec, s: Settings) -> dict[str, int]:
     """FLOPs of one decode step at context `s.ctx` (the new token at position ctx) for `s.batch` sequences."""
-    out = forward(spec, lambda g: decode_work(g, s.ctx, s.mla_cache), 1, 1, s.schedule, _enc(spec, s))
+    out = forward(spec, lambda g: decode_work(g, s.ctx, s.mla_cache), 1, 1, s.schedule, _enc(spec, s), mtp=s.mtp)
     return {k: s.batch * v for k, v in out.items()}
 
 
@@ -152,7 +160,7 @@ def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[st
             scanned = att.scan_prefill(layer, last) - att.scan_prefill(layer, prompt)
             return Work(gen, keys, _naive_expands(s.mla_cache, keys, gen), scanned)
 
-        out = forward(spec, work, gen, gen, s.schedule, _enc(spec, s))
+        out = forward(spec, work, gen, gen, s.schedule, _enc(spec, s), mtp=s.mtp)
     else:
         tokens = tri(last) - tri(prompt)  # each step re-runs all t tokens of its prefix
 
@@ -161,7 +169,7 @@ def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[st
             pairs = att.keys_prefills(layer, last) - att.keys_prefills(layer, prompt)
             return Work(tokens, pairs, tokens, att.scan_prefills(layer, last) - att.scan_prefills(layer, prompt))
 
-        out = forward(spec, work, tokens, gen, "naive", _enc(spec, s), cross_kv=gen)  # no cache: K/V at every step
+        out = forward(spec, work, tokens, gen, "naive", _enc(spec, s), cross_kv=gen, mtp=s.mtp)  # no cache: K/V every step
     return {k: s.batch * v for k, v in out.items()}
 
 

@@ -88,8 +88,9 @@ class ParamReport:
         return sum(self.active_breakdown.values())
 
 
-def param_counts(spec: ModelSpec) -> ParamReport:
-    """Exact parameter counts of `spec` by component ('embed', 'attn/q', 'ffn/routed', 'norms', 'lm_head', ...)."""
+def param_counts(spec: ModelSpec, mtp: bool = False) -> ParamReport:
+    """Exact parameter counts of `spec` by component ('embed', 'attn/q', 'ffn/routed', 'norms', 'lm_head', ...);
+    `mtp`: with its multi-token-prediction layers ('mtp/...')."""
     d = spec.d_model
     norm = 2 * d if spec.norm == "layernorm" else d  # LayerNorm has a weight and a bias
     total: Counter = Counter({"embed": spec.vocab_size * d})
@@ -115,8 +116,26 @@ def param_counts(spec: ModelSpec) -> ParamReport:
     total["norms"] = active["norms"] = norms
     if not spec.tie_embeddings:
         total["lm_head"] = active["lm_head"] = spec.vocab_size * d
+    if mtp and spec.mtp_layers:
+        extra = mtp_params(spec)
+        total.update(extra)
+        active.update(extra)
     keep = lambda c: {k: v for k, v in c.items() if v}  # noqa: E731
     return ParamReport(spec.name, keep(total), keep(active))
+
+
+def mtp_params(spec: ModelSpec) -> dict[str, int]:
+    """The multi-token-prediction layers (DeepSeek-V3 §2.2): each a decoder block like the last layer (its attention
+    and FFN, all experts), M_k of 2·d × d (eh_proj), and RMSNorms enorm, hnorm and the shared head's norm; the
+    embedding and output head are shared with the main model (the checkpoint stores copies; not counted twice)."""
+    group = spec.mtp_group()
+    if group is None:
+        return {}
+    d, n = spec.d_model, spec.mtp_layers
+    ffn = ffn_params(ffn_of_layer(spec, spec.n_layers - 1), d)[0]
+    norm = 2 * d if spec.norm == "layernorm" else d
+    return {"mtp/attn": n * sum(attention_params(group).values()), "mtp/ffn": n * sum(ffn.values()),
+            "mtp/proj": n * 2 * d * d, "mtp/norms": n * (spec.norms_per_layer + 3) * norm}
 
 
 def weights_bytes(params: int, weights_dtype: str) -> int:

@@ -29,7 +29,7 @@ def decode_bytes(spec: ModelSpec, s: Settings) -> dict[str, int]:
     """Bytes one decode step at context `s.ctx` moves, by part: 'weights' and 'kv_cache' read, and (hybrid models)
     'state': every constant state read and written back."""
     rows = s.batch * spec.d_model * (2 if spec.learned_positions else 1)  # the embedding rows looked up
-    params = param_counts(spec)
+    params = param_counts(spec, s.mtp)
     encoder = sum(v for k, v in params.active_breakdown.items() if k.startswith("encoder/"))  # runs once per input
     read = params.active - encoder - _lookup_tables(spec) + rows
     cache = kv_cache(spec, s)
@@ -44,7 +44,7 @@ def prefill_bytes(spec: ModelSpec, s: Settings) -> dict[str, int]:
     tables = _lookup_tables(spec)
     rows = min(tables, s.batch * s.ctx * spec.d_model * (2 if spec.learned_positions else 1))
     cache = kv_cache(spec, s)
-    out = {"weights": weights_bytes(param_counts(spec).total - tables + rows, s.weights_dtype), "kv_cache": cache.bytes}
+    out = {"weights": weights_bytes(param_counts(spec, s.mtp).total - tables + rows, s.weights_dtype), "kv_cache": cache.bytes}
     if cache.state_bytes:
         out["state"] = cache.state_bytes  # written once at the end of the prompt
     return out

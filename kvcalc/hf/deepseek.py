@@ -46,9 +46,12 @@ def _deepseek(cfg, origin, notes):
         if i >= first_k and i % freq:
             layer["ffn"] = dense_ffn(moe["dense_d_ff"])
         layers.append(layer)
-    if get(cfg, "num_nextn_predict_layers", origin, minimum=0):
-        notes.append(f"{cfg['num_nextn_predict_layers']} multi-token-prediction layer(s) not counted (not used in plain decoding)")
+    mtp = get(cfg, "num_nextn_predict_layers", origin, minimum=0)
+    if mtp:  # DeepSeek-V3 §2.2: counted only with --mtp (plain decoding does not run them)
+        notes.append(f"{mtp} multi-token-prediction layer(s): counted only with --mtp (plain decoding does not run them)")
     base["ffn"] = moe
+    if mtp:
+        base["mtp_layers"] = mtp
     base["layer_groups"] = group_layers(layers, base["n_layers"])
     return base
 
