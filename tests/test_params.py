@@ -61,6 +61,7 @@ COUNTED_ELSEWHERE = {
     "gemma4-26b-a4b", "minimax-m1",  # tests/test_lightning_gemma4.py
     "whisper-large-v3",  # tests/test_encdec.py
     "minimax-m2.5",  # tests/test_importers_extra.py
+    "glm-4.7",  # tests/test_importers_extra2.py
 }
 
 

@@ -13,20 +13,30 @@ import numpy as np
 from kvcalc.backend.causal import (
     attend_all,
     attend_heads,
+    attend_selected,
     band_scratch,
     blocks,
     causal_attention,
     chunk_bounds,
     chunked_attention,
     head_chunks,
+    index_band,
     outputs,
     prefill_tiling,
     query_rows,
+    top_keys,
 )
 from kvcalc.backend.ops import FlopCounter, apply_rope, apply_rope_, random_weight, rms_norm, rope_tables, softmax
 from kvcalc.backend.threads import run_tasks
 
 ROPE_THETA = 10_000.0
+
+
+def _layer_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """LayerNorm over the last axis without a learned weight or bias (in float32 for float16)."""
+    wide = x.astype(np.float32) if x.dtype == np.float16 else x
+    centred = wide - np.mean(wide, axis=-1, keepdims=True)
+    return (centred / np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True) + eps)).astype(x.dtype)
 
 
 def _keep(x: np.ndarray, window: int | None) -> np.ndarray:
@@ -147,7 +157,8 @@ class LatentAttention:
 
     def __init__(self, d_model: int, n_heads: int, kv_lora_rank: int, q_lora_rank: int | None, qk_nope: int,
                  qk_rope: int, v_head_dim: int, window: int | None, rng: np.random.Generator, dtype,
-                 mla_cache: str = "latent", block: int = 256, rope: str = "decoupled", workers: int = 1):
+                 mla_cache: str = "latent", block: int = 256, rope: str = "decoupled", workers: int = 1,
+                 index: tuple[int, int, int] | None = None):
         self.m, self.h, self.c, self.qc = d_model, n_heads, kv_lora_rank, q_lora_rank
         self.nope, self.r, self.e, self.window, self.dtype = qk_nope, qk_rope, v_head_dim, window, dtype
         self.layout, self.block, self.rope, self.workers = mla_cache, block, rope, workers
@@ -162,6 +173,35 @@ class LatentAttention:
         self.w_uk = np.ascontiguousarray(per_head[:, :, :qk_nope].transpose(1, 2, 0))  # [h, nope, c]
         self.w_uv = np.ascontiguousarray(per_head[:, :, qk_nope:].transpose(1, 0, 2))  # [h, c, e]
         self.scale = self.dtype((qk_nope + qk_rope) ** -0.5)
+        self.index = index  # DeepSeek-V3.2's indexer: (H_I heads, d_I, top-k), drawn after MLA's own weights
+        if index:
+            h_i, d_i, _ = index
+            self.wiq = random_weight(rng, (q_in, h_i * d_i), q_in, dtype)  # W_IQ (Indexer.wq_b) reads c_Q
+            self.wik = random_weight(rng, (d_model, d_i), d_model, dtype)  # W_IK (Indexer.wk)
+            self.wiw = random_weight(rng, (d_model, h_i), d_model, dtype)  # W_IW (Indexer.weights_proj)
+
+    def _index_keys(self, fc: FlopCounter, x: np.ndarray) -> np.ndarray:
+        """x [b, s, m] -> the indexer's keys [b, s, d_I], LayerNorm'd (Indexer.k_norm): what its cache holds."""
+        return _layer_norm(fc.matmul("attn/index", x, self.wik))
+
+    def _index_queries(self, fc: FlopCounter, q_in: np.ndarray, x: np.ndarray):
+        """The indexer's queries q_I [b, s, H_I, d_I] (from c_Q) and head weights w [b, s, H_I] (from x, scaled)."""
+        h_i, d_i, _ = self.index or (0, 0, 0)
+        b, s, _ = x.shape
+        q = fc.matmul("attn/index", q_in, self.wiq).reshape(b, s, h_i, d_i)
+        w = fc.matmul("attn/index", x, self.wiw) * self.dtype((h_i * d_i) ** -0.5)
+        return q, w
+
+    def _sparse(self, s: int) -> bool:
+        """Whether the top-k drops keys in a prefill of s tokens (else every visible key is attended)."""
+        if self.index is None:
+            return False
+        topk = self.index[2]
+        return topk < s and not (self.window and self.window <= topk)
+
+    def _index_blocks(self, s: int) -> list[tuple[int, int]]:
+        """The query blocks the indexer scores a prompt by (at most `block`, which is at most the window)."""
+        return [(s0, min(s, s0 + self.block)) for s0 in range(0, s, self.block)]
 
     def _q_input(self, fc: FlopCounter, x: np.ndarray) -> np.ndarray:
         """What W_UQ reads: the normalised query latent c_Q [b, s, q] (or x itself when there is no q_lora_rank)."""
@@ -226,15 +266,58 @@ class LatentAttention:
         b, _, _, s, _ = o.shape  # [b, h, 1, s, e] -> [b, s, h·e] -> [b, s, m]
         return fc.matmul("attn/o", o[:, :, 0].transpose(0, 2, 1, 3).reshape(b, s, self.h * self.e), self.wo)
 
-    def _held(self, c_kv, k_rope, k, v, seen: int) -> Cache:
+    def _held(self, c_kv, k_rope, k, v, seen: int, index_k: np.ndarray | None = None) -> Cache:
         if self.layout == "latent":  # the normalised latent and the rotated RoPE key (DeepSeek's inference code)
-            return Cache({"c_kv": _keep(c_kv, self.window), "k_rope": _keep(k_rope, self.window)}, seen)
-        return Cache({"k": _keep(k, self.window), "v": _keep(v, self.window)}, seen)
+            held = {"c_kv": _keep(c_kv, self.window), "k_rope": _keep(k_rope, self.window)}
+        else:
+            held = {"k": _keep(k, self.window), "v": _keep(v, self.window)}
+        if index_k is not None:  # the indexer's keys, beside the latent (Indexer.k_cache)
+            held["index_k"] = _keep(index_k, self.window)
+        return Cache(held, seen)
 
     on_block = None  # called after each prefill block, for a progress bar
 
     def prefill_blocks(self, batch: int, s: int) -> int:
-        return blocks(batch, self.h, 1, s, self.window, self.block)
+        index = len(self._index_blocks(s)) if self.index else 0
+        if self._sparse(s):
+            return blocks(batch, self.h, 1, self.index[2], None, self.block) + index  # type: ignore[index]
+        return blocks(batch, self.h, 1, s, self.window, self.block) + index
+
+    def _indexer_prefill(self, fc: FlopCounter, q_in: np.ndarray, x: np.ndarray):
+        """The indexer over a prompt: its keys [b, s, d_I], and each query block's band of scores over the keys it
+        sees, as (s0, e, band [b, B, keys from a0], a0) (scored, and so counted, whether or not the top-k bites)."""
+        index_k = self._index_keys(fc, x)
+        q_i, w = self._index_queries(fc, q_in, x)
+
+        def bands():
+            for s0, e in self._index_blocks(x.shape[1]):
+                band, a0 = index_band(fc, q_i, w, index_k, s0, e, self.window)
+                yield s0, e, band, a0
+                if self.on_block is not None:
+                    self.on_block()
+
+        return index_k, bands()
+
+    def _prefill_sparse(self, fc: FlopCounter, x: np.ndarray) -> tuple[np.ndarray, Cache]:
+        """A prompt longer than the top-k (DeepSeek Sparse Attention): the first k queries see at most k keys and
+        attend them all (exact causal attention); every later query attends only its top-k keys by the indexer."""
+        b, s, _ = x.shape
+        topk = self.index[2]  # type: ignore[index]
+        q_in = self._q_input(fc, x)
+        c_kv, k_rope = self._latent(fc, x, 0)
+        k, v = self._expand(fc, c_kv, k_rope, 0)  # every head's K and V, [b, t, h, ·] views of [b, h, t, ·]
+        q = self._q_full(self._queries(fc, q_in, 0), 0)  # [b, h, 1, s, nope + r], scaled
+        kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [b, h, t, ·]
+        out5 = np.empty((b, s, self.h, self.e), dtype=self.dtype).transpose(0, 2, 1, 3)[:, :, None]
+        out5[..., :topk, :] = causal_attention(fc, q[..., :topk, :], kh[:, :, :topk].transpose(0, 1, 3, 2),
+                                               vh[:, :, :topk], None, self.block, self.on_block, self.workers)
+        index_k, bands = self._indexer_prefill(fc, q_in, x)
+        for s0, e, band, a0 in bands:
+            lo = max(s0, topk)
+            if lo < e:
+                attend_selected(fc, q[:, :, 0, lo:e], kh, vh, top_keys(band[:, lo - s0 :], a0, topk),
+                                out5[:, :, 0, lo:e])
+        return self._out(fc, out5), self._held(c_kv, k_rope, k, v, s, index_k)
 
     def prefill(self, fc: FlopCounter, x: np.ndarray) -> tuple[np.ndarray, Cache]:
         """The prompt attended per head, with K and V up-projected from the latent (every engine's prefill).
@@ -243,6 +326,8 @@ class LatentAttention:
         attention, in that thread's buffers. Only the expanded cache keeps every head's K and V.
         """
         b, s, _ = x.shape
+        if self._sparse(s):
+            return self._prefill_sparse(fc, x)
         q_in = self._q_input(fc, x)
         c_kv, k_rope = self._latent(fc, x, 0)
         out5, out = outputs(b, self.h, 1, s, self.e, self.dtype)
@@ -270,32 +355,55 @@ class LatentAttention:
                          tiling, band, self.on_block)
 
         run_tasks(chunk, head_chunks(self.h, tiling.chunk), self.workers, buffers)
+        index_k = None
+        if self.index:  # every visible key scored; the top-k keeps them all at this length
+            index_k, bands = self._indexer_prefill(fc, q_in, x)
+            for _ in bands:
+                pass
         if expanded:
-            held = self._held(c_kv, k_rope, k_all.transpose(0, 2, 1, 3), v_all.transpose(0, 2, 1, 3), s)
+            held = self._held(c_kv, k_rope, k_all.transpose(0, 2, 1, 3), v_all.transpose(0, 2, 1, 3), s, index_k)
         else:
-            held = self._held(c_kv, k_rope, None, None, s)
+            held = self._held(c_kv, k_rope, None, None, s, index_k)
         return self._out(fc, out5), held
 
+    def _select(self, fc: FlopCounter, q_in: np.ndarray, x: np.ndarray, cache: Cache) -> tuple[np.ndarray, np.ndarray | None]:
+        """A decode step's indexer: its keys with the new one [b, t, d_I], and the top-k held positions [b, k] (None
+        when it keeps every held key). Every held key is scored (2·H_I·(d_I + 1) each)."""
+        index_k = _keep(np.concatenate([cache.tensors["index_k"], self._index_keys(fc, x)], axis=1), self.window)
+        q_i, w = self._index_queries(fc, q_in, x)  # [b, 1, H, d], [b, 1, H]
+        raw = fc.matmul("attn/index_scores", q_i, index_k.transpose(0, 2, 1)[:, None])  # [b, 1, H, t]
+        np.maximum(raw, 0, out=raw)
+        scores = fc.matmul("attn/index_scores", w[:, :, None], raw)[:, 0]  # [b, 1, t]
+        topk = self.index[2]  # type: ignore[index]
+        return index_k, (top_keys(scores, 0, topk)[:, 0] if index_k.shape[1] > topk else None)
+
     def decode(self, fc: FlopCounter, x: np.ndarray, cache: Cache, schedule: str = "absorbed") -> tuple[np.ndarray, Cache]:
-        """One new token at position cache.seen, with the naive or the absorbed schedule."""
+        """One new token at position cache.seen, with the naive or the absorbed schedule (with an indexer, over the
+        top-k held keys only)."""
         t0 = cache.seen
-        q = self._queries(fc, self._q_input(fc, x), t0)
+        q_in = self._q_input(fc, x)
+        q = self._queries(fc, q_in, t0)
         c_new, kr_new = self._latent(fc, x, t0)
+        index_k, sel = self._select(fc, q_in, x, cache) if self.index else (None, None)
+        extra = {} if index_k is None else {"index_k": index_k}
+        pick = (lambda a: a) if sel is None else (
+            lambda a: np.take_along_axis(a, sel.reshape(sel.shape + (1,) * (a.ndim - 2)), axis=1))
         if self.layout == "expanded":  # naive only: up-project the new token, attend over cached per-head K/V
             k_new, v_new = self._expand(fc, c_new, kr_new, t0)
             k = _keep(np.concatenate([cache.tensors["k"], k_new], axis=1), self.window)
             v = _keep(np.concatenate([cache.tensors["v"], v_new], axis=1), self.window)
-            o = attend_all(fc, self._q_full(q, t0), k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3))
-            return self._out(fc, o), Cache({"k": k, "v": v}, t0 + 1)
+            o = attend_all(fc, self._q_full(q, t0), pick(k).transpose(0, 2, 3, 1), pick(v).transpose(0, 2, 1, 3))
+            return self._out(fc, o), Cache({"k": k, "v": v, **extra}, t0 + 1)
         c_kv = _keep(np.concatenate([cache.tensors["c_kv"], c_new], axis=1), self.window)
         k_rope = _keep(np.concatenate([cache.tensors["k_rope"], kr_new], axis=1), self.window)
-        held = Cache({"c_kv": c_kv, "k_rope": k_rope}, t0 + 1)
+        held = Cache({"c_kv": c_kv, "k_rope": k_rope, **extra}, t0 + 1)
         first = t0 + 1 - c_kv.shape[1]  # position of the oldest held token
-        if schedule == "naive":  # rebuild per-head K and V of every held token (HF transformers 5.x)
-            k, v = self._expand(fc, c_kv, k_rope, first)
+        c_att, kr_att = pick(c_kv), pick(k_rope)
+        if schedule == "naive":  # rebuild per-head K and V of every attended token (HF transformers 5.x)
+            k, v = self._expand(fc, c_att, kr_att, first)
             o = attend_all(fc, self._q_full(q, t0), k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3))
             return self._out(fc, o), held
-        return self._out(fc, self._absorbed(fc, q[..., : self.nope], q[..., self.nope :], c_kv, k_rope, t0)), held
+        return self._out(fc, self._absorbed(fc, q[..., : self.nope], q[..., self.nope :], c_att, kr_att, t0)), held
 
     def _absorbed(self, fc, q_nope, q_rope, c_kv, k_rope, t0):
         """W_UK folded into the query and W_UV into the output; attention over c_KV and k_R (DeepSeek-V2 §2.1.3)."""
@@ -347,8 +455,10 @@ def _gqa_plan(att, layer, layout: str) -> LayerPlan:
 
 def _mla_layer(group, rng, dtype, layout: str, block: int, rope: str, workers: int) -> LatentAttention:
     att, layer = group.attention, group.layer
+    index = (att.index_n_heads, att.index_head_dim, att.index_topk) if att.indexed else None
     return LatentAttention(layer.d_model, att.n_heads, att.kv_lora_rank, att.q_lora_rank, att.qk_nope_head_dim,
-                           att.qk_rope_head_dim, att.v_head_dim, layer.window, rng, dtype, layout, block, rope, workers)
+                           att.qk_rope_head_dim, att.v_head_dim, layer.window, rng, dtype, layout, block, rope, workers,
+                           index)
 
 
 def _mla_plan(att, layer, layout: str) -> LayerPlan:

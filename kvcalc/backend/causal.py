@@ -302,3 +302,50 @@ def attend_all(fc: FlopCounter, q: np.ndarray, kT: np.ndarray, vT: np.ndarray,
     return fc.matmul("attn/mix", p.astype(q.dtype), vT[:, :, None])
 
 
+
+
+# ---------------------------------------------------------------- DeepSeek-V3.2's lightning indexer
+
+
+def index_band(fc: FlopCounter, q: np.ndarray, w: np.ndarray, k: np.ndarray, s0: int, e: int,
+               window: int | None) -> tuple[np.ndarray, int]:
+    """The indexer's scores of the queries [s0, e) over every key each can see: Σ_h w_h·ReLU(q_h·k).
+
+    q [b, s, H, d], w [b, s, H], k [b, s, d] -> band [b, B, keys a0 … e) (-inf where not visible) and a0. The
+    pairs are those of `block_tiles`, each scored once: 2·H·d for the heads' products and 2·H for the weighted sum
+    (attn/index_scores), so the count is exactly 2·scanned·H·(d + 1).
+    """
+    b, _, n_heads, d = q.shape
+    a0 = max(0, s0 - window + 1) if window else 0
+    rows = q[:, s0:e].reshape(b, 1, (e - s0) * n_heads, d)  # a position's H heads are consecutive rows (g = H)
+    kT = k.transpose(0, 2, 1)[:, None]  # [b, 1, d, s]
+    weights = w[:, None, s0:e]  # [b, 1, B, H]
+    band = np.full((b, 1, e - s0, e - a0), -np.inf, dtype=q.dtype)
+    for t in block_tiles(s0, e, window):
+        raw = fc.matmul("attn/index_scores", _rows(rows, t, n_heads), _tiles(kT, t.n, 0, t.key0, 0, t.step, d, t.w))
+        np.maximum(raw, 0, out=raw)  # ReLU, [b, 1, n, h·H, w]
+        raw = raw.reshape(raw.shape[:-2] + (t.h, n_heads, t.w))
+        mixed = fc.matmul("attn/index_scores", _rows(weights, t, 1)[..., None, :], raw)  # [b, 1, n, h, 1, w]
+        _band(band, t, 1, a0)[...] = mixed[..., 0, :]
+    return band[:, 0], a0
+
+
+def top_keys(band: np.ndarray, a0: int, k: int) -> np.ndarray:
+    """The k highest-scored keys of each row of an index band [b, n, keys from a0]: absolute positions [b, n, k]."""
+    return np.argpartition(-band, k - 1, axis=-1)[..., :k] + a0
+
+
+def attend_selected(fc: FlopCounter, q: np.ndarray, k: np.ndarray, v: np.ndarray, sel: np.ndarray,
+                    out: np.ndarray) -> None:
+    """Each query over its own selected keys: q [b, h, n, d] (scaled), k [b, h, t, d], v [b, h, t, e] and
+    sel [b, n, k] (key positions) into out [b, h, n, e]; 2·n·h·k·(d or e) FLOPs, only the pairs selected. Rows in
+    groups whose gathered K and V stay within SCORE_CHUNK elements."""
+    b, h, n, d = q.shape
+    per_row = b * h * sel.shape[-1] * (d + v.shape[-1])
+    step = max(1, SCORE_CHUNK // per_row)
+    for r0 in range(0, n, step):
+        idx = sel[:, None, r0 : r0 + step, :, None]  # [b, 1, m, k, 1]
+        ks = np.take_along_axis(k[:, :, None], idx, axis=3)  # [b, h, m, k, d]
+        vs = np.take_along_axis(v[:, :, None], idx, axis=3)
+        scores = fc.matmul("attn/scores", q[:, :, r0 : r0 + step, None], ks.swapaxes(-1, -2))  # [b, h, m, 1, k]
+        out[:, :, r0 : r0 + step] = fc.matmul("attn/mix", softmax(scores).astype(q.dtype), vs)[..., 0, :]

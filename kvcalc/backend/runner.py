@@ -173,6 +173,7 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
         report.checks += checks.rope_demo(spec, s, TOLERANCE[s.dtype])
     report.checks += [checks.gqa_equals_mha(s, TOLERANCE[s.dtype])]
     report.checks += checks.heads_variant_checks(spec, s, TOLERANCE[s.dtype])
+    report.checks += checks.indexer_checks(spec, s, TOLERANCE[s.dtype])
     return report
 
 

@@ -12,6 +12,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     dense,
     gemma4,
     glm,
+    glm4_moe,
     gpt_oss,
     llama4,
     minimax,

@@ -1,0 +1,89 @@
+"""Importers of the 2025–2026 model_types: each config in tests/data/reference/configs-extra-2 (SOURCES.md says
+where it comes from) goes through `kvcalc compare`, and the cache is checked against a figure written out from the
+config's numbers, with the rule it follows; each importer's trap gets its own assertion."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import REFERENCE, run, spec
+from kvcalc.costs.params import param_counts
+from kvcalc.hf import spec_from_config
+
+EXTRA = REFERENCE / "configs-extra-2"
+K = 1024
+BF16 = 2  # bytes per cached element (kvcalc's default kv dtype)
+
+
+def compare(name: str) -> list[dict]:
+    """`kvcalc compare <config> --ctx 4k,128k -f json`: one row per context."""
+    return json.loads(run("compare", EXTRA / f"{name}.json", "--ctx", "4k,128k", "-f", "json").stdout)
+
+
+def config(name: str) -> dict:
+    return json.loads((EXTRA / f"{name}.json").read_text())
+
+
+def imported(cfg: dict, name: str = "m"):
+    return spec_from_config(cfg, "test", name)[0]
+
+
+def kv_bytes(rows: list[dict]) -> list[int]:
+    return [r["kv_cache_bytes"] for r in rows]
+
+
+# ---------------------------------------------------------------- glm4_moe (GLM-4.5 / 4.6 / 4.7)
+
+
+def test_glm47_cache_every_layer_full_gqa():
+    # 92 layers of full attention, 8 KV heads of head_dim 128 (partial RoPE rotates half of each head, the cache
+    # holds the whole key): 2 (K and V) · 8 · 128 elements per token and layer
+    assert kv_bytes(compare("glm-4.7")) == [92 * ctx * 2 * 8 * 128 * BF16 for ctx in (4 * K, 128 * K)]
+
+
+def test_glm4_moe_bias_on_qkv_but_not_o():
+    # Glm4MoeAttention: q/k/v_proj bias=attention_bias, o_proj bias=False (the Llama rule would put one on o too)
+    att = imported(config("glm-4.7")).layer_groups[0].attention
+    assert (att.qkv_bias, att.o_bias, att.qk_norm, att.qk_norm_width) == (True, False, True, "head")
+
+
+def test_glm4_moe_dense_layers_shared_expert_and_mtp_left_out():
+    s = imported(config("glm-4.7"))
+    assert (s.ffn.first_k_dense, s.ffn.dense_d_ff, s.ffn.n_shared_experts, s.ffn.router_bias) == (3, 12288, 1, True)
+    assert "multi-token-prediction" in s.notes
+    # use_qk_norm absent (GLM-4.5-Air): no q/k norms; first_k_dense_replace absent: Glm4MoeConfig's default 1
+    air = imported({k: v for k, v in config("glm-4.7").items() if k not in ("use_qk_norm", "first_k_dense_replace")})
+    assert (air.layer_groups[0].attention.qk_norm, air.ffn.first_k_dense) == (False, 1)
+
+
+def _glm47_params() -> tuple[int, int]:
+    d, v, n, first_k = 5120, 151552, 92, 3
+    n_h, n_kv, d_h = 96, 8, 128
+    attn = (d * n_h * d_h + n_h * d_h) + 2 * (d * n_kv * d_h + n_kv * d_h) + n_h * d_h * d  # q, k, v with bias; o without
+    attn += 2 * d_h  # q_norm, k_norm over head_dim
+    norms = 2 * d
+    dense = 3 * d * 12288
+    expert = 3 * d * 1536
+    router = 160 * d + 160  # gate weight and e_score_correction_bias
+    moe_total = 160 * expert + expert + router
+    moe_active = 8 * expert + expert + router
+    outer = 2 * v * d + d  # untied embedding and lm_head, final norm
+    total = outer + n * (attn + norms) + first_k * dense + (n - first_k) * moe_total
+    active = outer + n * (attn + norms) + first_k * dense + (n - first_k) * moe_active
+    return total, active
+
+
+def test_glm47_params_written_out_and_near_the_headline():
+    total, active = _glm47_params()
+    row = compare("glm-4.7")[0]
+    assert (row["params_total"], row["params_active"]) == (total, active)
+    # GLM-4.5 report (arXiv 2508.06471) and the GLM-4.6/4.7 model cards: 355B total, 32B active; the MTP layer, not
+    # counted here, is part of 355B; the 32B leave out the embedding and lm_head (2 · 151552 · 5120 = 1.55B)
+    assert abs(total / 355e9 - 1) < 0.03
+    assert abs((active - 2 * 151552 * 5120) / 32e9 - 1) < 0.01
+
+
+def test_bundled_glm47_equals_the_imported_config():
+    total, active = _glm47_params()
+    counts = param_counts(spec("glm-4.7"))
+    assert (counts.total, counts.active) == (total, active)
