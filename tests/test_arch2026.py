@@ -247,3 +247,13 @@ def test_mtp_layers_count_only_when_asked():
     assert f["mtp/proj"] == 2 * 2 * d * d and f["mtp/attn"] > 0 and "mtp/proj" not in decode_flops(s, plain)
     out = json.loads(run("compare", "deepseek-v3", "--ctx", "128k", "--mtp", "-f", "json").stdout)[0]
     assert out["kv_cache_bytes"] == 62 * 576 * 128 * K * 2 and out["params_total"] == q.total
+
+
+def test_deepseek_v32_parameters_written_out():
+    # DeepSeek-V3's count (FACTS.md §4, derived from its config) plus, in each of 61 layers, the indexer:
+    # wq_b (q_lora_rank 1536 × 64 heads · 128), wk (7168 × 128), weights_proj (7168 × 64), k_norm (LayerNorm of 128)
+    indexer = 1536 * 64 * 128 + 7168 * 128 + 7168 * 64 + 2 * 128
+    p = param_counts(spec("deepseek-v3.2"))
+    assert p.total == 671_026_419_200 + 61 * indexer
+    assert p.breakdown["attn/index"] == 61 * indexer
+    assert abs(p.total / 671e9 - 1) < 0.03  # DeepSeek-V3.2's model card: 671B parameters (685B with the MTP module)
