@@ -106,6 +106,10 @@ class LayerGroup(Strict):
         "up to itself; the layer holds min(ctx, C) tokens."
     )
     ffn: FFN | None = Field(None, description="FFN of these layers when it differs from the model's.")
+    kv_shared: bool = Field(
+        False, description="These layers read the K/V an earlier layer cached (Gemma 3n num_kv_shared_layers, YOCO, "
+        "CLA): they hold no cache and project no K/V; their weights are counted as the checkpoint holds them."
+    )
     cross_attention: AttentionField | None = Field(
         None, description="Encoder–decoder models (Whisper, T5, BART): an attention block over the encoder's output, whose "
         "keys and values are cached once per input (enc_ctx tokens) beside the growing self-attention cache."
@@ -113,7 +117,8 @@ class LayerGroup(Strict):
 
     def layer(self, d_model: int, gi: int) -> Layer:
         """Where this group's attention block sits (what its kind needs to answer)."""
-        return Layer(d_model, self.sliding_window, f"layer_groups[{gi}].attention", self.attention_chunk_size)
+        return Layer(d_model, self.sliding_window, f"layer_groups[{gi}].attention", self.attention_chunk_size,
+                     self.kv_shared)
 
 
 class Encoder(Strict):
@@ -259,6 +264,8 @@ class ModelSpec(Strict):
         for gi, group in enumerate(self.layer_groups):
             att = group.attention
             problems += att.problems(group.layer(self.d_model, gi))
+            if group.kv_shared and not att.windowed:
+                problems.append(f"layer_groups[{gi}].kv_shared: a '{att.kind}' layer has no KV cache to share")
             if group.cross_attention is not None and self.encoder is None:
                 problems.append(f"layer_groups[{gi}].cross_attention: cross-attention needs an encoder (the model's `encoder`)")
             if group.sliding_window is not None and group.attention_chunk_size is not None:

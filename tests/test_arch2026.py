@@ -257,3 +257,21 @@ def test_deepseek_v32_parameters_written_out():
     assert p.total == 671_026_419_200 + 61 * indexer
     assert p.breakdown["attn/index"] == 61 * indexer
     assert abs(p.total / 671e9 - 1) < 0.03  # DeepSeek-V3.2's model card: 671B parameters (685B with the MTP module)
+
+
+def test_kv_shared_layers_hold_nothing_and_project_no_kv():
+    # Gemma 3n-style: the last 2 of 4 layers read the cache of an earlier layer
+    s = ModelSpec.model_validate({
+        "name": "share", "family": "test", "d_model": 64, "n_layers": 4, "vocab_size": 100, "max_context": 4096,
+        "ffn": {"kind": "dense", "d_ff": 128},
+        "layer_groups": [
+            {"layers": "0-1", "attention": {"kind": "gqa", "n_heads": 4, "n_kv_heads": 2, "head_dim": 16}},
+            {"layers": "2-3", "attention": {"kind": "gqa", "n_heads": 4, "n_kv_heads": 2, "head_dim": 16},
+             "kv_shared": True},
+        ],
+    })
+    assert kv_cache(s, Settings(ctx=100)).bytes == 2 * 100 * 2 * 2 * 16 * 2  # only layers 0 and 1 hold K/V
+    f = decode_flops(s, Settings(ctx=100))
+    assert f["attn/k"] == 2 * 2 * 64 * 2 * 16  # two layers project keys; the shared ones read them
+    assert f["attn/scores"] == 4 * 2 * 100 * 4 * 16  # all four layers attend
+    assert param_counts(s).breakdown["attn/k"] == 4 * 64 * 2 * 16  # weights as the checkpoint holds them

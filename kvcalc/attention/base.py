@@ -75,6 +75,7 @@ class Layer:
     window: int | None
     path: str  # e.g. "layer_groups[1].attention", for derivations and messages
     chunk: int | None = None  # chunked local attention (Llama 4 attention_chunk_size)
+    kv_shared: bool = False  # reads the K/V an earlier layer cached (Gemma 3n, YOCO, CLA): holds none of its own
 
     @property
     def span(self) -> int | None:
@@ -170,10 +171,14 @@ class AttentionKind(Strict):
     def tokens_held(self, layer: Layer, ctx: int) -> int:
         """Tokens a layer keeps per sequence at context `ctx`: min(ctx, W) under a window, min(ctx, C) under a
         chunk, else ctx."""
+        if layer.kv_shared:
+            return 0  # its keys and values are an earlier layer's, counted there
         return min(ctx, layer.span) if layer.span else ctx
 
     def tokens_rule(self, layer: Layer) -> str:
         """How `tokens_held` is reached, for `--explain`: 'min(ctx, W)', 'min(ctx, C)' or 'ctx'."""
+        if layer.kv_shared:
+            return "none (reads an earlier layer's cache)"
         return "min(ctx, W)" if layer.window else "min(ctx, C)" if layer.chunk else "ctx"
 
     def cache_shapes(self, layer: Layer, batch: int, held: int, layout: str) -> dict[str, tuple[int, ...]]:

@@ -114,10 +114,11 @@ class Heads(AttentionKind):
     def flops(self, layer: Layer, work: Work, schedule: str) -> dict[str, int]:
         n_h, d_h, d_v = self.n_heads, self.d_h(layer), self.d_v(layer)
         proj = matrix_flops(self.weights(layer), work.tokens, ("W_Q", "W_G", "W_K", "W_V", "W_O"))
+        shared = layer.kv_shared  # keys and values come from an earlier layer's cache: none are projected here
         return {
             "attn/q": proj["attn/q"],
-            "attn/k": proj["attn/k"],
-            "attn/v": proj.get("attn/v", 0),
+            "attn/k": 0 if shared else proj["attn/k"],
+            "attn/v": 0 if shared else proj.get("attn/v", 0),
             "attn/scores": 2 * work.pairs * n_h * d_h,  # QKᵀ: each query head meets its (shared) key head
             "attn/mix": 2 * work.pairs * n_h * d_v,  # AV
             "attn/o": proj["attn/o"],
