@@ -87,3 +87,28 @@ def test_bundled_glm47_equals_the_imported_config():
     total, active = _glm47_params()
     counts = param_counts(spec("glm-4.7"))
     assert (counts.total, counts.active) == (total, active)
+
+
+# ---------------------------------------------------------------- qwen3_5_moe (Qwen3.5)
+
+
+def test_qwen35_35b_cache_full_layers_and_deltanet_state():
+    # text_config.layer_types: every 4th layer full attention (10 of 40), 2 KV heads of head_dim 256:
+    # 2 (K and V) · 2 · 256 elements per token in those 10 layers only
+    rows = compare("qwen3.5-35b-a3b")
+    assert kv_bytes(rows) == [10 * ctx * 2 * 2 * 256 * BF16 for ctx in (4 * K, 128 * K)]
+    # 30 Gated DeltaNet layers, each H_v·d_k·d_v + (K − 1)·(2·H_k·d_k + H_v·d_v) elements, whatever the context
+    state = 32 * 128 * 128 + (4 - 1) * (2 * 16 * 128 + 32 * 128)
+    assert [r["state_bytes"] for r in rows] == [30 * state * BF16] * 2
+
+
+def test_qwen35_text_config_nesting_gate_and_every_layer_moe():
+    cfg = config("qwen3.5-35b-a3b")
+    s = imported(cfg)
+    full = next(g for g in s.layer_groups if g.name == "full").attention
+    assert (full.output_gate, full.qk_norm, full.head_dim, s.tie_embeddings) == (True, True, 256, False)
+    assert s.ffn.n_routed_experts == 256 and all(g.ffn is None for g in s.layer_groups)
+    # Qwen3_5MoeTextConfig deletes mlp_only_layers: listing a layer there still gives it the MoE block
+    text = {**cfg["text_config"], "mlp_only_layers": [0], "intermediate_size": 1024}
+    assert all(g.ffn is None for g in imported({**cfg, "text_config": text}).layer_groups)
+    assert "vision tower" in s.notes and "multi-token-prediction" in s.notes

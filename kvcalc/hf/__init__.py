@@ -19,6 +19,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     minimax_m2,
     olmo,
     phi3,
+    qwen3_5_moe,
     qwen3_next,
     qwen3_vl,
     ssm,
