@@ -119,16 +119,25 @@ def layer_windows(cfg: dict, origin: str, n_layers: int, window: int | None,
     """Per-layer window: from `layer_types` when the config has it, else the model_type's own rule."""
     if not window:
         return [None] * n_layers
-    types = cfg.get("layer_types")
+    types = layer_types(cfg, origin, n_layers, LAYER_TYPES)
     if types is not None:
-        if not isinstance(types, list) or len(types) != n_layers:
-            got = f"{len(types)} entries" if isinstance(types, list) else repr(types)
-            raise SpecError(f"{origin}: layer_types: must have one entry per layer (num_hidden_layers {n_layers}), got {got}")
-        for i, t in enumerate(types):
-            if t not in LAYER_TYPES:
-                raise SpecError(f"{origin}: layer_types[{i}]: must be one of {', '.join(LAYER_TYPES)}, got {t!r}")
         return [window if t == "sliding_attention" else None for t in types]
     return [window if default_sliding(i) else None for i in range(n_layers)]
+
+
+def layer_types(cfg: dict, origin: str, n_layers: int, allowed: tuple[str, ...]) -> list[str] | None:
+    """The config's `layer_types`, one of `allowed` per layer, or None when it has none (a SpecError naming the
+    entry otherwise)."""
+    types = cfg.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != n_layers:
+        got = f"{len(types)} entries" if isinstance(types, list) else repr(types)
+        raise SpecError(f"{origin}: layer_types: must have one entry per layer (num_hidden_layers {n_layers}), got {got}")
+    for i, t in enumerate(types):
+        if t not in allowed:
+            raise SpecError(f"{origin}: layer_types[{i}]: must be one of {', '.join(allowed)}, got {t!r}")
+    return types
 
 
 def dense_ffn(d_ff: int, gated: bool = True, bias: bool = False) -> dict:

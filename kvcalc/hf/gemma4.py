@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import LAYER_TYPES, base_fields, dense_ffn, get, group_layers, heads_attention, importer, need
+from kvcalc.hf.common import LAYER_TYPES, base_fields, dense_ffn, get, group_layers, heads_attention, importer, layer_types, need
 
 # Gemma4TextConfig defaults (transformers configuration_gemma4.py): the keys a text_config may omit.
 GEMMA4_TEXT_DEFAULTS: dict[str, Any] = {
@@ -43,15 +43,9 @@ GEMMA4_FULL_EVERY = 6  # Gemma4TextConfig: sliding_window_pattern 6 when layer_t
 
 
 def _layer_types(cfg: dict, origin: str, n: int, notes: list[str]) -> list[str]:
-    types = cfg.get("layer_types")
+    types = layer_types(cfg, origin, n, LAYER_TYPES)
     if types is None:
         types = ["full_attention" if (i + 1) % GEMMA4_FULL_EVERY == 0 else "sliding_attention" for i in range(n)]
-    if not isinstance(types, list) or len(types) != n:
-        got = f"{len(types)} entries" if isinstance(types, list) else repr(types)
-        raise SpecError(f"{origin}: layer_types: must have one entry per layer (num_hidden_layers {n}), got {got}")
-    for i, t in enumerate(types):
-        if t not in LAYER_TYPES:
-            raise SpecError(f"{origin}: layer_types[{i}]: must be one of {', '.join(LAYER_TYPES)}, got {t!r}")
     if types[-1] != "full_attention":  # Gemma4TextConfig.__post_init__ forces it, with a warning
         notes.append("the last layer made full_attention, as Gemma4TextConfig forces it")
         types = [*types[:-1], "full_attention"]

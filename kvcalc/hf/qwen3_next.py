@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, heads_attention, importer, need, whole
+from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, heads_attention, importer, layer_types, need, whole
 
 # Qwen3NextConfig defaults (configuration_qwen3_next.py) of the keys particular to Qwen3-Next, filled in when a config
 # leaves them out, as transformers does: head_dim is 256 there, not hidden_size / num_attention_heads (= 128 for the
@@ -37,16 +37,10 @@ QWEN3_NEXT_LAYER_TYPES = ("linear_attention", "full_attention")
 def _full_layers(cfg: dict, origin: str, n_layers: int) -> list[bool]:
     """Which layers are full attention: `layer_types` when given, else Qwen3NextConfig.__post_init__'s rule,
     layer i is full attention when (i + 1) % full_attention_interval == 0 (every 4th: 3, 7, …, 47)."""
-    types = cfg.get("layer_types")
+    types = layer_types(cfg, origin, n_layers, QWEN3_NEXT_LAYER_TYPES)
     if types is None:
         interval = need(cfg, "full_attention_interval", origin)
         return [(i + 1) % interval == 0 for i in range(n_layers)]
-    if not isinstance(types, list) or len(types) != n_layers:
-        got = f"{len(types)} entries" if isinstance(types, list) else repr(types)
-        raise SpecError(f"{origin}: layer_types: must have one entry per layer (num_hidden_layers {n_layers}), got {got}")
-    for i, t in enumerate(types):
-        if t not in QWEN3_NEXT_LAYER_TYPES:
-            raise SpecError(f"{origin}: layer_types[{i}]: must be one of {', '.join(QWEN3_NEXT_LAYER_TYPES)}, got {t!r}")
     return [t == "full_attention" for t in types]
 
 
