@@ -112,3 +112,30 @@ def test_qwen35_text_config_nesting_gate_and_every_layer_moe():
     text = {**cfg["text_config"], "mlp_only_layers": [0], "intermediate_size": 1024}
     assert all(g.ffn is None for g in imported({**cfg, "text_config": text}).layer_groups)
     assert "vision tower" in s.notes and "multi-token-prediction" in s.notes
+
+
+# ---------------------------------------------------------------- mimo_v2_flash (MiMo-V2-Flash)
+
+
+def test_mimo_v2_flash_cache_keys_192_values_128_window_128():
+    # hybrid_layer_pattern: 9 full layers (0 = full: 0, 5, 11, …, 47) of 4 KV heads, 39 sliding layers of 8 KV heads
+    # holding min(ctx, 128) tokens (128 keys, the query included); each KV head caches a key of 192 and a value of 128
+    full, swa = 4 * (192 + 128), 8 * (192 + 128)
+    want = [9 * ctx * full * BF16 + 39 * min(ctx, 128) * swa * BF16 for ctx in (4 * K, 128 * K)]
+    assert kv_bytes(compare("mimo-v2-flash")) == want
+
+
+def test_mimo_v2_flash_heads_sinks_and_ffn_per_type():
+    s = imported(config("mimo-v2-flash"))
+    by = {g.name: g for g in s.layer_groups}
+    assert (by["local"].attention.n_kv_heads, by["local"].attention.sinks, by["local"].sliding_window) == (8, True, 128)
+    assert (by["global"].attention.n_kv_heads, by["global"].attention.sinks) == (4, False)
+    # moe_layer_freq[0] = 0: layer 0 has the dense MLP of intermediate_size; MoE has no shared expert
+    assert s.layer_groups[0].layers == "0" and s.layer_groups[0].ffn.d_ff == 16384
+    assert (s.ffn.n_shared_experts, s.ffn.router_bias) == (0, True)
+
+
+def test_mimo_v2_flash_params_near_the_headline():
+    # SGLang team's MiMo-V2-Flash post (lm-sys blog, 2025-12-15): 309B total, 15B activated; within 3%
+    row = compare("mimo-v2-flash")[0]
+    assert abs(row["params_total"] / 309e9 - 1) < 0.03 and abs(row["params_active"] / 15e9 - 1) < 0.04

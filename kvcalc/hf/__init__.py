@@ -15,6 +15,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     glm4_moe,
     gpt_oss,
     llama4,
+    mimo_v2_flash,
     minimax,
     minimax_m2,
     olmo,

@@ -1,0 +1,66 @@
+"""Importer of MiMo-V2-Flash (model_type mimo_v2_flash): sliding-window and full GQA layers with keys of 192 and
+values of 128 per head, attention sinks on the sliding layers, and a DeepSeek-V3-style MoE without shared experts.
+
+Rules, from transformers' models/mimo_v2_flash/modeling_mimo_v2_flash.py (MiMoV2FlashAttention,
+MiMoV2FlashSparseMoeBlock, MiMoV2FlashTopkRouter), reading the vendor's config keys:
+- hybrid_layer_pattern[i]: 1 = sliding-window attention, 0 = full attention (the SGLang team's MiMo-V2-Flash post:
+  five SWA layers, then one global layer). Full layers have num_attention_heads / num_key_value_heads (64 / 4),
+  sliding layers swa_num_attention_heads / swa_num_key_value_heads (64 / 8); both have head_dim 192 for q and k and
+  v_head_dim 128 for v, so a token costs n_kv·(192 + 128) per layer, not 2·n_kv·192. o_proj takes n_h·v_head_dim.
+- q/k/v biases only with attention_bias; o_proj never has one.
+- A sliding layer sees `sliding_window` keys, itself included (masking_utils' sliding window: kv_idx > q_idx − W);
+  the config's `attention_chunk_size` (128, equal to the window) is not a chunked-attention switch here.
+- add_swa_attention_sink_bias: a learned sink logit per query head on the sliding layers (sinks, num_attention_heads);
+  add_full_attention_sink_bias likewise on full layers.
+- moe_layer_freq[i]: 1 = MoE (n_routed_experts of moe_intermediate_size, top num_experts_per_tok, no shared expert,
+  router weight and e_score_correction_bias), 0 = dense MLP of intermediate_size. MTP layers are not counted.
+"""
+
+from __future__ import annotations
+
+from kvcalc.errors import SpecError
+from kvcalc.hf.common import base_fields, dense_ffn, group_layers, heads_attention, importer, need
+
+
+def _pattern(cfg: dict, key: str, origin: str, n: int) -> list[int]:
+    values = cfg.get(key)
+    if not isinstance(values, list) or len(values) != n or any(v not in (0, 1) for v in values):
+        raise SpecError(f"{origin}: {key}: must list 0 or 1 for each of {n} layers, got {values!r:.80}")
+    return values
+
+
+@importer("mimo_v2_flash", keys={"n_kv_heads": "num_key_value_heads (swa_num_key_value_heads on sliding layers)"})
+def _mimo_v2_flash(cfg: dict, origin: str, notes: list[str]) -> dict:
+    base = base_fields(cfg, origin, "mimo_v2_flash", False)
+    n = base["n_layers"]
+    bias = bool(cfg.get("attention_bias", False))
+    v_dim = need(cfg, "v_head_dim", origin)
+
+    def heads(prefix: str, sinks: bool) -> dict:
+        return heads_attention(need(cfg, f"{prefix}num_attention_heads", origin), need(cfg, f"{prefix}num_key_value_heads", origin),
+                               need(cfg, f"{prefix}head_dim", origin), qkv_bias=bias,
+                               v_head_dim=cfg.get(f"{prefix}v_head_dim", v_dim), sinks=sinks)
+
+    full = heads("", bool(cfg.get("add_full_attention_sink_bias", False)))
+    swa = heads("swa_", bool(cfg.get("add_swa_attention_sink_bias", False)))
+    window = need(cfg, "sliding_window", origin)
+    sliding = _pattern(cfg, "hybrid_layer_pattern", origin, n)
+    moe_layers = _pattern(cfg, "moe_layer_freq", origin, n)
+    dense = dense_ffn(need(cfg, "intermediate_size", origin))
+    layers = []
+    for i in range(n):
+        layer: dict = {"attention": swa if sliding[i] else full}
+        if sliding[i]:
+            layer["sliding_window"] = window
+        if not moe_layers[i]:
+            layer["ffn"] = dense
+        layers.append(layer)
+    base["ffn"] = {
+        "kind": "moe",
+        "n_routed_experts": need(cfg, "n_routed_experts", origin),
+        "n_experts_per_tok": need(cfg, "num_experts_per_tok", origin),
+        "moe_d_ff": need(cfg, "moe_intermediate_size", origin),
+        "router_bias": True,  # MiMoV2FlashTopkRouter.e_score_correction_bias
+    }
+    base["layer_groups"] = group_layers(layers, n)
+    return base
