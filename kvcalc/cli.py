@@ -174,6 +174,7 @@ def run_backend(
     max_memory: Annotated[str | None, typer.Option("--max-memory", help="Refuse runs predicted to need more (8G, 512M; default: available memory).")] = None,
     rope_demo: Annotated[bool, typer.Option("--rope-demo", help="Add the RoPE demonstration (always on for MLA models).")] = False,
     threads: Annotated[int | None, typer.Option("--threads", "-t", min=1, help="Threads for the prefill's attention, each with a one-thread BLAS (default: every core).")] = None,
+    enc_ctx: EncCtxOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     fmt: FormatOpt = "table",
 ) -> None:
@@ -191,7 +192,7 @@ def run_backend(
         raise typer.BadParameter(str(exc), param_hint="'--max-memory'") from None
     settings = RunSettings(ctx=one_ctx(ctx, "run takes one prompt length"), decode=decode, batch=batch, layers=layers,
                            dtype=dtype, mla_cache=mla_cache, mla_schedule=mla_schedule, seed=seed, max_memory=limit,
-                           rope_demo=rope_demo, threads=threads)
+                           rope_demo=rope_demo, threads=threads, enc_ctx=enc_ctx)
     resolve_schedule(mla_cache, mla_schedule)  # a bad combination fails before any allocation
     lm = load(model)
     with progress_hooks(quiet) as progress:

@@ -418,6 +418,88 @@ class LatentAttention:
         return fc.matmul("attn/v_up", o_lat, self.w_uv)[:, :, None]  # [b, h, 1, e] -> [b, h, 1, 1, e]
 
 
+# ---------------------------------------------------------------- cross-attention (encoder–decoder models)
+
+
+class CrossAttention:
+    """Decoder queries over a fixed encoder output (Whisper): K/V of every encoder position, projected once per input
+    (cross/kv) and cached; each query meets every encoder position (no mask, no RoPE)."""
+
+    def __init__(self, d_model: int, n_heads: int, n_kv: int, head_dim: int, value_dim: int, rng: np.random.Generator,
+                 dtype):
+        self.h, self.k, self.d, self.e, self.dtype = n_heads, n_kv, head_dim, value_dim, dtype
+        self.g = n_heads // n_kv
+        self.wq = random_weight(rng, (d_model, n_heads * head_dim), d_model, dtype)
+        self.wk = random_weight(rng, (d_model, n_kv * head_dim), d_model, dtype)
+        self.wv = random_weight(rng, (d_model, n_kv * value_dim), d_model, dtype)
+        self.wo = random_weight(rng, (n_heads * value_dim, d_model), n_heads * value_dim, dtype)
+
+    def kv(self, fc: FlopCounter, enc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The encoder output [b, n, m] -> K [b, n, k, d] and V [b, n, k, e]: what the cross cache holds."""
+        b, n, _ = enc.shape
+        return (fc.matmul("cross/kv", enc, self.wk).reshape(b, n, self.k, self.d),
+                fc.matmul("cross/kv", enc, self.wv).reshape(b, n, self.k, self.e))
+
+    def attend(self, fc: FlopCounter, x: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """x [b, s, m] over the cached encoder K/V: [b, s, m] (s·n pairs per head)."""
+        b, s, _ = x.shape
+        q = fc.matmul("cross/q", x, self.wq).reshape(b, s, self.k, self.g, self.d).transpose(0, 2, 3, 1, 4)
+        scores = fc.matmul("cross/scores", q * self.dtype(self.d ** -0.5), k.transpose(0, 2, 3, 1)[:, :, None])
+        o = fc.matmul("cross/mix", softmax(scores).astype(self.dtype), v.transpose(0, 2, 1, 3)[:, :, None])
+        return fc.matmul("cross/o", o.transpose(0, 3, 1, 2, 4).reshape(b, s, self.h * self.e), self.wo)
+
+
+class WithCross:
+    """A decoder layer: its self-attention, then cross-attention over the encoder output `memory` [b, n, m] (set
+    by the runner), on the normalised sum of the layer's input and its self-attention output. The cache holds both:
+    the self-attention tensors, and cross/k, cross/v of the n encoder positions."""
+
+    def __init__(self, inner, cross: CrossAttention):
+        self.inner, self.cross = inner, cross
+        self.memory: np.ndarray | None = None
+
+    @property
+    def on_block(self):
+        return self.inner.on_block
+
+    @on_block.setter
+    def on_block(self, hook) -> None:
+        self.inner.on_block = hook
+
+    def prefill_blocks(self, batch: int, s: int) -> int:
+        return self.inner.prefill_blocks(batch, s)
+
+    def _with_cross(self, fc: FlopCounter, x: np.ndarray, y: np.ndarray, own: Cache, k, v) -> tuple[np.ndarray, Cache]:
+        y = y + self.cross.attend(fc, rms_norm(x + y), k, v)
+        return y, Cache({**own.tensors, "cross/k": k, "cross/v": v}, own.seen)
+
+    def prefill(self, fc: FlopCounter, x: np.ndarray) -> tuple[np.ndarray, Cache]:
+        if self.memory is None:
+            raise ValueError("a cross-attention layer needs the encoder output (memory) before its prefill")
+        y, own = self.inner.prefill(fc, x)
+        return self._with_cross(fc, x, y, own, *self.cross.kv(fc, self.memory))
+
+    def decode(self, fc: FlopCounter, x: np.ndarray, cache: Cache, schedule: str = "naive") -> tuple[np.ndarray, Cache]:
+        own = {n: t for n, t in cache.tensors.items() if not n.startswith("cross/")}
+        y, new = self.inner.decode(fc, x, Cache(own, cache.seen), schedule)
+        return self._with_cross(fc, x, y, new, cache.tensors["cross/k"], cache.tensors["cross/v"])
+
+
+def with_cross(group, layer, rng, dtype):
+    """The layer itself, or (a group with cross-attention) the layer followed by its cross-attention block."""
+    att = group.cross
+    if att is None:
+        return layer
+    from kvcalc.attention.gqa import Heads
+    from kvcalc.errors import KvcalcError
+
+    if not isinstance(att, Heads) or att.output_gate or att.k_eq_v or att.sinks:
+        raise KvcalcError("kvcalc run: cross-attention runs as plain MHA/GQA/MQA (no output gate, k_eq_v or sinks)")
+    cl = group.cross_layer
+    return WithCross(layer, CrossAttention(cl.d_model, att.n_heads, att.kv_heads(cl), att.d_h(cl), att.d_v(cl), rng,
+                                           dtype))
+
+
 # ---------------------------------------------------------------- one NumPy layer per attention kind
 
 
@@ -428,6 +510,9 @@ class LayerPlan:
     width: activations per token of a prefill; kv_heads, g: the heads attended apart and the query heads per one;
     value_dim: a row of p @ v; chunk_width: per token and head, what a prefill thread builds for its chunk of heads;
     rebuilt: per held token, what the naive decode schedule rebuilds (MLA: every head's K and V).
+    index_rows: per query and visible key, the indexer's scores of one query block (H_I heads and their sum);
+    sparse_above: a prompt longer than this takes the top-k path, which holds sparse_width per token (every head's
+    K and V) and gathers gather_row elements per query (its k keys' K and V for every head).
     """
 
     width: int
@@ -436,6 +521,10 @@ class LayerPlan:
     value_dim: int
     chunk_width: int = 0
     rebuilt: int = 0
+    index_rows: int = 0
+    sparse_above: int | None = None
+    sparse_width: int = 0
+    gather_row: int = 0
 
 
 def _gqa_layer(group, rng, dtype, layout: str, block: int, rope: str, workers: int) -> GroupedQueryAttention:
@@ -466,8 +555,15 @@ def _mla_plan(att, layer, layout: str) -> LayerPlan:
     # the attention output per head (e), c_Q, and the latent and k_R with copies; every head's K and V only for the
     # expanded cache (queries, and else K and V, a chunk of heads at a time, inside the prefill threads)
     width = h * e + (att.q_lora_rank or layer.d_model) + 2 * (c + r) + (h * (qk + e) if layout == "expanded" else 0)
-    return LayerPlan(width=width, kv_heads=h, g=1, value_dim=e, chunk_width=qk + (qk + e if layout == "latent" else 0),
-                     rebuilt=h * (qk + e))
+    if not att.indexed:
+        return LayerPlan(width=width, kv_heads=h, g=1, value_dim=e,
+                         chunk_width=qk + (qk + e if layout == "latent" else 0), rebuilt=h * (qk + e))
+    h_i, d_i, k = att.index_n_heads, att.index_head_dim, att.index_topk
+    # the indexer: its keys (with LayerNorm's copies), queries and head weights per token
+    return LayerPlan(width=width + 3 * d_i + h_i * d_i + h_i, kv_heads=h, g=1, value_dim=e,
+                     chunk_width=qk + (qk + e if layout == "latent" else 0), rebuilt=h * (qk + e), index_rows=h_i + 1,
+                     sparse_above=None if layer.window and layer.window <= k else k, sparse_width=h * (qk + e + qk),
+                     gather_row=h * k * (qk + e))
 
 
 # attention kind -> (build the layer, plan its memory); a new kind adds its layer here to be run by `kvcalc run`

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, replace
 
 from kvcalc.backend.attention import LayerPlan, layer_entry
-from kvcalc.backend.causal import prefill_tiling
+from kvcalc.backend.causal import SCORE_CHUNK, prefill_tiling
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import ModelSpec, ResolvedGroup
 from kvcalc.units import format_bytes
@@ -65,9 +65,9 @@ class MemoryPlan:
 
 
 def plan(spec: ModelSpec, layers: list[int], ctx: int, decode: int, batch: int, itemsize: int, mla_cache: str,
-         workers: int = 1) -> MemoryPlan:
+         workers: int = 1, enc: int = 0) -> MemoryPlan:
     """Predicted peak memory of running `layers` of `spec` on a prefill of ctx and `decode` steps, with up to
-    `workers` prefill threads."""
+    `workers` prefill threads; `enc` encoder positions for cross-attention layers."""
     by_layer = {i: g for g in spec.groups for i in g.layers}
     total = ctx + decode
     weights = cache = act = largest = 0
@@ -82,12 +82,30 @@ def plan(spec: ModelSpec, layers: list[int], ctx: int, decode: int, batch: int, 
         # the cache at the end, and the one after the prefill, which the run keeps for its checks
         cache += layer_cache + per_token * att.tokens_held(group.layer, ctx)
         largest = max(largest, layer_cache)
-        scores = _prefill_threads_bytes(group, p, total, batch, itemsize, workers)
+        scores = _prefill_threads_bytes(group, p, total, batch, itemsize, workers) + _index_bytes(group, p, total, batch, itemsize)
+        if group.cross is not None and enc:  # the encoder positions' K/V (held once), weights, and the scores
+            cross, cl = group.cross, group.cross_layer
+            weights += sum(w.size for w in cross.weights(cl) if w.role == "matrix") * itemsize
+            cache += cross.cache_formula(cl, mla_cache).elements * batch * enc * itemsize
+            scores += batch * total * (cross.query_heads or 1) * (2 * enc + 2 * (cross.d_h(cl) or 0)) * itemsize
         # 4 · d_model: the run's input, a layer's input, its norm and its output (the residual stream)
         act = max(act, batch * total * (4 * spec.d_model + p.width) * itemsize + scores,
                   # the run's input and the recompute check's output, beside a naive decode step's K and V
                   batch * total * 2 * spec.d_model * itemsize + batch * held * p.rebuilt * itemsize)
+    if enc and any(by_layer[i].cross is not None for i in layers):  # the random encoder output the run attends
+        act += batch * enc * spec.d_model * itemsize
     return MemoryPlan(weights=weights, cache=cache + largest, activations=act)
+
+
+def _index_bytes(group: ResolvedGroup, p: LayerPlan, tokens: int, batch: int, itemsize: int) -> int:
+    """The indexer's band of one query block (H_I heads' scores and their sum, over at most `tokens` keys), and on
+    the top-k path every head's K and V of the prompt and one group of gathered rows (`causal.attend_selected`)."""
+    if not p.index_rows:
+        return 0
+    out = batch * min(query_block(group.sliding_window), tokens) * p.index_rows * tokens * itemsize
+    if p.sparse_above is not None and tokens > p.sparse_above:
+        out += batch * tokens * p.sparse_width * itemsize + 2 * max(SCORE_CHUNK, batch * p.gather_row) * itemsize
+    return out
 
 
 def available_memory() -> int | None:
@@ -127,10 +145,10 @@ def largest_fitting(fits, upper: int) -> int:
 
 
 def guard(spec: ModelSpec, layer_order: list[int], req: Request, itemsize: int, mla_cache: str, limit: int,
-          workers: int = 1) -> MemoryPlan:
+          workers: int = 1, enc: int = 0) -> MemoryPlan:
     """The memory plan of the request, or a KvcalcError saying what would fit under `limit` bytes."""
-    cost = lambda r: plan(spec, layer_order[: r.n_layers], r.ctx, r.decode, r.batch, itemsize, mla_cache, workers).peak  # noqa: E731
-    need = plan(spec, layer_order[: req.n_layers], req.ctx, req.decode, req.batch, itemsize, mla_cache, workers)
+    cost = lambda r: plan(spec, layer_order[: r.n_layers], r.ctx, r.decode, r.batch, itemsize, mla_cache, workers, enc).peak  # noqa: E731
+    need = plan(spec, layer_order[: req.n_layers], req.ctx, req.decode, req.batch, itemsize, mla_cache, workers, enc)
     if need.peak <= limit:
         return need
     hints = []

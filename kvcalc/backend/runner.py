@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvcalc.backend import checks
-from kvcalc.backend.attention import NOT_RUN, Cache, layer_entry
+from kvcalc.backend.attention import NOT_RUN, Cache, layer_entry, with_cross
 from kvcalc.backend.memory import Request, available_memory, guard, query_block
 from kvcalc.backend.ops import FlopCounter
 from kvcalc.backend.stack import stack_decode, stack_prefill
 from kvcalc.backend.threads import available_cores, usable_workers
 from kvcalc.costs.cache import kv_cache
+from kvcalc.costs.flops import _cross as cross_flops
 from kvcalc.costs.flops import decode_work, layer_attention_flops, prefill_work
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings, resolve_schedule
@@ -45,6 +46,7 @@ class RunSettings:
     max_memory: int | None = None
     rope_demo: bool = False
     threads: int | None = None  # prefill attention threads; None: every core this process may use
+    enc_ctx: int | None = None  # encoder positions cross-attention layers attend; None: the model's source_len
 
     @property
     def workers(self) -> int:
@@ -106,9 +108,15 @@ def layer_order(spec: ModelSpec) -> list[int]:
 
 
 def build_layer(group: ResolvedGroup, rng, s: RunSettings, rope: str = "decoupled"):
-    """A NumPy layer with random weights at the group's real dims."""
+    """A NumPy layer with random weights at the group's real dims (with its cross-attention block, if any)."""
     build = layer_entry(group.attention.kind)[0]
-    return build(group, rng, DTYPES[s.dtype][0], s.mla_cache, query_block(group.sliding_window), rope, s.workers)
+    layer = build(group, rng, DTYPES[s.dtype][0], s.mla_cache, query_block(group.sliding_window), rope, s.workers)
+    return with_cross(group, layer, rng, DTYPES[s.dtype][0])
+
+
+def encoder_tokens(spec: ModelSpec, s: RunSettings) -> int:
+    """Encoder positions the cross-attention layers attend: --enc-ctx, else the model's source_len (0: no encoder)."""
+    return Settings(ctx=1, enc_ctx=s.enc_ctx).encoder_tokens(spec.encoder.source_len if spec.encoder else None)
 
 
 class _Quiet:
@@ -133,7 +141,9 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     itemsize = np.dtype(DTYPES[s.dtype][0]).itemsize
     limits = [x for x in (s.max_memory, available_memory()) if x]
     limit = min(limits) if limits else 1 << 62
-    mem = guard(spec, order, Request(s.ctx, s.decode, s.batch, n_layers), itemsize, s.mla_cache, limit, s.workers)
+    enc = encoder_tokens(spec, s)
+    mem = guard(spec, order, Request(s.ctx, s.decode, s.batch, n_layers), itemsize, s.mla_cache, limit, s.workers,
+                enc)
     schedule = s.schedule
     by_layer = {i: g for g in spec.groups for i in g.layers}
     ids = sorted(order[:n_layers])
@@ -141,6 +151,10 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     dtype = DTYPES[s.dtype][0]
     layers = [build_layer(by_layer[i], rng, s) for i in ids]
     x0 = rng.standard_normal((s.batch, s.ctx + s.decode, spec.d_model)).astype(dtype)
+    if enc:  # the encoder is not run: a random output of its enc_ctx positions stands in for it
+        memory = rng.standard_normal((s.batch, enc, spec.d_model)).astype(dtype)
+        for layer in layers:
+            layer.memory = memory
 
     report = RunReport(spec.name, s, ids, predicted_peak_bytes=mem.peak)
     fc = FlopCounter()
@@ -179,7 +193,8 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
 
 def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, prefill_measured, decode_measured, schedule):
     total = s.ctx + s.decode
-    at = Settings(ctx=s.ctx, batch=s.batch, kv_dtype=DTYPES[s.dtype][1], mla_cache=s.mla_cache)
+    enc = encoder_tokens(spec, s)
+    at = Settings(ctx=s.ctx, batch=s.batch, kv_dtype=DTYPES[s.dtype][1], mla_cache=s.mla_cache, enc_ctx=enc or None)
 
     def per_layer_bytes(group, tokens):
         return kv_cache(spec, at.at(tokens)).groups[group.index].bytes_per_layer
@@ -191,6 +206,10 @@ def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, pref
             for name, shape in group.attention.cache_shapes(group.layer, s.batch, held, s.mla_cache).items():
                 got = tuple(c.tensors[name].shape) if name in c.tensors else None
                 report.rows.append(Row("cache", f"layer {layer} {name} shape {when}", shape, got, "shape"))
+            if group.cross is not None:  # the encoder positions' K/V, the same at every step
+                for name, shape in group.cross.cache_shapes(group.cross_layer, s.batch, enc, s.mla_cache).items():
+                    got = tuple(c.tensors[f"cross/{name}"].shape) if f"cross/{name}" in c.tensors else None
+                    report.rows.append(Row("cache", f"layer {layer} cross/{name} shape {when}", shape, got, "shape"))
         report.rows.append(Row("cache", f"layer {layer} bytes after prefill", per_layer_bytes(group, s.ctx), cache.nbytes, "bytes"))
         for j, sizes in enumerate(history):
             report.rows.append(Row("cache", f"layer {layer} bytes after decode step {j + 1}",
@@ -203,8 +222,10 @@ def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, pref
     for layer in ids:
         group = by_layer[layer]
         prefill_pred.update(layer_attention_flops(group, prefill_work(group, s.ctx), "naive"))
+        prefill_pred.update(cross_flops(group, s.ctx, enc, 1, "naive"))  # K/V of the encoder output, once
         for t in range(s.ctx + 1, total + 1):
             decode_pred.update(layer_attention_flops(group, decode_work(group, t, s.mla_cache), schedule))
+            decode_pred.update(cross_flops(group, 1, enc, 0, schedule))
     for label, pred, got in (("prefill", prefill_pred, prefill_measured), (f"{s.decode} decode steps", decode_pred, decode_measured)):
         for comp in sorted(set(pred) | set(got)):
             report.rows.append(Row("flops", f"{label} {comp}", s.batch * pred.get(comp, 0), got.get(comp, 0), "flops"))
