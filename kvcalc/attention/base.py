@@ -185,6 +185,11 @@ class AttentionKind(Strict):
         """Shapes of the tensors a layer's cache holds, by name (what the NumPy backend must measure)."""
         return {}
 
+    def state_shapes(self, layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
+        """Shapes of the arrays a layer's constant state holds, by name (the state's components: its recurrent or
+        SSM state, its convolution's last K − 1 inputs [b, channels, K − 1]); what the NumPy backend must measure."""
+        return {}
+
     # -- the keys each query sees (FLOPs)
 
     def scan_at(self, layer: Layer, t: int) -> int:

@@ -80,6 +80,10 @@ class GatedDeltaNet(Recurrent):
             "(transformers' cache keeps all K inputs: K·conv_dim)",
         )
 
+    def state_shapes(self, layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
+        k, d_k, d_v = self.linear_conv_kernel_dim, self.linear_key_head_dim, self.linear_value_head_dim
+        return {"recurrent": (batch, self.linear_num_value_heads, d_k, d_v), "conv": (batch, self.conv_dim, k - 1)}
+
     # -- weights and FLOPs
 
     def weights(self, layer: Layer) -> tuple[Weight, ...]:

@@ -47,6 +47,10 @@ class Lightning(Recurrent):
         d_h = self.d_k(layer)
         return {"kv_state": (batch, self.n_heads, d_h, d_h)}
 
+    def state_shapes(self, layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
+        d_h = self.d_k(layer)
+        return {"kv_state": (batch, self.n_heads, d_h, d_h)}
+
     def weights(self, layer: Layer) -> tuple[Weight, ...]:
         d, inner = layer.d_model, self.n_heads * self.d_k(layer)
         return (

@@ -25,5 +25,8 @@ class Linear(Recurrent):
         s = Symbol("S", self.state_elements, f"{layer.path}.state_elements")
         return Formula("S", (s,), s.value, {"state": s.value}, "a constant state of the size the spec gives")
 
+    def state_shapes(self, layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
+        return {"state": (batch, self.state_elements)}  # a size without structure
+
     def describe(self, layer: Layer) -> str:
         return f"constant state {self.state_elements:,} elements per sequence"

@@ -65,6 +65,10 @@ class Mamba(Recurrent):
             "[b, d_inner, N], d_inner = mamba_expand·d_model; vLLM mamba1_state_shape: " + CONV_NOTE,
         )
 
+    def state_shapes(self, layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
+        di = self.d_inner(layer)
+        return {"ssm": (batch, di, self.mamba_d_state), "conv": (batch, di, self.mamba_d_conv - 1)}
+
     def weights(self, layer: Layer) -> tuple[Weight, ...]:
         d, di, n, r, k = layer.d_model, self.d_inner(layer), self.mamba_d_state, self.dt_rank(layer), self.mamba_d_conv
         out = [
@@ -151,6 +155,10 @@ class Mamba2(Recurrent):
             "NemotronHMamba2Mixer (transformers modeling_nemotron_h.py): ssm_states [b, H, P, N]; conv_dim = H·P + 2·G·N; "
             "vLLM mamba2_state_shape: " + CONV_NOTE,
         )
+
+    def state_shapes(self, layer: Layer, batch: int) -> dict[str, tuple[int, ...]]:
+        return {"ssm": (batch, self.mamba_num_heads, self.mamba_head_dim, self.ssm_state_size),
+                "conv": (batch, self.conv_dim, self.conv_kernel - 1)}
 
     def weights(self, layer: Layer) -> tuple[Weight, ...]:
         d, h, di, cd, k = layer.d_model, self.mamba_num_heads, self.d_inner, self.conv_dim, self.conv_kernel

@@ -27,6 +27,8 @@ from kvcalc.backend.causal import (
     top_keys,
 )
 from kvcalc.backend.ops import FlopCounter, apply_rope, apply_rope_, random_weight, rms_norm, rope_tables, softmax
+from kvcalc.backend.recurrent import build_layer as state_layer
+from kvcalc.backend.recurrent import plan_layer as state_plan
 from kvcalc.backend.threads import run_tasks
 
 ROPE_THETA = 10_000.0
@@ -572,8 +574,14 @@ LAYERS = {
     "gqa": (_gqa_layer, _gqa_plan),
     "mqa": (_gqa_layer, _gqa_plan),
     "mla": (_mla_layer, _mla_plan),
+    # constant-state layers (kvcalc.backend.recurrent): their state is measured instead of a KV cache
+    "gated_deltanet": (state_layer, state_plan),
+    "mamba": (state_layer, state_plan),
+    "mamba2": (state_layer, state_plan),
+    "lightning": (state_layer, state_plan),
+    "none": (state_layer, state_plan),
 }
-NOT_RUN = ("linear",)  # constant-state layers: no KV cache to measure
+NOT_RUN = ("linear",)  # a constant state of a size without structure: nothing to build
 
 
 def layer_entry(kind: str):

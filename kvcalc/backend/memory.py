@@ -6,7 +6,9 @@ largest of the prefill activations of the longest
 sequence the run attends over (the recompute check's ctx + decode tokens): the residual stream, the projections,
 per-head keys and values, the attention output, and what each prefill thread holds: a band of scores, which the
 prefill's tiling keeps bounded (`kvcalc.backend.causal.prefill_tiling`, the executor's own choice), and for MLA's
-latent cache the K and V of one chunk of heads. It leaves out the interpreter itself.
+latent cache the K and V of one chunk of heads. A constant-state layer holds its state (twice, and a copy) instead
+of a cache, and its activations: the prefill's per token, a recurrence step's state-sized scratch, and its
+parallel-form check (`kvcalc.backend.recurrent.state_activations`). It leaves out the interpreter itself.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from kvcalc.backend.attention import LayerPlan, layer_entry
 from kvcalc.backend.causal import SCORE_CHUNK, prefill_tiling
+from kvcalc.backend.recurrent import StatePlan, state_activations
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import ModelSpec, ResolvedGroup
 from kvcalc.units import format_bytes
@@ -76,6 +79,12 @@ def plan(spec: ModelSpec, layers: list[int], ctx: int, decode: int, batch: int, 
         att = group.attention
         p = layer_entry(att.kind)[1](att, group.layer, mla_cache)
         weights += _matrix_elements(group) * itemsize
+        if isinstance(p, StatePlan):  # a constant-state layer: its state, the same size at every step
+            state = batch * att.constant_state(group.layer) * itemsize
+            cache += 2 * state  # at the end, and after the prefill (kept for the checks)
+            largest = max(largest, state)  # a decode step builds the new state beside the old
+            act = max(act, state_activations(p, spec.d_model, batch, total, itemsize))
+            continue
         held = att.tokens_held(group.layer, total)
         per_token = att.cache_formula(group.layer, mla_cache).elements * batch * itemsize
         layer_cache = per_token * held

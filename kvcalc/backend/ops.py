@@ -5,7 +5,9 @@ Einsum/axis legend, used in the shape comments throughout the backend:
   g query heads per KV head (h = k·g), d head dim (q/k), e value head dim, c latent (kv_lora_rank),
   r RoPE dim (qk_rope_head_dim), q query latent (q_lora_rank).
 
-FLOPs: a product of an m×k and a k×n matrix adds 2·m·n·k, batched over any leading axes; nothing else counts.
+FLOPs: a product of an m×k and a k×n matrix adds 2·m·n·k, batched over any leading axes. Constant-state layers
+(kvcalc.backend.recurrent) also count the elementwise work of their recurrences, as their kinds do: `einsum`
+counts each term it computes, and `count` records work the caller states (its comment says which).
 """
 
 from __future__ import annotations
@@ -39,6 +41,27 @@ class FlopCounter:
             with self._lock:
                 self.by_component[component] += 2 * out.size * k
         return out
+
+    def einsum(self, component: str, subscripts: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """np.einsum of two operands ('bsck,ck->bsc'), counting each term of the result it computes: 2 FLOPs (a
+        multiply-add) per term when an index is summed over, 1 (a multiply) when none is (an elementwise product)."""
+        out = np.einsum(subscripts, a, b)
+        inputs, output = subscripts.replace(" ", "").split("->")
+        extent: dict[str, int] = {}
+        for letters, operand in zip(inputs.split(","), (a, b)):
+            for letter, n in zip(letters, operand.shape):
+                extent[letter] = max(extent.get(letter, 1), n)  # a broadcast axis of 1 takes the other's extent
+        terms = 1
+        for n in extent.values():
+            terms *= n
+        self.count(component, 2 * terms if set(extent) - set(output) else terms)
+        return out
+
+    def count(self, component: str, flops: int) -> None:
+        """Record `flops` of elementwise work the caller executes outside a product (an exp, an add)."""
+        if self.enabled:
+            with self._lock:
+                self.by_component[component] += int(flops)
 
     def total(self) -> int:
         return sum(self.by_component.values())

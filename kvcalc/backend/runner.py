@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvcalc.attention.recurrent import Recurrent
 from kvcalc.backend import checks
 from kvcalc.backend.attention import NOT_RUN, Cache, layer_entry, with_cross
 from kvcalc.backend.memory import Request, available_memory, guard, query_block
 from kvcalc.backend.ops import FlopCounter
+from kvcalc.backend.recurrent import state_checks
 from kvcalc.backend.stack import stack_decode, stack_prefill
 from kvcalc.backend.threads import available_cores, usable_workers
 from kvcalc.costs.cache import kv_cache
@@ -188,6 +190,7 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     report.checks += [checks.gqa_equals_mha(s, TOLERANCE[s.dtype])]
     report.checks += checks.heads_variant_checks(spec, s, TOLERANCE[s.dtype])
     report.checks += checks.indexer_checks(spec, s, TOLERANCE[s.dtype])
+    report.checks += state_checks(layers, ids, by_layer, s.batch, s.ctx, s.decode, s.seed, TOLERANCE[s.dtype])
     return report
 
 
@@ -201,6 +204,9 @@ def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, pref
 
     for n, (layer, cache, last) in enumerate(zip(ids, after_prefill, final)):
         group = by_layer[layer]
+        if isinstance(group.attention, Recurrent):  # a constant state instead of a KV cache
+            _state_rows(report, spec, s, layer, group, cache, last, [sizes[n] for sizes in history])
+            continue
         for when, c, tokens in (("after prefill", cache, s.ctx), ("at the end", last, total)):
             held = group.attention.tokens_held(group.layer, tokens)
             for name, shape in group.attention.cache_shapes(group.layer, s.batch, held, s.mla_cache).items():
@@ -217,6 +223,7 @@ def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, pref
     measured_total = _scaled_total(spec, ids, by_layer, final)
     report.rows.append(Row("cache", f"KV cache, all {spec.n_layers} layers, at ctx {total:,} (= kvcalc compare)",
                            kv_cache(spec, at.at(total)).bytes, measured_total, "bytes"))
+    _state_total_row(report, spec, s, ids, by_layer, final)
     prefill_pred: Counter[str] = Counter()
     decode_pred: Counter[str] = Counter()
     for layer in ids:
@@ -239,14 +246,49 @@ def _scaled_total(spec, ids, by_layer, final: list[Cache]) -> int | None:
         measured.setdefault(by_layer[layer].index, cache.nbytes)
     total = 0
     for g in spec.groups:
-        if not _runs(g):  # not run: its state, if any, was not measured
-            if g.attention.constant_state(g.layer):
-                return None
+        if isinstance(g.attention, Recurrent):  # no KV cache: its state is totalled apart (_state_total_row)
             continue
         if g.index not in measured:
             return None
         total += measured[g.index] * len(g.layers)
     return total
+
+
+def _state_settings(s: RunSettings, tokens: int) -> Settings:
+    """kvcalc's settings for the run's states: stored at the run's dtype (--state-dtype)."""
+    dtype = DTYPES[s.dtype][1]
+    return Settings(ctx=tokens, batch=s.batch, kv_dtype=dtype, state_dtype=dtype, mla_cache=s.mla_cache)
+
+
+def _state_rows(report, spec, s, layer, group, cache, last, sizes):
+    """A constant-state layer: its state arrays' shapes (the kind's `state_shapes`) after the prefill and at the end,
+    and its bytes after the prefill and after every decode step, the same each time (kvcalc's state per layer)."""
+    for when, c in (("after prefill", cache), ("at the end", last)):
+        for name, shape in group.attention.state_shapes(group.layer, s.batch).items():
+            got = tuple(c.tensors[name].shape) if name in c.tensors else None
+            report.rows.append(Row("state", f"layer {layer} {name} shape {when}", shape, got, "shape"))
+    g = kv_cache(spec, _state_settings(s, s.ctx)).groups[group.index]
+    want = g.state_bytes // g.n_layers
+    report.rows.append(Row("state", f"layer {layer} state bytes after prefill", want, cache.nbytes, "bytes"))
+    for j, size in enumerate(sizes):
+        report.rows.append(Row("state", f"layer {layer} state bytes after decode step {j + 1}", want, size, "bytes"))
+
+
+def _state_total_row(report, spec, s, ids, by_layer, final: list[Cache]) -> None:
+    """The constant states of all layers: one run layer's measured state per group, times the group's layers (None
+    if a group with a state was not run), against kvcalc's state bytes (`kvcalc compare --state-dtype`)."""
+    stateful = [g for g in spec.groups if isinstance(g.attention, Recurrent) and g.attention.constant_state(g.layer)]
+    if not stateful:
+        return
+    measured: dict[int, int] = {}
+    for layer, cache in zip(ids, final):
+        measured.setdefault(by_layer[layer].index, cache.nbytes)
+    total: int | None = sum(measured[g.index] * len(g.layers) for g in stateful if g.index in measured)
+    if any(g.index not in measured for g in stateful):
+        total = None
+    dtype = DTYPES[s.dtype][1]
+    report.rows.append(Row("state", f"constant state, all {spec.n_layers} layers (= kvcalc compare --state-dtype {dtype})",
+                           kv_cache(spec, _state_settings(s, s.ctx + s.decode)).state_bytes, total, "bytes"))
 
 
 def _timing_rows(report, prefill_flops, decode_flops, prefill_seconds, decode_seconds, steps, threads):
