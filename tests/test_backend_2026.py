@@ -168,3 +168,13 @@ def test_real_dims_of_the_new_kinds(name, args):
     res = cli("run", name, *args, "--decode", "2", "-q", "-f", "json")
     assert res.exit_code == 0
     assert spec(name)
+
+
+@pytest.mark.slow
+def test_float16_mla_run_passes_its_rope_demonstration():
+    # The demonstration's error must be "large": 100× float16's tolerance would be 2, above any relative error of
+    # two outputs of this size; the threshold is min(100 × tol, 0.1)
+    res = cli("run", "deepseek-v2-lite", "--ctx", "32", "--decode", "2", "--dtype", "float16", "-q", "-f", "json")
+    checks = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
+    wrong = checks["RoPE demo: RoPE on up-projected keys breaks absorption"]
+    assert wrong["passed"] and wrong["tolerance"] == 0.1 and wrong["error"] > 0.1
