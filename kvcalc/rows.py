@@ -28,7 +28,7 @@ def _joined(values: Any) -> str:
 
 def attention_label(spec: ModelSpec, layout: str | None = None) -> str:
     """'GQA', 'MLA (latent)', 'GQA+SWA 1024×52' (a window of 1024 tokens on 52 layers), 'GQA+chunk 8192×36'."""
-    kinds = "+".join(dict.fromkeys(g.attention.label or g.attention.kind.upper() for g in spec.groups))
+    kinds = "+".join(dict.fromkeys(g.attention.label or g.attention.kind.upper() for g in spec.groups if g.attention.mixer))
     if layout and spec.has_layouts():
         kinds += f" ({layout})"
     windowed = [g for g in spec.groups if g.sliding_window]
@@ -91,8 +91,8 @@ def model_facts(spec: ModelSpec, layout: str | None = None) -> ModelFacts:
         attention_chunk_size=_uniform([g.layer.chunk for g in groups if g.layer.chunk]),
         attention_label=attention_label(spec, layout),
         heads_label=_joined(heads),
-        kv_label=_joined(g.attention.kv_label(g.layer, layout) for g in groups),
-        head_dim_label=_joined(g.attention.head_dim_label(g.layer) for g in groups),
+        kv_label=_joined(g.attention.kv_label(g.layer, layout) for g in groups if g.attention.mixer),
+        head_dim_label=_joined(g.attention.head_dim_label(g.layer) for g in groups if g.attention.mixer),
     )
 
 

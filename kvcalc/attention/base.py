@@ -153,6 +153,7 @@ class AttentionKind(Strict):
     layouts: ClassVar[tuple[str, ...]] = ()  # cache layouts the block can be stored in (MLA: latent, expanded)
     schedules: ClassVar[tuple[str, ...]] = ()  # decode schedules with different costs (MLA: naive, absorbed)
     windowed: ClassVar[bool] = True  # whether a sliding window applies (a constant-state layer has none)
+    mixer: ClassVar[bool] = True  # False for the empty mixer of an FFN-only layer: left out of labels
 
     # -- the cache
 

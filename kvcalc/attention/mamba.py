@@ -100,10 +100,11 @@ class Mamba(Recurrent):
             "mamba/conv": proj["mamba/conv"],  # depthwise: K multiply-adds per channel and token
             "mamba/x_proj": proj["mamba/x_proj"],
             "mamba/dt_proj": proj["mamba/dt_proj"],
-            # The selective scan: 9·d_inner·N per token (discretise exp(ΔA) and ΔB·u, update h, read out C·h; Tri Dao
-            # in state-spaces/mamba#110), plus d_inner each for the D skip and the z gate (VMamba's
-            # flops_selective_scan_fn with D and z)
-            "mamba/scan": t * (9 * di * self.mamba_d_state + 2 * di),
+            # The selective scan as its recurrence runs it (selective_scan_ref), 8 per state element and token:
+            # Δ·A, exp, Δ·B, ·u (discretise), Ā·h, + B̄u (update), C·h (a multiply-add); state-spaces/mamba#110's
+            # 9·D·N is a parallel scan's. Plus d_inner each for the D skip and the z gate (VMamba's
+            # flops_selective_scan_fn with D and z). Mamba-2 below is counted the same way.
+            "mamba/scan": t * (8 * di * self.mamba_d_state + 2 * di),
             "mamba/out_proj": proj["mamba/out_proj"],
         }
 
@@ -209,6 +210,7 @@ class NoMixer(Recurrent):
     kind: Literal["none"]
 
     label: ClassVar[str] = "NONE"
+    mixer: ClassVar[bool] = False
 
     def kv_label(self, layer: Layer, layout: str | None) -> str:
         return "–"

@@ -255,9 +255,7 @@ class MambaLayer(_Layer):
         """The selective scan token by token: h [b, i, n] -> y [b, s, i] and the new h.
 
         Executed per state element: Δ·A, exp, Δ·B, ·u (discretisation), Ā·h and + B̄u (update), C·h (a multiply-add):
-        8 FLOPs, as selective_scan_ref runs them. The kind counts 9·d_inner·N per token, the estimate in
-        state-spaces/mamba#110 (whose 2L associative operations are those of a parallel scan); the one FLOP per
-        state element this recurrence does not execute is recorded explicitly, so the totals compare.
+        8 FLOPs, as selective_scan_ref runs them and the kind counts them.
         """
         y = np.empty(u.shape, dtype=self.dtype)
         for t in range(u.shape[1]):
@@ -270,7 +268,6 @@ class MambaLayer(_Layer):
             h += dbu
             fc.count("mamba/scan", h.size)  # + B̄u: one add per state element
             y[:, t] = fc.matmul("mamba/scan", h, cc[:, t, :, None])[..., 0]  # [b, i, n] @ [b, n, 1]
-            fc.count("mamba/scan", h.size)  # the kind's ninth FLOP per state element (see above): not executed
             self._tick(t)
         return y, h
 
