@@ -52,12 +52,13 @@ AttentionField = Annotated[SerializeAsAny[AttentionKind], PlainValidator(_valida
 
 from kvcalc.attention.deltanet import GatedDeltaNet  # noqa: E402
 from kvcalc.attention.gqa import GQA, MHA, MQA, Heads  # noqa: E402  (the bundled kinds register themselves)
+from kvcalc.attention.kda import KDA  # noqa: E402
 from kvcalc.attention.lightning import Lightning  # noqa: E402
 from kvcalc.attention.linear import Linear  # noqa: E402
 from kvcalc.attention.mamba import Mamba, Mamba2, NoMixer  # noqa: E402
 from kvcalc.attention.mla import MLA, MLA_CACHE_LAYOUTS, MLA_SCHEDULES  # noqa: E402
 
-for _cls in (MHA, GQA, MQA, MLA, Linear, GatedDeltaNet, Lightning, Mamba, Mamba2, NoMixer):
+for _cls in (MHA, GQA, MQA, MLA, Linear, GatedDeltaNet, Lightning, Mamba, Mamba2, NoMixer, KDA):
     register(_cls)
 
 __all__ = [

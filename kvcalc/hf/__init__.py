@@ -14,6 +14,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     glm,
     glm4_moe,
     gpt_oss,
+    kimi_linear,
     llama4,
     mimo_v2_flash,
     minimax,

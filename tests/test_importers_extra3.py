@@ -1,0 +1,77 @@
+"""Importers of the model_types added third: each config in tests/data/reference/configs-extra-3 (SOURCES.md says
+where it comes from) goes through `kvcalc compare`, and the cache and state are checked against figures written out
+from the config's numbers, with the rule each follows; each importer's trap gets its own assertion."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import REFERENCE, run
+from kvcalc.errors import SpecError
+from kvcalc.hf import spec_from_config
+
+EXTRA = REFERENCE / "configs-extra-3"
+K = 1024
+BF16 = 2  # bytes per cached element (kvcalc's default kv dtype)
+
+
+def compare(name: str) -> list[dict]:
+    """`kvcalc compare <config> --ctx 4k,128k -f json`: one row per context."""
+    return json.loads(run("compare", EXTRA / f"{name}.json", "--ctx", "4k,128k", "-f", "json").stdout)
+
+
+def config(name: str) -> dict:
+    return json.loads((EXTRA / f"{name}.json").read_text())
+
+
+def imported(cfg: dict, name: str = "m"):
+    return spec_from_config(cfg, "test", name)[0]
+
+
+# ---------------------------------------------------------------- kimi_linear (Kimi Linear: KDA + MLA)
+
+KIMI = "kimi-linear-48b-a3b-instruct"
+
+
+def test_kimi_linear_cache_is_the_mla_layers_latent_only():
+    # full_attn_layers [4, 8, 12, 16, 20, 24, 27]: 7 MLA layers cache kv_lora_rank 512 + qk_rope_head_dim 64 per token
+    # (DeepSeek-V2 latent + decoupled key; mla_use_nope skips the rotation, not the cached key); KDA layers cache nothing
+    rows = compare(KIMI)
+    assert [r["kv_cache_bytes"] for r in rows] == [7 * ctx * (512 + 64) * BF16 for ctx in (4 * K, 128 * K)]
+
+
+def test_kimi_linear_kda_state_recurrent_plus_three_short_convolutions():
+    # 20 KDA layers, each 32 heads × 128 × 128 (recurrent_state) + conv_state_q/k/v of (4 − 1) × 32·128 each, as vLLM's
+    # kda_state_shape allocates (transformers-style caches keep all 4 inputs); the same at any context
+    per_layer = 32 * 128 * 128 + 3 * (4 - 1) * 32 * 128
+    assert [r["state_bytes"] for r in compare(KIMI)] == [20 * per_layer * BF16] * 2
+
+
+def test_kimi_linear_layer_lists_are_one_based():
+    # is_kda_layer(i) = (i + 1) in kda_layers: the 0-based MLA layers are 3, 7, …, 23 and 26 (the last one)
+    mla = sorted(i for g in imported(config(KIMI)).groups if g.attention.kind == "mla" for i in g.layers)
+    assert mla == [3, 7, 11, 15, 19, 23, 26]
+    bad = config(KIMI)
+    bad["linear_attn_config"] = {**bad["linear_attn_config"], "full_attn_layers": [3, 7, 11, 15, 19, 23, 26]}
+    with pytest.raises(SpecError, match="1-based"):
+        imported(bad)
+
+
+def test_kimi_linear_top_level_head_dim_is_a_decoy():
+    # head_dim 72 (= 2304 / 32) is neither the KDA head (linear_attn_config.head_dim 128) nor an MLA dim
+    att = {g.attention.kind: g.attention for g in imported(config(KIMI)).groups}
+    assert (att["kda"].head_dim, att["mla"].qk_nope_head_dim, att["mla"].q_lora_rank) == (128, 128, None)
+
+
+def test_kimi_linear_params_match_the_checkpoint():
+    # the checkpoint's safetensors table (SOURCES.md) sums to 49,122,681,728 parameters; written out:
+    d, v, n_kda, n_mla, h, dh = 2304, 163840, 20, 7, 32, 128
+    p = h * dh
+    kda = 4 * d * p + 2 * (d * dh + dh * p) + d * h + 3 * p * 4 + p + h + dh  # q,k,v,o; f_a/f_b, g_a/g_b; b; convs; dt_bias, A_log, o_norm
+    mla = d * h * (128 + 64) + d * (512 + 64) + 512 + 512 * h * (128 + 128) + h * 128 * d  # q, kv_a, kv_a_norm, kv_b, o
+    expert = 3 * d * 1024
+    moe = 256 * expert + expert + 256 * d + 256  # routed, one shared of 1 × 1024, gate and e_score_correction_bias
+    total = 2 * v * d + d + n_kda * kda + n_mla * mla + 27 * 2 * d + 3 * d * 9216 + 26 * moe
+    assert compare(KIMI)[0]["params_total"] == total == 49_122_681_728
