@@ -75,3 +75,37 @@ def test_kimi_linear_params_match_the_checkpoint():
     moe = 256 * expert + expert + 256 * d + 256  # routed, one shared of 1 × 1024, gate and e_score_correction_bias
     total = 2 * v * d + d + n_kda * kda + n_mla * mla + 27 * 2 * d + 3 * d * 9216 + 26 * moe
     assert compare(KIMI)[0]["params_total"] == total == 49_122_681_728
+
+
+# ---------------------------------------------------------------- nemotron-nas (Llama-3.3-Nemotron-Super-49B-v1)
+
+NAS = "llama-3.3-nemotron-super-49b-v1"
+
+
+def test_nemotron_nas_cache_only_in_layers_that_keep_attention():
+    # block_configs: 49 of 80 layers have attention (n_heads_in_group 8: 64 / 8 = 8 K/V heads of 8192 / 64 = 128);
+    # the 31 attention no_op layers are FFN only and cache nothing: 49 · 2 (K, V) · 8 · 128 per token
+    rows = compare(NAS)
+    assert [r["kv_cache_bytes"] for r in rows] == [49 * ctx * 2 * 8 * 128 * BF16 for ctx in (4 * K, 128 * K)]
+
+
+def test_nemotron_nas_kv_heads_per_block_not_top_level():
+    # num_key_value_heads is null at the top level: each block's n_heads_in_group sets the group
+    att = [g.attention for g in imported(config(NAS)).groups if g.attention.kind != "none"]
+    assert {(a.kind, a.n_heads, a.n_kv_heads) for a in att} == {("gqa", 64, 8)}
+
+
+def test_nemotron_nas_ffn_mult_rounds_up_to_256():
+    # _ffn_mult_to_intermediate_size: round_up(int(2 · ffn_mult · 8192 / 3), 256): 5.25 → 28672, 1.0 → 5461 → 5632,
+    # 0.5 → 2730 → 2816, 3.28125 → 17920
+    s = imported(config(NAS))
+    sizes = {(g.ffn or s.ffn).d_ff for g in s.layer_groups}
+    assert sizes == {28672, 7168, 5632, 2816, 14336, 17920}
+
+
+def test_nemotron_nas_replace_with_linear_is_refused():
+    cfg = config(NAS)
+    cfg["block_configs"][1] = {**cfg["block_configs"][1],
+                               "attention": {**cfg["block_configs"][1]["attention"], "replace_with_linear": True}}
+    with pytest.raises(SpecError, match="replace_with_linear"):
+        imported(cfg)

@@ -19,6 +19,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     mimo_v2_flash,
     minimax,
     minimax_m2,
+    nemotron_nas,
     olmo,
     phi3,
     qwen3_5_moe,
