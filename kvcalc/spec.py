@@ -106,6 +106,10 @@ class LayerGroup(Strict):
         "up to itself; the layer holds min(ctx, C) tokens."
     )
     ffn: FFN | None = Field(None, description="FFN of these layers when it differs from the model's.")
+    norms_per_layer: PositiveInt | None = Field(
+        None, description="Norms in each of these layers when it differs from the model's (DeciLM: a layer without "
+        "attention has no input norm)."
+    )
     kv_shared: bool = Field(
         False, description="These layers read the K/V an earlier layer cached (Gemma 3n num_kv_shared_layers, YOCO, "
         "CLA): they hold no cache and project no K/V; their weights are counted as the checkpoint holds them."

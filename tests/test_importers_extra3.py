@@ -103,9 +103,25 @@ def test_nemotron_nas_ffn_mult_rounds_up_to_256():
     assert sizes == {28672, 7168, 5632, 2816, 14336, 17920}
 
 
-def test_nemotron_nas_replace_with_linear_is_refused():
+def test_nemotron_nas_replace_with_linear_is_a_projection_and_norms_follow_the_blocks():
+    from kvcalc.costs.cache import kv_cache
+    from kvcalc.costs.params import param_counts
+    from kvcalc.settings import Settings
+
     cfg = config(NAS)
+    base = imported(cfg)
     cfg["block_configs"][1] = {**cfg["block_configs"][1],
                                "attention": {**cfg["block_configs"][1]["attention"], "replace_with_linear": True}}
-    with pytest.raises(SpecError, match="replace_with_linear"):
+    s = imported(cfg)
+    d = 8192
+    # layer 1's attention becomes one d × d linear (DeciLM linear_attn): no cache; its q/k/v/o weights are replaced
+    attention = d * 64 * 128 + 2 * d * 8 * 128 + 64 * 128 * d
+    assert param_counts(s).total == param_counts(base).total - attention + d * d
+    assert kv_cache(s, Settings(ctx=4096)).bytes == kv_cache(base, Settings(ctx=4096)).bytes - 4096 * 2 * 8 * 128 * 2
+    # a layer whose attention is no_op has no input_layernorm: one norm, not two
+    no_op = sum(1 for b in config(NAS)["block_configs"] if b["attention"].get("no_op"))
+    assert param_counts(base).breakdown["norms"] == (80 * 2 - no_op) * d + d
+    ffn = cfg["block_configs"][0]["ffn"]
+    cfg["block_configs"][0] = {**cfg["block_configs"][0], "ffn": {**ffn, "replace_with_linear": True}}
+    with pytest.raises(SpecError, match="ffn.replace_with_linear"):
         imported(cfg)

@@ -57,8 +57,9 @@ from kvcalc.attention.lightning import Lightning  # noqa: E402
 from kvcalc.attention.linear import Linear  # noqa: E402
 from kvcalc.attention.mamba import Mamba, Mamba2, NoMixer  # noqa: E402
 from kvcalc.attention.mla import MLA, MLA_CACHE_LAYOUTS, MLA_SCHEDULES  # noqa: E402
+from kvcalc.attention.projection import Projection  # noqa: E402
 
-for _cls in (MHA, GQA, MQA, MLA, Linear, GatedDeltaNet, Lightning, Mamba, Mamba2, NoMixer, KDA):
+for _cls in (MHA, GQA, MQA, MLA, Linear, GatedDeltaNet, Lightning, Mamba, Mamba2, NoMixer, KDA, Projection):
     register(_cls)
 
 __all__ = [

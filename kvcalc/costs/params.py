@@ -112,7 +112,9 @@ def param_counts(spec: ModelSpec, mtp: bool = False) -> ParamReport:
         t, a = ffn_params(ffn_of_layer(spec, layer), d)
         total.update(t)
         active.update(a)
-    norms = spec.n_layers * spec.norms_per_layer * norm + norm  # per-layer norms and the final norm
+    # per-layer norms (a group's own count where it has one) and the final norm
+    norms = sum(len(g.layers) * (spec.layer_groups[g.index].norms_per_layer or spec.norms_per_layer) for g in spec.groups)
+    norms = norms * norm + norm
     total["norms"] = active["norms"] = norms
     if not spec.tie_embeddings:
         total["lm_head"] = active["lm_head"] = spec.vocab_size * d

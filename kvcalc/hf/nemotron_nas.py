@@ -3,10 +3,12 @@ attention and FFN, chosen by neural architecture search and listed in `block_con
 
 Rules, from the vendor's remote code (nvidia/Llama-3_3-Nemotron-Super-49B-v1 modeling_decilm.py) as vLLM mirrors it
 (vllm/model_executor/models/nemotron_nas.py: DeciLMDecoderLayer, _ffn_mult_to_intermediate_size):
-- block_configs[i].attention: `no_op` = no attention and no input_layernorm (the layer is its FFN only, kind `none`);
+- block_configs[i].attention: `no_op` = no attention and no input_layernorm (the layer is its FFN only, kind `none`,
+  one norm);
   otherwise Llama attention with num_attention_heads query heads and num_attention_heads // n_heads_in_group K/V
-  heads of hidden_size / num_attention_heads (the top-level num_key_value_heads is null). `replace_with_linear` (a
-  d × d linear in place of attention) and windowed or sink attention (window_length, num_sink_tokens) are refused.
+  heads of hidden_size / num_attention_heads (the top-level num_key_value_heads is null); `replace_with_linear`: a
+  d × d linear in place of attention (kind `projection`, no cache). Windowed or sink attention (window_length,
+  num_sink_tokens) is refused.
 - block_configs[i].ffn: a SwiGLU MLP of intermediate size round_up(int(2·ffn_mult·hidden_size / 3), 256); `no_op`
   and `replace_with_linear` FFNs are refused. The top-level intermediate_size is null.
 - One layer group per distinct block.
@@ -28,10 +30,9 @@ def _block(block: object, i: int, origin: str, n_heads: int, d: int, notes: list
     if not isinstance(block, dict) or not isinstance(block.get("attention"), dict) or not isinstance(block.get("ffn"), dict):
         raise SpecError(f"{origin}: block_configs[{i}]: must be a mapping with `attention` and `ffn` mappings")
     att, ffn = block["attention"], block["ffn"]
-    for part, what in (("attention", att), ("ffn", ffn)):
-        if what.get("replace_with_linear"):
-            raise SpecError(f"{origin}: block_configs[{i}].{part}.replace_with_linear: a d × d linear layer in place of "
-                            f"the {part} has no attention kind or FFN kind in kvcalc")
+    if ffn.get("replace_with_linear"):
+        raise SpecError(f"{origin}: block_configs[{i}].ffn.replace_with_linear: a d × d linear layer in place of the "
+                        "FFN has no FFN kind in kvcalc")
     if att.get("window_length") or att.get("num_sink_tokens"):
         raise SpecError(f"{origin}: block_configs[{i}].attention: windowed or sink attention is not imported")
     if ffn.get("no_op"):
@@ -40,8 +41,11 @@ def _block(block: object, i: int, origin: str, n_heads: int, d: int, notes: list
     if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult <= 0:
         raise SpecError(f"{origin}: block_configs[{i}].ffn.ffn_mult: must be a positive number, got {mult!r}")
     layer: dict = {"ffn": dense_ffn(ffn_size(mult, d))}
-    if att.get("no_op"):
+    if att.get("no_op"):  # no attention and no input_layernorm: the layer is its FFN and one norm
         layer["attention"] = {"kind": "none"}
+        layer["norms_per_layer"] = 1
+    elif att.get("replace_with_linear"):  # DeciLMDecoderLayer: self_attn is a d × d linear (linear_attn), no cache
+        layer["attention"] = {"kind": "projection"}
     else:
         group = need(att, "n_heads_in_group", f"{origin}: block_configs[{i}].attention")
         if n_heads % group:
@@ -62,14 +66,11 @@ def _nemotron_nas(cfg: dict, origin: str, notes: list[str]) -> dict:
     if cfg.get("attention_bias") or cfg.get("mlp_bias"):
         raise SpecError(f"{origin}: attention_bias / mlp_bias: biases are not imported for nemotron-nas")
     layers = [_block(b, i, origin, n_heads, d, notes) for i, b in enumerate(blocks)]
-    no_op = sum(1 for layer in layers if layer["attention"]["kind"] == "none")
-    if no_op:
-        notes.append(f"{no_op} layers have no attention and so no input_layernorm: parameters count {no_op} × "
-                     f"{d} norm weights too many (norms_per_layer is one number for the model)")
     groups = group_layers(layers, n)
     base["ffn"] = layers[0]["ffn"]  # groups keep their own FFN where it differs from the first layer's
     for g in groups:
-        g["name"] = f"{'attention' if g['attention']['kind'] != 'none' else 'ffn-only'}, d_ff {g['ffn']['d_ff']}"
+        mixer = {"none": "ffn-only", "projection": "linear"}.get(g["attention"]["kind"], "attention")
+        g["name"] = f"{mixer}, d_ff {g['ffn']['d_ff']}"
         if g["ffn"] == base["ffn"]:
             g.pop("ffn")
     base["layer_groups"] = groups
