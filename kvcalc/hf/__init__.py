@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kvcalc.errors import SpecError
 from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
+    cohere2,
     deepseek,
     dense,
     gemma4,
@@ -21,12 +22,14 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     minimax_m2,
     nemotron_nas,
     olmo,
+    openelm,
     phi3,
     qwen3_5_moe,
     qwen3_next,
     qwen3_vl,
     ssm,
     starcoder2,
+    t5,
     whisper,
 )
 from kvcalc.hf.common import HF_KEYS, IMPORTERS, KEY_OVERRIDES, Imported
