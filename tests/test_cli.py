@@ -310,7 +310,9 @@ def test_error_unsupported_model_type(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "bert", "hidden_size": 768}))
     err = failing("import", path)
-    assert f"error: {path}: model_type: 'bert' is not supported; supported model_types: deepseek_v2" in err
+    from kvcalc.hf import IMPORTERS
+
+    assert f"error: {path}: model_type: 'bert' is not supported; supported model_types: {', '.join(sorted(IMPORTERS))}" in err
 
 
 def test_error_import_of_a_yaml_spec():

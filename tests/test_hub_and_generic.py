@@ -12,8 +12,11 @@ import pytest
 from conftest import run
 from kvcalc.costs.cache import kv_cache
 from kvcalc.errors import KvcalcError
+from kvcalc.hf import IMPORTERS
 from kvcalc.registry import load_model
 from kvcalc.settings import Settings
+
+SUPPORTED = ", ".join(sorted(IMPORTERS))
 
 # Only standard decoder keys (and harmless ones), under a model_type kvcalc has no importer for.
 PLAIN = {
@@ -82,7 +85,7 @@ def test_generic_import_warning_on_stderr(tmp_path):
 def test_unmodelled_mechanism_is_refused_naming_the_key(tmp_path, key, value, mechanism):
     path = write(tmp_path, {**PLAIN, key: value})
     err = failing("show", path)
-    assert f"error: {path}: model_type: 'new_decoder' is not supported; supported model_types: deepseek_v2" in err
+    assert f"error: {path}: model_type: 'new_decoder' is not supported; supported model_types: {SUPPORTED}" in err
     assert f"its config has keys of mechanisms kvcalc does not model: {key} ({mechanism})" in err
 
 
