@@ -8,9 +8,11 @@ import json
 import numpy as np
 import pytest
 
+from conftest import REFERENCE
 from conftest import run as cli
 from kvcalc.attention import Formula
 from kvcalc.attention.deltanet import GatedDeltaNet
+from kvcalc.attention.kda import KDA
 from kvcalc.attention.lightning import Lightning
 from kvcalc.attention.mamba import Mamba, Mamba2
 from kvcalc.backend.ops import FlopCounter
@@ -21,16 +23,18 @@ from kvcalc.spec import ModelSpec
 ATTENTION = {
     "gated_deltanet": {"kind": "gated_deltanet", "linear_num_key_heads": 2, "linear_num_value_heads": 4,
                        "linear_key_head_dim": 8, "linear_value_head_dim": 6, "linear_conv_kernel_dim": 4},
+    "kda": {"kind": "kda", "n_heads": 3, "head_dim": 8, "conv_kernel": 4},
     "mamba": {"kind": "mamba", "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_expand": 2},
     "mamba2": {"kind": "mamba2", "mamba_num_heads": 8, "mamba_head_dim": 8, "ssm_state_size": 16, "n_groups": 2,
                "conv_kernel": 4},
     "lightning": {"kind": "lightning", "n_heads": 4},
     "none": {"kind": "none"},
 }
-KINDS = {"gated_deltanet": GatedDeltaNet, "mamba": Mamba, "mamba2": Mamba2, "lightning": Lightning}
+KINDS = {"gated_deltanet": GatedDeltaNet, "kda": KDA, "mamba": Mamba, "mamba2": Mamba2, "lightning": Lightning}
 # the state a layer holds per sequence, by hand from the kinds' definitions (d_model 64, batch 1)
 STATE_SHAPES = {
     "gated_deltanet": {"recurrent": (1, 4, 8, 6), "conv": (1, 2 * 2 * 8 + 4 * 6, 3)},  # conv_dim = 2·H_k·d_k + H_v·d_v
+    "kda": {"recurrent": (1, 3, 8, 8), "conv_q": (1, 24, 3), "conv_k": (1, 24, 3), "conv_v": (1, 24, 3)},  # H·d = 24
     "mamba": {"ssm": (1, 128, 8), "conv": (1, 128, 3)},  # d_inner = 2·64
     "mamba2": {"ssm": (1, 8, 8, 16), "conv": (1, 64 + 2 * 2 * 16, 3)},  # conv_dim = H·P + 2·G·N
     "lightning": {"kv_state": (1, 4, 16, 16)},  # d_h = 64 / 4
@@ -153,3 +157,57 @@ def test_real_dims(name, kind):
     compare = json.loads(cli("compare", name, "--ctx", "66", "--kv-dtype", "fp32", "--state-dtype", "fp32", "--format",
                              "json").stdout)[0]
     assert total["measured"] == total["predicted"] == compare["state_bytes"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_kda_run_batch_of_two(dtype):
+    # Kimi Delta Attention: every state shape, state byte and FLOP row matches, and recurrent = parallel form
+    report = run(ModelSpec.model_validate(tiny_hybrid(ATTENTION["kda"])), RunSettings(ctx=40, decode=3, batch=2,
+                                                                                      dtype=dtype))
+    assert_all_match(report)
+    compared = {r.quantity for r in report.rows if r.match is not None}
+    assert {"layer 0 conv_v shape at the end", "prefill attn/decay", "3 decode steps attn/state"} <= compared
+    check = next(c for c in report.checks if c.name == "kda: recurrent form = parallel form")
+    assert check.passed and check.error < (1e-12 if dtype == "float64" else 1e-5)
+
+
+def test_kda_recurrence_is_the_delta_rule_with_a_decay_per_channel():
+    # S_t = (I − β_t·k_t·k_tᵀ)·Diag(α_t)·S_{t−1} + β_t·k_t·v_tᵀ, o_t = S_tᵀq_t (the Kimi Linear paper's form), step by
+    # step with explicit matrices, against the layer's recurrence; its FLOPs are the kind's 5·d·d + 2·d·d per head
+    from kvcalc.backend.recurrent import KDALayer
+
+    spec = ModelSpec.model_validate(tiny_hybrid(ATTENTION["kda"]))
+    group = spec.groups[0]
+    layer = KDALayer(group.attention, group.layer, np.random.default_rng(0), np.float64)
+    rng = np.random.default_rng(1)
+    b, s, h, d = 2, 5, 3, 8
+    q, k, v = (rng.standard_normal((b, s, h, d)) for _ in range(3))
+    beta, log_alpha = rng.uniform(0, 1, (b, s, h)), -rng.uniform(0, 2, (b, s, h, d))
+    fc = FlopCounter()
+    out, state = layer._recur(fc, q, k, v, beta, log_alpha, np.zeros((b, h, d, d)))
+    want = np.zeros((b, h, d, d))
+    for t in range(s):
+        for i in range(b):
+            for j in range(h):
+                kk = k[i, t, j][:, None]
+                decayed = np.diag(np.exp(log_alpha[i, t, j])) @ want[i, j]
+                want[i, j] = (np.eye(d) - beta[i, t, j] * kk @ kk.T) @ decayed + beta[i, t, j] * kk @ v[i, t, j][None]
+                assert np.allclose(out[i, t, j], want[i, j].T @ q[i, t, j])
+    assert np.allclose(state, want)
+    assert dict(fc.by_component) == {"attn/state": 5 * b * s * h * d * d, "attn/readout": 2 * b * s * h * d * d}
+
+
+@pytest.mark.slow  # Kimi Linear's real dims: 32 heads of 128, two KDA layers (about 5 s)
+def test_kda_real_dims():
+    config = REFERENCE / "configs-extra-3" / "kimi-linear-48b-a3b-instruct.json"
+    out = json.loads(cli("run", config, "--layers", "2", "--ctx", "64", "--decode", "2", "-q", "-f", "json").stdout)
+    assert out["ok"] is True and out["layers"] == [0, 1]  # layers 0-2 are KDA (kda_layers [1, 2, 3, ...], 1-based)
+    assert all(r["match"] for r in out["rows"] if r.get("match") is not None)
+    assert any(c["name"] == "kda: recurrent form = parallel form" and c["passed"] for c in out["checks"])
+    state = {r["quantity"]: r for r in out["rows"] if r["section"] == "state"}
+    assert state["layer 0 recurrent shape at the end"]["measured"] == [1, 32, 128, 128]
+    assert state["layer 0 conv_q shape at the end"]["measured"] == [1, 32 * 128, 3]
+    total = next(r for r in state.values() if r["quantity"].startswith("constant state"))
+    compare = json.loads(cli("compare", config, "--ctx", "66", "--kv-dtype", "fp32", "--state-dtype", "fp32",
+                             "--format", "json").stdout)[0]
+    assert total["measured"] == total["predicted"] == compare["state_bytes"] == 20 * 4 * (32 * 128 * 128 + 9 * 4096)

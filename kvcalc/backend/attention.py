@@ -576,6 +576,7 @@ LAYERS = {
     "mla": (_mla_layer, _mla_plan),
     # constant-state layers (kvcalc.backend.recurrent): their state is measured instead of a KV cache
     "gated_deltanet": (state_layer, state_plan),
+    "kda": (state_layer, state_plan),
     "mamba": (state_layer, state_plan),
     "mamba2": (state_layer, state_plan),
     "lightning": (state_layer, state_plan),

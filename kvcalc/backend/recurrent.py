@@ -1,7 +1,8 @@
-"""Reference constant-state layers in NumPy: Gated DeltaNet, Mamba-1, Mamba-2 (SSD), lightning attention, and the
-empty mixer. Each runs its recurrence token by token, in prefill as in decoding, so the FLOPs it executes are the
-ones its kind counts (`kvcalc.attention.deltanet`, `mamba`, `lightning`: the token-by-token form); `parallel`
-computes the same outputs in the parallel (quadratic, masked) form, for the numerical check.
+"""Reference constant-state layers in NumPy: Gated DeltaNet, Kimi Delta Attention (KDA), Mamba-1, Mamba-2 (SSD),
+lightning attention, and the empty mixer. Each runs its recurrence token by token, in prefill as in decoding, so the
+FLOPs it executes are the ones its kind counts (`kvcalc.attention.deltanet`, `kda`, `mamba`, `lightning`: the
+token-by-token form); `parallel` computes the same outputs in the parallel (quadratic, masked) form, for the
+numerical check.
 
 Axis letters are those of `kvcalc.backend.ops`, and: c convolution channel, w conv tap, u value head of Gated
 DeltaNet (H_v), v its value dim (d_v), i Mamba's d_inner channel, n state size (N), p Mamba-2's head dim (P),
@@ -9,7 +10,7 @@ o Mamba-2's group (G).
 
 The Cache of a constant-state layer holds its state: the recurrent (SSM) state and the convolution's last K − 1
 inputs [b, channels, K − 1], as `state_shapes` of the kind names them. Weights are random, scaled so the recurrences
-stay bounded: decays in (0, 1), unit-norm keys (Gated DeltaNet), small Δ (Mamba), as the models initialise them.
+stay bounded: decays in (0, 1), unit-norm keys (Gated DeltaNet, KDA), small Δ (Mamba), as the models initialise them.
 """
 
 from __future__ import annotations
@@ -205,6 +206,119 @@ def _gdn_plan(att, layer, layout: str) -> StatePlan:
     width = proj + 2 * att.conv_dim + 4 * att.linear_num_value_heads * att.linear_key_head_dim + 3 * att.value_dim
     state = att.linear_num_value_heads * att.linear_key_head_dim * att.linear_value_head_dim
     return StatePlan(width=width, scratch=4 * state, pairs=6 * att.linear_num_value_heads)
+
+
+# ---------------------------------------------------------------- Kimi Delta Attention
+
+
+class KDALayer(_Layer):
+    """Kimi Linear's KDA (vLLM's `KimiDeltaAttention`, fla's `naive_recurrent_kda`): Gated DeltaNet with a decay per
+    channel, per head a d × d state S, S_t = (I − β_t·k_t·k_tᵀ)·Diag(α_t)·S_{t−1} + β_t·k_t·v_tᵀ, o_t = S_tᵀq_t,
+    after causal convs over q, k and v (one each, with their own state)."""
+
+    def __init__(self, att, layer, rng: np.random.Generator, dtype):
+        self.dtype, d_model = dtype, layer.d_model
+        self.h, self.d, self.k, self.proj = att.n_heads, att.head_dim, att.conv_kernel, att.proj
+        self.w_q, self.w_k, self.w_v = (random_weight(rng, (d_model, self.proj), d_model, dtype) for _ in range(3))
+        self.w_fa = random_weight(rng, (d_model, self.d), d_model, dtype)  # f_a_proj, f_b_proj: the decay's input
+        self.w_fb = random_weight(rng, (self.d, self.proj), self.d, dtype)
+        self.w_b = random_weight(rng, (d_model, self.h), d_model, dtype)  # b_proj: β per head
+        self.w_conv = {name: random_weight(rng, (self.proj, self.k), self.k, dtype) for name in ("q", "k", "v")}
+        self.a_log = np.log(rng.uniform(1, 16, self.h)).astype(dtype)  # A per head, as fla initialises it
+        self.dt_bias = np.log(np.expm1(rng.uniform(1e-3, 1e-1, self.proj))).astype(dtype)  # per channel
+        self.w_ga = random_weight(rng, (d_model, self.d), d_model, dtype)  # g_a_proj, g_b_proj: the output gate
+        self.w_gb = random_weight(rng, (self.d, self.proj), self.d, dtype)
+        self.w_o = random_weight(rng, (self.proj, d_model), self.proj, dtype)
+
+    def _inputs(self, fc: FlopCounter, x: np.ndarray, convs: dict[str, np.ndarray]):
+        """x [b, s, m] -> q, k [b, s, h, d] (unit norm; q scaled by d^−½), v [b, s, h, d], β [b, s, h], log α
+        [b, s, h, d] (per channel), the gate's input [b, s, h, d], and the new conv states."""
+        b, s, _ = x.shape
+        new, mixed = {}, {}
+        for name, w in (("q", self.w_q), ("k", self.w_k), ("v", self.w_v)):
+            y, new[f"conv_{name}"] = causal_conv(fc, "attn/conv", fc.matmul(f"attn/{name}", x, w), convs[f"conv_{name}"],
+                                                 self.w_conv[name], None)
+            mixed[name] = silu(y).reshape(b, s, self.h, self.d)  # causal_conv1d_fn(..., activation="silu")
+        q, k, v = mixed["q"], mixed["k"], mixed["v"]
+        q = q / np.sqrt(np.sum(q * q, axis=-1, keepdims=True) + 1e-6) * self.dtype(self.d ** -0.5)  # l2norm in kernel
+        k = k / np.sqrt(np.sum(k * k, axis=-1, keepdims=True) + 1e-6)
+        beta = sigmoid(fc.matmul("attn/beta", x, self.w_b))
+        f = fc.matmul("attn/decay", fc.matmul("attn/decay", x, self.w_fa), self.w_fb) + self.dt_bias
+        # fused_kda_gate: g = −exp(A_log)·softplus(f + dt_bias), per channel (A per head)
+        log_alpha = -np.exp(self.a_log)[:, None] * softplus(f.reshape(b, s, self.h, self.d))
+        gate = fc.matmul("attn/gate", fc.matmul("attn/gate", x, self.w_ga), self.w_gb).reshape(b, s, self.h, self.d)
+        return q, k, v, beta, log_alpha, gate, new
+
+    def _output(self, fc: FlopCounter, o: np.ndarray, gate: np.ndarray) -> np.ndarray:
+        """o [b, s, h, d] -> RMSNorm per head times sigmoid(gate) (FusedRMSNormGated, activation sigmoid), W_O."""
+        b, s = o.shape[:2]
+        gated = (rms_norm(o.astype(self.dtype)) * sigmoid(gate)).reshape(b, s, self.proj)
+        return fc.matmul("attn/o", gated, self.w_o)
+
+    def _recur(self, fc: FlopCounter, q, k, v, beta, log_alpha, state: np.ndarray):
+        """The per-channel gated delta rule token by token: state [b, h, d, e] -> outputs [b, s, h, e], new state.
+
+        Per token and head, as the kind counts: Diag(α)·S (d·d multiplies), kᵀS (2·d·d), S + k·δᵀ (an outer product
+        accumulated: 2·d·d), the readout qᵀS (2·d·d); δ = β·(v − kᵀS) is O(d), left out.
+        """
+        alpha = np.exp(log_alpha).astype(self.dtype)
+        out = np.empty(v.shape, dtype=self.dtype)
+        for t in range(q.shape[1]):
+            state = fc.einsum("attn/state", "bhde,bhd->bhde", state, alpha[:, t])  # each key channel's own decay
+            ks = fc.matmul("attn/state", k[:, t, :, None, :], state)[:, :, 0]  # [b, h, 1, d] @ [b, h, d, e]
+            delta = beta[:, t, :, None] * (v[:, t] - ks)
+            state = state + fc.matmul("attn/state", k[:, t, :, :, None], delta[:, :, None, :])  # [b, h, d, e]
+            out[:, t] = fc.matmul("attn/readout", q[:, t, :, None, :], state)[:, :, 0]
+            self._tick(t)
+        return out, state
+
+    def _empty(self, b: int) -> dict[str, np.ndarray]:
+        conv = {f"conv_{name}": self._zeros((b, self.proj, self.k - 1)) for name in ("q", "k", "v")}
+        return {"recurrent": self._zeros((b, self.h, self.d, self.d)), **conv}
+
+    def prefill(self, fc: FlopCounter, x: np.ndarray):
+        return self._step(fc, x, self._empty(x.shape[0]), 0)
+
+    def decode(self, fc: FlopCounter, x: np.ndarray, cache, schedule: str = "naive"):
+        return self._step(fc, x, cache.tensors, cache.seen)
+
+    def _step(self, fc, x, held, seen):
+        q, k, v, beta, log_alpha, gate, convs = self._inputs(fc, x, held)
+        o, state = self._recur(fc, q, k, v, beta, log_alpha, held["recurrent"])
+        return self._output(fc, o, gate), _cache({"recurrent": state, **convs}, seen + x.shape[1])
+
+    def parallel(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The same prefill in parallel form (float64), Gated DeltaNet's WY/UT system with a decay per channel (fla's
+        chunk_kda with the whole prompt as one chunk): with Γ_tsd = α_{s+1,d}⋯α_{t,d} (s ≤ t), the deltas U solve
+        (I + diag(β)·A)·U = diag(β)·V, A_ts = Σ_d k_td·Γ_tsd·k_sd (s < t); then O = P·U, P_ts = Σ_d q_td·Γ_tsd·k_sd,
+        and S = Σ_s Diag(Γ_Ls)·k_s·u_sᵀ. One head at a time: Γ is [b, L, L, d] per head."""
+        fc = _silent()
+        q, k, v, beta, log_alpha, gate, convs = self._inputs(fc, x, self._empty(x.shape[0]))
+        q, k, v, log_alpha = (a.astype(np.float64).transpose(0, 2, 1, 3) for a in (q, k, v, log_alpha))  # [b, h, s, ·]
+        beta = beta.astype(np.float64).transpose(0, 2, 1)[..., None]  # [b, h, s, 1]
+        n = q.shape[2]
+        causal = np.tril(np.ones((n, n), dtype=bool))[None, :, :, None]  # [1, t, s, 1]
+        o, state = np.empty(q.shape), np.empty((q.shape[0], self.h, self.d, self.d))
+        for h in range(self.h):
+            cum = np.cumsum(log_alpha[:, h], axis=1)  # [b, s, d]
+            diff = cum[:, :, None] - cum[:, None, :]  # [b, t, s, d]
+            gamma = np.where(causal, np.exp(np.where(causal, diff, 0.0)), 0.0)
+            kh, qh = k[:, h], q[:, h]
+            a = np.tril(np.einsum("btd,btsd,bsd->bts", kh, gamma, kh), -1)
+            u = np.linalg.solve(np.eye(n) + beta[:, h] * a, beta[:, h] * v[:, h])  # [b, s, e]
+            o[:, h] = np.einsum("btd,btsd,bsd->bts", qh, gamma, kh) @ u
+            state[:, h] = (gamma[:, -1] * kh).transpose(0, 2, 1) @ u  # [b, d, e]
+        return self._output(fc, o.transpose(0, 2, 1, 3), gate), {"recurrent": state, **convs}
+
+
+def _kda_plan(att, layer, layout: str) -> StatePlan:
+    p = att.proj
+    # held at once, per token: q, k, v convolved and silu'd, and q, k normalised (5·p), one projection and its
+    # conv in flight (2·p), β, the decay's two products, its exponent and α (d + 3·p), the gate's two products
+    # (d + p), the outputs (p)
+    width = 5 * p + 2 * p + att.n_heads + att.head_dim + 3 * p + att.head_dim + p + p
+    # the parallel form works one head at a time: the exponent, Γ and its masked copies, [b, L, L, d] each
+    return StatePlan(width=width, scratch=4 * att.n_heads * att.head_dim ** 2, pairs=4 * att.head_dim)
 
 
 # ---------------------------------------------------------------- Mamba-1
@@ -514,10 +628,10 @@ class NoMixerLayer(_Layer):
 # ---------------------------------------------------------------- registry and the numerical check
 
 
-CLASSES = {"gated_deltanet": GatedDeltaNetLayer, "mamba": MambaLayer, "mamba2": Mamba2Layer,
+CLASSES = {"gated_deltanet": GatedDeltaNetLayer, "kda": KDALayer, "mamba": MambaLayer, "mamba2": Mamba2Layer,
            "lightning": LightningLayer, "none": NoMixerLayer}
-PLANS = {"gated_deltanet": _gdn_plan, "mamba": _mamba_plan, "mamba2": _mamba2_plan, "lightning": _lightning_plan,
-         "none": lambda att, layer, layout: StatePlan(0, 0)}
+PLANS = {"gated_deltanet": _gdn_plan, "kda": _kda_plan, "mamba": _mamba_plan, "mamba2": _mamba2_plan,
+         "lightning": _lightning_plan, "none": lambda att, layer, layout: StatePlan(0, 0)}
 
 
 def build_layer(group, rng, dtype, layout: str, block: int, rope: str, workers: int):
