@@ -90,3 +90,33 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section(title, red=True)
         for nodeid, reason in _unexplained_skips:
             terminalreporter.line(f"{nodeid}: {reason}")
+
+
+class ConfigFolder:
+    """The reference configs of one folder under tests/data/reference: `compare` rows of a config at 4k and 128k,
+    the parsed file, and a config imported as a spec (the importer tests share these)."""
+
+    def __init__(self, folder: str):
+        self.folder = REFERENCE / folder
+
+    def compare(self, name: str, *extra: str) -> list[dict]:
+        """`kvcalc compare <config> --ctx 4k,128k -f json`: one row per context."""
+        import json
+
+        return json.loads(run("compare", self.folder / f"{name}.json", "--ctx", "4k,128k", *extra, "-f", "json").stdout)
+
+    def config(self, name: str) -> dict:
+        import json
+
+        return json.loads((self.folder / f"{name}.json").read_text())
+
+    @staticmethod
+    def imported(cfg: dict, name: str = "m"):
+        from kvcalc.hf import spec_from_config
+
+        return spec_from_config(cfg, "test", name)[0]
+
+
+def kv_bytes(rows: list[dict]) -> list[int]:
+    """The kv_cache_bytes of compare rows."""
+    return [r["kv_cache_bytes"] for r in rows]

@@ -8,29 +8,15 @@ import json
 
 import pytest
 
-from conftest import REFERENCE, run
-from kvcalc.hf import spec_from_config
+from conftest import REFERENCE, ConfigFolder, kv_bytes, run
 
 EXTRA = REFERENCE / "configs-extra"
+CONFIGS = ConfigFolder("configs-extra")
 K = 1024
 BF16 = 2  # bytes per cached element (kvcalc's default kv dtype)
 
 
-def compare(name: str) -> list[dict]:
-    """`kvcalc compare <config> --ctx 4k,128k -f json`: one row per context."""
-    return json.loads(run("compare", EXTRA / f"{name}.json", "--ctx", "4k,128k", "-f", "json").stdout)
-
-
-def config(name: str) -> dict:
-    return json.loads((EXTRA / f"{name}.json").read_text())
-
-
-def imported(cfg: dict, name: str = "m"):
-    return spec_from_config(cfg, "test", name)[0]
-
-
-def kv_bytes(rows: list[dict]) -> list[int]:
-    return [r["kv_cache_bytes"] for r in rows]
+compare, config, imported = CONFIGS.compare, CONFIGS.config, CONFIGS.imported
 
 
 # ---------------------------------------------------------------- starcoder2

@@ -4,32 +4,16 @@ config's numbers, with the rule it follows; each importer's trap gets its own as
 
 from __future__ import annotations
 
-import json
-
-from conftest import REFERENCE, run, spec
+from conftest import REFERENCE, ConfigFolder, kv_bytes, spec
 from kvcalc.costs.params import param_counts
-from kvcalc.hf import spec_from_config
 
 EXTRA = REFERENCE / "configs-extra-2"
+CONFIGS = ConfigFolder("configs-extra-2")
 K = 1024
 BF16 = 2  # bytes per cached element (kvcalc's default kv dtype)
 
 
-def compare(name: str) -> list[dict]:
-    """`kvcalc compare <config> --ctx 4k,128k -f json`: one row per context."""
-    return json.loads(run("compare", EXTRA / f"{name}.json", "--ctx", "4k,128k", "-f", "json").stdout)
-
-
-def config(name: str) -> dict:
-    return json.loads((EXTRA / f"{name}.json").read_text())
-
-
-def imported(cfg: dict, name: str = "m"):
-    return spec_from_config(cfg, "test", name)[0]
-
-
-def kv_bytes(rows: list[dict]) -> list[int]:
-    return [r["kv_cache_bytes"] for r in rows]
+compare, config, imported = CONFIGS.compare, CONFIGS.config, CONFIGS.imported
 
 
 # ---------------------------------------------------------------- glm4_moe (GLM-4.5 / 4.6 / 4.7)

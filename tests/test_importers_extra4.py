@@ -4,30 +4,18 @@ config's numbers, with the rule each follows; each importer's trap gets its own 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from conftest import REFERENCE, run
+from conftest import REFERENCE, ConfigFolder
 from kvcalc.errors import SpecError
-from kvcalc.hf import spec_from_config
 
 EXTRA = REFERENCE / "configs-extra-4"
+CONFIGS = ConfigFolder("configs-extra-4")
 K = 1024
 BF16 = 2  # bytes per cached element (kvcalc's default kv dtype)
 
 
-def compare(name: str, *extra: str) -> list[dict]:
-    """`kvcalc compare <config> --ctx 4k,128k -f json`: one row per context."""
-    return json.loads(run("compare", EXTRA / f"{name}.json", "--ctx", "4k,128k", *extra, "-f", "json").stdout)
-
-
-def config(name: str) -> dict:
-    return json.loads((EXTRA / f"{name}.json").read_text())
-
-
-def imported(cfg: dict, name: str = "m"):
-    return spec_from_config(cfg, "test", name)[0]
+compare, config, imported = CONFIGS.compare, CONFIGS.config, CONFIGS.imported
 
 
 # ---------------------------------------------------------------- cohere2 (Command R7B)
