@@ -582,7 +582,7 @@ LAYERS = {
     "lightning": (state_layer, state_plan),
     "none": (state_layer, state_plan),
 }
-NOT_RUN = ("linear",)  # a constant state of a size without structure: nothing to build
+NOT_RUN = ("linear", "projection")  # a state of a size without structure; a projection that holds nothing
 
 
 def layer_entry(kind: str):
