@@ -28,7 +28,8 @@ def _joined(values: Any) -> str:
 
 def attention_label(spec: ModelSpec, layout: str | None = None) -> str:
     """'GQA', 'MLA (latent)', 'GQA+SWA 1024×52' (a window of 1024 tokens on 52 layers), 'GQA+chunk 8192×36'."""
-    kinds = "+".join(dict.fromkeys(g.attention.label or g.attention.kind.upper() for g in spec.groups if g.attention.mixer))
+    mixers = [m for g in spec.groups for m in (g.attention, g.parallel) if m is not None and m.mixer]
+    kinds = "+".join(dict.fromkeys(m.label or m.kind.upper() for m in mixers))
     if layout and spec.has_layouts():
         kinds += f" ({layout})"
     windowed = [g for g in spec.groups if g.sliding_window]

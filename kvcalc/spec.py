@@ -114,6 +114,10 @@ class LayerGroup(Strict):
         False, description="These layers read the K/V an earlier layer cached (Gemma 3n num_kv_shared_layers, YOCO, "
         "CLA): they hold no cache and project no K/V; their weights are counted as the checkpoint holds them."
     )
+    parallel_mixer: AttentionField | None = Field(
+        None, description="A constant-state mixer running beside the attention in the same layers, on the same input, "
+        "its output summed with the attention's (Falcon-H1: Mamba-2): its state, weights and FLOPs add to the layer's."
+    )
     cross_attention: AttentionField | None = Field(
         None, description="Encoder–decoder models (Whisper, T5, BART): an attention block over the encoder's output, whose "
         "keys and values are cached once per input (enc_ctx tokens) beside the growing self-attention cache."
@@ -179,6 +183,12 @@ class ResolvedGroup:
     sliding_window: int | None
     layer: Layer  # what the kind needs to know of where it sits: d_model, window, spec path
     cross: AttentionKind | None = None  # cross-attention over the encoder's output (encoder–decoder models)
+    parallel: AttentionKind | None = None  # a constant-state mixer beside the attention (Falcon-H1's Mamba-2)
+
+    @property
+    def parallel_layer(self) -> Layer:
+        """Where the parallel mixer sits: no window, its own spec path."""
+        return Layer(self.layer.d_model, None, self.layer.path.replace(".attention", ".parallel_mixer"))
 
     @property
     def cross_layer(self) -> Layer:
@@ -268,6 +278,10 @@ class ModelSpec(Strict):
         for gi, group in enumerate(self.layer_groups):
             att = group.attention
             problems += att.problems(group.layer(self.d_model, gi))
+            mixer = group.parallel_mixer
+            if mixer is not None and (mixer.windowed or not att.windowed):
+                problems.append(f"layer_groups[{gi}].parallel_mixer: must be a constant-state kind (mamba2, ...) beside "
+                                f"an attention block, not '{mixer.kind}' beside '{att.kind}'")
             if group.kv_shared and not att.windowed:
                 problems.append(f"layer_groups[{gi}].kv_shared: a '{att.kind}' layer has no KV cache to share")
             if group.cross_attention is not None and self.encoder is None:
@@ -299,6 +313,7 @@ class ModelSpec(Strict):
             sliding_window=group.sliding_window,
             layer=group.layer(self.d_model, gi),
             cross=group.cross_attention,
+            parallel=group.parallel_mixer,
         )
 
     @property
@@ -309,7 +324,8 @@ class ModelSpec(Strict):
     @property
     def attention_kinds(self) -> tuple[str, ...]:
         """Distinct attention kinds, in the order the groups first use them."""
-        return tuple(dict.fromkeys(g.attention.kind for g in self._groups))
+        kinds = [k for g in self._groups for k in (g.attention.kind, g.parallel.kind if g.parallel else None) if k]
+        return tuple(dict.fromkeys(kinds))
 
     def mtp_group(self) -> ResolvedGroup | None:
         """The multi-token-prediction layers as a layer group: the last layer's attention, at indices after the model's."""

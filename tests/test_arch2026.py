@@ -275,3 +275,42 @@ def test_kv_shared_layers_hold_nothing_and_project_no_kv():
     assert f["attn/k"] == 2 * 2 * 64 * 2 * 16  # two layers project keys; the shared ones read them
     assert f["attn/scores"] == 4 * 2 * 100 * 4 * 16  # all four layers attend
     assert param_counts(s).breakdown["attn/k"] == 4 * 64 * 2 * 16  # weights as the checkpoint holds them
+
+
+def test_parallel_mixer_adds_its_state_weights_and_flops(tmp_path):
+    # Falcon-H1-style: each layer runs GQA and a Mamba-2 mixer side by side on the same input
+    mamba = {"kind": "mamba2", "mamba_num_heads": 4, "mamba_head_dim": 16, "ssm_state_size": 8, "n_groups": 1,
+             "conv_kernel": 4}
+    layer = {"layers": "all", "attention": {"kind": "gqa", "n_heads": 4, "n_kv_heads": 2, "head_dim": 16}}
+    base = {"name": "h1", "family": "test", "d_model": 64, "n_layers": 2, "vocab_size": 100, "max_context": 4096,
+            "ffn": {"kind": "dense", "d_ff": 128}}
+    plain = ModelSpec.model_validate({**base, "layer_groups": [layer]})
+    both = ModelSpec.model_validate({**base, "layer_groups": [{**layer, "parallel_mixer": mamba}]})
+    alone = ModelSpec.model_validate({**base, "layer_groups": [{"layers": "all", "attention": mamba}]})
+    s = Settings(ctx=100)
+    # the KV cache is the attention's; the state is the Mamba-2's: H·P·N + (K − 1)·(H·P + 2·G·N) per layer
+    assert kv_cache(both, s).bytes == kv_cache(plain, s).bytes
+    assert kv_cache(both, s).state_elements == 2 * (4 * 16 * 8 + 3 * (4 * 16 + 2 * 8)) == kv_cache(alone, s).state_elements
+    # weights and FLOPs are the sum of the two mixers'
+    p, q, r = (param_counts(m) for m in (plain, both, alone))
+    assert q.total == p.total + r.total - param_counts(ModelSpec.model_validate(
+        {**base, "layer_groups": [{"layers": "all", "attention": {"kind": "none"}}]})).total
+    f = decode_flops(both, s)
+    assert f["attn/scores"] == decode_flops(plain, s)["attn/scores"]
+    assert f["mamba/in_proj"] == decode_flops(alone, s)["mamba/in_proj"]
+    assert "GQA+MAMBA2" in run("compare", _dump(tmp_path, {**base, "layer_groups": [{**layer, "parallel_mixer": mamba}]})).stdout
+
+
+def _dump(tmp_path, data: dict):
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_parallel_mixer_must_hold_a_constant_state(tmp_path):
+    path = _dump(tmp_path, {"name": "bad", "family": "test", "d_model": 64, "n_layers": 1, "vocab_size": 100,
+                            "max_context": 4096, "ffn": {"kind": "dense", "d_ff": 128},
+                            "layer_groups": [{"attention": {"kind": "mha", "n_heads": 4},
+                                              "parallel_mixer": {"kind": "mha", "n_heads": 4}}]})
+    res = run("show", path, ok=False)
+    assert res.exit_code == 1 and "parallel_mixer: must be a constant-state kind" in res.stderr

@@ -134,6 +134,9 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     for g in spec.groups:
         if _runs(g):
             layer_entry(g.attention.kind)  # a kind without a NumPy layer fails before anything is allocated
+        if g.parallel is not None:
+            raise KvcalcError(f"{spec.name}: kvcalc run does not build layers with a parallel mixer yet "
+                              f"({g.label}: {g.attention.kind} beside {g.parallel.kind})")
     order = layer_order(spec)
     if not order:
         raise KvcalcError(f"{spec.name}: no attention layer to run (constant-state layers only)")

@@ -83,6 +83,8 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0) -> Group
     formula = att.cache_formula(layer, s.mla_cache)
     held = att.tokens_held(layer, s.ctx)
     state = att.state_formula(layer)
+    if group.parallel is not None:  # Falcon-H1: the parallel Mamba-2's state is the layer's (its attention has none)
+        state = group.parallel.state_formula(group.parallel_layer)
     cross = group.cross.cache_formula(group.cross_layer, s.mla_cache) if group.cross is not None else None
     # the self-attention cache grows with ctx; cross-attention holds K/V of every encoder position, once per input
     per_layer = s.batch * (formula.elements * held + (cross.elements * enc_tokens if cross else 0))

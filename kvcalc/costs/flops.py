@@ -88,6 +88,8 @@ def forward(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: s
     for group in spec.groups:
         layer_attn = Counter(group.attention.flops(group.layer, work(group), schedule))
         layer_attn.update(_cross(group, tokens, enc, cross_kv, schedule))
+        if group.parallel is not None:  # a constant-state mixer beside the attention: the same tokens, no keys
+            layer_attn.update(group.parallel.flops(group.parallel_layer, Work(work(group).tokens, 0, 0), schedule))
         for _ in group.layers:
             total.update(layer_attn)
     for layer in range(spec.n_layers):

@@ -30,7 +30,10 @@ def ffn_of_layer(spec: ModelSpec, layer: int) -> DenseFFN | MoEFFN | NoFFN:
 def attention_params(group: ResolvedGroup) -> dict[str, int]:
     """Weights of one attention layer of `group`, by component (its kind's weight table, biases and norms included)."""
     out: dict[str, int] = {}
-    for w in group.attention.weights(group.layer):
+    weights = group.attention.weights(group.layer)
+    if group.parallel is not None:  # a mixer beside the attention (Falcon-H1's Mamba-2): its weights are the layer's
+        weights += group.parallel.weights(group.parallel_layer)
+    for w in weights:
         out[w.component] = out.get(w.component, 0) + w.size
     return out
 

@@ -60,6 +60,8 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
     for g in spec.groups:
         window = f", window {g.sliding_window:,}" if g.sliding_window else ""
         cross = f"; cross-attention over the encoder: {g.cross.describe(g.cross_layer)}" if g.cross is not None else ""
+        if g.parallel is not None:
+            cross += f"; in parallel, {g.parallel.kind.upper()}: {g.parallel.describe(g.parallel_layer)}"
         text = (f"{g.attention.kind.upper()} on {len(g.layers)} layer(s) [{layer_ranges(list(g.layers))}]{window}: "
                 f"{g.attention.describe(g.layer)}{cross}")
         items.append((g.label, text, text, f"layer_groups[{g.index}]"))
