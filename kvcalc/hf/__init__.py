@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kvcalc.errors import SpecError
 from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
+    bart,
     cohere2,
     deepseek,
     dense,
