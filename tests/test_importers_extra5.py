@@ -4,7 +4,10 @@ config's numbers, with the rule each follows; each importer's trap gets its own 
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import ConfigFolder, kv_bytes
+from kvcalc.errors import SpecError
 
 CONFIGS = ConfigFolder("configs-extra-5")
 K = 1024
@@ -48,3 +51,36 @@ def test_bart_untied_head_adds_a_matrix():
 def test_bart_encoder_heads_read_apart():
     s = imported({**config(KOBART), "encoder_attention_heads": 12})
     assert (s.encoder.attention.n_heads, s.groups[0].attention.n_heads) == (12, 16)
+
+
+# ---------------------------------------------------------------- mistral3 (FLUX.2-dev's Mistral Small 3 text encoder)
+
+M3 = "flux2-dev-mistral-small-3"
+
+
+def test_mistral3_cache_from_text_config():
+    # text_config: 40 layers, 8 K/V heads of head_dim 128, sliding_window null (full attention on every layer)
+    assert kv_bytes(compare(M3)) == [40 * 2 * 8 * 128 * ctx * BF16 for ctx in CTXS]
+
+
+def test_mistral3_vision_tower_not_counted_and_head_untied():
+    # only the Mistral decoder: q 32 × 128, k/v 8 × 128, o, a SwiGLU MLP of 32768, 2 RMSNorms per layer; the
+    # embedding and an untied lm_head (MistralConfig default tie_word_embeddings false); the Pixtral tower and
+    # projector are left out
+    d, v, layer = 5120, 131072, 2 * 5120 * 4096 + 2 * 5120 * 1024 + 3 * 5120 * 32768 + 2 * 5120
+    assert compare(M3)[0]["params_total"] == 2 * v * d + 40 * layer + d == 23_572_403_200
+
+
+def test_ministral3_head_dim_defaults_to_128_not_hidden_over_heads():
+    # Ministral3Config: head_dim 128 when absent (MistralConfig would take 5120 / 32 = 160)
+    text = {k: v for k, v in config(M3)["text_config"].items() if k != "head_dim"}
+    as_ministral = imported({**config(M3), "text_config": {**text, "model_type": "ministral3"}})
+    as_mistral = imported({**config(M3), "text_config": text})
+    assert ({g.head_dim for g in as_ministral.groups}, {g.head_dim for g in as_mistral.groups}) == ({128}, {160})
+    bare = imported({**text, "model_type": "ministral3"})  # a Ministral3ForCausalLM config at the top level
+    assert {g.head_dim for g in bare.groups} == {128}
+
+
+def test_mistral3_refuses_an_unknown_text_model():
+    with pytest.raises(SpecError, match="text_config.model_type"):
+        imported({**config(M3), "text_config": {**config(M3)["text_config"], "model_type": "llama"}})

@@ -21,6 +21,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     mimo_v2_flash,
     minimax,
     minimax_m2,
+    mistral3,
     nemotron_nas,
     olmo,
     openelm,
