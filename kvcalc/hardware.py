@@ -2,7 +2,11 @@
 
 Conventions: FLOPs not MACs; `peak_flops_bf16` is dense bf16 matrix throughput with no 2:4 sparsity, in FLOP/s;
 `memory_bandwidth` is the vendor's decimal figure in bytes/s (1 TB/s = 10**12); `memory_bytes` is the physical
-capacity in bytes. Times are exact `Fraction`s of a second, so nothing is rounded before the renderer.
+capacity in bytes; `interconnect_bandwidth` (optional) is the scale-up link per device in bytes/s, one direction.
+Times are exact `Fraction`s of a second, so nothing is rounded before the renderer.
+
+In a YAML file the byte fields take an integer or a size with a unit: decimal units are powers of 1000
+(80GB = 80 * 10**9 bytes, 3.35TB/s), binary ones powers of 1024 (192GiB = 192 * 2**30 bytes).
 
 The roofline takes a step to run at peak compute and peak bandwidth at once, with compute and memory traffic
 overlapping perfectly: its time is a lower bound that no real kernel reaches.
@@ -10,17 +14,52 @@ overlapping perfectly: its time is a lower bound that no real kernel reaches.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PositiveInt, field_validator
+from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
 from kvcalc.errors import SpecError
 from kvcalc.registry import bundled_dir, find_bundled, looks_like_path
 from kvcalc.spec import Strict, load_yaml, validate_mapping
+
+# ---------------------------------------------------------------- sizes in a YAML file
+
+_SIZE = re.compile(r"(?P<number>\d[\d_]*(?:\.\d+)?)\s*(?P<prefix>[kKMGTP]?)(?P<binary>i?)B(?P<per_second>/s)?")
+_PREFIX_POWER = {"": 0, "k": 1, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
+_UNIT_OF = {"memory_bytes": "bytes", "memory_bandwidth": "bytes/s", "interconnect_bandwidth": "bytes/s"}
+
+
+def parse_bytes(text: str, per_second: bool = False) -> int:
+    """A size such as '80GB' (decimal: 80 * 10**9) or '192GiB' (binary: 192 * 2**30) as an exact int of bytes.
+
+    Args:
+        text: a number, then a unit: B, kB, MB, GB, TB, PB (powers of 1000) or KiB, MiB, GiB, TiB, PiB (powers of
+            1024); with per_second, the unit may end in '/s' ('3.35TB/s'). A lower-case b (bits) is refused.
+        per_second: whether the figure is a rate (bytes/s) rather than a capacity.
+    Returns:
+        The whole number of bytes (or bytes/s); a ValueError says what was wrong.
+    """
+    match = _SIZE.fullmatch(text.strip())
+    if not match or (match["binary"] and not match["prefix"]) or (match["per_second"] and not per_second):
+        noun, example = (
+            ("a bandwidth in bytes/s", "3.35TB/s = 3.35 * 10**12, 800GiB/s = 800 * 2**30")
+            if per_second
+            else ("a size in bytes", "80GB = 80 * 10**9, 192GiB = 192 * 2**30")
+        )
+        raise ValueError(f"{text!r} is not {noun} (write a whole number, or a number with a unit: {example})")
+    base = 1024 if match["binary"] else 1000
+    value = Fraction(match["number"].replace("_", "")) * base ** _PREFIX_POWER[match["prefix"]]
+    if value.denominator != 1:
+        raise ValueError(f"{text!r} is not a whole number of bytes")
+    return int(value)
+
+
+# ---------------------------------------------------------------- the model
 
 
 class Hardware(Strict):
@@ -33,23 +72,31 @@ class Hardware(Strict):
         description="Peak dense bf16 matrix throughput in FLOP/s (no 2:4 sparsity), as the vendor states it."
     )
     memory_bandwidth: PositiveInt = Field(description="Peak memory bandwidth in bytes/s (decimal: 3.35 TB/s = 3350000000000).")
-    memory_bytes: PositiveInt = Field(description="Memory capacity in bytes (80 GiB = 85899345920).")
+    memory_bytes: PositiveInt = Field(
+        description="Memory capacity in bytes: an integer, or a size such as '80GB' (80 * 10**9) or '80GiB' (80 * 2**30)."
+    )
+    interconnect_bandwidth: PositiveInt | None = Field(
+        None,
+        description="Scale-up interconnect bandwidth per device in bytes/s, one direction, decimal (NVLink 5 is quoted as"
+        " 1.8 TB/s total, both directions together, and stored as 900 GB/s = 900000000000); absent when not published.",
+    )
     source: str = Field(description="URL(s) of the vendor datasheet or page the numbers come from.")
     notes: str | None = Field(None, description="Free-form remarks: accumulate modes, what was chosen and why.")
 
-    @field_validator("peak_flops_bf16", "memory_bandwidth", "memory_bytes", mode="before")
+    @field_validator("peak_flops_bf16", "memory_bandwidth", "memory_bytes", "interconnect_bandwidth", mode="before")
     @classmethod
-    def _whole_number(cls, value: object) -> object:
+    def _whole_number(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
         # YAML 1.1 reads 989.4e12 (no sign after the e) as a string; accept it when it is a whole number.
-        if isinstance(value, str):
-            try:
-                number = Decimal(value.strip())
-            except InvalidOperation:
-                return value
-            if number.is_finite() and number == number.to_integral_value():
-                return int(number)
-            raise ValueError(f"{value!r} is not a whole number")
-        return value
+        try:
+            number = Decimal(value.strip())
+        except InvalidOperation:
+            unit = _UNIT_OF.get(info.field_name or "")
+            return value if unit is None else parse_bytes(value, per_second=unit == "bytes/s")
+        if number.is_finite() and number == number.to_integral_value():
+            return int(number)
+        raise ValueError(f"{value!r} is not a whole number")
 
     @property
     def ridge_point(self) -> Fraction:

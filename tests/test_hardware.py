@@ -10,6 +10,7 @@ from fractions import Fraction
 import pytest
 from pydantic import ValidationError
 
+from conftest import run
 from kvcalc.errors import LookupFailure, SpecError
 from kvcalc.hardware import (
     Hardware,
@@ -61,6 +62,39 @@ PUBLISHED = {
     # https://www.apple.com/newsroom/2023/06/apple-introduces-m2-ultra/: 800GB/s, up to 192GB;
     # https://www.apple.com/mac-pro/: 76-core GPU up to 27.2 teraflops (FP32; no bf16 figure is published).
     "m2-ultra": (tera("27.2"), giga("800"), 192 * GiB),
+    # https://www.nvidia.com/en-us/data-center/dgx-b200/: 8 GPUs, 1,440GB HBM3e, 64TB/s; NVIDIA's Blackwell brief
+    # (via glennklockwood.com/garden/processors/B200): HGX B200 BF16 matrix 2250 TFLOPS dense (4500 sparse).
+    "b200-180gb": (tera("2250"), tera("64") // 8, 180 * GiB),
+    # https://www.nvidia.com/en-us/data-center/gb200-nvl72/: GB200 superchip (2 GPUs) 10 PFLOPS FP16/BF16 with
+    # sparsity, so 2.5 dense per GPU; 13.4TB HBM3e for 72 GPUs, 186GB each; 8 TB/s per GPU.
+    "gb200-186gb": (tera("10000") // 2 // 2, tera("8"), 186 * GiB),
+    # https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html: peak BF16 1307.4 TFLOPs,
+    # 256 GB HBM3E (ROCm GPU specs: VRAM 256 GiB), 6 TB/s.
+    "mi325x": (tera("1307.4"), tera("6"), 256 * GiB),
+    # https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html: BF16 matrix 2.5 PFLOPS dense
+    # (5 with sparsity), 288 GB HBM3E (ROCm GPU specs: VRAM 288 GiB), 8 TB/s.
+    "mi355x": (tera("2500"), tera("8"), 288 * GiB),
+    # https://docs.cloud.google.com/tpu/docs/v5e: 197 TFLOPs (bf16) per chip; HBM2 16 GB, 819 GBps.
+    "tpu-v5e": (tera("197"), giga("819"), 16 * GiB),
+    # https://docs.cloud.google.com/tpu/docs/v5p: 459 TFLOPs (BF16) per chip; HBM 95 GiB, 2765 GBps.
+    "tpu-v5p": (tera("459"), giga("2765"), 95 * GiB),
+    # https://docs.cloud.google.com/tpu/docs/v6e: 918 TFLOPs (bf16) per chip; HBM 32 GB, 1638 GBps.
+    "tpu-v6e": (tera("918"), giga("1638"), 32 * GiB),
+    # Intel Gaudi 3 white paper and Hot Chips 2024 talk: BF16 matrix 1835 TFLOPs; 128 GB HBM2e; 3.67 TB/s.
+    "gaudi3": (tera("1835"), tera("3.67"), 128 * GiB),
+}
+
+# Interconnect, one direction per device in bytes/s: vendors quote both directions together, so half of it.
+PUBLISHED_INTERCONNECT = {
+    # NVLink 5: 1.8 TB/s per GPU (DGX B200: 14.4 TB/s over 8 GPUs; GB200 NVL72: 130 TB/s over 72).
+    "b200-180gb": tera("1.8") // 2,
+    "gb200-186gb": tera("1.8") // 2,
+    # Google's "bidirectional inter-chip interconnect (ICI) bandwidth per chip": 400, 1200 and 800 GBps.
+    "tpu-v5e": giga("400") // 2,
+    "tpu-v5p": giga("1200") // 2,
+    "tpu-v6e": giga("800") // 2,
+    # Gaudi 3 (Hot Chips 2024): networking 1200 GB/s bidirectional, 24x 200GbE.
+    "gaudi3": giga("1200") // 2,
 }
 
 
@@ -94,6 +128,21 @@ def test_preset_matches_published_figures(name):
     hw = load_hardware(name)
     seen = (hw.peak_flops_bf16, hw.memory_bandwidth, hw.memory_bytes)
     assert seen == PUBLISHED[name], f"we see {seen}, expected {PUBLISHED[name]}"
+
+
+@pytest.mark.parametrize("name", ALL_HARDWARE)
+def test_preset_interconnect_matches_published_figure(name):
+    # Presets without a sourced figure leave it unset rather than guess.
+    assert load_hardware(name).interconnect_bandwidth == PUBLISHED_INTERCONNECT.get(name)
+
+
+def test_gaudi3_interconnect_is_24_ports_of_200_gbit_ethernet_each_way():
+    assert load_hardware("gaudi3").interconnect_bandwidth == 24 * 200 * 10**9 // 8
+
+
+def test_per_device_presets_say_what_one_unit_is():
+    assert "one chip" in load_hardware("tpu-v5p").description
+    assert load_hardware("gb200-186gb").description.startswith("Blackwell GPU of a GB200")
 
 
 def test_presets_explain_their_choices():
@@ -236,6 +285,72 @@ def test_scientific_notation_without_sign_is_read_as_a_number(tmp_path):
     text = USER_YAML.replace("100_000_000_000_000", "989.4e12").replace("1_000_000_000_000", "3.35e+12")
     hw = load_hardware(str(write(tmp_path, text)))
     assert (hw.peak_flops_bf16, hw.memory_bandwidth) == (989_400_000_000_000, 3_350_000_000_000)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("80GB", 80 * 10**9),  # decimal: 10**9
+        ("80 GB", 80 * 10**9),
+        ("192GiB", 192 * GiB),  # binary: 2**30
+        ("1.5GiB", 3 * 2**29),
+        ("512MiB", 512 * 2**20),
+        ("2TB", 2 * 10**12),
+        ("1_000kB", 10**6),
+        ("4096B", 4096),
+        ("85899345920", 85_899_345_920),
+    ],
+)
+def test_memory_accepts_sizes_decimal_and_binary(tmp_path, text, expected):
+    path = write(tmp_path, USER_YAML.replace("memory_bytes: 25769803776", f"memory_bytes: {text}"))
+    assert load_hardware(str(path)).memory_bytes == expected
+
+
+def test_bandwidths_accept_rates(tmp_path):
+    text = USER_YAML.replace("memory_bandwidth: 1_000_000_000_000", "memory_bandwidth: 3.35TB/s")
+    hw = load_hardware(str(write(tmp_path, text + "interconnect_bandwidth: 900 GB/s\n")))
+    assert (hw.memory_bandwidth, hw.interconnect_bandwidth) == (3_350_000_000_000, 900_000_000_000)
+    text = USER_YAML.replace("memory_bandwidth: 1_000_000_000_000", "memory_bandwidth: 800GiB/s")
+    assert load_hardware(str(write(tmp_path, text))).memory_bandwidth == 800 * GiB
+
+
+def test_interconnect_is_optional(tmp_path):
+    assert load_hardware(str(write(tmp_path, USER_YAML))).interconnect_bandwidth is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("80 gigs", "'80 gigs' is not a size in bytes (write a whole number, or a number with a unit: "
+                    "80GB = 80 * 10**9, 192GiB = 192 * 2**30)"),
+        ("80Gb", "'80Gb' is not a size in bytes"),  # gigabits: a lower-case b is refused
+        ("80iB", "'80iB' is not a size in bytes"),
+        ("80GB/s", "'80GB/s' is not a size in bytes"),  # a rate is not a capacity
+        ("0.5B", "'0.5B' is not a whole number of bytes"),
+    ],
+)
+def test_bad_size_names_file_field_and_rule(tmp_path, text, message):
+    path = write(tmp_path, USER_YAML.replace("memory_bytes: 25769803776", f"memory_bytes: {text}"))
+    assert error_of(path).startswith(f"{path}: memory_bytes: {message}")
+
+
+def test_bad_rate_names_its_field(tmp_path):
+    path = write(tmp_path, USER_YAML + "interconnect_bandwidth: fast\n")
+    assert error_of(path).startswith(f"{path}: interconnect_bandwidth: 'fast' is not a bandwidth in bytes/s")
+
+
+def test_flops_take_no_byte_units(tmp_path):
+    path = write(tmp_path, USER_YAML.replace("peak_flops_bf16: 100_000_000_000_000", "peak_flops_bf16: 100TB"))
+    assert error_of(path).startswith(f"{path}: peak_flops_bf16: ")
+
+
+def test_size_strings_through_the_cli(tmp_path):
+    good = write(tmp_path, USER_YAML.replace("memory_bytes: 25769803776", "memory_bytes: 24GiB"), "good.yaml")
+    assert run("compare", "llama3-8b", "--hardware", str(good), "--format", "json").exit_code == 0
+    bad = write(tmp_path, USER_YAML.replace("memory_bytes: 25769803776", "memory_bytes: 80 gigs"), "my.yaml")
+    res = run("compare", "llama3-8b", "--hardware", str(bad), ok=False)
+    assert res.exit_code != 0
+    assert f"{bad}: memory_bytes: '80 gigs' is not a size in bytes" in res.stderr
 
 
 def test_unknown_preset_suggests_a_close_name():
