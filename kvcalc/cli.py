@@ -13,18 +13,15 @@ from kvcalc.options import (
     ColumnsOpt,
     CostOptions,
     CtxOpt,
-    DtypeOpt,
     EncCtxOpt,
     ExplainOpt,
     FormatOpt,
     MlaOpt,
     ModelArg,
     ModelsArg,
-    MtpOpt,
     NoWindowsOpt,
     OneCtxOpt,
     ScheduleOpt,
-    StateDtypeOpt,
     UnitsOpt,
     choice,
     cost_options,
@@ -115,15 +112,11 @@ def sweep(
 
 @app.command()
 @guarded
+@cost_options
 def show(
     model: ModelArg,
+    opts: CostOptions,
     ctx: OneCtxOpt = "128k",
-    batch: BatchOpt = 1,
-    kv_dtype: DtypeOpt = "bf16",
-    state_dtype: StateDtypeOpt = None,
-    enc_ctx: EncCtxOpt = None,
-    mtp: MtpOpt = False,
-    mla_cache: MlaOpt = "latent",
     per_layer: Annotated[bool, typer.Option("--per-layer", help="One row per layer instead of per layer group.")] = False,
     fmt: FormatOpt = "table",
     units: UnitsOpt = "binary",
@@ -133,10 +126,8 @@ def show(
     """Show a model's spec, derived dims, and its KV cache per token, per layer group (or layer) and in total."""
     from kvcalc.present.emit import emit
     from kvcalc.present.outputs import show_output
-    from kvcalc.settings import Settings
 
-    s = Settings(ctx=one_ctx(ctx, "show takes one context; use compare for several"), batch=batch, kv_dtype=kv_dtype,
-                 mla_cache=mla_cache, state_dtype=state_dtype, enc_ctx=enc_ctx, mtp=mtp)
+    s = opts.settings(one_ctx(ctx, "show takes one context; use compare for several"))
     explain_format(explain, fmt)
     emit(show_output(load(model, no_windows), s, per_layer, explain, units), fmt, units)
 

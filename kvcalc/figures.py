@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.flops import decode_flops, generate_flops, mla_crossover, prefill_flops
+from kvcalc.costs.parallel import PerGpu, per_gpu
 from kvcalc.costs.params import param_counts, weights_bytes
 from kvcalc.costs.traffic import decode_bytes, prefill_bytes
 from kvcalc.fields import figure
@@ -49,7 +49,12 @@ class CostFigures:
                                                     "roofline lower bound on one decode step's time")
     tokens_per_second: float | None = figure("Tokens/s", "rate", "batch / decode time: an upper bound")
     decode_bound: str | None = figure("Decode\nbound", "text", "compute or memory: what bounds a decode step")
-    fits_in_memory: bool | None = figure("Fits", "bool", "weights + KV cache + states within the device's memory")
+    fits_in_memory: bool | None = figure("Fits", "bool", "weights + KV cache + states of the busiest GPU within its memory")
+    gpus: int = figure("GPUs", "int", "GPUs of the parallel layout: tp · pp · dp")
+    kv_cache_bytes_per_gpu: int = figure("KV cache\nper GPU", "bytes",
+                                         "KV cache the busiest GPU holds (heads split by tp, its pipeline stage, its share of the batch)")
+    state_bytes_per_gpu: int = figure("State\nper GPU", "bytes", "constant states the busiest GPU holds")
+    weights_bytes_per_gpu: int = figure("Weights\nper GPU", "bytes", "weights the busiest GPU holds (tp, ep and pp splits)")
 
 
 def figures(spec: ModelSpec, s: Settings) -> CostFigures:
@@ -75,13 +80,16 @@ def figures(spec: ModelSpec, s: Settings) -> CostFigures:
         if s.mla_cache == "latent":
             out.update(flops_decode_token_absorbed=sum(decode_flops(spec, s.with_schedule("absorbed")).values()),
                        mla_crossover=mla_crossover(spec, s))
+    gpu = per_gpu(spec, s)
+    out.update(gpus=gpu.gpus, kv_cache_bytes_per_gpu=gpu.kv_cache_bytes, state_bytes_per_gpu=gpu.state_bytes,
+               weights_bytes_per_gpu=gpu.weights_bytes)
     if s.hardware is not None:
-        out.update(_roofline(spec, s, s.hardware, out["flops_prefill"], decode, read, out["weights_bytes"]))
+        out.update(_roofline(spec, s, s.hardware, out["flops_prefill"], decode, read, gpu))
     return CostFigures(**out)
 
 
 def _roofline(spec: ModelSpec, s: Settings, hw: Hardware, prefill_flops_: int, decode: int, read: int,
-              weights: int) -> dict:
+              gpu: PerGpu) -> dict:
     from kvcalc.hardware import roofline
 
     prefill = roofline(prefill_flops_, sum(prefill_bytes(spec, s).values()), hw)
@@ -92,7 +100,7 @@ def _roofline(spec: ModelSpec, s: Settings, hw: Hardware, prefill_flops_: int, d
         "decode_seconds_per_token": float(step.seconds),
         "tokens_per_second": float(s.batch / step.seconds),
         "decode_bound": step.bound,
-        "fits_in_memory": weights + kv_cache(spec, s).cache_bytes <= hw.memory_bytes,
+        "fits_in_memory": gpu.weights_bytes + gpu.kv_cache_bytes + gpu.state_bytes <= hw.memory_bytes,
     }
 
 

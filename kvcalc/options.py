@@ -80,6 +80,11 @@ class CostOptions:
     state_dtype: str | None = None
     enc_ctx: int | None = None
     mtp: bool = False
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    dp_attention: bool = False
 
     def settings(self, ctx: int) -> Settings:
         """The Settings at `ctx`, with the hardware preset or file loaded."""
@@ -92,7 +97,8 @@ class CostOptions:
             hw = load_hardware(self.hardware_name)
         return Settings(ctx=ctx, batch=self.batch, gen=self.gen, kv_dtype=self.kv_dtype, weights_dtype=self.weights_dtype,
                         mla_cache=self.mla_cache, mla_schedule=self.mla_schedule, dense_attn=self.dense_attn, hardware=hw,
-                        state_dtype=self.state_dtype, enc_ctx=self.enc_ctx, mtp=self.mtp)
+                        state_dtype=self.state_dtype, enc_ctx=self.enc_ctx, mtp=self.mtp, tp=self.tp, pp=self.pp,
+                        dp=self.dp, ep=self.ep, dp_attention=self.dp_attention)
 
 
 _COST_PARAMS = [
@@ -102,6 +108,11 @@ _COST_PARAMS = [
     ("state_dtype", StateDtypeOpt, None),
     ("enc_ctx", EncCtxOpt, None),
     ("mtp", MtpOpt, False),
+    ("tp", Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel ranks: heads, FFN widths and vocabulary split (K/V heads replicated when fewer than ranks; MLA's latent replicated).")], 1),
+    ("pp", Annotated[int, typer.Option("--pp", min=1, help="Pipeline stages: layers split as vLLM does; the busiest stage is reported.")], 1),
+    ("dp", Annotated[int, typer.Option("--dp", min=1, help="Data-parallel replicas, each serving ceil(batch / dp) sequences.")], 1),
+    ("ep", Annotated[int, typer.Option("--ep", min=1, help="Expert-parallel ranks: each holds ceil(E / ep) routed experts, whole.")], 1),
+    ("dp_attention", Annotated[bool, typer.Option("--dp-attention", help="SGLang's DP attention (MLA models): a replica's tp ranks split its sequences' latent cache.")], False),
     ("weights_dtype", WeightsDtypeOpt, "bf16"),
     ("mla_cache", MlaOpt, "latent"),
     ("mla_schedule", ScheduleOpt, None),

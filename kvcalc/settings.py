@@ -52,14 +52,20 @@ class Settings:
     state_dtype: str | None = None  # constant states (linear attention, SSMs); None: the KV dtype
     enc_ctx: int | None = None  # encoder positions cross-attention caches; None: the model's source_len
     mtp: bool = False  # count the multi-token-prediction layers (their cache and weights), as speculative decoding does
+    tp: int = 1  # tensor-parallel ranks
+    pp: int = 1  # pipeline stages
+    dp: int = 1  # data-parallel replicas
+    ep: int = 1  # expert-parallel ranks (routed experts whole, ceil(E / ep) each)
+    dp_attention: bool = False  # SGLang's DP attention: a replica's tp ranks split its sequences' latent cache
 
     def __post_init__(self) -> None:
-        for name in ("ctx", "batch", "gen", "enc_ctx"):
+        for name in ("ctx", "batch", "gen", "enc_ctx", "tp", "pp", "dp", "ep"):
             value = getattr(self, name)
             if name == "enc_ctx" and value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise KvcalcError(f"{name} must be a positive whole number of {'sequences' if name == 'batch' else 'tokens'}, got {value!r}")
+                what = {"batch": "sequences", "tp": "ranks", "pp": "stages", "dp": "replicas", "ep": "ranks"}.get(name, "tokens")
+                raise KvcalcError(f"{name} must be a positive whole number of {what}, got {value!r}")
         dtype_bits(self.kv_dtype, "kv")
         dtype_bits(self.weights_dtype, "weights")
         object.__setattr__(self, "kv_dtype", self.kv_dtype.lower())
@@ -70,6 +76,11 @@ class Settings:
         if self.mla_cache not in MLA_CACHE_LAYOUTS:
             raise KvcalcError(f"unknown MLA cache layout {self.mla_cache!r}: choose {' or '.join(MLA_CACHE_LAYOUTS)}")
         resolve_schedule(self.mla_cache, self.mla_schedule)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the layout uses: tp · pp · dp."""
+        return self.tp * self.pp * self.dp
 
     @property
     def state_storage(self) -> str:

@@ -248,7 +248,8 @@ def test_json_keys_keep_their_order_and_only_add():
               "flops_decode_token_naive", "flops_decode_token_absorbed", "mla_crossover", "hardware", "prefill_seconds",
               "decode_seconds_per_token", "tokens_per_second", "decode_bound", "fits_in_memory"]  # the keys of 0.1.0
     assert [k for k in JSON_KEYS if k in before] == before
-    assert set(JSON_KEYS) - set(before) == {"family", "d_model", "attention_chunk_size", "state_bytes", "cache_bytes", "enc_ctx"}
+    assert set(JSON_KEYS) - set(before) == {"family", "d_model", "attention_chunk_size", "state_bytes", "cache_bytes", "enc_ctx",
+                                            "gpus", "kv_cache_bytes_per_gpu", "state_bytes_per_gpu", "weights_bytes_per_gpu"}
 
 
 def test_public_api_computes_a_table_without_the_cli_or_numpy():

@@ -262,6 +262,12 @@ class AttentionKind(Strict):
         """One line of dims for `show`'s summary."""
         return ", ".join(f"{k} {v}" for k, v in self.model_dump(exclude={"kind"}, exclude_none=True).items())
 
+    def per_rank(self, layer: Layer, tp: int) -> AttentionKind:
+        """This block as one of `tp` tensor-parallel ranks holds it: its heads split (rounded up: a K/V head is
+        replicated when there are fewer heads than ranks), what is not split replicated. Default: all of it on every
+        rank (an upper bound for a kind that does not say)."""
+        return self
+
     def problems(self, layer: Layer) -> list[str]:
         """Rules that need the model's dims (`path: rule` lines); the spec reports them with the rest."""
         return []

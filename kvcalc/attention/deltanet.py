@@ -130,6 +130,11 @@ class GatedDeltaNet(Recurrent):
         column keeps its attention layers' n_h."""
         return None
 
+    def per_rank(self, layer: Layer, tp: int) -> GatedDeltaNet:
+        # vLLM's Qwen3NextGatedDeltaNet under TP: key and value heads split (in_proj_qkvz, conv1d, recurrent state)
+        return self.model_copy(update={"linear_num_key_heads": -(-self.linear_num_key_heads // tp),
+                                       "linear_num_value_heads": -(-self.linear_num_value_heads // tp)})
+
     def describe(self, layer: Layer) -> str:
         return (
             f"H_k {self.linear_num_key_heads}, H_v {self.linear_num_value_heads}, "

@@ -124,6 +124,14 @@ class Heads(AttentionKind):
             "attn/o": proj["attn/o"],
         }
 
+    def per_rank(self, layer: Layer, tp: int) -> Heads:
+        # Megatron/vLLM tensor parallelism: query heads split; K/V heads split, each rank holding ceil(n_kv / tp) (at
+        # least one: replicated when n_kv < tp, vLLM QKVParallelLinear); head dims and norms whole
+        update: dict[str, int] = {"n_heads": -(-self.n_heads // tp), "head_dim": self.d_h(layer)}  # d_h stays
+        if isinstance(self, GQA):
+            update["n_kv_heads"] = -(-self.n_kv_heads // tp)
+        return self.model_copy(update=update)
+
     def head_dim_label(self, layer: Layer) -> str:
         d_h = self.d_h(layer)
         return str(d_h) if self.v_head_dim is None else f"{d_h}/{self.v_head_dim}"

@@ -115,6 +115,10 @@ class KDA(Recurrent):
         """None: no softmax heads, so the model's n_heads column keeps its attention layers' n_h."""
         return None
 
+    def per_rank(self, layer: Layer, tp: int) -> KDA:
+        # vLLM's KimiDeltaAttention under TP: heads split (projections, short convolutions, recurrent state)
+        return self.model_copy(update={"n_heads": -(-self.n_heads // tp)})
+
     def describe(self, layer: Layer) -> str:
         return (f"H {self.n_heads}, d {self.head_dim}, conv kernel {self.conv_kernel}; "
                 f"state {self.state_formula(layer).elements:,} elements per sequence")

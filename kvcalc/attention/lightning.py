@@ -79,6 +79,10 @@ class Lightning(Recurrent):
     def head_dim_label(self, layer: Layer) -> str:
         return str(self.d_k(layer))
 
+    def per_rank(self, layer: Layer, tp: int) -> Lightning:
+        # heads split across tensor-parallel ranks, each with its d_h × d_h state
+        return self.model_copy(update={"n_heads": -(-self.n_heads // tp), "head_dim": self.d_k(layer)})
+
     def describe(self, layer: Layer) -> str:
         n_h, d_h = self.n_heads, self.d_k(layer)
         return (f"lightning attention: n_h {n_h}, d_h {d_h}, state n_h·d_h·d_h = {n_h * d_h * d_h:,} elements per "

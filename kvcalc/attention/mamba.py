@@ -194,6 +194,11 @@ class Mamba2(Recurrent):
             "mamba/out_proj": proj["mamba/out_proj"],
         }
 
+    def per_rank(self, layer: Layer, tp: int) -> Mamba2:
+        # vLLM's MambaMixer2 under TP: heads split; groups split, replicated when fewer than ranks (ceil)
+        return self.model_copy(update={"mamba_num_heads": -(-self.mamba_num_heads // tp),
+                                       "n_groups": -(-self.n_groups // tp)})
+
     def describe(self, layer: Layer) -> str:
         return (
             f"Mamba-2: H {self.mamba_num_heads} heads × P {self.mamba_head_dim} (d_inner {self.d_inner}), "

@@ -155,6 +155,11 @@ class MLA(AttentionKind):
             out["attn/index_scores"] = 2 * work.scanned_pairs * self.index_n_heads * (self.index_head_dim + 1)
         return out
 
+    def per_rank(self, layer: Layer, tp: int) -> MLA:
+        # vLLM/SGLang MLA under TP: heads split (q_b_proj, kv_b_proj, o_proj); the latent c_KV, the RoPE key and their
+        # projections (q_a_proj, kv_a_proj_with_mqa) and the indexer are replicated on every rank
+        return self.model_copy(update={"n_heads": -(-self.n_heads // tp)})
+
     @property
     def query_heads(self) -> int:
         return self.n_heads

@@ -95,7 +95,7 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
     spec = lm.spec
     report = kv_cache(spec, s)
     breakdown = group_rows(report, per_layer)
-    summary = summary_rows(lm, report, units)
+    summary = summary_rows(lm, report, units, s)
     d = derivation(report, lm.origin, lm.config_keys)
     payload: dict[str, Any] = {
         "model": spec.name, "origin": lm.origin, "exceeds_max_context": s.ctx > spec.max_context,

@@ -12,6 +12,7 @@ from kvcalc.figures import CostFigures
 from kvcalc.present.render import Column
 from kvcalc.registry import LoadedModel
 from kvcalc.rows import attention_label
+from kvcalc.settings import Settings
 from kvcalc.spec import DenseFFN, ModelSpec, NoFFN, layer_ranges
 from kvcalc.units import format_bytes, format_count, format_flops, format_seconds, format_tokens
 
@@ -39,8 +40,11 @@ def ffn_text(spec: ModelSpec) -> str:
     return f"MoE {ffn.n_experts_per_tok} of {ffn.n_routed_experts} routed{shared}, expert d_ff {ffn.moe_d_ff:,}{dense}"
 
 
-def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary") -> list[dict]:
-    """Key facts of a loaded model and its cache, each with where it came from."""
+def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary",
+                 settings: Settings | None = None) -> list[dict]:
+    """Key facts of a loaded model and its cache, each with where it came from (and, under a parallel layout in
+    `settings`, what the busiest GPU holds)."""
+    b = lambda n: f"{n:,} B ({format_bytes(n, units)})"  # noqa: E731
     spec = loaded.spec
     keys = loaded.config_keys
     where = lambda field: f"{field}" + (f" (config.json: {keys[field]})" if field in keys else "")  # noqa: E731
@@ -79,6 +83,16 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
         ("kv_cache_bytes", report.bytes, f"{report.bytes:,} B ({format_bytes(report.bytes, units)})",
          f"ctx {report.ctx:,} × batch {report.batch}, windows applied"),
     ]
+    if settings is not None and settings.gpus > 1:
+        from kvcalc.costs.parallel import per_gpu
+
+        gpu = per_gpu(spec, settings)
+        layout = (f"tp {settings.tp} × pp {settings.pp} × dp {settings.dp}; the busiest GPU: stage {gpu.stage}, "
+                 f"layers {gpu.layers.start}-{gpu.layers.stop - 1}")
+        items += [("gpus", gpu.gpus, f"{gpu.gpus}", layout),
+                  ("kv_cache_bytes_per_gpu", gpu.kv_cache_bytes, b(gpu.kv_cache_bytes), "its KV cache"),
+                  ("state_bytes_per_gpu", gpu.state_bytes, b(gpu.state_bytes), "its constant states"),
+                  ("weights_bytes_per_gpu", gpu.weights_bytes, b(gpu.weights_bytes), f"its weights in {settings.weights_dtype}")]
     if report.state_elements:
         items += [
             ("state_bytes", report.state_bytes, f"{report.state_bytes:,} B ({format_bytes(report.state_bytes, units)})",

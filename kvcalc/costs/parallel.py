@@ -1,0 +1,143 @@
+"""What one GPU holds when a model is served with tensor, pipeline, data and expert parallelism.
+
+Rules (also in the README), with the engine behaviour they follow:
+- Tensor parallelism (tp): each attention kind says what one rank holds (`AttentionKind.per_rank`): query heads split;
+  K/V heads split with each rank holding ceil(n_kv / tp), at least one (replicated when n_kv < tp; vLLM
+  QKVParallelLinear); MLA's latent and RoPE key replicated on every rank; constant states split by heads (Gated
+  DeltaNet, Mamba-2, lightning, KDA). Dense FFNs and shared experts split their hidden size (ceil(d_ff / tp)); each
+  routed expert too, unless expert parallelism holds experts whole. Embedding and LM head are split by vocabulary
+  (vLLM VocabParallelEmbedding / ParallelLMHead: ceil(V / tp) rows; padding not modelled); norms and routers whole.
+- Expert parallelism (ep): each rank holds ceil(E / ep) routed experts, whole (vLLM FusedMoE with expert parallel).
+- Pipeline parallelism (pp): layers split as vLLM's get_pp_indices does (vllm/distributed/utils.py): n // pp layers
+  each, the remainder given one at a time to the stages before the last, from the second-last backwards; the first
+  stage holds the embedding (and the encoder of an encoder–decoder model), the last the final norm and LM head (its
+  own copy even when tied, once pp > 1). The largest stage is reported.
+- Data parallelism (dp): dp replicas each serve ceil(batch / dp) sequences. With `dp_attention` (SGLang's DP
+  attention for MLA models) the tp ranks of a replica split its sequences: each holds ceil(ceil(batch / dp) / tp)
+  sequences' latent cache.
+- GPUs = tp · pp · dp. Multi-token-prediction layers are not placed on stages (per-GPU figures leave them out).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from kvcalc.attention import MLA
+from kvcalc.costs.cache import group_cache
+from kvcalc.costs.params import ffn_of_layer
+from kvcalc.dtypes import elements_to_bytes
+from kvcalc.errors import KvcalcError
+from kvcalc.settings import Settings
+from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
+
+
+def pp_stages(n_layers: int, pp: int) -> list[range]:
+    """The layers of each pipeline stage, as vLLM's get_pp_indices splits them."""
+    sizes = [n_layers // pp] * pp
+    for i in range(2, n_layers % pp + 2):  # the remainder goes to the stages before the last, backwards
+        sizes[-i] += 1
+    starts = [sum(sizes[:i]) for i in range(pp)]
+    return [range(a, a + n) for a, n in zip(starts, sizes)]
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _rank_group(group: ResolvedGroup, tp: int) -> ResolvedGroup:
+    """A layer group as one tensor-parallel rank holds it."""
+    return dataclasses.replace(group, attention=group.attention.per_rank(group.layer, tp),
+                               cross=group.cross.per_rank(group.cross_layer, tp) if group.cross else None,
+                               parallel=group.parallel.per_rank(group.parallel_layer, tp) if group.parallel else None)
+
+
+def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int) -> int:
+    """Weights of one FFN layer on one rank (see the module's rules)."""
+    if isinstance(ffn, NoFFN):
+        return 0
+    mats = 3 if ffn.gated else 2
+    up = 2 if ffn.gated else 1
+    if isinstance(ffn, DenseFFN):
+        ff = _ceil(ffn.d_ff, tp)
+        return mats * d * ff + ((up * ff + d) if ffn.bias else 0)
+    if ep > 1:  # whole experts, ceil(E / ep) of them
+        experts, ff = _ceil(ffn.n_routed_experts, ep), ffn.moe_d_ff
+    else:
+        experts, ff = ffn.n_routed_experts, _ceil(ffn.moe_d_ff, tp)
+    routed = experts * (mats * d * ff + ((up * ff + d) if ffn.expert_bias else 0))
+    shared = ffn.n_shared_experts * mats * d * _ceil(ffn.shared_d_ff or ffn.moe_d_ff, tp) + (d if ffn.shared_gate else 0)
+    router = d * ffn.n_routed_experts + (ffn.n_routed_experts if ffn.router_bias else 0)
+    return routed + shared + router
+
+
+@dataclass(frozen=True)
+class PerGpu:
+    """What the busiest GPU holds: its stage, KV cache, constant states and weights, in bytes."""
+
+    gpus: int
+    stage: int
+    layers: range
+    kv_cache_bytes: int
+    state_bytes: int
+    weights_bytes: int
+
+
+def _stage(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int) -> PerGpu:
+    from kvcalc.costs.params import encoder_params, weights_bytes
+
+    tp, d = s.tp, spec.d_model
+    norm = 2 * d if spec.norm == "layernorm" else d
+    replica = _ceil(s.batch, s.dp)
+    enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
+    kv = state = params = 0
+    for group in spec.groups:
+        n = sum(1 for i in group.layers if i in layers)
+        if not n:
+            continue
+        shared = s.dp_attention and isinstance(group.attention, MLA)
+        share = dataclasses.replace(s, batch=_ceil(replica, tp) if shared else replica, tp=1, pp=1, dp=1)
+        rank = _rank_group(group, tp)
+        gc = group_cache(rank, share, enc)
+        kv += n * gc.bytes_per_layer
+        state += n * elements_to_bytes(share.batch * gc.state_elements_per_layer, s.state_storage)
+        weights = rank.attention.weights(rank.layer)
+        weights += rank.cross.weights(rank.cross_layer) if rank.cross else ()
+        weights += rank.parallel.weights(rank.parallel_layer) if rank.parallel else ()
+        norms = spec.layer_groups[group.index].norms_per_layer or spec.norms_per_layer
+        params += n * (sum(w.size for w in weights) + norms * norm)
+    params += sum(ffn_params_per_rank(ffn_of_layer(spec, i), d, tp, s.ep) for i in layers)
+    if stage == 0:
+        params += _ceil(spec.vocab_size, tp) * d + (spec.max_context * d if spec.learned_positions else 0)
+        params += _encoder_per_rank(spec, tp) if spec.encoder else sum(encoder_params(spec).values())
+    if stage == stages - 1:
+        params += norm  # the final norm
+        if not spec.tie_embeddings or stages > 1:
+            params += _ceil(spec.vocab_size, tp) * d
+    return PerGpu(s.tp * s.pp * s.dp, stage, layers, kv, state, weights_bytes(params, s.weights_dtype))
+
+
+def _encoder_per_rank(spec: ModelSpec, tp: int) -> int:
+    """The encoder's weights on one rank of the first stage: its layers split as the decoder's are."""
+    from kvcalc.attention import Layer
+
+    e = spec.encoder
+    if e is None:
+        return 0
+    d = spec.d_model
+    norm = 2 * d if spec.norm == "layernorm" else d
+    layer = Layer(d, None, "encoder.attention")
+    attn = sum(w.size for w in e.attention.per_rank(layer, tp).weights(layer))
+    return e.n_layers * (attn + ffn_params_per_rank(e.ffn, d, tp, 1) + e.norms_per_layer * norm) + e.extra_params
+
+
+def per_gpu(spec: ModelSpec, s: Settings) -> PerGpu:
+    """The busiest GPU under the settings' parallel layout: the pipeline stage whose cache, states and weights
+    together are largest (the first such stage)."""
+    if s.pp > spec.n_layers:
+        raise KvcalcError(f"--pp {s.pp}: {spec.name} has only {spec.n_layers} layers to split into stages")
+    if s.dp_attention and not spec.has_layouts():
+        raise KvcalcError(f"--dp-attention: {spec.name} has no MLA layer (SGLang's DP attention splits a latent cache)")
+    stages = pp_stages(spec.n_layers, s.pp)
+    figures = [_stage(spec, s, i, layers, len(stages)) for i, layers in enumerate(stages)]
+    return max(figures, key=lambda f: (f.kv_cache_bytes + f.state_bytes + f.weights_bytes, -f.stage))

@@ -1,0 +1,93 @@
+"""#7: what one GPU holds under tensor, pipeline, data and expert parallelism. Every figure is written out from the
+model's numbers with the rule it follows (kvcalc/costs/parallel.py states the rules and their engine sources)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run, spec
+from kvcalc.costs.cache import kv_cache
+from kvcalc.costs.parallel import per_gpu, pp_stages
+from kvcalc.errors import KvcalcError
+from kvcalc.settings import Settings
+
+K = 1024
+
+
+def row(*args: str) -> dict:
+    return json.loads(run("compare", *args, "-f", "json").stdout)[0]
+
+
+def test_gqa_kv_heads_split_then_replicate():
+    # llama3-70b: 8 KV heads. tp 8: one head per GPU, 1/8 of the cache; tp 16: still one head per GPU (replicated)
+    total = 80 * 2 * 8 * 128 * 128 * K * 2
+    for tp, heads in ((1, 8), (2, 4), (8, 1), (16, 1)):
+        r = row("llama3-70b", "--ctx", "128k", "--tp", str(tp))
+        assert (r["gpus"], r["kv_cache_bytes_per_gpu"], r["kv_cache_bytes"]) == (tp, total * heads // 8, total)
+
+
+def test_mla_latent_is_replicated_and_dp_attention_splits_the_batch():
+    # deepseek-v2: the 512 + 64 latent is on every TP rank; with SGLang's DP attention a batch of 8 over tp 8
+    # leaves one sequence's latent cache per GPU
+    one = 60 * 576 * 128 * K * 2
+    assert row("deepseek-v2", "--ctx", "128k", "--tp", "8")["kv_cache_bytes_per_gpu"] == one
+    r = row("deepseek-v2", "--ctx", "128k", "--tp", "8", "--batch", "8", "--dp-attention")
+    assert (r["kv_cache_bytes"], r["kv_cache_bytes_per_gpu"]) == (8 * one, one)
+    res = run("compare", "llama3-8b", "--dp-attention", ok=False)
+    assert res.exit_code == 1 and "--dp-attention: llama3-8b has no MLA layer" in res.stderr
+
+
+def test_pipeline_stages_split_as_vllm_does():
+    # vLLM get_pp_indices: n // pp each, the remainder one at a time to the stages before the last, backwards
+    assert [len(r) for r in pp_stages(80, 3)] == [27, 27, 26]
+    assert [len(r) for r in pp_stages(61, 4)] == [15, 15, 16, 15]
+    assert [len(r) for r in pp_stages(32, 4)] == [8, 8, 8, 8]
+    # the busiest llama3-70b stage under pp 3 is the first: 27 layers plus the embedding
+    g = per_gpu(spec("llama3-70b"), Settings(ctx=4 * K, pp=3))
+    assert (g.stage, len(g.layers), g.kv_cache_bytes) == (0, 27, 27 * 2 * 8 * 128 * 4 * K * 2)
+    with pytest.raises(KvcalcError, match="--pp 100: llama3-8b has only 32 layers"):
+        per_gpu(spec("llama3-8b"), Settings(ctx=1, pp=100))
+
+
+def test_weights_per_gpu_under_tensor_parallelism_written_out():
+    d, v, ff, layers = 8192, 128256, 28672, 80
+    per_layer = d * 8 * 128 + 2 * d * 1 * 128 + 8 * 128 * d  # q (64/8 heads), k and v (8/8), o: one rank's share
+    per_layer += 3 * d * (ff // 8) + 2 * d  # the FFN's hidden size split; two norms whole
+    params = layers * per_layer + 2 * -(-v // 8) * d + d  # embedding and LM head split by vocabulary; final norm
+    assert row("llama3-70b", "--ctx", "1k", "--tp", "8")["weights_bytes_per_gpu"] == 2 * params
+
+
+def test_expert_parallelism_holds_whole_experts():
+    # mixtral-8x7b, ep 8 beside tp 1: one whole expert (3 · 4096 · 14336) per GPU instead of all eight
+    d, ff = 4096, 14336
+    whole = row("mixtral-8x7b", "--ctx", "1k")["weights_bytes_per_gpu"]
+    split = row("mixtral-8x7b", "--ctx", "1k", "--ep", "8")["weights_bytes_per_gpu"]
+    assert whole - split == 2 * 32 * 7 * 3 * d * ff
+
+
+def test_constant_states_split_by_heads():
+    # qwen3-next: Gated DeltaNet heads split across 4 ranks: a quarter of each state; its 2 KV heads replicate at tp 4
+    s = spec("qwen3-next-80b-a3b")
+    g = per_gpu(s, Settings(ctx=128 * K, tp=4))
+    c = kv_cache(s, Settings(ctx=128 * K))
+    assert g.state_bytes * 4 == c.state_bytes == 36 * (32 * 128 * 128 + 3 * 8192) * 2
+    assert g.kv_cache_bytes * 2 == c.bytes  # 2 KV heads over 4 ranks: one each
+
+
+def test_data_parallel_replicas_share_the_batch():
+    # 3 sequences over 2 replicas: the busier one holds 2
+    r = row("llama3-8b", "--ctx", "4k", "--batch", "3", "--dp", "2")
+    assert (r["gpus"], r["kv_cache_bytes_per_gpu"]) == (2, 2 * 32 * 2 * 8 * 128 * 4 * K * 2)
+
+
+def test_fits_in_memory_asks_the_busiest_gpu():
+    # llama3-70b in bf16 (141 GB of weights) does not fit one 80 GiB H100; over tp 8 it does
+    assert row("llama3-70b", "--ctx", "8k", "--hardware", "h100-80gb", "--columns", "time")["fits_in_memory"] is False
+    assert row("llama3-70b", "--ctx", "8k", "--hardware", "h100-80gb", "--columns", "time", "--tp", "8")["fits_in_memory"]
+
+
+def test_show_reports_the_busiest_gpu():
+    out = json.loads(run("show", "deepseek-v2", "--ctx", "32k", "--tp", "8", "--pp", "2", "-f", "json").stdout)["summary"]
+    assert out["gpus"] == 16 and out["kv_cache_bytes_per_gpu"] == 30 * 576 * 32 * K * 2  # one stage: 30 of 60 layers
