@@ -150,6 +150,26 @@ def cost(
     emit(cost_output(load(model), s, units), fmt, units)
 
 
+@app.command()
+@guarded
+@cost_options
+def fit(
+    model: ModelArg,
+    opts: CostOptions,
+    ctx: Annotated[str | None, typer.Option("--ctx", "-c", help="Context(s) to find the largest batch for (a comma list); without it, the longest context for --batch.")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", min=1, help="GPUs of the preset (tp · pp · dp; alone it sets --tp).")] = None,
+    reserve: Annotated[str, typer.Option("--reserve", help="Fraction of each GPU's memory left unused (vLLM's gpu_memory_utilization 0.9 reserves 0.1).")] = "0.1",
+    chunk: Annotated[int, typer.Option("--prefill-chunk", min=1, help="Tokens of one prefill chunk, for the activation estimate (your engine's max_num_batched_tokens).")] = 2048,
+    fmt: FormatOpt = "table",
+    units: UnitsOpt = "binary",
+) -> None:
+    """What fits: the longest context for a batch, or the largest batch for each context, on --hardware's GPUs."""
+    from kvcalc.present.emit import emit
+    from kvcalc.present.outputs import fit_output
+
+    emit(fit_output(load(model), opts, parse_ctx(ctx) if ctx else None, gpus, reserve, chunk), fmt, units)
+
+
 @app.command("run")
 @guarded
 def run_backend(
@@ -213,26 +233,9 @@ def import_config(
     name: Annotated[str | None, typer.Option("--name", help="Name of the spec (default: the config's folder or file name).")] = None,
 ) -> None:
     """Convert a Hugging Face config.json into an equivalent kvcalc YAML spec."""
-    from kvcalc.export import spec_yaml
-    from kvcalc.present.emit import warn
-    from kvcalc.registry import check_name, load_path
+    from kvcalc.present.outputs import import_spec
 
-    if name is not None:
-        check_name(name)  # before reading anything
-    lm = load_path(config)
-    if lm.kind != "hf":
-        raise KvcalcError(f"{config}: model_type: not found; this is not a Hugging Face config.json")
-    for message in lm.warnings:
-        warn(message)
-    text = spec_yaml(lm.spec, name)
-    if output is None:
-        typer.echo(text, nl=False)
-        return
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise KvcalcError(f"{output}: cannot write: {exc.strerror or exc}") from None
-    warn(f"wrote {output}")
+    import_spec(config, output, name)
 
 
 def main() -> None:

@@ -3,6 +3,7 @@ kvcalc.present.emit prints)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvcalc.present.emit import Output, Table
@@ -157,6 +158,69 @@ def run_output(report: RunReport) -> Output:
                          ["section", "quantity", "predicted", "measured", "match"]),
                    Table("checks", CHECK_COLUMNS, check_rows(report), "Numerical checks", CHECK_KEYS)],
                   report_payload(report))
+
+
+def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | None, reserve: str,
+               chunk: int) -> Output:
+    """`fit`: one row per context (largest batch), or one row (longest context for the batch)."""
+    from dataclasses import replace
+    from fractions import Fraction
+
+    from kvcalc.errors import KvcalcError
+    from kvcalc.fields import as_row, figures_of
+    from kvcalc.fit import FitRow, fit
+
+    if opts.hardware_name is None:
+        raise KvcalcError("fit needs --hardware NAME (see 'kvcalc hardware') or a hardware YAML file")
+    try:
+        frac = Fraction(reserve)
+    except (ValueError, ZeroDivisionError):
+        raise KvcalcError(f"--reserve {reserve!r}: not a fraction (use e.g. 0.1)") from None
+    if not 0 <= frac < 1:
+        raise KvcalcError(f"--reserve {reserve}: must be at least 0 and below 1")
+    s = opts.settings(ctxs[0] if ctxs else 1)
+    if gpus is not None and gpus != s.gpus:
+        if s.gpus != 1:
+            raise KvcalcError(f"--gpus {gpus} differs from --tp {s.tp} × --pp {s.pp} × --dp {s.dp} = {s.gpus}")
+        s = replace(s, tp=gpus)
+    spec = lm.spec
+    rows = [as_row(fit(spec, s.at(c), s.hardware, frac, chunk, "batch")) for c in ctxs] if ctxs else \
+        [as_row(fit(spec, s, s.hardware, frac, chunk, "ctx"))]
+    figs = figures_of(FitRow)
+    hide = {"max_ctx", "batch"} if ctxs else {"max_batch", "ctx"}
+    cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
+    cols = [Column.of(figs[0])] + cols
+    title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}), weights "
+             f"{s.weights_dtype}, kv {s.kv_dtype}, {float(frac):.0%} reserved")
+    keys = [f.key for f in figs]
+    return Output([Table("fit", cols, rows, title, keys)], warnings=_load_warnings([lm]))
+
+
+def import_spec(config: Path, output: Path | None, name: str | None) -> None:
+    """`import`: a config.json as a YAML spec, on stdout or written to `output` (warnings and 'wrote' on stderr)."""
+    import typer
+
+    from kvcalc.errors import KvcalcError
+    from kvcalc.export import spec_yaml
+    from kvcalc.present.emit import warn
+    from kvcalc.registry import check_name, load_path
+
+    if name is not None:
+        check_name(name)  # before reading anything
+    lm = load_path(config)
+    if lm.kind != "hf":
+        raise KvcalcError(f"{config}: model_type: not found; this is not a Hugging Face config.json")
+    for message in lm.warnings:
+        warn(message)
+    text = spec_yaml(lm.spec, name)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise KvcalcError(f"{output}: cannot write: {exc.strerror or exc}") from None
+    warn(f"wrote {output}")
 
 
 def hardware_output() -> Output:

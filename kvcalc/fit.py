@@ -1,0 +1,111 @@
+"""What fits on a set of GPUs: the longest context for a batch, or the largest batch for a context, solved exactly.
+
+The budget of each GPU is its memory less a reserved fraction (vLLM's gpu_memory_utilization 0.9 reserves 0.1), less
+the weights the busiest GPU holds and an activation estimate for one prefill chunk; the cache of the busiest GPU
+(kvcalc.costs.parallel) must fit in what is left. The search is an integer bisection against the real cache
+function, never a division: with sliding-window, chunked or constant-state layers the cache is not linear in context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from kvcalc.costs.parallel import PerGpu, per_gpu
+from kvcalc.fields import figure
+from kvcalc.settings import Settings
+
+if TYPE_CHECKING:
+    from kvcalc.hardware import Hardware
+    from kvcalc.spec import ModelSpec
+
+BATCH_LIMIT = 1 << 20  # the largest batch `fit` searches
+
+
+@dataclass(frozen=True)
+class FitRow:
+    """One answer of `fit`: the layout, the memory it spends, and the maximum found, with what limits it."""
+
+    model: str = figure("Model", "text", "the model's name")
+    hardware: str = figure("Hardware", "text", "the hardware preset")
+    gpus: int = figure("GPUs", "int", "GPUs: tp · pp · dp")
+    memory_bytes: int = figure("Memory", "bytes", "device memory of all GPUs")
+    reserved_bytes: int = figure("Reserved", "bytes", "memory left unused by the reserve fraction, all GPUs")
+    weights_bytes: int = figure("Weights", "bytes", "all weights in weights_dtype (one copy)")
+    weights_bytes_per_gpu: int = figure("Weights\nper GPU", "bytes", "weights the busiest GPU holds")
+    activation_bytes: int = figure("Activations\nper GPU", "bytes", "an estimate for one prefill chunk on the busiest GPU")
+    batch: int = figure("Batch", "int", "sequences")
+    ctx: int = figure("Ctx", "tokens", "tokens per sequence")
+    max_ctx: int | None = figure("Max\nctx", "tokens", "the longest context that fits the batch (when solving for ctx)")
+    max_batch: int | None = figure("Max\nbatch", "int", "the largest batch that fits the context (when solving for batch)")
+    kv_cache_bytes: int = figure("KV\ncache", "bytes", "the KV cache at that maximum, all sequences")
+    kv_cache_bytes_per_gpu: int = figure("KV cache\nper GPU", "bytes", "its share on the busiest GPU, states included")
+    free_bytes_per_gpu: int = figure("Left\nper GPU", "bytes", "budget left on the busiest GPU at that maximum")
+    binding: str = figure("Binding", "text", "what limits the maximum: memory, max_context (the model's), batch_limit, "
+                          "or weights (nothing fits)")
+
+
+def activation_bytes(spec: ModelSpec, s: Settings, chunk: int) -> int:
+    """An estimate of one prefill chunk's activations on one GPU, in bf16: per token, the residual stream, its normed
+    copy, the attention output and the FFN input (4·d), and the two hidden activations of the widest gated FFN on one
+    tensor-parallel rank (2·d_ff / tp)."""
+    from kvcalc.costs.params import ffn_of_layer
+    from kvcalc.spec import DenseFFN, MoEFFN
+
+    widest = 0
+    for layer in range(spec.n_layers):
+        ffn = ffn_of_layer(spec, layer)
+        if isinstance(ffn, DenseFFN):
+            widest = max(widest, ffn.d_ff)
+        elif isinstance(ffn, MoEFFN):  # the routed experts a token uses, and the shared ones
+            widest = max(widest, ffn.n_experts_per_tok * ffn.moe_d_ff + ffn.n_shared_experts * (ffn.shared_d_ff or ffn.moe_d_ff))
+    return chunk * (4 * spec.d_model + 2 * -(-widest // s.tp)) * 2  # 2: bytes per bf16 value
+
+
+def _largest(fits: Callable[[int], bool], upper: int) -> int:
+    """The largest x in [1, upper] with fits(x) (fits monotone: true, then false), or 0 when fits(1) is false."""
+    if not fits(1):
+        return 0
+    lo, hi = 1, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int, solve: str,
+        max_ctx: int | None = None) -> FitRow:
+    """Solve for the longest context at `s.batch` (solve "ctx", up to `max_ctx` or the model's max_context) or the
+    largest batch at `s.ctx` (solve "batch")."""
+    from kvcalc.costs.cache import kv_cache
+    from kvcalc.costs.params import param_counts, weights_bytes
+
+    budget = (hw.memory_bytes * (1 - reserve)).__floor__()  # per GPU, whole bytes
+    acts = activation_bytes(spec, s, chunk)
+
+    def gpu_at(t: Settings) -> PerGpu:
+        return per_gpu(spec, t)
+
+    def used(g: PerGpu) -> int:
+        return g.weights_bytes + acts + g.kv_cache_bytes + g.state_bytes
+
+    if solve == "ctx":
+        limit = min(max_ctx or spec.max_context, spec.max_context)
+        best = _largest(lambda c: used(gpu_at(s.at(c))) <= budget, limit)
+        at = s.at(max(best, 1))
+        binding = "weights" if not best else "max_context" if best == spec.max_context else "max_ctx" if best == limit else "memory"
+    else:
+        best = _largest(lambda b: used(gpu_at(replace(s, batch=b))) <= budget, BATCH_LIMIT)
+        at = replace(s, batch=max(best, 1))
+        binding = "weights" if not best else "batch_limit" if best == BATCH_LIMIT else "memory"
+    g = gpu_at(at)
+    return FitRow(
+        model=spec.name, hardware=hw.name, gpus=s.gpus, memory_bytes=s.gpus * hw.memory_bytes,
+        reserved_bytes=s.gpus * (hw.memory_bytes - budget), weights_bytes=weights_bytes(param_counts(spec).total, s.weights_dtype),
+        weights_bytes_per_gpu=g.weights_bytes, activation_bytes=acts, batch=at.batch, ctx=at.ctx,
+        max_ctx=best if solve == "ctx" else None, max_batch=best if solve == "batch" else None,
+        kv_cache_bytes=kv_cache(spec, at).bytes if best else 0, kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
+        free_bytes_per_gpu=budget - used(g), binding=binding,
+    )

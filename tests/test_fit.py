@@ -1,0 +1,69 @@
+"""#7: `kvcalc fit`, exact to the token: the cache at max_ctx fits the budget and at max_ctx + 1 does not, with the
+cache computed here by hand from the model's numbers."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run
+
+GIB = 1 << 30
+
+
+def fit(*args: str) -> list[dict]:
+    return json.loads(run("fit", *args, "-f", "json").stdout)
+
+
+def budget(row: dict, memory: int, reserve_tenths: int = 1) -> int:
+    """What one GPU has for its cache: its memory less the reserve (floored), its weights and the activations."""
+    return memory * (10 - reserve_tenths) // 10 - row["weights_bytes_per_gpu"] - row["activation_bytes"]
+
+
+def test_dense_model_on_eight_gpus_exact_to_the_token():
+    # llama3.1-405b, 8 × h100-80gb, tp 8, fp8 weights, batch 8: each GPU holds 1 of the 8 KV heads (d_h 128) of 126
+    # layers for 8 sequences, bf16
+    (row,) = fit("llama3.1-405b", "--hardware", "h100-80gb", "--gpus", "8", "--weights-dtype", "fp8", "--batch", "8")
+    kv = lambda c: 8 * 126 * c * 2 * 1 * 128 * 2  # noqa: E731
+    room = budget(row, 80 * GIB)
+    assert kv(row["max_ctx"]) <= room < kv(row["max_ctx"] + 1) and row["binding"] == "memory"
+    # the weights one rank holds, fp8 (1 byte each): heads, FFN width and vocabulary split by 8
+    d, ff, v = 16384, 53248, 128256
+    layer = d * 16 * 128 + 2 * d * 1 * 128 + 16 * 128 * d + 3 * d * (ff // 8) + 2 * d
+    assert row["weights_bytes_per_gpu"] == 126 * layer + 2 * -(-v // 8) * d + d
+    # the activation estimate: 2048 tokens × (4·d + 2·d_ff / 8) in bf16
+    assert row["activation_bytes"] == 2048 * (4 * d + 2 * (ff // 8)) * 2
+    assert row["gpus"] == 8 and row["memory_bytes"] == 8 * 80 * GIB and row["reserved_bytes"] == 8 * (80 * GIB - 72 * GIB)
+
+
+def test_windowed_model_is_not_linear_in_context():
+    # gemma3-27b on one h100-80gb, batch 3: 10 global layers hold every token, 52 local layers at most 1024
+    (row,) = fit("gemma3-27b", "--hardware", "h100-80gb", "--batch", "3")
+    kv = lambda c: 3 * (10 * c + 52 * min(c, 1024)) * 2 * 16 * 128 * 2  # noqa: E731
+    room = budget(row, 80 * GIB)
+    assert kv(row["max_ctx"]) <= room < kv(row["max_ctx"] + 1)
+    assert row["max_ctx"] < 131072 and row["binding"] == "memory"
+
+
+def test_largest_batch_for_each_context():
+    rows = fit("llama3-8b", "--hardware", "h100-80gb", "--ctx", "2k,8k")
+    for r in rows:
+        kv = lambda b, c=r["ctx"]: b * 32 * c * 2 * 8 * 128 * 2  # noqa: E731
+        room = budget(r, 80 * GIB)
+        assert kv(r["max_batch"]) <= room < kv(r["max_batch"] + 1) and r["binding"] == "memory"
+    assert rows[0]["max_batch"] > rows[1]["max_batch"]
+
+
+def test_the_model_context_binds_when_memory_does_not():
+    (row,) = fit("llama3-8b", "--hardware", "h200-141gb")
+    assert (row["max_ctx"], row["binding"]) == (8192, "max_context")
+
+
+def test_nothing_fits_and_bad_input_say_why():
+    (row,) = fit("llama3.1-405b", "--hardware", "h100-80gb")  # 810 GB of bf16 weights on one GPU
+    assert (row["max_ctx"], row["binding"], row["kv_cache_bytes"]) == (0, "weights", 0)
+    res = run("fit", "llama3-8b", ok=False)
+    assert res.exit_code == 1 and "fit needs --hardware NAME" in res.stderr
+    res = run("fit", "llama3-8b", "--hardware", "h100-80gb", "--reserve", "1.5", ok=False)
+    assert res.exit_code == 1 and "--reserve 1.5: must be at least 0 and below 1" in res.stderr
+    res = run("fit", "llama3-8b", "--hardware", "h100-80gb", "--gpus", "4", "--tp", "2", ok=False)
+    assert res.exit_code == 1 and "--gpus 4 differs from --tp 2 × --pp 1 × --dp 1 = 2" in res.stderr
