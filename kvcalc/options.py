@@ -15,7 +15,7 @@ import typer
 from kvcalc.dtypes import DTYPES
 from kvcalc.errors import KvcalcError
 from kvcalc.present.render import FORMATS
-from kvcalc.settings import MLA_CACHE_LAYOUTS, MLA_SCHEDULES
+from kvcalc.settings import ENGINES, MLA_CACHE_LAYOUTS, MLA_SCHEDULES
 from kvcalc.units import UNIT_SYSTEMS
 
 if TYPE_CHECKING:
@@ -85,6 +85,9 @@ class CostOptions:
     dp: int = 1
     ep: int = 1
     dp_attention: bool = False
+    kv_quant: str = "none"
+    engine: str | None = None
+    block_size: int | None = None
 
     def settings(self, ctx: int) -> Settings:
         """The Settings at `ctx`, with the hardware preset or file loaded."""
@@ -98,13 +101,17 @@ class CostOptions:
         return Settings(ctx=ctx, batch=self.batch, gen=self.gen, kv_dtype=self.kv_dtype, weights_dtype=self.weights_dtype,
                         mla_cache=self.mla_cache, mla_schedule=self.mla_schedule, dense_attn=self.dense_attn, hardware=hw,
                         state_dtype=self.state_dtype, enc_ctx=self.enc_ctx, mtp=self.mtp, tp=self.tp, pp=self.pp,
-                        dp=self.dp, ep=self.ep, dp_attention=self.dp_attention)
+                        dp=self.dp, ep=self.ep, dp_attention=self.dp_attention, kv_quant=self.kv_quant,
+                        engine=self.engine, block_size=self.block_size)
 
 
 _COST_PARAMS = [
     ("batch", BatchOpt, 1),
     ("gen", Annotated[int, typer.Option("--gen", "-g", parser=_parse_gen, metavar="TOKENS", help="Tokens generated after the prompt of --ctx (generation FLOPs): 1024, 1k, ...")], 1024),
     ("kv_dtype", DtypeOpt, "bf16"),
+    ("kv_quant", Annotated[str, typer.Option("--kv-quant", metavar="[none|per-token|per-head|g<G>|fp8-ds-mla]", help="Quantisation scheme of the cache, whose scales (and zero points) are counted: per-token or per-head fp32 scales, KIVI-style groups of G with fp16 scale and zero (g64), or vLLM's fp8_ds_mla entry. Needs --kv-dtype fp8, int8 or int4.")], "none"),
+    ("engine", Annotated[str | None, typer.Option("--engine", **choice(ENGINES), help="Count the KV cache in a serving engine's whole pages (engine_kv_bytes; per-GPU and fit figures use it): vllm (16 tokens a page, 64 for MLA), sglang (1), ideal (exact).")], None),
+    ("block_size", Annotated[int | None, typer.Option("--block-size", min=1, help="Tokens a page of --engine (default: the engine's).")], None),
     ("state_dtype", StateDtypeOpt, None),
     ("enc_ctx", EncCtxOpt, None),
     ("mtp", MtpOpt, False),

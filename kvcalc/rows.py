@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcalc.costs.cache import CacheReport, GroupCache, kv_cache
-from kvcalc.dtypes import elements_to_bytes
 from kvcalc.fields import as_row, figure
 from kvcalc.figures import figures
 from kvcalc.settings import Settings
@@ -129,6 +128,10 @@ class CacheFigures:
     enc_ctx: int | None = figure("Encoder\nctx", "tokens", "encoder positions cross-attention caches (encoder–decoder models)")
     state_bytes: int = figure("State", "bytes", "constant states of linear-attention and SSM layers, for the batch")
     cache_bytes: int = figure("Cache +\nstate", "bytes", "kv_cache_bytes + state_bytes")
+    kv_quant: str = figure("KV\nquant", "text", "quantisation scheme whose scales the cache stores (none: payload only)")
+    engine: str | None = figure("Engine", "text", "serving engine whose paged cache engine_kv_bytes counts (--engine)")
+    block_size: int | None = figure("Page\ntokens", "int", "tokens a page of that engine holds")
+    engine_kv_bytes: int | None = figure("Engine\nKV cache", "bytes", "the KV cache in the engine's whole pages, all sequences")
 
 
 def cache_figures(spec: ModelSpec, report: CacheReport, first_bytes: int | None) -> CacheFigures:
@@ -145,6 +148,10 @@ def cache_figures(spec: ModelSpec, report: CacheReport, first_bytes: int | None)
         enc_ctx=report.enc_ctx or None,
         state_bytes=report.state_bytes,
         cache_bytes=report.cache_bytes,
+        kv_quant=report.kv_quant,
+        engine=report.engine,
+        block_size=report.block_size,
+        engine_kv_bytes=report.engine_bytes,
     )
 
 
@@ -178,7 +185,8 @@ class GroupRow:
     attention_chunk_size: int | None = figure("Chunk", "int", "chunk C of chunked local attention, if any")
     formula: str = figure("Per token\nand layer", "text", "cache elements one token adds to one layer")
     elements_per_token_per_layer: int = figure("Elements", "int", "the formula's value")
-    bytes_per_token_per_layer: int = figure("Bytes per\ntoken·layer", "bytes", "those elements in kv_dtype")
+    bytes_per_token_per_layer: int = figure("Bytes per\ntoken·layer", "bytes",
+                                            "those elements in kv_dtype, with the --kv-quant scheme's scales")
     state_elements_per_layer: int | None = figure("State", "int", "constant state per sequence and layer")
     tokens_held: int = figure("Tokens\nheld", "int", "tokens each layer keeps per sequence: min(ctx, W) under a window")
     elements_per_layer: int = figure("Elements\nper layer", "int", "cache elements of one layer, all sequences")
@@ -187,9 +195,11 @@ class GroupRow:
     bytes: int = figure("Cache, all\nits layers", "bytes", "cache bytes of all its layers")
     state_bytes: int | None = figure("State, all\nits layers", "bytes", "constant state of all its layers")
     layer: int | None = figure("Layer", "int", "the layer (per-layer rows)")
+    pages: int | None = figure("Pages", "int", "pages each layer holds per sequence (--engine)")
+    engine_bytes: int | None = figure("Engine, all\nits layers", "bytes", "its cache in the engine's whole pages (--engine)")
 
 
-def _group_row(gc: GroupCache, kv_dtype: str) -> GroupRow:
+def _group_row(gc: GroupCache) -> GroupRow:
     g = gc.group
     return GroupRow(
         group=g.label,
@@ -200,7 +210,7 @@ def _group_row(gc: GroupCache, kv_dtype: str) -> GroupRow:
         attention_chunk_size=g.layer.chunk,
         formula=gc.formula.expression,
         elements_per_token_per_layer=gc.formula.elements,
-        bytes_per_token_per_layer=elements_to_bytes(gc.formula.elements, kv_dtype),
+        bytes_per_token_per_layer=gc.bytes_per_token_per_layer,
         state_elements_per_layer=gc.state_elements_per_layer or None,
         tokens_held=gc.tokens_held,
         elements_per_layer=gc.elements_per_layer,
@@ -208,6 +218,8 @@ def _group_row(gc: GroupCache, kv_dtype: str) -> GroupRow:
         elements=gc.elements,
         bytes=gc.bytes,
         state_bytes=gc.state_bytes or None,
+        pages=gc.pages if gc.engine_bytes_per_layer is not None else None,
+        engine_bytes=gc.engine_bytes_per_layer * gc.n_layers if gc.engine_bytes_per_layer is not None else None,
     )
 
 
@@ -215,13 +227,13 @@ def group_rows(report: CacheReport, per_layer: bool = False) -> list[dict]:
     """Per-group (or, with per_layer, per-layer) cache breakdown rows of a report."""
     rows = []
     for gc in report.groups:
-        base = _group_row(gc, report.kv_dtype)
+        base = _group_row(gc)
         if not per_layer:
             rows.append(as_row(base))
             continue
         for layer in gc.group.layers:
             rows.append({**as_row(base), "layer": layer, "layers": str(layer), "n_layers": 1, "bytes": gc.bytes_per_layer,
-                         "elements": gc.elements_per_layer})
+                         "elements": gc.elements_per_layer, "engine_bytes": gc.engine_bytes_per_layer})
     if per_layer:
         rows.sort(key=lambda r: r["layer"])
     return rows

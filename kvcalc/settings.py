@@ -15,7 +15,11 @@ from kvcalc.errors import KvcalcError
 if TYPE_CHECKING:
     from kvcalc.hardware import Hardware
 
-__all__ = ["DTYPES", "MLA_CACHE_LAYOUTS", "MLA_SCHEDULES", "Settings", "resolve_schedule"]
+__all__ = ["DTYPES", "ENGINES", "MLA_CACHE_LAYOUTS", "MLA_SCHEDULES", "Settings", "resolve_schedule"]
+
+# Serving engines whose paged KV cache kvcalc counts (kvcalc.costs.paged): ideal (exact tokens), vLLM, SGLang
+ENGINES = ("ideal", "vllm", "sglang")
+QUANTISED = ("fp8", "int8", "int4")  # KV dtypes a --kv-quant scheme's scales go with
 
 
 def resolve_schedule(mla_cache: str, mla_schedule: str | None) -> str:
@@ -37,7 +41,9 @@ class Settings:
     kv_dtype / weights_dtype: storage types; mla_cache: MLA cache layout; mla_schedule: MLA decode schedule (None:
     absorbed from a latent cache, naive from an expanded one); dense_attn: count prefill attention as N×N;
     hardware: a kvcalc.hardware.Hardware for roofline times, or None; state_dtype: storage of constant states
-    (linear attention, SSMs), default the KV dtype (several engines keep SSM state in fp32).
+    (linear attention, SSMs), default the KV dtype (several engines keep SSM state in fp32); kv_quant: the
+    quantisation scheme whose scales the cache stores (kvcalc.costs.quant); engine / block_size: a serving engine
+    whose paged cache to count (kvcalc.costs.paged), and its page size in tokens (None: the engine's default).
     """
 
     ctx: int
@@ -57,6 +63,9 @@ class Settings:
     dp: int = 1  # data-parallel replicas
     ep: int = 1  # expert-parallel ranks (routed experts whole, ceil(E / ep) each)
     dp_attention: bool = False  # SGLang's DP attention: a replica's tp ranks split its sequences' latent cache
+    kv_quant: str = "none"  # quantisation scheme of the cache: its scales and zero points are counted
+    engine: str | None = None  # a serving engine whose paged cache is counted (engine_kv_bytes)
+    block_size: int | None = None  # the engine's page size in tokens; None: its default
 
     def __post_init__(self) -> None:
         for name in ("ctx", "batch", "gen", "enc_ctx", "tp", "pp", "dp", "ep"):
@@ -76,6 +85,26 @@ class Settings:
         if self.mla_cache not in MLA_CACHE_LAYOUTS:
             raise KvcalcError(f"unknown MLA cache layout {self.mla_cache!r}: choose {' or '.join(MLA_CACHE_LAYOUTS)}")
         resolve_schedule(self.mla_cache, self.mla_schedule)
+        self._check_serving()
+
+    def _check_serving(self) -> None:
+        from kvcalc.costs.quant import check_scheme
+
+        object.__setattr__(self, "kv_quant", check_scheme(self.kv_quant.lower()))
+        if self.kv_quant == "fp8-ds-mla" and self.kv_dtype != "fp8":
+            raise KvcalcError("--kv-quant fp8-ds-mla is an fp8 layout: it needs --kv-dtype fp8")
+        if self.kv_quant != "none" and self.kv_dtype not in QUANTISED:
+            raise KvcalcError(f"--kv-quant {self.kv_quant} stores scales beside quantised values: it needs --kv-dtype "
+                              f"{', '.join(QUANTISED)} (got {self.kv_dtype})")
+        if self.engine is not None:
+            object.__setattr__(self, "engine", self.engine.lower())
+            if self.engine not in ENGINES:
+                raise KvcalcError(f"unknown engine {self.engine!r}: choose one of {', '.join(ENGINES)}")
+        if self.block_size is not None:
+            if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
+                raise KvcalcError(f"block_size must be a positive whole number of tokens, got {self.block_size!r}")
+            if self.engine is None:
+                raise KvcalcError("--block-size is the page size of a serving engine: give --engine too")
 
     @property
     def gpus(self) -> int:

@@ -169,6 +169,10 @@ class AttentionKind(Strict):
         """The constant state per sequence and layer with its derivation (the recurrent and convolution states)."""
         return Formula("0", (), 0, {}, "no constant state")
 
+    def cache_heads(self, layer: Layer, layout: str) -> int:
+        """Heads of each cached K/V tensor (per-head quantisation scales one per head): 1 for single-vector caches."""
+        return 1
+
     def tokens_held(self, layer: Layer, ctx: int) -> int:
         """Tokens a layer keeps per sequence at context `ctx`: min(ctx, W) under a window, min(ctx, C) under a
         chunk, else ctx."""

@@ -86,6 +86,9 @@ class Heads(AttentionKind):
             expression = expression or "d_h + d_v"  # MQA: one head of each
         return Formula(expression, symbols, k + v, {"k": k, "v": v}, self.reference)
 
+    def cache_heads(self, layer: Layer, layout: str) -> int:
+        return self.n_kv
+
     def cache_shapes(self, layer: Layer, batch: int, held: int, layout: str) -> dict[str, tuple[int, ...]]:
         return {"k": (batch, held, self.n_kv, self.d_h(layer)), "v": (batch, held, self.n_kv, self.d_v(layer))}
 

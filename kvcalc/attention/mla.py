@@ -84,6 +84,9 @@ class MLA(AttentionKind):
             "per-head K and V rebuilt from the latent (DeepSeek reference 'naive' mode; HF transformers 4.x)",
         )
 
+    def cache_heads(self, layer: Layer, layout: str) -> int:
+        return 1 if layout == "latent" else self.n_heads  # the latent is one vector; expanded K/V have n_h heads
+
     def cache_shapes(self, layer: Layer, batch: int, held: int, layout: str) -> dict[str, tuple[int, ...]]:
         if layout == "latent":
             out: dict[str, tuple[int, ...]] = {"c_kv": (batch, held, self.kv_lora_rank), "k_rope": (batch, held, self.qk_rope_head_dim)}

@@ -2,7 +2,8 @@
 
 Conventions (also in the README):
 - Counts are elements until the last step; bytes = ceil(elements · bits / 8), so int4 is half a byte per element.
-  Quantisation scales and zero points are not modelled (they depend on the kernel's block size).
+  With --kv-quant the scales and zero points of the scheme are added (kvcalc.costs.quant); without it they are not
+  counted (an fp8 cache with one scale per tensor).
 - Bytes are totals for `batch` sequences unless a name ends in `_per_token` or `_per_layer`.
 - What one token adds to a layer, and how many tokens a layer holds, are its attention kind's answers
   (kvcalc.attention): a window W holds min(ctx, W) tokens.
@@ -17,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvcalc.attention import Formula
+from kvcalc.costs.paged import block_tokens, layer_pages, page_bytes, pages
+from kvcalc.costs.quant import entry_bytes, group_size
 from kvcalc.dtypes import elements_to_bytes
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, ResolvedGroup
@@ -44,6 +47,11 @@ class GroupCache:
     state_bytes: int = 0
     cross_formula: Formula | None = None  # cross-attention K/V per encoder token and layer (encoder–decoder models)
     cross_tokens: int = 0  # encoder positions each layer's cross-attention holds, per sequence
+    bytes_per_token_per_layer: int = 0  # what one token adds to one layer, in bytes (token_bytes)
+    heads: int = 1  # heads of each cached K/V tensor (per-head scales)
+    block_size: int | None = None  # tokens a page under --engine
+    pages: int = 0  # pages each layer's self-attention holds per sequence under --engine
+    engine_bytes_per_layer: int | None = None  # whole pages of one layer, all sequences (kvcalc.costs.paged)
 
     @property
     def n_layers(self) -> int:
@@ -69,11 +77,29 @@ class CacheReport:
     enc_ctx: int = 0  # encoder positions the cross-attention holds (0: no encoder)
     state_elements: int = 0  # the constant states
     state_bytes: int = 0
+    kv_quant: str = "none"
+    engine: str | None = None
+    engine_bytes: int | None = None  # the KV cache in the engine's whole pages (--engine)
+
+    @property
+    def block_size(self) -> int | None:
+        """The engine's page size in tokens (the largest, should layer kinds differ)."""
+        sizes = [g.block_size for g in self.groups if g.block_size is not None]
+        return max(sizes) if sizes else None
 
     @property
     def cache_bytes(self) -> int:
         """KV cache and constant states together."""
         return self.bytes + self.state_bytes
+
+
+def token_bytes(formula: Formula, heads: int, s: Settings) -> int:
+    """Bytes one token adds to one layer's cache: the formula's elements at kv_dtype, plus the scheme's per-token
+    scales; under a group scheme g<G> the rate of a whole group of G tokens, bytes(G tokens) / G rounded up."""
+    if s.kv_quant == "none":
+        return elements_to_bytes(formula.elements, s.kv_dtype)
+    g = group_size(s.kv_quant) or 1
+    return -(-entry_bytes(formula, heads, g, s.kv_dtype, s.kv_quant) // g)
 
 
 def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0) -> GroupCache:
@@ -90,10 +116,28 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0) -> Group
     per_layer = s.batch * (formula.elements * held + (cross.elements * enc_tokens if cross else 0))
     total = per_layer * len(group.layers)
     state_total = s.batch * state.elements * len(group.layers)
-    return GroupCache(group, formula, held, state.elements, per_layer, total,
-                      elements_to_bytes(per_layer, s.kv_dtype), elements_to_bytes(total, s.kv_dtype),
+    heads = att.cache_heads(layer, s.mla_cache)
+    if s.kv_quant == "none":
+        layer_bytes, bytes_ = elements_to_bytes(per_layer, s.kv_dtype), elements_to_bytes(total, s.kv_dtype)
+    else:  # each sequence's tensors carry their own scales (kvcalc.costs.quant)
+        cross_heads = group.cross.cache_heads(group.cross_layer, s.mla_cache) if group.cross is not None else 1
+        one = entry_bytes(formula, heads, held, s.kv_dtype, s.kv_quant)
+        one += entry_bytes(cross, cross_heads, enc_tokens, s.kv_dtype, s.kv_quant) if cross else 0
+        layer_bytes = s.batch * one
+        bytes_ = layer_bytes * len(group.layers)
+    block = n_pages = paged = None
+    if s.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
+        block = block_tokens(att, s)
+        n_pages = layer_pages(s.ctx, held, block, layer.window, s.engine)
+        paged = n_pages * page_bytes(formula, heads, block, att, s)
+        if cross is not None and group.cross is not None:
+            cross_heads = group.cross.cache_heads(group.cross_layer, s.mla_cache)
+            paged += pages(enc_tokens, enc_tokens, block) * page_bytes(cross, cross_heads, block, group.cross, s)
+        paged *= s.batch
+    return GroupCache(group, formula, held, state.elements, per_layer, total, layer_bytes, bytes_,
                       state if state.elements else None, state_total, elements_to_bytes(state_total, s.state_storage),
-                      cross, enc_tokens if cross else 0)
+                      cross, enc_tokens if cross else 0, token_bytes(formula, heads, s), heads, block, n_pages or 0,
+                      paged)
 
 
 def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
@@ -107,6 +151,7 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
     per_token = sum(r.formula.elements * r.n_layers for r in rows)
     elements = sum(r.elements for r in rows)
     state = sum(r.state_elements for r in rows)
+    plain = s.kv_quant == "none"  # without scales, bytes are the elements' at kv_dtype (rounded once, at the end)
     return CacheReport(
         model=spec.name,
         ctx=s.ctx,
@@ -115,13 +160,17 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
         mla_cache=s.mla_cache if spec.has_layouts() else None,
         groups=rows,
         elements_per_token=per_token,
-        bytes_per_token=elements_to_bytes(per_token, s.kv_dtype),
+        bytes_per_token=(elements_to_bytes(per_token, s.kv_dtype) if plain
+                         else sum(r.bytes_per_token_per_layer * r.n_layers for r in rows)),
         elements=elements,
-        bytes=elements_to_bytes(elements, s.kv_dtype),
+        bytes=elements_to_bytes(elements, s.kv_dtype) if plain else sum(r.bytes for r in rows),
         state_dtype=s.state_storage,
         enc_ctx=enc,
         state_elements=state,
         state_bytes=elements_to_bytes(state, s.state_storage),
+        kv_quant=s.kv_quant,
+        engine=s.engine,
+        engine_bytes=sum((r.engine_bytes_per_layer or 0) * r.n_layers for r in rows) if s.engine else None,
     )
 
 

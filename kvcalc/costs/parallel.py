@@ -15,6 +15,7 @@ Rules (also in the README), with the engine behaviour they follow:
 - Data parallelism (dp): dp replicas each serve ceil(batch / dp) sequences. With `dp_attention` (SGLang's DP
   attention for MLA models) the tp ranks of a replica split its sequences: each holds ceil(ceil(batch / dp) / tp)
   sequences' latent cache.
+- With --engine the KV cache is counted in the engine's whole pages (kvcalc.costs.paged).
 - GPUs = tp · pp · dp. Multi-token-prediction layers are not placed on stages (per-GPU figures leave them out).
 """
 
@@ -99,7 +100,7 @@ def _stage(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int)
         share = dataclasses.replace(s, batch=_ceil(replica, tp) if shared else replica, tp=1, pp=1, dp=1)
         rank = _rank_group(group, tp)
         gc = group_cache(rank, share, enc)
-        kv += n * gc.bytes_per_layer
+        kv += n * (gc.bytes_per_layer if gc.engine_bytes_per_layer is None else gc.engine_bytes_per_layer)  # pages with --engine
         state += n * elements_to_bytes(share.batch * gc.state_elements_per_layer, s.state_storage)
         weights = rank.attention.weights(rank.layer)
         weights += rank.cross.weights(rank.cross_layer) if rank.cross else ()

@@ -74,6 +74,7 @@ GROUP_COLUMNS = _columns(GroupRow, ("group", "layers", "n_layers", "kind", "slid
                                     "bytes_per_layer", "bytes"))
 GROUP_KEYS = [f.key for f in figures_of(GroupRow) if f.raw]
 STATE_COLUMN = _columns(GroupRow, ("state_bytes",))[0]  # shown when a group holds a constant state
+PAGE_COLUMNS = _columns(GroupRow, ("pages", "engine_bytes"))  # shown with --engine
 
 
 def key_table() -> str:

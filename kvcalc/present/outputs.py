@@ -45,6 +45,14 @@ def list_output() -> Output:
     return Output([Table("models", LIST_COLUMNS, rows, "Bundled models", LIST_KEYS)])
 
 
+def serving_note(s: Settings) -> str:
+    """The title's words for a quantisation scheme and a paged engine, when asked for."""
+    out = f", {s.kv_quant} scales" if s.kv_quant != "none" else ""
+    if s.engine:
+        out += f", {s.engine} pages" + (f" of {s.block_size}" if s.block_size else "")
+    return out
+
+
 def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], columns: str, explain: bool,
                    no_windows: bool, hardware: str | None) -> Output:
     """`compare`: one row per model and context, with the derivation of each cache when asked."""
@@ -53,13 +61,17 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     from kvcalc.rows import compare_rows
 
     cols = choose(columns, hardware is not None)
+    wanted = (["gpus", "kv_cache_bytes_per_gpu"] if s.gpus > 1 else []) + (["engine_kv_bytes"] if s.engine else [])
+    for key in wanted:  # a parallel layout or an engine asks for its figures: show them
+        if key not in [c.key for c in cols]:
+            cols += choose(key, False, ())
     specs = [lm.spec for lm in loaded]
     rows, reports = compare_rows(specs, ctxs, s)
     origins = [lm for lm in loaded for _ in ctxs]
     derivations = [derivation(r, lm.origin, lm.config_keys) for lm, r in zip(origins, reports)] if explain else []
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns == "kv" else
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} (lower bounds)" if hardware else ""))
-    title += ", windows ignored" if no_windows else ""
+    title += serving_note(s) + (", windows ignored" if no_windows else "")
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
     lines = [line for d in derivations for line in derivation_lines(d) + [""]]
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
@@ -89,7 +101,7 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
     """`show`: the spec and its cache, then the cache by layer group (or layer)."""
     from kvcalc.costs.cache import kv_cache
     from kvcalc.explain import derivation, derivation_lines
-    from kvcalc.present.columns import GROUP_COLUMNS, GROUP_KEYS, STATE_COLUMN
+    from kvcalc.present.columns import GROUP_COLUMNS, GROUP_KEYS, PAGE_COLUMNS, STATE_COLUMN
     from kvcalc.present.summary import SUMMARY_COLUMNS, SUMMARY_KEYS, summary_rows
     from kvcalc.rows import group_rows
 
@@ -104,10 +116,12 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
         "layers" if per_layer else "groups": breakdown}
     if explain:
         payload["derivation"] = d
-    title = f"KV cache by {'layer' if per_layer else 'layer group'} at ctx {s.ctx:,}, batch {s.batch}, {s.kv_dtype}"
+    title = (f"KV cache by {'layer' if per_layer else 'layer group'} at ctx {s.ctx:,}, batch {s.batch}, {s.kv_dtype}"
+             + serving_note(s))
     chunked = any(g.layer.chunk for g in spec.groups)  # the Chunk column only where some layer has one
     columns = [c for c in GROUP_COLUMNS if chunked or c.key != "attention_chunk_size"]
     columns += [STATE_COLUMN] if report.state_elements else []
+    columns += PAGE_COLUMNS if s.engine else []
     tables = [Table("summary", SUMMARY_COLUMNS, summary, f"{spec.name} ({lm.origin})", SUMMARY_KEYS),
               Table("layers" if per_layer else "groups", columns, breakdown, title,
                     (["layer"] if per_layer else []) + [k for k in GROUP_KEYS if k != "layer"])]
@@ -191,7 +205,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
     cols = [Column.of(figs[0])] + cols
     title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}), weights "
-             f"{s.weights_dtype}, kv {s.kv_dtype}, {float(frac):.0%} reserved")
+             f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}, {float(frac):.0%} reserved")
     keys = [f.key for f in figs]
     return Output([Table("fit", cols, rows, title, keys)], warnings=_load_warnings([lm]))
 

@@ -81,8 +81,12 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
         ("kv_bytes_per_token", report.bytes_per_token,
          f"{report.bytes_per_token:,} B ({format_bytes(report.bytes_per_token, units)})", f"{report.kv_dtype}{mla}"),
         ("kv_cache_bytes", report.bytes, f"{report.bytes:,} B ({format_bytes(report.bytes, units)})",
-         f"ctx {report.ctx:,} × batch {report.batch}, windows applied"),
+         f"ctx {report.ctx:,} × batch {report.batch}, windows applied"
+         + (f", {report.kv_quant} scales" if report.kv_quant != "none" else "")),
     ]
+    if report.engine_bytes is not None:
+        items.append(("engine_kv_bytes", report.engine_bytes, b(report.engine_bytes),
+                      f"{report.engine}: whole pages of {report.block_size} tokens a layer and sequence"))
     if settings is not None and settings.gpus > 1:
         from kvcalc.costs.parallel import per_gpu
 

@@ -1,0 +1,71 @@
+"""A serving engine's paged KV cache: whole pages of B tokens a layer, what vLLM and SGLang really allocate.
+
+Rules (also in the README):
+- A sequence holding `held` of its ctx positions (the last ones: a window's or chunk's, or all) touches the pages
+  covering positions ctx − held … ctx − 1: (ctx − 1) // B − (ctx − held) // B + 1 of them, so windowed and chunked
+  layers pay at most one page beyond their span (vLLM's SlidingWindowManager and ChunkedLocalAttentionManager free
+  the pages before it). Cross-attention holds ceil(enc / B) pages of encoder positions.
+- vLLM reserves a window layer's pages by its rule, not by alignment: ceil(W / B) + 1 once the window caps the
+  layer (vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes in the v1 engine: "+1 here because the
+  sliding window may not start from the beginning of the block"), never more than ceil(ctx / B).
+- Page sizes: `ideal` is exact (B = 1); SGLang's default page_size is 1 (server_args.py); vLLM's default
+  block_size is 16, and 64 for MLA layers (vllm/platforms/cuda.py: "Forcing kv cache block size to 64 for FlashMLA
+  backend", also for FlashMLASparse). --block-size overrides all.
+- vLLM stores DeepSeek-V3.2's indexer key as fp8 with one fp32 scale per 128 values (DeepseekV32IndexerCache:
+  head_dim + head_dim // 128 · 4 bytes a token) whatever the KV dtype, and turns an fp8 cache of a sparse MLA model
+  into its fp8_ds_mla layout (656 bytes a token for DeepSeek-V3.2; kvcalc.costs.quant).
+- Constant states (linear attention, SSMs) are not paged here (their figures are unchanged); the pool's free pages,
+  prefix sharing and page-size unification across hybrid layers are not modelled.
+"""
+
+from __future__ import annotations
+
+from kvcalc.attention import MLA, AttentionKind, Formula
+from kvcalc.costs.quant import component_bytes
+from kvcalc.settings import Settings
+
+DEFAULT_BLOCK = {"ideal": 1, "vllm": 16, "sglang": 1}  # tokens a page; vLLM CacheConfig.block_size, SGLang page_size
+VLLM_MLA_BLOCK = 64  # vllm/platforms/cuda.py forces 64 for the FlashMLA and FlashMLASparse backends
+
+
+def block_tokens(attention: AttentionKind, s: Settings) -> int:
+    """Tokens a page holds for a layer of `attention` under the settings' engine."""
+    if s.block_size is not None:
+        return s.block_size
+    if s.engine == "vllm" and isinstance(attention, MLA):
+        return VLLM_MLA_BLOCK
+    return DEFAULT_BLOCK[s.engine or "ideal"]
+
+
+def pages(ctx: int, held: int, block: int) -> int:
+    """Pages one sequence's last `held` positions of `ctx` touch, at `block` tokens a page."""
+    if held == 0:
+        return 0
+    return (ctx - 1) // block - (ctx - held) // block + 1
+
+
+def layer_pages(ctx: int, held: int, block: int, window: int | None, engine: str | None) -> int:
+    """Pages one sequence holds in one layer under the engine's rule (see the module's rules)."""
+    if engine == "vllm" and window is not None and held < ctx:
+        return min(-(-ctx // block), -(-held // block) + 1)
+    return pages(ctx, held, block)
+
+
+def engine_scheme(attention: AttentionKind, s: Settings) -> str:
+    """The quantisation layout the engine stores: vLLM turns an fp8 cache of a sparse MLA model into fp8_ds_mla."""
+    sparse_mla = isinstance(attention, MLA) and attention.indexed and s.mla_cache == "latent"
+    if s.engine == "vllm" and sparse_mla and s.kv_dtype == "fp8" and s.kv_quant == "none":
+        return "fp8-ds-mla"
+    return s.kv_quant
+
+
+def page_bytes(formula: Formula, heads: int, block: int, attention: AttentionKind, s: Settings) -> int:
+    """Bytes of one page (`block` tokens of one layer and sequence) as the engine lays it out."""
+    scheme = engine_scheme(attention, s)
+    out = 0
+    for name, channels in formula.components.items():
+        if s.engine == "vllm" and name == "index_k":  # vLLM's indexer cache: fp8 with a scale per 128, always
+            out += component_bytes(name, channels, heads, block, "fp8", "fp8-ds-mla")
+        else:
+            out += component_bytes(name, channels, heads, block, s.kv_dtype, scheme)
+    return out

@@ -1,0 +1,174 @@
+"""#7: quantised caches with their scales, and the whole pages a serving engine allocates. Every figure is written
+out by hand from the model's numbers and the rule it follows (kvcalc/costs/quant.py and paged.py give the sources)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run, spec
+from kvcalc.costs.cache import kv_cache
+from kvcalc.costs.paged import pages
+from kvcalc.costs.parallel import per_gpu
+from kvcalc.errors import KvcalcError
+from kvcalc.registry import bundled_names
+from kvcalc.settings import Settings
+
+K = 1024
+LLAMA3_8B = 32 * 2 * 8 * 128  # layers · (K + V) · n_kv · d_h: elements a token adds
+
+
+def row(*args: str) -> dict:
+    return json.loads(run("compare", *args, "-f", "json").stdout)[0]
+
+
+# ---------------------------------------------------------------- quantised caches
+
+
+def test_int4_g64_counts_kivi_scales_and_zero_points():
+    # llama3-8b, 1000 tokens, int4 in groups of 64, fp16 scale + fp16 zero (4 bytes) a group:
+    # K per channel: 1024 channels × ceil(1000 / 64) = 16 groups; V per token: 1000 × 1024 / 64 = 16 groups
+    payload = 1000 * 1024 // 2  # half a byte a value, per tensor and layer
+    per_layer = (payload + 1024 * 16 * 4) + (payload + 1000 * 16 * 4)
+    r = row("llama3-8b", "--ctx", "1000", "--kv-dtype", "int4", "--kv-quant", "g64")
+    assert r["kv_quant"] == "g64"
+    assert r["kv_cache_bytes"] == 32 * per_layer == 36_913_152
+    # per token: a whole group of 64 tokens, rounded up: (64·2048/2 + 1024·4 + 64·16·4) / 64 = 1024 + 64 + 64 per layer
+    assert r["kv_bytes_per_token"] == 32 * (1024 + 64 + 64)
+
+
+def test_per_token_and_per_head_scales():
+    ctx = 4096
+    plain = row("llama3-8b", "--ctx", "4k", "--kv-dtype", "int8")["kv_cache_bytes"]
+    assert plain == LLAMA3_8B * ctx  # one byte a value, no scales (one per tensor is not counted)
+    per_token = row("llama3-8b", "--ctx", "4k", "--kv-dtype", "int8", "--kv-quant", "per-token")
+    assert per_token["kv_cache_bytes"] == plain + 32 * 2 * ctx * 4  # an fp32 scale for K and for V of each token
+    per_head = row("llama3-8b", "--ctx", "4k", "--kv-dtype", "int8", "--kv-quant", "per-head")
+    assert per_head["kv_cache_bytes"] == plain + 32 * 2 * 8 * ctx * 4  # one for each of the 8 KV heads
+    assert per_head["kv_bytes_per_token"] == 32 * (2048 + 2 * 8 * 4)
+
+
+def test_mla_latent_scales_are_one_per_vector():
+    # deepseek-v2 latent cache (512 + 64), int8 per-head: one scale each for c_KV and k_R (a single vector, no heads)
+    r = row("deepseek-v2", "--ctx", "4k", "--kv-dtype", "int8", "--kv-quant", "per-head")
+    assert r["kv_cache_bytes"] == 60 * 4096 * (576 + 2 * 4)
+
+
+def test_fp8_ds_mla_is_656_bytes_for_deepseek_v32():
+    # vLLM flashmla_sparse.py: "custom storage format is 656 bytes": 512 fp8 + 4 fp32 scales + 64 bf16;
+    # the indexer key: 128 fp8 + one fp32 scale
+    r = row("deepseek-v3.2", "--ctx", "1000", "--kv-dtype", "fp8", "--kv-quant", "fp8-ds-mla")
+    assert r["kv_bytes_per_token"] == 61 * (656 + 132)
+    assert r["kv_cache_bytes"] == 61 * 1000 * 788
+
+
+def test_no_scheme_keeps_every_figure():
+    # the scheme 'none' is the payload only: bytes = elements at kv_dtype, for every bundled model
+    for name in bundled_names():
+        for dtype in ("bf16", "int4"):
+            r = kv_cache(spec(name), Settings(ctx=3000, kv_dtype=dtype))
+            bits = 16 if dtype == "bf16" else 4
+            assert r.bytes == -(-r.elements * bits // 8), name
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--kv-quant", "g64"], "--kv-quant g64 stores scales beside quantised values: it needs --kv-dtype fp8, int8, int4"),
+    (["--kv-quant", "g0", "--kv-dtype", "int4"], "unknown --kv-quant 'g0'"),
+    (["--kv-quant", "fp8-ds-mla", "--kv-dtype", "int8"], "fp8-ds-mla is an fp8 layout: it needs --kv-dtype fp8"),
+    (["--kv-quant", "fp8-ds-mla", "--kv-dtype", "fp8"], "--kv-quant fp8-ds-mla is the layout of an MLA latent cache, not of 'k'"),
+    (["--block-size", "16"], "--block-size is the page size of a serving engine: give --engine too"),
+])
+def test_bad_serving_options_get_one_message(args, message):
+    res = run("compare", "llama3-8b", "--ctx", "4k", *args, ok=False)
+    assert res.exit_code != 0 and message in res.stderr and "Traceback" not in res.stderr
+
+
+# ---------------------------------------------------------------- paged caches
+
+
+def test_pages_cover_the_held_positions():
+    assert pages(1000, 1000, 16) == 63  # ceil(1000 / 16)
+    assert pages(1024, 1024, 16) == 64
+    assert pages(100_000, 1024, 16) == 64  # window ending on a page boundary: 98,976 … 99,999
+    assert pages(100_001, 1024, 16) == 65  # one position into the next page: one page more
+    assert pages(10, 0, 16) == 0
+
+
+def test_vllm_rounds_llama_up_to_whole_pages():
+    # 1000 tokens in pages of 16: 63 pages = 1008 tokens a layer
+    r = row("llama3-8b", "--ctx", "1000", "--engine", "vllm")
+    assert (r["engine"], r["block_size"]) == ("vllm", 16)
+    assert r["kv_cache_bytes"] == LLAMA3_8B * 2 * 1000
+    assert r["engine_kv_bytes"] == LLAMA3_8B * 2 * 1008
+    assert row("llama3-8b", "--ctx", "1000", "--engine", "vllm", "--block-size", "256")["engine_kv_bytes"] == LLAMA3_8B * 2 * 1024
+
+
+def test_gemma3_sliding_layers_hold_the_window_pages_plus_one():
+    # gemma3-27b: 10 global layers, 52 with W = 1024; per token and layer 2 · 16 · 128 · 2 bytes. vLLM reserves a
+    # window's ceil(1024 / 16) = 64 pages plus one (SlidingWindowSpec.max_memory_usage_bytes: the window may not start
+    # on a page boundary): 1040 tokens; the ideal engine holds the 1024 exactly
+    entry = 2 * 16 * 128 * 2
+    for ctx in (100_000, 100_001):
+        r = kv_cache(spec("gemma3-27b"), Settings(ctx=ctx, engine="vllm"))
+        global_pages = -(-ctx // 16)
+        assert r.engine_bytes == entry * 16 * (10 * global_pages + 52 * 65)
+        assert [(g.tokens_held, g.pages) for g in r.groups] == [(ctx, global_pages), (1024, 65)]
+        assert kv_cache(spec("gemma3-27b"), Settings(ctx=ctx, engine="ideal")).engine_bytes == entry * (10 * ctx + 52 * 1024)
+    # below the window a sliding layer is a full one: 1000 tokens in 63 pages
+    assert [g.pages for g in kv_cache(spec("gemma3-27b"), Settings(ctx=1000, engine="vllm")).groups] == [63, 63]
+    # the window touches 64 pages when it starts on a boundary, 65 when it does not (sglang, pages of 16)
+    assert [g.pages for g in kv_cache(spec("gemma3-27b"), Settings(ctx=100_000, engine="sglang", block_size=16)).groups] == [6250, 64]
+    assert [g.pages for g in kv_cache(spec("gemma3-27b"), Settings(ctx=100_001, engine="sglang", block_size=16)).groups] == [6251, 65]
+
+
+def test_vllm_deepseek_v32_fp8_is_fp8_ds_mla_in_pages_of_64():
+    # vLLM forces 64-token pages for FlashMLASparse and stores an fp8 V3.2 cache as fp8_ds_mla (656 B) beside its
+    # fp8 indexer cache (132 B): 1000 tokens take 16 pages = 1024 tokens
+    r = row("deepseek-v3.2", "--ctx", "1000", "--kv-dtype", "fp8", "--engine", "vllm")
+    assert r["block_size"] == 64
+    assert r["kv_cache_bytes"] == 61 * 1000 * (512 + 64 + 128)  # the plain fp8 count: one byte a value
+    assert r["engine_kv_bytes"] == 61 * 1024 * (656 + 132)
+    # in bf16 vLLM keeps the indexer in fp8 still: (512 + 64) · 2 + 132
+    assert row("deepseek-v3.2", "--ctx", "1000", "--engine", "vllm")["engine_kv_bytes"] == 61 * 1024 * (576 * 2 + 132)
+
+
+def test_ideal_and_sglang_pages_are_the_exact_cache():
+    for name in bundled_names():
+        for ctx in (1, 1000, 40_000):
+            exact = kv_cache(spec(name), Settings(ctx=ctx))
+            assert kv_cache(spec(name), Settings(ctx=ctx, engine="ideal")).engine_bytes == exact.bytes, name
+            assert kv_cache(spec(name), Settings(ctx=ctx, engine="sglang")).engine_bytes == exact.bytes, name
+
+
+def test_pages_exceed_the_cache_by_less_than_a_page_a_layer():
+    for name in bundled_names():
+        s = Settings(ctx=12_345, batch=3, engine="vllm")
+        r = kv_cache(spec(name), s)
+        for g in r.groups:
+            if getattr(g.group.attention, "indexed", False):
+                continue  # vLLM's indexer cache is fp8 whatever the KV dtype: smaller than the bf16 count
+            waste = (g.engine_bytes_per_layer or 0) - g.bytes_per_layer
+            page = g.bytes_per_token_per_layer * g.block_size * s.batch
+            # at most the last page's gap, plus one page when a window's first position is not on a page boundary
+            # (and the cross-attention's last page)
+            limit = 1 if g.tokens_held == s.ctx and g.cross_formula is None else 2
+            assert 0 <= waste < limit * page or g.bytes_per_layer == 0, name
+
+
+def test_per_gpu_and_fit_count_pages_with_an_engine():
+    s = Settings(ctx=1000, engine="vllm", tp=8)
+    # llama3-8b over 8 GPUs: one KV head each, 63 pages of 16
+    assert per_gpu(spec("llama3-8b"), s).kv_cache_bytes == 32 * 2 * 128 * 2 * 1008
+    exact = json.loads(run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--batch", "8", "-f", "json").stdout)[0]
+    paged = json.loads(run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--batch", "8", "--engine", "vllm",
+                           "--block-size", "1024", "-f", "json").stdout)[0]
+    assert exact["max_ctx"] < 128 * K  # memory binds, not the trained maximum
+    assert paged["max_ctx"] % 1024 == 0 and exact["max_ctx"] - 1024 < paged["max_ctx"] <= exact["max_ctx"]
+
+
+def test_paged_figures_need_an_engine():
+    r = row("llama3-8b", "--ctx", "1000")
+    assert (r.get("engine"), r.get("block_size"), r.get("engine_kv_bytes"), r["kv_quant"]) == (None, None, None, "none")
+    with pytest.raises(KvcalcError):
+        Settings(ctx=10, engine="tgi")
