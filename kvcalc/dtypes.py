@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kvcalc.errors import KvcalcError
 
-# Bits per stored element. int4 is half a byte; quantisation scales and zero points are not modelled (they depend on
-# the kernel's block size).
+# Bits per stored element. int4 is half a byte; quantisation scales and zero points are a scheme's, added by
+# kvcalc.costs.quant when --kv-quant names one.
 DTYPE_BITS = {"fp64": 64, "fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
 DTYPES = tuple(DTYPE_BITS)
 

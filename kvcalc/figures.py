@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kvcalc.costs.comm import allreduce_seconds, decode_allreduce
 from kvcalc.costs.flops import decode_flops, generate_flops, mla_crossover, prefill_flops
 from kvcalc.costs.parallel import PerGpu, per_gpu
 from kvcalc.costs.params import param_counts, weights_bytes
@@ -55,6 +56,10 @@ class CostFigures:
                                          "KV cache the busiest GPU holds (heads split by tp, its pipeline stage, its share of the batch)")
     state_bytes_per_gpu: int = figure("State\nper GPU", "bytes", "constant states the busiest GPU holds")
     weights_bytes_per_gpu: int = figure("Weights\nper GPU", "bytes", "weights the busiest GPU holds (tp, ep and pp splits)")
+    tp_allreduce_bytes: int | None = figure("All-reduce\nbytes/token", "bytes",
+                                            "estimate: bytes one decode step all-reduces over the tp ranks (tp > 1)")
+    comm_seconds_per_token: float | None = figure("Comm\ntime/token", "seconds",
+                                                  "estimate: ring all-reduce time of a decode step on the preset's interconnect")
 
 
 def figures(spec: ModelSpec, s: Settings) -> CostFigures:
@@ -83,6 +88,11 @@ def figures(spec: ModelSpec, s: Settings) -> CostFigures:
     gpu = per_gpu(spec, s)
     out.update(gpus=gpu.gpus, kv_cache_bytes_per_gpu=gpu.kv_cache_bytes, state_bytes_per_gpu=gpu.state_bytes,
                weights_bytes_per_gpu=gpu.weights_bytes)
+    reduce = decode_allreduce(spec, s)
+    if reduce is not None:
+        out.update(tp_allreduce_bytes=reduce.bytes)
+        if s.hardware is not None and s.hardware.interconnect_bandwidth:
+            out.update(comm_seconds_per_token=float(allreduce_seconds(reduce, s.tp, s.hardware.interconnect_bandwidth)))
     if s.hardware is not None:
         out.update(_roofline(spec, s, s.hardware, out["flops_prefill"], decode, read, gpu))
     return CostFigures(**out)

@@ -91,3 +91,26 @@ def test_fits_in_memory_asks_the_busiest_gpu():
 def test_show_reports_the_busiest_gpu():
     out = json.loads(run("show", "deepseek-v2", "--ctx", "32k", "--tp", "8", "--pp", "2", "-f", "json").stdout)["summary"]
     assert out["gpus"] == 16 and out["kv_cache_bytes_per_gpu"] == 30 * 576 * 32 * K * 2  # one stage: 30 of 60 layers
+
+
+def test_tp_allreduce_estimate_counts_two_a_layer_and_the_embedding():
+    # llama3-70b, tp 8, batch 16: 80 attention + 80 FFN all-reduces + the embedding's, each 16 · 8192 · 2 bytes
+    # (Megatron-LM §3); NVLink 4 at 450 GB/s each way, ring: 2 · 7/8 of the bytes through each link
+    r = json.loads(run("cost", "llama3-70b", "--ctx", "8k", "--tp", "8", "--batch", "16", "--hardware", "h100-80gb",
+                       "-f", "json").stdout)
+    summary = r["summary"]
+    total = 161 * 16 * 8192 * 2
+    assert summary["tp_allreduce_bytes"] == total
+    assert summary["comm_seconds_per_token"] == pytest.approx(2 * 7 * total / (8 * 450e9), rel=1e-12)
+
+
+def test_tp_allreduce_follows_the_blocks_each_layer_has():
+    from kvcalc.costs.comm import decode_allreduce
+
+    assert decode_allreduce(spec("llama3-70b"), Settings(ctx=1)) is None  # tp 1: nothing to reduce
+    # Whisper's decoder: self-attention, cross-attention and FFN in each of 32 layers, d_model 1280
+    assert decode_allreduce(spec("whisper-large-v3"), Settings(ctx=1, tp=2)).count == 1 + 32 * 3
+    # Nemotron-H: 54 Mamba-2 and 10 attention layers (no FFN), 54 FFN-only layers
+    assert decode_allreduce(spec("nemotron-h-56b"), Settings(ctx=1, tp=2)).count == 1 + 54 + 10 + 54
+    # data parallel replicas each reduce their own share of the batch: ceil(9 / 2) = 5 sequences
+    assert decode_allreduce(spec("llama3-70b"), Settings(ctx=1, tp=2, dp=2, batch=9)).message_bytes == 5 * 8192 * 2

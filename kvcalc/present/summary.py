@@ -134,4 +134,10 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
             ("tokens_per_second", fig.tokens_per_second, f"{fig.tokens_per_second or 0:,.1f}", "batch / decode time, upper bound"),
             ("fits_in_memory", fig.fits_in_memory, _yes(bool(fig.fits_in_memory)), f"weights + KV cache vs {hw} memory"),
         ]
+    if fig.tp_allreduce_bytes is not None:
+        items.append(("tp_allreduce_bytes", fig.tp_allreduce_bytes, b(fig.tp_allreduce_bytes),
+                      "estimate: all-reduced by one decode step over the tp ranks (kvcalc/costs/comm.py)"))
+    if fig.comm_seconds_per_token is not None:
+        items.append(("comm_seconds_per_token", fig.comm_seconds_per_token, format_seconds(fig.comm_seconds_per_token),
+                      f"estimate: ring all-reduce on {fig.hardware}'s interconnect, beside the roofline (not in it)"))
     return _rows(items)

@@ -1,0 +1,53 @@
+"""Tensor-parallel communication of one decode step: an estimate, labelled so wherever it is shown.
+
+Rules (also in the README):
+- Every block that ends in a row-parallel projection sums its ranks' partial outputs with one all-reduce of the
+  block's output, batch × d_model activations (Megatron-LM, Shoeybi et al. 2019 §3: two all-reduces a layer in the
+  forward pass; vLLM RowParallelLinear with reduce_results): each layer's attention (or mixer) W_O, a parallel
+  mixer's second branch, a cross-attention and an FFN or MoE block (vLLM's FusedMoE reduces its output, with or
+  without expert parallelism), plus the vocabulary-parallel embedding's output once (VocabParallelEmbedding).
+- A decode step sends one token a sequence: messages of ceil(batch / dp) × d_model values at 2 bytes (bf16
+  activations). `tp = 1` has none.
+- Time: a ring all-reduce moves 2·(tp − 1)/tp of its message through each GPU's link each way (NCCL's bus
+  bandwidth), so time = 2·(tp − 1)/tp · bytes / interconnect_bandwidth. Latency, overlap with compute, pipeline
+  hand-offs, the LM head's logit gather, expert all-to-all and SGLang's DP-attention gathers are not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from kvcalc.costs.params import ffn_of_layer
+from kvcalc.settings import Settings
+from kvcalc.spec import ModelSpec, NoFFN
+
+ACTIVATION_BYTES = 2  # bf16 activations
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    """The all-reduces of one decode step: how many, the bytes of each message, and their sum."""
+
+    count: int
+    message_bytes: int
+    bytes: int  # count · message_bytes: the bytes all-reduced in one decode step
+
+
+def decode_allreduce(spec: ModelSpec, s: Settings) -> AllReduce | None:
+    """The tensor-parallel all-reduces of one decode step (None when tp = 1)."""
+    if s.tp == 1:
+        return None
+    count = 1  # the embedding's output
+    for group in spec.groups:
+        mixer = bool(group.attention.weights(group.layer))  # an FFN-only layer (Nemotron-H's) has no mixer
+        blocks = mixer + (group.parallel is not None) + (group.cross is not None)  # row-parallel mixer outputs
+        count += blocks * len(group.layers)
+    count += sum(not isinstance(ffn_of_layer(spec, i), NoFFN) for i in range(spec.n_layers))
+    message = -(-s.batch // s.dp) * spec.d_model * ACTIVATION_BYTES
+    return AllReduce(count, message, count * message)
+
+
+def allreduce_seconds(reduce: AllReduce, tp: int, link_bandwidth: int) -> Fraction:
+    """A ring all-reduce's time: 2·(tp − 1)/tp of the bytes through each link (one direction), summed."""
+    return Fraction(2 * (tp - 1) * reduce.bytes, tp * link_bandwidth)
