@@ -198,6 +198,7 @@ def hardware_rows(hardware: list[Hardware]) -> list[dict]:
             "memory_bandwidth": hw.memory_bandwidth,
             "memory_bytes": hw.memory_bytes,
             "ridge_flops_per_byte": float(hw.ridge_point),
+            "interconnect_bandwidth": hw.interconnect_bandwidth,
         }
         for hw in hardware
     ]

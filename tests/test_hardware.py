@@ -243,8 +243,10 @@ def test_hardware_rows_have_stable_keys_and_raw_numbers():
     assert [r["name"] for r in rows] == ALL_HARDWARE
     for row, hw in zip(rows, presets):
         assert list(row) == [
-            "name", "vendor", "peak_flops_bf16", "memory_bandwidth", "memory_bytes", "ridge_flops_per_byte"
+            "name", "vendor", "peak_flops_bf16", "memory_bandwidth", "memory_bytes", "ridge_flops_per_byte",
+            "interconnect_bandwidth",  # added by #7: keys only grow
         ]
+        assert row["interconnect_bandwidth"] == PUBLISHED_INTERCONNECT.get(hw.name)
         assert row["peak_flops_bf16"] == hw.peak_flops_bf16 and isinstance(row["memory_bytes"], int)
         assert isinstance(row["ridge_flops_per_byte"], float)
         assert row["ridge_flops_per_byte"] == hw.peak_flops_bf16 / hw.memory_bandwidth

@@ -244,5 +244,6 @@ def hardware_output() -> Output:
     rows = hardware_rows([load_hardware(name) for name in bundled_hardware()])
     cols = [Column("name", "Name"), Column("vendor", "Vendor"), Column("peak_flops_bf16", "Peak bf16\nper second", "flops"),
             Column("memory_bandwidth", "Memory\nbandwidth", "bandwidth"), Column("memory_bytes", "Memory", "bytes"),
-            Column("ridge_flops_per_byte", "Ridge\nFLOP/byte", "float")]
+            Column("ridge_flops_per_byte", "Ridge\nFLOP/byte", "float"),
+            Column("interconnect_bandwidth", "Interconnect\n(each way)", "bandwidth")]
     return Output([Table("hardware", cols, rows, "Hardware presets (vendor peak figures)")])
