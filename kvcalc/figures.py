@@ -6,7 +6,7 @@ and the README's key list are generated from them. Keys are stable: later versio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kvcalc.costs.comm import allreduce_seconds, decode_allreduce
@@ -19,7 +19,7 @@ from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec
 
 if TYPE_CHECKING:
-    from kvcalc.hardware import Hardware
+    from kvcalc.hardware import Hardware, Roofline
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,11 @@ def _roofline(spec: ModelSpec, s: Settings, hw: Hardware, prefill_flops_: int, d
               gpu: PerGpu) -> dict:
     from kvcalc.hardware import roofline
 
-    prefill = roofline(prefill_flops_, sum(prefill_bytes(spec, s).values()), hw)
-    step = roofline(decode, read, hw)
+    if s.gpus > 1:
+        prefill, step = _parallel_roofline(spec, s, hw)
+    else:
+        prefill = roofline(prefill_flops_, sum(prefill_bytes(spec, s).values()), hw)
+        step = roofline(decode, read, hw)
     return {
         "hardware": hw.name,
         "prefill_seconds": float(prefill.seconds),
@@ -112,6 +115,22 @@ def _roofline(spec: ModelSpec, s: Settings, hw: Hardware, prefill_flops_: int, d
         "decode_bound": step.bound,
         "fits_in_memory": gpu.weights_bytes + gpu.kv_cache_bytes + gpu.state_bytes <= hw.memory_bytes,
     }
+
+
+def _parallel_roofline(spec: ModelSpec, s: Settings, hw: Hardware) -> tuple[Roofline, Roofline]:
+    """Prefill and decode rooflines of one GPU's share under a parallel layout (README, Serving): a replica's
+    ceil(batch / dp) sequences; FLOPs and weights divided by tp; the cache and states one rank holds (MLA's latent is
+    not divided); pipeline stages run one after another for a token, so pp does not shorten a step."""
+    from kvcalc.hardware import roofline
+
+    replica = replace(s, batch=-(-s.batch // s.dp), tp=1, pp=1, dp=1, dp_attention=False)
+    rank = per_gpu(spec, replace(replica, tp=s.tp, dp_attention=s.dp_attention))  # one TP rank, every layer
+    tp = s.tp
+    decode = -(-sum(decode_flops(spec, replica).values()) // tp)
+    decode_read = -(-decode_bytes(spec, replica)["weights"] // tp) + rank.kv_cache_bytes + 2 * rank.state_bytes
+    prefill = -(-sum(prefill_flops(spec, replica).values()) // tp)
+    prefill_moved = -(-prefill_bytes(spec, replica)["weights"] // tp) + rank.kv_cache_bytes + rank.state_bytes
+    return roofline(prefill, prefill_moved, hw), roofline(decode, decode_read, hw)
 
 
 def cost_breakdowns(spec: ModelSpec, s: Settings) -> dict[str, dict[str, int]]:

@@ -114,3 +114,30 @@ def test_tp_allreduce_follows_the_blocks_each_layer_has():
     assert decode_allreduce(spec("nemotron-h-56b"), Settings(ctx=1, tp=2)).count == 1 + 54 + 10 + 54
     # data parallel replicas each reduce their own share of the batch: ceil(9 / 2) = 5 sequences
     assert decode_allreduce(spec("llama3-70b"), Settings(ctx=1, tp=2, dp=2, batch=9)).message_bytes == 5 * 8192 * 2
+
+
+def test_roofline_under_tp_is_one_gpus_share_and_mla_latent_is_not_divided():
+    from kvcalc.costs.traffic import decode_bytes
+    from kvcalc.hardware import load_hardware
+
+    h100 = load_hardware("h100-80gb")
+    for name, kv_split in (("llama3-70b", 8), ("deepseek-v2", 1)):  # 8 KV heads split 8 ways; the latent replicated
+        one = Settings(ctx=32 * K, batch=16, hardware=h100)
+        eight = Settings(ctx=32 * K, batch=16, hardware=h100, tp=8)
+        fig1, fig8 = (json.loads(run("cost", name, "--ctx", "32k", "--batch", "16", "--hardware", "h100-80gb",
+                                     *(["--tp", "8"] if s.tp > 1 else []), "-f", "json").stdout) for s in (one, eight))
+        parts = decode_bytes(spec(name), one)
+        kv = kv_cache(spec(name), one).bytes
+        flops = sum(fig1["flops"][p]["total"] for p in fig1["flops"] if p.startswith("decode_token")
+                    and (p == "decode_token" or p.endswith("absorbed")))
+        read = -(-parts["weights"] // 8) + kv // kv_split
+        expected = max(-(-flops // 8) / h100.peak_flops_bf16, read / h100.memory_bandwidth)
+        assert fig8["summary"]["decode_seconds_per_token"] == pytest.approx(expected, rel=1e-12), name
+        assert fig8["summary"]["decode_seconds_per_token"] < fig1["summary"]["decode_seconds_per_token"]
+    # data parallelism: each replica runs its share of the batch, all at once
+    dp = json.loads(run("cost", "llama3-70b", "--ctx", "32k", "--batch", "16", "--hardware", "h100-80gb", "--dp", "2",
+                        "-f", "json").stdout)["summary"]
+    half = json.loads(run("cost", "llama3-70b", "--ctx", "32k", "--batch", "8", "--hardware", "h100-80gb",
+                          "-f", "json").stdout)["summary"]
+    assert dp["decode_seconds_per_token"] == half["decode_seconds_per_token"]
+    assert dp["tokens_per_second"] == pytest.approx(2 * half["tokens_per_second"], rel=1e-12)
