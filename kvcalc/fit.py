@@ -47,6 +47,18 @@ class FitRow:
                           "or weights (nothing fits)")
 
 
+VLLM_LARGE_GPU = 70 * 2**30  # vLLM's threshold for its larger batch defaults
+
+
+def default_prefill_chunk(engine: str | None, hw: Hardware) -> int:
+    """Tokens of one prefill chunk when --prefill-chunk is not given: `vllm serve`'s max_num_batched_tokens (8192 on
+    a device of at least 70 GiB that is not an A100, else 2048: vllm/engine/arg_utils.py EngineArgs.get_batch_defaults,
+    OPENAI_API_SERVER; vLLM's TPU overrides are not modelled), else 2048."""
+    if engine == "vllm" and hw.memory_bytes >= VLLM_LARGE_GPU and "a100" not in hw.name.lower():
+        return 8192
+    return 2048
+
+
 def activation_bytes(spec: ModelSpec, s: Settings, chunk: int) -> int:
     """An estimate of one prefill chunk's activations on one GPU, in bf16: per token, the residual stream, its normed
     copy, the attention output and the FFN input (4·d), and the two hidden activations of the widest gated FFN on one

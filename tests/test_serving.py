@@ -172,3 +172,18 @@ def test_paged_figures_need_an_engine():
     assert (r.get("engine"), r.get("block_size"), r.get("engine_kv_bytes"), r["kv_quant"]) == (None, None, None, "none")
     with pytest.raises(KvcalcError):
         Settings(ctx=10, engine="tgi")
+
+
+def test_fit_prefill_chunk_defaults_to_vllm_serve():
+    from kvcalc.fit import activation_bytes
+
+    def acts(*args: str) -> int:
+        out = run("fit", "llama3.1-8b", "--batch", "4", "-f", "json", *args).stdout
+        return json.loads(out)[0]["activation_bytes"]
+
+    s = Settings(ctx=1)
+    # vllm serve's max_num_batched_tokens: 8192 on an H100 (80 GiB, not an A100), 2048 on an A100 80GB
+    assert acts("--hardware", "h100-80gb", "--engine", "vllm") == activation_bytes(spec("llama3.1-8b"), s, 8192)
+    assert acts("--hardware", "a100-80gb", "--engine", "vllm") == activation_bytes(spec("llama3.1-8b"), s, 2048)
+    assert acts("--hardware", "h100-80gb") == activation_bytes(spec("llama3.1-8b"), s, 2048)
+    assert acts("--hardware", "h100-80gb", "--prefill-chunk", "512") == activation_bytes(spec("llama3.1-8b"), s, 512)

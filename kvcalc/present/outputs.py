@@ -175,14 +175,14 @@ def run_output(report: RunReport) -> Output:
 
 
 def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | None, reserve: str,
-               chunk: int) -> Output:
+               chunk: int | None) -> Output:
     """`fit`: one row per context (largest batch), or one row (longest context for the batch)."""
     from dataclasses import replace
     from fractions import Fraction
 
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
-    from kvcalc.fit import FitRow, fit
+    from kvcalc.fit import FitRow, default_prefill_chunk, fit
 
     if opts.hardware_name is None:
         raise KvcalcError("fit needs --hardware NAME (see 'kvcalc hardware') or a hardware YAML file")
@@ -197,6 +197,8 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
         if s.gpus != 1:
             raise KvcalcError(f"--gpus {gpus} differs from --tp {s.tp} × --pp {s.pp} × --dp {s.dp} = {s.gpus}")
         s = replace(s, tp=gpus)
+    assert s.hardware is not None  # loaded from --hardware above
+    chunk = chunk or default_prefill_chunk(s.engine, s.hardware)
     spec = lm.spec
     rows = [as_row(fit(spec, s.at(c), s.hardware, frac, chunk, "batch")) for c in ctxs] if ctxs else \
         [as_row(fit(spec, s, s.hardware, frac, chunk, "ctx"))]
