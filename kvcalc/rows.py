@@ -132,6 +132,8 @@ class CacheFigures:
     engine: str | None = figure("Engine", "text", "serving engine whose paged cache engine_kv_bytes counts (--engine)")
     block_size: int | None = figure("Page\ntokens", "int", "tokens a page of that engine holds")
     engine_kv_bytes: int | None = figure("Engine\nKV cache", "bytes", "the KV cache in the engine's whole pages, all sequences")
+    engine_state_bytes: int | None = figure("Engine\nstate", "bytes",
+                                            "constant states as the engine stores them (vLLM: a padded page each), all sequences")
 
 
 def cache_figures(spec: ModelSpec, report: CacheReport, first_bytes: int | None) -> CacheFigures:
@@ -152,6 +154,7 @@ def cache_figures(spec: ModelSpec, report: CacheReport, first_bytes: int | None)
         engine=report.engine,
         block_size=report.block_size,
         engine_kv_bytes=report.engine_bytes,
+        engine_state_bytes=report.engine_state_bytes if report.state_bytes else None,
     )
 
 

@@ -187,3 +187,40 @@ def test_fit_prefill_chunk_defaults_to_vllm_serve():
     assert acts("--hardware", "a100-80gb", "--engine", "vllm") == activation_bytes(spec("llama3.1-8b"), s, 2048)
     assert acts("--hardware", "h100-80gb") == activation_bytes(spec("llama3.1-8b"), s, 2048)
     assert acts("--hardware", "h100-80gb", "--prefill-chunk", "512") == activation_bytes(spec("llama3.1-8b"), s, 512)
+
+
+def test_vllm_hybrid_pages_unify_attention_and_state():
+    # vLLM _align_hybrid_block_size (no prefix caching of states): attention block a = 16 · ceil(S / (16 · A)), every
+    # state padded to one page of a · A bytes. Qwen3-Next: Gated DeltaNet state of one layer S (bf16) against
+    # A = 2 · 2 KV heads · 256 · 2 bytes = 2048 bytes a token.
+    qwen = spec("qwen3-next-80b-a3b")
+    r = kv_cache(qwen, Settings(ctx=1000, engine="vllm"))
+    state = r.groups[0].state_elements_per_layer * 2
+    a = 16 * -(-state // (16 * 2048))
+    # vLLM's start-up log for Qwen3-Next at tp 1 (as users post it): "Setting attention block size to 544 tokens ...",
+    # "Padding mamba page size by 1.49% ..."
+    assert a == 544
+    assert round(100 * (a * 2048 - state) / state, 2) == 1.49
+    assert r.engine_bytes == 12 * 2 * a * 2048  # 12 attention layers, 1000 tokens in 2 pages of 544
+    assert r.engine_state_bytes == 36 * a * 2048  # 36 linear layers, one padded page each
+    # Nemotron-H 56B: Mamba-2 state against A = 2 · 8 · 128 · 2 = 4096 bytes
+    nem = kv_cache(spec("nemotron-h-56b"), Settings(ctx=1000, engine="vllm"))
+    state = nem.groups[0].state_elements_per_layer * 2
+    a = 16 * -(-state // (16 * 4096))
+    assert (nem.engine_bytes, nem.engine_state_bytes) == (10 * a * 4096, 54 * a * 4096)
+    # SGLang and ideal keep states exact, in pages of their own
+    for engine in ("sglang", "ideal"):
+        exact = kv_cache(qwen, Settings(ctx=1000, engine=engine))
+        assert (exact.engine_bytes, exact.engine_state_bytes) == (exact.bytes, exact.state_bytes)
+
+
+def test_vllm_hybrid_pages_per_rank_and_in_fit():
+    # under tp 4 each rank sizes its own page: a rank holds ceil(2 / 4) = 1 of Qwen3-Next's 2 KV heads (A = 1024
+    # bytes) and a quarter of each Gated DeltaNet state
+    s = Settings(ctx=1000, engine="vllm", tp=4)
+    g = per_gpu(spec("qwen3-next-80b-a3b"), s)
+    rank = kv_cache(spec("qwen3-next-80b-a3b"), Settings(ctx=1000))
+    state = rank.groups[0].state_elements_per_layer * 2 // 4
+    a = 16 * -(-state // (16 * 1024))
+    assert a == 272
+    assert g.kv_cache_bytes == 12 * -(-1000 // a) * a * 1024 and g.state_bytes == 36 * a * 1024

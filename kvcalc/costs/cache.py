@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvcalc.attention import Formula
-from kvcalc.costs.paged import block_tokens, layer_pages, page_bytes, pages
+from kvcalc.costs.paged import HybridPages, block_tokens, layer_pages, page_bytes, pages, vllm_hybrid_pages
 from kvcalc.costs.quant import entry_bytes, group_size
 from kvcalc.dtypes import elements_to_bytes
 from kvcalc.settings import Settings
@@ -52,6 +52,7 @@ class GroupCache:
     block_size: int | None = None  # tokens a page under --engine
     pages: int = 0  # pages each layer's self-attention holds per sequence under --engine
     engine_bytes_per_layer: int | None = None  # whole pages of one layer, all sequences (kvcalc.costs.paged)
+    engine_state_bytes_per_layer: int | None = None  # one layer's constant states as the engine stores them
 
     @property
     def n_layers(self) -> int:
@@ -80,6 +81,7 @@ class CacheReport:
     kv_quant: str = "none"
     engine: str | None = None
     engine_bytes: int | None = None  # the KV cache in the engine's whole pages (--engine)
+    engine_state_bytes: int | None = None  # the constant states as the engine stores them (--engine)
 
     @property
     def block_size(self) -> int | None:
@@ -102,9 +104,9 @@ def token_bytes(formula: Formula, heads: int, s: Settings) -> int:
     return -(-entry_bytes(formula, heads, g, s.kv_dtype, s.kv_quant) // g)
 
 
-def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0) -> GroupCache:
+def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: HybridPages | None = None) -> GroupCache:
     """The cache of one layer group of a model at settings `s`; `enc_tokens`: encoder positions its cross-attention
-    holds (encoder–decoder models)."""
+    holds (encoder–decoder models); `hybrid`: vLLM's unified page of a hybrid model (kvcalc.costs.paged)."""
     att, layer = group.attention, group.layer
     formula = att.cache_formula(layer, s.mla_cache)
     held = att.tokens_held(layer, s.ctx)
@@ -125,19 +127,21 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0) -> Group
         one += entry_bytes(cross, cross_heads, enc_tokens, s.kv_dtype, s.kv_quant) if cross else 0
         layer_bytes = s.batch * one
         bytes_ = layer_bytes * len(group.layers)
-    block = n_pages = paged = None
+    block = n_pages = paged = engine_state = None
     if s.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
-        block = block_tokens(att, s)
+        block = block_tokens(att, s, hybrid)
         n_pages = layer_pages(s.ctx, held, block, layer.window, s.engine)
         paged = n_pages * page_bytes(formula, heads, block, att, s)
         if cross is not None and group.cross is not None:
             cross_heads = group.cross.cache_heads(group.cross_layer, s.mla_cache)
             paged += pages(enc_tokens, enc_tokens, block) * page_bytes(cross, cross_heads, block, group.cross, s)
         paged *= s.batch
+        state_one = hybrid.page_bytes if hybrid is not None else elements_to_bytes(state.elements, s.state_storage)
+        engine_state = s.batch * state_one if state.elements else 0  # vLLM: one padded page a state
     return GroupCache(group, formula, held, state.elements, per_layer, total, layer_bytes, bytes_,
                       state if state.elements else None, state_total, elements_to_bytes(state_total, s.state_storage),
                       cross, enc_tokens if cross else 0, token_bytes(formula, heads, s), heads, block, n_pages or 0,
-                      paged)
+                      paged, engine_state)
 
 
 def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
@@ -147,7 +151,8 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
     mtp = spec.mtp_group() if s.mtp else None
     if mtp is not None:  # --mtp: the multi-token-prediction layers keep a cache like the last layer's
         groups = groups + (mtp,)
-    rows = tuple(group_cache(g, s, enc) for g in groups)
+    hybrid = vllm_hybrid_pages(groups, s)
+    rows = tuple(group_cache(g, s, enc, hybrid) for g in groups)
     per_token = sum(r.formula.elements * r.n_layers for r in rows)
     elements = sum(r.elements for r in rows)
     state = sum(r.state_elements for r in rows)
@@ -171,6 +176,7 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
         kv_quant=s.kv_quant,
         engine=s.engine,
         engine_bytes=sum((r.engine_bytes_per_layer or 0) * r.n_layers for r in rows) if s.engine else None,
+        engine_state_bytes=sum((r.engine_state_bytes_per_layer or 0) * r.n_layers for r in rows) if s.engine else None,
     )
 
 

@@ -14,22 +14,33 @@ Rules (also in the README):
 - vLLM stores DeepSeek-V3.2's indexer key as fp8 with one fp32 scale per 128 values (DeepseekV32IndexerCache:
   head_dim + head_dim // 128 · 4 bytes a token) whatever the KV dtype, and turns an fp8 cache of a sparse MLA model
   into its fp8_ds_mla layout (656 bytes a token for DeepSeek-V3.2; kvcalc.costs.quant).
-- Constant states (linear attention, SSMs) are not paged here (their figures are unchanged); the pool's free pages,
-  prefix sharing and page-size unification across hybrid layers are not modelled.
+- Constant states (linear attention, SSMs): vLLM keeps each layer's state of a request in one page of its KV pool
+  and makes every page the same size (vllm/platforms/interface.py `_align_hybrid_block_size`, without prefix caching
+  of states: mamba_cache_mode "none"): the attention block grows to a = k · ceil(S / (k · A)) tokens, with S the
+  bytes of one layer's state, A the bytes one token adds to an attention layer and k = max(the backend's smallest
+  block, the block size asked) (16, or 64 for FlashMLA), and each state page is padded to a · A bytes. SGLang
+  keeps states in its own Mamba pool at their exact size (mem_cache/memory_pool.py MambaPool); ideal is exact.
+- The pool's free pages and prefix sharing are not modelled.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kvcalc.attention import MLA, AttentionKind, Formula
 from kvcalc.costs.quant import component_bytes
+from kvcalc.dtypes import elements_to_bytes
 from kvcalc.settings import Settings
+from kvcalc.spec import ResolvedGroup
 
 DEFAULT_BLOCK = {"ideal": 1, "vllm": 16, "sglang": 1}  # tokens a page; vLLM CacheConfig.block_size, SGLang page_size
 VLLM_MLA_BLOCK = 64  # vllm/platforms/cuda.py forces 64 for the FlashMLA and FlashMLASparse backends
 
 
-def block_tokens(attention: AttentionKind, s: Settings) -> int:
-    """Tokens a page holds for a layer of `attention` under the settings' engine."""
+def block_tokens(attention: AttentionKind, s: Settings, hybrid: HybridPages | None = None) -> int:
+    """Tokens a page holds for a layer of `attention` under the settings' engine (`hybrid`: vLLM's unified page)."""
+    if hybrid is not None:
+        return hybrid.block
     if s.block_size is not None:
         return s.block_size
     if s.engine == "vllm" and isinstance(attention, MLA):
@@ -69,3 +80,35 @@ def page_bytes(formula: Formula, heads: int, block: int, attention: AttentionKin
         else:
             out += component_bytes(name, channels, heads, block, s.kv_dtype, scheme)
     return out
+
+
+@dataclass(frozen=True)
+class HybridPages:
+    """vLLM's unified page for a model with attention and constant-state layers: the attention block in tokens, and
+    the bytes of every page (a state page padded to it)."""
+
+    block: int
+    page_bytes: int
+
+
+def vllm_hybrid_pages(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s: Settings) -> HybridPages | None:
+    """The unified page vLLM gives a hybrid model (see the module's rules); None for other engines and models."""
+    if s.engine != "vllm":
+        return None
+    state_bytes = [elements_to_bytes(_state(g).elements, s.state_storage) for g in groups]
+    growing = [g for g in groups if g.attention.cache_formula(g.layer, s.mla_cache).elements and not g.layer.kv_shared]
+    if not growing or not any(state_bytes):
+        return None
+    first = growing[0].attention  # vLLM sizes the page by the first attention layer's spec
+    formula = first.cache_formula(growing[0].layer, s.mla_cache)
+    one_token = page_bytes(formula, first.cache_heads(growing[0].layer, s.mla_cache), 1, first, s)
+    k = max(VLLM_MLA_BLOCK if isinstance(first, MLA) else DEFAULT_BLOCK["vllm"], s.block_size or 0)
+    block = max(k * -(-max(state_bytes) // (k * one_token)), s.block_size or 0)
+    return HybridPages(block, block * one_token)
+
+
+def _state(group: ResolvedGroup) -> Formula:
+    """A layer's constant state: its kind's, or its parallel mixer's (Falcon-H1)."""
+    if group.parallel is not None:
+        return group.parallel.state_formula(group.parallel_layer)
+    return group.attention.state_formula(group.layer)

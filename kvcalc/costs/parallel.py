@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from kvcalc.attention import MLA
 from kvcalc.costs.cache import group_cache
+from kvcalc.costs.paged import vllm_hybrid_pages
 from kvcalc.costs.params import ffn_of_layer
 from kvcalc.dtypes import elements_to_bytes
 from kvcalc.errors import KvcalcError
@@ -92,6 +93,7 @@ def _stage(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int)
     replica = _ceil(s.batch, s.dp)
     enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
     kv = state = params = 0
+    hybrid = vllm_hybrid_pages([_rank_group(g, tp) for g in spec.groups], s)  # each rank sizes its own pages
     for group in spec.groups:
         n = sum(1 for i in group.layers if i in layers)
         if not n:
@@ -99,9 +101,12 @@ def _stage(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int)
         shared = s.dp_attention and isinstance(group.attention, MLA)
         share = dataclasses.replace(s, batch=_ceil(replica, tp) if shared else replica, tp=1, pp=1, dp=1)
         rank = _rank_group(group, tp)
-        gc = group_cache(rank, share, enc)
+        gc = group_cache(rank, share, enc, hybrid)
         kv += n * (gc.bytes_per_layer if gc.engine_bytes_per_layer is None else gc.engine_bytes_per_layer)  # pages with --engine
-        state += n * elements_to_bytes(share.batch * gc.state_elements_per_layer, s.state_storage)
+        if gc.engine_state_bytes_per_layer is not None:  # the engine's state pages
+            state += n * gc.engine_state_bytes_per_layer
+        else:
+            state += n * elements_to_bytes(share.batch * gc.state_elements_per_layer, s.state_storage)
         weights = rank.attention.weights(rank.layer)
         weights += rank.cross.weights(rank.cross_layer) if rank.cross else ()
         weights += rank.parallel.weights(rank.parallel_layer) if rank.parallel else ()
