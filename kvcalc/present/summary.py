@@ -87,6 +87,10 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
     if report.engine_bytes is not None:
         items.append(("engine_kv_bytes", report.engine_bytes, b(report.engine_bytes),
                       f"{report.engine}: whole pages of {report.block_size} tokens a layer and sequence"))
+        if report.state_bytes and report.engine_state_bytes is not None:
+            items.append(("engine_state_bytes", report.engine_state_bytes, b(report.engine_state_bytes),
+                          f"{report.engine}: constant states as it stores them"
+                          + (" (one page each, padded)" if report.engine == "vllm" else "")))
     if settings is not None and settings.gpus > 1:
         from kvcalc.costs.parallel import per_gpu
 
