@@ -29,6 +29,7 @@ from kvcalc.options import (
     guarded,
     load,
     one_ctx,
+    output_options,
     parse_ctx,
     version_callback,
 )
@@ -53,6 +54,7 @@ def _root(
 
 @app.command("list")
 @guarded
+@output_options
 def list_models(fmt: FormatOpt = "table", units: UnitsOpt = "binary") -> None:
     """List the bundled models with their attention kind, key dims and bf16 KV bytes per token."""
     from kvcalc.present.emit import emit
@@ -63,6 +65,7 @@ def list_models(fmt: FormatOpt = "table", units: UnitsOpt = "binary") -> None:
 
 @app.command()
 @guarded
+@output_options
 @cost_options
 def compare(
     models: ModelsArg,
@@ -87,6 +90,7 @@ def compare(
 
 @app.command()
 @guarded
+@output_options
 @cost_options
 def sweep(
     models: ModelsArg,
@@ -112,6 +116,7 @@ def sweep(
 
 @app.command()
 @guarded
+@output_options
 @cost_options
 def show(
     model: ModelArg,
@@ -134,6 +139,7 @@ def show(
 
 @app.command()
 @guarded
+@output_options
 @cost_options
 def cost(
     model: ModelArg,
@@ -152,6 +158,7 @@ def cost(
 
 @app.command()
 @guarded
+@output_options
 @cost_options
 def fit(
     model: ModelArg,
@@ -172,6 +179,7 @@ def fit(
 
 @app.command("run")
 @guarded
+@output_options
 def run_backend(
     model: ModelArg,
     ctx: Annotated[str, typer.Option("--ctx", "-c", help="Prompt tokens to prefill (k = 1024).")] = "128",
@@ -217,6 +225,7 @@ def run_backend(
 
 @app.command("hardware")
 @guarded
+@output_options
 def hardware_list(fmt: FormatOpt = "table", units: UnitsOpt = "binary") -> None:
     """List the bundled hardware presets: peak dense bf16 FLOP/s, memory bandwidth and size, with sources."""
     from kvcalc.present.emit import emit

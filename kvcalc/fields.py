@@ -11,7 +11,7 @@ from typing import Any
 # text; num (text that reads as a number, right-aligned); int; bool; bytes; tokens (k = 1024); ratio; flops;
 # count (parameters); seconds; rate (per second); float; bandwidth (bytes/s, decimal units).
 KINDS = ("text", "num", "int", "bool", "bytes", "tokens", "ratio", "flops", "count", "seconds", "rate", "float",
-         "bandwidth")
+         "bandwidth", "formula")  # formula: a cache formula (math mode in LaTeX)
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,39 @@ def cost_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+_OUTPUT_PARAMS = [
+    ("caption", Annotated[str | None, typer.Option("--caption", help="LaTeX: the table's caption (default: its title).")], None),
+    ("label", Annotated[str | None, typer.Option("--label", help="LaTeX: the table's \\label (default: tab:<table name>; later tables get -<name>).")], None),
+    ("bare", Annotated[bool, typer.Option("--bare", help="LaTeX: the tabular alone, without the table environment.")], False),
+    ("output", Annotated[str | None, typer.Option("--output", "-o", metavar="FILE", help="Write to FILE instead of stdout; with the default format the extension chooses it (.tex .md .csv .json .txt).")], None),
+]
+
+
+def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command --caption, --label, --bare and --output: they set where and how `emit` writes."""
+    from kvcalc.present.emit import DESTINATION, Destination
+
+    sig = inspect.signature(fn)
+    resolved = typing.get_type_hints(fn, include_extras=True)
+    own = [p.replace(annotation=resolved.get(p.name, p.annotation)) for p in sig.parameters.values()]
+    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+              for name, annotation, default in _OUTPUT_PARAMS]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        dest = Destination(**{name: kwargs.pop(name) for name, _, _ in _OUTPUT_PARAMS})
+        token = DESTINATION.set(dest)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            DESTINATION.reset(token)
+
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + shared
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {**{p.name: p.annotation for p in own}, **{p.name: p.annotation for p in shared}}
+    return wrapper
+
+
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn a KvcalcError into one message on stderr and exit status 1, and Ctrl-C into exit status 130 (the
     shell's convention for SIGINT): never a traceback."""

@@ -186,7 +186,7 @@ class GroupRow:
     kind: str = figure("Kind", "text", "attention kind")
     sliding_window: int | None = figure("Window", "int", "window W, if any")
     attention_chunk_size: int | None = figure("Chunk", "int", "chunk C of chunked local attention, if any")
-    formula: str = figure("Per token\nand layer", "text", "cache elements one token adds to one layer")
+    formula: str = figure("Per token\nand layer", "formula", "cache elements one token adds to one layer")
     elements_per_token_per_layer: int = figure("Elements", "int", "the formula's value")
     bytes_per_token_per_layer: int = figure("Bytes per\ntoken·layer", "bytes",
                                             "those elements in kv_dtype, with the --kv-quant scheme's scales")

@@ -138,7 +138,7 @@ def test_explain_json_carries_the_derivation():
 def test_explain_in_paper_formats_stays_pasteable(fmt):
     out = run("compare", "deepseek-v2", "--ctx", "4k", "--explain", "--format", fmt).stdout
     if fmt == "latex":
-        after = out.split(r"\end{tabular}")[1].strip().splitlines()
+        after = out.split(r"\end{table}")[1].strip().splitlines()
         assert after and all(line.startswith("%") for line in after)
     else:
         assert "```text" in out

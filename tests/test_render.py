@@ -6,7 +6,8 @@ import csv
 import io
 import json
 
-from kvcalc.present.render import Column, latex_escape, render
+from kvcalc.present.latex import tex
+from kvcalc.present.render import Column, render
 
 COLUMNS = [Column("model", "Model"), Column("n", "Layers", "int"), Column("b", "KV\ncache", "bytes"), Column("r", "vs first", "ratio")]
 ROWS = [
@@ -25,17 +26,19 @@ def test_markdown_pipe_table():
 
 
 def test_latex_booktabs_and_escaping():
-    text = render(COLUMNS, ROWS, "latex", title="KV 100% & more")
+    text = render(COLUMNS, ROWS, "latex", title="KV 100% & more", label="tab:kv")
     lines = text.splitlines()
-    assert lines[0] == "% KV 100% & more"  # a comment line: LaTeX ignores everything after the %
-    assert lines[1] == r"\begin{tabular}{lrrr}"
+    assert lines[0] == r"% kvcalc table: needs \usepackage{booktabs,array}"  # a comment: the packages it needs
+    assert lines[1:5] == [r"\begin{table}[htbp]", r"\centering", r"\caption{KV 100\% \& more}", r"\label{tab:kv}"]
+    assert r"\begin{tabular}{lrrr}" in lines
     assert [line for line in lines if line in (r"\toprule", r"\midrule", r"\bottomrule")] == [r"\toprule", r"\midrule", r"\bottomrule"]
-    assert r"a\_b\%c\&d & 80 & 40.0 GiB & 1.00$\times$ \\" in lines
-    assert lines[-1] == r"\end{tabular}"
+    assert r"a\_b\%c\&d & 80 & 40.0 GiB & $1.00\times$ \\" in lines
+    assert r"m\textbar{}x & 60 & 8.44 GiB & $0.21\times$ \\" in lines
+    assert lines[-2:] == [r"\end{tabular}", r"\end{table}"]
 
 
 def test_latex_escape_all_specials():
-    assert latex_escape(r"_%&#${}~^\ ") == r"\_\%\&\#\$\{\}\textasciitilde{}\textasciicircum{}\textbackslash{} "
+    assert tex(r"_%&#${}~^\ ") == r"\_\%\&\#\$\{\}{\textasciitilde}{\textasciicircum}{\textbackslash} "
 
 
 def test_csv_raw_integers():

@@ -13,14 +13,32 @@ The rules for every format live here:
 
 from __future__ import annotations
 
+import io
 import os
 import sys
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kvcalc.present.render import Column, only, render, to_csv
 
 HUMAN = ("table", "markdown", "latex")
+EXTENSIONS = {".tex": "latex", ".md": "markdown", ".csv": "csv", ".json": "json", ".txt": "table"}
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where and how a command's output goes: LaTeX caption, label and `bare` tabular, and a file instead of stdout
+    (its extension choosing the format when the format is the default, table)."""
+
+    caption: str | None = None
+    label: str | None = None
+    bare: bool = False
+    output: str | None = None
+
+
+DESTINATION: ContextVar[Destination | None] = ContextVar("destination", default=None)  # None: stdout, defaults
 
 
 @dataclass
@@ -62,29 +80,67 @@ def warn(message: str) -> None:
 
 
 def emit(out: Output, fmt: str, units: str = "binary") -> None:
-    """Print `out` in `fmt`."""
+    """Print `out` in `fmt`, or write it to the destination's file."""
     import typer
 
+    dest = DESTINATION.get() or Destination()
+    if dest.output and fmt == "table":
+        fmt = EXTENSIONS.get(Path(dest.output).suffix.lower(), "table")
     if fmt in HUMAN:
         for message in out.warnings:
             warn(message)
+    if dest.output:
+        text = render_text(out, fmt, units, dest)
+        try:
+            Path(dest.output).write_text(text + "\n", encoding="utf-8")
+        except OSError as exc:
+            from kvcalc.errors import KvcalcError
+
+            raise KvcalcError(f"--output {dest.output}: cannot write ({exc.strerror or exc})") from None
+        return
+    if fmt == "table":
+        for i, t in enumerate(out.tables):
+            if i:
+                typer.echo("")
+            print_table(t, units)
+        if out.explain:
+            typer.echo("")
+            typer.echo(explain_block(out.explain, fmt))
+        return
+    typer.echo(render_text(out, fmt, units, dest))
+
+
+def render_text(out: Output, fmt: str, units: str, dest: Destination | None = None) -> str:
+    """The whole output of a command as text in `fmt` (table: at the page width, every column whole)."""
+    dest = dest or Destination()
     if fmt == "json":
         payload = out.payload if out.payload is not None else only(out.tables[0].rows, out.tables[0].keys)
-        typer.echo(render([], [], "json", payload=payload))
-        return
+        return render([], [], "json", payload=payload)
     if fmt == "csv":
-        typer.echo(csv_text(out.tables))
-        return
+        return csv_text(out.tables)
+    parts = []
     for i, t in enumerate(out.tables):
-        if i:
-            typer.echo("")
         if fmt == "table":
-            print_table(t, units)
+            parts.append(table_text(t, units))
+        elif fmt == "latex":
+            caption = dest.caption if dest.caption and i == 0 else t.title
+            label = (dest.label if i == 0 else f"{dest.label}-{t.name}") if dest.label else f"tab:{t.name}"
+            parts.append(render(t.columns, t.rows, fmt, units, title=caption, label=label, bare=dest.bare))
         else:
-            typer.echo(render(t.columns, t.rows, fmt, units, title=t.title))
+            parts.append(render(t.columns, t.rows, fmt, units, title=t.title))
     if out.explain:
-        typer.echo("")
-        typer.echo(explain_block(out.explain, fmt))
+        parts.append(explain_block(out.explain, fmt))
+    return "\n\n".join(parts)
+
+
+def table_text(t: Table, units: str) -> str:
+    """A rich table as plain text, at a width that keeps every column whole."""
+    from rich.console import Console
+
+    table, page = fit(t, units, terminal_width())
+    buf = io.StringIO()
+    Console(file=buf, width=page, no_color=True, highlight=False).print(table)
+    return buf.getvalue().rstrip("\n")
 
 
 def csv_text(tables: list[Table]) -> str:
@@ -99,7 +155,9 @@ def csv_text(tables: list[Table]) -> str:
 def explain_block(lines: list[str], fmt: str) -> str:
     """Derivation lines as a comment block (latex), a fenced block (markdown) or plain text."""
     if fmt == "latex":
-        return "\n".join(f"% {line}" if line else "%" for line in lines).rstrip("%\n")
+        from kvcalc.present.latex import comment_block
+
+        return comment_block(lines)
     if fmt == "markdown":
         return "```text\n" + "\n".join(lines).rstrip() + "\n```"
     return "\n".join(lines).rstrip()

@@ -83,17 +83,6 @@ def _cell(value: Any, kind: str, units: str, latex: bool) -> str:
     return str(value)
 
 
-_LATEX_SPECIALS = {
-    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "×": r"$\times$", "–": "--",
-}
-
-
-def latex_escape(text: str) -> str:
-    """Escape LaTeX's special characters so any name or unit pastes into a paper."""
-    return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in text)
-
-
 def to_markdown(columns: list[Column], rows: list[dict], units: str) -> str:
     """A GitHub pipe table; numeric columns right-aligned."""
     esc = lambda s: s.replace("|", r"\|")  # noqa: E731
@@ -104,22 +93,13 @@ def to_markdown(columns: list[Column], rows: list[dict], units: str) -> str:
     return "\n".join(lines)
 
 
-def to_latex(columns: list[Column], rows: list[dict], units: str, caption: str | None = None) -> str:
-    """A booktabs tabular (needs \\usepackage{booktabs}); every cell escaped."""
-    spec = "".join("r" if c.numeric else "l" for c in columns)
-    lines = [rf"\begin{{tabular}}{{{spec}}}", r"\toprule"]
-    if caption:
-        lines.insert(0, f"% {caption}")
-    lines.append(" & ".join(latex_escape(c.title) for c in columns) + r" \\")
-    lines.append(r"\midrule")
-    for row in rows:
-        cells = []
-        for c in columns:
-            text = cell(row.get(c.key), c.kind, units, latex=True)
-            cells.append(text if c.kind == "ratio" and row.get(c.key) is not None else latex_escape(text))
-        lines.append(" & ".join(cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
-    return "\n".join(lines)
+def to_latex(columns: list[Column], rows: list[dict], units: str, caption: str | None = None,
+             label: str | None = None, bare: bool = False) -> str:
+    """A booktabs table that compiles as pasted (kvcalc.present.latex states the choices)."""
+    from kvcalc.present import latex
+
+    cells = [[cell(row.get(c.key), c.kind, units) for c in columns] for row in rows]
+    return latex.to_latex(columns, cells, caption, label, bare)
 
 
 def to_csv(keys: list[str], rows: list[dict]) -> str:
@@ -177,7 +157,8 @@ def to_rich(columns: list[Column], rows: list[dict], units: str, title: str | No
 
 
 def render(columns: list[Column], rows: list[dict], fmt: str, units: str = "binary", title: str | None = None,
-           raw_keys: list[str] | None = None, payload: Any = None, compact: bool = False):
+           raw_keys: list[str] | None = None, payload: Any = None, compact: bool = False, label: str | None = None,
+           bare: bool = False):
     """Render rows in `fmt`; returns a string, or a rich Table for 'table'.
 
     csv and json carry `raw_keys` of each row (default: the columns' keys); `payload` overrides what json prints.
@@ -188,7 +169,7 @@ def render(columns: list[Column], rows: list[dict], fmt: str, units: str = "bina
     if fmt == "markdown":
         return (f"**{title}**\n\n" if title else "") + to_markdown(columns, rows, units)
     if fmt == "latex":
-        return to_latex(columns, rows, units, caption=title)
+        return to_latex(columns, rows, units, caption=title, label=label, bare=bare)
     if fmt == "csv":
         return to_csv(keys, rows)
     if fmt == "json":

@@ -1,0 +1,94 @@
+"""#8 item 3: LaTeX that compiles as pasted, from every table command: ASCII only, balanced braces and environments
+(checked with pylatexenc's parser), no < > | _ ^ outside math mode, a table environment with caption and label."""
+
+from __future__ import annotations
+
+import pytest
+from pylatexenc import latexwalker
+
+from conftest import run
+from kvcalc.present.latex import math_formula, tex
+from kvcalc.registry import bundled_names
+
+FORBIDDEN = set("<>|_^")
+
+
+def check_pasteable(text: str) -> list:
+    """Parse `text` strictly and check it; return the parsed nodes."""
+    assert text.isascii(), [ch for ch in text if not ch.isascii()]
+    walker = latexwalker.LatexWalker(text, tolerant_parsing=False)
+    nodes, _, _ = walker.get_latex_nodes()  # raises on unbalanced braces or environments
+
+    def walk(nodelist, in_math=False):
+        for node in nodelist or []:
+            if node is None:
+                continue
+            if node.isNodeType(latexwalker.LatexCharsNode) and not in_math:
+                assert not FORBIDDEN & set(node.chars), node.chars
+            math = in_math or node.isNodeType(latexwalker.LatexMathNode)
+            if node.isNodeType(latexwalker.LatexGroupNode) or node.isNodeType(latexwalker.LatexMathNode) \
+                    or node.isNodeType(latexwalker.LatexEnvironmentNode):
+                walk(node.nodelist, math)
+            if node.isNodeType(latexwalker.LatexMacroNode) and node.nodeargd is not None:
+                walk([a for a in node.nodeargd.argnlist if a is not None], math)
+
+    walk(nodes)  # an environment's arguments (the tabular's column spec, with its >{...}) are not text
+    return nodes
+
+
+def environments(nodes) -> list[str]:
+    return [n.environmentname for n in nodes if n is not None and n.isNodeType(latexwalker.LatexEnvironmentNode)]
+
+
+def test_conversion_rules():
+    assert tex("a_b & 50% µs ≤ 1 | x") == r"a\_b \& 50\% {\textmu}s \ensuremath{\leq} 1 \textbar{} x"
+    assert math_formula("2·n_kv·d_h") == r"$2 \cdot n_{kv} \cdot d_{h}$"
+    assert math_formula("d_c + d_R + d_I") == r"$d_{c} + d_{R} + d_{I}$"
+    assert math_formula("n_h·(d_nope + d_R) + n_h·d_v") == r"$n_{h} \cdot ( d_{nope} + d_{R} ) + n_{h} \cdot d_{v}$"
+
+
+def test_compare_wraps_in_a_table_with_caption_and_label():
+    out = run("compare", "llama3-70b", "deepseek-v2", "--ctx", "128k", "-f", "latex", "--caption", "KV caches at 128k",
+              "--label", "tab:kv").stdout
+    nodes = check_pasteable(out)
+    assert out.splitlines()[0] == r"% kvcalc table: needs \usepackage{booktabs,array}"
+    assert environments(nodes) == ["table"]
+    assert r"\caption{KV caches at 128k}" in out and r"\label{tab:kv}" in out
+    assert r"llama3-70b & GQA & 80 & 64 & 8 & 128 & 128k & 320 KiB & 40.0 GiB & $1.00\times$ \\" in out
+    bare = run("compare", "llama3-70b", "--ctx", "128k", "-f", "latex", "--bare").stdout
+    assert environments(check_pasteable(bare)) == ["tabular"] and r"\caption" not in bare
+
+
+def test_output_file_takes_its_format_from_the_extension(tmp_path):
+    for suffix, marker in ((".tex", r"\begin{table}"), (".md", "| Model |"), (".csv", "kv_cache_bytes"),
+                           (".json", '"kv_cache_bytes"'), (".txt", "Model")):
+        path = tmp_path / f"kv{suffix}"
+        res = run("compare", "llama3-70b", "--ctx", "4k", "--output", str(path))
+        assert res.stdout == "" and marker in path.read_text(encoding="utf-8"), suffix
+    res = run("compare", "llama3-70b", "--ctx", "4k", "-o", str(tmp_path / "missing" / "x.tex"), ok=False)
+    assert res.exit_code == 1 and "--output" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.slow  # every bundled model through every table command
+@pytest.mark.parametrize("name", bundled_names())
+def test_every_table_command_pastes_for_every_model(name):
+    commands = [("compare", name, "--ctx", "4k,128k", "--columns", "all", "--hardware", "h100-80gb", "--explain"),
+                ("show", name, "--ctx", "100k", "--explain", "--engine", "vllm"),
+                ("cost", name, "--ctx", "8k", "--hardware", "h100-80gb", "--tp", "2"),
+                ("fit", name, "--hardware", "h100-80gb", "--gpus", "8"),
+                ("sweep", name, "--ctx", "1k..64k")]
+    for args in commands:
+        out = run(*args, "-f", "latex", "--caption", "Caption & 100%", "--label", "tab:x").stdout
+        nodes = check_pasteable(out)
+        assert "table" in environments(nodes), args
+        assert r"\caption{Caption \& 100\%}" in out and r"\label{tab:x}" in out, args
+
+
+@pytest.mark.parametrize("command", [("list",), ("hardware",)])
+def test_listings_paste(command):
+    check_pasteable(run(*command, "-f", "latex").stdout)
+
+
+@pytest.mark.slow
+def test_run_pastes():
+    check_pasteable(run("run", "gpt2", "--ctx", "8", "--decode", "1", "-f", "latex").stdout)
