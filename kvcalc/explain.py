@@ -55,6 +55,7 @@ def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | N
             "bytes": gc.bytes,
             **({"state": state} if state else {}),
             **({"cross": _cross(gc, keys)} if gc.cross_formula is not None else {}),
+            **({"kv_shared": True} if g.layer.kv_shared else {}),
         })
     return {
         "model": report.model,
@@ -135,7 +136,8 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
             lines.append(f"    state: {g['n_layers']} layers × {g['state_elements_per_layer']:,} × batch {d['batch']}"
                          f" = {st['elements']:,} elements")
     b = d["bits_per_element"]
-    parts = " + ".join(f"{g['n_layers']}×{g['elements_per_token_per_layer']:,}" for g in d["groups"])
+    own = [g for g in d["groups"] if not g.get("kv_shared")]  # a KV-shared layer adds nothing: it holds no cache
+    parts = " + ".join(f"{g['n_layers']}×{g['elements_per_token_per_layer']:,}" for g in own)
     lines.append(f"  per token (every layer holding one more token): {parts} = {d['elements_per_token']:,} elements"
                  f" × {b}/8 bytes = {d['kv_bytes_per_token']:,} bytes ({format_bytes(d['kv_bytes_per_token'], units)})")
     sums = " + ".join(f"{g['elements']:,}" for g in d["groups"]) + " = " if len(d["groups"]) > 1 else ""

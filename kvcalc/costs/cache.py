@@ -7,7 +7,8 @@ Conventions (also in the README):
 - Bytes are totals for `batch` sequences unless a name ends in `_per_token` or `_per_layer`.
 - What one token adds to a layer, and how many tokens a layer holds, are its attention kind's answers
   (kvcalc.attention): a window W holds min(ctx, W) tokens.
-- `elements_per_token` is the full-attention rate: every layer holding one more token, windows ignored.
+- `elements_per_token` is the full-attention rate: every layer holding one more token, windows ignored (a KV-shared
+  layer holds none of its own, so adds nothing).
 - The KV cache (`bytes`: growing, windowed and chunked layers, indexer keys) and the constant states of linear
   attention and state-space layers (`state_bytes`, stored at the state dtype) are kept apart; `cache_bytes` is
   their sum.
@@ -153,7 +154,9 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
         groups = groups + (mtp,)
     hybrid = vllm_hybrid_pages(groups, s)
     rows = tuple(group_cache(g, s, enc, hybrid) for g in groups)
-    per_token = sum(r.formula.elements * r.n_layers for r in rows)
+    # a KV-shared layer (Gemma 3n) adds nothing per token: it reads the cache of the layer it shares
+    growing = [r for r in rows if not r.group.layer.kv_shared]
+    per_token = sum(r.formula.elements * r.n_layers for r in growing)
     elements = sum(r.elements for r in rows)
     state = sum(r.state_elements for r in rows)
     plain = s.kv_quant == "none"  # without scales, bytes are the elements' at kv_dtype (rounded once, at the end)
@@ -166,7 +169,7 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
         groups=rows,
         elements_per_token=per_token,
         bytes_per_token=(elements_to_bytes(per_token, s.kv_dtype) if plain
-                         else sum(r.bytes_per_token_per_layer * r.n_layers for r in rows)),
+                         else sum(r.bytes_per_token_per_layer * r.n_layers for r in growing)),
         elements=elements,
         bytes=elements_to_bytes(elements, s.kv_dtype) if plain else sum(r.bytes for r in rows),
         state_dtype=s.state_storage,

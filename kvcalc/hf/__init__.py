@@ -12,6 +12,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     cohere2,
     deepseek,
     dense,
+    gemma3n,
     gemma4,
     glm,
     glm4_moe,

@@ -1,0 +1,134 @@
+"""Gemma 3n E2B (gemma3n, decoder under text_config), imported from its real config (tests/data/reference/
+configs-gemma3n, SOURCES.md there): the KV cache of its sliding, full and KV-shared layers written out from the
+config's numbers, and its parameters derived by hand and checked against Google's published count."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ConfigFolder, kv_bytes, run
+from kvcalc.errors import SpecError
+from kvcalc.hf.gemma3n import unmodelled_params
+
+CONFIGS = ConfigFolder("configs-gemma3n")
+E2B = "gemma-3n-e2b"
+PATH = CONFIGS.folder / f"{E2B}.json"
+K = 1024
+BF16 = 2  # bytes per cached element (kvcalc's default kv dtype)
+CTXS = (4 * K, 128 * K)
+
+# From gemma-3n-e2b.json text_config: hidden_size 2048, 30 layers, 8 heads, 2 KV heads × head_dim 256, window 512;
+# layer_types full at 4, 9, 14, 19, 24, 29; num_kv_shared_layers 10, so layers 20-29 read the cache of layer 18
+# (sliding) or 19 (full), the last earlier layer of their type (Gemma3nTextAttention.kv_shared_layer_index).
+D, L, H, KV, DH, W = 2048, 30, 8, 2, 256, 512
+V, V_PLE, P, FF, RANK, ALTUP = 262_400, 262_144, 256, 8192, 64, 4
+OWN_SLIDING, OWN_FULL = 16, 4  # layers 0-19: 4 full, 16 sliding; layers 20-29 hold nothing
+PER_TOKEN_LAYER = 2 * KV * DH * BF16  # keys and values: 2,048 bytes per token and layer
+
+
+def held(ctx: int) -> int:
+    """Bytes of the cache at ctx: a sliding layer holds min(ctx, W) tokens (a query sees W keys, itself included:
+    masking_utils.sliding_window_overlay, kv_idx > q_idx - W), a full layer ctx, a shared layer none."""
+    return (OWN_SLIDING * min(ctx, W) + OWN_FULL * ctx) * PER_TOKEN_LAYER
+
+
+def test_cache_per_token_and_beyond_the_window():
+    rows = CONFIGS.compare(E2B)
+    # 20 layers cache their own K/V: 20 × 2·2·256 × 2 bytes = 40,960 bytes per token; the 10 shared layers add none
+    assert [r["kv_bytes_per_token"] for r in rows] == [(OWN_SLIDING + OWN_FULL) * PER_TOKEN_LAYER] * 2 == [40_960] * 2
+    # 4k: 16 × 512 + 4 × 4,096 tokens; 128k (past the trained 32k, computed anyway): 16 × 512 + 4 × 131,072
+    assert kv_bytes(rows) == [held(ctx) for ctx in CTXS] == [50_331_648, 1_090_519_040]
+
+
+def test_compare_at_32k_runs():
+    res = run("compare", str(PATH), "--ctx", "32k", "-f", "json")
+    row = json.loads(res.stdout)[0]
+    assert row["kv_cache_bytes"] == held(32 * K) == 16 * 512 * 2048 + 4 * 32_768 * 2048 == 285_212_672
+    assert "gemma-3n-e2b" in run("compare", str(PATH), "--ctx", "32k").stdout
+
+
+def test_layers_holding_a_cache_and_the_shared_groups():
+    s = CONFIGS.imported(CONFIGS.config(E2B))
+    own = sorted(i for g in s.groups if not g.layer.kv_shared for i in g.layers)
+    shared = {g.label: list(g.layers) for g in s.groups if g.layer.kv_shared}
+    assert own == list(range(20))
+    assert shared == {"local-shared": [20, 21, 22, 23, 25, 26, 27, 28], "global-shared": [24, 29]}
+    assert all(g.sliding_window == W for g in s.groups if g.label.startswith("local"))
+
+
+def test_text_config_alone_gives_the_same_spec():
+    cfg = CONFIGS.config(E2B)
+    whole, text = CONFIGS.imported(cfg), CONFIGS.imported(cfg["text_config"])
+    assert whole.model_dump(exclude={"notes", "source"}) == text.model_dump(exclude={"notes", "source"})
+
+
+def exact_text_params() -> int:
+    """Every parameter of Gemma3nForConditionalGeneration's language model (modeling_gemma3n.py, v4.53.1)."""
+    attn = 2 * D * H * DH + 2 * D * KV * DH + 2 * DH  # q, o; k, v (kept by the shared layers too); q_norm, k_norm
+    mlp = 3 * D * FF  # gate, up, down
+    norms = 4 * D  # input, post-attention, pre- and post-feedforward
+    altup = D + ALTUP**2 + ALTUP**3 + D * ALTUP + D  # correct_output_scale, correction, prediction, router, router_norm
+    laurel = 2 * D * RANK + D  # linear_left, linear_right, post_laurel_norm
+    ple = 2 * D * P + D  # per_layer_input_gate, per_layer_projection, post_per_layer_input_norm
+    layer = attn + mlp + norms + altup + laurel + ple
+    # embed_tokens (tied to lm_head), final norm, embed_tokens_per_layer, per_layer_model_projection,
+    # per_layer_projection_norm, altup_projections and altup_unembed_projections
+    model = V * D + D + V_PLE * L * P + D * L * P + P + 2 * (ALTUP - 1) * D * D
+    return L * layer + model
+
+
+def test_parameters_exact_less_the_unexpressed_blocks():
+    total = exact_text_params()
+    assert total == 4_456_156_768
+    # What no spec field expresses (the importer's notes say so): the per-layer embeddings and projections, AltUp's
+    # projections and coefficients, LAuReL's matrices, each written out from the config.
+    unexpressed = {
+        "per_layer_embeddings": V_PLE * L * P + D * L * P + P + L * 2 * D * P,
+        "altup": 2 * (ALTUP - 1) * D * D + L * (ALTUP**2 + ALTUP**3 + D * ALTUP),
+        "laurel": L * 2 * D * RANK,
+    }
+    assert unmodelled_params(CONFIGS.config(E2B)["text_config"], "t") == unexpressed
+    assert sum(unexpressed.values()) == 2_093_730_400
+    row = CONFIGS.compare(E2B)[0]
+    assert row["params_total"] == total - sum(unexpressed.values()) == 2_362_426_368
+    assert "2,093,730,400 parameters" in CONFIGS.imported(CONFIGS.config(E2B)).notes
+
+
+def test_parameters_match_the_published_effective_count():
+    # Google's "effective" count leaves out the two embedding tables (embed_tokens and embed_tokens_per_layer):
+    # google/gemma3n-slicing-configs, row "Config for official E2B Model": 30 layers, 1.91B effective parameters;
+    # ai.google.dev/gemma/docs/gemma-3n#parameters: "an effective memory load of just under 2 billion (1.91B)".
+    effective = exact_text_params() - V * D - V_PLE * L * P
+    assert effective == 1_905_495_648 and round(effective / 1e9, 2) == 1.91
+    # kvcalc's own count, without the blocks it cannot express, is 80,464,480 (4.2%) short of it.
+    row = CONFIGS.compare(E2B)[0]
+    assert effective - (row["params_total"] - V * D) == 80_464_480
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_kv_shared_layers": 30}, "num_kv_shared_layers: 30 leaves no layer of the 30"),
+    ({"intermediate_size": [8192] * 29}, "intermediate_size: must be one number or one per layer (num_hidden_layers "
+                                         "30), got 29 entries"),
+    ({"layer_types": ["sliding_attention"] * 29 + ["full_attention"]}, "layer_types[29]: full_attention layer 29 is "
+                                                                        "KV-shared"),
+])
+def test_bad_configs_are_refused_naming_the_key(change, message):
+    cfg = CONFIGS.config(E2B)
+    with pytest.raises(SpecError) as err:
+        CONFIGS.imported({**cfg, "text_config": {**cfg["text_config"], **change}})
+    assert message in str(err.value)
+
+
+def test_per_layer_ffn_sizes_become_groups():
+    cfg = CONFIGS.config(E2B)
+    sizes = [8192] * 20 + [16_384] * 10  # a MatFormer-style mix
+    s = CONFIGS.imported({**cfg, "text_config": {**cfg["text_config"], "intermediate_size": sizes}})
+    wide = [g for g in s.layer_groups if g.ffn is not None and g.ffn.d_ff == 16_384]
+    assert sum(len(sg.layers) for sg in s.groups if s.layer_groups[sg.index] in wide) == 10
+
+
+def test_explain_sums_only_the_layers_that_hold_a_cache():
+    out = run("show", str(PATH), "--ctx", "32k", "--explain").stdout
+    assert "per token (every layer holding one more token): 16×1,024 + 4×1,024 = 20,480 elements" in out
