@@ -201,6 +201,15 @@ class ResolvedGroup:
         return self.attention.d_h(self.layer)
 
 
+class ExtraWeights(Strict):
+    """Weights of a block the schema has no type for, counted by the importer from the config (Gemma 3n's per-layer
+    embeddings, AltUp, LAuReL): in parameters (total and active) and per-GPU weights; not in FLOPs."""
+
+    params: NonNegativeInt = Field(description="All its weights.")
+    table: NonNegativeInt = Field(0, description="Of them, a lookup table (read by row, not in full): its size.")
+    row: NonNegativeInt = Field(0, description="Values one token reads from that table.")
+
+
 class ModelSpec(Strict):
     """A complete model spec, as written in a bundled YAML file or imported from a Hugging Face config."""
 
@@ -226,6 +235,10 @@ class ModelSpec(Strict):
     ffn: FFN = Field(description="The FFN block of every layer unless a group overrides it.")
     layer_groups: list[LayerGroup] = Field(min_length=1, description="Layer groups; together they cover every layer once.")
     encoder: Encoder | None = Field(None, description="The encoder of an encoder–decoder model (Whisper, T5, BART).")
+    extra_weights: dict[str, ExtraWeights] = Field(
+        default_factory=dict, description="Weights outside the blocks the schema names, by name (Gemma 3n: "
+        "per_layer_embeddings, altup, laurel), counted by the importer from the config."
+    )
     mtp_layers: NonNegativeInt = Field(
         0, description="Multi-token-prediction layers (DeepSeek num_nextn_predict_layers): each a decoder layer like the "
         "last one plus a 2·d × d input projection and three norms; counted only with --mtp (speculative decoding keeps "

@@ -79,32 +79,46 @@ def exact_text_params() -> int:
     return L * layer + model
 
 
-def test_parameters_exact_less_the_unexpressed_blocks():
+def test_parameters_exact_with_the_extra_weights():
     total = exact_text_params()
     assert total == 4_456_156_768
-    # What no spec field expresses (the importer's notes say so): the per-layer embeddings and projections, AltUp's
-    # projections and coefficients, LAuReL's matrices, each written out from the config.
-    unexpressed = {
+    # The blocks the schema has no type for, counted as extra_weights: the per-layer embeddings and projections,
+    # AltUp's projections and coefficients, LAuReL's matrices, each written out from the config.
+    extra = {
         "per_layer_embeddings": V_PLE * L * P + D * L * P + P + L * 2 * D * P,
         "altup": 2 * (ALTUP - 1) * D * D + L * (ALTUP**2 + ALTUP**3 + D * ALTUP),
         "laurel": L * 2 * D * RANK,
     }
-    assert unmodelled_params(CONFIGS.config(E2B)["text_config"], "t") == unexpressed
-    assert sum(unexpressed.values()) == 2_093_730_400
+    assert unmodelled_params(CONFIGS.config(E2B)["text_config"], "t") == extra
+    assert sum(extra.values()) == 2_093_730_400
     row = CONFIGS.compare(E2B)[0]
-    assert row["params_total"] == total - sum(unexpressed.values()) == 2_362_426_368
-    assert "2,093,730,400 parameters" in CONFIGS.imported(CONFIGS.config(E2B)).notes
+    assert row["params_total"] == total
+    assert "2,093,730,400" not in CONFIGS.imported(CONFIGS.config(E2B)).notes
+    spec = CONFIGS.imported(CONFIGS.config(E2B))
+    assert spec.extra_weights["per_layer_embeddings"].table == V_PLE * L * P  # read by row: L·p values a token
+    assert spec.extra_weights["per_layer_embeddings"].row == L * P
 
 
 def test_parameters_match_the_published_effective_count():
     # Google's "effective" count leaves out the two embedding tables (embed_tokens and embed_tokens_per_layer):
     # google/gemma3n-slicing-configs, row "Config for official E2B Model": 30 layers, 1.91B effective parameters;
     # ai.google.dev/gemma/docs/gemma-3n#parameters: "an effective memory load of just under 2 billion (1.91B)".
-    effective = exact_text_params() - V * D - V_PLE * L * P
-    assert effective == 1_905_495_648 and round(effective / 1e9, 2) == 1.91
-    # kvcalc's own count, without the blocks it cannot express, is 80,464,480 (4.2%) short of it.
     row = CONFIGS.compare(E2B)[0]
-    assert effective - (row["params_total"] - V * D) == 80_464_480
+    effective = row["params_total"] - V * D - V_PLE * L * P
+    assert effective == 1_905_495_648 and round(effective / 1e9, 2) == 1.91
+
+
+def test_decode_reads_one_row_of_the_per_layer_table():
+    from kvcalc.costs.params import param_counts
+    from kvcalc.costs.traffic import decode_bytes
+    from kvcalc.settings import Settings
+
+    spec = CONFIGS.imported(CONFIGS.config(E2B))
+    s = Settings(ctx=4096, batch=2)
+    # active weights less the two lookup tables (embed_tokens is tied: read as the LM head), plus one row of each
+    # table per sequence: D of embed_tokens and L·P of embed_tokens_per_layer
+    read = param_counts(spec).active - V_PLE * L * P + 2 * (D + L * P)
+    assert decode_bytes(spec, s)["weights"] == 2 * read
 
 
 @pytest.mark.parametrize("change, message", [
@@ -132,3 +146,15 @@ def test_per_layer_ffn_sizes_become_groups():
 def test_explain_sums_only_the_layers_that_hold_a_cache():
     out = run("show", str(PATH), "--ctx", "32k", "--explain").stdout
     assert "per token (every layer holding one more token): 16×1,024 + 4×1,024 = 20,480 elements" in out
+
+
+def test_per_gpu_weights_hold_the_extra_weights():
+    from kvcalc.costs.parallel import per_gpu
+    from kvcalc.settings import Settings
+
+    spec = CONFIGS.imported(CONFIGS.config(E2B))
+    # one GPU holds every weight: the exact text-model count, bf16
+    assert per_gpu(spec, Settings(ctx=1)).weights_bytes == 2 * exact_text_params()
+    # two stages: the extra weights sit on the first (the busiest), with the embedding
+    two = per_gpu(spec, Settings(ctx=1, pp=2))
+    assert two.stage == 0 and two.weights_bytes > 2 * (V * D + sum(x.params for x in spec.extra_weights.values()))

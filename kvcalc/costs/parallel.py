@@ -16,6 +16,8 @@ Rules (also in the README), with the engine behaviour they follow:
   attention for MLA models) the tp ranks of a replica split its sequences: each holds ceil(ceil(batch / dp) / tp)
   sequences' latent cache.
 - With --engine the KV cache is counted in the engine's whole pages (kvcalc.costs.paged).
+- Extra weights (blocks the schema has no type for, e.g. Gemma 3n's per-layer embeddings) sit on the first stage,
+  split by tp (ceil(params / tp)).
 - GPUs = tp · pp · dp. Multi-token-prediction layers are not placed on stages (per-GPU figures leave them out).
 """
 
@@ -116,6 +118,7 @@ def _stage(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int)
     if stage == 0:
         params += _ceil(spec.vocab_size, tp) * d + (spec.max_context * d if spec.learned_positions else 0)
         params += _encoder_per_rank(spec, tp) if spec.encoder else sum(encoder_params(spec).values())
+        params += sum(_ceil(x.params, tp) for x in spec.extra_weights.values())  # extra weights: split by tp
     if stage == stages - 1:
         params += norm  # the final norm
         if not spec.tie_embeddings or stages > 1:

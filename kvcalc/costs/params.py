@@ -121,6 +121,8 @@ def param_counts(spec: ModelSpec, mtp: bool = False) -> ParamReport:
     total["norms"] = active["norms"] = norms
     if not spec.tie_embeddings:
         total["lm_head"] = active["lm_head"] = spec.vocab_size * d
+    for name, block in spec.extra_weights.items():  # blocks the schema has no type for (the importer counted them)
+        total[f"extra/{name}"] = active[f"extra/{name}"] = block.params
     if mtp and spec.mtp_layers:
         extra = mtp_params(spec)
         total.update(extra)

@@ -20,15 +20,23 @@ from kvcalc.spec import ModelSpec
 
 
 def _lookup_tables(spec: ModelSpec) -> int:
-    """Parameters of the tables read by lookup, not in full: the input embedding (unless tied) and learned positions."""
+    """Parameters of the tables read by lookup, not in full: the input embedding (unless tied), learned positions and
+    the lookup tables of extra weights (Gemma 3n's per-layer embeddings)."""
     tables = 0 if spec.tie_embeddings else spec.vocab_size * spec.d_model
+    tables += sum(x.table for x in spec.extra_weights.values())
     return tables + (spec.max_context * spec.d_model if spec.learned_positions else 0)
+
+
+def _extra_rows(spec: ModelSpec, tokens: int) -> int:
+    """Values `tokens` tokens read from the extra weights' lookup tables (at most each whole table)."""
+    return sum(min(x.table, tokens * x.row) for x in spec.extra_weights.values())
 
 
 def decode_bytes(spec: ModelSpec, s: Settings) -> dict[str, int]:
     """Bytes one decode step at context `s.ctx` moves, by part: 'weights' and 'kv_cache' read, and (hybrid models)
     'state': every constant state read and written back."""
     rows = s.batch * spec.d_model * (2 if spec.learned_positions else 1)  # the embedding rows looked up
+    rows += _extra_rows(spec, s.batch)
     params = param_counts(spec, s.mtp)
     encoder = sum(v for k, v in params.active_breakdown.items() if k.startswith("encoder/"))  # runs once per input
     read = params.active - encoder - _lookup_tables(spec) + rows
@@ -42,7 +50,9 @@ def decode_bytes(spec: ModelSpec, s: Settings) -> dict[str, int]:
 def prefill_bytes(spec: ModelSpec, s: Settings) -> dict[str, int]:
     """Bytes a prefill of `s.ctx` tokens moves, by part: 'weights' (all, read once) and 'kv_cache' (written)."""
     tables = _lookup_tables(spec)
-    rows = min(tables, s.batch * s.ctx * spec.d_model * (2 if spec.learned_positions else 1))
+    extra = sum(x.table for x in spec.extra_weights.values())
+    rows = min(tables - extra, s.batch * s.ctx * spec.d_model * (2 if spec.learned_positions else 1))
+    rows += _extra_rows(spec, s.batch * s.ctx)
     cache = kv_cache(spec, s)
     out = {"weights": weights_bytes(param_counts(spec, s.mtp).total - tables + rows, s.weights_dtype), "kv_cache": cache.bytes}
     if cache.state_bytes:

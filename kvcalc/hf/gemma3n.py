@@ -18,10 +18,10 @@ the published configs were saved with; main agrees except where noted):
   correct_output_scale, LAuReL's post_laurel_norm, post_per_layer_input_norm;
 - the LM head is tied to embed_tokens (tie_word_embeddings, default true).
 
-Not expressible in a kvcalc spec, so left out of the parameter count (and their products out of the FLOPs); the
-importer writes their sum in the spec's notes, derived from the config as below:
+Blocks the schema has no type for, counted as the spec's `extra_weights` (in parameters, traffic and per-GPU
+weights; their matrix products are left out of the FLOPs), derived from the config as below:
 - per-layer embeddings: embed_tokens_per_layer, vocab_size_per_layer_input × num_hidden_layers ·
-  hidden_size_per_layer_input; per_layer_model_projection, d × L·p; per_layer_projection_norm, p; in each layer
+  hidden_size_per_layer_input (a lookup table: a token reads one row of L·p); per_layer_model_projection, d × L·p; per_layer_projection_norm, p; in each layer
   per_layer_input_gate and per_layer_projection, d × p each;
 - AltUp: altup_projections and altup_unembed_projections, (altup_num_inputs − 1) d × d each; in each layer
   correction_coefs A × A, prediction_coefs A × A², modality_router d × A;
@@ -157,7 +157,11 @@ def _gemma3n(cfg, origin, notes):
         if g.get("kv_shared"):
             g["name"] = f"{g.get('name', 'layers')}-shared"
     base["layer_groups"] = groups
-    missing = unmodelled_params(cfg, origin)
-    notes.append(f"not counted (no spec field expresses them): {sum(missing.values()):,} parameters of "
-                 + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in missing.items()))
+    extra = unmodelled_params(cfg, origin)
+    p = get(cfg, "hidden_size_per_layer_input", origin, minimum=0) or 0
+    table = (get(cfg, "vocab_size_per_layer_input", origin, minimum=0) or 0) * n * p  # embed_tokens_per_layer
+    base["extra_weights"] = {name: {"params": v, **({"table": table, "row": n * p} if name == "per_layer_embeddings" else {})}
+                             for name, v in extra.items()}
+    notes.append("per-layer embeddings, AltUp and LAuReL counted as extra_weights: "
+                 + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in extra.items()) + " (their FLOPs not counted)")
     return base
