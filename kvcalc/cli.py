@@ -13,6 +13,7 @@ from kvcalc.options import (
     ColumnsOpt,
     CostOptions,
     CtxOpt,
+    DtypeOpt,
     EncCtxOpt,
     ExplainOpt,
     FormatOpt,
@@ -232,6 +233,52 @@ def hardware_list(fmt: FormatOpt = "table", units: UnitsOpt = "binary") -> None:
     from kvcalc.present.outputs import hardware_output
 
     emit(hardware_output(), fmt, units)
+
+
+table_app = typer.Typer(help="The papers' reference tables: dimensions by attention kind, and models side by side.",
+                        no_args_is_help=True)
+app.add_typer(table_app, name="table")
+
+
+@table_app.command("dims")
+@guarded
+@output_options
+def table_dims(
+    models: Annotated[list[str] | None, typer.Argument(metavar="[MODEL]...", help="Models whose numbers to add (bundled names, YAML or config.json paths).")] = None,
+    kinds: Annotated[str, typer.Option("--kinds", help="Attention kinds, comma-separated: mha, gqa, mqa, mla.")] = "mha,gqa,mqa,mla",
+    fmt: FormatOpt = "table",
+    units: UnitsOpt = "binary",
+) -> None:
+    """Weight shapes (with MLA's absorbed products), cache per token and decode FLOPs of each attention kind."""
+    from kvcalc.present.emit import emit
+    from kvcalc.present.outputs import dims_output
+    from kvcalc.tables import KINDS
+
+    chosen = tuple(k.strip().lower() for k in kinds.split(",") if k.strip())
+    unknown = [k for k in chosen if k not in KINDS]
+    if unknown or not chosen:
+        raise typer.BadParameter(f"{', '.join(unknown) or kinds!r}: choose from {', '.join(KINDS)}", param_hint="'--kinds'")
+    emit(dims_output([load(m) for m in models or []], chosen), fmt, units)
+
+
+@table_app.command("models")
+@guarded
+@output_options
+def table_models(
+    models: Annotated[list[str] | None, typer.Argument(metavar="[MODEL]...", help="Models (default: llama3-70b gemma3-27b deepseek-v2).")] = None,
+    ctx: OneCtxOpt = "128k",
+    kv_dtype: DtypeOpt = "bf16",
+    fmt: FormatOpt = "table",
+    units: UnitsOpt = "binary",
+) -> None:
+    """Hidden size, heads, KV heads or latent, head dim, layers, parameters and cache of models side by side."""
+    from kvcalc.present.emit import emit
+    from kvcalc.present.outputs import models_output
+    from kvcalc.settings import Settings
+    from kvcalc.tables import DEFAULT_MODELS
+
+    s = Settings(ctx=one_ctx(ctx, "table models takes one context"), kv_dtype=kv_dtype)
+    emit(models_output([load(m) for m in models or DEFAULT_MODELS], s), fmt, units)
 
 
 @app.command("import")

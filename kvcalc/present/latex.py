@@ -19,7 +19,8 @@ from typing import Any
 PACKAGES = r"% kvcalc table: needs \usepackage{booktabs,array}"
 LONG_TEXT = 40  # characters: a text column with a longer cell is typeset as a paragraph column
 PARAGRAPH = r">{\raggedright\arraybackslash}p{5cm}"
-_NAME = re.compile(r"([A-Za-z]+)(?:_([A-Za-z0-9]+))?")
+_NAME = re.compile(r"([A-Za-z]+)(?:_([A-Za-z0-9]+))?(')?")
+_BEFORE = {"|": r"\textbar{}", "ᵀ": r"\textsuperscript{T}"}  # what pylatexenc leaves as is or cannot convert
 _GROUPED = re.compile(r"(?<=\d),(?=\d{3}\b)")
 
 
@@ -27,7 +28,8 @@ def tex(text: str) -> str:
     """Any text as ASCII LaTeX (pylatexenc's maintained conversion), safe in text mode."""
     from pylatexenc.latexencode import unicode_to_latex
 
-    return unicode_to_latex(text.replace("|", "\x00")).replace("\x00", r"\textbar{}")
+    parts = re.split("([" + "".join(_BEFORE) + "])", text)
+    return "".join(_BEFORE.get(part) or unicode_to_latex(part) for part in parts)
 
 
 def math_formula(expression: str) -> str:
@@ -46,8 +48,8 @@ def math_formula(expression: str) -> str:
             out.append(token)
         else:
             match = _NAME.fullmatch(token)
-            if match and match[2]:
-                out.append(f"{match[1]}_{{{match[2]}}}")
+            if match and (match[2] or match[3]):
+                out.append(match[1] + (f"_{{{match[2]}}}" if match[2] else "") + (match[3] or ""))
             elif token.replace(".", "").isalnum():
                 out.append(token)
             else:

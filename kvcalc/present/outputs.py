@@ -249,3 +249,25 @@ def hardware_output() -> Output:
             Column("ridge_flops_per_byte", "Ridge\nFLOP/byte", "float"),
             Column("interconnect_bandwidth", "Interconnect\n(each way)", "bandwidth")]
     return Output([Table("hardware", cols, rows, "Hardware presets (vendor peak figures)")])
+
+
+def dims_output(loaded: list[LoadedModel], kinds: tuple[str, ...]) -> Output:
+    """`table dims`: weight shapes, absorbed products, cache and decode FLOPs by attention kind (and per model)."""
+    from kvcalc.fields import figures_of
+    from kvcalc.tables import DimsRow, dims_rows
+
+    rows, names = dims_rows([lm.spec for lm in loaded], kinds)
+    columns = [Column.of(f) for f in figures_of(DimsRow)] + [Column(n, n, "text") for n in names]
+    title = "Weights, cache and decode FLOPs by attention kind" + (f": {', '.join(names)}" if names else "")
+    return Output([Table("dims", columns, rows, title)], warnings=_load_warnings(loaded))
+
+
+def models_output(loaded: list[LoadedModel], s: Settings) -> Output:
+    """`table models`: the papers' side-by-side of models."""
+    from kvcalc.fields import figures_of
+    from kvcalc.tables import ModelsRow, models_rows
+
+    rows = models_rows([lm.spec for lm in loaded], s)
+    columns = [Column.of(f) for f in figures_of(ModelsRow)]
+    title = f"Models side by side: cache at ctx {s.ctx:,}, {s.kv_dtype}"
+    return Output([Table("models", columns, rows, title)], warnings=_load_warnings(loaded))

@@ -1,0 +1,162 @@
+"""The reference tables of the attention papers: weight and cache dimensions by attention kind (symbolic, and in
+numbers for given models), and the side-by-side of models (hidden size, heads, KV heads or latent, cache per token).
+
+Notation of DeepSeek-V2 §2.1 (Table 1): d hidden size, n_h query heads, n_kv K/V heads, d_h per-head dim, d_c the KV
+latent, d_c' the query latent, d_R the decoupled RoPE dim. Cache per token and layer: 2·n_h·d_h (MHA), 2·n_kv·d_h
+(GQA), 2·d_h (MQA), d_c + d_R (MLA). Attention FLOPs of one decoded token at context t: q·k and the weighted sum of
+v over t keys, 4·n_h·d_h·t; MLA absorbed: 2·n_h·(d_c + d_R)·t + 2·n_h·d_c·t.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvcalc.attention import MLA, Heads
+from kvcalc.costs.cache import kv_cache
+from kvcalc.costs.params import param_counts
+from kvcalc.fields import figure
+from kvcalc.rows import attention_label, model_facts
+from kvcalc.settings import Settings
+from kvcalc.spec import ModelSpec, ResolvedGroup
+
+KINDS = ("mha", "gqa", "mqa", "mla")
+DEFAULT_MODELS = ("llama3-70b", "gemma3-27b", "deepseek-v2")
+ROPE_NOTE = ("absorbing W_UK into the query needs q_C·k_C = c_Qᵀ (W_UQᵀ W_UK) c_KV; RoPE on the up-projected key "
+             "puts a position-dependent rotation between them, so MLA keeps RoPE on a separate key k_R = RoPE(W_KR h) "
+             "(decoupled RoPE, DeepSeek-V2 §2.1.3)")
+
+# (item, symbolic shape or formula, note) for each kind; items are weight names as kvcalc.attention names them
+_HEADS_ROWS = {
+    "mha": [("W_Q", "d × n_h·d_h"), ("W_K", "d × n_h·d_h"), ("W_V", "d × n_h·d_h"), ("W_O", "n_h·d_h × d")],
+    "gqa": [("W_Q", "d × n_h·d_h"), ("W_K", "d × n_kv·d_h"), ("W_V", "d × n_kv·d_h"), ("W_O", "n_h·d_h × d")],
+    "mqa": [("W_Q", "d × n_h·d_h"), ("W_K", "d × d_h"), ("W_V", "d × d_h"), ("W_O", "n_h·d_h × d")],
+}
+_MLA_ROWS = [
+    ("W_DQ", "d × d_c'", "query down-projection (eq. 12)"), ("W_UQ", "d_c' × n_h·d_h", "query up-projection"),
+    ("W_QR", "d_c' × n_h·d_R", "RoPE query (eq. 13)"), ("W_Q", "d × n_h·(d_h + d_R)", "without query compression"),
+    ("W_DKV", "d × d_c", "KV down-projection (eq. 9)"), ("W_KR", "d × d_R", "decoupled RoPE key (eq. 11)"),
+    ("W_UK", "d_c × n_h·d_h", "key up-projection (eq. 10)"), ("W_UV", "d_c × n_h·d_h", "value up-projection"),
+    ("W_O", "n_h·d_h × d", "output"),
+    ("W_UQ·W_UKᵀ", "d_c' × n_h·d_c", "absorbed into the query; " + ROPE_NOTE),
+    ("W_UV·W_O", "n_h·d_c × d", "absorbed into the output"),
+]
+CACHE = {"mha": "2·n_h·d_h", "gqa": "2·n_kv·d_h", "mqa": "2·d_h", "mla": "d_c + d_R"}
+DECODE_FLOPS = {"mha": "4·n_h·d_h·t", "gqa": "4·n_h·d_h·t", "mqa": "4·n_h·d_h·t",
+                "mla": "2·n_h·(d_c + d_R)·t + 2·n_h·d_c·t"}
+
+
+@dataclass(frozen=True)
+class DimsRow:
+    """One row of `table dims`: an item of an attention kind, its symbolic form, and its value for each model."""
+
+    kind: str = figure("Kind", "text", "attention kind")
+    item: str = figure("Item", "text", "a weight, an absorbed product, the cache or the decode FLOPs")
+    symbolic: str = figure("Shape or formula", "formula", "in the papers' notation")
+    note: str = figure("Note", "text", "what it is")
+
+
+def _kind_group(spec: ModelSpec, kind: str) -> ResolvedGroup | None:
+    """The first layer group of `spec` whose attention is of `kind`."""
+    return next((g for g in spec.groups if g.attention.kind == kind), None)
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return " × ".join(f"{n:,}" for n in shape)
+
+
+def _model_cells(spec: ModelSpec, kind: str) -> dict[str, str]:
+    """Item -> the model's value for that item, asked of its first layer group of `kind` (empty when it has none)."""
+    group = _kind_group(spec, kind)
+    if group is None:
+        return {}
+    att, layer = group.attention, group.layer
+    out = {w.name: _shape(w.shape) for w in att.weights(layer) if w.role == "matrix"}
+    formula = att.cache_formula(layer, "latent")
+    out["cache per token and layer"] = f"{formula.elements:,}"
+    if isinstance(att, MLA):
+        q = att.q_lora_rank or layer.d_model
+        c = att.kv_lora_rank
+        out["W_UQ·W_UKᵀ"] = _shape((q, att.n_heads * c))
+        out["W_UV·W_O"] = _shape((att.n_heads * c, layer.d_model))
+        per_key = 2 * att.n_heads * (c + att.qk_rope_head_dim) + 2 * att.n_heads * c
+    elif isinstance(att, Heads):
+        per_key = 4 * att.n_heads * att.d_h(layer)
+    else:
+        return out
+    out["decode FLOPs per token"] = f"{per_key:,}·t"
+    return out
+
+
+def dims_rows(specs: list[ModelSpec], kinds: tuple[str, ...] = KINDS) -> tuple[list[dict[str, str | None]], list[str]]:
+    """Rows of `table dims` (one per weight, product, cache and FLOPs of each kind) and the model columns' keys.
+
+    With models, only the kinds they use are listed (and `kinds` filters them); each model's column gives its
+    numbers where its layers are of that kind."""
+    used = [k for k in kinds if not specs or any(_kind_group(s, k) for s in specs)]
+    cells = {(s.name, k): _model_cells(s, k) for s in specs for k in used}
+    rows = []
+    for kind in used:
+        items = [(n, shape, "") for n, shape in _HEADS_ROWS[kind]] if kind in _HEADS_ROWS else list(_MLA_ROWS)
+        items += [("cache per token and layer", CACHE[kind], "elements (DeepSeek-V2 Table 1)"),
+                  ("decode FLOPs per token", DECODE_FLOPS[kind], "attention at context t")]
+        for item, symbolic, note in items:
+            if specs and not any(item in cells[(s.name, kind)] for s in specs):
+                continue  # e.g. W_Q of an MLA without query compression, when no model given has one
+            row: dict[str, str | None] = {"kind": kind.upper(), "item": item, "symbolic": symbolic, "note": note}
+            row.update({s.name: cells[(s.name, kind)].get(item) for s in specs})
+            rows.append(row)
+    return rows, [s.name for s in specs]
+
+
+@dataclass(frozen=True)
+class ModelsRow:
+    """One row of `table models`: the comparison layout of the papers' model table."""
+
+    model: str = figure("Model", "text", "the model's name")
+    d_model: int = figure("Hidden\nsize", "int", "d")
+    heads_label: str = figure("Query\nheads", "num", "n_h")
+    kv_label: str = figure("KV heads\nor latent", "num", "n_kv, or d_c + d_R (MLA)")
+    head_dim_label: str = figure("Head\ndim", "num", "d_h")
+    n_layers: int = figure("Layers", "int", "layers")
+    attention_label: str = figure("Attention", "text", "kind, with windows")
+    params_total: int = figure("Params", "count", "all weights")
+    params_active: int = figure("Active\nparams", "count", "weights one token uses")
+    kv_bytes_per_token: int = figure("KV per\ntoken", "bytes", "cache bytes one token adds over all layers")
+    ctx: int = figure("Ctx", "tokens", "context of the next column")
+    kv_cache_bytes: int = figure("KV cache\nat ctx", "bytes", "one sequence, windows applied")
+    mha_ratio: float | None = figure("vs\nMHA", "ratio", "kv_bytes_per_token over MHA's with the same heads")
+
+
+def mha_elements(group: ResolvedGroup) -> int | None:
+    """Elements a token adds to one layer of `group` under MHA with the same heads: n_h·(d_h + d_v) (2·n_h·d_h;
+    MLA: d_h = qk_nope_head_dim, d_v = v_head_dim, DeepSeek-V2 Table 1's MHA row); None for other kinds."""
+    att, layer = group.attention, group.layer
+    if isinstance(att, MLA):
+        return att.n_heads * (att.qk_nope_head_dim + att.v_head_dim)
+    if isinstance(att, Heads):
+        return att.n_heads * (att.d_h(layer) + att.d_v(layer))
+    return None
+
+
+def models_rows(specs: list[ModelSpec], s: Settings) -> list[dict]:
+    """Rows of `table models` at settings `s` (its ctx, batch 1 unless set, kv dtype)."""
+    from kvcalc.dtypes import elements_to_bytes
+    from kvcalc.fields import as_row
+
+    rows = []
+    for spec in specs:
+        facts = model_facts(spec)
+        report = kv_cache(spec, s)
+        params = param_counts(spec)
+        mha = [mha_elements(g) for g in spec.groups if g.attention.mixer]
+        ratio = None
+        if mha and all(m is not None for m in mha):  # every mixer layer has an MHA counterpart
+            mixers = [g for g in spec.groups if g.attention.mixer]
+            mha_bytes = elements_to_bytes(sum(m * len(g.layers) for m, g in zip(mha, mixers) if m), s.kv_dtype)
+            ratio = report.bytes_per_token / mha_bytes
+        rows.append(as_row(ModelsRow(
+            model=spec.name, d_model=spec.d_model, heads_label=facts.heads_label, kv_label=facts.kv_label,
+            head_dim_label=facts.head_dim_label, n_layers=spec.n_layers, attention_label=attention_label(spec),
+            params_total=params.total, params_active=params.active, kv_bytes_per_token=report.bytes_per_token,
+            ctx=s.ctx, kv_cache_bytes=report.bytes, mha_ratio=ratio)))
+    return rows

@@ -1,0 +1,78 @@
+"""#8 items 1–2: the papers' reference tables, `table dims` and `table models`, checked against the bundled specs'
+own fields and hand-derived figures."""
+
+from __future__ import annotations
+
+import json
+
+from test_latex import check_pasteable
+
+from conftest import run, spec
+
+K = 1024
+
+
+def rows(*args: str) -> list[dict]:
+    return json.loads(run("table", *args, "-f", "json").stdout)
+
+
+def test_symbolic_dims_of_every_kind():
+    by = {(r["kind"], r["item"]): r["symbolic"] for r in rows("dims")}
+    assert [by[(k, "cache per token and layer")] for k in ("MHA", "GQA", "MQA", "MLA")] == \
+        ["2·n_h·d_h", "2·n_kv·d_h", "2·d_h", "d_c + d_R"]
+    assert by[("GQA", "W_K")] == "d × n_kv·d_h" and by[("MQA", "W_V")] == "d × d_h"
+    assert by[("MLA", "W_UQ·W_UKᵀ")] == "d_c' × n_h·d_c" and by[("MLA", "W_UV·W_O")] == "n_h·d_c × d"
+    assert by[("MLA", "decode FLOPs per token")] == "2·n_h·(d_c + d_R)·t + 2·n_h·d_c·t"
+    assert {r["kind"] for r in rows("dims", "--kinds", "mla")} == {"MLA"}
+
+
+def test_deepseek_v2_mla_weights_match_its_spec():
+    att = spec("deepseek-v2").groups[0].attention
+    d, n_h, c, r, q = 5120, att.n_heads, att.kv_lora_rank, att.qk_rope_head_dim, att.q_lora_rank
+    nope, d_v = att.qk_nope_head_dim, att.v_head_dim
+    assert (n_h, c, r, q, nope, d_v) == (128, 512, 64, 1536, 128, 128)
+    got = {r_["item"]: r_["deepseek-v2"] for r_ in rows("dims", "deepseek-v2")}
+    shape = lambda *dims: " × ".join(f"{x:,}" for x in dims)  # noqa: E731
+    assert got["W_DKV"] == shape(d, c) and got["W_KR"] == shape(d, r)  # W_DKV 5120 × (512 + 64), split
+    assert got["W_UK"] == shape(c, n_h * nope) == "512 × 16,384" and got["W_UV"] == shape(c, n_h * d_v)
+    assert got["W_DQ"] == shape(d, q) and got["W_UQ"] == shape(q, n_h * nope) and got["W_QR"] == shape(q, n_h * r)
+    assert got["W_O"] == shape(n_h * d_v, d)
+    assert got["W_UQ·W_UKᵀ"] == shape(q, n_h * c) and got["W_UV·W_O"] == shape(n_h * c, d)
+    assert got["cache per token and layer"] == f"{c + r:,}"
+    assert got["decode FLOPs per token"] == f"{2 * n_h * (c + r) + 2 * n_h * c:,}·t"
+    assert "W_Q" not in got  # V2 compresses its queries; V2-Lite has the single W_Q
+    assert rows("dims", "deepseek-v2-lite")[0]["item"] == "W_Q"
+
+
+def test_gqa_model_numbers():
+    got = {r["item"]: r["llama3-70b"] for r in rows("dims", "llama3-70b")}
+    assert got["W_K"] == "8,192 × 1,024" and got["W_Q"] == "8,192 × 8,192"
+    assert got["cache per token and layer"] == f"{2 * 8 * 128:,}" and got["decode FLOPs per token"] == f"{4 * 64 * 128:,}·t"
+
+
+def test_models_table_defaults_to_the_papers_three():
+    out = rows("models")
+    assert [r["model"] for r in out] == ["llama3-70b", "gemma3-27b", "deepseek-v2"]
+    llama, gemma, ds = out
+    assert (llama["d_model"], llama["heads_label"], llama["kv_label"], llama["head_dim_label"], llama["n_layers"]) == \
+        (8192, "64", "8", "128", 80)
+    assert llama["kv_bytes_per_token"] == 80 * 2 * 8 * 128 * 2 and llama["mha_ratio"] == 8 / 64
+    assert llama["kv_cache_bytes"] == 80 * 2 * 8 * 128 * 2 * 128 * K
+    # Gemma 3 27B: 10 global layers hold 128k tokens, 52 sliding layers 1024
+    assert gemma["kv_cache_bytes"] == 2 * 16 * 128 * 2 * (10 * 128 * K + 52 * 1024) and gemma["mha_ratio"] == 0.5
+    # DeepSeek-V2: d_c + d_R = 576 against MHA's 2·n_h·d_h = 2·128·128 (DeepSeek-V2 Table 1)
+    assert ds["kv_label"] == "512+64" and ds["kv_bytes_per_token"] == 60 * 576 * 2
+    assert ds["mha_ratio"] == 576 / (2 * 128 * 128)
+    assert ds["params_active"] < ds["params_total"]
+
+
+def test_tables_paste_into_latex():
+    for args in (("dims",), ("dims", "deepseek-v2", "llama3-70b", "gemma3-27b"), ("models",)):
+        out = run("table", *args, "-f", "latex", "--caption", "Dims", "--label", "tab:dims").stdout
+        check_pasteable(out)
+        assert r"\caption{Dims}" in out
+
+
+def test_bad_kinds_are_one_message():
+    res = run("table", "dims", "--kinds", "mha,xyz", ok=False)
+    assert res.exit_code == 2 and "xyz" in res.stderr and "Traceback" not in res.stderr
