@@ -1,0 +1,165 @@
+"""The plotting library (kvcalc.present.plot): the figure object is inspected, then written in each format."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from kvcalc.costs.cache import kv_cache
+from kvcalc.costs.flops import decode_flops
+from kvcalc.costs.parallel import per_gpu
+from kvcalc.errors import KvcalcError
+from kvcalc.hardware import load_hardware
+from kvcalc.present.plot import METRICS, memory_crossing, plot_figure, require_matplotlib, save_figure, window_start
+from kvcalc.registry import load_model
+from kvcalc.settings import Settings
+
+pytest.importorskip("matplotlib", reason="optional: matplotlib not installed")  # kvcalc.present.plot imports it lazily
+
+MODELS = ("llama3-70b", "gemma3-27b", "deepseek-v2")
+CTXS = [1024, 8192, 65536, 1024**2]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return [(name, load_model(name).spec) for name in MODELS]
+
+
+def model_lines(ax) -> dict:
+    """The lines of `ax` that carry a model's name, by name."""
+    return {line.get_label(): line for line in ax.lines if line.get_label() in MODELS}
+
+
+def gids(ax, prefix: str) -> set[str]:
+    return {a.get_gid() for a in ax.get_children() if (a.get_gid() or "").startswith(prefix)}
+
+
+def point(line, x: int) -> float:
+    xs = list(line.get_xdata())
+    return line.get_ydata()[xs.index(float(x))]
+
+
+@pytest.mark.parametrize("metrics", [["cache"], ["cache", "flops-decode"]])
+def test_panels_are_log_log_with_one_line_per_model(models, metrics):
+    fig = plot_figure(models, CTXS, metrics, Settings(ctx=1))
+    assert len(fig.axes) == len(metrics)
+    for ax in fig.axes:
+        assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+        assert sorted(model_lines(ax)) == sorted(MODELS)  # one line per model, none twice
+        assert len([line for line in ax.lines if line.get_label() in MODELS]) == len(MODELS)
+        assert ax.get_xlabel() == "Context (tokens)"
+    assert [ax.get_ylabel() for ax in fig.axes] == [
+        {"cache": "KV cache (bytes)", "flops-decode": "Decode FLOPs per token"}[m] for m in metrics]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert set(MODELS) <= set(legend)
+
+
+def test_plotted_values_are_the_exact_figures(models):
+    fig = plot_figure(models, CTXS, ["cache", "flops-decode"], Settings(ctx=1))
+    cache, flops = (model_lines(ax) for ax in fig.axes)
+    for name, spec in models:
+        for ctx in (8192, 1024**2):
+            assert point(cache[name], ctx) == float(kv_cache(spec, Settings(ctx=ctx)).bytes)
+            assert point(flops[name], ctx) == float(sum(decode_flops(spec, Settings(ctx=ctx)).values()))
+    # hand check, Llama 3 70B: 80 layers · 2 (K and V) · 8 KV heads · 128 dims · 2 bytes = 320 KiB per token
+    assert point(cache["llama3-70b"], 8192) == 8192 * 80 * 2 * 8 * 128 * 2
+
+
+def test_window_marker_only_for_windowed_models(models):
+    assert window_start(dict(models)["gemma3-27b"]) == 1024
+    assert window_start(dict(models)["llama3-70b"]) is None
+    fig = plot_figure(models, CTXS, ["cache", "flops-decode"], Settings(ctx=1))
+    for ax in fig.axes:
+        assert gids(ax, "window:") == {"window:gemma3-27b"}
+        (marker,) = [line for line in ax.lines if line.get_gid() == "window:gemma3-27b"]
+        assert list(marker.get_xdata()) == [1024.0]
+        assert point(model_lines(ax)["gemma3-27b"], 1024) == marker.get_ydata()[0]  # the marker sits on the line
+        assert any(t.get_text() == "W=1k" for t in ax.texts)
+    # a window outside the contexts plotted is not marked
+    fig = plot_figure(models, [4096, 65536], ["cache"], Settings(ctx=1))
+    assert gids(fig.axes[0], "window:") == set()
+
+
+def test_memory_line_and_crossing_with_hardware(models):
+    h100 = load_hardware("h100-80gb")
+    s = Settings(ctx=1, hardware=h100)
+    fig = plot_figure(models, CTXS, ["cache", "flops-decode"], s)
+    cache_ax, flops_ax = fig.axes
+    (memory,) = [line for line in cache_ax.lines if line.get_gid() == "memory"]
+    assert list(memory.get_ydata()) == [float(h100.memory_bytes)] * 2
+    assert "h100-80gb" in memory.get_label() and "80.0 GiB" in memory.get_label()
+    assert gids(flops_ax, "memory") == set()  # the memory line belongs to the cache panel only
+    # Gemma 3 27B: 54 GB of bf16 weights leave room for the cache up to some context between 1k and 1M
+    gemma = dict(models)["gemma3-27b"]
+    crossing = memory_crossing(gemma, 1024, 1024**2, s)
+    assert crossing is not None and 1024 < crossing < 1024**2
+
+    def total(ctx: int) -> int:
+        g = per_gpu(gemma, s.at(ctx))
+        return g.weights_bytes + g.kv_cache_bytes + g.state_bytes
+
+    assert total(crossing - 1) <= h100.memory_bytes < total(crossing)  # the first context that does not fit
+    (marker,) = [line for line in cache_ax.lines if line.get_gid() == "out-of-memory:gemma3-27b"]
+    assert list(marker.get_xdata()) == [float(crossing)]
+    # Llama 3 70B's 141 GB of weights exceed 80 GB at every context: marked at the first
+    assert memory_crossing(dict(models)["llama3-70b"], 1024, 1024**2, s) == 1024
+    assert memory_crossing(gemma, 1024, 1024**2, Settings(ctx=1)) is None  # no hardware, no crossing
+
+
+def test_no_memory_line_without_hardware(models):
+    fig = plot_figure(models, CTXS, ["cache"], Settings(ctx=1))
+    assert gids(fig.axes[0], "memory") == set() and gids(fig.axes[0], "out-of-memory") == set()
+
+
+def test_every_metric_draws(models):
+    s = Settings(ctx=1, hardware=load_hardware("h100-80gb"))
+    fig = plot_figure(models, [1024, 4096], list(METRICS), s)
+    assert [ax.get_ylabel() for ax in fig.axes] == ["KV cache (bytes)", "Constant state (bytes)", "Decode FLOPs per token",
+                                                     "Prefill FLOPs", "Decode time per token (s)"]
+    assert all(ax.get_yscale() == "log" for ax in fig.axes)
+
+
+def test_decode_time_needs_hardware(models):
+    with pytest.raises(KvcalcError, match=r"decode-time .* needs a hardware preset \(--hardware"):
+        plot_figure(models, CTXS, ["cache", "decode-time"], Settings(ctx=1))
+
+
+def test_unknown_metric(models):
+    with pytest.raises(KvcalcError, match="unknown metric 'bogus': choose one of cache, state, flops-decode"):
+        plot_figure(models, CTXS, ["bogus"], Settings(ctx=1))
+
+
+@pytest.mark.parametrize(("ext", "magic"), [(".png", b"\x89PNG"), (".pdf", b"%PDF"), (".svg", None)])
+def test_save_formats(models, tmp_path, ext, magic):
+    fig = plot_figure(models, CTXS, ["cache", "flops-decode"], Settings(ctx=1, hardware=load_hardware("h100-80gb")))
+    path = tmp_path / f"fig{ext}"
+    save_figure(fig, path)
+    data = path.read_bytes()
+    assert len(data) > 1000
+    if magic is not None:
+        assert data.startswith(magic)
+    else:
+        text = data.decode()
+        assert text.lstrip().startswith(("<svg", "<?xml")) and "<svg" in text
+        assert "llama3-70b" in text  # svg.fonttype none: the legend stays text
+
+
+def test_unknown_extension(models, tmp_path):
+    fig = plot_figure(models, [1024], ["cache"], Settings(ctx=1))
+    with pytest.raises(KvcalcError, match=r"fig\.jpg: .*'\.jpg'.*use one of \.png, \.pdf, \.svg, \.pgf"):
+        save_figure(fig, tmp_path / "fig.jpg")
+    assert not (tmp_path / "fig.jpg").exists()
+
+
+def test_import_kvcalc_does_not_import_matplotlib():
+    code = "import sys, kvcalc, kvcalc.present.plot; assert 'matplotlib' not in sys.modules, 'imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_missing_matplotlib_says_how_to_install(monkeypatch, models):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
+    for call in (require_matplotlib, lambda: plot_figure(models, [1024], ["cache"], Settings(ctx=1))):
+        with pytest.raises(KvcalcError, match=r"^kvcalc plot needs matplotlib: pip install 'kvcalc\[plot\]'$"):
+            call()
