@@ -10,6 +10,7 @@ import typer
 from kvcalc.errors import KvcalcError
 from kvcalc.options import (
     BatchOpt,
+    ChartOpt,
     ColumnsOpt,
     CostOptions,
     CtxOpt,
@@ -77,16 +78,17 @@ def compare(
     units: UnitsOpt = "binary",
     explain: ExplainOpt = False,
     no_windows: NoWindowsOpt = False,
+    chart: ChartOpt = None,
 ) -> None:
     """Compare models side by side: one row per model and context (KV cache by default; --columns for costs)."""
     from kvcalc.present.emit import emit
-    from kvcalc.present.outputs import compare_output
+    from kvcalc.present.outputs import compare_output, with_chart
 
     ctxs = parse_ctx(ctx)
     explain_format(explain, fmt)
     loaded = [load(m, no_windows) for m in models]
     out = compare_output(loaded, opts.settings(ctxs[0]), ctxs, columns, explain, no_windows, opts.hardware_name)
-    emit(out, fmt, units)
+    emit(with_chart(out, chart, fmt, units) if chart else out, fmt, units)
 
 
 @app.command()
@@ -101,10 +103,11 @@ def sweep(
     columns: Annotated[str | None, typer.Option("--columns", help="Column keys or presets, comma-separated (see compare --help); model and ctx are always shown.")] = None,
     fmt: FormatOpt = "table",
     units: UnitsOpt = "binary",
+    chart: ChartOpt = None,
 ) -> None:
     """How cache, FLOPs and time grow with context: one row per model and context over a log-spaced range."""
     from kvcalc.present.emit import emit
-    from kvcalc.present.outputs import sweep_output
+    from kvcalc.present.outputs import sweep_output, with_chart
     from kvcalc.units import parse_token_range
 
     try:
@@ -112,7 +115,8 @@ def sweep(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--ctx'") from None
     loaded = [load(m) for m in models]
-    emit(sweep_output(loaded, opts.settings(ctxs[0]), ctxs, columns, opts.hardware_name), fmt, units)
+    out = sweep_output(loaded, opts.settings(ctxs[0]), ctxs, columns, opts.hardware_name)
+    emit(with_chart(out, chart, fmt, units) if chart else out, fmt, units)
 
 
 @app.command()
@@ -233,6 +237,32 @@ def hardware_list(fmt: FormatOpt = "table", units: UnitsOpt = "binary") -> None:
     from kvcalc.present.outputs import hardware_output
 
     emit(hardware_output(), fmt, units)
+
+
+@app.command("plot")
+@guarded
+@cost_options
+def plot(
+    models: ModelsArg,
+    opts: CostOptions,
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE", help="The figure: .png, .pdf, .svg or .pgf.")],
+    ctx: Annotated[str, typer.Option("--ctx", "-c", help="A range LO..HI (log-spaced: doubling, or --points) or a comma list. k = 1024.")] = "1k..1M",
+    points: Annotated[int | None, typer.Option("--points", min=2, help="Log-spaced points in the range (default: every doubling).")] = None,
+    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="cache, state, flops-decode, flops-prefill or decode-time (needs --hardware); repeat for panels side by side.")] = None,
+) -> None:
+    """Plot cache, state, FLOPs or decode time against context, log-log, one line per model (needs matplotlib)."""
+    from kvcalc.present.plot import plot_figure, require_matplotlib, save_figure
+    from kvcalc.units import parse_token_range
+
+    require_matplotlib()
+    try:
+        ctxs = parse_token_range(ctx, points)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--ctx'") from None
+    loaded = [load(m) for m in models]
+    fig = plot_figure([(lm.spec.name, lm.spec) for lm in loaded], ctxs, metric or ["cache"], opts.settings(ctxs[0]))
+    save_figure(fig, output)
+    typer.echo(f"wrote {output}", err=True)
 
 
 table_app = typer.Typer(help="The papers' reference tables: dimensions by attention kind, and models side by side.",

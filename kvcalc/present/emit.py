@@ -66,6 +66,7 @@ class Output:
     payload: Any = None
     explain: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    chart: list[str] = field(default_factory=list)  # a terminal bar chart (table and markdown formats)
 
 
 def stderr_console():
@@ -106,6 +107,9 @@ def emit(out: Output, fmt: str, units: str = "binary") -> None:
         if out.explain:
             typer.echo("")
             typer.echo(explain_block(out.explain, fmt))
+        if out.chart:
+            typer.echo("")
+            typer.echo("\n".join(out.chart))
         return
     typer.echo(render_text(out, fmt, units, dest))
 
@@ -130,6 +134,8 @@ def render_text(out: Output, fmt: str, units: str, dest: Destination | None = No
             parts.append(render(t.columns, t.rows, fmt, units, title=t.title))
     if out.explain:
         parts.append(explain_block(out.explain, fmt))
+    if out.chart and fmt in ("table", "markdown"):
+        parts.append("\n".join(out.chart) if fmt == "table" else "```text\n" + "\n".join(out.chart) + "\n```")
     return "\n\n".join(parts)
 
 

@@ -271,3 +271,24 @@ def models_output(loaded: list[LoadedModel], s: Settings) -> Output:
     columns = [Column.of(f) for f in figures_of(ModelsRow)]
     title = f"Models side by side: cache at ctx {s.ctx:,}, {s.kv_dtype}"
     return Output([Table("models", columns, rows, title)], warnings=_load_warnings(loaded))
+
+
+def with_chart(out: Output, key: str, fmt: str, units: str) -> Output:
+    """`out` with a terminal bar chart of column `key` of its first table, one bar per row (`--chart`)."""
+    from dataclasses import replace
+
+    from kvcalc.errors import KvcalcError
+    from kvcalc.present.chart import bar_chart
+    from kvcalc.present.columns import CATALOG
+
+    if fmt not in ("table", "markdown"):
+        raise KvcalcError(f"--chart draws in the table and markdown formats, not {fmt}")
+    column = CATALOG.get(key)
+    if column is None or not column.numeric:
+        numeric = sorted(k for k, c in CATALOG.items() if c.numeric)
+        raise KvcalcError(f"--chart {key!r}: choose a numeric column key ({', '.join(numeric)})")
+    from kvcalc.units import format_tokens
+
+    rows = out.tables[0].rows
+    texts = [f"{row['model']} @ {format_tokens(row['ctx'])}" for row in rows]
+    return replace(out, chart=bar_chart(rows, column, texts, units))

@@ -47,8 +47,13 @@ STYLE: dict[Any, Any] = {"font.size": 8, "axes.labelsize": 8, "axes.titlesize": 
 
 
 def _cache_bytes(spec: ModelSpec, s: Settings) -> int:
+    """The KV cache at ctx; under a parallel layout (gpus > 1) the busiest GPU's, which the memory line bounds."""
     from kvcalc.costs.cache import kv_cache
 
+    if s.gpus > 1:
+        from kvcalc.costs.parallel import per_gpu
+
+        return per_gpu(spec, s).kv_cache_bytes
     return kv_cache(spec, s).bytes
 
 
@@ -216,7 +221,8 @@ def _panel(ax: Axes, models: list[tuple[str, ModelSpec]], ctxs: list[int], metri
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_tokens(int(round(x)))))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("Context (tokens)")
-    ax.set_ylabel(metric.label)
+    ax.set_ylabel(metric.label.replace("KV cache", "KV cache per GPU") if metric.name == "cache" and s.gpus > 1
+                  else metric.label)
     ax.grid(True, which="major", linewidth=0.4, color="0.85")
 
 
