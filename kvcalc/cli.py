@@ -265,6 +265,59 @@ def plot(
     typer.echo(f"wrote {output}", err=True)
 
 
+@app.command("paper")
+@guarded
+def paper(
+    models: Annotated[list[str] | None, typer.Argument(metavar="[MODEL]...", help="Models (default: llama3-70b gemma3-27b deepseek-v2).")] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="DIR", help="The folder to write (created if missing).")] = Path("kvcalc-paper"),
+    ctx: OneCtxOpt = "128k",
+    kv_dtype: DtypeOpt = "bf16",
+) -> None:
+    """Write a paper bundle: the dims and models tables (tex, md, csv), the standard figures and a README with the
+    command and kvcalc version that made them."""
+    import shlex
+
+    from kvcalc.present.outputs import paper_readme, paper_tables
+    from kvcalc.settings import Settings
+    from kvcalc.tables import DEFAULT_MODELS
+
+    names = list(models or DEFAULT_MODELS)
+    s = Settings(ctx=one_ctx(ctx, "paper takes one context"), kv_dtype=kv_dtype)
+    loaded = [load(m) for m in names]
+    files = paper_tables(loaded, s)
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (output / name).write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise KvcalcError(f"--output {output}: cannot write ({exc.strerror or exc})") from None
+    figures = []
+    try:
+        from kvcalc.present.plot import plot_figure, require_matplotlib, save_figure
+        from kvcalc.units import parse_token_range
+
+        require_matplotlib()
+        for metric in ("cache", "flops-decode"):
+            for ext in ("pdf", "png"):
+                fig = plot_figure([(lm.spec.name, lm.spec) for lm in loaded], parse_token_range("1k..1M", None), [metric], s)
+                save_figure(fig, output / f"{metric}.{ext}")
+                figures.append(f"{metric}.{ext}")
+    except KvcalcError as exc:
+        from kvcalc.present.emit import warn
+
+        warn(f"figures skipped: {exc}")
+    command = shlex.join(["kvcalc", "paper", *names, "-o", str(output), "--ctx", ctx, "--kv-dtype", kv_dtype])
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ver = version("kvcalc")
+    except PackageNotFoundError:
+        ver = "(not installed)"
+    listed = {**files, **{f: "" for f in figures}}
+    (output / "README.md").write_text(paper_readme(listed, command, ver), encoding="utf-8")
+    typer.echo(f"wrote {len(listed) + 1} files to {output}", err=True)
+
+
 table_app = typer.Typer(help="The papers' reference tables: dimensions by attention kind, and models side by side.",
                         no_args_is_help=True)
 app.add_typer(table_app, name="table")

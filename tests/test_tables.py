@@ -76,3 +76,22 @@ def test_tables_paste_into_latex():
 def test_bad_kinds_are_one_message():
     res = run("table", "dims", "--kinds", "mha,xyz", ok=False)
     assert res.exit_code == 2 and "xyz" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_paper_bundle_regenerates_identically(tmp_path):
+    import shlex
+
+    out = tmp_path / "bundle"
+    run("paper", "llama3-70b", "deepseek-v2", "-o", str(out), "--ctx", "32k")
+    tables = ["dims.tex", "dims.md", "dims.csv", "models.tex", "models.md", "models.csv"]
+    assert all((out / name).stat().st_size > 0 for name in tables)
+    readme = (out / "README.md").read_text(encoding="utf-8")
+    command = readme.split("```sh\n")[1].split("\n```")[0]
+    assert command == f"kvcalc paper llama3-70b deepseek-v2 -o {shlex.quote(str(out))} --ctx 32k --kv-dtype bf16"
+    assert all(f"`{name}`" in readme for name in tables) and "Made by kvcalc " in readme
+    before = {name: (out / name).read_bytes() for name in tables}
+    run(*shlex.split(command)[1:])  # the recorded command, run again
+    assert {name: (out / name).read_bytes() for name in tables} == before
+    check_pasteable((out / "models.tex").read_text(encoding="utf-8"))
+    rows = (out / "models.csv").read_text(encoding="utf-8").splitlines()
+    assert rows[0].startswith("model,d_model") and rows[1].startswith("llama3-70b,8192")

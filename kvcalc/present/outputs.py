@@ -292,3 +292,36 @@ def with_chart(out: Output, key: str, fmt: str, units: str) -> Output:
     rows = out.tables[0].rows
     texts = [f"{row['model']} @ {format_tokens(row['ctx'])}" for row in rows]
     return replace(out, chart=bar_chart(rows, column, texts, units))
+
+
+def paper_tables(loaded: list[LoadedModel], s: Settings) -> dict[str, str]:
+    """`paper`: the dims and models tables as files (name -> text), in LaTeX (a table each), markdown and csv."""
+    from kvcalc.present.emit import Destination, render_text
+    from kvcalc.tables import KINDS
+
+    out: dict[str, str] = {}
+    captions = {"dims": "Weights, cache per token and decode attention FLOPs by attention kind",
+                "models": f"Models side by side, KV cache at {s.ctx:,} tokens ({s.kv_dtype})"}
+    for name, output in (("dims", dims_output(loaded, KINDS)), ("models", models_output(loaded, s))):
+        output = Output(output.tables)  # warnings are the command's, not the files'
+        out[f"{name}.tex"] = render_text(output, "latex", "binary", Destination(captions[name], f"tab:kvcalc-{name}"))
+        out[f"{name}.md"] = render_text(output, "markdown", "binary")
+        out[f"{name}.csv"] = render_text(output, "csv", "binary")
+    return out
+
+
+def paper_readme(files: dict[str, str], command: str, version: str) -> str:
+    """The README of a `paper` bundle: each file, and the command and kvcalc version that made them."""
+    what = {
+        "dims": "the dimensions table: weight shapes, MLA's absorbed products, cache per token, decode FLOPs",
+        "models": "the models table: hidden size, heads, KV heads or latent, head dim, layers, parameters, cache",
+        "cache": "figure: KV cache against context", "flops-decode": "figure: decode FLOPs per token against context",
+    }
+    lines = ["# kvcalc paper bundle", "", f"Made by kvcalc {version} with:", "", "```sh", command, "```", "",
+             "Run the same command to regenerate every file (tables are byte-identical).", "", "| File | What |",
+             "|---|---|"]
+    for name in files:
+        stem, ext = name.rsplit(".", 1)
+        lines.append(f"| `{name}` | {what.get(stem, stem)} ({ext}) |")
+    lines += ["", "The .tex files need `\\usepackage{booktabs,array}` (their first line says so)."]
+    return "\n".join(lines) + "\n"
