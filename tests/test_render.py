@@ -32,8 +32,10 @@ def test_latex_booktabs_and_escaping():
     assert lines[1:5] == [r"\begin{table}[htbp]", r"\centering", r"\caption{KV 100\% \& more}", r"\label{tab:kv}"]
     assert r"\begin{tabular}{lrrr}" in lines
     assert [line for line in lines if line in (r"\toprule", r"\midrule", r"\bottomrule")] == [r"\toprule", r"\midrule", r"\bottomrule"]
-    assert r"a\_b\%c\&d & 80 & 40.0 GiB & $1.00\times$ \\" in lines
-    assert r"m\textbar{}x & 60 & 8.44 GiB & $0.21\times$ \\" in lines
+    assert r"a\_b\%c\&d & 80 & 40.0 & $1.00\times$ \\" in lines  # one unit in the column: GiB in its header
+    assert r"m\textbar{}x & 60 & 8.44 & $0.21\times$ \\" in lines
+    mixed = render(COLUMNS, [{**ROWS[0], "b": 1024}, ROWS[1]], "latex")
+    assert r"& 1.00 KiB &" in mixed and r"& 8.44 GiB &" in mixed  # units differ: they stay in the cells
     assert lines[-2:] == [r"\end{tabular}", r"\end{table}"]
 
 

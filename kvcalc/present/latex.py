@@ -7,6 +7,8 @@ Choices (also in the README):
 - Every other character goes through pylatexenc's unicode_to_latex (µ, ×, ≤, –, · and the specials & % $ # _ { } ~ ^
   \\), `|` becomes `\\textbar{}`; `<` and `>` land in math mode. Formulas (`2·n_kv·d_h`) are set in math mode
   (`$2 \\cdot n_{kv} \\cdot d_h$`).
+- Units go in the header when every cell of a column has the same one (`KV cache (GiB)`), else stay in the cells;
+  token counts (128k) and parameter counts (70.6B) keep theirs.
 - Text columns whose cells run past 40 characters become 5 cm paragraph columns.
 - `bare` gives the tabular alone; otherwise `\\caption` and `\\label` (default `tab:<table name>`) wrap it.
 """
@@ -22,6 +24,7 @@ PARAGRAPH = r">{\raggedright\arraybackslash}p{5cm}"
 _NAME = re.compile(r"([A-Za-z]+)(?:_([A-Za-z0-9]+))?(')?")
 _BEFORE = {"|": r"\textbar{}", "ᵀ": r"\textsuperscript{T}"}  # what pylatexenc leaves as is or cannot convert
 _GROUPED = re.compile(r"(?<=\d),(?=\d{3}\b)")
+_UNIT = re.compile(r"^(-?[\d.,]+)\s*([^\d\s].*)$")  # "40.0 GiB" -> ("40.0", "GiB")
 
 
 def tex(text: str) -> str:
@@ -64,15 +67,31 @@ def numeric_cell(text: str) -> str:
     return _GROUPED.sub(r"\\,", tex(text))
 
 
+def _common_unit(texts: list[str]) -> str | None:
+    """The unit every number of a column carries (None when they differ, or some have none)."""
+    units = {m[2] if (m := _UNIT.match(t)) else None for t in texts if t != "–"}
+    unit = units.pop() if len(units) == 1 else None
+    return unit if unit and unit != "×" else None
+
+
 def to_latex(columns: list[Any], cells: list[list[str]], caption: str | None, label: str | None,
              bare: bool = False) -> str:
     """A booktabs table from `columns` (with .header, .numeric, .kind) and their formatted `cells`."""
+    headers = [" ".join(c.header.split()) for c in columns]
+    cells = [list(row) for row in cells]
+    for i, c in enumerate(columns):  # a unit every cell shares moves to the header
+        movable = c.numeric and c.kind not in ("tokens", "count")  # 128k and 70.6B read as they are
+        unit = _common_unit([row[i] for row in cells]) if movable and cells else None
+        if unit:
+            headers[i] += f" ({unit})"
+            for row in cells:
+                row[i] = row[i] if row[i] == "–" else row[i][: -len(unit)].rstrip()
     spec = []
     for i, c in enumerate(columns):
         long = any(len(row[i]) > LONG_TEXT for row in cells)
         spec.append("r" if c.numeric else PARAGRAPH if long else "l")
     body = [rf"\begin{{tabular}}{{{''.join(spec)}}}", r"\toprule",
-            " & ".join(tex(" ".join(c.header.split())) for c in columns) + r" \\", r"\midrule"]
+            " & ".join(tex(h) for h in headers) + r" \\", r"\midrule"]
     for row in cells:
         out = []
         for c, text in zip(columns, row):
