@@ -77,7 +77,8 @@ def test_every_table_command_pastes_for_every_model(name):
                 ("show", name, "--ctx", "100k", "--explain", "--engine", "vllm"),
                 ("cost", name, "--ctx", "8k", "--hardware", "h100-80gb", "--tp", "2"),
                 ("fit", name, "--hardware", "h100-80gb", "--gpus", "8"),
-                ("sweep", name, "--ctx", "1k..64k")]
+                ("sweep", name, "--ctx", "1k..64k"),
+                ("table", "dims", name), ("table", "models", name, "--ctx", "32k")]
     for args in commands:
         out = run(*args, "-f", "latex", "--caption", "Caption & 100%", "--label", "tab:x").stdout
         nodes = check_pasteable(out)
