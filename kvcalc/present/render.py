@@ -67,7 +67,8 @@ def _cell(value: Any, kind: str, units: str, latex: bool) -> str:
     if kind == "int" and isinstance(value, int):
         return f"{value:,}"
     if kind == "ratio":
-        return f"{value:.2f}" + (r"$\times$" if latex else "×")
+        digits = f"{value:,.0f}" if value >= 100 else f"{value:#.3g}"  # three significant digits: 0.125×, 0.0176×
+        return digits + (r"$\times$" if latex else "×")
     if kind == "flops":
         return format_flops(value) if units != "bytes" else f"{value:,}"
     if kind == "count":
