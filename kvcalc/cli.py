@@ -318,6 +318,42 @@ def paper(
     typer.echo(f"wrote {len(listed) + 1} files to {output}", err=True)
 
 
+@app.command("approx")
+@guarded
+@output_options
+def approx(
+    method: Annotated[str, typer.Option("--method", "-m", help="Methods with parameters, comma-separated; parameters key=value, '/'-separated: exact, window:w=256, topk:k=64, lsh:c=64/r=2, linformer:k=256, linformer-svd:k=256, nystrom:m=64/T=6, performer:r=256, cosformer.")] = "performer:r=256,nystrom:m=64,linformer:k=256,topk:k=64",
+    n: Annotated[str, typer.Option("--n", help="Sequence length (k = 1024).")] = "1024",
+    d: Annotated[int, typer.Option("--d", min=1, help="Query/key head dim.")] = 64,
+    d_v: Annotated[int | None, typer.Option("--dv", min=1, help="Value head dim (default: --d).")] = None,
+    scale: Annotated[str, typer.Option("--scale", help="Input scales (multiply Q and K), comma-separated: small is flat attention, large is spiky.")] = "0.25,0.5,1,2",
+    data: Annotated[str, typer.Option("--data", help="gaussian, clustered, spiky, or an .npz with q [n, d], k [n, d], v [n, d_v] of one head.")] = "gaussian",
+    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Random inputs (and projections) to average the errors over.")] = 3,
+    causal: Annotated[bool, typer.Option("--causal", help="Measure causal (decoder) attention; methods without a causal form are refused.")] = False,
+    spectrum: Annotated[bool, typer.Option("--spectrum", help="Also the singular values of the attention matrix and of QKᵀ: the rank for 90%, 99% and 99.9% of the energy.")] = False,
+    fmt: FormatOpt = "table",
+    units: UnitsOpt = "binary",
+) -> None:
+    """Approximate attention (Linformer, Nyström, Performer, cosFormer, LSH, windows, top-k): cost against exact,
+    decode state and measured error, over input scales."""
+    from kvcalc.approx.evaluate import evaluate, parse_methods, spectrum_rows
+    from kvcalc.present.emit import emit
+    from kvcalc.present.outputs import approx_output
+
+    length = one_ctx(n, "approx takes one --n")
+    try:
+        scales = [float(x) for x in scale.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{scale!r}: numbers, comma-separated (e.g. 0.25,1,4)", param_hint="'--scale'") from None
+    if not scales or any(not 0 < x < 1e6 for x in scales):
+        raise typer.BadParameter(f"{scale!r}: each scale must be a positive number", param_hint="'--scale'")
+    if length > 16384:
+        raise KvcalcError(f"--n {length:,}: approx materialises n × n attention matrices; use --n 16k or less")
+    rows = evaluate(parse_methods(method), length, d, d_v or d, scales, data, seeds, causal)
+    spec_rows = spectrum_rows(length, d, scales, data, 0, causal) if spectrum else None
+    emit(approx_output(rows, length, d, data, causal, spec_rows), fmt, units)
+
+
 table_app = typer.Typer(help="The papers' reference tables: dimensions by attention kind, and models side by side.",
                         no_args_is_help=True)
 app.add_typer(table_app, name="table")

@@ -325,3 +325,29 @@ def paper_readme(files: dict[str, str], command: str, version: str) -> str:
         lines.append(f"| `{name}` | {what.get(stem, stem)} ({ext}) |")
     lines += ["", "The .tex files need `\\usepackage{booktabs,array}` (their first line says so)."]
     return "\n".join(lines) + "\n"
+
+
+APPROX_COLUMNS = [("method", "Method", "text"), ("params", "Params", "text"), ("scale", "Scale", "sig"),
+                  ("flops", "FLOPs", "flops"), ("flops_ratio", "vs\nexact", "ratio"),
+                  ("decode_state_bytes", "Decode\nstate", "bytes"), ("rel_error_output", "Output\nerror", "sig"),
+                  ("rel_error_matrix", "Matrix\nerror", "sig"), ("captured_mass", "Captured\nmass", "sig"),
+                  ("recall_at_k", "Recall\n@k", "sig")]
+APPROX_KEYS = ["method", "params", "n", "d", "d_v", "scale", "data", "causal", "seeds", "flops", "flops_exact",
+               "flops_ratio", "decode_state_bytes", "rel_error_output", "rel_error_matrix", "captured_mass", "recall_at_k"]
+SPECTRUM_COLUMNS = [("matrix", "Matrix", "text"), ("scale", "Scale", "sig"), ("s_1", "Largest\nsingular value", "sig"),
+                    ("rank_90", "Rank for\n90%", "int"), ("rank_99", "Rank for\n99%", "int"),
+                    ("rank_999", "Rank for\n99.9%", "int")]
+
+
+def approx_output(rows: list[dict], n: int, d: int, data: str, causal: bool, spectrum: list[dict] | None) -> Output:
+    """`approx`: cost and measured error of each method and scale (and, with --spectrum, the singular values)."""
+    n, d = (rows[0]["n"], rows[0]["d"]) if rows else (n, d)
+    mode = "causal" if causal else "non-causal"
+    title = f"Approximate attention against exact ({mode}), n {n:,}, d {d}, data {data}: errors are means over seeds"
+    tables = [Table("approx", [Column(k, h, kind) for k, h, kind in APPROX_COLUMNS], rows, title, APPROX_KEYS)]
+    payload: Any = [{k: r[k] for k in APPROX_KEYS} for r in rows]
+    if spectrum is not None:
+        tables.append(Table("spectrum", [Column(k, h, kind) for k, h, kind in SPECTRUM_COLUMNS], spectrum,
+                            f"Singular values ({mode}): rank for 90/99/99.9% of the energy"))
+        payload = {"methods": payload, "spectrum": spectrum}
+    return Output(tables, payload)

@@ -43,7 +43,8 @@ class Column:
 
     @property
     def numeric(self) -> bool:
-        return self.kind in ("int", "bytes", "tokens", "ratio", "num", "flops", "count", "seconds", "rate", "float", "bandwidth")
+        return self.kind in ("int", "bytes", "tokens", "ratio", "num", "flops", "count", "seconds", "rate", "float", "bandwidth",
+                             "sig")
 
 
 def cell(value: Any, kind: str, units: str = "binary", latex: bool = False, compact: bool = False) -> str:
@@ -79,6 +80,8 @@ def _cell(value: Any, kind: str, units: str, latex: bool) -> str:
         return format_bytes(value, "si" if units != "bytes" else "bytes") + "/s"
     if kind == "float":
         return f"{value:,.1f}"
+    if kind == "sig":  # three significant digits (errors, fractions)
+        return f"{value:.3g}"
     if kind == "rate":
         return f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
     return str(value)

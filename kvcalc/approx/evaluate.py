@@ -1,0 +1,268 @@
+"""`kvcalc approx`: each approximate method's cost against exact attention and its measured error, on generated or
+given Q, K, V (one head), over input scales and seeds. The bridge between the analytic costs (analytic.py) and the
+NumPy methods (numeric.py); no I/O but reading an .npz the caller names.
+
+Conventions (also in the README):
+- `flops` is the method's analytic prefill cost for the whole sequence (one head), `flops_exact` exact attention's
+  in the same mode (causal with --causal); `decode_state_bytes` what decoding the next token keeps, at 2 bytes an
+  element (bf16), None for methods that cannot decode.
+- Errors are means over seeds: the output's relative Frobenius error against exact attention, and, where the method
+  defines an attention matrix, the matrix's; for sparse methods (window, topk) the exact attention mass their kept
+  set captures and recall@k of the exact top-k (k = the keys each row keeps). LSH shares queries and keys
+  (Reformer), so it is measured against exact attention with keys = queries / ‖queries‖.
+- An input scale multiplies Q and K: small scales give flat attention, large ones spiky attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvcalc.errors import KvcalcError
+
+# CLI name -> (numeric function name, analytic method name, parameter names the CLI takes, causal modes it supports)
+MEASURED: dict[str, tuple[str, str | None, tuple[str, ...], tuple[bool, ...]]] = {
+    "exact": ("exact", "exact", (), (False, True)),
+    "window": ("window", "window", ("w",), (True,)),
+    "topk": ("topk", None, ("k",), (False, True)),
+    "lsh": ("lsh", "reformer_lsh", ("c", "r"), (False,)),
+    "linformer": ("linformer", "linformer", ("k",), (False,)),
+    "linformer-svd": ("linformer", "linformer", ("k",), (False,)),
+    "nystrom": ("nystrom", "nystrom", ("m", "T"), (False,)),
+    "performer": ("performer", "performer", ("r",), (False, True)),
+    "cosformer": ("cosformer", "cosformer", (), (False, True)),
+}
+DEFAULTS = {"nystrom": {"T": 6}, "lsh": {"r": 1}}
+DATA = ("gaussian", "clustered", "spiky")
+BYTES_PER_ELEMENT = 2  # bf16 decode state
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method as asked on the command line: its name and integer parameters."""
+
+    name: str
+    params: dict[str, int]
+
+    @property
+    def label(self) -> str:
+        """The parameters as asked, in the method's order: 'm=64 T=6'."""
+        return " ".join(f"{k}={self.params[k]}" for k in MEASURED[self.name][2] if k in self.params)
+
+
+def parse_methods(text: str) -> list[Method]:
+    """`linformer:k=256,nystrom:m=64/T=6,performer:r=256` -> Methods; a KvcalcError names any mistake."""
+    out = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, _, rest = item.partition(":")
+        name = name.strip().lower()
+        if name not in MEASURED:
+            raise KvcalcError(f"--method {item!r}: unknown method {name!r}; choose from {', '.join(MEASURED)}")
+        params = dict(DEFAULTS.get(name, {}))
+        for pair in (p for p in rest.split("/") if p.strip()):
+            key, eq, value = pair.partition("=")
+            key = key.strip()
+            if not eq or key not in MEASURED[name][2]:
+                raise KvcalcError(f"--method {item!r}: {name} takes {', '.join(MEASURED[name][2]) or 'no parameters'} "
+                                  f"as key=value, '/'-separated")
+            try:
+                params[key] = int(value)
+            except ValueError:
+                raise KvcalcError(f"--method {item!r}: {key} must be a whole number, got {value!r}") from None
+            if params[key] < 1:
+                raise KvcalcError(f"--method {item!r}: {key} must be at least 1")
+        missing = [p for p in MEASURED[name][2] if p not in params]
+        if missing:
+            raise KvcalcError(f"--method {item!r}: {name} needs {', '.join(missing)} (e.g. {name}:{missing[0]}=64)")
+        out.append(Method(name, params))
+    if not out:
+        raise KvcalcError("--method: name at least one method, e.g. performer:r=256")
+    return out
+
+
+def load_npz(path: str) -> tuple[Any, Any, Any]:
+    """Q, K, V of one head from an .npz with arrays q [n, d], k [n, d], v [n, d_v]."""
+    import numpy as np
+
+    try:
+        with np.load(Path(path), allow_pickle=False) as data:
+            arrays = {name: np.asarray(data[name], dtype=np.float64) for name in ("q", "k", "v") if name in data}
+    except (OSError, ValueError) as exc:
+        raise KvcalcError(f"--data {path}: cannot read it as .npz ({exc})") from None
+    missing = [name for name in ("q", "k", "v") if name not in arrays]
+    if missing:
+        raise KvcalcError(f"--data {path}: missing array(s) {', '.join(missing)} (q [n, d], k [n, d], v [n, d_v])")
+    q, k, v = arrays["q"], arrays["k"], arrays["v"]
+    if q.ndim != 2 or k.shape != q.shape or v.ndim != 2 or v.shape[0] != q.shape[0]:
+        raise KvcalcError(f"--data {path}: q and k must be [n, d] and v [n, d_v] of one head; got "
+                          f"{q.shape}, {k.shape}, {v.shape}")
+    return q, k, v
+
+
+def _data(kind: str, n: int, d: int, d_v: int, scale: float, seed: int):
+    import numpy as np
+
+    from kvcalc.approx import numeric
+
+    rng = np.random.default_rng(seed)
+    if kind in DATA:
+        return getattr(numeric, kind)(n, d, d_v, scale, rng)
+    q, k, v = load_npz(kind)
+    return scale * q, scale * k, v
+
+
+def _shape(kind: str, n: int, d: int, d_v: int) -> tuple[int, int, int]:
+    if kind in DATA:
+        return n, d, d_v
+    q, _, v = load_npz(kind)
+    return q.shape[0], q.shape[1], v.shape[1]
+
+
+def _run(method: Method, q, k, v, causal: bool, seed: int):
+    """(output, attention matrix or None, reference output, reference matrix, kept count or None)."""
+    import numpy as np
+
+    from kvcalc.approx import numeric
+
+    rng = np.random.default_rng(10_000 + seed)
+    p = method.params
+    if method.name == "lsh":
+        qn = q / np.linalg.norm(q, axis=1, keepdims=True)
+        ref, ref_p = numeric.exact(qn, qn, v, causal)
+        n = q.shape[0]
+        out, mat = numeric.lsh(q, v, n_buckets=max(1, n // p["c"]), n_rounds=p["r"], chunk=p["c"], rng=rng)
+        return out, mat, ref, ref_p, None
+    ref, ref_p = numeric.exact(q, k, v, causal)
+    if method.name == "exact":
+        out, mat = numeric.exact(q, k, v, causal)
+        return out, mat, ref, ref_p, None
+    if method.name == "window":
+        out, mat = numeric.window(q, k, v, p["w"])
+        return out, mat, ref, ref_p, p["w"]
+    if method.name == "topk":
+        out, mat = numeric.topk(q, k, v, p["k"], causal)
+        return out, mat, ref, ref_p, p["k"]
+    if method.name in ("linformer", "linformer-svd"):
+        out, mat = numeric.linformer(q, k, v, p["k"], mode="svd" if method.name.endswith("svd") else "random", rng=rng)
+        return out, mat, ref, ref_p, None
+    if method.name == "nystrom":
+        out, mat = numeric.nystrom(q, k, v, p["m"], iters=p["T"])
+        return out, mat, ref, ref_p, None
+    if method.name == "performer":
+        out, mat = numeric.performer(q, k, v, p["r"], rng=rng, causal=causal, form="prefix" if causal else "parallel")
+        return out, mat, ref, ref_p, None
+    out, mat = numeric.cosformer(q, k, v, causal)
+    return out, mat, ref, ref_p, None
+
+
+def _analytic(method: Method, n: int, d: int, d_v: int, causal: bool):
+    from kvcalc.approx.analytic import cost
+
+    name = MEASURED[method.name][1]
+    p = method.params
+    if name is None:  # the oracle top-k: every score, then k values a row
+        exact = cost("exact", n, d, d_v, causal=causal)
+        return exact.prefill_flops - exact.prefill_breakdown.get("mix", 0) + 2 * n * min(p["k"], n) * d_v, exact
+    args: dict[str, int | bool] = {}
+    if name == "exact":
+        args = {"causal": causal}
+    elif name == "window":
+        args = {"w": p["w"]}
+    elif name == "reformer_lsh":
+        args = {"c": p["c"], "n_r": p["r"]}
+    elif name == "linformer":
+        args = {"k": p["k"]}
+    elif name == "nystrom":
+        args = {"m": p["m"], "T": p["T"]}
+    elif name == "performer":
+        args = {"r": p["r"], "causal": causal}
+    elif name == "cosformer":
+        args = {"causal": causal}
+    c = cost(name, n, d, d_v, **args)
+    return c.prefill_flops, c
+
+
+def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float], data: str, seeds: int,
+             causal: bool) -> list[dict]:
+    """One row per method and scale: costs against exact and the errors, averaged over `seeds`."""
+    from statistics import fmean
+
+    from kvcalc.approx import numeric
+    from kvcalc.approx.analytic import cost
+
+    n, d, d_v = _shape(data, n, d, d_v)
+    for m in methods:
+        if causal not in MEASURED[m.name][3]:
+            mode = "causal" if causal else "non-causal"
+            raise KvcalcError(f"{m.name} has no {mode} form here ({'drop' if causal else 'add'} --causal)")
+    exact = cost("exact", n, d, d_v, causal=causal)
+    rows = []
+    for m in methods:
+        flops, c = _analytic(m, n, d, d_v, causal)
+        # what decoding keeps: the method's causal form, whatever mode is measured (None: it cannot decode)
+        state = c if c.state_kind != "none" or True not in MEASURED[m.name][3] else _analytic(m, n, d, d_v, True)[1]
+        state_bytes = state.state_elements * BYTES_PER_ELEMENT if state.state_kind != "none" else None
+        for scale in scales:
+            out_err, mat_err, mass, recall = [], [], [], []
+            for seed in range(seeds):
+                q, k, v = _data(data, n, d, d_v, scale, seed)
+                out, mat, ref, ref_p, kept = _run(m, q, k, v, causal, seed)
+                out_err.append(numeric.rel_frobenius(out, ref))
+                if mat is not None:
+                    mat_err.append(numeric.rel_frobenius(mat, ref_p))
+                if kept is not None and mat is not None:
+                    mass.append(numeric.captured_mass(mat, ref_p))
+                    recall.append(numeric.recall_at_k(mat != 0, ref_p, kept))
+            rows.append({
+                "method": m.name, "params": m.label, "n": n, "d": d, "d_v": d_v, "scale": scale,
+                "data": data, "causal": causal, "seeds": seeds, "flops": flops, "flops_exact": exact.prefill_flops,
+                "flops_ratio": flops / exact.prefill_flops,
+                "decode_state_bytes": state_bytes,
+                "rel_error_output": fmean(out_err), "rel_error_matrix": fmean(mat_err) if mat_err else None,
+                "captured_mass": fmean(mass) if mass else None, "recall_at_k": fmean(recall) if recall else None,
+            })
+    return rows
+
+
+def spectrum_rows(n: int, d: int, scales: list[float], data: str, seed: int, causal: bool) -> list[dict]:
+    """The singular values of the attention matrix and of QKᵀ at each scale, and the ranks for 90/99/99.9% energy."""
+    from kvcalc.approx import numeric
+
+    n, d, d_v = _shape(data, n, d, d)
+    rows = []
+    for scale in scales:
+        q, k, _ = _data(data, n, d, d_v, scale, seed)
+        sp = numeric.spectrum(q, k, causal)
+        for name, svals, ranks in (("attention", sp.attention, sp.rank_attention), ("scores QK^T", sp.scores, sp.rank_scores)):
+            rows.append({"matrix": name, "scale": scale, "n": n, "d": d, "s_1": float(svals[0]),
+                         "rank_90": ranks[0.9], "rank_99": ranks[0.99], "rank_999": ranks[0.999],
+                         "singular_values": [float(x) for x in svals[:16]]})
+    return rows
+
+
+# The README's table of costs for one concrete setting (a test keeps the README equal to it)
+README_SETTING = (4096, 128)  # n, d = d_v
+README_METHODS: list[tuple[str, str, dict[str, int | bool]]] = [
+    ("exact (causal)", "exact", {"causal": True}), ("window w=512", "window", {"w": 512}),
+    ("Longformer w=512, g=16", "longformer", {"w": 512, "g": 16}), ("BigBird b=64, r=3", "bigbird", {"b": 64, "r": 3}),
+    ("Reformer LSH c=64, 2 rounds", "reformer_lsh", {"c": 64, "n_r": 2}), ("Linformer k=256", "linformer", {"k": 256}),
+    ("Nyström m=64, T=6", "nystrom", {"m": 64, "T": 6}), ("Performer r=256 (causal)", "performer", {"r": 256, "causal": True}),
+    ("cosFormer (causal)", "cosformer", {"causal": True}), ("Loki r=32, k=512", "loki", {"r": 32, "k": 512}),
+]
+
+
+def readme_cost_table() -> str:
+    """The README's cost table: each method at n = 4096, d = d_v = 128, one head (kvcalc.approx.analytic)."""
+    from kvcalc.approx.analytic import cost
+
+    n, d = README_SETTING
+    lines = ["| Method | Prefill FLOPs | Decode FLOPs at n | Decode state (elements) |", "|---|---:|---:|---:|"]
+    for label, method, params in README_METHODS:
+        c = cost(method, n, d, d, **params)
+        decode = f"{c.decode_flops:,}" if c.decode_flops is not None else "– (no causal decode)"
+        state = f"{c.state_elements:,} ({c.state_kind})" if c.state_kind != "none" else "–"
+        lines.append(f"| {label} | {c.prefill_flops:,} | {decode} | {state} |")
+    return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""#9 item 3–4: `kvcalc approx` (cost against exact, decode state, measured error) and `--spectrum`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from conftest import run
+
+KEYS = {"method", "params", "n", "d", "scale", "flops", "flops_exact", "rel_error_output"}  # in every row
+# and where defined: decode_state_bytes, rel_error_matrix, captured_mass, recall_at_k
+
+
+def approx(*args: str) -> list[dict]:
+    return json.loads(run("approx", *args, "-f", "json").stdout)
+
+
+def test_rows_carry_costs_and_errors():
+    rows = approx("--n", "256", "--d", "32", "--method", "exact,performer:r=64,topk:k=256,nystrom:m=32",
+                  "--scale", "0.5,2", "--seeds", "2")
+    assert [(r["method"], r["scale"]) for r in rows] == [(m, s) for m in ("exact", "performer", "topk", "nystrom")
+                                                          for s in (0.5, 2.0)]
+    for r in rows:
+        assert KEYS <= set(r) and (r["n"], r["d"], r["d_v"], r["seeds"]) == (256, 32, 32, 2)
+        assert r["flops_exact"] == 2 * 256 * 256 * (32 + 32)  # non-causal exact: 2·n²·(d + d_v)
+    exact, _, perf, _, topk, _, nys, _ = rows
+    assert exact["rel_error_output"] == 0 and exact["decode_state_bytes"] == 256 * (32 + 32) * 2
+    assert perf["flops"] == 4 * 256 * 32 * 64 + 4 * 256 * 64 * 32 + 2 * 256 * 64  # FAVOR+: features, products, norm
+    assert perf["decode_state_bytes"] == (64 * 32 + 64) * 2  # r·d_v + r running sums, bf16
+    assert topk["rel_error_output"] < 1e-12 and topk["recall_at_k"] == 1.0  # k = n keeps every key
+    assert "decode_state_bytes" not in nys  # Nyström cannot decode causally
+    assert "recall_at_k" not in perf and perf["rel_error_matrix"] > 0
+
+
+def test_causal_mode_and_refusals():
+    rows = approx("--n", "128", "--d", "16", "--method", "exact,window:w=128,window:w=32", "--causal", "--seeds", "1",
+                  "--scale", "1")
+    assert rows[0]["flops_exact"] == 2 * (128 * 129 // 2) * 32  # causal: n(n+1)/2 pairs
+    assert rows[1]["rel_error_output"] < 1e-12  # a window as long as the sequence is exact causal attention
+    assert rows[2]["decode_state_bytes"] == 32 * 32 * 2 and 0 < rows[2]["captured_mass"] <= 1
+    for args, message in ((["--method", "nystrom:m=8", "--causal"], "nystrom has no causal form"),
+                          (["--method", "bogus"], "unknown method 'bogus'"),
+                          (["--method", "performer"], "performer needs r"),
+                          (["--method", "performer:r=x"], "r must be a whole number"),
+                          (["--scale", "-1"], "each scale must be a positive number"),
+                          (["--data", "/nonexistent.npz"], "cannot read it as .npz")):
+        res = run("approx", "--n", "64", "--d", "8", *args, ok=False)
+        assert res.exit_code != 0 and message in res.stderr and "Traceback" not in res.stderr, args
+
+
+def test_npz_input_and_spectrum_finds_the_rank(tmp_path):
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.standard_normal((32, 6)))[0].T  # QKᵀ of rank 6
+    q, k = rng.standard_normal((128, 6)) @ basis, rng.standard_normal((128, 6)) @ basis
+    path = tmp_path / "qkv.npz"
+    np.savez(path, q=q, k=k, v=rng.standard_normal((128, 8)))
+    out = json.loads(run("approx", "--data", str(path), "--method", "exact", "--scale", "1", "--seeds", "1",
+                         "--spectrum", "-f", "json").stdout)
+    assert (out["methods"][0]["n"], out["methods"][0]["d"], out["methods"][0]["d_v"]) == (128, 32, 8)
+    scores = next(r for r in out["spectrum"] if r["matrix"].startswith("scores"))
+    assert scores["rank_999"] == 6
+    np.savez(tmp_path / "bad.npz", q=q, k=k)
+    res = run("approx", "--data", str(tmp_path / "bad.npz"), "--method", "exact", ok=False)
+    assert res.exit_code == 1 and "missing array(s) v" in res.stderr
+
+
+def test_approx_pastes_into_latex():
+    from test_latex import check_pasteable
+
+    out = run("approx", "--n", "64", "--d", "8", "--method", "nystrom:m=8/T=3,topk:k=8", "--scale", "1", "--seeds", "1",
+              "--spectrum", "-f", "latex").stdout
+    check_pasteable(out)
+
+
+def test_readme_cost_table_is_generated():
+    from conftest import ROOT
+    from kvcalc.approx.evaluate import readme_cost_table
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme.split("<!-- approx:begin -->\n")[1].split("\n<!-- approx:end -->")[0] == readme_cost_table()
