@@ -5,6 +5,9 @@ Each method takes one head's q [s, d], k [t, d], v [t, e] (float64; s = t = n) a
 none worth forming). Every matrix product goes through a `FlopCounter` (2·m·n·k per product; `einsum` counts each
 term; `count` the stated elementwise work), so the analytic costs of issue 12 can be checked against executed FLOPs.
 Elementwise work (exp, softmax, masks) is not counted unless a comment says so.
+Causal products are counted as a causal kernel executes them (issue 12 acceptance: counted = analytic, whose causal
+prefill sums over the tri(n) = n(n+1)/2 visible pairs, kvcalc.approx.analytic): where a method forms the masked
+[s, t] product densely for clarity, it runs through a scratch counter and `_count_causal` books tri(n)/n² of it.
 
 Legend: s query position, t key position, d q/k head dim, e value head dim, r random features, m landmarks,
 w window, c chunk, j projected length (Linformer k), h head (TPA), a/b/f TPA ranks R_Q/R_K/R_V.
@@ -18,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from kvcalc.attention.base import keys_seen, tri
 from kvcalc.backend.ops import FlopCounter
 
 Result = tuple[np.ndarray, "np.ndarray | None"]
@@ -25,6 +29,14 @@ Result = tuple[np.ndarray, "np.ndarray | None"]
 
 def _counter(counter: FlopCounter | None) -> FlopCounter:
     return counter if counter is not None else FlopCounter()
+
+
+def _count_causal(c: FlopCounter, dense: FlopCounter, n: int) -> None:
+    """Book into `c` what a causal kernel executes of the dense [n, n]-pair products counted in `dense`: tri(n) of
+    the n² (query, key) pairs (each such product's count is a multiple of n², so the result is exact)."""
+    for component, flops in dense.by_component.items():
+        assert flops % (n * n) == 0, (component, flops, n)
+        c.count(component, flops // (n * n) * tri(n))
 
 
 def _softmax_rows(scores: np.ndarray) -> np.ndarray:
@@ -56,12 +68,16 @@ def attention_matrix(q: np.ndarray, k: np.ndarray, causal: bool = False, counter
 def exact(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False, counter: FlopCounter | None = None) -> Result:
     """softmax(QKᵀ/√d)V: [s, d], [t, d], [t, e] -> [s, e], P [s, t].
 
-    Both products run over the full square (2·n²·d + 2·n²·e FLOPs), causal or not; the triangular count
-    2·n(n+1)·d of a causal kernel is what `window(w=n)` executes.
+    Counts 2·n²·(d + e) FLOPs, or causal 2·tri(n)·(d + e): the masked square is computed densely here but counted
+    as a causal kernel (FlashAttention's causal mode, `window(w=n)`) executes it, the visible pairs only.
     """
     c = _counter(counter)
-    p = attention_matrix(q, k, causal, c)
-    return c.matmul("approx/values", p, v), p
+    run = FlopCounter() if causal else c  # causal: dense products on a scratch counter, booked triangularly below
+    p = attention_matrix(q, k, causal, run)
+    out = run.matmul("approx/values", p, v)
+    if causal:
+        _count_causal(c, run, q.shape[0])
+    return out, p
 
 
 def window(q: np.ndarray, k: np.ndarray, v: np.ndarray, w: int, counter: FlopCounter | None = None) -> Result:
@@ -84,17 +100,22 @@ def window(q: np.ndarray, k: np.ndarray, v: np.ndarray, w: int, counter: FlopCou
 def topk(q: np.ndarray, k: np.ndarray, v: np.ndarray, k_keep: int, causal: bool = False, counter: FlopCounter | None = None) -> Result:
     """The oracle sparse method: keep each row's k_keep largest scores (of the visible ones), softmax over them.
 
-    Counts the full score matrix (2·n²·d, the oracle must see every score) and the sparse values product 2·n·k·e.
-    Returns out [s, e] and P [s, t] (zero off the kept set); `topk_indices` gives the kept set itself.
+    Counts the full score matrix (2·n²·d, the oracle must see every score) and the sparse values product 2·n·k·e;
+    causal, as a causal kernel runs them: the visible scores 2·tri(n)·d and 2·Σ_i min(i, k)·e (rows with fewer than
+    k visible keys gather only those). Returns out [s, e] and P [s, t] (zero off the kept set); `topk_indices` gives the kept set itself.
     """
     c = _counter(counter)
-    z = scores(q, k, c)
+    run = FlopCounter() if causal else c  # causal: counted as executed, below
+    z = scores(q, k, run)
     if causal:
         z = np.where(_causal_mask(z.shape[0]), z, -np.inf)
+        _count_causal(c, run, z.shape[0])
     idx = topk_indices(z, k_keep)  # [s, k]
     kept = np.take_along_axis(z, idx, axis=1)  # [s, k]; -inf where a causal row has fewer than k visible keys
     w = _softmax_rows(kept)
-    out = c.einsum("approx/values", "sk,ske->se", w, v[idx])  # v[idx]: [s, k, e]
+    out = run.einsum("approx/values", "sk,ske->se", w, v[idx])  # v[idx]: [s, k, e]
+    if causal:
+        c.count("approx/values", 2 * keys_seen(z.shape[0], idx.shape[1]) * v.shape[1])  # Σ_i min(i, k) kept pairs
     p = np.zeros_like(z)
     np.put_along_axis(p, idx, w, axis=1)
     return out, p
@@ -109,16 +130,18 @@ def topk_indices(matrix: np.ndarray, k_keep: int) -> np.ndarray:
 # --- LSH (Reformer) ---------------------------------------------------------------------------------------------
 
 
-def lsh_buckets(x: np.ndarray, n_buckets: int, rng: np.random.Generator) -> np.ndarray:
+def lsh_buckets(x: np.ndarray, n_buckets: int, rng: np.random.Generator, counter: FlopCounter | None = None) -> np.ndarray:
     """Angular LSH (Kitaev et al. 2020, §2; Andoni et al. 2015): h(x) = argmax([xR; -xR]) for a random R [d, n_b/2].
 
     One bucket (n_buckets = 1) puts every vector in bucket 0. [s, d] -> [s] ints in 0..n_buckets-1.
+    Counts the rotation xR, 2·s·d·n_b/2: the method's own product, as Performer's feature map is (reformer-pytorch
+    hash_vectors einsum 'btf,bfhi->bhti'; kvcalc.approx.analytic.reformer_lsh "hash").
     """
     if n_buckets == 1:
         return np.zeros(x.shape[0], dtype=np.int64)
     if n_buckets % 2:
         raise ValueError(f"n_buckets must be 1 or even, got {n_buckets}")
-    rot = x @ rng.standard_normal((x.shape[1], n_buckets // 2))  # hashing, not attention: not counted
+    rot = _counter(counter).matmul("approx/hash", x, rng.standard_normal((x.shape[1], n_buckets // 2)))  # [s, n_b/2]
     return np.argmax(np.concatenate([rot, -rot], axis=1), axis=1)
 
 
@@ -142,7 +165,8 @@ def lsh(
     done here, so that one bucket equals exact attention on (q, q/‖q‖)). Rounds are combined with weights
     softmax over rounds of each round's log-sum-exp; a key found in several rounds is counted once per round (no
     de-duplication, as reformer-pytorch by default).
-    Requires n % chunk == 0 or chunk >= n. Counts 2·c·(2c)·(d + e) per chunk and round (c·c·... with one chunk).
+    Requires n % chunk == 0 or chunk >= n. Counts 2·c·(2c)·(d + e) per chunk and round (c·c·... with one chunk), dense
+    within each chunk pair even if causal (reformer-pytorch masks there too), and the hash 2·n·d·n_b/2 per round.
     """
     c = _counter(counter)
     rng = rng if rng is not None else np.random.default_rng(0)
@@ -155,7 +179,7 @@ def lsh(
     outs, lses = np.zeros((n_rounds, n, v.shape[1])), np.zeros((n_rounds, n))
     ps = np.zeros((n_rounds, n, n))
     for r in range(n_rounds):
-        buckets = lsh_buckets(qk, n_buckets, rng)
+        buckets = lsh_buckets(qk, n_buckets, rng, c)
         order = np.argsort(buckets * n + np.arange(n), kind="stable")  # by bucket, then position
         for ci in range(n_chunks):
             qi = order[ci * chunk : (ci + 1) * chunk]  # [c] query positions
@@ -247,7 +271,9 @@ def nystrom(
     Z = pinv(softmax(Q̃K̃ᵀ)) by `iters` iterations of `iterative_pinv`, or numpy's SVD pinv (exact_pinv, uncounted).
     With m = n each segment is one token, every kernel is P itself, and P P⁺ P = P gives exact attention.
     Non-causal. Returns out [s, e] and P̂ = F Z B [s, t] (formed outside the counter). Counts 2n·m·d twice (F, B),
-    2m²d (A), 2·n·m·e (B V), 2m²e (Z·BV), 2n·m·e (F·ZBV), plus 8·iters·m³.
+    2m²d (A), 2n·m² (F·Z), 2·n·m·e (B V), 2n·m·e ((FZ)·BV), plus 8·iters·m³: the product order of the reference,
+    (kernel_1 · iterative_inv(kernel_2)) · (kernel_3 · V) (mlpen/Nystromformer NystromAttention.forward;
+    lucidrains/nystrom-attention (attn1 @ attn2_inv) @ (attn3 @ v)), not the cheaper F·(Z·BV).
     """
     c = _counter(counter)
     q_land, k_land = segment_means(q, m), segment_means(k, m)
@@ -256,7 +282,7 @@ def nystrom(
     b = _softmax_rows(scores(q_land, k, c))  # [m, t]
     z = np.linalg.pinv(a) if exact_pinv else iterative_pinv(a, iters, c)
     bv = c.matmul("approx/values", b, v)  # [m, e]
-    out = c.matmul("approx/values", f, c.matmul("approx/values", z, bv))
+    out = c.matmul("approx/values", c.matmul("approx/values", f, z), bv)  # reference order, see above
     return out, f @ z @ b
 
 
@@ -311,12 +337,16 @@ def performer(
     c = _counter(counter)
     w = orthogonal_gaussian(r, q.shape[1], rng if rng is not None else np.random.default_rng(0))
     phi_q, phi_k = favor_features(q, w, True, c), favor_features(k, w, False, c)  # [s, r], [t, r]
-    if form == "parallel":
-        a = c.matmul("approx/scores", phi_q, phi_k.T)  # [s, t]
+    if form == "parallel":  # quadratic: 2·n²·(r + e), or causal 2·tri(n)·(r + e) (counted as executed, see exact)
+        run = FlopCounter() if causal else c
+        a = run.matmul("approx/scores", phi_q, phi_k.T)  # [s, t]
         if causal:
             a = np.where(_causal_mask(a.shape[0]), a, 0.0)
         p = a / np.sum(a, axis=1, keepdims=True)
-        return c.matmul("approx/values", p, v), p
+        out = run.matmul("approx/values", p, v)
+        if causal:
+            _count_causal(c, run, a.shape[0])
+        return out, p
     v1 = np.concatenate([v, np.ones((v.shape[0], 1))], axis=1)  # [t, e+1]: the last column gives the normaliser
     if form == "prefix":
         num = _linear_readout(phi_q, phi_k, v1, causal, c)
@@ -328,12 +358,21 @@ def performer(
 
 
 def _linear_readout(phi_q: np.ndarray, phi_k: np.ndarray, v1: np.ndarray, causal: bool, c: FlopCounter) -> np.ndarray:
-    """Φ_Q (Φ_Kᵀ V), or with causal prefix sums Σ_{j<=i} φ(k_j) ⊗ v_j: [s, r], [t, r], [t, e] -> [s, e]."""
+    """Φ_Q (Φ_Kᵀ V1), or with causal prefix sums Σ_{j<=i} φ(k_j) ⊗ v1_j: [s, r], [t, r], [t, e+1] -> [s, e+1].
+
+    v1 = [V, 1]: its last column gives the normaliser state z = Σ_j φ(k_j), a sum and not a product, so it is formed
+    uncounted (performer-pytorch linear_attention: k.sum(dim=-2); OpenNLPLab/cosFormer: torch.sum(k_, axis=1));
+    the readout φ(q)·z is a product and is counted. Counts 4·s·r·e + 2·s·r, causal or not: the state's multiplies
+    and adds are Φ_Kᵀ V's 2·t·r·e (kvcalc.approx.analytic.performer "kv", "mix", "norm").
+    """
+    v = v1[:, :-1]  # [t, e]
     if not causal:
-        return c.matmul("approx/values", phi_q, c.matmul("approx/state", phi_k.T, v1))  # [r, e] state
-    outer = c.einsum("approx/state", "tr,te->tre", phi_k, v1)  # [t, r, e]: one multiply per term
+        state = c.matmul("approx/state", phi_k.T, v)  # [r, e]
+        return c.matmul("approx/values", phi_q, np.concatenate([state, np.sum(phi_k, axis=0)[:, None]], axis=1))
+    outer = c.einsum("approx/state", "tr,te->tre", phi_k, v)  # [t, r, e]: one multiply per term
     prefix = np.cumsum(outer, axis=0)
     c.count("approx/state", prefix.size)  # the cumulative sum's adds, one per term (n·r·e)
+    prefix = np.concatenate([prefix, np.cumsum(phi_k, axis=0)[:, :, None]], axis=2)  # z's prefix sums: uncounted
     return c.einsum("approx/values", "sr,sre->se", phi_q, prefix)
 
 
@@ -341,11 +380,12 @@ def _recurrent_readout(phi_q: np.ndarray, phi_k: np.ndarray, v1: np.ndarray, cau
     """Token by token: S ← S + φ(k_i) v_iᵀ, out_i = φ(q_i)ᵀ S. Causal only: [s, r], [t, r], [t, e] -> [s, e]."""
     if not causal:
         raise ValueError("the recurrent form is the causal one")
-    state = np.zeros((phi_k.shape[1], v1.shape[1]))  # [r, e]
+    state = np.zeros((phi_k.shape[1], v1.shape[1]))  # [r, e+1]: S and, in the last column, z
     out = np.zeros((phi_q.shape[0], v1.shape[1]))
     for i in range(phi_q.shape[0]):
-        state += c.matmul("approx/state", phi_k[i][:, None], v1[i][None, :])  # outer product: r·e
-        c.count("approx/state", state.size)  # the adds into the state
+        # S += φ(k_i) v_iᵀ: counted 2·r·e, its multiplies and the adds into S (analytic performer decode "S += φ(k)vᵀ")
+        state[:, :-1] += c.matmul("approx/state", phi_k[i][:, None], v1[i][None, :-1])
+        state[:, -1] += phi_k[i]  # z += φ(k_i): a sum, not counted (as in _linear_readout)
         out[i] = c.matmul("approx/values", phi_q[i][None, :], state)[0]
     return out
 
@@ -397,15 +437,18 @@ def tpa_random_factors(n: int, n_heads: int, head_dim: int, ranks: tuple[int, in
     return TPAFactors(*(rng.standard_normal(s) for s in shapes))
 
 
-def tpa_materialise(f: TPAFactors) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The expanded Q, K, V [h, n, d]: X[h, t] = (1/R) Σ_r a[t, r, h] b[t, r]."""
-    expand = [np.einsum("trh,trd->htd", a, b) / a.shape[1] for a, b in ((f.a_q, f.b_q), (f.a_k, f.b_k), (f.a_v, f.b_v))]
+def tpa_materialise(f: TPAFactors, counter: FlopCounter | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The expanded Q, K, V [h, n, d]: X[h, t] = (1/R) Σ_r a[t, r, h] b[t, r]. Counts 2·n·h·d·(R_Q + R_K + R_V), the
+    per-token A (h × R) · B (R × d) products of tensorgi/TPA model/T6.py CPLinear (analytic tpa "factors")."""
+    c = _counter(counter)
+    pairs = ((f.a_q, f.b_q), (f.a_k, f.b_k), (f.a_v, f.b_v))
+    expand = [c.einsum("approx/factors", "trh,trd->htd", a, b) / a.shape[1] for a, b in pairs]
     return expand[0], expand[1], expand[2]
 
 
 def tpa_materialised(f: TPAFactors, causal: bool = False, counter: FlopCounter | None = None) -> np.ndarray:
-    """TPA by expanding Q, K, V and running exact attention per head: -> [h, s, d]."""
-    qh, kh, vh = tpa_materialise(f)
+    """TPA by expanding Q, K, V and running exact attention per head, as T6.py's prefill: -> [h, s, d]."""
+    qh, kh, vh = tpa_materialise(f, counter)
     return np.stack([exact(qh[h], kh[h], vh[h], causal, counter)[0] for h in range(qh.shape[0])])
 
 
@@ -414,20 +457,24 @@ def tpa(f: TPAFactors, causal: bool = False, counter: FlopCounter | None = None)
 
     q_s·k_t (head h) = (1/R_Q R_K) Σ_{a,b} a_q[s,a,h] a_k[t,b,h] (b_q[s,a]·b_k[t,b]). Counts 2·n²·R_Q·R_K·d (the
     b-products, shared by all heads), 2·n²·R_Q·R_K·h and 2·n²·R_Q·h (head mixing), h·n²·R_V (weights × a_v) and
-    2·h·n²·R_V·d (values). RoPE on b_q, b_k (T6) is left out: it does not change the factorised/materialised identity.
+    2·h·n²·R_V·d (values), or causal tri(n)/n² of all that (counted as executed, see exact). RoPE on b_q, b_k (T6) is left out: it does not change the factorised/materialised identity.
     """
     c = _counter(counter)
+    run = FlopCounter() if causal else c  # causal: every product here is over (s, t) pairs; booked triangularly
     n, r_q, d = f.b_q.shape
     r_k = f.b_k.shape[1]
-    bb = c.matmul("approx/scores", f.b_q.reshape(n * r_q, d), f.b_k.reshape(n * r_k, d).T)  # [s·a, t·b]
+    bb = run.matmul("approx/scores", f.b_q.reshape(n * r_q, d), f.b_k.reshape(n * r_k, d).T)  # [s·a, t·b]
     bb = bb.reshape(n, r_q, n, r_k).transpose(0, 2, 1, 3)  # [s, t, a, b]
-    mixed = c.einsum("approx/scores", "stab,tbh->stah", bb, f.a_k)  # [s, t, a, h]
-    z = c.einsum("approx/scores", "stah,sah->hst", mixed, f.a_q) / (r_q * r_k * np.sqrt(d))
+    mixed = run.einsum("approx/scores", "stab,tbh->stah", bb, f.a_k)  # [s, t, a, h]
+    z = run.einsum("approx/scores", "stah,sah->hst", mixed, f.a_q) / (r_q * r_k * np.sqrt(d))
     if causal:
         z = np.where(_causal_mask(n), z, -np.inf)
     p = _softmax_rows(z)  # [h, s, t]
-    weighted = c.einsum("approx/values", "hst,tfh->hstf", p, f.a_v)  # [h, s, t, R_V]
-    return c.einsum("approx/values", "hstf,tfd->hsd", weighted, f.b_v) / f.a_v.shape[1]
+    weighted = run.einsum("approx/values", "hst,tfh->hstf", p, f.a_v)  # [h, s, t, R_V]
+    out = run.einsum("approx/values", "hstf,tfd->hsd", weighted, f.b_v) / f.a_v.shape[1]
+    if causal:
+        _count_causal(c, run, n)
+    return out
 
 
 # --- error metrics and spectrum ---------------------------------------------------------------------------------
