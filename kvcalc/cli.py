@@ -331,6 +331,7 @@ def approx(
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Random inputs (and projections) to average the errors over.")] = 3,
     causal: Annotated[bool, typer.Option("--causal", help="Measure causal (decoder) attention; methods without a causal form are refused.")] = False,
     spectrum: Annotated[bool, typer.Option("--spectrum", help="Also the singular values of the attention matrix and of QKᵀ: the rank for 90%, 99% and 99.9% of the energy.")] = False,
+    plot_file: Annotated[Path | None, typer.Option("--plot", metavar="FILE", help="Also a Pareto plot of error against FLOPs (.png .pdf .svg .pgf; needs matplotlib).")] = None,
     fmt: FormatOpt = "table",
     units: UnitsOpt = "binary",
 ) -> None:
@@ -351,6 +352,10 @@ def approx(
         raise KvcalcError(f"--n {length:,}: approx materialises n × n attention matrices; use --n 16k or less")
     rows = evaluate(parse_methods(method), length, d, d_v or d, scales, data, seeds, causal)
     spec_rows = spectrum_rows(length, d, scales, data, 0, causal) if spectrum else None
+    if plot_file is not None:
+        from kvcalc.present.plot import pareto_figure, save_figure
+
+        save_figure(pareto_figure(rows), plot_file)
     emit(approx_output(rows, length, d, data, causal, spec_rows), fmt, units)
 
 

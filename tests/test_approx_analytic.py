@@ -160,7 +160,7 @@ def test_causal_states_at_wide_windows_equal_exact():
 
 
 def test_every_method_answers():
-    params = {"window": {"w": 4}, "longformer": {"w": 4, "g": 1}, "bigbird": {"b": 8, "r": 1}, "reformer_lsh": {"c": 8, "n_r": 2},
+    params = {"topk": {"k": 8}, "window": {"w": 4}, "longformer": {"w": 4, "g": 1}, "bigbird": {"b": 8, "r": 1}, "reformer_lsh": {"c": 8, "n_r": 2},
               "linformer": {"k": 16}, "nystrom": {"m": 8}, "loki": {"r": 8, "k": 8}, "performer": {"r": 16}, "tpa": {"n_h": 4, "R_Q": 6, "R_K": 2, "R_V": 2},
               "mla": {"n_h": 4, "d_c": 32, "d_R": 8}, "transmla": {"n_h": 4}}
     for name in METHODS:

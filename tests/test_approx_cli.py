@@ -79,3 +79,22 @@ def test_readme_cost_table_is_generated():
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert readme.split("<!-- approx:begin -->\n")[1].split("\n<!-- approx:end -->")[0] == readme_cost_table()
+
+
+def test_pareto_plot(tmp_path):
+    import pytest
+
+    pytest.importorskip("matplotlib", reason="optional: matplotlib not installed")
+    from kvcalc.approx.evaluate import evaluate, parse_methods
+    from kvcalc.present.plot import pareto_figure
+
+    rows = evaluate(parse_methods("exact,performer:r=32,topk:k=8"), 64, 8, 8, [0.5, 2.0], "gaussian", 1, False)
+    fig = pareto_figure(rows)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    points = [c for c in ax.collections if (c.get_gid() or "").startswith("point:")]
+    assert len(points) == 4  # performer and topk at two scales; exact is the vertical line
+    assert ax.lines[0].get_xdata()[0] == rows[0]["flops_exact"]
+    path = tmp_path / "pareto.png"
+    run("approx", "--n", "64", "--d", "8", "--method", "performer:r=32", "--seeds", "1", "--plot", str(path))
+    assert path.read_bytes()[:4] == b"\x89PNG"

@@ -9,8 +9,8 @@ its closed form (kvcalc.approx.analytic). The conventions they share:
 - LSH counts its hash rotation xR, as Performer counts its feature map;
 - TPA's prefill is T6.py's: the factors expanded to per-head Q, K, V, then causal attention per head.
 
-Top-k attention is not here: it is the oracle sparse method (it must score every pair to choose the kept ones), and
-analytic.py has no formula for it; Loki, the nearest, sparsifies decoding only, with r-dim approximate scores.
+Top-k attention is the oracle sparse method: it must score every pair to choose the kept ones, then mixes k values
+a row (min(i, k) for causal row i).
 """
 
 from __future__ import annotations
@@ -131,3 +131,12 @@ def test_causal_counts_are_triangular_where_the_square_is_formed():
     f = nm.tpa_random_factors(n, 2, d, (2, 3, 2), np.random.default_rng(5))
     full, causal = counted(lambda c: nm.tpa(f, False, c)), counted(lambda c: nm.tpa(f, True, c))
     assert causal * n * n == full * tri
+
+
+@pytest.mark.parametrize("n,d,d_v", SIZES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("k_keep", [3, 40])  # 40: more than n keeps at the first size
+def test_topk(n, d, d_v, causal, k_keep):
+    q, k, v = data(n, d, d_v)
+    got = counted(lambda c: nm.topk(q, k, v, min(k_keep, n), causal, c))
+    assert got == cost("topk", n, d, d_v, k=min(k_keep, n), causal=causal).prefill_flops

@@ -94,6 +94,19 @@ def exact(n: int, d: int, d_v: int, *, causal: bool = True) -> MethodCost:
                       "Vaswani et al. 2017 §3.2.1; kvcalc.costs.flops conventions")
 
 
+def topk(n: int, d: int, d_v: int, *, k: int, causal: bool = False) -> MethodCost:
+    """The oracle sparse method: every score, then each row's k largest mixed (the ideal a sparse method approaches)."""
+    _dims("topk", n, d, d_v)
+    _ints("topk", k=k)
+    _flag("topk", "causal", causal)
+    pairs = tri(n) if causal else n * n
+    kept = sum(min(i, k) for i in range(1, n + 1)) if causal else n * min(k, n)  # query i sees min(i, k) kept keys
+    return MethodCost("topk", {"k": k}, n, d, d_v, {"scores": 2 * pairs * d, "mix": 2 * kept * d_v},
+                      2 * n * d + 2 * min(k, n) * d_v if causal else None, causal,
+                      "kv" if causal else "none", n * (d + d_v) if causal else 0,
+                      "top-k attention as an oracle (every score is needed to choose the k): Gupta et al. 2021")
+
+
 def _band(n: int, h: int) -> int:
     """Pairs (i, j) of an n-token sequence with |i − j| <= h: n on the diagonal, 2(n − δ) at each offset δ <= h."""
     h = min(h, n - 1)
@@ -346,7 +359,7 @@ def transmla_saving(spec: ModelSpec, kv_lora_rank: int = TRANSMLA_KV_LORA_RANK,
 
 
 METHODS: dict[str, Callable[..., MethodCost]] = {
-    "exact": exact, "window": window, "longformer": longformer, "bigbird": bigbird, "reformer_lsh": reformer_lsh,
+    "exact": exact, "topk": topk, "window": window, "longformer": longformer, "bigbird": bigbird, "reformer_lsh": reformer_lsh,
     "linformer": linformer, "nystrom": nystrom, "loki": loki, "performer": performer, "cosformer": cosformer,
     "tpa": tpa, "mla": mla, "transmla": transmla,
 }

@@ -25,7 +25,7 @@ from kvcalc.errors import KvcalcError
 MEASURED: dict[str, tuple[str, str | None, tuple[str, ...], tuple[bool, ...]]] = {
     "exact": ("exact", "exact", (), (False, True)),
     "window": ("window", "window", ("w",), (True,)),
-    "topk": ("topk", None, ("k",), (False, True)),
+    "topk": ("topk", "topk", ("k",), (False, True)),
     "lsh": ("lsh", "reformer_lsh", ("c", "r"), (False,)),
     "linformer": ("linformer", "linformer", ("k",), (False,)),
     "linformer-svd": ("linformer", "linformer", ("k",), (False,)),
@@ -161,14 +161,13 @@ def _run(method: Method, q, k, v, causal: bool, seed: int):
 def _analytic(method: Method, n: int, d: int, d_v: int, causal: bool):
     from kvcalc.approx.analytic import cost
 
-    name = MEASURED[method.name][1]
+    name = MEASURED[method.name][1] or method.name
     p = method.params
-    if name is None:  # the oracle top-k: every score, then k values a row
-        exact = cost("exact", n, d, d_v, causal=causal)
-        return exact.prefill_flops - exact.prefill_breakdown.get("mix", 0) + 2 * n * min(p["k"], n) * d_v, exact
     args: dict[str, int | bool] = {}
     if name == "exact":
         args = {"causal": causal}
+    elif name == "topk":
+        args = {"k": p["k"], "causal": causal}
     elif name == "window":
         args = {"w": p["w"]}
     elif name == "reformer_lsh":

@@ -290,3 +290,44 @@ def _metadata(fmt: str) -> dict[str, Any] | None:
     if fmt == "png":
         return {"Software": "kvcalc"}
     return None
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def pareto_figure(rows: list[dict]) -> Figure:
+    """`approx --plot`: measured output error against prefill FLOPs, log–log, one colour per method and one marker
+    per input scale; exact attention's FLOPs as a vertical line."""
+    require_matplotlib()
+    from matplotlib import rc_context
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    exact = [r for r in rows if r["rel_error_output"] == 0]  # exact attention: its FLOPs are the vertical line
+    rows = [r for r in rows if r["rel_error_output"] > 0]
+    methods = list(dict.fromkeys(f"{r['method']} {r['params']}".strip() for r in rows))
+    scales = list(dict.fromkeys(r["scale"] for r in rows))
+    with rc_context(STYLE):
+        fig = Figure(figsize=(PANEL_WIDTH * 1.3, PANEL_HEIGHT * 1.2), layout="constrained")
+        FigureCanvasAgg(fig)
+        ax = fig.subplots()
+        for r in rows:
+            label = f"{r['method']} {r['params']}".strip()
+            ax.scatter([r["flops"]], [r["rel_error_output"]], color=PALETTE[methods.index(label) % len(PALETTE)],
+                       marker=MARKERS[scales.index(r["scale"]) % len(MARKERS)], s=18, gid=f"point:{label}:{r['scale']}")
+        for r in (rows or exact)[:1]:
+            ax.axvline(r["flops_exact"], color="0.5", linestyle=(0, (1, 1.5)), linewidth=0.8, gid="exact",
+                       label="exact attention")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("Prefill FLOPs (one head)")
+        ax.set_ylabel("Relative output error")
+        ax.grid(True, which="major", linewidth=0.4, color="0.85")
+        handles = [Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="o", linestyle="none", label=m)
+                   for i, m in enumerate(methods)]
+        handles += [Line2D([], [], color="0.3", marker=MARKERS[i % len(MARKERS)], linestyle="none", label=f"scale {s:g}")
+                    for i, s in enumerate(scales)]
+        handles.append(Line2D([], [], color="0.5", linestyle=(0, (1, 1.5)), label="exact attention's FLOPs"))
+        fig.legend(handles, [str(h.get_label()) for h in handles], loc="outside right center", frameon=False)
+    return fig
