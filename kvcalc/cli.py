@@ -332,6 +332,7 @@ def approx(
     causal: Annotated[bool, typer.Option("--causal", help="Measure causal (decoder) attention; methods without a causal form are refused.")] = False,
     spectrum: Annotated[bool, typer.Option("--spectrum", help="Also the singular values of the attention matrix and of QKᵀ: the rank for 90%, 99% and 99.9% of the energy.")] = False,
     plot_file: Annotated[Path | None, typer.Option("--plot", metavar="FILE", help="Also a Pareto plot of error against FLOPs (.png .pdf .svg .pgf; needs matplotlib).")] = None,
+    transmla: Annotated[list[str] | None, typer.Option("--transmla", metavar="MODEL", help="Instead: the cache saving of converting a GQA model to TransMLA's 512 + 64 latent (repeatable; the cache at --n tokens).")] = None,
     fmt: FormatOpt = "table",
     units: UnitsOpt = "binary",
 ) -> None:
@@ -342,6 +343,11 @@ def approx(
     from kvcalc.present.outputs import approx_output
 
     length = one_ctx(n, "approx takes one --n")
+    if transmla:
+        from kvcalc.present.outputs import transmla_output
+
+        emit(transmla_output([load(m) for m in transmla], length), fmt, units)
+        return
     try:
         scales = [float(x) for x in scale.split(",") if x.strip()]
     except ValueError:

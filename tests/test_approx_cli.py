@@ -98,3 +98,13 @@ def test_pareto_plot(tmp_path):
     path = tmp_path / "pareto.png"
     run("approx", "--n", "64", "--d", "8", "--method", "performer:r=32", "--seeds", "1", "--plot", str(path))
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_transmla_saving_of_a_gqa_model():
+    # TransMLA (transmla/converter.py defaults --kv-lora-rank 512, --qk-mqa-dim 64) on Llama-3-8B: 2·8·128 = 2048
+    # elements per token and layer become 512 + 64 = 576, a saving of 1 − 576/2048 = 71.875%
+    row = approx("--transmla", "llama3-8b", "--n", "128k")[0]
+    assert (row["gqa_per_token"], row["latent_per_token"]) == (2048, 576) and row["saving"] == 1 - 576 / 2048
+    assert row["kv_cache_bytes"] == 32 * 2048 * 2 * 128 * 1024 and row["latent_cache_bytes"] == 32 * 576 * 2 * 128 * 1024
+    res = run("approx", "--transmla", "deepseek-v2", ok=False)
+    assert res.exit_code == 1 and "TransMLA converts MHA/GQA/MQA" in res.stderr

@@ -351,3 +351,25 @@ def approx_output(rows: list[dict], n: int, d: int, data: str, causal: bool, spe
                             f"Singular values ({mode}): rank for 90/99/99.9% of the energy"))
         payload = {"methods": payload, "spectrum": spectrum}
     return Output(tables, payload)
+
+
+def transmla_output(loaded: list[LoadedModel], ctx: int) -> Output:
+    """`approx --transmla`: each GQA model's cache before and after TransMLA's conversion to a 512 + 64 latent."""
+    from kvcalc.approx.analytic import transmla_saving
+
+    rows = []
+    for lm in loaded:
+        t = transmla_saving(lm.spec)
+        layers = lm.spec.n_layers
+        rows.append({"model": t.model, "n_layers": layers, "gqa_per_token": t.gqa_per_token,
+                     "latent_per_token": t.latent_per_token, "kv_bytes_per_token": 2 * layers * t.gqa_per_token,
+                     "latent_bytes_per_token": 2 * layers * t.latent_per_token, "ctx": ctx,
+                     "kv_cache_bytes": 2 * layers * t.gqa_per_token * ctx,
+                     "latent_cache_bytes": 2 * layers * t.latent_per_token * ctx, "saving": float(t.saving)})
+    columns = [Column("model", "Model"), Column("n_layers", "Layers", "int"),
+               Column("gqa_per_token", "GQA per\ntoken·layer", "int"), Column("latent_per_token", "Latent per\ntoken·layer", "int"),
+               Column("kv_bytes_per_token", "KV per\ntoken", "bytes"), Column("latent_bytes_per_token", "Latent per\ntoken", "bytes"),
+               Column("ctx", "Ctx", "tokens"), Column("kv_cache_bytes", "KV cache\nat ctx", "bytes"),
+               Column("latent_cache_bytes", "Latent cache\nat ctx", "bytes"), Column("saving", "Saving", "sig")]
+    title = "TransMLA: a GQA model's cache as a 512 + 64 latent (bf16, one sequence, every layer converted)"
+    return Output([Table("transmla", columns, rows, title)], warnings=_load_warnings(loaded))
