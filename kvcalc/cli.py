@@ -194,7 +194,7 @@ def run_backend(
     dtype: Annotated[str, typer.Option("--dtype", **choice(("float32", "float16", "float64")), help="NumPy dtype of weights, activations and cache.")] = "float32",
     mla_cache: MlaOpt = "latent",
     mla_schedule: ScheduleOpt = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the random weights and inputs.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=2**63 - 1, help="Seed of the random weights and inputs.")] = 0,
     max_memory: Annotated[str | None, typer.Option("--max-memory", help="Refuse runs predicted to need more (8G, 512M; default: available memory).")] = None,
     rope_demo: Annotated[bool, typer.Option("--rope-demo", help="Add the RoPE demonstration (always on for MLA models).")] = False,
     threads: Annotated[int | None, typer.Option("--threads", "-t", min=1, help="Threads for the prefill's attention, each with a one-thread BLAS (default: every core).")] = None,
@@ -214,6 +214,8 @@ def run_backend(
         limit = parse_size(max_memory) if max_memory is not None else None
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--max-memory'") from None
+    if limit is not None and limit <= 0:
+        raise typer.BadParameter(f"{max_memory!r}: a memory limit must be positive", param_hint="'--max-memory'")
     settings = RunSettings(ctx=one_ctx(ctx, "run takes one prompt length"), decode=decode, batch=batch, layers=layers,
                            dtype=dtype, mla_cache=mla_cache, mla_schedule=mla_schedule, seed=seed, max_memory=limit,
                            rope_demo=rope_demo, threads=threads, enc_ctx=enc_ctx)
@@ -417,13 +419,20 @@ def import_config(
     config: Annotated[Path, typer.Argument(metavar="CONFIG", help="A Hugging Face config.json.")],
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the YAML spec here instead of stdout.")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Name of the spec (default: the config's folder or file name).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --output if it exists (never the config itself).")] = False,
 ) -> None:
     """Convert a Hugging Face config.json into an equivalent kvcalc YAML spec."""
     from kvcalc.present.outputs import import_spec
 
-    import_spec(config, output, name)
+    import_spec(config, output, name, force)
 
 
 def main() -> None:
     """Console-script entry point."""
+    import sys
+
+    if sys.stdout is None:  # started with stdout closed (kvcalc list >&-)
+        if sys.stderr is not None:
+            sys.stderr.write("error: standard output is closed: nothing to write to\n")
+        raise SystemExit(1)
     app()

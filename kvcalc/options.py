@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -182,6 +183,16 @@ def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush cannot fail again."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn a KvcalcError into one message on stderr and exit status 1, and Ctrl-C into exit status 130 (the
     shell's convention for SIGINT): never a traceback."""
@@ -191,13 +202,27 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         from kvcalc.present.emit import warn
 
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            sys.stdout.flush()  # a full disk or a closed pipe shows here, not at exit
+            return result
         except KvcalcError as exc:
             warn(f"error: {exc}")
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             warn("interrupted")
             raise typer.Exit(130) from None
+        except BrokenPipeError:  # the reader went away (kvcalc list | head): stop quietly, as Unix tools do
+            _silence_stdout()
+            raise typer.Exit(1) from None
+        except UnicodeEncodeError as exc:
+            _silence_stdout()
+            warn(f"error: the output's encoding ({exc.encoding}) cannot write {exc.object[exc.start:exc.end]!r}: set "
+                 "PYTHONIOENCODING=utf-8, or use --format csv or json")
+            raise typer.Exit(1) from None
+        except OSError as exc:
+            _silence_stdout()
+            warn(f"error: cannot write the output: {exc.strerror or exc}")
+            raise typer.Exit(1) from None
 
     return wrapper
 

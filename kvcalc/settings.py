@@ -19,7 +19,8 @@ __all__ = ["DTYPES", "ENGINES", "MLA_CACHE_LAYOUTS", "MLA_SCHEDULES", "Settings"
 
 # Serving engines whose paged KV cache kvcalc counts (kvcalc.costs.paged): ideal (exact tokens), vLLM, SGLang
 ENGINES = ("ideal", "vllm", "sglang")
-QUANTISED = ("fp8", "int8", "int4")  # KV dtypes a --kv-quant scheme's scales go with
+QUANTISED = ("fp8", "int8", "int4")
+LIMITS = {"batch": 2**20, "tp": 2**16, "pp": 2**16, "dp": 2**16, "ep": 2**16}  # contexts and gen: 2^40 tokens  # KV dtypes a --kv-quant scheme's scales go with
 
 
 def resolve_schedule(mla_cache: str, mla_schedule: str | None) -> str:
@@ -74,7 +75,10 @@ class Settings:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 what = {"batch": "sequences", "tp": "ranks", "pp": "stages", "dp": "replicas", "ep": "ranks"}.get(name, "tokens")
-                raise KvcalcError(f"{name} must be a positive whole number of {what}, got {value!r}")
+                raise KvcalcError(f"{name} must be a positive whole number of {what}, got {str(value)[:40]!r}")
+            if value > LIMITS.get(name, 2**40):
+                raise KvcalcError(f"{name} {value if value < 10**30 else 'of ' + str(len(str(value))) + ' digits'}: "
+                                  f"at most {LIMITS.get(name, 2**40):,} (kvcalc's bound for {name})")
         dtype_bits(self.kv_dtype, "kv")
         dtype_bits(self.weights_dtype, "weights")
         object.__setattr__(self, "kv_dtype", self.kv_dtype.lower())

@@ -12,8 +12,12 @@ TOKEN_SUFFIX = {"": 1, "k": 1024, "m": 1024**2}
 _CTX = re.compile(r"^(\d+(?:\.\d+)?)([kKmM]?)$")
 
 
+MAX_TOKENS = 2**40  # the largest context kvcalc accepts (about 10^12 tokens): every figure stays quick to compute
+
+
 def parse_tokens(text: str) -> int:
-    """Parse one token count: '4096', '4k', '128k', '1M', '1.5k' (must come out a whole positive number)."""
+    """Parse one token count: '4096', '4k', '128k', '1M', '1.5k' (must come out a whole positive number, at most
+    MAX_TOKENS)."""
     raw = text.strip().replace("_", "")
     match = _CTX.match(raw)
     if not match:
@@ -23,6 +27,8 @@ def parse_tokens(text: str) -> int:
         raise ValueError(f"{text!r} is not a whole number of tokens")
     if value <= 0:
         raise ValueError(f"{text!r}: a context must be at least 1 token")
+    if value > MAX_TOKENS:
+        raise ValueError(f"{text.strip()[:40]!r}: above 2^40 tokens, the largest count kvcalc accepts")
     return int(value)
 
 
@@ -109,6 +115,8 @@ def format_seconds(x: float | Fraction) -> str:
 def parse_token_range(text: str, points: int | None = None) -> list[int]:
     """'1k..1M' -> log-spaced contexts from 1k to 1M (doubling, or `points` geometric steps); else a comma list."""
     if ".." not in text:
+        if points is not None:
+            raise ValueError(f"--points spaces a range LO..HI; {text!r} is a list (drop --points or give a range)")
         return parse_token_list(text)
     lo_text, _, hi_text = text.partition("..")
     lo, hi = parse_tokens(lo_text), parse_tokens(hi_text)
@@ -122,6 +130,8 @@ def parse_token_range(text: str, points: int | None = None) -> list[int]:
         return out + [hi]
     if points < 2:
         raise ValueError("--points must be at least 2")
+    if points > 100_000:
+        raise ValueError(f"--points {points:,}: at most 100,000 contexts a sweep")
     ratio = (hi / lo) ** (1 / (points - 1))
     raw = [round(lo * ratio**i) for i in range(points - 1)] + [hi]
     return sorted(set(raw))

@@ -212,7 +212,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     return Output([Table("fit", cols, rows, title, keys)], warnings=_load_warnings([lm]))
 
 
-def import_spec(config: Path, output: Path | None, name: str | None) -> None:
+def import_spec(config: Path, output: Path | None, name: str | None, force: bool = False) -> None:
     """`import`: a config.json as a YAML spec, on stdout or written to `output` (warnings and 'wrote' on stderr)."""
     import typer
 
@@ -223,6 +223,11 @@ def import_spec(config: Path, output: Path | None, name: str | None) -> None:
 
     if name is not None:
         check_name(name)  # before reading anything
+    if output is not None and output.exists():
+        if output.resolve() == config.resolve():
+            raise KvcalcError(f"--output {output}: that is the config being imported; write the spec elsewhere")
+        if not force:
+            raise KvcalcError(f"--output {output}: the file exists; add --force to overwrite it")
     lm = load_path(config)
     if lm.kind != "hf":
         raise KvcalcError(f"{config}: model_type: not found; this is not a Hugging Face config.json")
