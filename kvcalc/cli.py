@@ -367,6 +367,19 @@ def approx(
     emit(approx_output(rows, length, d, data, causal, spec_rows), fmt, units)
 
 
+@app.command("schema")
+@guarded
+def schema_command(
+    command: Annotated[str, typer.Argument(metavar="COMMAND", help="compare, sweep, list, fit or table-models.")],
+) -> None:
+    """Print the JSON Schema of a command's --format json output (generated from the typed results)."""
+    import json
+
+    from kvcalc.schema import schema
+
+    typer.echo(json.dumps(schema(command), indent=2))
+
+
 table_app = typer.Typer(help="The papers' reference tables: dimensions by attention kind, and models side by side.",
                         no_args_is_help=True)
 app.add_typer(table_app, name="table")
