@@ -35,7 +35,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     t5,
     whisper,
 )
-from kvcalc.hf.common import HF_KEYS, IMPORTERS, KEY_OVERRIDES, Imported
+from kvcalc.hf.common import HF_KEYS, IMPORTERS, KEY_OVERRIDES, Imported, show, show_error
 from kvcalc.spec import ModelSpec, spec_from_dict
 
 __all__ = ["IMPORTERS", "Imported", "import_config", "is_hf_config", "spec_from_config"]
@@ -54,16 +54,18 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
 
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str):
-        raise SpecError(
-            f"{origin}: model_type: {model_type!r} is not supported; supported model_types: {', '.join(sorted(IMPORTERS))}"
-        )
+        raise SpecError(f"{origin}: model_type: must be a string naming the architecture (e.g. \"llama\"), got "
+                        f"{show(model_type)}")
     # Any other model_type: a plain decoder when every key is a standard one, else refused naming the keys.
     convert = IMPORTERS.get(model_type, generic.plain_decoder)
     notes: list[str] = []
     try:
         body = convert(dict(cfg), origin, notes)
-    except (TypeError, ValueError) as exc:  # a field of the wrong type, e.g. a string where a number belongs
-        raise SpecError(f"{origin}: a field has the wrong type for model_type {model_type!r}: {exc}") from None
+    except (TypeError, ValueError, ArithmeticError) as exc:  # a field of the wrong type, e.g. a string for a number
+        raise SpecError(f"{origin}: a field has the wrong type for model_type {show(model_type)}: "
+                        f"{show_error(exc)}") from None
+    except RecursionError:
+        raise SpecError(f"{origin}: a value is nested too deeply to import") from None
     data = {"name": name, "family": body.pop("family"), "source": f"Hugging Face config.json ({origin}, model_type {model_type})"}
     if notes:
         data["notes"] = "; ".join(notes)

@@ -3,6 +3,8 @@ layer groups from per-layer dicts, windows from `layer_types`, and the registry 
 
 from __future__ import annotations
 
+import re
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,14 +58,89 @@ class Imported:
     keys: dict[str, str] = field(default_factory=lambda: dict(HF_KEYS))
 
 
+# Upper bounds on a config's whole numbers, far above any published model and low enough that no loop over a
+# range they set (layers, experts) can run long: layers 10,000; heads 65,536 (2**16); widths, head and FFN sizes,
+# ranks 2**20; experts 65,536; context lengths, windows and every other count 2**40.
+MAX_LAYERS = 10_000
+MAX_HEADS = 2**16
+MAX_WIDTH = 2**20
+MAX_EXPERTS = 2**16
+MAX_COUNT = 2**40
+BOUNDS: dict[str, tuple[int, str]] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers",
+                     "num_decoder_layers", "num_transformer_layers", "num_nextn_predict_layers",
+                     "num_kv_shared_layers"), (MAX_LAYERS, "layers")),
+    **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "n_head", "num_heads", "num_kv_heads",
+                     "encoder_attention_heads", "decoder_attention_heads", "num_global_key_value_heads",
+                     "index_n_heads", "mamba_num_heads", "num_query_heads", "n_heads_in_group", "num_gqa_groups",
+                     "n_groups", "mamba_n_groups"), (MAX_HEADS, "heads")),
+    **dict.fromkeys(("hidden_size", "n_embd", "n_embed", "d_model", "model_dim", "head_dim", "global_head_dim",
+                     "attention_head_dim", "d_kv", "v_head_dim", "qk_nope_head_dim", "qk_rope_head_dim",
+                     "index_head_dim", "mamba_head_dim", "kv_lora_rank", "q_lora_rank", "laurel_rank",
+                     "intermediate_size", "moe_intermediate_size", "shared_intermediate_size",
+                     "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size", "intermediate_size_mlp",
+                     "ffn_hidden_size", "n_inner", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim",
+                     "hidden_size_per_layer_input", "ssm_state_size", "mamba_d_state", "mamba_dt_rank",
+                     "num_mel_bins"), (MAX_WIDTH, "a width")),
+    **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts", "n_shared_experts",
+                     "num_shared_experts", "num_experts_per_tok", "num_experts_per_token", "experts_per_token",
+                     "top_k_experts"), (MAX_EXPERTS, "experts")),
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "max_source_positions", "max_target_positions",
+                     "model_max_length", "max_context_length", "sliding_window", "attention_chunk_size", "index_topk"),
+                    (MAX_COUNT, "tokens")),
+}
+MESSAGE_WIDTH = 80  # characters of a config value that a message shows
+
+
+class _Brief(reprlib.Repr):
+    """reprlib with small limits (so a huge or alias-shared value costs little) that never converts a long int to
+    decimal (Python refuses past 4,300 digits)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxdict, self.maxlist, self.maxtuple, self.maxset = 3, 6, 8, 8, 8
+        self.maxstring = self.maxother = self.maxlong = MESSAGE_WIDTH
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 256:  # about 77 digits: say how long it is rather than print it
+            return f"<an integer of about {int(x.bit_length() * 0.30103) + 1:,} digits>"
+        return repr(x)
+
+
+_BRIEF = _Brief()
+
+
+def show(value: Any) -> str:
+    """`value` for a message: its repr cut to about 80 characters, at a cost bounded whatever its size."""
+    text = _BRIEF.repr(value)
+    return text if len(text) <= MESSAGE_WIDTH else text[: MESSAGE_WIDTH - 3] + "..."
+
+
+def show_error(exc: BaseException) -> str:
+    """An exception's text for a message, cut like `show` (int("...") quotes the whole string it refused)."""
+    text = str(exc)
+    return text if len(text) <= 2 * MESSAGE_WIDTH else text[: 2 * MESSAGE_WIDTH - 3] + "..."
+
+
+def bound(key: str) -> tuple[int, str]:
+    """The largest value `key` (e.g. `intermediate_size[3]`, `block_configs[0].attention.n_heads_in_group`) may
+    take, and what it counts."""
+    base = re.sub(r"\[\d+\]", "", key).rsplit(".", 1)[-1]
+    return BOUNDS.get(base, (MAX_COUNT, "a count"))
+
+
 def whole(value: Any, key: str, origin: str, minimum: int = 1) -> int:
-    """`value` as an int, or a SpecError naming `key`: a bool, a fraction or a string is not a whole number."""
+    """`value` as an int, or a SpecError naming `key`: a bool, a fraction or a string is not a whole number, and a
+    value above `bound(key)` is physically absurd."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # JSON 32.0 is the whole number 32, as pydantic reads it in a YAML spec
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(f"{origin}: {key}: must be a whole number, got {value!r}")
+        raise SpecError(f"{origin}: {key}: must be a whole number, got {show(value)}")
     if value < minimum:
-        raise SpecError(f"{origin}: {key}: must be at least {minimum}, got {value}")
+        raise SpecError(f"{origin}: {key}: must be at least {minimum}, got {show(value)}")
+    limit, what = bound(key)
+    if value > limit:
+        raise SpecError(f"{origin}: {key}: must be at most {limit:,} ({what}), got {show(value)}")
     return value
 
 
@@ -132,11 +209,11 @@ def layer_types(cfg: dict, origin: str, n_layers: int, allowed: tuple[str, ...])
     if types is None:
         return None
     if not isinstance(types, list) or len(types) != n_layers:
-        got = f"{len(types)} entries" if isinstance(types, list) else repr(types)
+        got = f"{len(types)} entries" if isinstance(types, list) else show(types)
         raise SpecError(f"{origin}: layer_types: must have one entry per layer (num_hidden_layers {n_layers}), got {got}")
     for i, t in enumerate(types):
         if t not in allowed:
-            raise SpecError(f"{origin}: layer_types[{i}]: must be one of {', '.join(allowed)}, got {t!r}")
+            raise SpecError(f"{origin}: layer_types[{i}]: must be one of {', '.join(allowed)}, got {show(t)}")
     return types
 
 

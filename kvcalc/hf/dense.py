@@ -18,6 +18,7 @@ from kvcalc.hf.common import (
     heads_attention,
     importer,
     need,
+    show,
     whole,
 )
 
@@ -46,7 +47,7 @@ def _mixtral(cfg, origin, notes):
 def _qwen_window(cfg: dict, origin: str, notes: list[str]) -> Callable[[int], bool]:
     """Qwen2/3: windows only when use_sliding_window is true, and then only on layers >= max_window_layers."""
     if cfg.get("sliding_window") and not cfg.get("use_sliding_window", False):
-        notes.append(f"use_sliding_window is false: sliding_window {cfg['sliding_window']} does not apply")
+        notes.append(f"use_sliding_window is false: sliding_window {show(cfg['sliding_window'])} does not apply")
         cfg["sliding_window"] = None
         cfg.pop("layer_types", None)
     first = get(cfg, "max_window_layers", origin, minimum=0) or 0
@@ -74,7 +75,7 @@ def _qwen3_moe(cfg, origin, notes):
     }
     only = cfg.get("mlp_only_layers") or []
     if not isinstance(only, list):
-        raise SpecError(f"{origin}: mlp_only_layers: must be a list of layer indices, got {only!r}")
+        raise SpecError(f"{origin}: mlp_only_layers: must be a list of layer indices, got {show(only)}")
     dense_layers = {whole(i, f"mlp_only_layers[{j}]", origin, minimum=0) for j, i in enumerate(only)}
     step = get(cfg, "decoder_sparse_step", origin, minimum=0) or 1
 
@@ -130,7 +131,7 @@ def _falcon(cfg, origin, notes):
         # multi_query: true means one shared K/V head, whatever num_kv_heads says (FACTS.md §5.1).
         n_kv = 1
         if cfg.get("num_kv_heads") not in (None, 1):
-            notes.append(f"multi_query is true: one KV head (num_kv_heads {cfg['num_kv_heads']} ignored)")
+            notes.append(f"multi_query is true: one KV head (num_kv_heads {show(cfg['num_kv_heads'])} ignored)")
     else:
         n_kv = n_heads
     d = base["d_model"]

@@ -22,7 +22,18 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import LAYER_TYPES, base_fields, dense_ffn, get, group_layers, heads_attention, importer, layer_types, need
+from kvcalc.hf.common import (
+    LAYER_TYPES,
+    base_fields,
+    dense_ffn,
+    get,
+    group_layers,
+    heads_attention,
+    importer,
+    layer_types,
+    need,
+    show,
+)
 
 # Gemma4TextConfig defaults (transformers configuration_gemma4.py): the keys a text_config may omit.
 GEMMA4_TEXT_DEFAULTS: dict[str, Any] = {
@@ -55,10 +66,10 @@ def _layer_types(cfg: dict, origin: str, n: int, notes: list[str]) -> list[str]:
 def _refuse_unmodelled(cfg: dict, origin: str) -> None:
     """Per-layer embeddings and KV-shared layers change sizes in ways no kvcalc field expresses yet."""
     if get(cfg, "hidden_size_per_layer_input", origin, minimum=0):
-        raise SpecError(f"{origin}: hidden_size_per_layer_input: {cfg['hidden_size_per_layer_input']}: per-layer "
+        raise SpecError(f"{origin}: hidden_size_per_layer_input: {show(cfg['hidden_size_per_layer_input'])}: per-layer "
                         "embeddings (Gemma 4 E2B/E4B) are not modelled; kvcalc imports Gemma 4 configs with 0")
     if get(cfg, "num_kv_shared_layers", origin, minimum=0):
-        raise SpecError(f"{origin}: num_kv_shared_layers: {cfg['num_kv_shared_layers']}: layers that reuse another "
+        raise SpecError(f"{origin}: num_kv_shared_layers: {show(cfg['num_kv_shared_layers'])}: layers that reuse another "
                         "layer's K/V cache are not modelled; kvcalc imports Gemma 4 configs with 0")
     if cfg.get("use_bidirectional_attention") == "all":
         raise SpecError(f"{origin}: use_bidirectional_attention: 'all' makes a bidirectional encoder, not a causal "

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import IMPORTERS, LAYER_TYPES, decoder, get
+from kvcalc.hf.common import IMPORTERS, LAYER_TYPES, decoder, get, show
 
 # The keys a plain decoder is built from (kvcalc.hf.common.decoder reads these and nothing else).
 DECODER_KEYS = frozenset({
@@ -63,7 +63,7 @@ def mechanism(key: str) -> str | None:
 
 
 def _refuse(cfg: dict, origin: str, reason: str) -> SpecError:
-    return SpecError(f"{origin}: model_type: {cfg.get('model_type')!r} is not supported; supported model_types: "
+    return SpecError(f"{origin}: model_type: {show(cfg.get('model_type'))} is not supported; supported model_types: "
                      f"{', '.join(sorted(IMPORTERS))}; {reason}")
 
 
@@ -114,7 +114,7 @@ def assumption(cfg: dict) -> str:
     window = _window_rule(cfg)[1]
     if window:
         parts.append(window)
-    return (f"model_type {cfg.get('model_type')!r} is not known to kvcalc: imported as a plain Llama-style decoder "
+    return (f"model_type {show(cfg.get('model_type'))} is not known to kvcalc: imported as a plain Llama-style decoder "
             f"from its standard keys ({', '.join(parts)})")
 
 
@@ -126,7 +126,7 @@ def plain_decoder(cfg: dict, origin: str, notes: list[str]) -> dict:
     sliding, _ = _window_rule(cfg)
     notes.append(assumption(cfg))
     if cfg.get("sliding_window") and cfg.get("use_sliding_window") is False:
-        notes.append(f"use_sliding_window is false: sliding_window {cfg['sliding_window']} does not apply")
+        notes.append(f"use_sliding_window is false: sliding_window {show(cfg['sliding_window'])} does not apply")
         cfg["sliding_window"] = None
     body = decoder(cfg, origin, str(cfg["model_type"]), notes, tie_default=True, sliding=sliding)
     if "layer_norm_eps" in cfg and "rms_norm_eps" not in cfg:

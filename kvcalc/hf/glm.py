@@ -25,7 +25,7 @@ GlmMoeDsaIndexer), which builds on models/deepseek_v3 and models/deepseek_v32:
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import get, importer
+from kvcalc.hf.common import get, importer, show
 from kvcalc.hf.deepseek import _deepseek
 
 
@@ -40,7 +40,7 @@ def _indexer_types(cfg: dict, origin: str, n_layers: int) -> list[str]:
             offset = cfg.get("index_skip_topk_offset", 2)
             types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n_layers)]
     if not isinstance(types, list) or len(types) != n_layers or any(t not in ("full", "shared") for t in types):
-        raise SpecError(f"{origin}: indexer_types: must list 'full' or 'shared' for each of {n_layers} layers, got {types!r:.80}")
+        raise SpecError(f"{origin}: indexer_types: must list 'full' or 'shared' for each of {n_layers} layers, got {show(types)}")
     return types
 
 
@@ -59,6 +59,6 @@ def _glm_moe_dsa(cfg: dict, origin: str, notes: list[str]) -> dict:
     first_k = base["ffn"]["first_k_dense"]
     if kinds is not None and kinds != ["dense"] * first_k + ["sparse"] * (n - first_k):
         raise SpecError(f"{origin}: mlp_layer_types: only {first_k} leading dense layers then sparse ones are read, "
-                        f"got {kinds!r:.80}")
+                        f"got {show(kinds)}")
     base["family"] = "glm"
     return base

@@ -20,7 +20,7 @@ vllm/model_executor/layers/kda.py):
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import dense_ffn, get, group_layers, importer, need, whole
+from kvcalc.hf.common import dense_ffn, get, group_layers, importer, need, show, whole
 
 KEYS = {"max_context": "model_max_length", "n_heads": "num_attention_heads (MLA); linear_attn_config.num_heads (KDA)"}
 
@@ -31,7 +31,7 @@ def _kda_layers(linear: dict, origin: str, n: int) -> list[bool]:
     for key in ("kda_layers", "full_attn_layers"):
         values = linear.get(key)
         if not isinstance(values, list):
-            raise SpecError(f"{origin}: linear_attn_config.{key}: must list 1-based layer numbers, got {values!r:.80}")
+            raise SpecError(f"{origin}: linear_attn_config.{key}: must list 1-based layer numbers, got {show(values)}")
         lists[key] = {whole(v, f"linear_attn_config.{key}[{j}]", origin) for j, v in enumerate(values)}
     kda, full = lists["kda_layers"], lists["full_attn_layers"]
     if kda & full or kda | full != set(range(1, n + 1)):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, heads_attention, importer, need, whole
+from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, heads_attention, importer, need, show, whole
 
 
 def _flags(cfg: dict, key: str, origin: str, n_layers: int, default: list[int]) -> list[int]:
@@ -27,7 +27,7 @@ def _flags(cfg: dict, key: str, origin: str, n_layers: int, default: list[int]) 
     if values is None:
         return default
     if not isinstance(values, list) or len(values) != n_layers:
-        raise SpecError(f"{origin}: {key}: must have one entry per layer (num_hidden_layers {n_layers}), got {values!r:.60}")
+        raise SpecError(f"{origin}: {key}: must have one entry per layer (num_hidden_layers {n_layers}), got {show(values)}")
     return [whole(v, f"{key}[{i}]", origin, minimum=0) for i, v in enumerate(values)]
 
 

@@ -19,13 +19,13 @@ MiMoV2FlashSparseMoeBlock, MiMoV2FlashTopkRouter), reading the vendor's config k
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, group_layers, heads_attention, importer, need
+from kvcalc.hf.common import base_fields, dense_ffn, group_layers, heads_attention, importer, need, show
 
 
 def _pattern(cfg: dict, key: str, origin: str, n: int) -> list[int]:
     values = cfg.get(key)
     if not isinstance(values, list) or len(values) != n or any(v not in (0, 1) for v in values):
-        raise SpecError(f"{origin}: {key}: must list 0 or 1 for each of {n} layers, got {values!r:.80}")
+        raise SpecError(f"{origin}: {key}: must list 0 or 1 for each of {n} layers, got {show(values)}")
     return values
 
 

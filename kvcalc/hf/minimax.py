@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, get, group_layers, heads_attention, importer, need
+from kvcalc.hf.common import base_fields, get, group_layers, heads_attention, importer, need, show
 
 ATTN_TYPES = {0: "lightning", 1: "softmax"}  # MiniMaxM1Model.__init__: attn_type_list[i] == 0 -> lightning
 
@@ -26,11 +26,11 @@ ATTN_TYPES = {0: "lightning", 1: "softmax"}  # MiniMaxM1Model.__init__: attn_typ
 def _attn_types(cfg: dict, origin: str, n_layers: int) -> list[int]:
     types = cfg.get("attn_type_list")
     if not isinstance(types, list) or len(types) != n_layers:
-        got = f"{len(types)} entries" if isinstance(types, list) else repr(types)
+        got = f"{len(types)} entries" if isinstance(types, list) else show(types)
         raise SpecError(f"{origin}: attn_type_list: must have one entry per layer (num_hidden_layers {n_layers}), got {got}")
     for i, t in enumerate(types):
         if isinstance(t, bool) or t not in ATTN_TYPES:
-            raise SpecError(f"{origin}: attn_type_list[{i}]: must be 0 (lightning) or 1 (softmax), got {t!r}")
+            raise SpecError(f"{origin}: attn_type_list[{i}]: must be 0 (lightning) or 1 (softmax), got {show(t)}")
     return types
 
 
@@ -46,9 +46,9 @@ def _minimax_m1(cfg, origin, notes):
     if head_dim is not None:
         lightning["head_dim"] = head_dim
     if cfg.get("rotary_dim") is not None:
-        notes.append(f"rotary_dim {cfg['rotary_dim']}: partial RoPE on softmax layers, no effect on sizes")
+        notes.append(f"rotary_dim {show(cfg['rotary_dim'])}: partial RoPE on softmax layers, no effect on sizes")
     if cfg.get("sliding_window"):
-        notes.append(f"sliding_window {cfg['sliding_window']} ignored: MiniMax-M1's attention takes no window")
+        notes.append(f"sliding_window {show(cfg['sliding_window'])} ignored: MiniMax-M1's attention takes no window")
     d_ff = need(cfg, "intermediate_size", origin)
     moe: dict[str, Any] = {
         "kind": "moe",

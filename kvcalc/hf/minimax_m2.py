@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import decoder, get, importer, need
+from kvcalc.hf.common import decoder, get, importer, need, show
 
 
 @importer("minimax_m2", keys={"n_routed_experts": "num_local_experts", "moe_d_ff": "intermediate_size"})
@@ -28,9 +28,9 @@ def _minimax_m2(cfg: dict, origin: str, notes: list[str]) -> dict:
     cfg = dict(cfg)
     if get(cfg, "shared_intermediate_size", origin, minimum=0):
         raise SpecError(f"{origin}: shared_intermediate_size: MiniMaxM2SparseMoeBlock has no shared expert, got "
-                        f"{cfg['shared_intermediate_size']}")
+                        f"{show(cfg['shared_intermediate_size'])}")
     if cfg.get("sliding_window"):
-        notes.append(f"sliding_window {cfg['sliding_window']} ignored: MiniMaxM2Model applies no window")
+        notes.append(f"sliding_window {show(cfg['sliding_window'])} ignored: MiniMaxM2Model applies no window")
         cfg["sliding_window"] = None
     qk = {"qk_norm": True, "qk_norm_width": "projection"} if cfg.get("use_qk_norm", True) else {}
     if cfg.get("use_mtp"):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import decoder, importer
+from kvcalc.hf.common import decoder, importer, show
 
 # Ministral3Config field defaults (configuration_ministral3.py): the keys a text config may omit.
 MINISTRAL3_DEFAULTS: dict[str, Any] = {
@@ -55,10 +55,10 @@ def _ministral3(cfg: dict, origin: str, notes: list[str]) -> dict:
 def _mistral3(cfg: dict, origin: str, notes: list[str]) -> dict:
     text = cfg.get("text_config")
     if not isinstance(text, dict):
-        raise SpecError(f"{origin}: text_config: required for model_type 'mistral3', got {text!r:.40}")
+        raise SpecError(f"{origin}: text_config: required for model_type 'mistral3', got {show(text)}")
     kind = text.get("model_type", "mistral")  # Mistral3Config: text_config without a model_type is a MistralConfig
     if kind not in TEXT_MODEL_TYPES:
-        raise SpecError(f"{origin}: text_config.model_type: {kind!r} is not supported under mistral3 "
+        raise SpecError(f"{origin}: text_config.model_type: {show(kind)} is not supported under mistral3 "
                         f"(use {' or '.join(TEXT_MODEL_TYPES)})")
     notes.append("text model read from text_config (Pixtral vision tower and projector not counted)")
     if "tie_word_embeddings" in cfg:

@@ -17,7 +17,7 @@ Rules, from the vendor's remote code (nvidia/Llama-3_3-Nemotron-Super-49B-v1 mod
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, group_layers, heads_attention, importer, need
+from kvcalc.hf.common import base_fields, dense_ffn, group_layers, heads_attention, importer, need, show
 
 
 def ffn_size(ffn_mult: float, d: int) -> int:
@@ -39,7 +39,7 @@ def _block(block: object, i: int, origin: str, n_heads: int, d: int, notes: list
         raise SpecError(f"{origin}: block_configs[{i}].ffn.no_op: a layer without an FFN is not imported")
     mult = ffn.get("ffn_mult")
     if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult <= 0:
-        raise SpecError(f"{origin}: block_configs[{i}].ffn.ffn_mult: must be a positive number, got {mult!r}")
+        raise SpecError(f"{origin}: block_configs[{i}].ffn.ffn_mult: must be a positive number, got {show(mult)}")
     layer: dict = {"ffn": dense_ffn(ffn_size(mult, d))}
     if att.get("no_op"):  # no attention and no input_layernorm: the layer is its FFN and one norm
         layer["attention"] = {"kind": "none"}

@@ -17,7 +17,7 @@ Rules, from transformers' models/qwen3_5_moe (modular_qwen3_5_moe.py):
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import importer
+from kvcalc.hf.common import importer, show
 from kvcalc.hf.qwen3_next import LINEAR_KEYS, _qwen3_next
 
 # Qwen3_5MoeTextConfig defaults that differ from Qwen3NextConfig's (the rest are inherited).
@@ -28,7 +28,7 @@ QWEN3_5_MOE_DEFAULTS = {"num_experts": 256, "num_experts_per_tok": 8, "num_key_v
 def _qwen3_5_moe(cfg: dict, origin: str, notes: list[str]) -> dict:
     text = cfg.get("text_config", cfg) if cfg.get("model_type") == "qwen3_5_moe" else cfg
     if not isinstance(text, dict):
-        raise SpecError(f"{origin}: text_config: must be a mapping of the text model's fields, got {text!r:.60}")
+        raise SpecError(f"{origin}: text_config: must be a mapping of the text model's fields, got {show(text)}")
     text = {k: v for k, v in text.items() if k not in ("mlp_only_layers", "decoder_sparse_step", "intermediate_size")}
     text = {**QWEN3_5_MOE_DEFAULTS, **text, "decoder_sparse_step": 1}
     text["tie_word_embeddings"] = cfg.get("tie_word_embeddings", False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, heads_attention, importer, layer_types, need, whole
+from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, heads_attention, importer, layer_types, need, show, whole
 
 # Qwen3NextConfig defaults (configuration_qwen3_next.py) of the keys particular to Qwen3-Next, filled in when a config
 # leaves them out, as transformers does: head_dim is 256 there, not hidden_size / num_attention_heads (= 128 for the
@@ -49,7 +49,7 @@ def _sparse_layers(cfg: dict, origin: str, n_layers: int) -> list[bool]:
     and (i + 1) % decoder_sparse_step == 0; else a dense Qwen3NextMLP of intermediate_size (as Qwen3-MoE)."""
     only = cfg.get("mlp_only_layers") or []
     if not isinstance(only, list):
-        raise SpecError(f"{origin}: mlp_only_layers: must be a list of layer indices, got {only!r}")
+        raise SpecError(f"{origin}: mlp_only_layers: must be a list of layer indices, got {show(only)}")
     dense = {whole(i, f"mlp_only_layers[{j}]", origin, minimum=0) for j, i in enumerate(only)}
     experts = get(cfg, "num_experts", origin, minimum=0) or 0
     step = get(cfg, "decoder_sparse_step", origin, minimum=0) or 1

@@ -16,14 +16,14 @@ Rules, from transformers' models/qwen3_vl and models/qwen3_vl_moe (configuration
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import importer
+from kvcalc.hf.common import importer, show
 from kvcalc.hf.dense import _qwen3, _qwen3_moe
 
 
 def _text(cfg: dict, origin: str, notes: list[str]) -> dict:
     text = cfg.get("text_config")
     if not isinstance(text, dict):
-        raise SpecError(f"{origin}: text_config: required for model_type {cfg.get('model_type')!r}, got {text!r:.40}")
+        raise SpecError(f"{origin}: text_config: required for model_type {show(cfg.get('model_type'))}, got {show(text)}")
     notes.append("text model read from text_config (vision tower not counted)")
     tie = cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
     return {**text, "tie_word_embeddings": tie}

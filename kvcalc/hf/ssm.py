@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, heads_attention, importer, need
+from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, heads_attention, importer, need, show
 
 NO_FFN: dict = {"kind": "none"}
 
@@ -70,7 +70,7 @@ def _nemotron_blocks(cfg: dict, origin: str) -> list[str]:
     if isinstance(pattern, str) and pattern:
         bad = sorted({c for c in pattern if c not in _BLOCKS})
         if bad:
-            raise SpecError(f"{origin}: hybrid_override_pattern: unknown block {bad[0]!r}: use M (Mamba-2), * (attention), "
+            raise SpecError(f"{origin}: hybrid_override_pattern: unknown block {show(bad[0])}: use M (Mamba-2), * (attention), "
                             "- (MLP) or E (MoE)")
         return [_BLOCKS[c] for c in pattern]
     types = cfg.get("layers_block_type")
@@ -95,7 +95,7 @@ def _nemotron_h(cfg, origin, notes):
     blocks = _nemotron_blocks(cfg, origin)
     if cfg.get("num_hidden_layers") not in (None, len(blocks)):
         # NemotronHConfig.num_hidden_layers: the count comes from the pattern (a mismatch is only warned about)
-        notes.append(f"num_hidden_layers {cfg['num_hidden_layers']} differs from the pattern's {len(blocks)} blocks: "
+        notes.append(f"num_hidden_layers {show(cfg['num_hidden_layers'])} differs from the pattern's {len(blocks)} blocks: "
                      "the pattern is used")
     cfg = {**cfg, "num_hidden_layers": len(blocks)}
     base = base_fields(cfg, origin, "nemotron_h", False)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import dense_ffn, get, importer, need
+from kvcalc.hf.common import dense_ffn, get, importer, need, show
 
 # T5's pre-training input length (the original configs' n_positions): the default --enc-ctx and decoder context.
 T5_DEFAULT_LENGTH = 512
@@ -34,7 +34,7 @@ def _ffn(cfg: dict, origin: str) -> dict:
     proj = cfg.get("feed_forward_proj", "relu")
     parts = proj.split("-") if isinstance(proj, str) else []
     if not parts or len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
-        raise SpecError(f"{origin}: feed_forward_proj: {proj!r} is not `ACT` or `gated-ACT` (T5Config)")
+        raise SpecError(f"{origin}: feed_forward_proj: {show(proj)} is not `ACT` or `gated-ACT` (T5Config)")
     return dense_ffn(need(cfg, "d_ff", origin), gated=parts[0] == "gated")
 
 

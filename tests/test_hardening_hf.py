@@ -1,0 +1,144 @@
+"""Hostile Hugging Face configs through the CLI (#13): each gets one message naming the config key and the rule, exit 1,
+no traceback, in under a second."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conftest import REFERENCE_MODELS, run
+from kvcalc.errors import SpecError
+from kvcalc.hf import jsonfile
+from kvcalc.hf.common import MESSAGE_WIDTH, show
+
+LLAMA = json.loads((REFERENCE_MODELS / "llama-3-8b.json").read_text())
+GEMMA3 = json.loads((REFERENCE_MODELS / "gemma-3-1b-it.json").read_text())
+MIXTRAL = json.loads((REFERENCE_MODELS / "mixtral-8x7b-v0.1.json").read_text())
+
+
+def refused(tmp_path, text: str, *expected: str) -> str:
+    """Run `kvcalc compare CONFIG --ctx 4k` on `text`; assert exit 1 within a second, each `expected` in stderr and no
+    traceback; return stderr."""
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    start = time.perf_counter()
+    res = run("compare", path, "--ctx", "4k", ok=False)
+    seconds = time.perf_counter() - start
+    assert res.exit_code == 1, str(res)
+    assert "Traceback" not in res.stderr, str(res)
+    for part in expected:
+        assert part in res.stderr, str(res)
+    assert seconds < 1, f"{seconds:.2f} s\n{res}"
+    return res.stderr
+
+
+def config(base: dict, **changes) -> str:
+    return json.dumps({**base, **changes})
+
+
+def test_model_type_must_be_a_string(tmp_path):
+    err = refused(tmp_path, '{"model_type": ["llama"]}', "model_type: must be a string naming the architecture",
+                  "got ['llama']")
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_an_integral_float_is_a_whole_number(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(config(LLAMA, num_hidden_layers=32.0))
+    rows = json.loads(run("compare", path, "--ctx", "4k", "-f", "json").stdout)
+    assert rows[0]["kv_cache_bytes"] == 2 * 32 * 8 * 128 * 4096 * 2  # K and V, 32 layers, 8 KV heads of 128, bf16
+
+
+@pytest.mark.parametrize("value, shown", [(32.5, "32.5"), (True, "True"), (False, "False"), ("32", "'32'")])
+def test_a_count_that_is_not_a_whole_number_is_refused_naming_the_key(tmp_path, value, shown):
+    refused(tmp_path, config(LLAMA, num_hidden_layers=value), f"num_hidden_layers: must be a whole number, got {shown}")
+
+
+@pytest.mark.parametrize("size", [3, 52])
+def test_layer_types_of_the_wrong_length(tmp_path, size):
+    types = ["sliding_attention"] * (size - 1) + ["full_attention"]  # gemma-3-1b has 26 layers
+    refused(tmp_path, config(GEMMA3, layer_types=types),
+            f"layer_types: must have one entry per layer (num_hidden_layers 26), got {size} entries")
+
+
+def test_a_per_layer_list_of_the_wrong_length(tmp_path):
+    gemma3n = json.loads((REFERENCE_MODELS.parent / "configs-gemma3n" / "gemma-3n-e2b.json").read_text())
+    text = gemma3n["text_config"]
+    text["intermediate_size"] = text["intermediate_size"][:5]
+    refused(tmp_path, json.dumps(gemma3n), "intermediate_size: must be one number or one per layer (num_hidden_layers "
+            "30), got 5 entries")
+
+
+# kvcalc.registry parses a .json MODEL with json.loads itself; until it calls kvcalc.hf.jsonfile.loads these two
+# still end in a traceback (a ValueError, a RecursionError) through the CLI. The tests of jsonfile below pass today.
+NEEDS_REGISTRY = pytest.mark.xfail(strict=True, reason="kvcalc/registry.py _read_mapping must call kvcalc.hf.jsonfile.loads")
+
+
+@NEEDS_REGISTRY
+def test_an_integer_of_5000_digits_through_the_cli(tmp_path):
+    refused(tmp_path, '{"model_type": "llama", "num_hidden_layers": ' + "9" * 5000 + "}",
+            "num_hidden_layers: an integer of 5,000 digits")
+
+
+@NEEDS_REGISTRY
+def test_json_nested_1000_deep_through_the_cli(tmp_path):
+    refused(tmp_path, '{"model_type": "llama", "x": ' + "[" * 1000 + "]" * 1000 + "}", "JSON nested too deeply")
+
+
+def jsonfile_error(text: str) -> str:
+    with pytest.raises(SpecError) as info:
+        jsonfile.loads(text, "c.json")
+    return str(info.value)
+
+
+def test_jsonfile_names_the_key_of_an_over_long_integer():
+    assert jsonfile_error('{"a": {"num_hidden_layers": ' + "9" * 5000 + "}}") == (
+        "c.json: num_hidden_layers: an integer of 5,000 digits; a config's integers have at most 4,300")
+    assert jsonfile_error('{"layer_types": [1, [2, -' + "9" * 4301 + "]]}").startswith(
+        "c.json: layer_types[1][1]: an integer of 4,301 digits")
+    assert jsonfile.loads('{"n": ' + "9" * 4300 + "}", "c.json")["n"] == int("9" * 4300)
+
+
+def test_jsonfile_refuses_deep_nesting_duplicates_and_malformed_text():
+    assert jsonfile_error('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}") == (
+        "c.json: JSON nested too deeply (a config.json nests a few levels)")
+    assert jsonfile_error('{"num_hidden_layers": 32, "num_hidden_layers": 40}') == (
+        "c.json: num_hidden_layers: written twice in one object (a later value must not silently win)")
+    assert jsonfile_error('{"a": 1,}').startswith("c.json: malformed JSON: line 1, column 9")
+
+
+def test_every_reference_config_parses_as_json_does():
+    for path in sorted(REFERENCE_MODELS.parent.rglob("*.json")):
+        text = path.read_text()
+        assert jsonfile.loads(text, str(path)) == json.loads(text), path
+
+
+def test_a_huge_value_is_shown_briefly(tmp_path):
+    err = refused(tmp_path, config(LLAMA, head_dim=[list(range(100))] * 1000), "head_dim: must be a whole number, got [[0, 1")
+    assert len(err.split(" got ", 1)[1].strip()) <= MESSAGE_WIDTH, err
+
+
+def test_show_costs_little_for_an_alias_bomb():
+    # What a YAML billion-laughs document loads as: 30 levels of 10 references to the level below (10**30 leaves).
+    bomb: list = ["lol"]
+    for _ in range(30):
+        bomb = [bomb] * 10
+    start = time.perf_counter()
+    text = show(bomb)
+    assert time.perf_counter() - start < 0.1
+    assert len(text) <= MESSAGE_WIDTH and text.startswith("[[[")
+    assert show(10**5000) == "<an integer of about 5,001 digits>"
+
+
+@pytest.mark.parametrize("base, key, value, rule", [
+    (LLAMA, "num_hidden_layers", 10_001, "must be at most 10,000 (layers)"),
+    (LLAMA, "num_hidden_layers", 10**30, "must be at most 10,000 (layers)"),
+    (LLAMA, "hidden_size", 2**20 + 1, "must be at most 1,048,576 (a width)"),
+    (MIXTRAL, "num_local_experts", 65_537, "must be at most 65,536 (experts)"),
+    (LLAMA, "max_position_embeddings", 2**40 + 1, "must be at most 1,099,511,627,776 (tokens)"),
+    (LLAMA, "sliding_window", 10**20, "must be at most 1,099,511,627,776 (tokens)"),
+])
+def test_a_physically_absurd_value_is_refused_naming_the_key_and_bound(tmp_path, base, key, value, rule):
+    refused(tmp_path, config(base, **{key: value}), f"{key}: {rule}, got")
