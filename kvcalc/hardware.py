@@ -19,18 +19,21 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from kvcalc.errors import SpecError
-from kvcalc.registry import bundled_dir, find_bundled, looks_like_path
-from kvcalc.spec import Strict, load_yaml, validate_mapping
+from kvcalc.registry import bundled_dir, find_bundled, is_special_file, looks_like_path
+from kvcalc.spec import Strict, validate_mapping
+from kvcalc.yamlfile import check_file, load_yaml
 
 # ---------------------------------------------------------------- sizes in a YAML file
 
 _SIZE = re.compile(r"(?P<number>\d[\d_]*(?:\.\d+)?)\s*(?P<prefix>[kKMGTP]?)(?P<binary>i?)B(?P<per_second>/s)?")
 _PREFIX_POWER = {"": 0, "k": 1, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
+MAX_EXPONENT = 29  # every figure is below 10**30 (a thousand yotta-FLOP/s, bytes or bytes/s): nothing real comes near
+_BOUND = Field(gt=0, lt=10 ** (MAX_EXPONENT + 1))
 _UNIT_OF = {"memory_bytes": "bytes", "memory_bandwidth": "bytes/s", "interconnect_bandwidth": "bytes/s"}
 
 
@@ -68,14 +71,14 @@ class Hardware(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Short name, as used on the command line.")
     vendor: str = Field(description="Maker, e.g. 'NVIDIA', 'AMD', 'Apple'.")
     description: str = Field(description="The exact part: form factor, memory type, power.")
-    peak_flops_bf16: PositiveInt = Field(
+    peak_flops_bf16: Annotated[int, _BOUND] = Field(
         description="Peak dense bf16 matrix throughput in FLOP/s (no 2:4 sparsity), as the vendor states it."
     )
-    memory_bandwidth: PositiveInt = Field(description="Peak memory bandwidth in bytes/s (decimal: 3.35 TB/s = 3350000000000).")
-    memory_bytes: PositiveInt = Field(
+    memory_bandwidth: Annotated[int, _BOUND] = Field(description="Peak memory bandwidth in bytes/s (decimal: 3.35 TB/s = 3350000000000).")
+    memory_bytes: Annotated[int, _BOUND] = Field(
         description="Memory capacity in bytes: an integer, or a size such as '80GB' (80 * 10**9) or '80GiB' (80 * 2**30)."
     )
-    interconnect_bandwidth: PositiveInt | None = Field(
+    interconnect_bandwidth: Annotated[int, _BOUND] | None = Field(
         None,
         description="Scale-up interconnect bandwidth per device in bytes/s, one direction, decimal (NVLink 5 is quoted as"
         " 1.8 TB/s total, both directions together, and stored as 900 GB/s = 900000000000); absent when not published.",
@@ -86,17 +89,23 @@ class Hardware(Strict):
     @field_validator("peak_flops_bf16", "memory_bandwidth", "memory_bytes", "interconnect_bandwidth", mode="before")
     @classmethod
     def _whole_number(cls, value: object, info: ValidationInfo) -> object:
-        if not isinstance(value, str):
-            return value
-        # YAML 1.1 reads 989.4e12 (no sign after the e) as a string; accept it when it is a whole number.
+        if isinstance(value, bool) or not isinstance(value, (str, float)):
+            return value  # ints pass on to the bounds; a bool is refused there (strict)
+        # A float (3.35e+12) and YAML 1.1's unsigned exponent (989.4e12, read as a string) are accepted when they are
+        # whole numbers; the exponent and digits are bounded first, so 1e999999999 fails at once.
+        text = repr(value) if isinstance(value, float) else value.strip()
         try:
-            number = Decimal(value.strip())
+            number = Decimal(text)
         except InvalidOperation:
             unit = _UNIT_OF.get(info.field_name or "")
-            return value if unit is None else parse_bytes(value, per_second=unit == "bytes/s")
-        if number.is_finite() and number == number.to_integral_value():
-            return int(number)
-        raise ValueError(f"{value!r} is not a whole number")
+            if unit is None or len(text) > 64:
+                raise ValueError(f"{text[:40]!r} is not a whole number") from None
+            return parse_bytes(text, per_second=unit == "bytes/s")
+        if not number.is_finite() or len(number.as_tuple().digits) > 64 or number.adjusted() > MAX_EXPONENT:
+            raise ValueError(f"{text[:40]!r} is not a whole number below 10**{MAX_EXPONENT + 1}")
+        if number != number.to_integral_value():
+            raise ValueError(f"{value!r} is not a whole number")
+        return int(number)
 
     @property
     def ridge_point(self) -> Fraction:
@@ -128,9 +137,10 @@ def load_hardware(arg: str) -> Hardware:
     path = Path(arg).expanduser()
     if path.is_file():
         return hardware_from_dict(load_yaml(path), str(path))
-    if looks_like_path(arg, (".yaml", ".yml")):
+    if looks_like_path(arg, (".yaml", ".yml")) or is_special_file(path):
         if path.is_dir():
             raise SpecError(f"{arg}: is a folder, not a hardware spec file")
+        check_file(path, arg)  # says what it is instead: a FIFO, a symlink loop, missing, ...
         raise SpecError(f"{arg}: no such file")
     name = find_bundled(arg, bundled_hardware(), "hardware",
                         "'kvcalc hardware' lists the bundled presets; a path to a YAML hardware spec also works")

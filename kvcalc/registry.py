@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvcalc.errors import KvcalcError, LookupFailure, SpecError
-from kvcalc.spec import ModelSpec, load_yaml, read_text, spec_from_dict
+from kvcalc.spec import ModelSpec, spec_from_dict
+from kvcalc.yamlfile import check_file, load_yaml, read_text
 
 
 def bundled_dir(folder: str) -> Path:
@@ -105,6 +106,17 @@ def looks_like_path(arg: str, suffixes: tuple[str, ...] = (".yaml", ".yml", ".js
     return "/" in arg or "\\" in arg or arg.lower().endswith(suffixes)
 
 
+def is_special_file(path: Path) -> bool:
+    """True when `path` names something that is neither a regular file nor a folder (a FIFO, a socket, a symlink
+    loop or a dangling link): it was meant as a file, and reading it must give a message, never block."""
+    try:
+        if not os.path.lexists(path):
+            return False
+        return not path.is_dir() and not path.is_file()
+    except OSError:
+        return True
+
+
 # A Hub id: ORG/NAME, each part as the Hub allows (letters, digits, '.', '_', '-').
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -176,12 +188,13 @@ def load_model(arg: str) -> LoadedModel:
     path = Path(arg).expanduser()
     if path.is_file():
         return load_path(path)
+    if is_special_file(path):
+        check_file(path, arg)  # says what it is instead: a FIFO, a symlink loop, a dangling link, ...
     if looks_like_hub_id(arg):
         config = find_hub_config(arg)
         return load_path(config, origin=f"Hub id {arg} ({config})", name=_as_name(arg.split("/")[1]))
     if looks_like_path(arg):
-        if path.is_dir():
-            raise SpecError(f"{arg}: is a folder, not a spec or config file")
+        check_file(path, arg)  # says what it is instead: a folder, missing, ...
         raise SpecError(f"{arg}: no such file")
     name = find_bundled(arg, bundled_names(), "model",
                         "'kvcalc list' shows the bundled models; a path to a YAML spec or config.json also works")

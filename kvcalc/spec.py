@@ -12,11 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, PositiveInt, PrivateAttr, model_validator
 
 from kvcalc.attention import AttentionField, AttentionKind, Layer
-from kvcalc.attention.base import Strict
+from kvcalc.attention.base import MAX_EXPERTS, MAX_LAYERS, Dim, ExpertCount, LayerCount, ParamCount, Strict, TokenCount, VocabSize
 from kvcalc.errors import SpecError
+from kvcalc.yamlfile import load_yaml
+from kvcalc.yamlfile import read_text as read_text  # re-exported: importers read configs through it
+
+LayerIndex = Annotated[int, Field(ge=0, le=MAX_LAYERS)]  # a layer index, or a count of layers that may be 0
 
 # ---------------------------------------------------------------- FFN blocks (parameters are counted later)
 
@@ -25,7 +29,7 @@ class DenseFFN(Strict):
     """A dense feed-forward block."""
 
     kind: Literal["dense"]
-    d_ff: PositiveInt = Field(description="Hidden size of the FFN (HF intermediate_size).")
+    d_ff: Dim = Field(description="Hidden size of the FFN (HF intermediate_size).")
     gated: bool = Field(True, description="Gated (SwiGLU/GeGLU: three matrices) or plain (two matrices).")
     bias: bool = Field(False, description="Biases on the FFN projections (GPT-2).")
 
@@ -34,13 +38,13 @@ class MoEFFN(Strict):
     """A mixture-of-experts block, with optional shared experts and leading dense layers (DeepSeek)."""
 
     kind: Literal["moe"]
-    n_routed_experts: PositiveInt = Field(description="Routed experts per MoE layer.")
-    n_experts_per_tok: PositiveInt = Field(description="Routed experts each token activates (top-k).")
-    moe_d_ff: PositiveInt = Field(description="Hidden size of one routed expert.")
-    n_shared_experts: NonNegativeInt = Field(0, description="Always-active shared experts (DeepSeek).")
-    shared_d_ff: PositiveInt | None = Field(None, description="Hidden size of one shared expert; default moe_d_ff.")
-    first_k_dense: NonNegativeInt = Field(0, description="Leading layers that use a dense FFN instead (first_k_dense_replace).")
-    dense_d_ff: PositiveInt | None = Field(None, description="Hidden size of those dense layers (HF intermediate_size).")
+    n_routed_experts: ExpertCount = Field(description="Routed experts per MoE layer.")
+    n_experts_per_tok: ExpertCount = Field(description="Routed experts each token activates (top-k).")
+    moe_d_ff: Dim = Field(description="Hidden size of one routed expert.")
+    n_shared_experts: Annotated[int, Field(ge=0, le=MAX_EXPERTS)] = Field(0, description="Always-active shared experts (DeepSeek).")
+    shared_d_ff: Dim | None = Field(None, description="Hidden size of one shared expert; default moe_d_ff.")
+    first_k_dense: LayerIndex = Field(0, description="Leading layers that use a dense FFN instead (first_k_dense_replace).")
+    dense_d_ff: Dim | None = Field(None, description="Hidden size of those dense layers (HF intermediate_size).")
     gated: bool = Field(True, description="Gated experts (three matrices each).")
     router_bias: bool = Field(
         False, description="A per-expert vector in the router: DeepSeek-V3's e_score_correction_bias (topk_method "
@@ -79,11 +83,11 @@ FFN = Annotated[DenseFFN | MoEFFN | NoFFN, Field(discriminator="kind")]
 class Every(Strict):
     """Every `every`-th layer starting at `start` (Gemma 3's global layers: every 6, start 5)."""
 
-    every: PositiveInt
-    start: NonNegativeInt = 0
+    every: LayerCount
+    start: LayerIndex = 0
 
 
-LayerSelector = str | list[NonNegativeInt] | Every
+LayerSelector = str | list[LayerIndex] | Every
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
@@ -98,10 +102,10 @@ class LayerGroup(Strict):
         "'0-4,6', a list of indices, or {every: N, start: S}.",
     )
     attention: AttentionField = Field(description="The attention block: `kind` (mha, gqa, mqa, mla, linear, ...) and its dims.")
-    sliding_window: PositiveInt | None = Field(
+    sliding_window: TokenCount | None = Field(
         None, description="Window W: each query sees itself and the W-1 keys before it; the layer holds min(ctx, W) tokens."
     )
-    attention_chunk_size: PositiveInt | None = Field(
+    attention_chunk_size: TokenCount | None = Field(
         None, description="Chunk C of chunked local attention (Llama 4): a query sees the keys of its own aligned chunk "
         "up to itself; the layer holds min(ctx, C) tokens."
     )
@@ -133,21 +137,24 @@ class Encoder(Strict):
     """The encoder of an encoder–decoder model: run once per input over `source_len` positions; its output is what
     the decoder layers' cross-attention caches. Counted in parameters and in the prefill's FLOPs."""
 
-    n_layers: PositiveInt = Field(description="Encoder layers (HF encoder_layers).")
-    source_len: PositiveInt = Field(
+    n_layers: LayerCount = Field(description="Encoder layers (HF encoder_layers).")
+    source_len: TokenCount = Field(
         description="Encoder positions per input: the default enc_ctx (Whisper max_source_positions: 1500 frames)."
     )
     attention: AttentionField = Field(description="The encoder's (bidirectional) self-attention block.")
     ffn: FFN = Field(description="The encoder's FFN block.")
     norms_per_layer: PositiveInt = Field(2, description="Norms in each encoder layer.")
-    extra_params: NonNegativeInt = Field(
+    extra_params: ParamCount = Field(
         0, description="Encoder parameters outside its layers, counted by the importer from the config (Whisper: the "
         "two convolutions of the audio front end, the position table, the final LayerNorm)."
     )
 
 
 def _select(selector: LayerSelector, n_layers: int, taken: set[int]) -> list[int]:
-    """Layer indices a selector names, in order; 'rest' means every layer not in `taken`."""
+    """Layer indices a selector names, in order; 'rest' means every layer not in `taken`.
+
+    A range is checked against n_layers before it is enumerated, so no selector builds more than n_layers indices.
+    """
     if isinstance(selector, Every):
         return list(range(selector.start, n_layers, selector.every))
     if isinstance(selector, list):
@@ -162,10 +169,15 @@ def _select(selector: LayerSelector, n_layers: int, taken: set[int]) -> list[int
         match = _RANGE.match(part)
         if not match:
             raise ValueError(f"cannot read {selector!r}: use 'all', 'rest', '0-4,6', a list, or {{every, start}}")
-        lo, hi = int(match[1]), int(match[2] if match[2] is not None else match[1])
+        lo_text, hi_text = match[1], match[2] if match[2] is not None else match[1]
+        if len(hi_text) > 12 or int(hi_text) >= n_layers:  # checked before the range is built
+            raise ValueError(f"{part.strip()!r}: layer {hi_text} does not exist (n_layers is {n_layers})")
+        lo, hi = int(lo_text), int(hi_text)
         if hi < lo:
             raise ValueError(f"range {part.strip()!r} runs backwards")
         indices.extend(range(lo, hi + 1))
+        if len(indices) > n_layers:
+            raise ValueError(f"{selector!r} names more layers than the model has (n_layers is {n_layers})")
     return indices
 
 
@@ -205,9 +217,9 @@ class ExtraWeights(Strict):
     """Weights of a block the schema has no type for, counted by the importer from the config (Gemma 3n's per-layer
     embeddings, AltUp, LAuReL): in parameters (total and active) and per-GPU weights; not in FLOPs."""
 
-    params: NonNegativeInt = Field(description="All its weights.")
-    table: NonNegativeInt = Field(0, description="Of them, a lookup table (read by row, not in full): its size.")
-    row: NonNegativeInt = Field(0, description="Values one token reads from that table.")
+    params: ParamCount = Field(description="All its weights.")
+    table: ParamCount = Field(0, description="Of them, a lookup table (read by row, not in full): its size.")
+    row: ParamCount = Field(0, description="Values one token reads from that table.")
 
 
 class ModelSpec(Strict):
@@ -217,9 +229,9 @@ class ModelSpec(Strict):
     family: str = Field(description="Model family, e.g. 'llama3', 'gemma3', 'deepseek'.")
     source: str | None = Field(None, description="Where the numbers come from (URL, config, paper section).")
     notes: str | None = Field(None, description="Free-form remarks.")
-    d_model: PositiveInt = Field(description="Hidden size (HF hidden_size).")
-    n_layers: PositiveInt = Field(description="Transformer layers (HF num_hidden_layers).")
-    vocab_size: PositiveInt = Field(description="Vocabulary size.")
+    d_model: Dim = Field(description="Hidden size (HF hidden_size).")
+    n_layers: LayerCount = Field(description="Transformer layers (HF num_hidden_layers).")
+    vocab_size: VocabSize = Field(description="Vocabulary size.")
     tie_embeddings: bool = Field(False, description="LM head shares the input embedding (HF tie_word_embeddings).")
     norm: Literal["rmsnorm", "layernorm"] = Field(
         "rmsnorm", description="Normalisation layers: rmsnorm (a weight of d_model) or layernorm (weight and bias)."
@@ -231,7 +243,7 @@ class ModelSpec(Strict):
     learned_positions: bool = Field(
         False, description="A learned position embedding of max_context × d_model (GPT-2); false for RoPE/ALiBi."
     )
-    max_context: PositiveInt = Field(description="Trained maximum context in tokens (HF max_position_embeddings).")
+    max_context: TokenCount = Field(description="Trained maximum context in tokens (HF max_position_embeddings).")
     ffn: FFN = Field(description="The FFN block of every layer unless a group overrides it.")
     layer_groups: list[LayerGroup] = Field(min_length=1, description="Layer groups; together they cover every layer once.")
     encoder: Encoder | None = Field(None, description="The encoder of an encoder–decoder model (Whisper, T5, BART).")
@@ -239,7 +251,7 @@ class ModelSpec(Strict):
         default_factory=dict, description="Weights outside the blocks the schema names, by name (Gemma 3n: "
         "per_layer_embeddings, altup, laurel), counted by the importer from the config."
     )
-    mtp_layers: NonNegativeInt = Field(
+    mtp_layers: LayerIndex = Field(
         0, description="Multi-token-prediction layers (DeepSeek num_nextn_predict_layers): each a decoder layer like the "
         "last one plus a 2·d × d input projection and three norms; counted only with --mtp (speculative decoding keeps "
         "their cache), since plain decoding does not run them."
@@ -263,13 +275,7 @@ class ModelSpec(Strict):
             except ValueError as exc:
                 problems.append(f"layer_groups[{gi}].layers: {exc}")
                 continue
-            for layer in picked[gi]:
-                if layer >= self.n_layers:
-                    problems.append(f"layer_groups[{gi}].layers: layer {layer} does not exist (n_layers is {self.n_layers})")
-                elif layer in owner:
-                    problems.append(f"layer_groups[{gi}].layers: layer {layer} is already in layer_groups[{owner[layer]}]")
-                else:
-                    owner[layer] = gi
+            problems += self._claim(gi, picked[gi], owner)
         for gi in rest[:1]:
             picked[gi] = _select("rest", self.n_layers, set(owner))
             owner.update({layer: gi for layer in picked[gi]})
@@ -284,6 +290,25 @@ class ModelSpec(Strict):
             raise ValueError("\n".join(problems))
         self._groups = tuple(self._resolved(gi, g, sorted(picked[gi])) for gi, g in enumerate(self.layer_groups))
         return self
+
+    def _claim(self, gi: int, layers: list[int], owner: dict[int, int]) -> list[str]:
+        """Give `layers` to group `gi` in `owner`; one line each for layers that do not exist and for those another
+        group (or this one, twice) already has, so a duplicated group is one short message."""
+        missing = sorted({i for i in layers if i >= self.n_layers})
+        twice: dict[int, set[int]] = {}
+        for layer in layers:
+            if layer >= self.n_layers:
+                continue
+            if layer in owner:
+                twice.setdefault(owner[layer], set()).add(layer)
+            else:
+                owner[layer] = gi
+        where = f"layer_groups[{gi}].layers"
+        problems = [f"{where}: {_some(missing, 'does not exist', 'do not exist')} (n_layers is {self.n_layers})"] if missing else []
+        for other, dup in sorted(twice.items()):
+            whose = "this group" if other == gi else f"layer_groups[{other}]"
+            problems.append(f"{where}: {_some(sorted(dup), 'is', 'are')} already in {whose}")
+        return problems
 
     def _check_dims(self) -> list[str]:
         """Cross-field rules that need the model-level dims."""
@@ -372,6 +397,11 @@ def _ranges(indices: list[int]) -> str:
 layer_ranges = _ranges
 
 
+def _some(layers: list[int], one: str, many: str) -> str:
+    """'layer 3 is' or 'layers 0-2,5 are': sorted indices as ranges, with the verb agreeing."""
+    return f"layer {layers[0]} {one}" if len(layers) == 1 else f"layers {_ranges(layers)} {many}"
+
+
 # ---------------------------------------------------------------- loading
 
 
@@ -388,13 +418,30 @@ def _loc(loc: tuple) -> str:
     return out
 
 
+# Strict fields: what a field wanted, for "n_layers: expected an integer, got true".
+_EXPECTED = {"int_type": "an integer", "bool_type": "true or false", "string_type": "a string", "float_type": "a number",
+             "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping"}
+
+
+def _shown(value: object) -> str:
+    """A parsed value as the file wrote it: true, 32.5, '32', a list; long text cut short."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, (list, dict)):
+        return "a list" if isinstance(value, list) else "a mapping"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def format_validation_error(exc, origin: str) -> str:
     """Turn a pydantic ValidationError into `origin: field.path: rule` lines."""
     lines = []
     for err in exc.errors(include_url=False):
         msg = str(err["msg"]).removeprefix("Value error, ")
         where = _loc(tuple(err["loc"]))
-        if err["type"] == "extra_forbidden":
+        if err["type"] in _EXPECTED:
+            msg = f"expected {_EXPECTED[err['type']]}, got {_shown(err['input'])}"
+        elif err["type"] == "extra_forbidden":
             msg = "unknown key (check its spelling; unknown keys are errors)"
         elif err["type"] == "missing":
             msg = "required field is missing"
@@ -420,32 +467,6 @@ def validate_mapping(model: type[BaseModel], data: object, origin: str, noun: st
 def spec_from_dict(data: object, origin: str) -> ModelSpec:
     """Validate a parsed mapping as a ModelSpec, raising SpecError that names `origin`."""
     return validate_mapping(ModelSpec, data, origin, "spec", "name, d_model, layer_groups, ...")
-
-
-def read_text(path: Path) -> str:
-    """A spec or config file's text, or a SpecError naming the file (missing, a folder, not UTF-8, ...)."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise SpecError(f"{path}: is a folder, not a spec or config file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read: {exc}") from None
-
-
-def load_yaml(path: Path) -> object:
-    """Read a YAML file with the safe loader, raising SpecError on unreadable or malformed input."""
-    import yaml
-
-    text = read_text(path)
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(f"{path}: malformed YAML: {where}{problem}") from None
 
 
 def load_spec(path: Path) -> ModelSpec:

@@ -18,15 +18,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Strict(BaseModel):
-    """Base for every spec model: unknown keys are errors, values are frozen after validation."""
+    """Base for every spec model: unknown keys are errors, values are frozen after validation, and nothing is coerced
+    (strict: a count refuses true, 32.5 and "32"; a flag refuses "yes")."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+# Upper bounds where a value is physically absurd, so nothing downstream loops over or allocates a huge range.
+MAX_LAYERS = 10_000  # the deepest published models have a few hundred
+MAX_HEADS = 65_536  # heads, KV heads, SSM groups
+MAX_DIM = 2**20  # hidden sizes, head dims, FFN sizes, latent ranks, kernels
+MAX_EXPERTS = 65_536  # routed experts per layer: 10,000 is valid and costs nothing to count
+MAX_TOKENS = 2**40  # windows, chunks, context, encoder positions, top-k
+MAX_VOCAB = 2**24
+MAX_PARAMS = 2**50  # a parameter count written into a spec (about 10**15)
+LayerCount = Annotated[int, Field(gt=0, le=MAX_LAYERS)]
+HeadCount = Annotated[int, Field(gt=0, le=MAX_HEADS)]
+Dim = Annotated[int, Field(gt=0, le=MAX_DIM)]
+ExpertCount = Annotated[int, Field(gt=0, le=MAX_EXPERTS)]
+TokenCount = Annotated[int, Field(gt=0, le=MAX_TOKENS)]
+VocabSize = Annotated[int, Field(gt=0, le=MAX_VOCAB)]
+ParamCount = Annotated[int, Field(ge=0, le=MAX_PARAMS)]
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
-from kvcalc.attention.base import Formula, Layer, Symbol, Weight, Work, matrix_flops
+from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
 from kvcalc.attention.recurrent import Recurrent, conv_state
 
 
@@ -23,13 +23,13 @@ class GatedDeltaNet(Recurrent):
     """A Gated DeltaNet layer: a constant state of H_v·d_k·d_v (recurrent) + (K − 1)·conv_dim (convolution)."""
 
     kind: Literal["gated_deltanet"]
-    linear_num_key_heads: PositiveInt = Field(description="Query/key heads H_k (HF linear_num_key_heads).")
-    linear_num_value_heads: PositiveInt = Field(
+    linear_num_key_heads: HeadCount = Field(description="Query/key heads H_k (HF linear_num_key_heads).")
+    linear_num_value_heads: HeadCount = Field(
         description="Value heads H_v, one d_k × d_v state each (HF linear_num_value_heads); a multiple of H_k."
     )
-    linear_key_head_dim: PositiveInt = Field(description="Query/key head dim d_k (HF linear_key_head_dim).")
-    linear_value_head_dim: PositiveInt = Field(description="Value head dim d_v (HF linear_value_head_dim).")
-    linear_conv_kernel_dim: PositiveInt = Field(
+    linear_key_head_dim: Dim = Field(description="Query/key head dim d_k (HF linear_key_head_dim).")
+    linear_value_head_dim: Dim = Field(description="Value head dim d_v (HF linear_value_head_dim).")
+    linear_conv_kernel_dim: Dim = Field(
         description="Kernel K of the causal depthwise convolution over q, k, v (HF linear_conv_kernel_dim)."
     )
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
-from kvcalc.attention.base import AttentionKind, Formula, Layer, Symbol, Weight, Work, matrix_flops
+from kvcalc.attention.base import AttentionKind, Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
 
 
 class Heads(AttentionKind):
     """The fields and answers MHA, GQA and MQA share; they differ only in how many K/V heads they cache."""
 
-    n_heads: PositiveInt = Field(description="Query heads n_h (HF num_attention_heads).")
-    head_dim: PositiveInt | None = Field(
+    n_heads: HeadCount = Field(description="Query heads n_h (HF num_attention_heads).")
+    head_dim: Dim | None = Field(
         None, description="Per-head dim d_h (HF head_dim); when absent, d_model / n_heads. Gemma 3 27B gives 128, not 168."
     )
     qkv_bias: bool = Field(False, description="Bias on the q/k/v projections (Qwen2, GPT-2).")
@@ -24,7 +24,7 @@ class Heads(AttentionKind):
         "head", description="What the q/k norms span: one head (d_h weights each; Gemma 3, Qwen3) or the whole "
         "projection (n_h·d_h and n_kv·d_h; OLMo 2/3, MiniMax-M2)."
     )
-    v_head_dim: PositiveInt | None = Field(
+    v_head_dim: Dim | None = Field(
         None, description="Per-head value dim d_v when it differs from the key dim d_h (MiMo-V2-Flash: K 192, V 128)."
     )
     output_gate: bool = Field(
@@ -172,7 +172,7 @@ class GQA(Heads):
     """Grouped-query attention: n_heads query heads share n_kv_heads key/value heads."""
 
     kind: Literal["gqa"]
-    n_kv_heads: PositiveInt = Field(description="Key/value heads n_kv (HF num_key_value_heads).")
+    n_kv_heads: HeadCount = Field(description="Key/value heads n_kv (HF num_key_value_heads).")
     label: ClassVar[str] = "GQA"
     expression: ClassVar[str] = "2·n_kv·d_h"
     reference: ClassVar[str] = "DeepSeek-V2 Table 1 (GQA, n_g groups); 2: keys and values"

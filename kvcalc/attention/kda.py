@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field
 
-from kvcalc.attention.base import Formula, Layer, Symbol, Weight, Work, matrix_flops
+from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
 from kvcalc.attention.recurrent import Recurrent, conv_state
 
 
@@ -23,9 +23,9 @@ class KDA(Recurrent):
     """A Kimi Delta Attention layer: a constant state of H·d·d (recurrent) + 3·(K − 1)·H·d (q, k, v convolutions)."""
 
     kind: Literal["kda"]
-    n_heads: PositiveInt = Field(description="KDA heads H, one d × d state each (HF linear_attn_config.num_heads).")
-    head_dim: PositiveInt = Field(description="Key and value head dim d (HF linear_attn_config.head_dim).")
-    conv_kernel: PositiveInt = Field(
+    n_heads: HeadCount = Field(description="KDA heads H, one d × d state each (HF linear_attn_config.num_heads).")
+    head_dim: Dim = Field(description="Key and value head dim d (HF linear_attn_config.head_dim).")
+    conv_kernel: Dim = Field(
         description="Kernel K of the causal depthwise convolutions over q, k and v (HF short_conv_kernel_size)."
     )
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field
 
-from kvcalc.attention.base import Formula, Layer, Symbol, Weight, Work, matrix_flops
+from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
 from kvcalc.attention.recurrent import Recurrent
 
 REFERENCE = "MiniMaxM1LightningAttention (MiniMax-AI/MiniMax-M1 modeling_minimax_m1.py): kv state [h, d_h, d_h]"
@@ -25,8 +25,8 @@ class Lightning(Recurrent):
     """Lightning attention: a decayed linear-attention state of n_h·d_h·d_h per sequence, nothing per token."""
 
     kind: Literal["lightning"]
-    n_heads: PositiveInt = Field(description="Heads n_h (HF num_attention_heads; lightning layers have no K/V grouping).")
-    head_dim: PositiveInt | None = Field(
+    n_heads: HeadCount = Field(description="Heads n_h (HF num_attention_heads; lightning layers have no K/V grouping).")
+    head_dim: Dim | None = Field(
         None, description="Per-head dim d_h of q, k and v (HF head_dim); when absent, d_model / n_heads."
     )
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, NonNegativeInt
+from pydantic import Field
 
-from kvcalc.attention.base import Formula, Layer, Symbol
+from kvcalc.attention.base import Formula, Layer, ParamCount, Symbol
 from kvcalc.attention.recurrent import Recurrent
 
 
@@ -15,7 +15,7 @@ class Linear(Recurrent):
     """A constant-state layer: nothing per token, `state_elements` per sequence whatever the context."""
 
     kind: Literal["linear"]
-    state_elements: NonNegativeInt = Field(
+    state_elements: ParamCount = Field(
         description="Elements of recurrent state per sequence in this layer, independent of context length."
     )
 

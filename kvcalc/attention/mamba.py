@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
-from kvcalc.attention.base import Formula, Layer, Symbol, Weight, Work, matrix_flops
+from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
 from kvcalc.attention.recurrent import Recurrent, conv_state
 
 CONV_NOTE = "conv state (K − 1)·channels as vLLM allocates it (transformers' cache keeps all K inputs: K·channels)"
@@ -30,10 +30,10 @@ class Mamba(Recurrent):
     """A Mamba-1 selective SSM layer: a constant state of d_inner·N (SSM) + (K − 1)·d_inner (convolution)."""
 
     kind: Literal["mamba"]
-    mamba_d_state: PositiveInt = Field(description="SSM state size N per channel (HF mamba_d_state).")
-    mamba_d_conv: PositiveInt = Field(description="Kernel K of the causal depthwise convolution (HF mamba_d_conv).")
-    mamba_expand: PositiveInt = Field(description="d_inner = mamba_expand · d_model (HF mamba_expand).")
-    mamba_dt_rank: PositiveInt | None = Field(
+    mamba_d_state: Dim = Field(description="SSM state size N per channel (HF mamba_d_state).")
+    mamba_d_conv: Dim = Field(description="Kernel K of the causal depthwise convolution (HF mamba_d_conv).")
+    mamba_expand: Dim = Field(description="d_inner = mamba_expand · d_model (HF mamba_expand).")
+    mamba_dt_rank: Dim | None = Field(
         None, description="Rank R of the Δ projection (HF mamba_dt_rank); when absent, ceil(d_model / 16) "
         "(JambaConfig's 'auto')."
     )
@@ -120,11 +120,11 @@ class Mamba2(Recurrent):
     """A Mamba-2 (SSD) layer: a constant state of H·P·N (SSM) + (K − 1)·(H·P + 2·G·N) (convolution)."""
 
     kind: Literal["mamba2"]
-    mamba_num_heads: PositiveInt = Field(description="SSM heads H, one scalar decay each (HF mamba_num_heads).")
-    mamba_head_dim: PositiveInt = Field(description="Channels P per head; d_inner = H·P (HF mamba_head_dim).")
-    ssm_state_size: PositiveInt = Field(description="State size N (HF ssm_state_size).")
-    n_groups: PositiveInt = Field(description="Groups G sharing B and C, as GQA's K/V groups (HF n_groups).")
-    conv_kernel: PositiveInt = Field(description="Kernel K of the causal depthwise convolution (HF conv_kernel).")
+    mamba_num_heads: HeadCount = Field(description="SSM heads H, one scalar decay each (HF mamba_num_heads).")
+    mamba_head_dim: Dim = Field(description="Channels P per head; d_inner = H·P (HF mamba_head_dim).")
+    ssm_state_size: Dim = Field(description="State size N (HF ssm_state_size).")
+    n_groups: HeadCount = Field(description="Groups G sharing B and C, as GQA's K/V groups (HF n_groups).")
+    conv_kernel: Dim = Field(description="Kernel K of the causal depthwise convolution (HF conv_kernel).")
     use_conv_bias: bool = Field(True, description="Bias on the convolution (HF use_conv_bias).")
     use_bias: bool = Field(False, description="Biases on in_proj and out_proj (HF use_bias, as NemotronHMamba2Mixer).")
 

@@ -10,9 +10,22 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
-from kvcalc.attention.base import AttentionKind, Formula, Layer, Symbol, Weight, Work, keys_seen, keys_seen_sum, matrix_flops
+from kvcalc.attention.base import (
+    AttentionKind,
+    Dim,
+    Formula,
+    HeadCount,
+    Layer,
+    Symbol,
+    TokenCount,
+    Weight,
+    Work,
+    keys_seen,
+    keys_seen_sum,
+    matrix_flops,
+)
 
 MLA_CACHE_LAYOUTS = ("latent", "expanded")
 MLA_SCHEDULES = ("naive", "absorbed")
@@ -22,17 +35,17 @@ class MLA(AttentionKind):
     """Multi-head latent attention with decoupled RoPE."""
 
     kind: Literal["mla"]
-    n_heads: PositiveInt = Field(description="Query heads n_h.")
-    kv_lora_rank: PositiveInt = Field(description="KV latent dim d_c, the compressed vector c_KV that is cached.")
-    q_lora_rank: PositiveInt | None = Field(
+    n_heads: HeadCount = Field(description="Query heads n_h.")
+    kv_lora_rank: Dim = Field(description="KV latent dim d_c, the compressed vector c_KV that is cached.")
+    q_lora_rank: Dim | None = Field(
         None, description="Query latent dim d_c' (absent: plain W_Q, as in DeepSeek-V2-Lite)."
     )
-    qk_nope_head_dim: PositiveInt = Field(description="Per-head query/key dim without RoPE, rebuilt from the latent.")
-    qk_rope_head_dim: PositiveInt = Field(description="Decoupled RoPE key dim d_R, one key shared by all heads.")
-    v_head_dim: PositiveInt = Field(description="Per-head value dim.")
-    index_n_heads: PositiveInt | None = Field(None, description="Indexer heads H_I (DeepSeek-V3.2 index_n_heads).")
-    index_head_dim: PositiveInt | None = Field(None, description="Indexer key dim d_I, cached per token (index_head_dim).")
-    index_topk: PositiveInt | None = Field(None, description="Keys each query attends after the indexer's top-k (index_topk).")
+    qk_nope_head_dim: Dim = Field(description="Per-head query/key dim without RoPE, rebuilt from the latent.")
+    qk_rope_head_dim: Dim = Field(description="Decoupled RoPE key dim d_R, one key shared by all heads.")
+    v_head_dim: Dim = Field(description="Per-head value dim.")
+    index_n_heads: HeadCount | None = Field(None, description="Indexer heads H_I (DeepSeek-V3.2 index_n_heads).")
+    index_head_dim: Dim | None = Field(None, description="Indexer key dim d_I, cached per token (index_head_dim).")
+    index_topk: TokenCount | None = Field(None, description="Keys each query attends after the indexer's top-k (index_topk).")
 
     label: ClassVar[str] = "MLA"
     layouts: ClassVar[tuple[str, ...]] = MLA_CACHE_LAYOUTS

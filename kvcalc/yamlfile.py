@@ -1,0 +1,179 @@
+"""Reading a spec, config or hardware file safely: bounded size, plain YAML only, every value read as written.
+
+The rules, each with its reason:
+- Only a regular file of at most MAX_FILE_BYTES (16 MiB) is read, checked with os.stat before it is opened, so a
+  folder, a FIFO, a device or a symlink loop gets a message and never blocks; the text must be UTF-8.
+- YAML goes through a SafeLoader: a `!!python/...` or other unknown tag is an error naming the tag (nothing runs).
+- A key written twice in one mapping is an error naming it and both lines (a later key must never silently win).
+- An integer is plain decimal (`-12`, `0`, `8192`) of at most MAX_DIGITS (40) digits; YAML 1.1's other readings
+  (`010` octal, `0x2000`, `0o17`, `1_000`, sexagesimal `1:20`) and longer integers stay strings, which a number
+  field then refuses naming the field. Booleans are `true`/`false` only (`yes`, `on` stay strings). Floats are
+  decimal, without `_` or `:`.
+- Aliases may not expand the document past MAX_NODES values, nor may it nest deeper than MAX_DEPTH (billion
+  laughs and deep nesting fail at once, before anything walks the expanded tree).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from pathlib import Path
+
+import yaml
+
+from kvcalc.errors import SpecError
+
+MAX_FILE_BYTES = 16 * 2**20  # 16 MiB: the largest real config.json is well under 1 MiB
+MAX_NODES = 1_000_000  # values after alias expansion; a bundled spec has a few hundred
+MAX_DEPTH = 64  # nesting levels; a spec nests about 6
+MAX_DIGITS = 40  # digits of an integer; Python refuses to convert more than 4300, and nothing real has 40
+
+
+def check_file(path: Path, shown: str | None = None) -> int:
+    """The size of `path` when it is a readable regular file within MAX_FILE_BYTES, else a SpecError naming why
+    (and naming the file as `shown`, by default the path)."""
+    name = shown or str(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise SpecError(f"{name}: no such file") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SpecError(f"{name}: a symlink loop (the link points back to itself)") from None
+        raise SpecError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise SpecError(f"{name}: is a folder, not a spec or config file")
+    if not stat.S_ISREG(info.st_mode):
+        what = "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
+        raise SpecError(f"{name}: is {what}, not a regular file; kvcalc reads only regular files")
+    if info.st_size > MAX_FILE_BYTES:
+        raise SpecError(f"{name}: is {info.st_size} bytes; a spec or config file may be at most 16 MiB "
+                        f"({MAX_FILE_BYTES} bytes)")
+    return info.st_size
+
+
+def read_text(path: Path) -> str:
+    """A spec or config file's text, or a SpecError naming the file (missing, a folder, a FIFO, too large, binary, ...)."""
+    check_file(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError(f"{path}: is larger than 16 MiB ({MAX_FILE_BYTES} bytes), the most a spec or config file may be")
+    if b"\0" in data:
+        raise SpecError(f"{path}: cannot read: a binary file (it has NUL bytes), not a YAML spec or JSON config")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: cannot read: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+
+
+# ---------------------------------------------------------------- the loader
+
+_INT = re.compile(rf"^[-+]?(?:0|[1-9][0-9]{{0,{MAX_DIGITS - 1}}})$")
+_FLOAT = re.compile(r"^(?:[-+]?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?|[-+]?\.[0-9]+(?:[eE][-+][0-9]+)?"
+                    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_REPLACED = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool"}
+
+
+class _Refused(yaml.constructor.ConstructorError):
+    """Well-formed YAML that kvcalc refuses (a duplicate key, an unknown tag): not called malformed."""
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with decimal-only numbers, true/false booleans, refused duplicate keys and unknown tags."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag not in _REPLACED]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[object, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # an unhashable key: SafeLoader names it below
+                if first is not None:
+                    raise _Refused(
+                        None, None, f"duplicate key {key!r} (line {line}; first at line {first}): a key may appear "
+                        "once in a mapping", key_node.start_mark)
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_undefined(self, node):
+        raise _Refused(
+            None, None, f"tag {node.tag.replace('tag:yaml.org,2002:', '!!')} is not allowed: kvcalc reads plain YAML "
+            "(mappings, lists, strings, numbers, true/false) and never runs code from a file", node.start_mark)
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL, list("tTfF"))
+_Loader.add_constructor(None, _Loader.construct_undefined)
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Values in the document once every alias is expanded (shared nodes counted each time), bounded by MAX_NODES."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node, depth: int) -> int:
+        if depth > MAX_DEPTH:
+            raise SpecError(f"nested more than {MAX_DEPTH} levels deep")
+        if sizes.get(id(node)):
+            return sizes[id(node)]
+        if sizes.get(id(node)) == 0:
+            raise SpecError(f"line {node.start_mark.line + 1}: an alias refers to the value that contains it")
+        sizes[id(node)] = 0  # in progress: meeting it again below means a recursive alias (&a [*a])
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k, depth + 1) + size(v, depth + 1) for k, v in node.value)
+        sizes[id(node)] = total = min(total, MAX_NODES + 1)
+        return total
+
+    return size(root, 0)
+
+
+def parse_yaml(text: str, origin: str) -> object:
+    """Parse YAML text with the rules above, raising SpecError lines that name `origin`."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            expanded = _expanded_size(node)
+        except SpecError as exc:
+            raise SpecError(f"{origin}: {exc}") from None
+        if expanded > MAX_NODES:
+            raise SpecError(f"{origin}: the document expands to more than {MAX_NODES:,} values (its aliases repeat "
+                            "what they name; a spec has a few hundred values), so it is refused")
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        kind = "" if isinstance(exc, _Refused) else "malformed YAML: "  # a refused key or tag is well-formed YAML
+        raise SpecError(f"{origin}: {kind}{where}{problem}") from None
+    except RecursionError:
+        raise SpecError(f"{origin}: nested too deeply to read (a spec nests about 6 levels)") from None
+    finally:
+        loader.dispose()
+
+
+def load_yaml(path: Path) -> object:
+    """Read a YAML file with the rules above, raising SpecError on unreadable, unsafe or malformed input."""
+    return parse_yaml(read_text(path), str(path))

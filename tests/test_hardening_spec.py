@@ -1,0 +1,217 @@
+"""Hostile spec and hardware files (#13 items 1-3): each is refused through the real CLI within a second, with one
+message naming the file, the field or key and the rule, and never a traceback."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run
+
+LLAMA = (ROOT / "model_specs" / "llama3-70b.yaml").read_text()
+H100 = (ROOT / "hardware_specs" / "h100-80gb.yaml").read_text()
+
+
+def refused(*args, code: tuple[int, ...] = (1, 2)) -> str:
+    """Run `kvcalc ARGS`, assert it fails fast with a message and no traceback, and return stderr."""
+    start = time.perf_counter()
+    res = run(*map(str, args), ok=False)
+    elapsed = time.perf_counter() - start
+    assert res.exit_code in code, str(res)
+    assert "Traceback" not in res.stdout + res.stderr, str(res)
+    assert res.exception is None or isinstance(res.exception, SystemExit), str(res)
+    assert elapsed < 1.0, f"took {elapsed:.2f} s\n{res}"
+    return res.stderr
+
+
+def spec_file(tmp_path: Path, text: str, name: str = "hostile.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def edited(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+# ---------------------------------------------------------------- 1. duplicate keys
+
+
+def test_duplicate_key_is_refused_naming_key_and_lines(tmp_path):
+    # The issue's example: n_layers: 40 appended to llama3-70b used to give 40 layers.
+    path = spec_file(tmp_path, LLAMA + "n_layers: 40\n")
+    err = refused("show", path)
+    first = LLAMA.splitlines().index("n_layers: 80") + 1
+    last = len(LLAMA.splitlines()) + 1
+    assert f"{path}: line {last}, column 1: duplicate key 'n_layers' (line {last}; first at line {first})" in err
+    assert err.count("\n") == 1
+
+
+def test_duplicate_key_in_a_nested_mapping(tmp_path):
+    err = refused("show", spec_file(tmp_path, edited(LLAMA, "      n_kv_heads: 8\n", "      n_kv_heads: 8\n      n_kv_heads: 64\n")))
+    assert "duplicate key 'n_kv_heads'" in err
+
+
+def test_merge_keys_may_still_be_overridden(tmp_path):
+    # `<<` merges are how YAML shares a block; a key written beside a merge overrides it, as YAML defines.
+    text = LLAMA + "x: &base {a: 1}\ny:\n  <<: *base\n  a: 2\n"
+    err = refused("show", spec_file(tmp_path, text))
+    assert "duplicate key" not in err and "x: unknown key" in err
+
+
+# ---------------------------------------------------------------- 2. YAML 1.1 number readings
+
+
+@pytest.mark.parametrize("written", ["010", "1:20", "0x2000", "0o17", "1_000", "80.0", "8.0e+1", "true", "'80'"])
+def test_yaml_11_numbers_are_not_read_as_other_numbers(tmp_path, written):
+    err = refused("show", spec_file(tmp_path, edited(LLAMA, "n_layers: 80", f"n_layers: {written}")))
+    shown = {"true": "true", "80.0": "80.0", "8.0e+1": "80.0"}.get(written, repr(written.strip("'")))
+    assert f"hostile.yaml: n_layers: expected an integer, got {shown}" in err
+
+
+@pytest.mark.parametrize(("field", "old", "written", "shown"), [
+    ("n_layers", "n_layers: 80", "n_layers: 32.5", "32.5"),
+    ("n_layers", "n_layers: 80", 'n_layers: "32"', "'32'"),
+    ("d_model", "d_model: 8192", "d_model: 8.192e+3", "8192.0"),
+    ("tie_embeddings", "tie_embeddings: false", 'tie_embeddings: "yes"', "'yes'"),
+    ("tie_embeddings", "tie_embeddings: false", "tie_embeddings: yes", "'yes'"),
+])
+def test_no_coercion(tmp_path, field, old, written, shown):
+    err = refused("show", spec_file(tmp_path, edited(LLAMA, old, written)))
+    wanted = "true or false" if field == "tie_embeddings" else "an integer"
+    assert f"hostile.yaml: {field}: expected {wanted}, got {shown}" in err
+
+
+def test_hardware_keeps_whole_numbers_in_scientific_notation_and_underscores(tmp_path):
+    # YAML 1.1 reads 989.4e12 as a string and 3.35e+12 as a float; both are whole numbers, so a hardware file may
+    # write them (the bundled presets write 989_400_000_000_000).
+    numbers = {"peak_flops_bf16": "989.4e12", "memory_bandwidth": "3.35e+12", "memory_bytes": "80_000_000_000"}
+    text = "\n".join(next((f"{k}: {v}" for k, v in numbers.items() if line.startswith(k + ":")), line)
+                     for line in H100.splitlines())
+    run("compare", "llama3-8b", "--ctx", "4k", "--hardware", spec_file(tmp_path, text, "my-h100.yaml"))
+
+
+# ---------------------------------------------------------------- 3. python tags
+
+
+def test_python_tag_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    text = edited(LLAMA, "family: llama3", f"family: !!python/object/apply:os.system ['touch {marker}']")
+    err = refused("show", spec_file(tmp_path, text))
+    assert "tag !!python/object/apply:os.system is not allowed" in err and "never runs code" in err
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------- 4. alias bombs, deep nesting
+
+
+def test_billion_laughs_is_refused_fast(tmp_path):
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, 9):
+        lines.append(f"{chr(97 + i)}: &{chr(97 + i)} [" + ",".join([f"*{chr(96 + i)}"] * 9) + "]")
+    text = LLAMA + "\n".join(lines) + "\nbomb: *i\n"
+    err = refused("show", spec_file(tmp_path, text))
+    assert "expands to more than 1,000,000 values" in err
+
+
+def test_recursive_alias_and_deep_nesting_are_refused(tmp_path):
+    assert "an alias refers to the value that contains it" in refused("show", spec_file(tmp_path, LLAMA + "x: &r [*r]\n"))
+    deep = LLAMA + "x: " + "[" * 3000 + "]" * 3000 + "\n"
+    assert "nested" in refused("show", spec_file(tmp_path, deep, "deep.yaml"))
+
+
+# ---------------------------------------------------------------- 5. what MODEL names
+
+
+def test_file_over_16_mib_is_refused_before_parsing(tmp_path):
+    path = tmp_path / "huge.yaml"
+    with open(path, "wb") as f:
+        f.truncate(16 * 2**20 + 1)
+    assert "may be at most 16 MiB" in refused("show", path)
+
+
+def test_non_utf8_and_binary_are_named(tmp_path):
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(LLAMA.replace("notes:", "# caf\xe9\nnotes:").encode("latin-1"))
+    assert "not UTF-8 text (byte 0xe9" in refused("show", latin)
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\x7fELF\x00\x01")
+    assert "a binary file" in refused("show", binary)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="optional: needs os.mkfifo")
+@pytest.mark.parametrize("name", ["pipe.yaml", "pipe"])
+def test_fifo_is_refused_without_blocking(tmp_path, name):
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    assert f"{fifo}: is a FIFO (named pipe), not a regular file" in refused("show", fifo)
+    assert "is a FIFO" in refused("compare", "llama3-8b", "--hardware", fifo)
+
+
+def test_symlink_loop_and_folder(tmp_path):
+    loop = tmp_path / "loop.yaml"
+    loop.symlink_to(loop)
+    assert f"{loop}: a symlink loop" in refused("show", loop)
+    assert "is a folder" in refused("show", f"{tmp_path}/")
+
+
+# ---------------------------------------------------------------- 6. bounds
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("n_layers: 80", "n_layers: 1000000000", "n_layers: Input should be less than or equal to 10000"),
+    ("d_model: 8192", "d_model: 1099511627776", "d_model: Input should be less than or equal to 1048576"),
+    ("vocab_size: 128256", "vocab_size: 100000000", "vocab_size: Input should be less than or equal to 16777216"),
+    ("max_context: 8192", "max_context: 100000000000000000000", "max_context: Input should be less than or equal to"),
+    ("      n_heads: 64", "      n_heads: 100000", "layer_groups[0].attention.n_heads: Input should be less than or equal"),
+])
+def test_absurd_sizes_fail_naming_the_field(tmp_path, old, new, message):
+    assert message in refused("show", spec_file(tmp_path, edited(LLAMA, old, new)))
+
+
+def test_window_of_10_to_the_20_fails_naming_the_field(tmp_path):
+    text = edited(LLAMA, "  - layers: all\n", "  - layers: all\n    sliding_window: 100000000000000000000\n")
+    assert "layer_groups[0].sliding_window: Input should be less than or equal to 1099511627776" in refused("show", spec_file(tmp_path, text))
+
+
+def test_ten_thousand_experts_is_valid_and_fast(tmp_path):
+    # The bound is 65,536 experts: a 10,000-expert MoE costs nothing more to count than an 8-expert one.
+    text = edited(LLAMA, "ffn:\n  kind: dense\n  d_ff: 28672", "ffn:\n  kind: moe\n  n_routed_experts: 10000\n"
+                  "  n_experts_per_tok: 8\n  moe_d_ff: 2048")
+    start = time.perf_counter()
+    run("compare", spec_file(tmp_path, text), "--ctx", "4k")
+    assert time.perf_counter() - start < 1.0
+    too_many = text.replace("n_routed_experts: 10000", "n_routed_experts: 100000")
+    assert "ffn.n_routed_experts: Input should be less than or equal to 65536" in refused("show", spec_file(tmp_path, too_many))
+
+
+# ---------------------------------------------------------------- 7. layer selectors
+
+
+def test_huge_layer_range_fails_at_once_naming_the_bound(tmp_path):
+    err = refused("show", spec_file(tmp_path, edited(LLAMA, "layers: all", "layers: 0-3000000")))
+    assert "layer_groups[0].layers: '0-3000000': layer 3000000 does not exist (n_layers is 80)" in err
+    assert err.count("\n") == 1
+
+
+def test_duplicated_layer_group_is_one_line(tmp_path):
+    err = refused("show", spec_file(tmp_path, LLAMA + LLAMA[LLAMA.index("  - layers: all"):]))
+    assert "layer_groups[1].layers: layers 0-79 are already in layer_groups[0]" in err
+    assert err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- 8. hardware numbers
+
+
+@pytest.mark.parametrize(
+    "written", ["1e999999999", "'1e999999999'", "1.0e+999999999", "9" * 5000, "1" * 5000 + "GB", "true"],
+    ids=["exponent", "quoted", "float", "5000-digits", "5000-digit-size", "bool"],
+)
+def test_hardware_huge_numbers_fail_at_once_naming_the_field(tmp_path, written):
+    text = "\n".join(f"memory_bytes: {written}" if line.startswith("memory_bytes:") else line for line in H100.splitlines())
+    err = refused("compare", "llama3-8b", "--hardware", spec_file(tmp_path, text, "hw.yaml"))
+    assert "hw.yaml: memory_bytes: " in err
