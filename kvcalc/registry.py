@@ -4,7 +4,6 @@ or a Hub id (ORG/NAME) whose config.json is in the local Hugging Face cache (nev
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -56,11 +55,9 @@ def _read_mapping(path: Path) -> object:
     """Parse a spec or config file: JSON by suffix, YAML otherwise (safe loader)."""
     if path.suffix.lower() != ".json":
         return load_yaml(path)
-    text = read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: malformed JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    from kvcalc.hf.jsonfile import loads  # over-long integers, deep nesting and duplicate keys named, not raised
+
+    return loads(read_text(path), str(path))
 
 
 # The rule ModelSpec.name enforces (kvcalc/spec.py), in words for messages.

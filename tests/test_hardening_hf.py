@@ -73,16 +73,13 @@ def test_a_per_layer_list_of_the_wrong_length(tmp_path):
 
 # kvcalc.registry parses a .json MODEL with json.loads itself; until it calls kvcalc.hf.jsonfile.loads these two
 # still end in a traceback (a ValueError, a RecursionError) through the CLI. The tests of jsonfile below pass today.
-NEEDS_REGISTRY = pytest.mark.xfail(strict=True, reason="kvcalc/registry.py _read_mapping must call kvcalc.hf.jsonfile.loads")
 
 
-@NEEDS_REGISTRY
 def test_an_integer_of_5000_digits_through_the_cli(tmp_path):
     refused(tmp_path, '{"model_type": "llama", "num_hidden_layers": ' + "9" * 5000 + "}",
             "num_hidden_layers: an integer of 5,000 digits")
 
 
-@NEEDS_REGISTRY
 def test_json_nested_1000_deep_through_the_cli(tmp_path):
     refused(tmp_path, '{"model_type": "llama", "x": ' + "[" * 1000 + "]" * 1000 + "}", "JSON nested too deeply")
 
