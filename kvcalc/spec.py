@@ -258,6 +258,7 @@ class ModelSpec(Strict):
     )
 
     _groups: tuple[ResolvedGroup, ...] = PrivateAttr(default=())
+    _owner: tuple[int, ...] = PrivateAttr(default=())  # layer -> index of its group, so a lookup is O(1)
 
     @model_validator(mode="after")
     def _resolve(self) -> ModelSpec:
@@ -289,7 +290,16 @@ class ModelSpec(Strict):
         if problems:
             raise ValueError("\n".join(problems))
         self._groups = tuple(self._resolved(gi, g, sorted(picked[gi])) for gi, g in enumerate(self.layer_groups))
+        group_of = [0] * self.n_layers
+        for gi, layers in enumerate(picked):
+            for layer in layers:
+                group_of[layer] = gi
+        self._owner = tuple(group_of)
         return self
+
+    def group_index_of(self, layer: int) -> int:
+        """The index (in layer_groups) of the group that holds `layer`."""
+        return self._owner[layer]
 
     def _claim(self, gi: int, layers: list[int], owner: dict[int, int]) -> list[str]:
         """Give `layers` to group `gi` in `owner`; one line each for layers that do not exist and for those another

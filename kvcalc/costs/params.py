@@ -19,8 +19,7 @@ from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
 def ffn_of_layer(spec: ModelSpec, layer: int) -> DenseFFN | MoEFFN | NoFFN:
     """The FFN block layer `layer` runs: the group's override, else the model's; MoE's leading layers are dense."""
-    group = next(g for g in spec.groups if layer in g.layers)
-    ffn = spec.layer_groups[group.index].ffn or spec.ffn
+    ffn = spec.layer_groups[spec.group_index_of(layer)].ffn or spec.ffn
     if isinstance(ffn, MoEFFN) and layer < ffn.first_k_dense and ffn.dense_d_ff is not None:  # (the spec requires it)
         # DeepSeek first_k_dense_replace: these layers run a dense FFN of dense_d_ff.
         return DenseFFN(kind="dense", d_ff=ffn.dense_d_ff, gated=ffn.gated)
