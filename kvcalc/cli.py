@@ -114,6 +114,9 @@ def sweep(
         ctxs = parse_token_range(ctx, points)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--ctx'") from None
+    if len(models) * len(ctxs) > MAX_SWEEP_ROWS:
+        raise typer.BadParameter(f"{len(models)} model(s) × {len(ctxs):,} contexts = {len(models) * len(ctxs):,} rows: "
+                                 f"a sweep makes at most {MAX_SWEEP_ROWS:,}", param_hint="'--points'")
     loaded = [load(m) for m in models]
     out = sweep_output(loaded, opts.settings(ctxs[0]), ctxs, columns, opts.hardware_name)
     emit(with_chart(out, chart, fmt, units) if chart else out, fmt, units)
@@ -379,6 +382,8 @@ def schema_command(
 
     typer.echo(json.dumps(schema(command), indent=2))
 
+
+MAX_SWEEP_ROWS = 2_000  # rows of one sweep (models × contexts): each row is a full set of cost figures
 
 table_app = typer.Typer(help="The papers' reference tables: dimensions by attention kind, and models side by side.",
                         no_args_is_help=True)

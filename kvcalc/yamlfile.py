@@ -149,7 +149,10 @@ def _expanded_size(root: yaml.Node) -> int:
 
 def parse_yaml(text: str, origin: str) -> object:
     """Parse YAML text with the rules above, raising SpecError lines that name `origin`."""
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # its reader refuses characters YAML forbids (C0 controls, DEL, U+FFFE, ...)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{origin}: malformed YAML: {str(exc).splitlines()[0]}") from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -41,7 +41,7 @@ def _validate(value: Any) -> AttentionKind:
     if not isinstance(value, dict):
         raise _error((), value, f"must be a mapping with a kind ({', '.join(KINDS)}), not {type(value).__name__}")
     kind = value.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         what = "required field is missing" if kind is None else f"unknown attention kind {kind!r}"
         raise _error(("kind",), kind, f"{what}: choose one of {', '.join(KINDS)}")
     return KINDS[kind].model_validate(value)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import time
 from pathlib import Path
@@ -171,22 +170,17 @@ def mutated_yaml(draw, text: str) -> str:
 # Inputs the fuzzing found to fail; each is reproduced by a strict xfail below and kept out of the fuzz tests (with
 # `assume`), so that the fuzz tests keep looking for other failures. Remove an entry once its defect is fixed.
 
-# Defect 1: a character YAML forbids (a C0 control other than tab/LF/CR, DEL, C1 controls, U+FFFE/U+FFFF, lone
-# surrogates) in a spec or hardware YAML file escapes as yaml.reader.ReaderError with a traceback: kvcalc/yamlfile.py
-# builds the loader (`_Loader(text)`, whose Reader checks every character) outside the `except yaml.YAMLError`.
-NON_PRINTABLE = re.compile("[^\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF]")
-
-
-# Defect 2: a spec whose attention `kind` is a list or a map (`kind: []`, `kind: {a: 1}`) escapes as
-# "TypeError: unhashable type: 'list'" from kvcalc/attention/__init__.py `_validate` (`if kind not in KINDS`).
-NON_SCALAR_KIND = re.compile(r"kind:\s*(\[|\{|\*|&\w+\s*[\[{]|!!(set|omap|pairs|seq|map))")
+# Defects 1 (a character YAML forbids, e.g. \x1f, escaped as yaml's ReaderError) and 2 (an attention `kind` given as
+# a list or map escaped as TypeError) are fixed; their reproductions below pass.
 
 
 def yaml_defect(text: str) -> bool:
-    return bool(NON_PRINTABLE.search(text) or NON_SCALAR_KIND.search(text))
+    return False  # defects 1 and 2 are fixed; their reproductions below now pass
 
 
-# Defect 3: `sweep --points N` has no upper bound and its work grows with N: `sweep gpt2 --points 4096` takes about
+# Defect 3 (fixed: a sweep makes at most 2,000 rows): `sweep --points N` had no upper bound and its work grows with N.
+# Until sweeps are fast (issue 14), long sweeps below that limit still exceed this harness's 5 s bound, so they stay
+# out of the fuzz run: `sweep gpt2 --points 4096` takes about
 # 5 s (4,100 rows), 8192 about 10 s, and two models or llama3-8b pass 30 s (issue 13 item 2 wants a documented row limit).
 def args_defect(args: list[str]) -> bool:
     for opt, value in zip(args, args[1:]):
@@ -353,22 +347,18 @@ def test_fuzz_cli_arguments(args):
 # ---------------------------------------------------------------------------------------------------- reproductions
 
 
-@pytest.mark.xfail(strict=True, reason="defect 1: a control character in a YAML spec escapes as yaml ReaderError")
 def test_defect_control_character_in_spec(tmp_path):
     check("compare", str(write(tmp_path, "spec.yaml", "\x1f" + SPECS["deepseek-v2"])), "--ctx", "4k")
 
 
-@pytest.mark.xfail(strict=True, reason="defect 1: a control character in a hardware YAML escapes as yaml ReaderError")
 def test_defect_control_character_in_hardware(tmp_path):
     check("compare", "gpt2", "--hardware", str(write(tmp_path, "hw.yaml", H100.replace("vendor:", "vendor: \x07"))))
 
 
-@pytest.mark.xfail(strict=True, reason="defect 2: attention kind given as a list escapes as TypeError (unhashable)")
 def test_defect_attention_kind_list(tmp_path):
     text = SPECS["deepseek-v2"].replace("kind: mla", "kind: []")
     check("compare", str(write(tmp_path, "spec.yaml", text)), "--ctx", "4k")
 
 
-@pytest.mark.xfail(strict=True, reason="defect 3: sweep --points has no upper bound; 8192 points run about 10 s")
 def test_defect_sweep_points_unbounded():
     check("sweep", "gpt2", "--points", "8192")
