@@ -223,6 +223,10 @@ def run_backend(
                            dtype=dtype, mla_cache=mla_cache, mla_schedule=mla_schedule, seed=seed, max_memory=limit,
                            rope_demo=rope_demo, threads=threads, enc_ctx=enc_ctx)
     resolve_schedule(mla_cache, mla_schedule)  # a bad combination fails before any allocation
+    if dtype == "float16":
+        from kvcalc.present.emit import warn
+
+        warn("warning: --dtype float16: NumPy has no fast float16 matrix product (it runs far slower than float32)")
     lm = load(model)
     with progress_hooks(quiet) as progress:
         report = run(lm.spec, settings, progress)

@@ -66,3 +66,14 @@ def test_import_never_overwrites_without_force(tmp_path):
     assert res.exit_code == 1 and "that is the config being imported" in res.stderr
     run("import", str(config), "-o", str(existing), "--force")
     assert existing.read_text(encoding="utf-8").startswith("name: ") and "family: gemma3n" in existing.read_text(encoding="utf-8")
+
+
+def test_run_names_decode_when_the_decode_steps_outgrow_memory():
+    res = run("run", "gpt2", "--ctx", "8", "--decode", "1000000000", ok=False)
+    assert res.exit_code == 1 and "--decode" in res.stderr and "not even one layer" not in res.stderr
+
+
+@pytest.mark.slow  # runs gpt2's layers in float16
+def test_run_float16_warns_that_it_is_slow():
+    res = run("run", "gpt2", "--ctx", "8", "--decode", "1", "--layers", "1", "--dtype", "float16")
+    assert "NumPy has no fast float16 matrix product" in res.stderr

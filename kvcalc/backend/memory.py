@@ -170,11 +170,16 @@ def guard(spec: ModelSpec, layer_order: list[int], req: Request, itemsize: int, 
     layers = largest_fitting(lambda n: cost(replace(req, n_layers=n)) <= limit, req.n_layers)
     if layers:
         hints.append(f"--layers {layers}")
+    decode = largest_fitting(lambda t: cost(replace(req, decode=t)) <= limit, req.decode) if req.decode else 0
+    if decode:
+        hints.append(f"--decode {decode}")
     fix = f"; each of these alone would fit: {', '.join(hints)}" if hints else ""
     if not hints:  # no single knob is enough: one layer, one sequence, and the longest prompt that then fits
         small = replace(req, n_layers=1, batch=1)
         ctx = largest_fitting(lambda c: cost(replace(small, ctx=c)) <= limit, req.ctx)
         fix = f"; this would fit: --layers 1 --batch 1 --ctx {ctx}" if ctx else "; not even one layer at ctx 1 fits"
+        if not ctx and req.decode:  # the decode steps alone outgrow memory: say so, not the layers
+            fix = f"; --decode {req.decode:,} alone needs more: the cache grows by one token a step"
     size = lambda n: format_bytes(n)  # noqa: E731
     what = (f"this run needs about {size(need.peak)} (weights {size(need.weights)}, KV cache {size(need.cache)}, "
             f"activations {size(need.activations)}) but {size(limit)} is available")
