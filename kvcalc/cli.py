@@ -457,4 +457,8 @@ def main() -> None:
         if sys.stderr is not None:
             sys.stderr.write("error: standard output is closed: nothing to write to\n")
         raise SystemExit(1)
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:  # Ctrl-C outside a command's own guard (while typer parses or imports)
+        sys.stderr.write("interrupted\n")
+        raise SystemExit(130) from None
