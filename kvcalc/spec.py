@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, Field, PositiveInt, PrivateAttr, model_validator
 
@@ -213,6 +214,9 @@ class ResolvedGroup:
         return self.attention.d_h(self.layer)
 
 
+_T = TypeVar("_T")
+
+
 class ExtraWeights(Strict):
     """Weights of a block the schema has no type for, counted by the importer from the config (Gemma 3n's per-layer
     embeddings, AltUp, LAuReL): in parameters (total and active) and per-GPU weights; not in FLOPs."""
@@ -259,6 +263,7 @@ class ModelSpec(Strict):
 
     _groups: tuple[ResolvedGroup, ...] = PrivateAttr(default=())
     _owner: tuple[int, ...] = PrivateAttr(default=())  # layer -> index of its group, so a lookup is O(1)
+    _memo: dict = PrivateAttr(default_factory=dict)  # figures that depend on the spec alone (mla_crossover), by key
 
     @model_validator(mode="after")
     def _resolve(self) -> ModelSpec:
@@ -296,6 +301,12 @@ class ModelSpec(Strict):
                 group_of[layer] = gi
         self._owner = tuple(group_of)
         return self
+
+    def memo(self, key: tuple[object, ...], compute: Callable[[], _T]) -> _T:
+        """`compute()` once per spec and key: for figures that depend on the spec alone, not on the context."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def group_index_of(self, layer: int) -> int:
         """The index (in layer_groups) of the group that holds `layer`."""

@@ -185,7 +185,12 @@ def mla_crossover(spec: ModelSpec, s: Settings, limit: int = 1 << 30) -> int | N
     `limit`, or no choice of schedule). Both are affine in the keys attended, so the cheaper one changes at most once."""
     if not spec.has_schedules() or s.mla_cache == "expanded":
         return None
-    one = Settings(ctx=1, mla_cache=s.mla_cache)
+    return spec.memo(("mla_crossover", s.mla_cache, limit), lambda: _crossover(spec, s.mla_cache, limit))
+
+
+def _crossover(spec: ModelSpec, mla_cache: str, limit: int) -> int | None:
+    """mla_crossover's search (it depends on the spec and the cache layout only, so a sweep runs it once)."""
+    one = Settings(ctx=1, mla_cache=mla_cache)
 
     def cheaper(t: int) -> bool:
         at = one.at(t)
