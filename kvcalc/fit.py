@@ -8,7 +8,6 @@ function, never a division: with sliding-window, chunked or constant-state layer
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 from kvcalc.costs.parallel import PerGpu, per_gpu
 from kvcalc.fields import figure
 from kvcalc.settings import Settings
+from kvcalc.solve import largest_fitting
 
 if TYPE_CHECKING:
     from kvcalc.hardware import Hardware
@@ -76,17 +76,6 @@ def activation_bytes(spec: ModelSpec, s: Settings, chunk: int) -> int:
     return chunk * (4 * spec.d_model + 2 * -(-widest // s.tp)) * 2  # 2: bytes per bf16 value
 
 
-def _largest(fits: Callable[[int], bool], upper: int) -> int:
-    """The largest x in [1, upper] with fits(x) (fits monotone: true, then false), or 0 when fits(1) is false."""
-    if not fits(1):
-        return 0
-    lo, hi = 1, upper
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    return lo
-
-
 def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int, solve: str,
         max_ctx: int | None = None) -> FitRow:
     """Solve for the longest context at `s.batch` (solve "ctx", up to `max_ctx` or the model's max_context) or the
@@ -105,11 +94,11 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
 
     if solve == "ctx":
         limit = min(max_ctx or spec.max_context, spec.max_context)
-        best = _largest(lambda c: used(gpu_at(s.at(c))) <= budget, limit)
+        best = largest_fitting(lambda c: used(gpu_at(s.at(c))) <= budget, limit)
         at = s.at(max(best, 1))
         binding = "weights" if not best else "max_context" if best == spec.max_context else "max_ctx" if best == limit else "memory"
     else:
-        best = _largest(lambda b: used(gpu_at(replace(s, batch=b))) <= budget, BATCH_LIMIT)
+        best = largest_fitting(lambda b: used(gpu_at(replace(s, batch=b))) <= budget, BATCH_LIMIT)
         at = replace(s, batch=max(best, 1))
         binding = "weights" if not best else "batch_limit" if best == BATCH_LIMIT else "memory"
     g = gpu_at(at)

@@ -22,7 +22,7 @@ from typing import Any
 from kvcalc.errors import KvcalcError
 
 # CLI name -> (numeric function name, analytic method name, parameter names the CLI takes, causal modes it supports)
-MEASURED: dict[str, tuple[str, str | None, tuple[str, ...], tuple[bool, ...]]] = {
+MEASURED: dict[str, tuple[str, str, tuple[str, ...], tuple[bool, ...]]] = {
     "exact": ("exact", "exact", (), (False, True)),
     "window": ("window", "window", ("w",), (True,)),
     "topk": ("topk", "topk", ("k",), (False, True)),
@@ -161,7 +161,7 @@ def _run(method: Method, q, k, v, causal: bool, seed: int):
 def _analytic(method: Method, n: int, d: int, d_v: int, causal: bool):
     from kvcalc.approx.analytic import cost
 
-    name = MEASURED[method.name][1] or method.name
+    name = MEASURED[method.name][1]
     p = method.params
     args: dict[str, int | bool] = {}
     if name == "exact":

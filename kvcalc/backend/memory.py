@@ -20,6 +20,7 @@ from kvcalc.backend.attention import LayerPlan, layer_entry
 from kvcalc.backend.causal import SCORE_CHUNK, prefill_tiling
 from kvcalc.backend.recurrent import StatePlan, state_activations
 from kvcalc.errors import KvcalcError
+from kvcalc.solve import largest_fitting
 from kvcalc.spec import ModelSpec, ResolvedGroup
 from kvcalc.units import format_bytes
 
@@ -140,17 +141,6 @@ class Request:
     decode: int
     batch: int
     n_layers: int
-
-
-def largest_fitting(fits, upper: int) -> int:
-    """The largest x in [1, upper] with fits(x) true (fits is monotone decreasing), or 0 if even 1 does not fit."""
-    if not fits(1):
-        return 0
-    lo, hi = 1, upper
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    return lo
 
 
 def guard(spec: ModelSpec, layer_order: list[int], req: Request, itemsize: int, mla_cache: str, limit: int,
