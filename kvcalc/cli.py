@@ -35,6 +35,7 @@ from kvcalc.options import (
     parse_ctx,
     version_callback,
 )
+from kvcalc.schema import COMMANDS as SCHEMA_COMMANDS
 
 app = typer.Typer(
     name="kvcalc",
@@ -377,9 +378,10 @@ def approx(
 @app.command("schema")
 @guarded
 def schema_command(
-    command: Annotated[str, typer.Argument(metavar="COMMAND", help="compare, sweep, list, fit or table-models.")],
+    command: Annotated[str, typer.Argument(metavar="COMMAND", help=f"One of: {', '.join(SCHEMA_COMMANDS)}.")],
 ) -> None:
-    """Print the JSON Schema of a command's --format json output (generated from the typed results)."""
+    """Print the JSON Schema of a command's --format json output (generated from the typed results; table
+    subcommands are named table-dims and table-models)."""
     import json
 
     from kvcalc.schema import schema

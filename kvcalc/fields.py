@@ -9,9 +9,11 @@ from typing import Any
 
 # How a value is shown in human formats (csv and json always carry the raw value):
 # text; num (text that reads as a number, right-aligned); int; bool; bytes; tokens (k = 1024); ratio; flops;
-# count (parameters); seconds; rate (per second); float; bandwidth (bytes/s, decimal units).
+# count (parameters); seconds; rate (per second); float; bandwidth (bytes/s, decimal units); sig (a number to three
+# significant digits: errors, fractions); formula (a cache formula: math mode in LaTeX); floats (a list of numbers,
+# json only: no column shows it).
 KINDS = ("text", "num", "int", "bool", "bytes", "tokens", "ratio", "flops", "count", "seconds", "rate", "float",
-         "bandwidth", "formula")  # formula: a cache formula (math mode in LaTeX)
+         "bandwidth", "formula", "sig", "floats")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from kvcalc.errors import SpecError
+from kvcalc.fields import as_row, figure
 from kvcalc.registry import bundled_dir, find_bundled, is_special_file, looks_like_path
 from kvcalc.spec import Strict, validate_mapping
 from kvcalc.yamlfile import check_file, load_yaml
@@ -198,17 +199,24 @@ def roofline(flops: int, bytes_moved: int, hw: Hardware) -> Roofline:
     )
 
 
+@dataclass(frozen=True)
+class HardwareRow:
+    """One row of `hardware`: a preset's peak figures (exact ints, except the ridge point)."""
+
+    name: str = figure("Name", "text", "the preset's name, as --hardware takes it")
+    vendor: str = figure("Vendor", "text", "maker")
+    peak_flops_bf16: int = figure("Peak bf16\nper second", "flops", "peak dense bf16 matrix throughput, FLOP/s")
+    memory_bandwidth: int = figure("Memory\nbandwidth", "bandwidth", "peak memory bandwidth, bytes/s (decimal)")
+    memory_bytes: int = figure("Memory", "bytes", "memory capacity in bytes")
+    ridge_flops_per_byte: float = figure("Ridge\nFLOP/byte", "float",
+                                         "peak_flops_bf16 / memory_bandwidth: the intensity where compute and memory time meet")
+    interconnect_bandwidth: int | None = figure("Interconnect\n(each way)", "bandwidth",
+                                                "scale-up interconnect per device, bytes/s, one direction (where published)")
+
+
 def hardware_rows(hardware: list[Hardware]) -> list[dict]:
     """One row per preset with stable keys, for a listing table; raw ints except the ridge point (a float)."""
-    return [
-        {
-            "name": hw.name,
-            "vendor": hw.vendor,
-            "peak_flops_bf16": hw.peak_flops_bf16,
-            "memory_bandwidth": hw.memory_bandwidth,
-            "memory_bytes": hw.memory_bytes,
-            "ridge_flops_per_byte": float(hw.ridge_point),
-            "interconnect_bandwidth": hw.interconnect_bandwidth,
-        }
-        for hw in hardware
-    ]
+    return [as_row(HardwareRow(name=hw.name, vendor=hw.vendor, peak_flops_bf16=hw.peak_flops_bf16,
+                               memory_bandwidth=hw.memory_bandwidth, memory_bytes=hw.memory_bytes,
+                               ridge_flops_per_byte=float(hw.ridge_point), interconnect_bandwidth=hw.interconnect_bandwidth))
+            for hw in hardware]

@@ -23,6 +23,7 @@ from kvcalc.attention.base import keys_seen, tri
 from kvcalc.attention.gqa import Heads
 from kvcalc.costs.cache import per_token_formula
 from kvcalc.errors import KvcalcError
+from kvcalc.fields import as_row, figure
 from kvcalc.spec import ModelSpec
 
 StateKind = Literal["kv", "fixed", "none"]
@@ -353,6 +354,33 @@ def transmla_saving(spec: ModelSpec, kv_lora_rank: int = TRANSMLA_KV_LORA_RANK,
     gqa = widths.pop()
     latent = kv_lora_rank + qk_rope_head_dim
     return TransMLASaving(spec.name, gqa, latent, Fraction(gqa, latent))
+
+
+@dataclass(frozen=True)
+class TransmlaRow:
+    """One row of `approx --transmla`: a model's bf16 cache before and after the conversion, per token and at ctx."""
+
+    model: str = figure("Model", "text", "the model's name")
+    n_layers: int = figure("Layers", "int", "its layers, every one converted")
+    gqa_per_token: int = figure("GQA per\ntoken·layer", "int", "cache elements a token adds to one layer now: 2·n_kv·d_h")
+    latent_per_token: int = figure("Latent per\ntoken·layer", "int", "after the conversion: d_c + d_R = 512 + 64")
+    kv_bytes_per_token: int = figure("KV per\ntoken", "bytes", "cache bytes a token adds over all layers now (bf16)")
+    latent_bytes_per_token: int = figure("Latent per\ntoken", "bytes", "the same after the conversion")
+    ctx: int = figure("Ctx", "tokens", "the context of the next columns (--n)")
+    kv_cache_bytes: int = figure("KV cache\nat ctx", "bytes", "one sequence's cache at ctx now")
+    latent_cache_bytes: int = figure("Latent cache\nat ctx", "bytes", "the same after the conversion")
+    saving: float = figure("Saving", "sig", "the fraction of the cache the conversion removes")
+
+
+def transmla_row(spec: ModelSpec, ctx: int) -> dict:
+    """The `approx --transmla` row of `spec` at `ctx` tokens, one sequence, bf16 (2 bytes an element)."""
+    t = transmla_saving(spec)
+    layers = spec.n_layers
+    return as_row(TransmlaRow(
+        model=t.model, n_layers=layers, gqa_per_token=t.gqa_per_token, latent_per_token=t.latent_per_token,
+        kv_bytes_per_token=2 * layers * t.gqa_per_token, latent_bytes_per_token=2 * layers * t.latent_per_token,
+        ctx=ctx, kv_cache_bytes=2 * layers * t.gqa_per_token * ctx, latent_cache_bytes=2 * layers * t.latent_per_token * ctx,
+        saving=float(t.saving)))
 
 
 # ---------------------------------------------------------------- registry

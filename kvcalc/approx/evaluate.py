@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcalc.errors import KvcalcError
+from kvcalc.fields import as_row, figure
 
 # CLI name -> (numeric function name, analytic method name, parameter names the CLI takes, causal modes it supports)
 MEASURED: dict[str, tuple[str, str, tuple[str, ...], tuple[bool, ...]]] = {
@@ -49,6 +50,46 @@ class Method:
     def label(self) -> str:
         """The parameters as asked, in the method's order: 'm=64 T=6'."""
         return " ".join(f"{k}={self.params[k]}" for k in MEASURED[self.name][2] if k in self.params)
+
+
+@dataclass(frozen=True)
+class ApproxRow:
+    """One row of `approx`: a method at one input scale, its analytic cost against exact and its measured errors."""
+
+    method: str = figure("Method", "text", "the method's name, as --method takes it")
+    params: str = figure("Params", "text", "its parameters as asked, e.g. 'm=64 T=6' (empty: none)")
+    n: int = figure("n", "tokens", "sequence length")
+    d: int = figure("d", "int", "query/key head dim")
+    d_v: int = figure("d_v", "int", "value head dim")
+    scale: float = figure("Scale", "sig", "the input scale multiplying Q and K (small: flat attention, large: spiky)")
+    data: str = figure("Data", "text", "the inputs: gaussian, clustered, spiky, or the .npz file given")
+    causal: bool = figure("Causal", "bool", "causal (decoder) attention was measured")
+    seeds: int = figure("Seeds", "int", "random inputs the errors are averaged over")
+    flops: int = figure("FLOPs", "flops", "the method's analytic prefill FLOPs, whole sequence, one head")
+    flops_exact: int = figure("Exact\nFLOPs", "flops", "exact attention's prefill FLOPs in the same mode")
+    flops_ratio: float = figure("vs\nexact", "ratio", "flops / flops_exact")
+    decode_state_bytes: int | None = figure("Decode\nstate", "bytes",
+                                            "what decoding the next token keeps, bf16 (left out: the method cannot decode)")
+    rel_error_output: float = figure("Output\nerror", "sig", "mean relative Frobenius error of the output against exact")
+    rel_error_matrix: float | None = figure("Matrix\nerror", "sig",
+                                            "mean relative Frobenius error of the attention matrix (methods that define one)")
+    captured_mass: float | None = figure("Captured\nmass", "sig", "mean exact attention mass the kept keys hold (sparse methods)")
+    recall_at_k: float | None = figure("Recall\n@k", "sig", "mean recall of the exact top-k keys (sparse methods)")
+
+
+@dataclass(frozen=True)
+class SpectrumRow:
+    """One row of `approx --spectrum`: the singular values of one matrix at one input scale."""
+
+    matrix: str = figure("Matrix", "text", "the attention matrix, or the scores QK^T")
+    scale: float = figure("Scale", "sig", "the input scale multiplying Q and K")
+    n: int = figure("n", "tokens", "sequence length")
+    d: int = figure("d", "int", "query/key head dim")
+    s_1: float = figure("Largest\nsingular value", "sig", "the largest singular value")
+    rank_90: int = figure("Rank for\n90%", "int", "singular values holding 90% of the energy (sum of squares)")
+    rank_99: int = figure("Rank for\n99%", "int", "singular values holding 99% of the energy")
+    rank_999: int = figure("Rank for\n99.9%", "int", "singular values holding 99.9% of the energy")
+    singular_values: list[float] = figure("Singular values", "floats", "the largest singular values (up to 16), largest first")
 
 
 def parse_methods(text: str) -> list[Method]:
@@ -215,14 +256,12 @@ def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float
                 if kept is not None and mat is not None:
                     mass.append(numeric.captured_mass(mat, ref_p))
                     recall.append(numeric.recall_at_k(mat != 0, ref_p, kept))
-            rows.append({
-                "method": m.name, "params": m.label, "n": n, "d": d, "d_v": d_v, "scale": scale,
-                "data": data, "causal": causal, "seeds": seeds, "flops": flops, "flops_exact": exact.prefill_flops,
-                "flops_ratio": flops / exact.prefill_flops,
-                "decode_state_bytes": state_bytes,
-                "rel_error_output": fmean(out_err), "rel_error_matrix": fmean(mat_err) if mat_err else None,
-                "captured_mass": fmean(mass) if mass else None, "recall_at_k": fmean(recall) if recall else None,
-            })
+            rows.append(as_row(ApproxRow(
+                method=m.name, params=m.label, n=n, d=d, d_v=d_v, scale=scale, data=data, causal=causal, seeds=seeds,
+                flops=flops, flops_exact=exact.prefill_flops, flops_ratio=flops / exact.prefill_flops,
+                decode_state_bytes=state_bytes, rel_error_output=fmean(out_err),
+                rel_error_matrix=fmean(mat_err) if mat_err else None, captured_mass=fmean(mass) if mass else None,
+                recall_at_k=fmean(recall) if recall else None)))
     return rows
 
 
@@ -236,9 +275,9 @@ def spectrum_rows(n: int, d: int, scales: list[float], data: str, seed: int, cau
         q, k, _ = _data(data, n, d, d_v, scale, seed)
         sp = numeric.spectrum(q, k, causal)
         for name, svals, ranks in (("attention", sp.attention, sp.rank_attention), ("scores QK^T", sp.scores, sp.rank_scores)):
-            rows.append({"matrix": name, "scale": scale, "n": n, "d": d, "s_1": float(svals[0]),
-                         "rank_90": ranks[0.9], "rank_99": ranks[0.99], "rank_999": ranks[0.999],
-                         "singular_values": [float(x) for x in svals[:16]]})
+            rows.append(as_row(SpectrumRow(matrix=name, scale=scale, n=n, d=d, s_1=float(svals[0]), rank_90=ranks[0.9],
+                                           rank_99=ranks[0.99], rank_999=ranks[0.999],
+                                           singular_values=[float(x) for x in svals[:16]])))
     return rows
 
 

@@ -246,13 +246,11 @@ def import_spec(config: Path, output: Path | None, name: str | None, force: bool
 
 def hardware_output() -> Output:
     """`hardware`: the bundled presets."""
-    from kvcalc.hardware import bundled_hardware, hardware_rows, load_hardware
+    from kvcalc.fields import figures_of
+    from kvcalc.hardware import HardwareRow, bundled_hardware, hardware_rows, load_hardware
 
     rows = hardware_rows([load_hardware(name) for name in bundled_hardware()])
-    cols = [Column("name", "Name"), Column("vendor", "Vendor"), Column("peak_flops_bf16", "Peak bf16\nper second", "flops"),
-            Column("memory_bandwidth", "Memory\nbandwidth", "bandwidth"), Column("memory_bytes", "Memory", "bytes"),
-            Column("ridge_flops_per_byte", "Ridge\nFLOP/byte", "float"),
-            Column("interconnect_bandwidth", "Interconnect\n(each way)", "bandwidth")]
+    cols = [Column.of(f) for f in figures_of(HardwareRow)]
     return Output([Table("hardware", cols, rows, "Hardware presets (vendor peak figures)")])
 
 
@@ -332,27 +330,31 @@ def paper_readme(files: dict[str, str], command: str, version: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-APPROX_COLUMNS = [("method", "Method", "text"), ("params", "Params", "text"), ("scale", "Scale", "sig"),
-                  ("flops", "FLOPs", "flops"), ("flops_ratio", "vs\nexact", "ratio"),
-                  ("decode_state_bytes", "Decode\nstate", "bytes"), ("rel_error_output", "Output\nerror", "sig"),
-                  ("rel_error_matrix", "Matrix\nerror", "sig"), ("captured_mass", "Captured\nmass", "sig"),
-                  ("recall_at_k", "Recall\n@k", "sig")]
-APPROX_KEYS = ["method", "params", "n", "d", "d_v", "scale", "data", "causal", "seeds", "flops", "flops_exact",
-               "flops_ratio", "decode_state_bytes", "rel_error_output", "rel_error_matrix", "captured_mass", "recall_at_k"]
-SPECTRUM_COLUMNS = [("matrix", "Matrix", "text"), ("scale", "Scale", "sig"), ("s_1", "Largest\nsingular value", "sig"),
-                    ("rank_90", "Rank for\n90%", "int"), ("rank_99", "Rank for\n99%", "int"),
-                    ("rank_999", "Rank for\n99.9%", "int")]
+APPROX_SHOWN = ("method", "params", "scale", "flops", "flops_ratio", "decode_state_bytes", "rel_error_output",
+                "rel_error_matrix", "captured_mass", "recall_at_k")  # the table's columns; csv and json carry every key
+SPECTRUM_SHOWN = ("matrix", "scale", "s_1", "rank_90", "rank_99", "rank_999")
+
+
+def _shown(cls: type, keys: tuple[str, ...]) -> list[Column]:
+    """The columns of `cls`'s figures named in `keys`, in field order."""
+    from kvcalc.fields import figures_of
+
+    return [Column.of(f) for f in figures_of(cls) if f.key in keys]
 
 
 def approx_output(rows: list[dict], n: int, d: int, data: str, causal: bool, spectrum: list[dict] | None) -> Output:
     """`approx`: cost and measured error of each method and scale (and, with --spectrum, the singular values)."""
+    from kvcalc.approx.evaluate import ApproxRow, SpectrumRow
+    from kvcalc.fields import figures_of
+
     n, d = (rows[0]["n"], rows[0]["d"]) if rows else (n, d)
     mode = "causal" if causal else "non-causal"
     title = f"Approximate attention against exact ({mode}), n {n:,}, d {d}, data {data}: errors are means over seeds"
-    tables = [Table("approx", [Column(k, h, kind) for k, h, kind in APPROX_COLUMNS], rows, title, APPROX_KEYS)]
-    payload: Any = [{k: r[k] for k in APPROX_KEYS} for r in rows]
+    keys = [f.key for f in figures_of(ApproxRow)]
+    tables = [Table("approx", _shown(ApproxRow, APPROX_SHOWN), rows, title, keys)]
+    payload: Any = [{k: r[k] for k in keys} for r in rows]
     if spectrum is not None:
-        tables.append(Table("spectrum", [Column(k, h, kind) for k, h, kind in SPECTRUM_COLUMNS], spectrum,
+        tables.append(Table("spectrum", _shown(SpectrumRow, SPECTRUM_SHOWN), spectrum,
                             f"Singular values ({mode}): rank for 90/99/99.9% of the energy"))
         payload = {"methods": payload, "spectrum": spectrum}
     return Output(tables, payload)
@@ -360,21 +362,10 @@ def approx_output(rows: list[dict], n: int, d: int, data: str, causal: bool, spe
 
 def transmla_output(loaded: list[LoadedModel], ctx: int) -> Output:
     """`approx --transmla`: each GQA model's cache before and after TransMLA's conversion to a 512 + 64 latent."""
-    from kvcalc.approx.analytic import transmla_saving
+    from kvcalc.approx.analytic import TransmlaRow, transmla_row
+    from kvcalc.fields import figures_of
 
-    rows = []
-    for lm in loaded:
-        t = transmla_saving(lm.spec)
-        layers = lm.spec.n_layers
-        rows.append({"model": t.model, "n_layers": layers, "gqa_per_token": t.gqa_per_token,
-                     "latent_per_token": t.latent_per_token, "kv_bytes_per_token": 2 * layers * t.gqa_per_token,
-                     "latent_bytes_per_token": 2 * layers * t.latent_per_token, "ctx": ctx,
-                     "kv_cache_bytes": 2 * layers * t.gqa_per_token * ctx,
-                     "latent_cache_bytes": 2 * layers * t.latent_per_token * ctx, "saving": float(t.saving)})
-    columns = [Column("model", "Model"), Column("n_layers", "Layers", "int"),
-               Column("gqa_per_token", "GQA per\ntoken·layer", "int"), Column("latent_per_token", "Latent per\ntoken·layer", "int"),
-               Column("kv_bytes_per_token", "KV per\ntoken", "bytes"), Column("latent_bytes_per_token", "Latent per\ntoken", "bytes"),
-               Column("ctx", "Ctx", "tokens"), Column("kv_cache_bytes", "KV cache\nat ctx", "bytes"),
-               Column("latent_cache_bytes", "Latent cache\nat ctx", "bytes"), Column("saving", "Saving", "sig")]
+    rows = [transmla_row(lm.spec, ctx) for lm in loaded]
+    columns = [Column.of(f) for f in figures_of(TransmlaRow)]
     title = "TransMLA: a GQA model's cache as a 512 + 64 latent (bf16, one sequence, every layer converted)"
     return Output([Table("transmla", columns, rows, title)], warnings=_load_warnings(loaded))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.costs.cache import CacheReport
+from kvcalc.fields import Figure
 from kvcalc.figures import CostFigures
 from kvcalc.present.render import Column
 from kvcalc.registry import LoadedModel
@@ -18,6 +19,30 @@ from kvcalc.units import format_bytes, format_count, format_flops, format_second
 
 SUMMARY_COLUMNS = [Column("key", "Field"), Column("shown", "Value"), Column("source", "Source")]
 SUMMARY_KEYS = ["key", "value", "source"]
+
+# The keys of the summaries as JSON objects (show's and cost's "summary": key -> value), for their JSON schema: each
+# typed by the compare/sweep figure of that key (kvcalc.present.columns.FIGURES) or, for show's own facts, by
+# SHOW_FIGURES. show also has one text line per layer group, keyed by the group's name (with " (layer group)"
+# added where the name is one of these keys).
+SHOW_FIGURES = {f.key: f for f in (
+    Figure("name", "Name", "text", "the model's name"),
+    Figure("source", "Source", "text", "where the spec's numbers come from"),
+    Figure("attention", "Attention", "text", "attention kinds of its layers, with windows and chunks (GQA+SWA 1024×52)"),
+    Figure("vocab_size", "Vocabulary", "int", "vocabulary size"),
+    Figure("tie_embeddings", "Tied", "bool", "the output head shares the embedding matrix"),
+    Figure("ffn", "FFN", "text", "the feed-forward block in a few words"),
+    Figure("encoder", "Encoder", "text", "an encoder–decoder model's encoder, and the positions cross-attention caches"),
+    Figure("kv_elements_per_token", "Elements per token", "int", "cache elements one token adds over all layers"),
+)}
+SHOW_SUMMARY_REQUIRED = ("name", "family", "attention", "d_model", "n_layers", "vocab_size", "tie_embeddings",
+                         "max_context", "ffn", "kv_elements_per_token", "kv_bytes_per_token", "kv_cache_bytes")
+SHOW_SUMMARY = SHOW_SUMMARY_REQUIRED + ("source", "encoder", "engine_kv_bytes", "engine_state_bytes", "gpus",
+                                        "kv_cache_bytes_per_gpu", "state_bytes_per_gpu", "weights_bytes_per_gpu",
+                                        "state_bytes", "cache_bytes")
+COST_SUMMARY_REQUIRED = ("params_total", "params_active", "weights_bytes", "kv_cache_bytes", "decode_bytes_read",
+                         "decode_intensity")
+COST_SUMMARY = COST_SUMMARY_REQUIRED + ("mla_crossover", "prefill_seconds", "decode_seconds_per_token", "tokens_per_second",
+                                        "fits_in_memory", "tp_allreduce_bytes", "comm_seconds_per_token")
 
 
 def _yes(flag: bool) -> str:
@@ -68,7 +93,8 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
             cross += f"; in parallel, {g.parallel.kind.upper()}: {g.parallel.describe(g.parallel_layer)}"
         text = (f"{g.attention.kind.upper()} on {len(g.layers)} layer(s) [{layer_ranges(list(g.layers))}]{window}: "
                 f"{g.attention.describe(g.layer)}{cross}")
-        items.append((g.label, text, text, f"layer_groups[{g.index}]"))
+        key = g.label if g.label not in SHOW_SUMMARY else f"{g.label} (layer group)"  # nemotron-h's "attention" group
+        items.append((key, text, text, f"layer_groups[{g.index}]"))
     if spec.encoder is not None:
         e = spec.encoder
         text = (f"{e.n_layers} layers, {e.source_len:,} positions by default; its output is cached by every decoder "
