@@ -9,10 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from kvcalc.costs.cache import CacheReport, kv_cache
 from kvcalc.costs.comm import allreduce_seconds, decode_allreduce
-from kvcalc.costs.flops import decode_flops, generate_flops, mla_crossover, prefill_flops
+from kvcalc.costs.flops import (
+    decode_flops,
+    decode_total,
+    generate_flops,
+    generate_total,
+    mla_crossover,
+    prefill_flops,
+    prefill_total,
+)
 from kvcalc.costs.parallel import PerGpu, per_gpu
-from kvcalc.costs.params import param_counts, weights_bytes
+from kvcalc.costs.params import param_totals, weights_bytes
 from kvcalc.costs.traffic import decode_bytes, prefill_bytes
 from kvcalc.fields import figure
 from kvcalc.settings import Settings
@@ -62,29 +71,32 @@ class CostFigures:
                                                   "estimate: ring all-reduce time of a decode step on the preset's interconnect")
 
 
-def figures(spec: ModelSpec, s: Settings) -> CostFigures:
-    """All cost figures of `spec` at settings `s` (exact ints, except ratios and seconds)."""
-    params = param_counts(spec, s.mtp)
-    decode = sum(decode_flops(spec, s).values())
-    read = sum(decode_bytes(spec, s).values())
+def figures(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> CostFigures:
+    """All cost figures of `spec` at settings `s` (exact ints, except ratios and seconds); `cache`: kv_cache(spec, s),
+    when the caller has it."""
+    total, active = param_totals(spec, s.mtp)
+    cache = cache or kv_cache(spec, s)
+    decode = decode_total(spec, s)
+    read = sum(decode_bytes(spec, s, cache).values())
     out: dict[str, Any] = dict(
         gen=s.gen,
         weights_dtype=s.weights_dtype,
-        params_total=params.total,
-        params_active=params.active,
-        weights_bytes=weights_bytes(params.total, s.weights_dtype),
-        flops_prefill=sum(prefill_flops(spec, s).values()),
+        params_total=total,
+        params_active=active,
+        weights_bytes=weights_bytes(total, s.weights_dtype),
+        flops_prefill=prefill_total(spec, s),
         flops_decode_token=decode,
-        flops_generate_cached=sum(generate_flops(spec, s, cached=True).values()),
-        flops_generate_uncached=sum(generate_flops(spec, s, cached=False).values()),
+        flops_generate_cached=generate_total(spec, s, cached=True),
+        flops_generate_uncached=generate_total(spec, s, cached=False),
         decode_bytes_read=read,
         decode_intensity=decode / read,
     )
     if spec.has_schedules():
-        out.update(mla_schedule=s.schedule, flops_decode_token_naive=sum(decode_flops(spec, s.with_schedule("naive")).values()))
+        schedule = s.schedule  # the step under the schedule in effect is `decode`, already counted
+        at = lambda name: decode if name == schedule else decode_total(spec, s.with_schedule(name))  # noqa: E731
+        out.update(mla_schedule=schedule, flops_decode_token_naive=at("naive"))
         if s.mla_cache == "latent":
-            out.update(flops_decode_token_absorbed=sum(decode_flops(spec, s.with_schedule("absorbed")).values()),
-                       mla_crossover=mla_crossover(spec, s))
+            out.update(flops_decode_token_absorbed=at("absorbed"), mla_crossover=mla_crossover(spec, s))
     gpu = per_gpu(spec, s)
     out.update(gpus=gpu.gpus, kv_cache_bytes_per_gpu=gpu.kv_cache_bytes, state_bytes_per_gpu=gpu.state_bytes,
                weights_bytes_per_gpu=gpu.weights_bytes)
@@ -94,18 +106,18 @@ def figures(spec: ModelSpec, s: Settings) -> CostFigures:
         if s.hardware is not None and s.hardware.interconnect_bandwidth:
             out.update(comm_seconds_per_token=float(allreduce_seconds(reduce, s.tp, s.hardware.interconnect_bandwidth)))
     if s.hardware is not None:
-        out.update(_roofline(spec, s, s.hardware, out["flops_prefill"], decode, read, gpu))
+        out.update(_roofline(spec, s, s.hardware, out["flops_prefill"], decode, read, gpu, cache))
     return CostFigures(**out)
 
 
 def _roofline(spec: ModelSpec, s: Settings, hw: Hardware, prefill_flops_: int, decode: int, read: int,
-              gpu: PerGpu) -> dict:
+              gpu: PerGpu, cache: CacheReport) -> dict:
     from kvcalc.hardware import roofline
 
     if s.gpus > 1:
         prefill, step = _parallel_roofline(spec, s, hw)
     else:
-        prefill = roofline(prefill_flops_, sum(prefill_bytes(spec, s).values()), hw)
+        prefill = roofline(prefill_flops_, sum(prefill_bytes(spec, s, cache).values()), hw)
         step = roofline(decode, read, hw)
     return {
         "hardware": hw.name,
@@ -126,9 +138,9 @@ def _parallel_roofline(spec: ModelSpec, s: Settings, hw: Hardware) -> tuple[Roof
     replica = replace(s, batch=-(-s.batch // s.dp), tp=1, pp=1, dp=1, dp_attention=False)
     rank = per_gpu(spec, replace(replica, tp=s.tp, dp_attention=s.dp_attention))  # one TP rank, every layer
     tp = s.tp
-    decode = -(-sum(decode_flops(spec, replica).values()) // tp)
+    decode = -(-decode_total(spec, replica) // tp)
     decode_read = -(-decode_bytes(spec, replica)["weights"] // tp) + rank.kv_cache_bytes + 2 * rank.state_bytes
-    prefill = -(-sum(prefill_flops(spec, replica).values()) // tp)
+    prefill = -(-prefill_total(spec, replica) // tp)
     prefill_moved = -(-prefill_bytes(spec, replica)["weights"] // tp) + rank.kv_cache_bytes + rank.state_bytes
     return roofline(prefill, prefill_moved, hw), roofline(decode, decode_read, hw)
 

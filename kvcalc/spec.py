@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, PositiveInt, PrivateAttr, model_validator
 
@@ -302,15 +302,28 @@ class ModelSpec(Strict):
         self._owner = tuple(group_of)
         return self
 
-    def memo(self, key: tuple[object, ...], compute: Callable[[], _T]) -> _T:
-        """`compute()` once per spec and key: for figures that depend on the spec alone, not on the context."""
-        if key not in self._memo:
-            self._memo[key] = compute()
-        return self._memo[key]
+    # Private attributes are read through __pydantic_private__ (a dict, never None for a model that has private
+    # attributes: hence the ignores): pydantic's own path to them (BaseModel.__getattr__) takes about 1.5 µs a read,
+    # and the cost code reads them for every figure of every row.
+
+    def memo(self, key: tuple[object, ...], compute: Callable[..., _T], *args: object) -> _T:
+        """`compute(*args)` once per spec and key: for figures that depend on the spec alone, not on the context."""
+        memo = self.__pydantic_private__["_memo"]  # type: ignore[index]
+        try:
+            return memo[key]
+        except KeyError:
+            memo[key] = value = compute(*args)
+            return value
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ModelSpec:
+        """A copy (pydantic's), with its own empty memo: figures remembered for this spec may not hold for the copy."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__pydantic_private__["_memo"] = {}  # type: ignore[index]
+        return copy
 
     def group_index_of(self, layer: int) -> int:
         """The index (in layer_groups) of the group that holds `layer`."""
-        return self._owner[layer]
+        return self.__pydantic_private__["_owner"][layer]  # type: ignore[index]
 
     def _claim(self, gi: int, layers: list[int], owner: dict[int, int]) -> list[str]:
         """Give `layers` to group `gi` in `owner`; one line each for layers that do not exist and for those another
@@ -378,29 +391,29 @@ class ModelSpec(Strict):
     @property
     def groups(self) -> tuple[ResolvedGroup, ...]:
         """The layer groups with their layer indices resolved, in spec order."""
-        return self._groups
+        return self.__pydantic_private__["_groups"]  # type: ignore[index]
 
     @property
     def attention_kinds(self) -> tuple[str, ...]:
         """Distinct attention kinds, in the order the groups first use them."""
-        kinds = [k for g in self._groups for k in (g.attention.kind, g.parallel.kind if g.parallel else None) if k]
+        kinds = [k for g in self.groups for k in (g.attention.kind, g.parallel.kind if g.parallel else None) if k]
         return tuple(dict.fromkeys(kinds))
 
     def mtp_group(self) -> ResolvedGroup | None:
         """The multi-token-prediction layers as a layer group: the last layer's attention, at indices after the model's."""
         if not self.mtp_layers:
             return None
-        last = next(g for g in self._groups if self.n_layers - 1 in g.layers)
+        last = self.groups[self.group_index_of(self.n_layers - 1)]
         layers = tuple(range(self.n_layers, self.n_layers + self.mtp_layers))
         return dataclasses.replace(last, label="mtp", layers=layers)
 
     def has_layouts(self) -> bool:
         """Whether some layer's cache has a layout to choose (MLA: latent or expanded)."""
-        return any(g.attention.layouts for g in self._groups)
+        return any(g.attention.layouts for g in self.groups)
 
     def has_schedules(self) -> bool:
         """Whether some layer has decode schedules of different cost (MLA: naive or absorbed)."""
-        return any(g.attention.schedules for g in self._groups)
+        return any(g.attention.schedules for g in self.groups)
 
 
 def _ranges(indices: list[int]) -> str:

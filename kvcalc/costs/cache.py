@@ -16,12 +16,13 @@ Conventions (also in the README):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
-from kvcalc.attention import Formula
+from kvcalc.attention import AttentionKind, Formula, Layer
 from kvcalc.costs.paged import HybridPages, block_tokens, layer_pages, page_bytes, pages, vllm_hybrid_pages
 from kvcalc.costs.quant import entry_bytes, group_size
-from kvcalc.dtypes import elements_to_bytes
+from kvcalc.dtypes import dtype_bits, elements_to_bytes
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, ResolvedGroup
 
@@ -61,34 +62,102 @@ class GroupCache:
 
 
 @dataclass(frozen=True)
-class CacheReport:
-    """The KV cache of a model at settings (ctx, batch, kv_dtype, mla_cache), summed over layer groups."""
+class GroupTerm:
+    """What one layer of a group adds to the cache of one sequence, whatever the context (CachePlan): `elements` for
+    each token it holds, `fixed` elements at any context (cross-attention), and the bytes and pages they take."""
+
+    attention: AttentionKind
+    layer: Layer
+    n_layers: int
+    formula: Formula
+    heads: int
+    elements: int  # elements one token adds to one layer
+    fixed: int  # one layer's cross-attention elements of the encoder positions
+    fixed_bytes: int  # one layer's cross-attention bytes under --kv-quant (entry_bytes), else 0
+    block: int | None  # tokens a page under --engine
+    page_bytes: int  # bytes of one page of one layer (--engine)
+    fixed_paged: int  # one layer's cross-attention pages, in bytes (--engine)
+
+    def layer_bytes(self, ctx: int, batch: int, s: Settings) -> int:
+        """One layer's cache of `batch` sequences at `ctx` (as GroupCache.bytes_per_layer; in the engine's whole pages
+        with --engine, as GroupCache.engine_bytes_per_layer)."""
+        held = self.attention.tokens_held(self.layer, ctx)
+        if self.block is not None:
+            return batch * (layer_pages(ctx, held, self.block, self.layer.window, s.engine) * self.page_bytes
+                            + self.fixed_paged)
+        if s.kv_quant == "none":
+            return elements_to_bytes(batch * (self.elements * held + self.fixed), s.kv_dtype)
+        return batch * (entry_bytes(self.formula, self.heads, held, s.kv_dtype, s.kv_quant) + self.fixed_bytes)
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """The cache of a model at settings, apart from the context and the batch (kv_cache makes it once per spec and
+    settings): each group's rates, and the figures that do not grow with the context."""
 
     model: str
-    ctx: int
-    batch: int
     kv_dtype: str
     mla_cache: str | None  # None when no layer has a cache layout to choose
-    groups: tuple[GroupCache, ...]
-    elements_per_token: int  # all layers, full-attention rate, one sequence
+    state_dtype: str
+    enc_ctx: int
+    kv_quant: str
+    engine: str | None
+    groups: tuple[ResolvedGroup, ...]  # the layer groups (with the MTP layers under --mtp)
+    hybrid: HybridPages | None
+    terms: tuple[GroupTerm, ...]
+    elements_per_token: int
     bytes_per_token: int
+    state_elements: int  # one sequence
+    engine_state_bytes: int | None  # one sequence (--engine)
+    block_size: int | None
+    bits: int  # bits of one element at kv_dtype
+
+
+@dataclass(frozen=True)
+class CacheReport:
+    """The KV cache of a model at settings (ctx, batch, kv_dtype, mla_cache), summed over layer groups.
+
+    The totals are computed at once; the breakdown by group (`groups`) when it is first read."""
+
+    plan: CachePlan = field(repr=False)
+    settings: Settings = field(repr=False, compare=False)
     elements: int  # the KV cache
     bytes: int
-    notes: tuple[str, ...] = field(default=())
-    state_dtype: str = "bf16"
-    enc_ctx: int = 0  # encoder positions the cross-attention holds (0: no encoder)
-    state_elements: int = 0  # the constant states
-    state_bytes: int = 0
-    kv_quant: str = "none"
-    engine: str | None = None
     engine_bytes: int | None = None  # the KV cache in the engine's whole pages (--engine)
-    engine_state_bytes: int | None = None  # the constant states as the engine stores them (--engine)
+
+    ctx = property(lambda self: self.settings.ctx)
+    batch = property(lambda self: self.settings.batch)
+    model = property(lambda self: self.plan.model)
+    kv_dtype = property(lambda self: self.plan.kv_dtype)
+    mla_cache = property(lambda self: self.plan.mla_cache)  # None when no layer has a cache layout to choose
+    elements_per_token = property(lambda self: self.plan.elements_per_token)  # all layers, full-attention rate, one sequence
+    bytes_per_token = property(lambda self: self.plan.bytes_per_token)
+    state_dtype = property(lambda self: self.plan.state_dtype)
+    enc_ctx = property(lambda self: self.plan.enc_ctx)  # encoder positions the cross-attention holds (0: no encoder)
+    kv_quant = property(lambda self: self.plan.kv_quant)
+    engine = property(lambda self: self.plan.engine)
+    block_size = property(lambda self: self.plan.block_size)  # the engine's page size in tokens (the largest)
+    notes: tuple[str, ...] = ()
 
     @property
-    def block_size(self) -> int | None:
-        """The engine's page size in tokens (the largest, should layer kinds differ)."""
-        sizes = [g.block_size for g in self.groups if g.block_size is not None]
-        return max(sizes) if sizes else None
+    def state_elements(self) -> int:
+        """The constant states, all sequences."""
+        return self.settings.batch * self.plan.state_elements
+
+    @property
+    def state_bytes(self) -> int:
+        return elements_to_bytes(self.state_elements, self.plan.state_dtype)
+
+    @property
+    def engine_state_bytes(self) -> int | None:
+        """The constant states as the engine stores them (--engine)."""
+        per_sequence = self.plan.engine_state_bytes
+        return None if per_sequence is None else self.settings.batch * per_sequence
+
+    @cached_property
+    def groups(self) -> tuple[GroupCache, ...]:
+        """The cache of each layer group."""
+        return tuple(group_cache(g, self.settings, self.plan.enc_ctx, self.plan.hybrid) for g in self.plan.groups)
 
     @property
     def cache_bytes(self) -> int:
@@ -147,40 +216,84 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: 
 
 def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
     """Exact KV cache of `spec` holding `s.ctx` tokens for each of `s.batch` sequences (bytes for all of them)."""
+    plan = spec.memo(("cache_plan", s.kv_dtype, s.mla_cache, s.kv_quant, s.engine, s.block_size, s.state_dtype, s.enc_ctx,
+                      s.mtp), _plan, spec, s)
+    ctx = s.ctx
+    if plan.kv_quant == "none" and plan.engine is None:  # the elements at kv_dtype, rounded once at the end
+        elements = s.batch * sum([t.n_layers * (t.elements * t.attention.tokens_held(t.layer, ctx) + t.fixed)
+                                  for t in plan.terms])
+        return CacheReport(plan, s, elements, -(-elements * plan.bits // 8))
+    held = [t.attention.tokens_held(t.layer, ctx) for t in plan.terms]
+    elements = s.batch * sum(t.n_layers * (t.elements * h + t.fixed) for t, h in zip(plan.terms, held))
+    if plan.kv_quant == "none":
+        bytes_ = elements_to_bytes(elements, plan.kv_dtype)
+    else:  # each sequence's tensors carry their own scales (kvcalc.costs.quant)
+        bytes_ = s.batch * sum(t.n_layers * (entry_bytes(t.formula, t.heads, h, s.kv_dtype, s.kv_quant) + t.fixed_bytes)
+                               for t, h in zip(plan.terms, held))
+    engine_bytes = None
+    if plan.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
+        engine_bytes = s.batch * sum(
+            t.n_layers * (layer_pages(ctx, h, t.block, t.layer.window, plan.engine) * t.page_bytes + t.fixed_paged)
+            for t, h in zip(plan.terms, held) if t.block is not None)
+    return CacheReport(plan, s, elements, bytes_, engine_bytes)
+
+
+def cache_plan(spec: ModelSpec, s: Settings) -> CachePlan:
+    """What kv_cache needs of `spec` at settings `s` whatever the context and batch: once per spec and settings."""
+    return kv_cache(spec, s).plan
+
+
+def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
     groups = spec.groups
     mtp = spec.mtp_group() if s.mtp else None
     if mtp is not None:  # --mtp: the multi-token-prediction layers keep a cache like the last layer's
         groups = groups + (mtp,)
     hybrid = vllm_hybrid_pages(groups, s)
-    rows = tuple(group_cache(g, s, enc, hybrid) for g in groups)
+    one = replace(s, ctx=1, batch=1)
+    rows = tuple(group_cache(g, one, enc, hybrid) for g in groups)  # one sequence: what does not grow with ctx
+    terms = tuple(group_term(r, s, enc) for r in rows)
     # a KV-shared layer (Gemma 3n) adds nothing per token: it reads the cache of the layer it shares
     growing = [r for r in rows if not r.group.layer.kv_shared]
     per_token = sum(r.formula.elements * r.n_layers for r in growing)
-    elements = sum(r.elements for r in rows)
-    state = sum(r.state_elements for r in rows)
-    plain = s.kv_quant == "none"  # without scales, bytes are the elements' at kv_dtype (rounded once, at the end)
-    return CacheReport(
+    plain = s.kv_quant == "none"
+    blocks = [r.block_size for r in rows if r.block_size is not None]
+    return CachePlan(
         model=spec.name,
-        ctx=s.ctx,
-        batch=s.batch,
         kv_dtype=s.kv_dtype,
         mla_cache=s.mla_cache if spec.has_layouts() else None,
-        groups=rows,
+        state_dtype=s.state_storage,
+        enc_ctx=enc,
+        kv_quant=s.kv_quant,
+        engine=s.engine,
+        groups=groups,
+        hybrid=hybrid,
+        terms=terms,
         elements_per_token=per_token,
         bytes_per_token=(elements_to_bytes(per_token, s.kv_dtype) if plain
                          else sum(r.bytes_per_token_per_layer * r.n_layers for r in growing)),
-        elements=elements,
-        bytes=elements_to_bytes(elements, s.kv_dtype) if plain else sum(r.bytes for r in rows),
-        state_dtype=s.state_storage,
-        enc_ctx=enc,
-        state_elements=state,
-        state_bytes=elements_to_bytes(state, s.state_storage),
-        kv_quant=s.kv_quant,
-        engine=s.engine,
-        engine_bytes=sum((r.engine_bytes_per_layer or 0) * r.n_layers for r in rows) if s.engine else None,
+        state_elements=sum(r.state_elements for r in rows),
         engine_state_bytes=sum((r.engine_state_bytes_per_layer or 0) * r.n_layers for r in rows) if s.engine else None,
+        block_size=max(blocks) if blocks else None,
+        bits=dtype_bits(s.kv_dtype),
     )
+
+
+def group_term(r: GroupCache, s: Settings, enc: int) -> GroupTerm:
+    """A group's GroupTerm, from its cache at ctx 1 for one sequence (`r`) at settings `s`."""
+    g, n = r.group, r.n_layers
+    cross = r.cross_formula
+    fixed_bytes = fixed_paged = page = 0
+    if cross is not None and g.cross is not None:
+        cross_heads = g.cross.cache_heads(g.cross_layer, s.mla_cache)
+        if s.kv_quant != "none":
+            fixed_bytes = entry_bytes(cross, cross_heads, enc, s.kv_dtype, s.kv_quant)
+        if r.block_size is not None:
+            fixed_paged = pages(enc, enc, r.block_size) * page_bytes(cross, cross_heads, r.block_size, g.cross, s)
+    if r.block_size is not None:
+        page = page_bytes(r.formula, r.heads, r.block_size, g.attention, s)
+    return GroupTerm(g.attention, g.layer, n, r.formula, r.heads, r.formula.elements, cross.elements * enc if cross else 0,
+                     fixed_bytes, r.block_size, page, fixed_paged)
 
 
 def without_windows(spec: ModelSpec) -> ModelSpec:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from kvcalc.costs.params import ffn_of_layer
+from kvcalc.costs.params import ffn_runs
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, NoFFN
 
@@ -38,14 +38,19 @@ def decode_allreduce(spec: ModelSpec, s: Settings) -> AllReduce | None:
     """The tensor-parallel all-reduces of one decode step (None when tp = 1)."""
     if s.tp == 1:
         return None
+    count = spec.memo(("allreduce_count",), _allreduce_count, spec)
+    message = -(-s.batch // s.dp) * spec.d_model * ACTIVATION_BYTES
+    return AllReduce(count, message, count * message)
+
+
+def _allreduce_count(spec: ModelSpec) -> int:
+    """All-reduces of one decode step: the embedding's output, each layer's row-parallel mixer outputs and its FFN."""
     count = 1  # the embedding's output
     for group in spec.groups:
         mixer = bool(group.attention.weights(group.layer))  # an FFN-only layer (Nemotron-H's) has no mixer
         blocks = mixer + (group.parallel is not None) + (group.cross is not None)  # row-parallel mixer outputs
         count += blocks * len(group.layers)
-    count += sum(not isinstance(ffn_of_layer(spec, i), NoFFN) for i in range(spec.n_layers))
-    message = -(-s.batch // s.dp) * spec.d_model * ACTIVATION_BYTES
-    return AllReduce(count, message, count * message)
+    return count + sum(run.count for run in ffn_runs(spec) if not isinstance(run.ffn, NoFFN))
 
 
 def allreduce_seconds(reduce: AllReduce, tp: int, link_bandwidth: int) -> Fraction:

@@ -27,17 +27,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kvcalc.attention import Layer, Work, tri
-from kvcalc.costs.params import ffn_of_layer
+from kvcalc.costs.params import add_times, ffn_of_layer, ffn_runs
+from kvcalc.costs.rates import LayerRates, rates
 from kvcalc.settings import Settings
 from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
 WorkFn = Callable[[ResolvedGroup], Work]  # group -> what one of its layers does in the pass
-
-
-def _ffn(spec: ModelSpec, layer: int, tokens: int) -> dict[str, int]:
-    return ffn_flops(ffn_of_layer(spec, layer), spec.d_model, tokens)
 
 
 def ffn_flops(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tokens: int) -> dict[str, int]:
@@ -56,6 +54,44 @@ def ffn_flops(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tokens: int) -> dict[str, 
     }
 
 
+# ---------------------------------------------------------------- per-layer rates, read once per spec (costs.rates)
+
+
+def group_rates(spec: ModelSpec, group: ResolvedGroup, schedule: str) -> LayerRates:
+    """One layer of `group`'s attention (or mixer) FLOPs as rates of its work."""
+    return spec.memo(("rates", group.index, schedule),
+                     lambda: rates(lambda w: group.attention.flops(group.layer, w, schedule)))
+
+
+def _parallel_rates(spec: ModelSpec, group: ResolvedGroup, schedule: str) -> LayerRates:
+    assert group.parallel is not None
+    mixer, layer = group.parallel, group.parallel_layer
+    return spec.memo(("parallel_rates", group.index, schedule), lambda: rates(lambda w: mixer.flops(layer, w, schedule)))
+
+
+def _ffn_rates(spec: ModelSpec) -> LayerRates:
+    """Every layer's FFN together, as rates of the tokens (runs of layers × one layer's FLOPs, in layer order)."""
+
+    def every_layer(w: Work) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for run in ffn_runs(spec):
+            add_times(out, ffn_flops(run.ffn, spec.d_model, w.tokens), run.count)
+        return out
+
+    return spec.memo(("ffn_rates",), lambda: rates(every_layer))
+
+
+def _renamed(values: dict[str, int], name: Callable[[str], str | None]) -> dict[str, int]:
+    """`{name(k): v}` for the components `name` keeps (a later one of the same new name stands, as in a dict
+    comprehension)."""
+    out: dict[str, int] = {}
+    for key, value in values.items():
+        new = name(key)
+        if new is not None:
+            out[new] = value
+    return out
+
+
 def _cross(group: ResolvedGroup, tokens: int, enc: int, cross_kv: int, schedule: str) -> dict[str, int]:
     """One layer's cross-attention: `tokens` queries over `enc` encoder positions, whose K and V are projected
     `cross_kv` times (once per input with a cache; at every step without one)."""
@@ -63,7 +99,7 @@ def _cross(group: ResolvedGroup, tokens: int, enc: int, cross_kv: int, schedule:
         return {}
     layer, att = group.cross_layer, group.cross
     f = att.flops(layer, Work(tokens, tokens * enc, 0), schedule)
-    out = {f"cross/{k.split('/')[1]}": v for k, v in f.items() if k not in ("attn/k", "attn/v")}
+    out = _renamed(f, lambda k: None if k in ("attn/k", "attn/v") else f"cross/{k.split('/')[1]}")
     kv = sum(w.size for w in att.weights(layer) if w.component in ("attn/k", "attn/v") and w.role == "matrix")
     out["cross/kv"] = cross_kv * 2 * enc * kv  # W_K and W_V over every encoder position
     return out
@@ -74,35 +110,78 @@ def encoder_flops(spec: ModelSpec, enc: int) -> dict[str, int]:
     e = spec.encoder
     if e is None or not enc:
         return {}
-    att = e.attention.flops(Layer(spec.d_model, None, "encoder.attention"), Work(enc, enc * enc, enc), "naive")
-    return {"encoder/attn": e.n_layers * sum(att.values()),
-            "encoder/ffn": e.n_layers * sum(ffn_flops(e.ffn, spec.d_model, enc).values())}
+
+    def compute() -> dict[str, int]:
+        assert e is not None
+        att = e.attention.flops(Layer(spec.d_model, None, "encoder.attention"), Work(enc, enc * enc, enc), "naive")
+        return {"encoder/attn": e.n_layers * sum(att.values()),
+                "encoder/ffn": e.n_layers * sum(ffn_flops(e.ffn, spec.d_model, enc).values())}
+
+    return dict(spec.memo(("encoder_flops", enc), compute))  # once per spec and encoder length
+
+
+# ---------------------------------------------------------------- a pass: a sum over layer groups, never over layers
 
 
 def forward(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: str, enc: int = 0,
             cross_kv: int = 0, mtp: bool = False) -> dict[str, int]:
     """FLOPs by component of a pass whose attention work per layer of a group is `work(group)`; `enc` encoder
     positions are attended by cross-attention layers, whose K/V are projected `cross_kv` times; `mtp`: the
-    multi-token-prediction layers run beside the model (one more block each, over the same tokens)."""
-    total: Counter = Counter()
+    multi-token-prediction layers run beside the model (one more block each, over the same tokens).
+
+    Each group adds (its layers) × (one layer's FLOPs): a component's place in the breakdown is where its first
+    layer puts it, as if the layers were added one by one."""
+    total: dict[str, int] = {}
     for group in spec.groups:
-        layer_attn = Counter(group.attention.flops(group.layer, work(group), schedule))
-        layer_attn.update(_cross(group, tokens, enc, cross_kv, schedule))
+        n = len(group.layers)
+        if not n:
+            continue
+        w = work(group)
+        add_times(total, group_rates(spec, group, schedule).at(w), n)
+        add_times(total, _cross(group, tokens, enc, cross_kv, schedule), n)
         if group.parallel is not None:  # a constant-state mixer beside the attention: the same tokens, no keys
-            layer_attn.update(group.parallel.flops(group.parallel_layer, Work(work(group).tokens, 0, 0), schedule))
-        for _ in group.layers:
-            total.update(layer_attn)
-    for layer in range(spec.n_layers):
-        total.update(_ffn(spec, layer, tokens))
-    mtp_group = spec.mtp_group() if mtp else None
-    if mtp_group is not None:  # DeepSeek-V3 §2.2: a block like the last layer's, after M_k (2·d × d) per token
-        n, last = spec.mtp_layers, spec.n_layers - 1
-        block = Counter(mtp_group.attention.flops(mtp_group.layer, work(mtp_group), schedule))
-        block.update(_ffn(spec, last, tokens))
-        total.update({f"mtp/{k.split('/')[0]}": n * v for k, v in block.items()})
-        total["mtp/proj"] += n * 2 * tokens * 2 * spec.d_model * spec.d_model
+            add_times(total, _parallel_rates(spec, group, schedule).at(Work(w.tokens, 0, 0)), n)
+    add_times(total, _ffn_rates(spec).at(Work(tokens, 0, 0)), 1)
+    if mtp and spec.mtp_layers:
+        add_times(total, _mtp_block(spec, work, tokens, schedule), 1)
     total["lm_head"] = 2 * logits * spec.d_model * spec.vocab_size
     return {k: v for k, v in total.items() if v}
+
+
+def forward_total(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: str, enc: int = 0,
+                  cross_kv: int = 0, mtp: bool = False) -> int:
+    """sum(forward(...).values()), without building the breakdown (what a row of compare or sweep needs)."""
+    total = 0
+    for group in spec.groups:
+        n = len(group.layers)
+        if not n:
+            continue
+        w = work(group)
+        layer = group_rates(spec, group, schedule).total(w)
+        if group.cross is not None:
+            layer += sum(_cross(group, tokens, enc, cross_kv, schedule).values())
+        if group.parallel is not None:
+            layer += _parallel_rates(spec, group, schedule).total(Work(w.tokens, 0, 0))
+        total += n * layer
+    total += _ffn_rates(spec).total(Work(tokens, 0, 0))
+    if mtp and spec.mtp_layers:
+        total += sum(_mtp_block(spec, work, tokens, schedule).values())
+    return total + 2 * logits * spec.d_model * spec.vocab_size
+
+
+def _mtp_block(spec: ModelSpec, work: WorkFn, tokens: int, schedule: str) -> dict[str, int]:
+    """DeepSeek-V3 §2.2: mtp_layers blocks like the last layer's (its attention and FFN), after M_k (2·d × d) per token.
+
+    The block's components are named 'mtp/attn' and 'mtp/ffn' by their prefix; as kvcalc has always counted them,
+    each takes the value of the last component with its prefix (attn/o, ffn/router), not their sum."""
+    group = spec.mtp_group()
+    assert group is not None
+    n = spec.mtp_layers
+    block = Counter(group_rates(spec, group, schedule).at(work(group)))
+    block.update(ffn_flops(ffn_of_layer(spec, spec.n_layers - 1), spec.d_model, tokens))
+    out = {f"mtp/{k.split('/')[0]}": n * v for k, v in block.items()}
+    out["mtp/proj"] = out.get("mtp/proj", 0) + n * 2 * tokens * 2 * spec.d_model * spec.d_model
+    return out
 
 
 def _naive_expands(mla_cache: str, keys: int, new: int) -> int:
@@ -134,25 +213,37 @@ def _enc(spec: ModelSpec, s: Settings) -> int:
     return s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
 
 
-def prefill_flops(spec: ModelSpec, s: Settings, logits: str = "last") -> dict[str, int]:
-    """FLOPs of a prefill of `s.ctx` tokens for each of `s.batch` sequences, by component (encoder–decoder models:
-    the encoder's pass and the cross-attention K/V projections too)."""
-    n, enc = s.ctx, _enc(spec, s)
-    out = Counter(forward(spec, lambda g: prefill_work(g, n, s.dense_attn), n, n if logits == "all" else 1, "naive",
-                          enc, cross_kv=1, mtp=s.mtp))
-    out.update(encoder_flops(spec, enc))
-    return {k: s.batch * v for k, v in out.items() if v}
+@dataclass(frozen=True)
+class Pass:
+    """What `forward` needs of a pass: a layer's work in each group, query tokens, logits, the MLA schedule, encoder
+    positions attended, times the cross-attention K/V are projected, and whether the MTP layers run."""
+
+    work: WorkFn
+    tokens: int
+    logits: int
+    schedule: str
+    enc: int = 0
+    cross_kv: int = 0
+    mtp: bool = False
+
+    def breakdown(self, spec: ModelSpec) -> dict[str, int]:
+        return forward(spec, self.work, self.tokens, self.logits, self.schedule, self.enc, self.cross_kv, self.mtp)
+
+    def total(self, spec: ModelSpec) -> int:
+        return forward_total(spec, self.work, self.tokens, self.logits, self.schedule, self.enc, self.cross_kv, self.mtp)
 
 
-def decode_flops(spec: ModelSpec, s: Settings) -> dict[str, int]:
-    """FLOPs of one decode step at context `s.ctx` (the new token at position ctx) for `s.batch` sequences."""
-    out = forward(spec, lambda g: decode_work(g, s.ctx, s.mla_cache), 1, 1, s.schedule, _enc(spec, s), mtp=s.mtp)
-    return {k: s.batch * v for k, v in out.items()}
+def _prefill(spec: ModelSpec, s: Settings, logits: str = "last") -> Pass:
+    n = s.ctx
+    return Pass(lambda g: prefill_work(g, n, s.dense_attn), n, n if logits == "all" else 1, "naive", _enc(spec, s),
+                cross_kv=1, mtp=s.mtp)
 
 
-def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[str, int]:
-    """FLOPs of generating `s.gen` tokens after a prompt of `s.ctx`, with a KV cache (decode steps) or without
-    (every step re-runs a prefill of its prefix; MLA then up-projects, as a prefill does)."""
+def _decode(spec: ModelSpec, s: Settings) -> Pass:
+    return Pass(lambda g: decode_work(g, s.ctx, s.mla_cache), 1, 1, s.schedule, _enc(spec, s), mtp=s.mtp)
+
+
+def _generate(spec: ModelSpec, s: Settings, cached: bool) -> Pass:
     prompt, gen = s.ctx, s.gen
     last = prompt + gen
     if cached:
@@ -162,17 +253,51 @@ def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[st
             scanned = att.scan_prefill(layer, last) - att.scan_prefill(layer, prompt)
             return Work(gen, keys, _naive_expands(s.mla_cache, keys, gen), scanned)
 
-        out = forward(spec, work, gen, gen, s.schedule, _enc(spec, s), mtp=s.mtp)
-    else:
-        tokens = tri(last) - tri(prompt)  # each step re-runs all t tokens of its prefix
+        return Pass(work, gen, gen, s.schedule, _enc(spec, s), mtp=s.mtp)
+    tokens = tri(last) - tri(prompt)  # each step re-runs all t tokens of its prefix
 
-        def work(g: ResolvedGroup) -> Work:
-            att, layer = g.attention, g.layer
-            pairs = att.keys_prefills(layer, last) - att.keys_prefills(layer, prompt)
-            return Work(tokens, pairs, tokens, att.scan_prefills(layer, last) - att.scan_prefills(layer, prompt))
+    def rerun(g: ResolvedGroup) -> Work:
+        att, layer = g.attention, g.layer
+        pairs = att.keys_prefills(layer, last) - att.keys_prefills(layer, prompt)
+        return Work(tokens, pairs, tokens, att.scan_prefills(layer, last) - att.scan_prefills(layer, prompt))
 
-        out = forward(spec, work, tokens, gen, "naive", _enc(spec, s), cross_kv=gen, mtp=s.mtp)  # no cache: K/V every step
-    return {k: s.batch * v for k, v in out.items()}
+    return Pass(rerun, tokens, gen, "naive", _enc(spec, s), cross_kv=gen, mtp=s.mtp)  # no cache: K/V every step
+
+
+def prefill_flops(spec: ModelSpec, s: Settings, logits: str = "last") -> dict[str, int]:
+    """FLOPs of a prefill of `s.ctx` tokens for each of `s.batch` sequences, by component (encoder–decoder models:
+    the encoder's pass and the cross-attention K/V projections too)."""
+    p = _prefill(spec, s, logits)
+    out = Counter(p.breakdown(spec))
+    out.update(encoder_flops(spec, p.enc))
+    return {k: s.batch * v for k, v in out.items() if v}
+
+
+def decode_flops(spec: ModelSpec, s: Settings) -> dict[str, int]:
+    """FLOPs of one decode step at context `s.ctx` (the new token at position ctx) for `s.batch` sequences."""
+    return {k: s.batch * v for k, v in _decode(spec, s).breakdown(spec).items()}
+
+
+def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[str, int]:
+    """FLOPs of generating `s.gen` tokens after a prompt of `s.ctx`, with a KV cache (decode steps) or without
+    (every step re-runs a prefill of its prefix; MLA then up-projects, as a prefill does)."""
+    return {k: s.batch * v for k, v in _generate(spec, s, cached).breakdown(spec).items()}
+
+
+def prefill_total(spec: ModelSpec, s: Settings, logits: str = "last") -> int:
+    """sum(prefill_flops(spec, s, logits).values()), without the breakdown."""
+    p = _prefill(spec, s, logits)
+    return s.batch * (p.total(spec) + sum(encoder_flops(spec, p.enc).values()))
+
+
+def decode_total(spec: ModelSpec, s: Settings) -> int:
+    """sum(decode_flops(spec, s).values()), without the breakdown."""
+    return s.batch * _decode(spec, s).total(spec)
+
+
+def generate_total(spec: ModelSpec, s: Settings, cached: bool = True) -> int:
+    """sum(generate_flops(spec, s, cached).values()), without the breakdown."""
+    return s.batch * _generate(spec, s, cached).total(spec)
 
 
 def attention_part(breakdown: dict[str, int]) -> int:
@@ -189,20 +314,51 @@ def mla_crossover(spec: ModelSpec, s: Settings, limit: int = 1 << 30) -> int | N
 
 
 def _crossover(spec: ModelSpec, mla_cache: str, limit: int) -> int | None:
-    """mla_crossover's search (it depends on the spec and the cache layout only, so a sweep runs it once)."""
+    """mla_crossover in closed form (it depends on the spec and the cache layout only, so a sweep finds it once).
+
+    The gap naive − absorbed of a decode step at t is a sum over layer groups of rates times the keys a layer attends
+    and scans at t, each min(t, cap) (its window, the indexer's top-k): so it is affine between the caps, and
+    first_positive solves it. Chunked attention, whose keys rise and fall, gets the binary search, as before."""
     one = Settings(ctx=1, mla_cache=mla_cache)
 
-    def cheaper(t: int) -> bool:
+    def gap(t: int) -> int:  # positive where the absorbed step is cheaper
         at = one.at(t)
-        return sum(decode_flops(spec, at.with_schedule("absorbed")).values()) < sum(
-            decode_flops(spec, at.with_schedule("naive")).values())
+        return decode_total(spec, at.with_schedule("naive")) - decode_total(spec, at.with_schedule("absorbed"))
 
-    if cheaper(1):
+    if any(g.layer.chunk for g in spec.groups):
+        return _search(gap, limit)
+    caps = {f(g.layer, limit) for g in spec.groups for f in (g.attention.keys_at, g.attention.scan_at)}
+    return first_positive(gap, caps, limit)
+
+
+def first_positive(gap: Callable[[int], int], caps: set[int], limit: int) -> int | None:
+    """The first t in 1 … limit where `gap` is positive (None: none), for a gap that is affine between the `caps`.
+
+    From its values at 1, the caps and `limit`, the t is solved on its segment, then checked against the gap itself
+    at t and t − 1; where that does not hold, or the gap falls somewhere (so the first t is not what a binary search
+    finds), the answer is the binary search's."""
+    points = sorted({1, limit} | {c for c in caps if 1 < c < limit})
+    values = [gap(t) for t in points]
+    if any(b < a for a, b in zip(values, values[1:])):
+        return _search(gap, limit)
+    if values[0] > 0:
         return 1
-    if not cheaper(limit):
+    if values[-1] <= 0:
         return None
-    lo, hi = 1, limit  # cheaper(lo) is False, cheaper(hi) is True
+    i = next(i for i, v in enumerate(values) if v > 0)
+    (a, b), (va, vb) = points[i - 1:i + 1], values[i - 1:i + 1]
+    t = a + (-va * (b - a)) // (vb - va) + 1  # the first t with va + (t − a)·(vb − va)/(b − a) > 0
+    return t if gap(t) > 0 >= gap(t - 1) else _search(gap, limit)
+
+
+def _search(gap: Callable[[int], int], limit: int) -> int | None:
+    """The binary search for a t in 1 … limit where gap turns positive (the first one when gap never falls)."""
+    if gap(1) > 0:
+        return 1
+    if gap(limit) <= 0:
+        return None
+    lo, hi = 1, limit  # gap(lo) <= 0 < gap(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if cheaper(mid) else (mid, hi)
+        lo, hi = (lo, mid) if gap(mid) > 0 else (mid, hi)
     return hi

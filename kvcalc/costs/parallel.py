@@ -24,12 +24,12 @@ Rules (also in the README), with the engine behaviour they follow:
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from kvcalc.attention import MLA
-from kvcalc.costs.cache import group_cache
+from kvcalc.costs.cache import GroupTerm, group_cache, group_term
 from kvcalc.costs.paged import vllm_hybrid_pages
-from kvcalc.costs.params import ffn_of_layer
 from kvcalc.dtypes import elements_to_bytes
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
@@ -87,34 +87,74 @@ class PerGpu:
     weights_bytes: int
 
 
-def _stage(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int) -> PerGpu:
-    from kvcalc.costs.params import encoder_params, weights_bytes
+@dataclass(frozen=True)
+class _StageGroup:
+    """A layer group's part of a stage: `n` of its layers, as one rank holds them (their cache at ctx 1, one sequence)."""
+
+    n: int
+    term: GroupTerm
+    state_elements: int  # one layer's constant state, one sequence
+    engine_state_bytes: int | None  # one layer's state as the engine stores it, one sequence (--engine)
+    latent_split: bool  # SGLang's DP attention splits this group's sequences over the tp ranks
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """A pipeline stage apart from the context and batch: its groups and the bytes of its weights."""
+
+    stage: int
+    layers: range
+    groups: tuple[_StageGroup, ...]
+    weights_bytes: int
+
+
+def _stages(spec: ModelSpec, s: Settings) -> tuple[_Stage, ...]:
+    """Every stage of the settings' layout, once per spec and layout (see the module's rules)."""
+    key = ("stages", s.tp, s.pp, s.ep, s.dp_attention, s.weights_dtype, s.kv_dtype, s.mla_cache, s.kv_quant, s.engine,
+           s.block_size, s.state_dtype, s.enc_ctx)
+    return spec.memo(key, _plan_stages, spec, s)
+
+
+def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[_Stage, ...]:
+    from kvcalc.costs.params import weights_bytes
+
+    enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
+    ranks = [_rank_group(g, s.tp) for g in spec.groups]
+    hybrid = vllm_hybrid_pages(ranks, s)  # each rank sizes its own pages
+    one = dataclasses.replace(s, ctx=1, batch=1, tp=1, pp=1, dp=1)
+    caches = [group_cache(rank, one, enc, hybrid) for rank in ranks]
+    ranges = pp_stages(spec.n_layers, s.pp)
+    out = []
+    for i, layers in enumerate(ranges):
+        groups = []
+        for group, gc in zip(spec.groups, caches):
+            n = bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start)  # its layers here
+            if n:
+                groups.append(_StageGroup(n, group_term(gc, one, enc), gc.state_elements_per_layer,
+                                          gc.engine_state_bytes_per_layer,
+                                          s.dp_attention and isinstance(group.attention, MLA)))
+        params = _stage_params(spec, s, i, layers, len(ranges), ranks)
+        out.append(_Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype)))
+    return tuple(out)
+
+
+def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int, ranks: list[ResolvedGroup]) -> int:
+    """Weights of one rank of a stage (see the module's rules)."""
+    from kvcalc.costs.params import encoder_params, ffn_runs
 
     tp, d = s.tp, spec.d_model
     norm = 2 * d if spec.norm == "layernorm" else d
-    replica = _ceil(s.batch, s.dp)
-    enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
-    kv = state = params = 0
-    hybrid = vllm_hybrid_pages([_rank_group(g, tp) for g in spec.groups], s)  # each rank sizes its own pages
-    for group in spec.groups:
-        n = sum(1 for i in group.layers if i in layers)
+    params = 0
+    for group, rank in zip(spec.groups, ranks):
+        n = bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start)
         if not n:
             continue
-        shared = s.dp_attention and isinstance(group.attention, MLA)
-        share = dataclasses.replace(s, batch=_ceil(replica, tp) if shared else replica, tp=1, pp=1, dp=1)
-        rank = _rank_group(group, tp)
-        gc = group_cache(rank, share, enc, hybrid)
-        kv += n * (gc.bytes_per_layer if gc.engine_bytes_per_layer is None else gc.engine_bytes_per_layer)  # pages with --engine
-        if gc.engine_state_bytes_per_layer is not None:  # the engine's state pages
-            state += n * gc.engine_state_bytes_per_layer
-        else:
-            state += n * elements_to_bytes(share.batch * gc.state_elements_per_layer, s.state_storage)
         weights = rank.attention.weights(rank.layer)
         weights += rank.cross.weights(rank.cross_layer) if rank.cross else ()
         weights += rank.parallel.weights(rank.parallel_layer) if rank.parallel else ()
         norms = spec.layer_groups[group.index].norms_per_layer or spec.norms_per_layer
         params += n * (sum(w.size for w in weights) + norms * norm)
-    params += sum(ffn_params_per_rank(ffn_of_layer(spec, i), d, tp, s.ep) for i in layers)
+    params += sum(run.count_in(layers.start, layers.stop) * ffn_params_per_rank(run.ffn, d, tp, s.ep) for run in ffn_runs(spec))
     if stage == 0:
         params += _ceil(spec.vocab_size, tp) * d + (spec.max_context * d if spec.learned_positions else 0)
         params += _encoder_per_rank(spec, tp) if spec.encoder else sum(encoder_params(spec).values())
@@ -123,7 +163,21 @@ def _stage(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int)
         params += norm  # the final norm
         if not spec.tie_embeddings or stages > 1:
             params += _ceil(spec.vocab_size, tp) * d
-    return PerGpu(s.tp * s.pp * s.dp, stage, layers, kv, state, weights_bytes(params, s.weights_dtype))
+    return params
+
+
+def _stage(spec: ModelSpec, s: Settings, plan: _Stage) -> PerGpu:
+    """One stage's GPU at the settings' context and batch: the cache and states of its share of the sequences."""
+    replica = _ceil(s.batch, s.dp)
+    kv = state = 0
+    for g in plan.groups:
+        batch = _ceil(replica, s.tp) if g.latent_split else replica
+        kv += g.n * g.term.layer_bytes(s.ctx, batch, s)  # pages with --engine
+        if g.engine_state_bytes is not None:  # the engine's state pages
+            state += g.n * batch * g.engine_state_bytes
+        else:
+            state += g.n * elements_to_bytes(batch * g.state_elements, s.state_storage)
+    return PerGpu(s.tp * s.pp * s.dp, plan.stage, plan.layers, kv, state, plan.weights_bytes)
 
 
 def _encoder_per_rank(spec: ModelSpec, tp: int) -> int:
@@ -147,6 +201,5 @@ def per_gpu(spec: ModelSpec, s: Settings) -> PerGpu:
         raise KvcalcError(f"--pp {s.pp}: {spec.name} has only {spec.n_layers} layers to split into stages")
     if s.dp_attention and not spec.has_layouts():
         raise KvcalcError(f"--dp-attention: {spec.name} has no MLA layer (SGLang's DP attention splits a latent cache)")
-    stages = pp_stages(spec.n_layers, s.pp)
-    figures = [_stage(spec, s, i, layers, len(stages)) for i, layers in enumerate(stages)]
+    figures = [_stage(spec, s, stage) for stage in _stages(spec, s)]
     return max(figures, key=lambda f: (f.kv_cache_bytes + f.state_bytes + f.weights_bytes, -f.stage))

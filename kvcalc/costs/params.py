@@ -9,7 +9,7 @@ Conventions (also in the README):
 
 from __future__ import annotations
 
-from collections import Counter
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from kvcalc.attention import Layer
@@ -19,11 +19,70 @@ from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
 def ffn_of_layer(spec: ModelSpec, layer: int) -> DenseFFN | MoEFFN | NoFFN:
     """The FFN block layer `layer` runs: the group's override, else the model's; MoE's leading layers are dense."""
-    ffn = spec.layer_groups[spec.group_index_of(layer)].ffn or spec.ffn
+    gi = spec.group_index_of(layer)
+    ffn = spec.layer_groups[gi].ffn or spec.ffn
     if isinstance(ffn, MoEFFN) and layer < ffn.first_k_dense and ffn.dense_d_ff is not None:  # (the spec requires it)
-        # DeepSeek first_k_dense_replace: these layers run a dense FFN of dense_d_ff.
-        return DenseFFN(kind="dense", d_ff=ffn.dense_d_ff, gated=ffn.gated)
+        return _leading_dense(spec, gi, ffn)
     return ffn
+
+
+def _leading_dense(spec: ModelSpec, gi: int, ffn: MoEFFN) -> DenseFFN:
+    """DeepSeek first_k_dense_replace: the dense FFN of dense_d_ff that the leading layers of group `gi` run (built
+    once per spec and group)."""
+    assert ffn.dense_d_ff is not None  # the spec requires it with first_k_dense
+    d_ff = ffn.dense_d_ff
+    return spec.memo(("leading_dense", gi), lambda: DenseFFN(kind="dense", d_ff=d_ff, gated=ffn.gated))
+
+
+@dataclass(frozen=True)
+class FfnRun:
+    """Layers of one group that run the same FFN block: `layers[lo:hi]` of the group's sorted layer indices."""
+
+    ffn: DenseFFN | MoEFFN | NoFFN
+    layers: tuple[int, ...]
+    lo: int
+    hi: int
+
+    @property
+    def count(self) -> int:
+        """How many layers run it."""
+        return self.hi - self.lo
+
+    @property
+    def first(self) -> int:
+        """The first layer that runs it."""
+        return self.layers[self.lo]
+
+    def count_in(self, start: int, stop: int) -> int:
+        """How many of its layers lie in range(start, stop) (a pipeline stage)."""
+        return bisect_left(self.layers, stop, self.lo, self.hi) - bisect_left(self.layers, start, self.lo, self.hi)
+
+
+def ffn_runs(spec: ModelSpec) -> tuple[FfnRun, ...]:
+    """The FFN of every layer as runs, ordered by their first layer: each group's layers split at MoE's first_k_dense
+    (at most two runs a group), so a sum over layers is a sum over runs of count × per-layer figure (once per spec)."""
+    return spec.memo(("ffn_runs",), lambda: _ffn_runs(spec))
+
+
+def _ffn_runs(spec: ModelSpec) -> tuple[FfnRun, ...]:
+    runs = []
+    for g in spec.groups:
+        ffn = spec.layer_groups[g.index].ffn or spec.ffn
+        split = 0  # layers before it run the leading dense FFN
+        if isinstance(ffn, MoEFFN) and ffn.first_k_dense and ffn.dense_d_ff is not None:
+            split = bisect_left(g.layers, ffn.first_k_dense)
+            if split:
+                runs.append(FfnRun(_leading_dense(spec, g.index, ffn), g.layers, 0, split))
+        if split < len(g.layers):
+            runs.append(FfnRun(ffn, g.layers, split, len(g.layers)))
+    return tuple(sorted(runs, key=lambda r: r.first))
+
+
+def add_times(total: dict[str, int], part: dict[str, int], times: int) -> None:
+    """total += times × part, component by component; a component new to `total` goes last (as Counter.update puts
+    it, so a breakdown's order is the order of its first layer)."""
+    for key, value in part.items():
+        total[key] = total.get(key, 0) + times * value
 
 
 def attention_params(group: ResolvedGroup) -> dict[str, int]:
@@ -92,28 +151,44 @@ class ParamReport:
 
 def param_counts(spec: ModelSpec, mtp: bool = False) -> ParamReport:
     """Exact parameter counts of `spec` by component ('embed', 'attn/q', 'ffn/routed', 'norms', 'lm_head', ...);
-    `mtp`: with its multi-token-prediction layers ('mtp/...')."""
+    `mtp`: with its multi-token-prediction layers ('mtp/...'). Counted once per spec; each call gets its own dicts."""
+    report = spec.memo(("param_counts", mtp), lambda: _param_counts(spec, mtp))
+    return ParamReport(report.model, dict(report.breakdown), dict(report.active_breakdown))
+
+
+def param_totals(spec: ModelSpec, mtp: bool = False) -> tuple[int, int]:
+    """(total, active) parameters of `spec`, once per spec."""
+    def totals() -> tuple[int, int]:
+        report = param_counts(spec, mtp)
+        return report.total, report.active
+
+    return spec.memo(("param_totals", mtp), totals)
+
+
+def _param_counts(spec: ModelSpec, mtp: bool) -> ParamReport:
     d = spec.d_model
     norm = 2 * d if spec.norm == "layernorm" else d  # LayerNorm has a weight and a bias
-    total: Counter = Counter({"embed": spec.vocab_size * d})
+    total: dict[str, int] = {"embed": spec.vocab_size * d}
     if spec.learned_positions:
         total["pos_embed"] = spec.max_context * d
-    active = Counter(total)
+    active = dict(total)
     for group in spec.groups:
-        attn = Counter(attention_params(group))
+        if not group.layers:
+            continue
+        attn = attention_params(group)
         if group.cross is not None:  # encoder–decoder: the cross-attention block's weights
             for w in group.cross.weights(group.cross_layer):
-                attn["cross/" + w.component.split("/")[1]] += w.size
-        for _ in group.layers:
-            total.update(attn)
-            active.update(attn)
+                key = "cross/" + w.component.split("/")[1]
+                attn[key] = attn.get(key, 0) + w.size
+        add_times(total, attn, len(group.layers))  # every layer of a group has the same weights
+        add_times(active, attn, len(group.layers))
     enc = encoder_params(spec)
-    total.update(enc)
-    active.update(enc)
-    for layer in range(spec.n_layers):
-        t, a = ffn_params(ffn_of_layer(spec, layer), d)
-        total.update(t)
-        active.update(a)
+    add_times(total, enc, 1)
+    add_times(active, enc, 1)
+    for run in ffn_runs(spec):
+        t, a = ffn_params(run.ffn, d)
+        add_times(total, t, run.count)
+        add_times(active, a, run.count)
     # per-layer norms (a group's own count where it has one) and the final norm
     norms = sum(len(g.layers) * (spec.layer_groups[g.index].norms_per_layer or spec.norms_per_layer) for g in spec.groups)
     norms = norms * norm + norm
@@ -124,8 +199,8 @@ def param_counts(spec: ModelSpec, mtp: bool = False) -> ParamReport:
         total[f"extra/{name}"] = active[f"extra/{name}"] = block.params
     if mtp and spec.mtp_layers:
         extra = mtp_params(spec)
-        total.update(extra)
-        active.update(extra)
+        add_times(total, extra, 1)
+        add_times(active, extra, 1)
     keep = lambda c: {k: v for k, v in c.items() if v}  # noqa: E731
     return ParamReport(spec.name, keep(total), keep(active))
 
@@ -149,4 +224,5 @@ def weights_bytes(params: int, weights_dtype: str) -> int:
     return -(-params * dtype_bits(weights_dtype, "weights") // 8)
 
 
-__all__ = ["ParamReport", "param_counts", "weights_bytes", "ffn_of_layer", "attention_params"]
+__all__ = ["FfnRun", "ParamReport", "add_times", "attention_params", "ffn_of_layer", "ffn_runs", "param_counts", "param_totals",
+           "weights_bytes"]

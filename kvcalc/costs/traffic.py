@@ -13,7 +13,7 @@ Conventions (also in the README):
 
 from __future__ import annotations
 
-from kvcalc.costs.cache import kv_cache
+from kvcalc.costs.cache import CacheReport, kv_cache
 from kvcalc.costs.params import param_counts, weights_bytes
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec
@@ -32,29 +32,37 @@ def _extra_rows(spec: ModelSpec, tokens: int) -> int:
     return sum(min(x.table, tokens * x.row) for x in spec.extra_weights.values())
 
 
-def decode_bytes(spec: ModelSpec, s: Settings) -> dict[str, int]:
+def _read_once(spec: ModelSpec, mtp: bool) -> tuple[int, int, int]:
+    """Parameters a decode step reads whatever the batch (active, less the encoder's and the lookup tables), those a
+    prefill reads (all, less the lookup tables), and the rows of the input tables there are to look up (once per spec)."""
+    params = param_counts(spec, mtp)
+    encoder = sum(v for k, v in params.active_breakdown.items() if k.startswith("encoder/"))  # runs once per input
+    tables = _lookup_tables(spec)
+    extra = sum(x.table for x in spec.extra_weights.values())
+    return params.active - encoder - tables, params.total - tables, tables - extra
+
+
+def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> dict[str, int]:
     """Bytes one decode step at context `s.ctx` moves, by part: 'weights' and 'kv_cache' read, and (hybrid models)
-    'state': every constant state read and written back."""
+    'state': every constant state read and written back. `cache`: kv_cache(spec, s), when the caller has it."""
     rows = s.batch * spec.d_model * (2 if spec.learned_positions else 1)  # the embedding rows looked up
     rows += _extra_rows(spec, s.batch)
-    params = param_counts(spec, s.mtp)
-    encoder = sum(v for k, v in params.active_breakdown.items() if k.startswith("encoder/"))  # runs once per input
-    read = params.active - encoder - _lookup_tables(spec) + rows
-    cache = kv_cache(spec, s)
+    read = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[0] + rows
+    cache = cache or kv_cache(spec, s)
     out = {"weights": weights_bytes(read, s.weights_dtype), "kv_cache": cache.bytes}
     if cache.state_bytes:
         out["state"] = 2 * cache.state_bytes  # 2: a step reads each state and writes its update
     return out
 
 
-def prefill_bytes(spec: ModelSpec, s: Settings) -> dict[str, int]:
-    """Bytes a prefill of `s.ctx` tokens moves, by part: 'weights' (all, read once) and 'kv_cache' (written)."""
-    tables = _lookup_tables(spec)
-    extra = sum(x.table for x in spec.extra_weights.values())
-    rows = min(tables - extra, s.batch * s.ctx * spec.d_model * (2 if spec.learned_positions else 1))
+def prefill_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> dict[str, int]:
+    """Bytes a prefill of `s.ctx` tokens moves, by part: 'weights' (all, read once) and 'kv_cache' (written). `cache`:
+    kv_cache(spec, s), when the caller has it."""
+    _, whole, table_rows = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)
+    rows = min(table_rows, s.batch * s.ctx * spec.d_model * (2 if spec.learned_positions else 1))
     rows += _extra_rows(spec, s.batch * s.ctx)
-    cache = kv_cache(spec, s)
-    out = {"weights": weights_bytes(param_counts(spec, s.mtp).total - tables + rows, s.weights_dtype), "kv_cache": cache.bytes}
+    cache = cache or kv_cache(spec, s)
+    out = {"weights": weights_bytes(whole + rows, s.weights_dtype), "kv_cache": cache.bytes}
     if cache.state_bytes:
         out["state"] = cache.state_bytes  # written once at the end of the prompt
     return out

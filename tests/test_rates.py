@@ -1,0 +1,188 @@
+"""Closed forms per layer group (#11): a layer's FLOPs as rates of its work, a pass as a sum over groups of (layers) ×
+(one layer), totals without breakdowns, MLA's crossover solved instead of searched, and no loop over layers."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import ALL_BUNDLED, run, spec
+from kvcalc.attention import Work
+from kvcalc.attention.base import MAX_LAYERS, MAX_TOKENS
+from kvcalc.costs import flops
+from kvcalc.costs.params import ffn_of_layer
+from kvcalc.costs.rates import Direct, Rates, rates
+from kvcalc.figures import figures
+from kvcalc.settings import Settings
+from kvcalc.spec import ModelSpec
+
+WORKS = [Work(1, 1, 1), Work(5, 9, 5, 11), Work(4096, 8_390_656, 4096), Work(7, 0, 0), Work(2**40, 2**79, 2**40, 2**79)]
+
+
+# ---------------------------------------------------------------- rates
+
+
+@pytest.mark.parametrize("name", ALL_BUNDLED)
+def test_every_bundled_layer_is_affine_in_its_work(name):
+    s = spec(name)
+    for g in s.groups:
+        mixers = [(g.attention, g.layer)] + ([(g.parallel, g.parallel_layer)] if g.parallel else [])
+        mixers += [(g.cross, g.cross_layer)] if g.cross else []
+        for kind, layer in mixers:
+            for schedule in ("naive", "absorbed"):
+                r = rates(lambda w, kind=kind, layer=layer, schedule=schedule: kind.flops(layer, w, schedule))
+                assert isinstance(r, Rates), f"{name} {kind.kind}: not affine in its work"
+                for w in WORKS:
+                    exact = kind.flops(layer, w, schedule)
+                    assert list(r.at(w).items()) == list(exact.items())
+                    assert r.total(w) == sum(exact.values())
+
+
+def test_a_layer_that_is_not_affine_is_asked_at_every_work():
+    chunked = lambda w: {"attn/scan": 2 * -(-w.tokens // 64), "attn/o": 3 * w.tokens}  # noqa: E731  ceil(tokens / 64)
+    r = rates(chunked)
+    assert isinstance(r, Direct)
+    assert r.at(Work(65, 0, 0)) == {"attn/scan": 4, "attn/o": 195} and r.total(Work(65, 0, 0)) == 199
+    assert isinstance(rates(lambda w: {"a": w.tokens} if w.tokens else {}), Direct)  # components depend on the work
+
+
+# ---------------------------------------------------------------- a pass: groups × one layer, in layer order
+
+
+def layer_by_layer(s: ModelSpec, work, tokens: int, logits: int, schedule: str, enc: int, cross_kv: int, mtp: bool) -> dict:
+    """The pass as kvcalc counted it before #11: every layer added one by one (the reference for values and order)."""
+    total: Counter = Counter()
+    for group in s.groups:
+        layer = Counter(group.attention.flops(group.layer, work(group), schedule))
+        layer.update(flops._cross(group, tokens, enc, cross_kv, schedule))
+        if group.parallel is not None:
+            layer.update(group.parallel.flops(group.parallel_layer, Work(work(group).tokens, 0, 0), schedule))
+        for _ in group.layers:
+            total.update(layer)
+    for i in range(s.n_layers):
+        total.update(flops.ffn_flops(ffn_of_layer(s, i), s.d_model, tokens))
+    g = s.mtp_group() if mtp else None
+    if g is not None:
+        block = Counter(g.attention.flops(g.layer, work(g), schedule))
+        block.update(flops.ffn_flops(ffn_of_layer(s, s.n_layers - 1), s.d_model, tokens))
+        total.update({f"mtp/{k.split('/')[0]}": s.mtp_layers * v for k, v in block.items()})
+        total["mtp/proj"] += s.mtp_layers * 2 * tokens * 2 * s.d_model * s.d_model
+    total["lm_head"] = 2 * logits * s.d_model * s.vocab_size
+    return {k: v for k, v in total.items() if v}
+
+
+SETTINGS = [Settings(ctx=1), Settings(ctx=4096, batch=3, gen=100, mtp=True), Settings(ctx=33_000, mla_cache="expanded"),
+            Settings(ctx=2**20, dense_attn=True, mla_schedule="naive", enc_ctx=77)]
+
+
+@pytest.mark.parametrize("name", ALL_BUNDLED)
+def test_a_pass_is_its_layers_one_by_one_and_its_total_their_sum(name):
+    s = spec(name)
+    for at in SETTINGS:
+        passes = [flops._prefill(s, at), flops._prefill(s, at, "all"), flops._decode(s, at),
+                  flops._generate(s, at, True), flops._generate(s, at, False)]
+        for p in passes:
+            exact = layer_by_layer(s, p.work, p.tokens, p.logits, p.schedule, p.enc, p.cross_kv, p.mtp)
+            assert list(p.breakdown(s).items()) == list(exact.items())  # the same values in the same order
+        assert flops.prefill_total(s, at) == sum(flops.prefill_flops(s, at).values())
+        assert flops.decode_total(s, at) == sum(flops.decode_flops(s, at).values())
+        for cached in (True, False):
+            assert flops.generate_total(s, at, cached) == sum(flops.generate_flops(s, at, cached).values())
+
+
+# ---------------------------------------------------------------- MLA's crossover: solved, as the search found it
+
+
+def affine_between(caps: list[tuple[int, int]], const: int):
+    """const + Σ slope·min(t, cap): affine between the caps, as the decode gap is."""
+    return lambda t: const + sum(slope * min(t, cap) for slope, cap in caps)
+
+
+@pytest.mark.parametrize("caps, const", [
+    ([(3, 1 << 40)], -10), ([(3, 1 << 40)], 5), ([(3, 1 << 40)], -3), ([(0, 1 << 40)], -1),
+    ([(5, 100), (2, 1 << 40)], -1000), ([(5, 100), (2, 1 << 40)], -499), ([(5, 100), (1, 4096)], -10**6),
+    ([(1, 7), (1, 9), (1, 1 << 40)], -20), ([(7, 1 << 40)], -7 * (1 << 30)), ([(7, 1 << 40)], -7 * (1 << 30) + 1),
+    ([(2, 50), (-1, 1 << 40)], -10),  # falls after 50: the search's answer
+])
+def test_the_crossover_solved_is_the_searched_one(caps, const):
+    gap, limit = affine_between(caps, const), 1 << 30
+    assert flops.first_positive(gap, {c for _, c in caps}, limit) == flops._search(gap, limit)
+
+
+def mla(window: int | None = None, chunk: int | None = None, topk: int | None = None) -> ModelSpec:
+    att = {"kind": "mla", "n_heads": 4, "kv_lora_rank": 64, "qk_nope_head_dim": 2, "qk_rope_head_dim": 2,
+           "v_head_dim": 2}
+    if topk:
+        att.update(index_n_heads=2, index_head_dim=8, index_topk=topk)
+    local = {"layers": "0-1", "attention": att, "sliding_window": window, "attention_chunk_size": chunk}
+    return ModelSpec.model_validate({
+        "name": "tiny-mla", "family": "test", "d_model": 64, "n_layers": 4, "vocab_size": 100, "max_context": 1 << 20,
+        "ffn": {"kind": "dense", "d_ff": 128}, "layer_groups": [{k: v for k, v in local.items() if v is not None},
+                                                                {"layers": "rest", "attention": att}]})
+
+
+@pytest.mark.parametrize("model", [mla(), mla(window=3), mla(chunk=2), mla(topk=2), mla(window=5, topk=3)],
+                         ids=["plain", "window", "chunk", "topk", "window-topk"])
+def test_mla_crossover_is_the_binary_searchs(model):
+    one = Settings(ctx=1)
+
+    def gap(t: int) -> int:
+        at = one.at(t)
+        return (sum(flops.decode_flops(model, at.with_schedule("naive")).values())
+                - sum(flops.decode_flops(model, at.with_schedule("absorbed")).values()))
+
+    for limit in (1, 2, 3, 1 << 30):
+        assert flops._crossover(model, "latent", limit) == flops._search(gap, limit)
+
+
+# ---------------------------------------------------------------- no loop over layers or positions
+
+
+def deep(n_layers: int) -> ModelSpec:
+    """A model of n_layers in two groups (a window every sixth layer), MoE with leading dense layers, and MTP."""
+    gqa = {"kind": "gqa", "n_heads": 64, "n_kv_heads": 8, "head_dim": 128}
+    return ModelSpec.model_validate({
+        "name": "deep", "family": "test", "d_model": 8192, "n_layers": n_layers, "vocab_size": 128_256,
+        "max_context": MAX_TOKENS, "mtp_layers": 1,
+        "ffn": {"kind": "moe", "n_routed_experts": 64, "n_experts_per_tok": 8, "moe_d_ff": 2048, "n_shared_experts": 1,
+                "first_k_dense": 3, "dense_d_ff": 28_672},
+        "layer_groups": [{"name": "global", "layers": {"every": 6, "start": 5}, "attention": gqa},
+                         {"name": "local", "layers": "rest", "attention": gqa, "sliding_window": 4096}]})
+
+
+def calls(fn) -> int:
+    """Python function calls made by fn() (a loop over layers or positions would make more for a deeper model)."""
+    count = 0
+
+    def profile(frame, event, arg):
+        nonlocal count
+        count += event == "call"
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def test_figures_make_no_more_calls_for_the_deepest_model_than_for_a_shallow_one():
+    at = Settings(ctx=MAX_TOKENS, batch=8, mtp=True, tp=8, pp=2)
+    figures(deep(12), at)  # imports and caches warmed
+    shallow, deepest = calls(lambda: figures(deep(12), at)), calls(lambda: figures(deep(MAX_LAYERS), at))
+    assert abs(deepest - shallow) < 50, (shallow, deepest)  # windows cap other branches: a few calls more or less
+
+
+def test_compare_of_the_deepest_model_at_the_longest_context_takes_under_a_second(tmp_path):
+    # The issue asks for 10^6 layers; a spec allows at most MAX_LAYERS (10,000, kvcalc.attention.base), so the
+    # deepest spec there is stands in for it.
+    path = tmp_path / "deep.yaml"
+    path.write_text(deep(MAX_LAYERS).model_dump_json(exclude_none=True))
+    start = time.process_time()
+    out = run("compare", str(path), "--ctx", str(MAX_TOKENS), "--columns", "all", "--hardware", "h100-80gb",
+              "--mtp", "--tp", "8", "-f", "json")
+    assert time.process_time() - start < 1.0
+    assert '"n_layers": 10000' in out.stdout and f'"ctx": {MAX_TOKENS}' in out.stdout
