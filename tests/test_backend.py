@@ -230,7 +230,7 @@ def test_memory_guard_refuses_impossible_run():
 
 def test_max_memory_option():
     res = cli("run", "gpt2", "--ctx", "1M", "--max-memory", "1G", ok=False)
-    assert res.exit_code == 1 and "1.00 GiB is available" in res.stderr and "--ctx" in res.stderr
+    assert res.exit_code == 1 and "is available under --max-memory 1.00 GiB less the" in res.stderr and "--ctx" in res.stderr
     res = cli("run", "gpt2", "--max-memory", "lots", ok=False)
     assert res.exit_code == 2 and "is not a size" in res.stderr
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvcalc.backend.ops import FlopCounter, softmax, softmax_
+from kvcalc.backend.ops import FlopCounter, check_abort, softmax, softmax_
 from kvcalc.backend.threads import run_tasks
 
 SCORE_CHUNK = 8 * 1024**2  # elements of one band of scores (a query block, a chunk of KV heads): 32 MiB in float32
@@ -198,6 +198,7 @@ def attend_heads(fc: FlopCounter, rows: np.ndarray, kT: np.ndarray, vT: np.ndarr
     g = rows.shape[-2] // s
     q_norm, k_norm = _norms(rows), _norms(kT.swapaxes(-1, -2))  # |q·k| <= |q| |k| (Cauchy–Schwarz)
     for s0 in range(0, s, tiling.block):
+        check_abort()  # an interrupted run's threads stop here, between blocks
         e = min(s, s0 + tiling.block)
         a0 = max(0, s0 - window + 1) if window else 0
         bound = np.max(q_norm[:, :, s0 * g : e * g]) * np.max(k_norm[:, :, a0:e])
@@ -344,6 +345,7 @@ def attend_selected(fc: FlopCounter, q: np.ndarray, k: np.ndarray, v: np.ndarray
     per_row = b * h * sel.shape[-1] * (d + v.shape[-1])
     step = max(1, SCORE_CHUNK // per_row)
     for r0 in range(0, n, step):
+        check_abort()
         idx = sel[:, None, r0 : r0 + step, :, None]  # [b, 1, m, k, 1]
         ks = np.take_along_axis(k[:, :, None], idx, axis=3)  # [b, h, m, k, d]
         vs = np.take_along_axis(v[:, :, None], idx, axis=3)

@@ -17,7 +17,7 @@ import numpy as np
 
 from kvcalc.attention import MLA
 from kvcalc.backend.attention import GroupedQueryAttention, LatentAttention
-from kvcalc.backend.ops import FlopCounter, softmax
+from kvcalc.backend.ops import FlopCounter, product, softmax
 from kvcalc.backend.stack import stack_decode, stack_prefill
 
 
@@ -86,13 +86,13 @@ def dense_reference(x, layer: GroupedQueryAttention) -> np.ndarray:
     q = q.reshape(b, kh * g, s, d)
     k = np.repeat(k.transpose(0, 2, 1, 3), g, axis=1)  # [b, h, s, d]
     v = np.repeat(v.transpose(0, 2, 1, 3), g, axis=1)
-    scores = np.where(dense_mask(s, layer.window, layer.chunk), -np.inf, q @ k.transpose(0, 1, 3, 2))
+    scores = np.where(dense_mask(s, layer.window, layer.chunk), -np.inf, product(q, k.transpose(0, 1, 3, 2)))
     if layer.sinks is not None:  # the sink as one more column, dropped after the softmax
         sink = np.broadcast_to(layer.sinks.reshape(1, kh * g, 1, 1), (b, kh * g, s, 1))
         p = softmax(np.concatenate([scores, sink], axis=-1))[..., :-1].astype(q.dtype)
     else:
         p = softmax(scores).astype(q.dtype)
-    o = (p @ v).reshape(b, kh, g, s, v.shape[-1])
+    o = product(p, v).reshape(b, kh, g, s, v.shape[-1])
     return layer._out(fc, o, gate)
 
 

@@ -14,6 +14,7 @@ parallel-form check (`kvcalc.backend.recurrent.state_activations`). It leaves ou
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, replace
 
 from kvcalc.backend.attention import LayerPlan, layer_entry
@@ -118,19 +119,141 @@ def _index_bytes(group: ResolvedGroup, p: LayerPlan, tokens: int, batch: int, it
     return out
 
 
-def available_memory() -> int | None:
-    """Bytes the system can still give this process (Linux MemAvailable), or None if unknown."""
+@dataclass(frozen=True)
+class Headroom:
+    """Bytes this process may still allocate under one limit, and which limit it is (for the guard's message)."""
+
+    bytes: int
+    source: str
+
+
+def _status() -> dict[str, int]:
+    """This process's memory counters from /proc/self/status, in bytes (VmRSS, VmSize, VmData, ...); {} if unknown."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key.startswith("Vm") and rest.strip().endswith("kB"):
+                    out[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # cgroup v2 writes "max" for no limit
+
+
+def _stat_field(path: str, names: tuple[str, ...]) -> int:
+    """The first of `names` in a cgroup memory.stat file (0 if absent)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            fields = dict(line.split()[:2] for line in f if len(line.split()) >= 2)
+    except OSError:
+        return 0
+    for name in names:
+        if name in fields and fields[name].isdigit():
+            return int(fields[name])
+    return 0
+
+
+def cgroup_headroom(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> Headroom | None:
+    """What the tightest memory cgroup holding this process still allows: limit − usage + reclaimable page cache
+    (inactive file pages, as container runtimes count a working set), over this cgroup and its ancestors.
+    cgroup v2 (memory.max, memory.current) and v1 (memory.limit_in_bytes, memory.usage_in_bytes)."""
+    try:
+        with open(proc, encoding="ascii") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    best: Headroom | None = None
+    for line in lines:
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
+        files: tuple[str, str, tuple[str, ...]]
+        if controllers == "":  # v2: one unified hierarchy
+            base, files = root, ("memory.max", "memory.current", ("inactive_file",))
+        elif "memory" in controllers.split(","):  # v1: the memory controller's own hierarchy
+            base, files = os.path.join(root, "memory"), ("memory.limit_in_bytes", "memory.usage_in_bytes",
+                                                         ("total_inactive_file", "inactive_file"))
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts), -1, -1):  # this cgroup, then each ancestor up to the root
+            d = os.path.join(base, *parts[:depth])
+            limit, usage = _read_int(os.path.join(d, files[0])), _read_int(os.path.join(d, files[1]))
+            if limit is None or usage is None or limit >= 1 << 60:  # no limit at this level
+                continue
+            free = max(0, limit - usage + _stat_field(os.path.join(d, "memory.stat"), files[2]))
+            if best is None or free < best.bytes:
+                best = Headroom(free, f"the cgroup limit of {format_bytes(limit)} ({d})")
+    return best
+
+
+def headrooms(max_memory: int | None = None) -> list[Headroom]:
+    """Every limit on what a run may still allocate: --max-memory (less what the process already holds), the
+    system's MemAvailable, `ulimit -v` (address space: less the process's VmSize), `ulimit -d` (data: less its
+    VmData) and a memory cgroup's limit."""
+    status = _status()
+    out = []
+    if max_memory is not None:
+        rss = status.get("VmRSS", 0)
+        out.append(Headroom(max(0, max_memory - rss), f"--max-memory {format_bytes(max_memory)} less the "
+                                                      f"{format_bytes(rss)} this process already holds"))
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+                    out.append(Headroom(int(line.split()[1]) * 1024, "available memory (MemAvailable)"))
+    except (OSError, ValueError, IndexError):
+        try:
+            out.append(Headroom(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "available memory"))
+        except (ValueError, OSError, AttributeError):
+            pass
     try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+        import resource
+    except ImportError:  # not on this platform (Windows)
+        resource = None  # type: ignore[assignment]
+    if resource is not None:
+        for name, used, what in (("RLIMIT_AS", "VmSize", "ulimit -v"), ("RLIMIT_DATA", "VmData", "ulimit -d")):
+            soft = resource.getrlimit(getattr(resource, name))[0]
+            if soft != resource.RLIM_INFINITY and soft >= 0:
+                held = status.get(used, 0)
+                out.append(Headroom(max(0, soft - held), f"{what} {format_bytes(soft)} less the "
+                                                         f"{format_bytes(held)} this process already maps"))
+    cg = cgroup_headroom()
+    if cg is not None:
+        out.append(cg)
+    return out
+
+
+def tightest(max_memory: int | None = None) -> Headroom | None:
+    """The smallest of `headrooms`, or None if none is known."""
+    rooms = headrooms(max_memory)
+    return min(rooms, key=lambda h: h.bytes) if rooms else None
+
+
+def return_freed_memory(threshold: int = 1 << 20) -> bool:
+    """Have glibc's malloc serve blocks of `threshold` bytes and more by mmap and trim its heap above that, so
+    what a run frees goes back to the system at once. By default glibc raises its mmap threshold to 32 MiB as
+    arrays are freed and keeps the freed blocks resident, in every thread's arena: a run's RSS then grows past
+    its plan (10-15% in deepseek-v2's prefill) with memory it no longer uses. False where there is no glibc."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c") if not sys.platform.startswith("linux") else "libc.so.6"
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError, TypeError):  # not glibc (macOS, musl without mallopt, Windows)
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+    return bool(mallopt(M_MMAP_THRESHOLD, threshold)) and bool(mallopt(M_TRIM_THRESHOLD, threshold))
 
 
 @dataclass(frozen=True)
@@ -144,8 +267,9 @@ class Request:
 
 
 def guard(spec: ModelSpec, layer_order: list[int], req: Request, itemsize: int, mla_cache: str, limit: int,
-          workers: int = 1, enc: int = 0) -> MemoryPlan:
-    """The memory plan of the request, or a KvcalcError saying what would fit under `limit` bytes."""
+          workers: int = 1, enc: int = 0, source: str = "") -> MemoryPlan:
+    """The memory plan of the request, or a KvcalcError saying what would fit under `limit` bytes (`source`: which
+    limit that is, for the message)."""
     cost = lambda r: plan(spec, layer_order[: r.n_layers], r.ctx, r.decode, r.batch, itemsize, mla_cache, workers, enc).peak  # noqa: E731
     need = plan(spec, layer_order[: req.n_layers], req.ctx, req.decode, req.batch, itemsize, mla_cache, workers, enc)
     if need.peak <= limit:
@@ -167,10 +291,14 @@ def guard(spec: ModelSpec, layer_order: list[int], req: Request, itemsize: int, 
     if not hints:  # no single knob is enough: one layer, one sequence, and the longest prompt that then fits
         small = replace(req, n_layers=1, batch=1)
         ctx = largest_fitting(lambda c: cost(replace(small, ctx=c)) <= limit, req.ctx)
-        fix = f"; this would fit: --layers 1 --batch 1 --ctx {ctx}" if ctx else "; not even one layer at ctx 1 fits"
-        if not ctx and req.decode:  # the decode steps alone outgrow memory: say so, not the layers
+        first = spec.groups[spec.group_index_of(layer_order[0])]
+        fix = (f"; this would fit: --layers 1 --batch 1 --ctx {ctx}" if ctx else
+               f"; not even one layer at ctx 1 fits (layer {layer_order[0]} alone holds "
+               f"{format_bytes(_matrix_elements(first) * itemsize)} of weights)")
+        if not ctx and req.decode and cost(replace(small, ctx=1, decode=0)) <= limit:  # the decode steps outgrow
             fix = f"; --decode {req.decode:,} alone needs more: the cache grows by one token a step"
     size = lambda n: format_bytes(n)  # noqa: E731
     what = (f"this run needs about {size(need.peak)} (weights {size(need.weights)}, KV cache {size(need.cache)}, "
-            f"activations {size(need.activations)}) but {size(limit)} is available")
+            f"activations {size(need.activations)}) but {size(limit)} is available"
+            + (f" under {source}" if source else ""))
     raise KvcalcError(f"not running: {what}{fix}")

@@ -17,6 +17,52 @@ from collections import Counter
 
 import numpy as np
 
+# FLOPs of one uninterrupted product at most: Ctrl-C (and a stopping thread) is seen between pieces. NumPy has no
+# BLAS for float16 (about 0.1-0.3 GFLOP/s here), so its pieces are 2^25 FLOPs; float32/64 BLAS pieces of 2^31 FLOPs
+# take a fraction of a second and are large enough (hundreds of rows) to keep BLAS at its best.
+PIECE_FLOPS = {2: 1 << 25}
+PIECE_FLOPS_BLAS = 1 << 31
+ABORT = threading.Event()  # set when a run is interrupted: prefill threads stop at their next piece
+
+
+class Aborted(Exception):
+    """Raised in a prefill thread whose run was interrupted (ABORT set), so it ends at its next product piece."""
+
+
+def product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """np.matmul(a, b, out=out), in pieces of rows (or, for one row, of columns) of at most PIECE_FLOPS each, so a
+    long product can be interrupted; each element is the same dot product as in one call."""
+    if a.ndim < 2 or b.ndim < 2:
+        return np.matmul(a, b, out=out)
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = 1
+    for d in np.broadcast_shapes(a.shape[:-2], b.shape[:-2]):
+        batch *= d
+    dtype = np.result_type(a, b)
+    budget = PIECE_FLOPS.get(dtype.itemsize, PIECE_FLOPS_BLAS)
+    flops = 2 * batch * m * n * k
+    if flops <= budget:
+        return np.matmul(a, b, out=out)
+    if out is None:
+        out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), dtype=dtype)
+    if m > 1:  # pieces of rows: a[..., i:j, :] @ b
+        step = max(1, budget // (2 * batch * n * k))
+        for i in range(0, m, step):
+            check_abort()
+            np.matmul(a[..., i : i + step, :], b, out=out[..., i : i + step, :])
+    else:  # one row (a decode step): pieces of columns, a @ b[..., :, i:j]
+        step = max(1, budget // (2 * batch * k))
+        for i in range(0, n, step):
+            check_abort()
+            np.matmul(a, b[..., :, i : i + step], out=out[..., :, i : i + step])
+    return out
+
+
+def check_abort() -> None:
+    """In a prefill thread of an interrupted run (ABORT set): raise Aborted, so the thread ends now."""
+    if ABORT.is_set() and threading.current_thread() is not threading.main_thread():
+        raise Aborted("the run was interrupted")
+
 
 class FlopCounter:
     """Adds up the FLOPs of the products executed, by component ('attn/q', 'attn/scores', ...)."""
@@ -34,7 +80,7 @@ class FlopCounter:
         if a.ndim > 1 and b.ndim > 1 and a.shape[-1] == b.shape[-2] == 1:  # an outer product: the same numbers
             out = np.multiply(a, b, out=out)  # without a BLAS call per batch element (dearer than the product here)
         else:
-            out = np.matmul(a, b, out=out)
+            out = product(a, b, out=out)
         if self.enabled:
             k = a.shape[-1]
             # out has the batch shape and m×n: its size is batch·m·n, so 2·size·k is 2·m·n·k per batch element
@@ -132,9 +178,21 @@ def softmax_(scores: np.ndarray, shift: bool = True) -> np.ndarray | None:
     return np.sum(scores, axis=-1, keepdims=True)
 
 
+WEIGHT_PIECE = 1 << 18  # float16 weights are drawn in float32 pieces of 1 MiB: no full-size float32 copy
+
+
 def random_weight(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, dtype) -> np.ndarray:
-    """N(0, 1/fan_in) weights, so activations keep unit scale through a product."""
+    """N(0, 1/fan_in) weights, so activations keep unit scale through a product. Built in place (float16 drawn
+    in float32 pieces), so building a weight holds no second copy of it: the memory plan counts one."""
     scale = fan_in ** -0.5
-    if dtype == np.float16:
-        return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(np.float16)
-    return rng.standard_normal(shape, dtype=dtype) * np.asarray(scale, dtype=dtype)
+    if dtype != np.float16:
+        w = rng.standard_normal(shape, dtype=dtype)
+        w *= np.asarray(scale, dtype=dtype)
+        return w
+    out = np.empty(shape, dtype=np.float16)
+    flat = out.reshape(-1)
+    for i in range(0, flat.size, WEIGHT_PIECE):
+        piece = rng.standard_normal(min(WEIGHT_PIECE, flat.size - i), dtype=np.float32)
+        piece *= np.float32(scale)
+        flat[i : i + piece.size] = piece
+    return out

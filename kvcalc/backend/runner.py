@@ -16,7 +16,7 @@ import numpy as np
 from kvcalc.attention.recurrent import Recurrent
 from kvcalc.backend import checks
 from kvcalc.backend.attention import NOT_RUN, Cache, layer_entry, with_cross
-from kvcalc.backend.memory import Request, available_memory, guard, query_block
+from kvcalc.backend.memory import Request, guard, query_block, return_freed_memory, tightest
 from kvcalc.backend.ops import FlopCounter
 from kvcalc.backend.recurrent import state_checks
 from kvcalc.backend.stack import stack_decode, stack_prefill
@@ -27,6 +27,7 @@ from kvcalc.costs.flops import decode_work, layer_attention_flops, prefill_work
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings, resolve_schedule
 from kvcalc.spec import ModelSpec, ResolvedGroup
+from kvcalc.units import format_bytes
 
 DTYPES = {"float32": (np.float32, "fp32"), "float16": (np.float16, "fp16"), "float64": (np.float64, "fp64")}
 # Relative error allowed between computations that are equal in exact arithmetic (max |a - b| / max |b|).
@@ -144,11 +145,26 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     if n_layers > len(order):
         raise KvcalcError(f"--layers {n_layers}: {spec.name} has only {len(order)} attention layers")
     itemsize = np.dtype(DTYPES[s.dtype][0]).itemsize
-    limits = [x for x in (s.max_memory, available_memory()) if x]
-    limit = min(limits) if limits else 1 << 62
+    room = tightest(s.max_memory)
     enc = encoder_tokens(spec, s)
-    mem = guard(spec, order, Request(s.ctx, s.decode, s.batch, n_layers), itemsize, s.mla_cache, limit, s.workers,
-                enc)
+    mem = guard(spec, order, Request(s.ctx, s.decode, s.batch, n_layers), itemsize, s.mla_cache,
+                room.bytes if room else 1 << 62, s.workers, enc, room.source if room else "")
+    return_freed_memory()  # so the RSS follows what the run holds, which is what the plan bounds
+    try:
+        return _execute(spec, s, order, n_layers, enc, mem.peak, progress)
+    except MemoryError:  # NumPy's _ArrayMemoryError among them: the plan was right but the system gave less
+        raise KvcalcError(f"ran out of memory: the allocator refused although the plan ({format_bytes(mem.peak)}) "
+                          f"was within {room.source if room else 'the known limits'}; try a smaller --ctx, --batch or "
+                          f"--layers, or --max-memory below what is free") from None
+    except RuntimeError as e:
+        if "thread" not in str(e):
+            raise
+        raise KvcalcError(f"could not start the prefill threads ({e}): try --threads 1") from None
+
+
+def _execute(spec: ModelSpec, s: RunSettings, order: list[int], n_layers: int, enc: int, peak: int,
+             progress) -> RunReport:
+    """The run itself, once the guard has let it through."""
     schedule = s.schedule
     by_layer = {i: g for g in spec.groups for i in g.layers}
     ids = sorted(order[:n_layers])
@@ -161,7 +177,7 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
         for layer in layers:
             layer.memory = memory
 
-    report = RunReport(spec.name, s, ids, predicted_peak_bytes=mem.peak)
+    report = RunReport(spec.name, s, ids, predicted_peak_bytes=peak)
     fc = FlopCounter()
     progress.start("prefill", sum(layer.prefill_blocks(s.batch, s.ctx) for layer in layers))
     for layer in layers:

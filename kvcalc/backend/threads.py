@@ -88,8 +88,12 @@ def _in_threads(work, tasks: list, workers: int, scratch) -> None:
             for future in futures:
                 future.result()
         except BaseException:
+            from kvcalc.backend.ops import ABORT
+
             stop.set()
+            ABORT.set()  # the running tasks stop at their next product piece (ops.product)
             for future in futures:
                 future.cancel()
             wait(futures)
+            ABORT.clear()
             raise

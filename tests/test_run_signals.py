@@ -1,0 +1,154 @@
+"""Ctrl-C stops `kvcalc run` within a second or two whatever the dtype (#13 item 5): long products run in pieces
+(`ops.product`), prefill threads stop at their next piece, and a Ctrl-C at any moment of any command, start-up
+included, prints `interrupted` and exits 130."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from kvcalc.backend import ops
+
+POSIX = hasattr(signal, "SIGKILL")
+
+# A tiny model whose prefill is nearly all attention (d_model 64, 4 heads of 16): at 8k tokens in float16 the
+# threads' score products run for tens of seconds, the projections for about one.
+TINY = """\
+name: tiny
+family: test
+max_context: 131072
+d_model: 64
+n_layers: 1
+vocab_size: 256
+ffn: {kind: dense, d_ff: 128}
+layer_groups:
+  - layers: all
+    attention: {kind: mha, n_heads: 4, head_dim: 16}
+"""
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shapes", [((3, 700, 64), (64, 50)), ((2, 1, 1, 300), (2, 300, 900)),
+                                    ((5, 40), (40, 7)), ((2, 3, 130, 17), (3, 17, 20))])
+def test_product_in_pieces_is_the_same_product(monkeypatch, dtype, shapes):
+    monkeypatch.setitem(ops.PIECE_FLOPS, 2, 4096)  # force many pieces: rows, or columns for one row
+    monkeypatch.setattr(ops, "PIECE_FLOPS_BLAS", 4096)
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(s).astype(dtype) for s in shapes)
+    got, want = ops.product(a, b), np.matmul(a, b)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    tol = {np.float16: 1e-2, np.float32: 1e-4, np.float64: 1e-12}[dtype]
+    assert np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+
+
+def test_product_pieces_see_the_abort_in_a_thread(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(ops, "PIECE_FLOPS_BLAS", 1024)
+    a, b = np.ones((64, 32)), np.ones((32, 32))
+    ops.ABORT.set()
+    try:
+        assert ops.product(a, b)[0, 0] == 32  # the main thread is interrupted by the signal itself, not ABORT
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(_raises(lambda: ops.product(a, b))))
+        t.start()
+        t.join()
+        assert seen == [True]
+    finally:
+        ops.ABORT.clear()
+
+
+def _raises(f) -> bool:
+    try:
+        f()
+    except ops.Aborted:
+        return True
+    return False
+
+
+def _interrupt(args: list[str], after: float, cwd) -> tuple[int, float, str]:
+    """Start `python -m kvcalc ARGS`, send SIGINT after `after` seconds; exit status, seconds to exit, stderr."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1")
+    p = subprocess.Popen([sys.executable, "-m", "kvcalc", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env, cwd=cwd)
+    time.sleep(after)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    try:
+        _, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+        return -1, 60.0, err
+    return p.returncode, time.monotonic() - t0, err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not POSIX, reason="optional: SIGINT to a child process is POSIX")
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_ctrl_c_stops_a_run_within_two_seconds(tmp_path, dtype):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    ctx = "8192" if dtype == "float16" else "65536"
+    # 6 s: past the float16 projections, into the threads' score products; and again early, in the projections
+    for after in (6.0, 1.5):
+        code, took, err = _interrupt(["run", "tiny.yaml", "--ctx", ctx, "--dtype", dtype, "--threads", "2"], after,
+                                     tmp_path)
+        assert code == 130 and err.strip().splitlines()[-1] == "interrupted", err
+        assert "Traceback" not in err
+        assert took < 2.0, f"{dtype}: exited {took:.2f} s after Ctrl-C"
+
+
+START = """
+    import importlib.abc, sys
+
+    class Interrupt(importlib.abc.MetaPathFinder):
+        # a Ctrl-C that lands while kvcalc.cli (and typer, rich, pydantic under it) is being imported
+        def find_spec(self, name, path=None, target=None):
+            if name == "kvcalc.cli":
+                raise KeyboardInterrupt
+            return None
+
+    sys.meta_path.insert(0, Interrupt())
+    sys.argv = ["kvcalc", "list"]
+    from kvcalc.__main__ import main
+    main()
+"""
+
+
+def test_ctrl_c_while_the_cli_is_imported_exits_130():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent(START)], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert res.returncode == 130 and res.stderr == "interrupted\n", res.stderr
+
+
+def test_console_script_enters_through_the_guarded_start():
+    # pyproject's entry point is the function that guards the import of the CLI, not the CLI itself
+    text = (ROOT / "pyproject.toml").read_text()
+    assert 'kvcalc = "kvcalc.__main__:main"' in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not POSIX, reason="optional: SIGINT to a child process is POSIX")
+def test_ctrl_c_at_any_moment_of_start_up(tmp_path):
+    # Ctrl-C at 20 moments of the first ~0.4 s of a command: every outcome is 'interrupted' and 130, or the
+    # command finished first (0, with its output); never a traceback or a swallowed interrupt. A signal that lands
+    # before Python has installed its handler ends the process by SIGINT itself (no output at all); one that lands
+    # while Python imports its `site` module, before any kvcalc code, is Python's own fatal start-up error.
+    for i in range(20):
+        code, _, err = _interrupt(["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k"], i * 0.02, tmp_path)
+        if "Fatal Python error: init_import_site" in err:
+            assert code != 0 and "kvcalc" not in err, err
+            continue
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+        # 130 with `interrupted`; or ended by SIGINT itself (a Ctrl-C before Python's handler is in place, or
+        # during its shutdown: the shell reports 130 for both); or 0, the command finished first
+        assert (code == 130 and err.endswith("interrupted\n")) or code in (0, -signal.SIGINT), (i, code, err)
