@@ -16,6 +16,7 @@ The rules, each with its reason:
 from __future__ import annotations
 
 import errno
+import math
 import os
 import re
 import stat
@@ -88,8 +89,8 @@ class _Refused(yaml.constructor.ConstructorError):
 class _Loader(yaml.SafeLoader):
     """SafeLoader with decimal-only numbers, true/false booleans, refused duplicate keys and unknown tags."""
 
-    yaml_implicit_resolvers = {
-        first: [(tag, rx) for tag, rx in resolvers if tag not in _REPLACED]
+    yaml_implicit_resolvers = {  # YAML 1.1's dates are not read either: 2024-01-01 stays a string (YAML 1.2)
+        first: [(tag, rx) for tag, rx in resolvers if tag not in _REPLACED | {"tag:yaml.org,2002:timestamp"}]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
 
@@ -118,6 +119,31 @@ class _Loader(yaml.SafeLoader):
             "(mappings, lists, strings, numbers, true/false) and never runs code from a file", node.start_mark)
 
 
+def _scalar(pattern: re.Pattern, what: str):
+    """A constructor for `!!int`/`!!float`/`!!bool`, explicit or implied, that takes only what `pattern` (YAML 1.2's
+    core schema, decimal only) matches: an explicit `!!int 0x10` or `!!bool yes` is refused, not read as 16 or true."""
+    base = {"int": yaml.SafeLoader.construct_yaml_int, "float": yaml.SafeLoader.construct_yaml_float,
+            "bool": yaml.SafeLoader.construct_yaml_bool}[what]
+
+    def construct(loader, node):
+        text = loader.construct_scalar(node)
+        if not pattern.match(text) and not (what == "float" and _INT.match(text)):
+            rule = {"int": "an integer is written in decimal digits", "float": "a float is written in decimal",
+                    "bool": "a boolean is true or false"}[what]
+            raise _Refused(None, None, f"!!{what} {text!r}: {rule} (YAML 1.2)", node.start_mark)
+        value = base(loader, node)
+        if what == "float" and math.isinf(value) and "inf" not in text.lower():
+            raise _Refused(None, None, f"{text} is out of the range of a float (it would read as infinity)",
+                           node.start_mark)
+        return value
+
+    return construct
+
+
+for _what, _rx in (("int", _INT), ("float", _FLOAT), ("bool", _BOOL)):
+    _Loader.add_constructor(f"tag:yaml.org,2002:{_what}", _scalar(_rx, _what))
+for _tag in ("timestamp", "binary", "set", "omap", "pairs"):  # YAML 1.1 types a spec never holds: refused by tag
+    _Loader.add_constructor(f"tag:yaml.org,2002:{_tag}", _Loader.construct_undefined)
 _Loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
 _Loader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL, list("tTfF"))
@@ -147,12 +173,36 @@ def _expanded_size(root: yaml.Node) -> int:
     return size(root, 0)
 
 
+def _key_at(root: yaml.Node | None, mark) -> str | None:
+    """The path of keys (`layer_groups[0].attention.n_heads`) to the value that starts at `mark`, or None."""
+    def walk(node: yaml.Node, path: str, depth: int) -> str | None:
+        if depth > MAX_DEPTH:
+            return None
+        if node.start_mark.index == mark.index and path:
+            return path
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                name = k.value if isinstance(k, yaml.ScalarNode) else "?"
+                found = walk(v, f"{path}.{name}" if path else str(name), depth + 1)
+                if found:
+                    return found
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                found = walk(v, f"{path}[{i}]", depth + 1)
+                if found:
+                    return found
+        return None
+
+    return walk(root, "", 0) if root is not None else None
+
+
 def parse_yaml(text: str, origin: str) -> object:
     """Parse YAML text with the rules above, raising SpecError lines that name `origin`."""
     try:
         loader = _Loader(text)  # its reader refuses characters YAML forbids (C0 controls, DEL, U+FFFE, ...)
     except yaml.YAMLError as exc:
         raise SpecError(f"{origin}: malformed YAML: {str(exc).splitlines()[0]}") from None
+    node = None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -168,6 +218,8 @@ def parse_yaml(text: str, origin: str) -> object:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        key = _key_at(node, mark) if isinstance(exc, _Refused) and mark is not None else None
+        where = f"{key}: {where}" if key else where
         problem = getattr(exc, "problem", None) or str(exc)
         kind = "" if isinstance(exc, _Refused) else "malformed YAML: "  # a refused key or tag is well-formed YAML
         raise SpecError(f"{origin}: {kind}{where}{problem}") from None

@@ -23,9 +23,9 @@ def refused(tmp_path, text: str, *expected: str) -> str:
     traceback; return stderr."""
     path = tmp_path / "config.json"
     path.write_text(text)
-    start = time.perf_counter()
+    start = time.process_time()
     res = run("compare", path, "--ctx", "4k", ok=False)
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     assert res.exit_code == 1, str(res)
     assert "Traceback" not in res.stderr, str(res)
     for part in expected:
@@ -122,9 +122,9 @@ def test_show_costs_little_for_an_alias_bomb():
     bomb: list = ["lol"]
     for _ in range(30):
         bomb = [bomb] * 10
-    start = time.perf_counter()
+    start = time.process_time()
     text = show(bomb)
-    assert time.perf_counter() - start < 0.1
+    assert time.process_time() - start < 0.1
     assert len(text) <= MESSAGE_WIDTH and text.startswith("[[[")
     assert show(10**5000) == "<an integer of about 5,001 digits>"
 
