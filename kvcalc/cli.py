@@ -88,7 +88,7 @@ def compare(
     ctxs = parse_ctx(ctx)
     explain_format(explain, fmt)
     loaded = [load(m, no_windows) for m in models]
-    out = compare_output(loaded, opts.settings(ctxs[0]), ctxs, columns, explain, no_windows, opts.hardware_name)
+    out = compare_output(loaded, opts.settings(ctxs[0]), ctxs, columns, explain, no_windows, opts.hardware_name, fmt, chart)
     emit(with_chart(out, chart, fmt, units) if chart else out, fmt, units)
 
 
@@ -115,11 +115,9 @@ def sweep(
         ctxs = parse_token_range(ctx, points)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--ctx'") from None
-    if len(models) * len(ctxs) > MAX_SWEEP_ROWS:
-        raise typer.BadParameter(f"{len(models)} model(s) × {len(ctxs):,} contexts = {len(models) * len(ctxs):,} rows: "
-                                 f"a sweep makes at most {MAX_SWEEP_ROWS:,}", param_hint="'--points'")
+    check_sweep_rows(len(models), len(ctxs), fmt)
     loaded = [load(m) for m in models]
-    out = sweep_output(loaded, opts.settings(ctxs[0]), ctxs, columns, opts.hardware_name)
+    out = sweep_output(loaded, opts.settings(ctxs[0]), ctxs, columns, opts.hardware_name, fmt, chart)
     emit(with_chart(out, chart, fmt, units) if chart else out, fmt, units)
 
 
@@ -389,7 +387,20 @@ def schema_command(
     typer.echo(json.dumps(schema(command), indent=2))
 
 
-MAX_SWEEP_ROWS = 2_000  # rows of one sweep (models × contexts): each row is a full set of cost figures
+MAX_SWEEP_ROWS = 100_000  # rows of a sweep in csv and json, written as they are computed (models × contexts)
+MAX_TABLE_ROWS = 2_000  # rows of a sweep in table, markdown and latex, which lay the whole table out first
+
+
+def check_sweep_rows(n_models: int, n_ctxs: int, fmt: str) -> None:
+    """A sweep's rows within its format's bound."""
+    from kvcalc.present.emit import HUMAN, output_format
+
+    rows, human = n_models * n_ctxs, output_format(fmt) in HUMAN
+    limit = MAX_TABLE_ROWS if human else MAX_SWEEP_ROWS
+    if rows > limit:
+        also = f" in {output_format(fmt)} (csv and json: {MAX_SWEEP_ROWS:,}, written as they are computed)" if human else ""
+        raise typer.BadParameter(f"{n_models} model(s) × {n_ctxs:,} contexts = {rows:,} rows: a sweep makes at most "
+                                 f"{limit:,}{also}", param_hint="'--points'")
 
 table_app = typer.Typer(help="The papers' reference tables: dimensions by attention kind, and models side by side.",
                         no_args_is_help=True)

@@ -6,7 +6,7 @@ and the README's key list are generated from them. Keys are stable: later versio
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from kvcalc.costs.cache import CacheReport, kv_cache
@@ -74,6 +74,18 @@ class CostFigures:
 def figures(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> CostFigures:
     """All cost figures of `spec` at settings `s` (exact ints, except ratios and seconds); `cache`: kv_cache(spec, s),
     when the caller has it."""
+    return CostFigures(**_figures(spec, s, cache))
+
+
+def figures_row(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> dict[str, Any]:
+    """as_row(figures(spec, s, cache)), without building the CostFigures on the way (a row of a sweep)."""
+    return {**_BLANK, **_figures(spec, s, cache)}
+
+
+_BLANK = {f.name: None for f in fields(CostFigures)}  # every figure is None unless set
+
+
+def _figures(spec: ModelSpec, s: Settings, cache: CacheReport | None) -> dict[str, Any]:
     total, active = param_totals(spec, s.mtp)
     cache = cache or kv_cache(spec, s)
     decode = decode_total(spec, s)
@@ -107,7 +119,7 @@ def figures(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> C
             out.update(comm_seconds_per_token=float(allreduce_seconds(reduce, s.tp, s.hardware.interconnect_bandwidth)))
     if s.hardware is not None:
         out.update(_roofline(spec, s, s.hardware, out["flops_prefill"], decode, read, gpu, cache))
-    return CostFigures(**out)
+    return out
 
 
 def _roofline(spec: ModelSpec, s: Settings, hw: Hardware, prefill_flops_: int, decode: int, read: int,

@@ -5,12 +5,14 @@ Every fact of a layer comes from its attention kind (kvcalc.attention); these ro
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from kvcalc.costs.cache import CacheReport, GroupCache, kv_cache
+from kvcalc.costs.parallel import check_layout
 from kvcalc.fields import as_row, figure
-from kvcalc.figures import figures
+from kvcalc.figures import figures_row
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, layer_ranges
 
@@ -138,7 +140,13 @@ class CacheFigures:
 
 def cache_figures(spec: ModelSpec, report: CacheReport, first_bytes: int | None) -> CacheFigures:
     """The cache columns of a compare row; `first_bytes` is the first model's cache at this ctx (for the ratio)."""
-    return CacheFigures(
+    return CacheFigures(**_cache_values(spec, report, first_bytes))
+
+
+def _cache_values(spec: ModelSpec, report: CacheReport, first_bytes: int | None) -> dict[str, Any]:
+    """cache_figures as a dict, in field order (a row of a sweep, without building the CacheFigures on the way)."""
+    state = report.state_bytes
+    return dict(
         ctx=report.ctx,
         exceeds_max_context=report.ctx > spec.max_context,
         batch=report.batch,
@@ -148,32 +156,45 @@ def cache_figures(spec: ModelSpec, report: CacheReport, first_bytes: int | None)
         kv_cache_bytes=report.bytes,
         ratio=report.bytes / first_bytes if first_bytes else None,
         enc_ctx=report.enc_ctx or None,
-        state_bytes=report.state_bytes,
-        cache_bytes=report.cache_bytes,
+        state_bytes=state,
+        cache_bytes=report.bytes + state,
         kv_quant=report.kv_quant,
         engine=report.engine,
         block_size=report.block_size,
         engine_kv_bytes=report.engine_bytes,
-        engine_state_bytes=report.engine_state_bytes if report.state_bytes else None,
+        engine_state_bytes=report.engine_state_bytes if state else None,
     )
 
 
-def compare_rows(specs: list[ModelSpec], ctxs: list[int], s: Settings) -> tuple[list[dict], list[CacheReport]]:
+def compare_rows(specs: list[ModelSpec], ctxs: list[int], s: Settings,
+                 costs: bool = True) -> tuple[list[dict], list[CacheReport]]:
     """One row per model and context: architecture, cache and every cost figure; and the cache reports behind them.
 
-    The ratio compares each row's cache with the first model's at the same context.
-    """
-    rows, reports = [], []
+    The ratio compares each row's cache with the first model's at the same context. costs=False leaves the cost
+    figures out (for a table that shows none of them)."""
+    pairs = list(iter_compare_rows(specs, ctxs, s, costs))
+    return [row for row, _ in pairs], [report for _, report in pairs]
+
+
+def iter_compare_rows(specs: list[ModelSpec], ctxs: list[int], s: Settings,
+                      costs: bool = True) -> Iterator[tuple[dict, CacheReport]]:
+    """compare_rows one row at a time, as each is computed (a sweep writes them as they come)."""
     first: dict[int, int] = {}
     for spec in specs:
+        check_layout(spec, s)  # the settings must apply to the model, whether its costs are shown or not
         for ctx in ctxs:
             at = s.at(ctx)
             report = kv_cache(spec, at)
             first.setdefault(ctx, report.bytes)
-            rows.append(as_row(model_facts(spec, report.mla_cache), cache_figures(spec, report, first[ctx]),
-                               figures(spec, at)))
-            reports.append(report)
-    return rows, reports
+            row = dict(spec.memo(("facts_row", report.mla_cache), _facts_row, spec, report.mla_cache))
+            row.update(_cache_values(spec, report, first[ctx]))
+            if costs:
+                row.update(figures_row(spec, at, report))
+            yield row, report
+
+
+def _facts_row(spec: ModelSpec, layout: str | None) -> dict:
+    return as_row(model_facts(spec, layout))
 
 
 @dataclass(frozen=True)

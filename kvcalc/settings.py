@@ -5,7 +5,7 @@ The CLI's choices (dtypes, MLA layouts and schedules) are generated from these l
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvcalc.attention.mla import MLA_CACHE_LAYOUTS, MLA_SCHEDULES
@@ -32,6 +32,16 @@ def resolve_schedule(mla_cache: str, mla_schedule: str | None) -> str:
     if mla_schedule == "absorbed" and mla_cache == "expanded":
         raise KvcalcError("--mla-schedule absorbed attends in the latent space: it needs --mla-cache latent")
     return mla_schedule
+
+
+def _check_count(name: str, value: object) -> None:
+    """A count setting (ctx, batch, gen, enc_ctx, tp, pp, dp, ep) is a positive int within kvcalc's bound."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        what = {"batch": "sequences", "tp": "ranks", "pp": "stages", "dp": "replicas", "ep": "ranks"}.get(name, "tokens")
+        raise KvcalcError(f"{name} must be a positive whole number of {what}, got {str(value)[:40]!r}")
+    if value > LIMITS.get(name, 2**40):
+        raise KvcalcError(f"{name} {value if value < 10**30 else 'of ' + str(len(str(value))) + ' digits'}: "
+                          f"at most {LIMITS.get(name, 2**40):,} (kvcalc's bound for {name})")
 
 
 @dataclass(frozen=True)
@@ -73,12 +83,7 @@ class Settings:
             value = getattr(self, name)
             if name == "enc_ctx" and value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                what = {"batch": "sequences", "tp": "ranks", "pp": "stages", "dp": "replicas", "ep": "ranks"}.get(name, "tokens")
-                raise KvcalcError(f"{name} must be a positive whole number of {what}, got {str(value)[:40]!r}")
-            if value > LIMITS.get(name, 2**40):
-                raise KvcalcError(f"{name} {value if value < 10**30 else 'of ' + str(len(str(value))) + ' digits'}: "
-                                  f"at most {LIMITS.get(name, 2**40):,} (kvcalc's bound for {name})")
+            _check_count(name, value)
         dtype_bits(self.kv_dtype, "kv")
         dtype_bits(self.weights_dtype, "weights")
         object.__setattr__(self, "kv_dtype", self.kv_dtype.lower())
@@ -132,9 +137,20 @@ class Settings:
         return resolve_schedule(self.mla_cache, self.mla_schedule)
 
     def at(self, ctx: int) -> Settings:
-        """The same settings at another context."""
-        return replace(self, ctx=ctx)
+        """The same settings at another context.
+
+        Only ctx is checked: the rest was when these settings were made. (A sweep makes one Settings a row; checking
+        every field again took longer than the row's cache.)"""
+        _check_count("ctx", ctx)
+        return self._changed(ctx=ctx)
 
     def with_schedule(self, schedule: str) -> Settings:
         """The same settings under another MLA decode schedule."""
-        return replace(self, mla_schedule=schedule)
+        resolve_schedule(self.mla_cache, schedule)
+        return self._changed(mla_schedule=schedule)
+
+    def _changed(self, **checked: object) -> Settings:
+        """A copy with fields the caller has checked changed (frozen: set past __setattr__, as __post_init__ does)."""
+        out = object.__new__(type(self))
+        out.__dict__.update(self.__dict__, **checked)
+        return out

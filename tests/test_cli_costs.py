@@ -178,6 +178,22 @@ def test_sweep_points_and_errors():
     assert res.exit_code == 2 and "runs backwards" in res.stderr
 
 
+def test_sweep_rows_are_bounded_by_format(tmp_path):
+    # csv and json are written as rows are computed: 100,000 rows; the human formats lay a table out whole: 2,000
+    res = run("sweep", "gpt2", "llama3-8b", "--ctx", "1k..1M", "--points", "1001", ok=False)
+    assert res.exit_code == 2 and "2 model(s) × 1,001 contexts = 2,002 rows: a sweep makes at most 2,000 in table" in res.stderr
+    assert run("sweep", "gpt2", "--ctx", "1k..1M", "--points", "1001", "-f", "markdown", ok=False).exit_code == 0
+    many = ["gpt2"] * 50
+    res = run("sweep", *many, "--ctx", "1k..1048576k", "--points", "2001", "-f", "csv", ok=False)
+    assert res.exit_code == 2 and "50 model(s) × 2,001 contexts = 100,050 rows: a sweep makes at most 100,000" in res.stderr
+    out = run("sweep", "gpt2", "llama3-8b", "--ctx", "1k..1048576k", "--points", "1500", "-f", "json").stdout
+    assert len(json.loads(out)) == 3000
+    res = run("sweep", "gpt2", "llama3-8b", "--ctx", "1k..1048576k", "--points", "1500", "-o", str(tmp_path / "s.md"), ok=False)
+    assert res.exit_code == 2 and "at most 2,000 in markdown" in res.stderr  # the file's extension is its format
+    run("sweep", "gpt2", "llama3-8b", "--ctx", "1k..1048576k", "--points", "1500", "-o", str(tmp_path / "s.json"))
+    assert (tmp_path / "s.json").read_text() == out  # written as computed, the same text
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_sweep_every_format(fmt):
     out = run("sweep", "deepseek-v2", "--ctx", "1k..4k", "--hardware", "h200-141gb", "--format", fmt).stdout

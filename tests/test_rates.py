@@ -13,6 +13,7 @@ from conftest import ALL_BUNDLED, run, spec
 from kvcalc.attention import Work
 from kvcalc.attention.base import MAX_LAYERS, MAX_TOKENS
 from kvcalc.costs import flops
+from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.params import ffn_of_layer
 from kvcalc.costs.rates import Direct, Rates, rates
 from kvcalc.figures import figures
@@ -186,3 +187,35 @@ def test_compare_of_the_deepest_model_at_the_longest_context_takes_under_a_secon
               "--mtp", "--tp", "8", "-f", "json")
     assert time.process_time() - start < 1.0
     assert '"n_layers": 10000' in out.stdout and f'"ctx": {MAX_TOKENS}' in out.stdout
+
+
+# ---------------------------------------------------------------- rows: only what is shown, the same as the typed results
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "gemma3-27b", "whisper-large-v3", "qwen3-next-80b-a3b"])
+def test_a_row_is_its_typed_results(name):
+    from kvcalc.fields import as_row
+    from kvcalc.figures import figures_row
+    from kvcalc.rows import _cache_values, cache_figures
+
+    s = spec(name)
+    for at in (Settings(ctx=5000, batch=3, tp=2, engine="vllm", mtp=True), Settings(ctx=1 << 20, kv_dtype="int4",
+                                                                                   kv_quant="g64", mla_cache="expanded")):
+        report = kv_cache(s, at)
+        assert figures_row(s, at, report) == as_row(figures(s, at))
+        assert _cache_values(s, report, 7) == as_row(cache_figures(s, report, 7))
+
+
+def test_compare_computes_costs_only_where_they_are_shown(monkeypatch):
+    import kvcalc.figures
+
+    def refuse(*args):
+        raise AssertionError("cost figures computed for a table that shows none")
+
+    monkeypatch.setattr(kvcalc.figures, "_figures", refuse)
+    assert "KV cache" in run("compare", "llama3-70b", "deepseek-v2", "--ctx", "128k").stdout
+    assert run("compare", "llama3-70b", "--ctx", "128k", "-f", "json", ok=False).exit_code == 1
+    assert run("compare", "llama3-70b", "--columns", "cost", ok=False).exit_code == 1
+    assert run("sweep", "llama3-70b", "--columns", "kv_cache_bytes", "-f", "markdown").exit_code == 0
+    res = run("compare", "llama3-8b", "--dp-attention", ok=False)  # a layout that does not apply still fails
+    assert res.exit_code == 1 and "--dp-attention: llama3-8b has no MLA layer" in res.stderr

@@ -1,13 +1,18 @@
-"""Renderers: every format carries the same rows; LaTeX is booktabs and escaped; csv/json keep exact integers."""
+"""Renderers: every format carries the same rows; LaTeX is booktabs and escaped; csv/json keep exact integers and are
+written row by row as a sweep computes them."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import math
 
+import pytest
+
+from kvcalc.present.emit import Output, Table, emit
 from kvcalc.present.latex import tex
-from kvcalc.present.render import Column, render
+from kvcalc.present.render import Column, csv_pieces, only, render, rows_json, to_csv, to_json
 
 COLUMNS = [Column("model", "Model"), Column("n", "Layers", "int"), Column("b", "KV\ncache", "bytes"), Column("r", "vs first", "ratio")]
 ROWS = [
@@ -63,3 +68,34 @@ def test_rich_table_has_every_cell():
     out = console.export_text()
     for text in ("a_b%c&d", "42.9 GB", "9.06 GB", "0.211×", "KV"):
         assert text in out
+
+
+# ---------------------------------------------------------------- rows written as they are computed (#11)
+
+ODD = [{"model": "x\u00e9\n\"\u2028, y", "n": 10**40, "b": None, "r": 1.5, "t": True, "f": False, "i": math.inf,
+        "j": -math.inf, "k": math.nan, "z": 1e300},
+       {}, {"b": None}, {"model": [1, {"z": None, "y": [None, 2]}], "n": {"q": 1}}, {"n": 3}, {"model": "a,b"}]
+ODD_KEYS = ["model", "n", "b", "r", "t", "f", "i", "j", "k", "z", "n"]
+
+
+@pytest.mark.parametrize("rows", [ODD, [], [{}], ODD[:1], ODD * 300, ROWS], ids=["odd", "none", "empty", "one", "many", "rows"])
+def test_rows_written_in_pieces_are_json_and_csv_to_the_byte(rows):
+    keys = ODD_KEYS if rows is not ROWS else ["model", "b", "extra"]
+    assert "".join(rows_json(iter(rows), keys)) == to_json(only(rows, keys))
+    assert "".join(csv_pieces(keys, iter(rows))) == to_csv(keys, rows) + "\n"
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_a_table_still_being_computed_is_written_as_it_comes(fmt, capsys):
+    written: list[int] = []
+
+    def rows():
+        for i in range(3000):
+            if i == 2999:  # the last row: the earlier ones are out already
+                written.append(len(capsys.readouterr().out))
+            yield {"model": f"m{i}", "n": i, "b": i * 1024, "r": i / 7}
+
+    emit(Output([Table("sweep", COLUMNS, rows())]), fmt)
+    whole = render(COLUMNS, [{"model": f"m{i}", "n": i, "b": i * 1024, "r": i / 7} for i in range(3000)], fmt)
+    assert written[0] > 0
+    assert capsys.readouterr().out == whole[written[0]:] + "\n"

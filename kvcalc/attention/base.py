@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -101,10 +101,10 @@ class Layer:
         return self.window or self.chunk
 
 
-@dataclass(frozen=True)
-class Work:
+class Work(NamedTuple):
     """What one pass does in a layer: query tokens, query–key pairs attended, keys rebuilt from a latent (MLA
-    naive), and query–key pairs scanned (by a sparse indexer before its top-k; else equal to `pairs`)."""
+    naive), and query–key pairs scanned (by a sparse indexer before its top-k; else equal to `pairs`). A named
+    tuple: a sweep makes several a row."""
 
     tokens: int
     pairs: int

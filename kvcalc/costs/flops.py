@@ -28,8 +28,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from kvcalc.attention import Layer, Work, tri
+from kvcalc.attention import AttentionKind, Layer, Work, tri
 from kvcalc.costs.params import add_times, ffn_of_layer, ffn_runs
 from kvcalc.costs.rates import LayerRates, rates
 from kvcalc.settings import Settings
@@ -59,14 +60,59 @@ def ffn_flops(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tokens: int) -> dict[str, 
 
 def group_rates(spec: ModelSpec, group: ResolvedGroup, schedule: str) -> LayerRates:
     """One layer of `group`'s attention (or mixer) FLOPs as rates of its work."""
-    return spec.memo(("rates", group.index, schedule),
-                     lambda: rates(lambda w: group.attention.flops(group.layer, w, schedule)))
+    return spec.memo(("rates", group.index, schedule), lambda: rates(_of_kind(group.attention, group.layer, schedule)))
 
 
-def _parallel_rates(spec: ModelSpec, group: ResolvedGroup, schedule: str) -> LayerRates:
-    assert group.parallel is not None
-    mixer, layer = group.parallel, group.parallel_layer
-    return spec.memo(("parallel_rates", group.index, schedule), lambda: rates(lambda w: mixer.flops(layer, w, schedule)))
+def _of_kind(kind: AttentionKind, layer: Layer, schedule: str,
+             name: Callable[[str], str | None] | None = None) -> Callable[[Work], dict[str, int]]:
+    """A block's FLOPs by component as a function of its work (components renamed by `name`)."""
+    if name is None:
+        return lambda w: kind.flops(layer, w, schedule)
+    renamer = name
+    return lambda w: _renamed(kind.flops(layer, w, schedule), renamer)
+
+
+@dataclass(frozen=True)
+class _GroupFlops:
+    """A layer group as a pass sees it: its layers, and the rates of one layer's attention, cross-attention (its
+    components renamed cross/..., the K and V projections apart) and parallel mixer."""
+
+    group: ResolvedGroup
+    n: int
+    attention: LayerRates
+    cross: LayerRates | None
+    cross_kv: int  # weights of the cross-attention's W_K and W_V
+    parallel: LayerRates | None
+
+
+class _PassPlan(NamedTuple):
+    """What a pass under a schedule counts whatever its work (once per spec and schedule): the groups that have
+    layers, with their rates, every layer's FFN, and the LM head's FLOPs per logit (2·d·V)."""
+
+    groups: tuple[_GroupFlops, ...]
+    ffn: LayerRates
+    lm_head: int
+
+
+def _pass_plan(spec: ModelSpec, schedule: str) -> _PassPlan:
+    return spec.memo(("pass_plan", schedule), lambda: _PassPlan(_plan_groups(spec, schedule), _ffn_rates(spec),
+                                                                2 * spec.d_model * spec.vocab_size))
+
+
+def _plan_groups(spec: ModelSpec, schedule: str) -> tuple[_GroupFlops, ...]:
+    out = []
+    for g in spec.groups:
+        if not g.layers:
+            continue
+        cross, kv, parallel = None, 0, None
+        if g.cross is not None:
+            cross = rates(_of_kind(g.cross, g.cross_layer, schedule, _cross_name))
+            kv = sum(w.size for w in g.cross.weights(g.cross_layer)
+                     if w.component in ("attn/k", "attn/v") and w.role == "matrix")
+        if g.parallel is not None:
+            parallel = rates(_of_kind(g.parallel, g.parallel_layer, schedule))
+        out.append(_GroupFlops(g, len(g.layers), group_rates(spec, g, schedule), cross, kv, parallel))
+    return tuple(out)
 
 
 def _ffn_rates(spec: ModelSpec) -> LayerRates:
@@ -78,7 +124,7 @@ def _ffn_rates(spec: ModelSpec) -> LayerRates:
             add_times(out, ffn_flops(run.ffn, spec.d_model, w.tokens), run.count)
         return out
 
-    return spec.memo(("ffn_rates",), lambda: rates(every_layer))
+    return rates(every_layer)
 
 
 def _renamed(values: dict[str, int], name: Callable[[str], str | None]) -> dict[str, int]:
@@ -92,6 +138,21 @@ def _renamed(values: dict[str, int], name: Callable[[str], str | None]) -> dict[
     return out
 
 
+def _cross_name(key: str) -> str | None:
+    """A cross-attention component's name in a breakdown ('attn/q' -> 'cross/q'); its K and V projections are counted
+    apart, over the encoder positions."""
+    return None if key in ("attn/k", "attn/v") else f"cross/{key.split('/')[1]}"
+
+
+def _cross_at(g: _GroupFlops, tokens: int, enc: int, cross_kv: int) -> dict[str, int]:
+    """_cross from the group's rates."""
+    if g.cross is None or not enc:
+        return {}
+    out = g.cross.at(Work(tokens, tokens * enc, 0))
+    out["cross/kv"] = cross_kv * 2 * enc * g.cross_kv  # W_K and W_V over every encoder position
+    return out
+
+
 def _cross(group: ResolvedGroup, tokens: int, enc: int, cross_kv: int, schedule: str) -> dict[str, int]:
     """One layer's cross-attention: `tokens` queries over `enc` encoder positions, whose K and V are projected
     `cross_kv` times (once per input with a cache; at every step without one)."""
@@ -99,7 +160,7 @@ def _cross(group: ResolvedGroup, tokens: int, enc: int, cross_kv: int, schedule:
         return {}
     layer, att = group.cross_layer, group.cross
     f = att.flops(layer, Work(tokens, tokens * enc, 0), schedule)
-    out = _renamed(f, lambda k: None if k in ("attn/k", "attn/v") else f"cross/{k.split('/')[1]}")
+    out = _renamed(f, _cross_name)
     kv = sum(w.size for w in att.weights(layer) if w.component in ("attn/k", "attn/v") and w.role == "matrix")
     out["cross/kv"] = cross_kv * 2 * enc * kv  # W_K and W_V over every encoder position
     return out
@@ -131,42 +192,38 @@ def forward(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: s
 
     Each group adds (its layers) × (one layer's FLOPs): a component's place in the breakdown is where its first
     layer puts it, as if the layers were added one by one."""
+    plan = _pass_plan(spec, schedule)
     total: dict[str, int] = {}
-    for group in spec.groups:
-        n = len(group.layers)
-        if not n:
-            continue
-        w = work(group)
-        add_times(total, group_rates(spec, group, schedule).at(w), n)
-        add_times(total, _cross(group, tokens, enc, cross_kv, schedule), n)
-        if group.parallel is not None:  # a constant-state mixer beside the attention: the same tokens, no keys
-            add_times(total, _parallel_rates(spec, group, schedule).at(Work(w.tokens, 0, 0)), n)
-    add_times(total, _ffn_rates(spec).at(Work(tokens, 0, 0)), 1)
+    for g in plan.groups:
+        w = work(g.group)
+        add_times(total, g.attention.at(w), g.n)
+        add_times(total, _cross_at(g, tokens, enc, cross_kv), g.n)
+        if g.parallel is not None:  # a constant-state mixer beside the attention: the same tokens, no keys
+            add_times(total, g.parallel.at(Work(w.tokens, 0, 0)), g.n)
+    add_times(total, plan.ffn.at(Work(tokens, 0, 0)), 1)
     if mtp and spec.mtp_layers:
         add_times(total, _mtp_block(spec, work, tokens, schedule), 1)
-    total["lm_head"] = 2 * logits * spec.d_model * spec.vocab_size
+    total["lm_head"] = logits * plan.lm_head
     return {k: v for k, v in total.items() if v}
 
 
 def forward_total(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: str, enc: int = 0,
                   cross_kv: int = 0, mtp: bool = False) -> int:
     """sum(forward(...).values()), without building the breakdown (what a row of compare or sweep needs)."""
+    plan = _pass_plan(spec, schedule)
     total = 0
-    for group in spec.groups:
-        n = len(group.layers)
-        if not n:
-            continue
-        w = work(group)
-        layer = group_rates(spec, group, schedule).total(w)
-        if group.cross is not None:
-            layer += sum(_cross(group, tokens, enc, cross_kv, schedule).values())
-        if group.parallel is not None:
-            layer += _parallel_rates(spec, group, schedule).total(Work(w.tokens, 0, 0))
-        total += n * layer
-    total += _ffn_rates(spec).total(Work(tokens, 0, 0))
+    for g in plan.groups:
+        w = work(g.group)
+        layer = g.attention.total(w)
+        if g.cross is not None:
+            layer += sum(_cross_at(g, tokens, enc, cross_kv).values())
+        if g.parallel is not None:
+            layer += g.parallel.of_tokens(w.tokens)
+        total += g.n * layer
+    total += plan.ffn.of_tokens(tokens) + logits * plan.lm_head
     if mtp and spec.mtp_layers:
         total += sum(_mtp_block(spec, work, tokens, schedule).values())
-    return total + 2 * logits * spec.d_model * spec.vocab_size
+    return total
 
 
 def _mtp_block(spec: ModelSpec, work: WorkFn, tokens: int, schedule: str) -> dict[str, int]:
@@ -213,8 +270,7 @@ def _enc(spec: ModelSpec, s: Settings) -> int:
     return s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
 
 
-@dataclass(frozen=True)
-class Pass:
+class Pass(NamedTuple):
     """What `forward` needs of a pass: a layer's work in each group, query tokens, logits, the MLA schedule, encoder
     positions attended, times the cross-attention K/V are projected, and whether the MTP layers run."""
 
@@ -287,7 +343,8 @@ def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[st
 def prefill_total(spec: ModelSpec, s: Settings, logits: str = "last") -> int:
     """sum(prefill_flops(spec, s, logits).values()), without the breakdown."""
     p = _prefill(spec, s, logits)
-    return s.batch * (p.total(spec) + sum(encoder_flops(spec, p.enc).values()))
+    encoder = sum(encoder_flops(spec, p.enc).values()) if p.enc else 0
+    return s.batch * (p.total(spec) + encoder)
 
 
 def decode_total(spec: ModelSpec, s: Settings) -> int:

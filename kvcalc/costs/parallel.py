@@ -194,12 +194,17 @@ def _encoder_per_rank(spec: ModelSpec, tp: int) -> int:
     return e.n_layers * (attn + ffn_params_per_rank(e.ffn, d, tp, 1) + e.norms_per_layer * norm) + e.extra_params
 
 
-def per_gpu(spec: ModelSpec, s: Settings) -> PerGpu:
-    """The busiest GPU under the settings' parallel layout: the pipeline stage whose cache, states and weights
-    together are largest (the first such stage)."""
+def check_layout(spec: ModelSpec, s: Settings) -> None:
+    """A KvcalcError where the settings' parallel layout does not apply to `spec`."""
     if s.pp > spec.n_layers:
         raise KvcalcError(f"--pp {s.pp}: {spec.name} has only {spec.n_layers} layers to split into stages")
     if s.dp_attention and not spec.has_layouts():
         raise KvcalcError(f"--dp-attention: {spec.name} has no MLA layer (SGLang's DP attention splits a latent cache)")
+
+
+def per_gpu(spec: ModelSpec, s: Settings) -> PerGpu:
+    """The busiest GPU under the settings' parallel layout: the pipeline stage whose cache, states and weights
+    together are largest (the first such stage)."""
+    check_layout(spec, s)
     figures = [_stage(spec, s, stage) for stage in _stages(spec, s)]
     return max(figures, key=lambda f: (f.kv_cache_bytes + f.state_bytes + f.weights_bytes, -f.stage))

@@ -42,7 +42,12 @@ class Rates:
     def total(self, w: Work) -> int:
         """FLOPs of one layer doing `w`, all components."""
         c0, a, b, c, d = self.sums
-        return c0 + w.tokens * a + w.pairs * b + w.expanded * c + w.scanned_pairs * d
+        tokens, pairs, expanded, scanned = w
+        return c0 + tokens * a + pairs * b + expanded * c + (pairs if scanned < 0 else scanned) * d
+
+    def of_tokens(self, tokens: int) -> int:
+        """total(Work(tokens, 0, 0)): a layer that sees no keys (a mixer beside the attention, an FFN)."""
+        return self.sums[0] + tokens * self.sums[1]
 
     def renamed(self, name: Callable[[str], str | None]) -> Rates:
         """Components renamed by `name` (None drops one); where two get one name, the later one's rates stand, as a
@@ -70,6 +75,9 @@ class Direct:
 
     def total(self, w: Work) -> int:
         return sum(self.flops(w).values())
+
+    def of_tokens(self, tokens: int) -> int:
+        return self.total(Work(tokens, 0, 0))
 
 
 LayerRates = Rates | Direct

@@ -11,6 +11,8 @@ from kvcalc.rows import CacheFigures, GroupRow, ListRow, ModelFacts
 # Every field of a compare/sweep row, in row order: the architecture, the cache, the cost figures.
 FIGURES: dict[str, Figure] = {f.key: f for cls in (ModelFacts, CacheFigures, CostFigures) for f in figures_of(cls)}
 CATALOG: dict[str, Column] = {key: Column.of(f) for key, f in FIGURES.items()}
+# Keys of the cost figures: a human format that shows none of them does not compute them.
+COST_KEYS: frozenset[str] = frozenset(f.key for f in figures_of(CostFigures))
 # Keys of compare/sweep csv and json rows: every raw field, in row order (later versions only add keys).
 JSON_KEYS: list[str] = [key for key, f in FIGURES.items() if f.raw]
 HARDWARE_KEYS = ("hardware", "prefill_seconds", "decode_seconds_per_token", "tokens_per_second", "decode_bound",

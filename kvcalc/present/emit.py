@@ -16,12 +16,13 @@ from __future__ import annotations
 import io
 import os
 import sys
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvcalc.present.render import Column, only, render, to_csv
+from kvcalc.present.render import Column, csv_pieces, render, rows_json, to_csv
 
 HUMAN = ("table", "markdown", "latex")
 EXTENSIONS = {".tex": "latex", ".md": "markdown", ".csv": "csv", ".json": "json", ".txt": "table"}
@@ -44,11 +45,14 @@ DESTINATION: ContextVar[Destination | None] = ContextVar("destination", default=
 @dataclass
 class Table:
     """One table of a result: its name (csv's `table` column), columns, raw rows, title, and the raw keys csv and
-    json carry (default: the columns' keys)."""
+    json carry (default: the columns' keys).
+
+    `rows` is a list, or rows still to be computed (a sweep's): csv and json write those as they come; every other
+    use collects them first (`collect`)."""
 
     name: str
     columns: list[Column]
-    rows: list[dict]
+    rows: list[dict] | Iterator[dict]
     title: str | None = None
     raw_keys: list[str] | None = None
     hint: str | None = None  # how to pick fewer columns, when this table is too wide for the terminal
@@ -56,6 +60,12 @@ class Table:
     @property
     def keys(self) -> list[str]:
         return self.raw_keys or [c.key for c in self.columns]
+
+    def collect(self) -> list[dict]:
+        """The rows as a list (computing those still to come)."""
+        if not isinstance(self.rows, list):
+            self.rows = list(self.rows)
+        return self.rows
 
 
 @dataclass
@@ -85,11 +95,14 @@ def emit(out: Output, fmt: str, units: str = "binary") -> None:
     import typer
 
     dest = DESTINATION.get() or Destination()
-    if dest.output and fmt == "table":
-        fmt = EXTENSIONS.get(Path(dest.output).suffix.lower(), "table")
+    fmt = output_format(fmt)
     if fmt in HUMAN:
         for message in out.warnings:
             warn(message)
+    if _streamed(out, fmt, dest):
+        return
+    for t in out.tables:
+        t.collect()
     if dest.output:
         text = render_text(out, fmt, units, dest)
         try:
@@ -114,12 +127,64 @@ def emit(out: Output, fmt: str, units: str = "binary") -> None:
     typer.echo(render_text(out, fmt, units, dest))
 
 
+def output_format(fmt: str) -> str:
+    """The format a command writes in: `fmt`, or where it is the default (table) and the output goes to a file, the
+    one the file's extension names."""
+    dest = DESTINATION.get() or Destination()
+    if dest.output and fmt == "table":
+        return EXTENSIONS.get(Path(dest.output).suffix.lower(), "table")
+    return fmt
+
+
+def _streamed(out: Output, fmt: str, dest: Destination) -> bool:
+    """Write a csv or json table whose rows are still being computed, each piece as it comes (to the destination's
+    file, or stdout); False for any other output, which is written whole."""
+    import typer
+
+    if fmt not in ("csv", "json") or out.payload is not None or len(out.tables) != 1 or isinstance(out.tables[0].rows, list):
+        return False
+    t = out.tables[0]
+    pieces = rows_json(t.rows, t.keys) if fmt == "json" else csv_pieces(t.keys, t.rows)
+    if not dest.output:
+        for text in _batched(pieces):
+            typer.echo(text, nl=False)
+        if fmt == "json":
+            typer.echo("")
+        return True
+    try:
+        with open(dest.output, "w", encoding="utf-8") as f:
+            for text in _batched(pieces):
+                f.write(text)
+            f.write("\n" if fmt == "json" else "")
+    except OSError as exc:
+        from kvcalc.errors import KvcalcError
+
+        raise KvcalcError(f"--output {dest.output}: cannot write ({exc.strerror or exc})") from None
+    return True
+
+
+def _batched(pieces: Iterator[str], size: int = 1 << 16) -> Iterator[str]:
+    """Pieces of text joined into writes of about `size` characters (one write a row would cost a system call each)."""
+    buf: list[str] = []
+    length = 0
+    for piece in pieces:
+        buf.append(piece)
+        length += len(piece)
+        if length >= size:
+            yield "".join(buf)
+            buf, length = [], 0
+    yield "".join(buf)
+
+
 def render_text(out: Output, fmt: str, units: str, dest: Destination | None = None) -> str:
     """The whole output of a command as text in `fmt` (table: at the page width, every column whole)."""
     dest = dest or Destination()
+    for t in out.tables:
+        t.collect()
     if fmt == "json":
-        payload = out.payload if out.payload is not None else only(out.tables[0].rows, out.tables[0].keys)
-        return render([], [], "json", payload=payload)
+        if out.payload is None:
+            return "".join(rows_json(out.tables[0].collect(), out.tables[0].keys))
+        return render([], [], "json", payload=out.payload)
     if fmt == "csv":
         return csv_text(out.tables)
     parts = []
@@ -129,9 +194,9 @@ def render_text(out: Output, fmt: str, units: str, dest: Destination | None = No
         elif fmt == "latex":
             caption = dest.caption if dest.caption and i == 0 else t.title
             label = (dest.label if i == 0 else f"{dest.label}-{t.name}") if dest.label else f"tab:{t.name}"
-            parts.append(render(t.columns, t.rows, fmt, units, title=caption, label=label, bare=dest.bare))
+            parts.append(render(t.columns, t.collect(), fmt, units, title=caption, label=label, bare=dest.bare))
         else:
-            parts.append(render(t.columns, t.rows, fmt, units, title=t.title))
+            parts.append(render(t.columns, t.collect(), fmt, units, title=t.title))
     if out.explain:
         parts.append(explain_block(out.explain, fmt))
     if out.chart and fmt in ("table", "markdown"):
@@ -152,9 +217,9 @@ def table_text(t: Table, units: str) -> str:
 def csv_text(tables: list[Table]) -> str:
     """One csv file: a table as it is, or several with a leading `table` column under the union of their keys."""
     if len(tables) == 1:
-        return to_csv(tables[0].keys, tables[0].rows)
+        return to_csv(tables[0].keys, tables[0].collect())
     keys = list(dict.fromkeys(k for t in tables for k in t.keys))
-    rows = [{"table": t.name, **{k: r.get(k) for k in t.keys}} for t in tables for r in t.rows]
+    rows = [{"table": t.name, **{k: r.get(k) for k in t.keys}} for t in tables for r in t.collect()]
     return to_csv(["table"] + keys, rows)
 
 
@@ -188,7 +253,7 @@ def fit(t: Table, units: str, width: int) -> tuple[Any, int]:
 
     wide = Console(width=1 << 16)  # measure unconstrained: rich caps a measurement at the page width
     for compact in (False, True):
-        table = to_rich(t.columns, t.rows, units, t.title, compact=compact)
+        table = to_rich(t.columns, t.collect(), units, t.title, compact=compact)
         need = Measurement.get(wide, wide.options, table).minimum
         if need <= width:
             return table, width

@@ -53,9 +53,19 @@ def serving_note(s: Settings) -> str:
     return out
 
 
+def _costs_shown(cols: list[Column], fmt: str, chart: str | None) -> bool:
+    """Whether an output needs the cost figures of its rows: csv and json carry every key; a human format only the
+    columns it shows (and the --chart column)."""
+    from kvcalc.present.columns import COST_KEYS
+    from kvcalc.present.emit import HUMAN, output_format
+
+    return output_format(fmt) not in HUMAN or chart in COST_KEYS or any(c.key in COST_KEYS for c in cols)
+
+
 def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], columns: str, explain: bool,
-                   no_windows: bool, hardware: str | None) -> Output:
-    """`compare`: one row per model and context, with the derivation of each cache when asked."""
+                   no_windows: bool, hardware: str | None, fmt: str = "json", chart: str | None = None) -> Output:
+    """`compare`: one row per model and context, with the derivation of each cache when asked; the cost figures only
+    where `fmt` shows them (`chart`: the --chart column)."""
     from kvcalc.explain import derivation, derivation_lines
     from kvcalc.present.columns import JSON_KEYS, choose
     from kvcalc.rows import compare_rows
@@ -66,7 +76,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
         if key not in [c.key for c in cols]:
             cols += choose(key, False, ())
     specs = [lm.spec for lm in loaded]
-    rows, reports = compare_rows(specs, ctxs, s)
+    rows, reports = compare_rows(specs, ctxs, s, _costs_shown(cols, fmt, chart))
     origins = [lm for lm in loaded for _ in ctxs]
     derivations = [derivation(r, lm.origin, lm.config_keys) for lm, r in zip(origins, reports)] if explain else []
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns == "kv" else
@@ -79,10 +89,12 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
 
 
 def sweep_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], columns: str | None,
-                 hardware: str | None) -> Output:
-    """`sweep`: one row per model and context over a range."""
+                 hardware: str | None, fmt: str = "json", chart: str | None = None) -> Output:
+    """`sweep`: one row per model and context over a range, computed as csv and json write them (the cost figures
+    only where `fmt` shows them)."""
+    from kvcalc.figures import figures
     from kvcalc.present.columns import JSON_KEYS, choose
-    from kvcalc.rows import compare_rows
+    from kvcalc.rows import iter_compare_rows
 
     specs = [lm.spec for lm in loaded]
     if columns is None:
@@ -90,7 +102,11 @@ def sweep_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], column
         columns += ",flops_decode_token_naive,flops_decode_token_absorbed" if any(sp.has_schedules() for sp in specs) else ""
         columns += ",decode_seconds_per_token,tokens_per_second" if hardware else ""
     cols = choose(columns, hardware is not None)
-    rows, _ = compare_rows(specs, ctxs, s)
+    costs = _costs_shown(cols, fmt, chart)
+    if costs:
+        for spec in specs:  # what fails for a model fails at its first row: here, before any row is written
+            figures(spec, s.at(ctxs[0]))
+    rows = (row for row, _ in iter_compare_rows(specs, ctxs, s, costs))
     title = f"Growth with context, batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}"
     title += f", {hardware} (lower bounds)" if hardware else ""
     return Output([Table("sweep", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)],
@@ -292,7 +308,7 @@ def with_chart(out: Output, key: str, fmt: str, units: str) -> Output:
         raise KvcalcError(f"--chart {key!r}: choose a numeric column key ({', '.join(numeric)})")
     from kvcalc.units import format_tokens
 
-    rows = out.tables[0].rows
+    rows = out.tables[0].collect()
     texts = [f"{row['model']} @ {format_tokens(row['ctx'])}" for row in rows]
     return replace(out, chart=bar_chart(rows, column, texts, units))
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from kvcalc.fields import Figure
@@ -116,6 +117,20 @@ def to_csv(keys: list[str], rows: list[dict]) -> str:
     return buf.getvalue().rstrip("\n")
 
 
+def csv_pieces(keys: list[str], rows: Iterable[dict]) -> Iterator[str]:
+    """to_csv(keys, rows) + "\n" in pieces of a few hundred rows, written as rows are computed."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(keys)
+    for i, row in enumerate(rows, 1):
+        writer.writerow([_csv_value(row.get(k)) for k in keys])
+        if i % 256 == 0:
+            yield buf.getvalue()
+            buf.seek(0)
+            buf.truncate()
+    yield buf.getvalue()
+
+
 def _csv_value(value: Any) -> Any:
     """Raw values as csv writes them: empty when not applicable, booleans as JSON spells them."""
     if value is None:
@@ -136,6 +151,34 @@ def _jsonable(value: Any) -> Any:
 def to_json(payload: Any) -> str:
     """Raw values as JSON; keys whose value is None are left out (e.g. mla_cache for non-MLA models)."""
     return json.dumps(_jsonable(payload), indent=2)
+
+
+def rows_json(rows: Iterable[dict], keys: list[str]) -> Iterator[str]:
+    """to_json(only(rows, keys)) in pieces, a row at a time: the same text, written as rows are computed.
+
+    A row of scalars has its values encoded by json's C encoder in one call (its pure-Python indent=2 encoder took
+    longer than the row's figures) and is laid out here as indent=2 lays it out; a row holding a list or a mapping is
+    written by json.dumps itself."""
+    keys = list(dict.fromkeys(keys))  # as `only` keeps them
+    prefix = {k: f"    {encode_basestring_ascii(k)}: " for k in keys}
+    encode = json.JSONEncoder(separators=("\n", ":")).encode  # compact: no raw newline inside an encoded scalar
+    head = "[\n  "
+    for row in rows:
+        present = [k for k in keys if row.get(k) is not None]  # to_json leaves out None values
+        values = [row[k] for k in present]
+        if not present:
+            text = "{}"
+        elif set(map(type, values)) <= _SCALARS:
+            text = "{\n" + ",\n".join(map(str.__add__, map(prefix.__getitem__, present),
+                                            encode(values)[1:-1].split("\n"))) + "\n  }"
+        else:  # json.dumps of the row, indented one level as inside the list
+            text = to_json({k: row[k] for k in keys if k in row}).replace("\n", "\n  ")
+        yield head + text
+        head = ",\n  "
+    yield "[]" if head == "[\n  " else "\n]"
+
+
+_SCALARS = {str, int, float, bool}
 
 
 def to_rich(columns: list[Column], rows: list[dict], units: str, title: str | None = None, compact: bool = False):
