@@ -27,8 +27,7 @@ _EXPORTS = {
     "prefill_flops": ("kvcalc.costs.flops", "prefill_flops"),
     "decode_flops": ("kvcalc.costs.flops", "decode_flops"),
     "generate_flops": ("kvcalc.costs.flops", "generate_flops"),
-    "cost_figures": ("kvcalc.figures", "figures"),
-    "figures": ("kvcalc.figures", "figures"),
+    "cost_figures": ("kvcalc.figures", "figures"),  # not `figures`: that name is the module kvcalc.figures
     "CostFigures": ("kvcalc.figures", "CostFigures"),
     "compare_rows": ("kvcalc.rows", "compare_rows"),
     "load_hardware": ("kvcalc.hardware", "load_hardware"),
@@ -39,7 +38,7 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Any:  # an export's module is imported when the export is first read
     if name in _EXPORTS:
         module, attr = _EXPORTS[name]
         return getattr(import_module(module), attr)

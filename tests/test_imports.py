@@ -48,3 +48,21 @@ def test_analytic_commands_do_not_import_numpy(args, tmp_path):
     )
     assert proc.returncode == 0, f"kvcalc {' '.join(args)} failed\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
     assert proc.stdout.splitlines()[-1] == "False", f"kvcalc {' '.join(args)} imported numpy\n{proc.stdout}"
+
+
+FIRST = {
+    "nothing": "",
+    "the function": "from kvcalc import cost_figures\n",
+    "a cost": "from kvcalc import Settings, kv_cache, load_model\nkv_cache(load_model('gpt2').spec, Settings(ctx=8))\n",
+}
+
+
+@pytest.mark.parametrize("first", FIRST, ids=list(FIRST))
+def test_kvcalc_figures_is_the_module_whatever_was_imported_first(first):
+    # #11: `figures` was once also a lazily exported function, so what `from kvcalc import figures` gave depended on
+    # whether the module kvcalc.figures had been imported yet; the function is `cost_figures`
+    code = (FIRST[first] + "import types, kvcalc\nfrom kvcalc import figures, cost_figures\n"
+            "import kvcalc.figures as module\n"
+            "assert isinstance(figures, types.ModuleType) and figures is module is kvcalc.figures, figures\n"
+            "assert cost_figures is module.figures\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
