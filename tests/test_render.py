@@ -74,8 +74,8 @@ def test_rich_table_has_every_cell():
 
 ODD = [{"model": "x\u00e9\n\"\u2028, y", "n": 10**40, "b": None, "r": 1.5, "t": True, "f": False, "i": math.inf,
         "j": -math.inf, "k": math.nan, "z": 1e300},
-       {}, {"b": None}, {"model": [1, {"z": None, "y": [None, 2]}], "n": {"q": 1}}, {"n": 3}, {"model": "a,b"}]
-ODD_KEYS = ["model", "n", "b", "r", "t", "f", "i", "j", "k", "z", "n"]
+       {}, {"b": None}, {"model": [1, {"z": None, "y": [None, 2]}], "n": {"q": 1}}, {"n": 3}, {"model": "a,b", "%s": 5}]
+ODD_KEYS = ["model", "n", "b", "r", "t", "f", "i", "j", "k", "z", "n", "%s"]
 
 
 @pytest.mark.parametrize("rows", [ODD, [], [{}], ODD[:1], ODD * 300, ROWS], ids=["odd", "none", "empty", "one", "many", "rows"])

@@ -160,17 +160,19 @@ def rows_json(rows: Iterable[dict], keys: list[str]) -> Iterator[str]:
     longer than the row's figures) and is laid out here as indent=2 lays it out; a row holding a list or a mapping is
     written by json.dumps itself."""
     keys = list(dict.fromkeys(keys))  # as `only` keeps them
-    prefix = {k: f"    {encode_basestring_ascii(k)}: " for k in keys}
     encode = json.JSONEncoder(separators=("\n", ":")).encode  # compact: no raw newline inside an encoded scalar
+    layouts: dict[tuple[str, ...], str] = {}  # the text of a row around its values, by the keys it shows
     head = "[\n  "
     for row in rows:
-        present = [k for k in keys if row.get(k) is not None]  # to_json leaves out None values
+        present = tuple([k for k in keys if row.get(k) is not None])  # to_json leaves out None values
         values = [row[k] for k in present]
         if not present:
             text = "{}"
         elif set(map(type, values)) <= _SCALARS:
-            text = "{\n" + ",\n".join(map(str.__add__, map(prefix.__getitem__, present),
-                                            encode(values)[1:-1].split("\n"))) + "\n  }"
+            if present not in layouts:
+                lines = [f"    {encode_basestring_ascii(k)}: ".replace("%", "%%") + "%s" for k in present]
+                layouts[present] = "{\n" + ",\n".join(lines) + "\n  }"
+            text = layouts[present] % tuple(encode(values)[1:-1].split("\n"))
         else:  # json.dumps of the row, indented one level as inside the list
             text = to_json({k: row[k] for k in keys if k in row}).replace("\n", "\n  ")
         yield head + text
