@@ -81,8 +81,8 @@ class Settings:
     def __post_init__(self) -> None:
         for name in ("ctx", "batch", "gen", "enc_ctx", "tp", "pp", "dp", "ep"):
             value = getattr(self, name)
-            if name == "enc_ctx" and value is None:
-                continue
+            if type(value) is int and 0 < value <= LIMITS.get(name, 2**40) or name == "enc_ctx" and value is None:
+                continue  # the usual case, at once (a sweep of the API makes a Settings a row)
             _check_count(name, value)
         dtype_bits(self.kv_dtype, "kv")
         dtype_bits(self.weights_dtype, "weights")

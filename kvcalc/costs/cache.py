@@ -111,6 +111,7 @@ class CachePlan:
     engine_state_bytes: int | None  # one sequence (--engine)
     block_size: int | None
     bits: int  # bits of one element at kv_dtype
+    plain: bool  # no quantisation scales and no engine pages: bytes are the elements' at kv_dtype
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,16 @@ class CacheReport:
         """The constant states as the engine stores them (--engine)."""
         per_sequence = self.plan.engine_state_bytes
         return None if per_sequence is None else self.settings.batch * per_sequence
+
+    @classmethod
+    def at(cls, plan: CachePlan, settings: Settings, elements: int, bytes_: int,
+           engine_bytes: int | None = None) -> CacheReport:
+        """CacheReport(plan, settings, elements, bytes_, engine_bytes), its fields set as the frozen dataclass's own
+        __init__ sets them, in one step (kv_cache makes one a call; field by field took longer than the figures)."""
+        report = object.__new__(cls)
+        report.__dict__.update(plan=plan, settings=settings, elements=elements, bytes=bytes_, engine_bytes=engine_bytes,
+                               notes=())
+        return report
 
     @cached_property
     def groups(self) -> tuple[GroupCache, ...]:
@@ -219,10 +230,10 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
     plan = spec.memo(("cache_plan", s.kv_dtype, s.mla_cache, s.kv_quant, s.engine, s.block_size, s.state_dtype, s.enc_ctx,
                       s.mtp), _plan, spec, s)
     ctx = s.ctx
-    if plan.kv_quant == "none" and plan.engine is None:  # the elements at kv_dtype, rounded once at the end
+    if plan.plain:  # the elements at kv_dtype, rounded once at the end
         elements = s.batch * sum([t.n_layers * (t.elements * t.attention.tokens_held(t.layer, ctx) + t.fixed)
                                   for t in plan.terms])
-        return CacheReport(plan, s, elements, -(-elements * plan.bits // 8))
+        return CacheReport.at(plan, s, elements, -(-elements * plan.bits // 8))
     held = [t.attention.tokens_held(t.layer, ctx) for t in plan.terms]
     elements = s.batch * sum(t.n_layers * (t.elements * h + t.fixed) for t, h in zip(plan.terms, held))
     if plan.kv_quant == "none":
@@ -235,7 +246,7 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
         engine_bytes = s.batch * sum(
             t.n_layers * (layer_pages(ctx, h, t.block, t.layer.window, plan.engine) * t.page_bytes + t.fixed_paged)
             for t, h in zip(plan.terms, held) if t.block is not None)
-    return CacheReport(plan, s, elements, bytes_, engine_bytes)
+    return CacheReport.at(plan, s, elements, bytes_, engine_bytes)
 
 
 def cache_plan(spec: ModelSpec, s: Settings) -> CachePlan:
@@ -276,6 +287,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
         engine_state_bytes=sum((r.engine_state_bytes_per_layer or 0) * r.n_layers for r in rows) if s.engine else None,
         block_size=max(blocks) if blocks else None,
         bits=dtype_bits(s.kv_dtype),
+        plain=plain and s.engine is None,
     )
 
 
