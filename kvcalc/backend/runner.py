@@ -20,7 +20,7 @@ from kvcalc.backend.memory import Request, guard, query_block, return_freed_memo
 from kvcalc.backend.ops import FlopCounter
 from kvcalc.backend.recurrent import state_checks
 from kvcalc.backend.stack import stack_decode, stack_prefill
-from kvcalc.backend.threads import available_cores, usable_workers
+from kvcalc.backend.threads import available_cores, one_blas_thread, usable_workers
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.flops import _cross as cross_flops
 from kvcalc.costs.flops import decode_work, layer_attention_flops, prefill_work
@@ -193,11 +193,15 @@ def _execute(spec: ModelSpec, s: RunSettings, order: list[int], n_layers: int, e
     progress.start("decode", s.decode)
     fc_dec, outputs, history = FlopCounter(), [], []
     t0 = time.perf_counter()
-    for j in range(s.decode):
-        out, caches = stack_decode(fc_dec, layers, caches, x0[:, s.ctx + j : s.ctx + j + 1], schedule)
-        outputs.append(out)
-        history.append([c.nbytes for c in caches])
-        progress.advance("decode")
+    # a decode step's products are matrix-vector ones, bound by memory: a multithreaded BLAS only adds its threads'
+    # hand-offs, and with the arrays mmapped (return_freed_memory) their page-table work: llama3-70b's layer took
+    # 0.6-0.85 s a step on 2 BLAS threads of a busy 2-core machine, 60-70 ms on one (benchmarks/run_decode.py)
+    with one_blas_thread():
+        for j in range(s.decode):
+            out, caches = stack_decode(fc_dec, layers, caches, x0[:, s.ctx + j : s.ctx + j + 1], schedule)
+            outputs.append(out)
+            history.append([c.nbytes for c in caches])
+            progress.advance("decode")
     decode_seconds = time.perf_counter() - t0
 
     _compare(report, spec, s, ids, by_layer, after_prefill, caches, history, prefill_flops, Counter(fc_dec.by_component), schedule)
