@@ -95,7 +95,7 @@ def compare(
 @app.command()
 @guarded
 @output_options
-@cost_options
+@cost_options(lists=True)
 def sweep(
     models: ModelsArg,
     opts: CostOptions,
@@ -106,7 +106,8 @@ def sweep(
     units: UnitsOpt = "binary",
     chart: ChartOpt = None,
 ) -> None:
-    """How cache, FLOPs and time grow with context: one row per model and context over a log-spaced range."""
+    """How cache, FLOPs and time grow with context: one row per model and context over a log-spaced range, for each
+    combination of --batch, --gen, --kv-dtype and --tp (each takes a comma list; batch varies slowest, tp fastest)."""
     from kvcalc.present.emit import emit
     from kvcalc.present.outputs import sweep_output, with_chart
     from kvcalc.units import parse_token_range
@@ -115,9 +116,11 @@ def sweep(
         ctxs = parse_token_range(ctx, points)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--ctx'") from None
-    check_sweep_rows(len(models), len(ctxs), fmt)
+    grid = opts.each_settings(ctxs[0])
+    check_sweep_rows(len(models), len(ctxs), fmt, len(grid))
     loaded = [load(m) for m in models]
-    out = sweep_output(loaded, opts.settings(ctxs[0]), ctxs, columns, opts.hardware_name, fmt, chart)
+    varied = tuple(name for name, _ in opts.grid)
+    out = sweep_output(loaded, grid, ctxs, columns, opts.hardware_name, fmt, chart, varied)
     emit(with_chart(out, chart, fmt, units) if chart else out, fmt, units)
 
 
@@ -391,16 +394,17 @@ MAX_SWEEP_ROWS = 100_000  # rows of a sweep in csv and json, written as they are
 MAX_TABLE_ROWS = 2_000  # rows of a sweep in table, markdown and latex, which lay the whole table out first
 
 
-def check_sweep_rows(n_models: int, n_ctxs: int, fmt: str) -> None:
+def check_sweep_rows(n_models: int, n_ctxs: int, fmt: str, n_settings: int = 1) -> None:
     """A sweep's rows within its format's bound."""
     from kvcalc.present.emit import HUMAN, output_format
 
-    rows, human = n_models * n_ctxs, output_format(fmt) in HUMAN
+    rows, human = n_models * n_ctxs * n_settings, output_format(fmt) in HUMAN
     limit = MAX_TABLE_ROWS if human else MAX_SWEEP_ROWS
     if rows > limit:
         also = f" in {output_format(fmt)} (csv and json: {MAX_SWEEP_ROWS:,}, written as they are computed)" if human else ""
-        raise typer.BadParameter(f"{n_models} model(s) × {n_ctxs:,} contexts = {rows:,} rows: a sweep makes at most "
-                                 f"{limit:,}{also}", param_hint="'--points'")
+        settings = f" × {n_settings:,} settings" if n_settings > 1 else ""
+        raise typer.BadParameter(f"{n_models} model(s) × {n_ctxs:,} contexts{settings} = {rows:,} rows: a sweep makes "
+                                 f"at most {limit:,}{also}", param_hint="'--points'")
 
 table_app = typer.Typer(help="The papers' reference tables: dimensions by attention kind, and models side by side.",
                         no_args_is_help=True)

@@ -90,6 +90,17 @@ class CostOptions:
     kv_quant: str = "none"
     engine: str | None = None
     block_size: int | None = None
+    grid: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # sweep: the settings given several values, and those values
+
+    def each_settings(self, ctx: int) -> list[Settings]:
+        """The Settings at `ctx` for every combination of the grid's values, the last setting varying fastest (one
+        Settings without a grid); each checked on creation."""
+        import itertools
+        from dataclasses import replace
+
+        base = self.settings(ctx)
+        names = [name for name, _ in self.grid]
+        return [replace(base, **dict(zip(names, combo))) for combo in itertools.product(*(v for _, v in self.grid))]
 
     def settings(self, ctx: int) -> Settings:
         """The Settings at `ctx`, with the hardware preset or file loaded."""
@@ -130,19 +141,62 @@ _COST_PARAMS = [
 ]
 
 
-def cost_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Give a command the cost options, received together as its `opts: CostOptions` parameter."""
+# The cost options `sweep` takes as comma lists, one row for each combination of their values (`cost_options(lists=True)`).
+_LIST_PARAMS = {
+    "batch": (Annotated[str, typer.Option("--batch", "-b", metavar="N[,N...]", help="Sequences held at once; a comma list sweeps each (1,8,32).")], "1"),
+    "gen": (Annotated[str, typer.Option("--gen", "-g", metavar="TOKENS[,...]", help="Tokens generated after the prompt of --ctx (generation FLOPs): 1024, 1k, ...; a comma list sweeps each.")], "1024"),
+    "kv_dtype": (Annotated[str, typer.Option("--kv-dtype", metavar="[" + "|".join(DTYPES) + "][,...]", help="Storage type of the cache (int4: half a byte per element); a comma list sweeps each (bf16,fp8).")], "bf16"),
+    "tp": (Annotated[str, typer.Option("--tp", metavar="N[,N...]", help="Tensor-parallel ranks (see compare --help); a comma list sweeps each (1,2,8): rows tell them apart by their gpus.")], "1"),
+}
+
+
+def _parse_list(name: str, text: str) -> tuple[Any, ...]:
+    """A comma list of one cost option's values, in order, without repeats; a usage error naming the option."""
+    flag = f"'--{name.replace('_', '-')}'"
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise typer.BadParameter(f"{text!r}: values separated by commas, none empty", param_hint=flag)
+    values: list[Any] = []
+    for part in parts:
+        if name == "kv_dtype":
+            if part.lower() not in DTYPES:
+                raise typer.BadParameter(f"{part!r} is not one of {', '.join(DTYPES)}", param_hint=flag)
+            values.append(part.lower())
+        elif name == "gen":
+            try:
+                values.append(_parse_gen(part))
+            except typer.BadParameter as exc:
+                raise typer.BadParameter(exc.message, param_hint=flag) from None
+        elif part.isascii() and part.isdigit() and len(part) <= 20 and int(part) >= 1:
+            values.append(int(part))
+        else:
+            raise typer.BadParameter(f"{part[:40]!r}: a positive whole number", param_hint=flag)
+    return tuple(dict.fromkeys(values))
+
+
+def cost_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) -> Any:
+    """Give a command the cost options, received together as its `opts: CostOptions` parameter; with `lists`, the
+    options of _LIST_PARAMS take comma lists, and the values of those given more than one are `opts.grid`."""
+    if fn is None:
+        return lambda f: cost_options(f, lists=lists)
     sig = inspect.signature(fn)
     resolved = typing.get_type_hints(fn, include_extras=True)  # typer reads the signature's annotations as objects
     own = [p.replace(annotation=resolved[p.name]) for p in sig.parameters.values() if p.name != "opts"]
+    declared = [(name, *_LIST_PARAMS[name]) if lists and name in _LIST_PARAMS else (name, annotation, default)
+                for name, annotation, default in _COST_PARAMS]
     shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-              for name, annotation, default in _COST_PARAMS]
+              for name, annotation, default in declared]
     hints = {p.name: p.annotation for p in own}
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        opts = CostOptions(**{name: kwargs.pop(name) for name, _, _ in _COST_PARAMS})
-        return fn(*args, opts=opts, **kwargs)
+        values = {name: kwargs.pop(name) for name, _, _ in _COST_PARAMS}
+        grid: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+        for name in _LIST_PARAMS if lists else ():
+            parsed = _parse_list(name, values[name])
+            values[name] = parsed[0]
+            grid += ((name, parsed),) if len(parsed) > 1 else ()
+        return fn(*args, opts=CostOptions(**values, grid=grid), **kwargs)
 
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + shared
     wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]

@@ -194,6 +194,26 @@ def test_sweep_rows_are_bounded_by_format(tmp_path):
     assert (tmp_path / "s.json").read_text() == out  # written as computed, the same text
 
 
+def test_sweep_takes_lists_of_settings_one_row_per_combination():
+    # #11 item 3: --batch, --gen, --kv-dtype and --tp take comma lists; the rows are the sweeps of each combination in
+    # turn (batch slowest, then gen, kv dtype, tp), each as it is alone (the ratio is against the first model there)
+    models, ctx = ("llama3-8b", "deepseek-v2"), ("--ctx", "1k,32k")
+    rows = json.loads(run("sweep", *models, *ctx, "--batch", "1,8", "--kv-dtype", "bf16,fp8", "--gen", "1k,100",
+                          "-f", "json").stdout)
+    alone = [r for b in ("1", "8") for g in ("1k", "100") for d in ("bf16", "fp8")
+             for r in json.loads(run("sweep", *models, *ctx, "--batch", b, "--kv-dtype", d, "--gen", g, "-f", "json").stdout)]
+    assert rows == alone and len(rows) == 2 * 2 * 2 * 2 * 2
+    table = run("sweep", *models, *ctx, "--batch", "1,8", "--tp", "1,8", "--columns", "kv_cache_bytes").stdout
+    assert "Batch" in table and "GPUs" in table and "batch 1, 8," in table.splitlines()[0]
+    assert run("sweep", *models, *ctx, "--batch", "8,8").stdout == run("sweep", *models, *ctx, "--batch", "8").stdout
+    for option, value, message in (("--batch", "1,0", "'0': a positive whole number"),
+                                   ("--kv-dtype", "bf16,fp9", "'fp9' is not one of"), ("--tp", "2,", "none empty")):
+        res = run("sweep", "gpt2", option, value, ok=False)
+        assert res.exit_code == 2 and message in res.stderr, res
+    res = run("sweep", "gpt2", "--ctx", "1k..1M", "--points", "500", "--batch", "1,2,4,8,16", ok=False)
+    assert res.exit_code == 2 and "1 model(s) × 500 contexts × 5 settings = 2,500 rows" in res.stderr
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_sweep_every_format(fmt):
     out = run("sweep", "deepseek-v2", "--ctx", "1k..4k", "--hardware", "h200-141gb", "--format", fmt).stdout

@@ -99,3 +99,24 @@ def test_a_table_still_being_computed_is_written_as_it_comes(fmt, capsys):
     whole = render(COLUMNS, [{"model": f"m{i}", "n": i, "b": i * 1024, "r": i / 7} for i in range(3000)], fmt)
     assert written[0] > 0
     assert capsys.readouterr().out == whole[written[0]:] + "\n"
+
+
+def test_a_long_sweep_shows_a_bar_on_a_terminal_without_touching_stdout(monkeypatch, capsys):
+    import sys
+    import time
+
+    from kvcalc.progress import progress_rows
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    clock = iter(range(0, 10**6, 1))  # each reading a second later: the bar shows at once
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(clock)))
+
+    def rows():
+        for i in range(5000):
+            print(i, end=",")  # stdout written while the bar is live stays stdout
+            yield {"n": i}
+
+    assert [r["n"] for r in progress_rows(rows(), 5000)] == list(range(5000))
+    out = capsys.readouterr()
+    assert out.out == "".join(f"{i}," for i in range(5000)) and "rows" in out.err

@@ -88,12 +88,17 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs))
 
 
-def sweep_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], columns: str | None,
-                 hardware: str | None, fmt: str = "json", chart: str | None = None) -> Output:
-    """`sweep`: one row per model and context over a range, computed as csv and json write them (the cost figures
-    only where `fmt` shows them)."""
+# What tells a sweep's rows apart when a setting takes several values: its key in the rows (tp: the GPUs it uses).
+VARIED_KEYS = {"batch": "batch", "gen": "gen", "kv_dtype": "kv_dtype", "tp": "gpus"}
+
+
+def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int], columns: str | None,
+                 hardware: str | None, fmt: str = "json", chart: str | None = None, varied: tuple[str, ...] = ()) -> Output:
+    """`sweep`: one row per setting of `grid` (the combinations of the `varied` settings' values), model and context
+    over a range, computed as csv and json write them (the cost figures only where `fmt` shows them)."""
     from kvcalc.figures import figures
-    from kvcalc.present.columns import JSON_KEYS, choose
+    from kvcalc.present.columns import IDENTITY, JSON_KEYS, choose
+    from kvcalc.progress import progress_rows
     from kvcalc.rows import iter_compare_rows
 
     specs = [lm.spec for lm in loaded]
@@ -101,15 +106,20 @@ def sweep_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], column
         columns = "model,ctx,kv_cache_bytes,flops_prefill,flops_decode_token,decode_bytes_read"
         columns += ",flops_decode_token_naive,flops_decode_token_absorbed" if any(sp.has_schedules() for sp in specs) else ""
         columns += ",decode_seconds_per_token,tokens_per_second" if hardware else ""
-    cols = choose(columns, hardware is not None)
+    keys = tuple(VARIED_KEYS[name] for name in varied)
+    cols = choose(columns, hardware is not None, IDENTITY[:1] + keys + IDENTITY[1:])
     costs = _costs_shown(cols, fmt, chart)
     if costs:
-        for spec in specs:  # what fails for a model fails at its first row: here, before any row is written
-            figures(spec, s.at(ctxs[0]))
-    rows = (row for row, _ in iter_compare_rows(specs, ctxs, s, costs))
-    title = f"Growth with context, batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}"
+        for s in grid:  # what fails for a model fails at its first row: here, before any row is written
+            for spec in specs:
+                figures(spec, s.at(ctxs[0]))
+    rows = (row for s in grid for row, _ in iter_compare_rows(specs, ctxs, s, costs))
+    s = grid[0]
+    each = lambda name: ", ".join(str(v) for v in dict.fromkeys(getattr(at, name) for at in grid))  # noqa: E731
+    title = f"Growth with context, batch {each('batch')}, kv {each('kv_dtype')}, weights {s.weights_dtype}"
     title += f", {hardware} (lower bounds)" if hardware else ""
-    return Output([Table("sweep", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)],
+    return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs)), title, JSON_KEYS,
+                         hint=COLUMNS_HINT)],
                   warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs))
 
 
