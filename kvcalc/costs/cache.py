@@ -249,11 +249,6 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
     return CacheReport.at(plan, s, elements, bytes_, engine_bytes)
 
 
-def cache_plan(spec: ModelSpec, s: Settings) -> CachePlan:
-    """What kv_cache needs of `spec` at settings `s` whatever the context and batch: once per spec and settings."""
-    return kv_cache(spec, s).plan
-
-
 def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
     groups = spec.groups

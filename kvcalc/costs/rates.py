@@ -49,20 +49,6 @@ class Rates:
         """total(Work(tokens, 0, 0)): a layer that sees no keys (a mixer beside the attention, an FFN)."""
         return self.sums[0] + tokens * self.sums[1]
 
-    def renamed(self, name: Callable[[str], str | None]) -> Rates:
-        """Components renamed by `name` (None drops one); where two get one name, the later one's rates stand, as a
-        dict comprehension `{name(k): v for k, v in ...}` keeps them."""
-        out: dict[str, tuple[int, int, int, int, int]] = {}
-        for key, coefficient in zip(self.keys, self.coefficients):
-            new = name(key)
-            if new is not None:
-                out[new] = coefficient
-        return of(out)
-
-    def times(self, n: int) -> Rates:
-        """n layers of this one."""
-        return of({k: tuple(n * x for x in c) for k, c in zip(self.keys, self.coefficients)})  # type: ignore[misc]
-
 
 @dataclass(frozen=True)
 class Direct:
