@@ -248,3 +248,22 @@ def test_decode_bytes_moe_reads_active_experts():
     s = spec("mixtral-8x7b")
     assert decode_bytes(s, Settings(ctx=1))["weights"] == 2 * (12_879_925_248 - 32_000 * 4096 + 4096)
     assert prefill_bytes(s, Settings(ctx=1000))["weights"] == 2 * (46_702_792_704 - 32_000 * 4096 + 1000 * 4096)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-v3.2"])
+def test_mtp_block_is_one_more_last_layer(name):
+    # DeepSeek-V3 §2.2: each MTP module is a Transformer block like the model's own (MLA + MoE) after M_k. Every
+    # layer of deepseek-v3 has the same attention and its last 58 the same MoE FFN, so the block's attention is the
+    # model's attention summed over its 61 layers, divided by 61, and its FFN the MoE layers' FFN divided by 58,
+    # in every pass; M_k projects 2·d to d for each token. (Until 2026-12-01 each took only the last component
+    # of its prefix: attn/o, ffn/router.)
+    model = spec(name)
+    assert model.mtp_layers == 1 and model.n_layers == 61
+    moe_layers = model.n_layers - model.ffn.first_k_dense
+    s = Settings(ctx=4096, mtp=True)
+    for flops, tokens in ((prefill_flops(model, s), 4096), (decode_flops(model, s), 1)):
+        attn = sum(v for k, v in flops.items() if k.startswith("attn/"))
+        moe = sum(flops.get(k, 0) for k in ("ffn/routed", "ffn/shared", "ffn/router"))
+        assert attn % 61 == 0 and flops["mtp/attn"] == attn // 61
+        assert moe % moe_layers == 0 and flops["mtp/ffn"] == moe // moe_layers
+        assert flops["mtp/proj"] == 2 * tokens * 2 * model.d_model * model.d_model

@@ -229,14 +229,17 @@ def forward_total(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, sched
 def _mtp_block(spec: ModelSpec, work: WorkFn, tokens: int, schedule: str) -> dict[str, int]:
     """DeepSeek-V3 §2.2: mtp_layers blocks like the last layer's (its attention and FFN), after M_k (2·d × d) per token.
 
-    The block's components are named 'mtp/attn' and 'mtp/ffn' by their prefix; as kvcalc has always counted them,
-    each takes the value of the last component with its prefix (attn/o, ffn/router), not their sum."""
+    The block's components are summed by their prefix into 'mtp/attn' and 'mtp/ffn' (until 2026-12-01 each took
+    the value of the last component with its prefix, attn/o and ffn/router: an undercount)."""
     group = spec.mtp_group()
     assert group is not None
     n = spec.mtp_layers
     block = Counter(group_rates(spec, group, schedule).at(work(group)))
     block.update(ffn_flops(ffn_of_layer(spec, spec.n_layers - 1), spec.d_model, tokens))
-    out = {f"mtp/{k.split('/')[0]}": n * v for k, v in block.items()}
+    out: dict[str, int] = {}
+    for k, v in block.items():  # every component of the block, summed under its prefix
+        key = f"mtp/{k.split('/')[0]}"
+        out[key] = out.get(key, 0) + n * v
     out["mtp/proj"] = out.get("mtp/proj", 0) + n * 2 * tokens * 2 * spec.d_model * spec.d_model
     return out
 
