@@ -468,8 +468,13 @@ def import_config(
 
 def main() -> None:
     """Console-script entry point."""
+    import os
     import sys
 
+    # Pydantic scans every installed distribution's entry points for its plugins (importlib.metadata: about 10 ms)
+    # when it builds its first validator; the spec models are kvcalc's own, so the command line skips the scan
+    # unless the user has set the variable.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     if sys.stdout is None:  # started with stdout closed (kvcalc list >&-)
         if sys.stderr is not None:
             sys.stderr.write("error: standard output is closed: nothing to write to\n")

@@ -85,14 +85,15 @@ def _name_from_path(path: Path) -> str:
 def load_path(path: Path, kind: str = "yaml", origin: str | None = None, name: str | None = None) -> LoadedModel:
     """Load a YAML spec or an HF config (recognised by its model_type) from a file (`origin` and `name`: how to call
     an HF config in messages and the spec's name, by default its path and folder)."""
-    from kvcalc.hf import generic, is_hf_config, spec_from_config
-
     data = _read_mapping(path)
-    if isinstance(data, dict) and is_hf_config(data):
-        origin = origin or str(path)
-        spec, imported = spec_from_config(data, origin, name or _name_from_path(path))
-        warnings = (f"warning: {origin}: {generic.assumption(data)}",) if generic.is_generic(data) else ()
-        return LoadedModel(spec, origin, "hf", imported.keys, warnings)
+    if isinstance(data, dict) and "model_type" in data:  # kvcalc.hf (every importer) only for what may be a config
+        from kvcalc.hf import generic, is_hf_config, spec_from_config
+
+        if is_hf_config(data):
+            origin = origin or str(path)
+            spec, imported = spec_from_config(data, origin, name or _name_from_path(path))
+            warnings = (f"warning: {origin}: {generic.assumption(data)}",) if generic.is_generic(data) else ()
+            return LoadedModel(spec, origin, "hf", imported.keys, warnings)
     if path.suffix.lower() == ".json" and isinstance(data, dict):
         raise SpecError(f"{path}: model_type: not found; a JSON file must be a Hugging Face config.json with a model_type")
     return LoadedModel(spec_from_dict(data, str(path)), str(path), kind)

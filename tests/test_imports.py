@@ -6,6 +6,7 @@ another test can hide or cause the import.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -66,3 +67,26 @@ def test_kvcalc_figures_is_the_module_whatever_was_imported_first(first):
             "assert isinstance(figures, types.ModuleType) and figures is module is kvcalc.figures, figures\n"
             "assert cost_figures is module.figures\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+COLD_PROBE = """
+import sys
+sys.argv = ["kvcalc", *sys.argv[1:]]
+from kvcalc.cli import main
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+import pydantic.plugin._loader as plugins
+print(plugins._plugins is None, "kvcalc.hf" in sys.modules)
+"""
+
+
+def test_compare_of_bundled_models_skips_what_it_does_not_need(tmp_path):
+    # #11 item 4 (cold start): a bundled spec is no HF config, so the importers (kvcalc.hf) stay unimported; the
+    # console entry point spares pydantic's scan of every installed distribution for plugins (importlib.metadata)
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    proc = subprocess.run([sys.executable, "-c", COLD_PROBE, "compare", "llama3-70b", "deepseek-v2", "--ctx", "128k"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "True False", proc.stdout

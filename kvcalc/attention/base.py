@@ -27,7 +27,7 @@ class Strict(BaseModel):
     """Base for every spec model: unknown keys are errors, values are frozen after validation, and nothing is coerced
     (strict: a count refuses true, 32.5 and "32"; a flag refuses "yes")."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
 # Upper bounds where a value is physically absurd, so nothing downstream loops over or allocates a huge range.
