@@ -27,6 +27,7 @@ class Strict(BaseModel):
     """Base for every spec model: unknown keys are errors, values are frozen after validation, and nothing is coerced
     (strict: a count refuses true, 32.5 and "32"; a flag refuses "yes")."""
 
+    # defer_build: a validator is built when first used, so a start builds only those of the kinds its specs name
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
