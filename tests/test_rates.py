@@ -69,7 +69,8 @@ def layer_by_layer(s: ModelSpec, work, tokens: int, logits: int, schedule: str, 
     if g is not None:
         block = Counter(g.attention.flops(g.layer, work(g), schedule))
         block.update(flops.ffn_flops(ffn_of_layer(s, s.n_layers - 1), s.d_model, tokens))
-        total.update({f"mtp/{k.split('/')[0]}": s.mtp_layers * v for k, v in block.items()})
+        for k, v in block.items():  # the block's components summed under their prefix (DeepSeek-V3 §2.2)
+            total[f"mtp/{k.split('/')[0]}"] += s.mtp_layers * v
         total["mtp/proj"] += s.mtp_layers * 2 * tokens * 2 * s.d_model * s.d_model
     total["lm_head"] = 2 * logits * s.d_model * s.vocab_size
     return {k: v for k, v in total.items() if v}
