@@ -141,6 +141,28 @@ def test_ideal_and_sglang_pages_are_the_exact_cache():
             assert kv_cache(spec(name), Settings(ctx=ctx, engine="sglang")).engine_bytes == exact.bytes, name
 
 
+def test_group_scheme_keys_group_along_the_pages_tokens():
+    # KIVI g<G> groups keys per channel along G tokens (Liu et al., 2024): a key group runs along the tokens the pages
+    # span, ceil(pages · B / G) of them a channel, not one a page. Until 2026-12-01 every page had its own: with
+    # ideal's and SGLang's one-token pages a group a token (llama3-70b int4 g64 at 1000 tokens: 414,720,000 B,
+    # more than the plain bf16 cache's 327,680,000, against the exact 92,282,880; vLLM 108,380,160).
+    # vLLM, pages of 16: 1000 tokens take 63 pages = 1008 token slots; K: 1024 channels × ceil(1008 / 64) = 16 groups,
+    # V: 1008 tokens × 1024 / 64 = 16 groups a token; 4 bytes (fp16 scale + zero) a group, half a byte a value
+    payload = 1008 * 1024 // 2
+    per_layer = (payload + 1024 * 16 * 4) + (payload + 1008 * 16 * 4)
+    r = row("llama3-70b", "--ctx", "1000", "--kv-dtype", "int4", "--kv-quant", "g64", "--engine", "vllm")
+    assert r["engine_kv_bytes"] == r["kv_cache_bytes_per_gpu"] == 80 * per_layer == 92_979_200
+    # one-token pages hold the exact cache, cross-attention (Whisper) and constant states included
+    for name in ("llama3-70b", "gemma3-27b", "deepseek-v2", "whisper-large-v3", "qwen3-next-80b-a3b"):
+        for scheme in ("g64", "g32"):
+            s = Settings(ctx=1000, batch=3, kv_dtype="int4", kv_quant=scheme)
+            exact = kv_cache(spec(name), s).bytes
+            for engine in ("ideal", "sglang"):
+                paged = Settings(ctx=1000, batch=3, kv_dtype="int4", kv_quant=scheme, engine=engine)
+                assert kv_cache(spec(name), paged).engine_bytes == exact, (name, scheme, engine)
+                assert per_gpu(spec(name), paged).kv_cache_bytes == exact, (name, scheme, engine)
+
+
 def test_pages_exceed_the_cache_by_less_than_a_page_a_layer():
     for name in bundled_names():
         s = Settings(ctx=12_345, batch=3, engine="vllm")

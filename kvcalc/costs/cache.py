@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from kvcalc.attention import AttentionKind, Formula, Layer
-from kvcalc.costs.paged import HybridPages, block_tokens, layer_pages, page_bytes, pages, vllm_hybrid_pages
+from kvcalc.costs.paged import HybridPages, block_tokens, layer_pages, page_bytes, pages, span_bytes, vllm_hybrid_pages
 from kvcalc.costs.quant import entry_bytes, group_size
 from kvcalc.dtypes import dtype_bits, elements_to_bytes
 from kvcalc.settings import Settings
@@ -83,11 +83,19 @@ class GroupTerm:
         with --engine, as GroupCache.engine_bytes_per_layer)."""
         held = self.attention.tokens_held(self.layer, ctx)
         if self.block is not None:
-            return batch * (layer_pages(ctx, held, self.block, self.layer.window, s.engine) * self.page_bytes
+            return batch * (self.pages_bytes(layer_pages(ctx, held, self.block, self.layer.window, s.engine), s)
                             + self.fixed_paged)
         if s.kv_quant == "none":
             return elements_to_bytes(batch * (self.elements * held + self.fixed), s.kv_dtype)
         return batch * (entry_bytes(self.formula, self.heads, held, s.kv_dtype, s.kv_quant) + self.fixed_bytes)
+
+    def pages_bytes(self, n_pages: int, s: Settings) -> int:
+        """Bytes of `n_pages` whole pages of one layer and sequence (--engine): n · page_bytes, except under a group
+        scheme g<G>, whose key groups run along the tokens the pages span (kvcalc.costs.paged.span_bytes)."""
+        if group_size(s.kv_quant) is None:
+            return n_pages * self.page_bytes
+        assert self.block is not None
+        return span_bytes(self.formula, self.heads, n_pages, self.block, self.attention, s)
 
 
 @dataclass(frozen=True)
@@ -212,10 +220,10 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: 
     if s.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
         block = block_tokens(att, s, hybrid)
         n_pages = layer_pages(s.ctx, held, block, layer.window, s.engine)
-        paged = n_pages * page_bytes(formula, heads, block, att, s)
+        paged = span_bytes(formula, heads, n_pages, block, att, s)
         if cross is not None and group.cross is not None:
             cross_heads = group.cross.cache_heads(group.cross_layer, s.mla_cache)
-            paged += pages(enc_tokens, enc_tokens, block) * page_bytes(cross, cross_heads, block, group.cross, s)
+            paged += span_bytes(cross, cross_heads, pages(enc_tokens, enc_tokens, block), block, group.cross, s)
         paged *= s.batch
         state_one = hybrid.page_bytes if hybrid is not None else elements_to_bytes(state.elements, s.state_storage)
         engine_state = s.batch * state_one if state.elements else 0  # vLLM: one padded page a state
@@ -244,7 +252,7 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
     engine_bytes = None
     if plan.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
         engine_bytes = s.batch * sum(
-            t.n_layers * (layer_pages(ctx, h, t.block, t.layer.window, plan.engine) * t.page_bytes + t.fixed_paged)
+            t.n_layers * (t.pages_bytes(layer_pages(ctx, h, t.block, t.layer.window, plan.engine), s) + t.fixed_paged)
             for t, h in zip(plan.terms, held) if t.block is not None)
     return CacheReport.at(plan, s, elements, bytes_, engine_bytes)
 
@@ -296,7 +304,7 @@ def group_term(r: GroupCache, s: Settings, enc: int) -> GroupTerm:
         if s.kv_quant != "none":
             fixed_bytes = entry_bytes(cross, cross_heads, enc, s.kv_dtype, s.kv_quant)
         if r.block_size is not None:
-            fixed_paged = pages(enc, enc, r.block_size) * page_bytes(cross, cross_heads, r.block_size, g.cross, s)
+            fixed_paged = span_bytes(cross, cross_heads, pages(enc, enc, r.block_size), r.block_size, g.cross, s)
     if r.block_size is not None:
         page = page_bytes(r.formula, r.heads, r.block_size, g.attention, s)
     return GroupTerm(g.attention, g.layer, n, r.formula, r.heads, r.formula.elements, cross.elements * enc if cross else 0,

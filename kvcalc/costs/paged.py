@@ -4,7 +4,8 @@ Rules (also in the README):
 - A sequence holding `held` of its ctx positions (the last ones: a window's or chunk's, or all) touches the pages
   covering positions ctx − held … ctx − 1: (ctx − 1) // B − (ctx − held) // B + 1 of them, so windowed and chunked
   layers pay at most one page beyond their span (vLLM's SlidingWindowManager and ChunkedLocalAttentionManager free
-  the pages before it). Cross-attention holds ceil(enc / B) pages of encoder positions.
+  the pages before it). Cross-attention holds ceil(enc / B) pages of encoder positions. Under a group scheme g<G>
+  a key group runs along the tokens the pages span: ceil(n·B / G) groups a channel for n pages (`span_bytes`).
 - vLLM reserves a window layer's pages by its rule, not by alignment: ceil(W / B) + 1 once the window caps the
   layer (vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes in the v1 engine: "+1 here because the
   sliding window may not start from the beginning of the block"), never more than ceil(ctx / B).
@@ -28,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcalc.attention import MLA, AttentionKind, Formula
-from kvcalc.costs.quant import component_bytes
+from kvcalc.costs.quant import component_bytes, group_size
 from kvcalc.dtypes import elements_to_bytes
 from kvcalc.settings import Settings
 from kvcalc.spec import ResolvedGroup
@@ -80,6 +81,16 @@ def page_bytes(formula: Formula, heads: int, block: int, attention: AttentionKin
         else:
             out += component_bytes(name, channels, heads, block, s.kv_dtype, scheme)
     return out
+
+
+def span_bytes(formula: Formula, heads: int, n_pages: int, block: int, attention: AttentionKind, s: Settings) -> int:
+    """Bytes of `n_pages` whole pages of `block` tokens (one layer and sequence): the payload and scales of the tokens
+    they span, so a group scheme g<G> keeps ceil(n·B / G) key groups a channel, not one a page (with ideal's and
+    SGLang's one-token pages, the exact cache; not n · page_bytes, which gave every one-token page its own group).
+    Every other scheme is n · page_bytes."""
+    if group_size(s.kv_quant) is None:
+        return n_pages * page_bytes(formula, heads, block, attention, s)
+    return page_bytes(formula, heads, n_pages * block, attention, s)
 
 
 @dataclass(frozen=True)
