@@ -249,6 +249,7 @@ def test_run_formats(fmt):
     assert "attn/scores" in out.replace(r"\_", "_")
 
 
+@pytest.mark.slow  # a real prefill of several blocks
 def test_progress_hooks_count_prefill_blocks_and_decode_steps():
     class Recorder:
         def __init__(self):

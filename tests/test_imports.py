@@ -31,16 +31,16 @@ print("numpy" in sys.modules)
     "args",
     [
         pytest.param(["list"], id="list"),
-        pytest.param(["list", "--format", "json"], id="list-json"),
-        pytest.param(["show", "llama3-70b"], id="show"),
+        pytest.param(["list", "--format", "json"], id="list-json", marks=pytest.mark.slow),
+        pytest.param(["show", "llama3-70b"], id="show", marks=pytest.mark.slow),
         pytest.param(["show", "deepseek-v2", "--format", "json", "--explain"], id="show-json-explain"),
-        pytest.param(["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k", "--format", "json"], id="compare-json"),
+        pytest.param(["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k", "--format", "json"], id="compare-json", marks=pytest.mark.slow),
         pytest.param(["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k"], id="compare-table"),
-        pytest.param(["import", str(REFERENCE_CONFIG)], id="import"),
+        pytest.param(["import", str(REFERENCE_CONFIG)], id="import", marks=pytest.mark.slow),
         pytest.param(["cost", "deepseek-v2", "--hardware", "h100-80gb", "--format", "json"], id="cost"),
-        pytest.param(["sweep", "llama3-8b", "--ctx", "1k..8k"], id="sweep"),
-        pytest.param(["compare", "gemma3-27b", "--columns", "all", "--hardware", "mi300x"], id="compare-all"),
-        pytest.param(["hardware"], id="hardware"),
+        pytest.param(["sweep", "llama3-8b", "--ctx", "1k..8k"], id="sweep", marks=pytest.mark.slow),
+        pytest.param(["compare", "gemma3-27b", "--columns", "all", "--hardware", "mi300x"], id="compare-all", marks=pytest.mark.slow),
+        pytest.param(["hardware"], id="hardware", marks=pytest.mark.slow),
     ],
 )
 def test_analytic_commands_do_not_import_numpy(args, tmp_path):

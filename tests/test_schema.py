@@ -96,7 +96,8 @@ def test_other_schemas_validate_their_output():
     assert res.exit_code == 1 and "no schema for 'bogus'" in res.stderr and "table-dims" in res.stderr
 
 
-@pytest.mark.parametrize("extra", [("--ctx", "4k"), ("--ctx", "128k", "--explain", "--engine", "vllm", "--tp", "2")])
+@pytest.mark.parametrize("extra", [("--ctx", "4k"), pytest.param(("--ctx", "128k", "--explain", "--engine", "vllm", "--tp", "2"),
+                                                          marks=pytest.mark.slow)])
 def test_show_schema_validates_every_bundled_model(extra):
     from kvcalc.present.summary import SHOW_SUMMARY
 
@@ -133,7 +134,8 @@ def test_show_schema_per_layer_and_mutations():
     assert rejects({**doc, "summary": {**doc["summary"], "kv_cache_bytes": 1.5}}, s)
 
 
-@pytest.mark.parametrize("extra", [("--ctx", "4k"), ("--ctx", "128k", "--hardware", "h100-80gb", "--tp", "2", "--batch", "8")])
+@pytest.mark.parametrize("extra", [("--ctx", "4k"), pytest.param(("--ctx", "128k", "--hardware", "h100-80gb", "--tp", "2", "--batch",
+                                                                    "8"), marks=pytest.mark.slow)])
 def test_cost_schema_validates_every_bundled_model(extra):
     s = schema("cost")
     for name in bundled_names():

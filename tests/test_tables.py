@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_latex import check_pasteable
 
 from conftest import run, spec
@@ -78,6 +79,7 @@ def test_bad_kinds_are_one_message():
     assert res.exit_code == 2 and "xyz" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow  # writes the whole bundle twice
 def test_paper_bundle_regenerates_identically(tmp_path):
     import shlex
 
