@@ -74,8 +74,9 @@ def _raises(f) -> bool:
     return False
 
 
-def _interrupt(args: list[str], after: float, cwd) -> tuple[int, float, str]:
-    """Start `python -m kvcalc ARGS`, send SIGINT after `after` seconds; exit status, seconds to exit, stderr."""
+def _interrupt(args: list[str], after: float, cwd, out: list | None = None) -> tuple[int, float, str]:
+    """Start `python -m kvcalc ARGS`, send SIGINT after `after` seconds; exit status, seconds to exit, stderr (and
+    stdout appended to `out`, if given)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1")
     p = subprocess.Popen([sys.executable, "-m", "kvcalc", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env=env, cwd=cwd)
@@ -83,7 +84,9 @@ def _interrupt(args: list[str], after: float, cwd) -> tuple[int, float, str]:
     t0 = time.monotonic()
     p.send_signal(signal.SIGINT)
     try:
-        _, err = p.communicate(timeout=60)
+        stdout, err = p.communicate(timeout=60)
+        if out is not None:
+            out.append(stdout)
     except subprocess.TimeoutExpired:
         p.kill()
         _, err = p.communicate()
@@ -144,7 +147,8 @@ def test_ctrl_c_at_any_moment_of_start_up(tmp_path):
     # before Python has installed its handler ends the process by SIGINT itself (no output at all); one that lands
     # while Python imports its `site` module, before any kvcalc code, is Python's own fatal start-up error.
     for i in range(20):
-        code, _, err = _interrupt(["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k"], i * 0.02, tmp_path)
+        stdout: list[str] = []
+        code, _, err = _interrupt(["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k"], i * 0.02, tmp_path, stdout)
         if "Fatal Python error: init_import_site" in err:
             assert code != 0 and "kvcalc" not in err, err
             continue
@@ -152,3 +156,5 @@ def test_ctrl_c_at_any_moment_of_start_up(tmp_path):
         # 130 with `interrupted`; or ended by SIGINT itself (a Ctrl-C before Python's handler is in place, or
         # during its shutdown: the shell reports 130 for both); or 0, the command finished first
         assert (code == 130 and err.endswith("interrupted\n")) or code in (0, -signal.SIGINT), (i, code, err)
+        if code == 0:  # finished first: then with its whole table, not a swallowed interrupt
+            assert "llama3-70b" in stdout[0] and "deepseek-v2" in stdout[0], (i, stdout, err)
