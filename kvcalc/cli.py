@@ -484,3 +484,9 @@ def main() -> None:
     except KeyboardInterrupt:  # Ctrl-C outside a command's own guard (while typer parses or imports)
         sys.stderr.write("interrupted\n")
         raise SystemExit(130) from None
+    except SystemExit as exc:  # typer exits 130 without a word for a Ctrl-C while it parses: say it
+        from kvcalc.options import INTERRUPTED
+
+        if exc.code == 130 and not INTERRUPTED:
+            sys.stderr.write("interrupted\n")
+        raise

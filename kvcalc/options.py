@@ -247,6 +247,9 @@ def _silence_stdout() -> None:
         pass
 
 
+INTERRUPTED: list[bool] = []  # `interrupted` printed (by guarded); typer turns a Ctrl-C in its own parsing into a silent 130
+
+
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn a KvcalcError into one message on stderr and exit status 1, and Ctrl-C into exit status 130 (the
     shell's convention for SIGINT): never a traceback."""
@@ -264,6 +267,7 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             warn("interrupted")
+            INTERRUPTED.append(True)
             raise typer.Exit(130) from None
         except BrokenPipeError:  # the reader went away (kvcalc list | head): stop quietly, as Unix tools do
             _silence_stdout()
