@@ -12,10 +12,12 @@ DTYPES = tuple(DTYPE_BITS)
 
 def dtype_bits(dtype: str, what: str = "kv") -> int:
     """Bits per element of a dtype name, or a KvcalcError listing the supported ones."""
-    try:
-        return DTYPE_BITS[dtype.lower()]
-    except KeyError:
-        raise KvcalcError(f"unsupported {what} dtype {dtype!r}: choose one of {', '.join(DTYPE_BITS)}") from None
+    bits = DTYPE_BITS.get(dtype)  # Settings holds its dtypes in lower case: found at once, a call a figure
+    if bits is None:
+        bits = DTYPE_BITS.get(dtype.lower())
+    if bits is None:
+        raise KvcalcError(f"unsupported {what} dtype {dtype!r}: choose one of {', '.join(DTYPE_BITS)}")
+    return bits
 
 
 def elements_to_bytes(elements: int, dtype: str) -> int:

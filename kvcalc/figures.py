@@ -74,28 +74,45 @@ class CostFigures:
 def figures(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> CostFigures:
     """All cost figures of `spec` at settings `s` (exact ints, except ratios and seconds); `cache`: kv_cache(spec, s),
     when the caller has it."""
-    return CostFigures(**_figures(spec, s, cache))
+    return CostFigures(**figure_values(spec, s, cache))
 
 
-def figures_row(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> dict[str, Any]:
-    """as_row(figures(spec, s, cache)), without building the CostFigures on the way (a row of a sweep)."""
-    return {**_BLANK, **_figures(spec, s, cache)}
+def figures_row(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
+                fixed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """as_row(figures(spec, s, cache)), without building the CostFigures on the way (a row of a sweep); `fixed`:
+    fixed_figures(spec, s) at any context, when the caller has it."""
+    return {**BLANK, **figure_values(spec, s, cache, fixed)}
 
 
-_BLANK = {f.name: None for f in fields(CostFigures)}  # every figure is None unless set
+BLANK = {f.name: None for f in fields(CostFigures)}  # every figure is None unless set
 
 
-def _figures(spec: ModelSpec, s: Settings, cache: CacheReport | None) -> dict[str, Any]:
+def fixed_figures(spec: ModelSpec, s: Settings) -> dict[str, Any]:
+    """The figures that do not depend on the context (s.ctx is not read): a sweep computes them once per model and
+    settings."""
     total, active = param_totals(spec, s.mtp)
+    out: dict[str, Any] = dict(gen=s.gen, weights_dtype=s.weights_dtype, params_total=total, params_active=active,
+                               weights_bytes=weights_bytes(total, s.weights_dtype))
+    if spec.has_schedules():
+        out.update(mla_schedule=s.schedule)
+        if s.mla_cache == "latent":
+            out.update(mla_crossover=mla_crossover(spec, s))
+    reduce = decode_allreduce(spec, s)
+    if reduce is not None:
+        out.update(tp_allreduce_bytes=reduce.bytes)
+        if s.hardware is not None and s.hardware.interconnect_bandwidth:
+            out.update(comm_seconds_per_token=float(allreduce_seconds(reduce, s.tp, s.hardware.interconnect_bandwidth)))
+    return out
+
+
+def figure_values(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
+                  fixed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The figures of `figures` that apply (the others, None, left out), as a dict; `fixed`: fixed_figures(spec, s)."""
+    out = dict(fixed_figures(spec, s) if fixed is None else fixed)
     cache = cache or kv_cache(spec, s)
     decode = decode_total(spec, s)
     read = sum(decode_bytes(spec, s, cache).values())
-    out: dict[str, Any] = dict(
-        gen=s.gen,
-        weights_dtype=s.weights_dtype,
-        params_total=total,
-        params_active=active,
-        weights_bytes=weights_bytes(total, s.weights_dtype),
+    out.update(
         flops_prefill=prefill_total(spec, s),
         flops_decode_token=decode,
         flops_generate_cached=generate_total(spec, s, cached=True),
@@ -106,17 +123,12 @@ def _figures(spec: ModelSpec, s: Settings, cache: CacheReport | None) -> dict[st
     if spec.has_schedules():
         schedule = s.schedule  # the step under the schedule in effect is `decode`, already counted
         at = lambda name: decode if name == schedule else decode_total(spec, s.with_schedule(name))  # noqa: E731
-        out.update(mla_schedule=schedule, flops_decode_token_naive=at("naive"))
+        out.update(flops_decode_token_naive=at("naive"))
         if s.mla_cache == "latent":
-            out.update(flops_decode_token_absorbed=at("absorbed"), mla_crossover=mla_crossover(spec, s))
+            out.update(flops_decode_token_absorbed=at("absorbed"))
     gpu = per_gpu(spec, s)
     out.update(gpus=gpu.gpus, kv_cache_bytes_per_gpu=gpu.kv_cache_bytes, state_bytes_per_gpu=gpu.state_bytes,
                weights_bytes_per_gpu=gpu.weights_bytes)
-    reduce = decode_allreduce(spec, s)
-    if reduce is not None:
-        out.update(tp_allreduce_bytes=reduce.bytes)
-        if s.hardware is not None and s.hardware.interconnect_bandwidth:
-            out.update(comm_seconds_per_token=float(allreduce_seconds(reduce, s.tp, s.hardware.interconnect_bandwidth)))
     if s.hardware is not None:
         out.update(_roofline(spec, s, s.hardware, out["flops_prefill"], decode, read, gpu, cache))
     return out

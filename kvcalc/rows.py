@@ -6,13 +6,13 @@ Every fact of a layer comes from its attention kind (kvcalc.attention); these ro
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from kvcalc.costs.cache import CacheReport, GroupCache, kv_cache
 from kvcalc.costs.parallel import check_layout
 from kvcalc.fields import as_row, figure
-from kvcalc.figures import figures_row
+from kvcalc.figures import BLANK, figure_values, fixed_figures
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, layer_ranges
 
@@ -138,6 +138,9 @@ class CacheFigures:
                                             "constant states as the engine stores them (vLLM: a padded page each), all sequences")
 
 
+CACHE_KEYS = tuple(f.name for f in fields(CacheFigures))
+
+
 def cache_figures(spec: ModelSpec, report: CacheReport, first_bytes: int | None) -> CacheFigures:
     """The cache columns of a compare row; `first_bytes` is the first model's cache at this ctx (for the ratio)."""
     return CacheFigures(**_cache_values(spec, report, first_bytes))
@@ -182,14 +185,20 @@ def iter_compare_rows(specs: list[ModelSpec], ctxs: list[int], s: Settings,
     first: dict[int, int] = {}
     for spec in specs:
         check_layout(spec, s)  # the settings must apply to the model, whether its costs are shown or not
+        fixed = fixed_figures(spec, s) if costs else None  # what no context changes, once
+        head: dict | None = None  # the row's keys in order, with what no context changes
         for ctx in ctxs:
             at = s.at(ctx)
             report = kv_cache(spec, at)
             first.setdefault(ctx, report.bytes)
-            row = dict(spec.memo(("facts_row", report.mla_cache), _facts_row, spec, report.mla_cache))
+            if head is None:
+                head = dict(spec.memo(("facts_row", report.mla_cache), _facts_row, spec, report.mla_cache))
+                head.update(dict.fromkeys(CACHE_KEYS))
+                head.update({**BLANK, **fixed} if fixed is not None else {})
+            row = dict(head)
             row.update(_cache_values(spec, report, first[ctx]))
-            if costs:
-                row.update(figures_row(spec, at, report))
+            if fixed is not None:
+                row.update(figure_values(spec, at, report, fixed))
             yield row, report
 
 

@@ -213,10 +213,67 @@ def test_compare_computes_costs_only_where_they_are_shown(monkeypatch):
     def refuse(*args):
         raise AssertionError("cost figures computed for a table that shows none")
 
-    monkeypatch.setattr(kvcalc.figures, "_figures", refuse)
+    import kvcalc.rows
+
+    for module in (kvcalc.figures, kvcalc.rows):
+        monkeypatch.setattr(module, "figure_values", refuse)
+        monkeypatch.setattr(module, "fixed_figures", refuse)
     assert "KV cache" in run("compare", "llama3-70b", "deepseek-v2", "--ctx", "128k").stdout
     assert run("compare", "llama3-70b", "--ctx", "128k", "-f", "json", ok=False).exit_code == 1
     assert run("compare", "llama3-70b", "--columns", "cost", ok=False).exit_code == 1
     assert run("sweep", "llama3-70b", "--columns", "kv_cache_bytes", "-f", "markdown").exit_code == 0
     res = run("compare", "llama3-8b", "--dp-attention", ok=False)  # a layout that does not apply still fails
     assert res.exit_code == 1 and "--dp-attention: llama3-8b has no MLA layer" in res.stderr
+
+
+# ---------------------------------------------------------------- a pass's total from its coefficients (the fast path)
+
+
+FAST = SETTINGS + [Settings(ctx=1, gen=1), Settings(ctx=7, gen=3, batch=5, mla_cache="expanded", mtp=True, enc_ctx=3),
+                   Settings(ctx=1, gen=4097, mla_schedule="naive", dense_attn=True)]
+
+
+def every_pass(s: ModelSpec, at: Settings) -> list:
+    schedules = [at.with_schedule(name) for name in ("naive", "absorbed") if at.mla_cache == "latent" or name == "naive"]
+    return [flops._prefill(s, at), flops._prefill(s, at, "all"), flops._generate(s, at, True),
+            flops._generate(s, at, False)] + [flops._decode(s, x) for x in schedules]
+
+
+@pytest.mark.parametrize("name", ALL_BUNDLED)
+def test_a_pass_total_from_its_coefficients_is_forward_totals(name):
+    s = spec(name)
+    for base in FAST:
+        for ctx in (1, 2, 127, 1000, 4097, 65_537, 1_000_003, 2**40):
+            for p in every_pass(s, base.at(ctx)):
+                exact = flops.forward_total(s, p.work, p.tokens, p.logits, p.schedule, p.enc, p.cross_kv, p.mtp)
+                assert p.total(s) == exact, (name, base, ctx, p.schedule)
+
+
+def test_a_pass_with_a_layer_that_is_not_affine_is_forward_total(monkeypatch):
+    s = spec("gemma3-27b").model_copy()
+    plan = flops._pass_plan(s, "naive")
+    groups = tuple(g.__class__(g.group, g.n, Direct(g.attention.at), g.cross, g.cross_kv, g.parallel) for g in plan.groups)
+    s.__pydantic_private__["_memo"][("pass_plan", "naive")] = plan._replace(groups=groups)  # its attention called directly
+    at = Settings(ctx=5000)
+    p = flops._prefill(s, at)
+    assert flops._coefficients(s, p) is None
+    assert p.total(s) == flops.forward_total(spec("gemma3-27b"), p.work, p.tokens, p.logits, p.schedule, p.enc, 1)
+
+
+@pytest.mark.parametrize("at", [Settings(ctx=1), Settings(ctx=3, batch=3, gen=7, tp=2, pp=3, mtp=True, kv_dtype="int4"),
+                                Settings(ctx=1, mla_cache="expanded", kv_dtype="fp8", kv_quant="g64", engine="vllm", dp=2,
+                                         enc_ctx=5)])
+def test_a_sweep_row_is_its_typed_results(at):
+    from kvcalc.fields import as_row
+    from kvcalc.rows import cache_figures, iter_compare_rows, model_facts
+
+    specs = [spec(name) for name in ALL_BUNDLED if at.pp <= spec(name).n_layers]
+    ctxs = [1, 1000, 65_537, 2**30]
+    first: dict[int, int] = {}
+    for row, report in iter_compare_rows(specs, ctxs, at):
+        model = next(sp for sp in specs if sp.name == row["model"])
+        x = at.at(report.ctx)
+        first.setdefault(report.ctx, report.bytes)
+        expected = {**as_row(model_facts(model, report.mla_cache)), **as_row(cache_figures(model, report, first[report.ctx])),
+                    **as_row(figures(model, x, kv_cache(model, x)))}
+        assert list(row.items()) == list(expected.items()), (row["model"], report.ctx)

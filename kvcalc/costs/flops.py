@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from kvcalc.attention import AttentionKind, Layer, Work, tri
 from kvcalc.costs.params import add_times, ffn_of_layer, ffn_runs
-from kvcalc.costs.rates import LayerRates, rates
+from kvcalc.costs.rates import Direct, LayerRates, rates
 from kvcalc.settings import Settings
 from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
@@ -275,7 +275,9 @@ def _enc(spec: ModelSpec, s: Settings) -> int:
 
 class Pass(NamedTuple):
     """What `forward` needs of a pass: a layer's work in each group, query tokens, logits, the MLA schedule, encoder
-    positions attended, times the cross-attention K/V are projected, and whether the MTP layers run."""
+    positions attended, times the cross-attention K/V are projected, and whether the MTP layers run.
+
+    Every layer of a pass runs its `tokens` queries: `work(g).tokens == tokens` in each group (`total` counts on it)."""
 
     work: WorkFn
     tokens: int
@@ -289,7 +291,59 @@ class Pass(NamedTuple):
         return forward(spec, self.work, self.tokens, self.logits, self.schedule, self.enc, self.cross_kv, self.mtp)
 
     def total(self, spec: ModelSpec) -> int:
-        return forward_total(spec, self.work, self.tokens, self.logits, self.schedule, self.enc, self.cross_kv, self.mtp)
+        """forward_total of the pass, from its coefficients (_Coefficients) where the model has them."""
+        k = spec.memo(("pass_coefficients", self.schedule, self.enc, self.cross_kv, self.mtp), _coefficients, spec, self)
+        if k is None:
+            return forward_total(spec, self.work, self.tokens, self.logits, self.schedule, self.enc, self.cross_kv,
+                                 self.mtp)
+        total = k.const + k.per_token * self.tokens + k.per_logit * self.logits
+        for group, pairs, expanded, scanned in k.keyed:
+            w = self.work(group)
+            total += pairs * w.pairs + expanded * w.expanded + scanned * (w.pairs if w.scanned < 0 else w.scanned)
+        return total
+
+
+class _Coefficients(NamedTuple):
+    """A pass's forward_total as `const + per_token·tokens + per_logit·logits + Σ (pairs·p + expanded·e + scanned·s)`
+    over the groups whose layers attend keys (`keyed`: the group and its three coefficients, for all its layers),
+    given its schedule, encoder positions, cross-attention K/V projections and MTP (not its context).
+
+    Read from forward_total itself at unit works, once per spec and those four: the total is affine in the tokens,
+    the logits and each group's work wherever every rate in it is a Rates (kvcalc.costs.rates)."""
+
+    const: int
+    per_token: int
+    per_logit: int
+    keyed: tuple[tuple[ResolvedGroup, int, int, int], ...]
+
+
+_UNIT_WORKS = (Work(1, 0, 0, 0), Work(0, 1, 0, 0), Work(0, 0, 1, 0), Work(0, 0, 0, 1))
+
+
+def _coefficients(spec: ModelSpec, p: Pass) -> _Coefficients | None:
+    """The pass's coefficients (None where some layer's FLOPs are not affine in its work: forward_total is called)."""
+    plan = _pass_plan(spec, p.schedule)
+    mtp = spec.mtp_group() if p.mtp else None
+    layer_rates = [plan.ffn] + [r for g in plan.groups for r in (g.attention, g.cross, g.parallel) if r is not None]
+    layer_rates += [group_rates(spec, mtp, p.schedule)] if mtp is not None else []
+    if any(isinstance(r, Direct) for r in layer_rates):
+        return None
+    zero = Work(0, 0, 0, 0)
+
+    def probe(tokens: int = 0, logits: int = 0, first: int = -1, unit: Work = zero) -> int:
+        """forward_total with `unit` the work of the group whose first layer is `first`, none elsewhere."""
+        return forward_total(spec, lambda g: unit if g.layers[0] == first else zero, tokens, logits, p.schedule, p.enc,
+                             p.cross_kv, p.mtp)
+
+    const = probe()
+    per_token, per_logit = probe(tokens=1) - const, probe(logits=1) - const
+    keyed = []
+    for group in [g.group for g in plan.groups] + ([mtp] if mtp is not None else []):
+        tokens, pairs, expanded, scanned = (probe(first=group.layers[0], unit=u) - const for u in _UNIT_WORKS)
+        per_token += tokens  # the group's queries are the pass's tokens
+        if pairs or expanded or scanned:
+            keyed.append((group, pairs, expanded, scanned))
+    return _Coefficients(const, per_token, per_logit, tuple(keyed))
 
 
 def _prefill(spec: ModelSpec, s: Settings, logits: str = "last") -> Pass:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
+from operator import itemgetter
 from typing import Any
 
 from kvcalc.fields import Figure
@@ -157,27 +158,60 @@ def rows_json(rows: Iterable[dict], keys: list[str]) -> Iterator[str]:
     """to_json(only(rows, keys)) in pieces, a row at a time: the same text, written as rows are computed.
 
     A row of scalars has its values encoded by json's C encoder in one call (its pure-Python indent=2 encoder took
-    longer than the row's figures) and is laid out here as indent=2 lays it out; a row holding a list or a mapping is
-    written by json.dumps itself."""
+    longer than the row's figures) and is laid out here as indent=2 lays it out, by a %-template made once for each
+    sequence of value types (None: left out, as to_json leaves it, by a "%.0s" that prints nothing); a row holding a
+    list or a mapping is written by json.dumps itself."""
     keys = list(dict.fromkeys(keys))  # as `only` keeps them
-    encode = json.JSONEncoder(separators=("\n", ":")).encode  # compact: no raw newline inside an encoded scalar
-    layouts: dict[tuple[str, ...], str] = {}  # the text of a row around its values, by the keys it shows
+    encode = _scalars_encoder()
+    every = itemgetter(*keys) if len(keys) > 1 else lambda row: tuple([row[k] for k in keys])  # a tuple, always
+    layouts: dict[tuple[type, ...], str | None] = {}  # the text of a row around its values, by their types
     head = "[\n  "
     for row in rows:
-        present = tuple([k for k in keys if row.get(k) is not None])  # to_json leaves out None values
-        values = [row[k] for k in present]
-        if not present:
+        try:
+            values = every(row)
+        except KeyError:  # a row without some keys: those are left out, as None values are
+            values = tuple(map(row.get, keys))
+        types = tuple(map(type, values))
+        try:
+            layout = layouts[types]
+        except KeyError:
+            layout = layouts[types] = _layout(keys, types)
+        if not values:
             text = "{}"
-        elif set(map(type, values)) <= _SCALARS:
-            if present not in layouts:
-                lines = [f"    {encode_basestring_ascii(k)}: ".replace("%", "%%") + "%s" for k in present]
-                layouts[present] = "{\n" + ",\n".join(lines) + "\n  }"
-            text = layouts[present] % tuple(encode(values)[1:-1].split("\n"))
+        elif layout is not None:
+            text = layout % tuple(encode(values)[1:-1].split("\n"))
         else:  # json.dumps of the row, indented one level as inside the list
             text = to_json({k: row[k] for k in keys if k in row}).replace("\n", "\n  ")
         yield head + text
         head = ",\n  "
     yield "[]" if head == "[\n  " else "\n]"
+
+
+def _layout(keys: list[str], types: tuple[type, ...]) -> str | None:
+    """The %-template of a row whose values have `types` (a %s a value shown, a %.0s that prints nothing a None), or
+    None when some value is not a scalar."""
+    none = type(None)
+    if not set(types) <= _SCALARS | {none}:
+        return None
+    parts, sep = [], "{\n"
+    for k, t in zip(keys, types):
+        if t is none:
+            parts.append("%.0s")
+        else:
+            parts.append(f"{sep}    {encode_basestring_ascii(k)}: ".replace("%", "%%") + "%s")
+            sep = ",\n"
+    return "".join(parts) + ("{}" if sep == "{\n" else "\n  }")
+
+
+def _scalars_encoder() -> Callable[[Any], str]:
+    """A list of scalars as compact JSON, values apart by newlines (no raw newline is inside an encoded scalar): json's
+    C encoder made once (JSONEncoder.encode makes one at each call)."""
+    from json.encoder import c_make_encoder  # type: ignore[attr-defined]  # json's C speedups, None without them
+
+    if c_make_encoder is None:
+        return json.JSONEncoder(separators=("\n", ":")).encode
+    chunks = c_make_encoder(None, json.JSONEncoder().default, encode_basestring_ascii, None, ":", "\n", False, False, True)
+    return lambda values: "".join(chunks(values, 0))
 
 
 _SCALARS = {str, int, float, bool}
