@@ -10,7 +10,8 @@ Run the bounded, deterministic run (about 500 examples in all, under a minute; p
 
     python -m pytest -q -p no:cacheprovider tests/fuzz
 
-Run a long one (10^5 examples in all, split between the tests in the proportions of WEIGHTS; hours):
+Run a long one (10^5 examples in all, split between the tests in the proportions of WEIGHTS; about an hour on two
+cores):
 
     KVCALC_FUZZ_EXAMPLES=100000 python -m pytest -q -p no:cacheprovider tests/fuzz
 
