@@ -41,18 +41,31 @@ layer_groups:
 def test_product_in_pieces_is_the_same_product(monkeypatch, dtype, shapes):
     monkeypatch.setitem(ops.PIECE_FLOPS, 2, 4096)  # force many pieces: rows, or columns for one row
     monkeypatch.setattr(ops, "PIECE_FLOPS_BLAS", 4096)
+    monkeypatch.setattr(ops, "PIECE_ROWS", 1)
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal(s).astype(dtype) for s in shapes)
-    got, want = ops.product(a, b), np.matmul(a, b)
+    got, want = _in_thread(lambda: ops.product(a, b)), np.matmul(a, b)  # BLAS pieces are a prefill thread's
     assert got.shape == want.shape and got.dtype == want.dtype
     tol = {np.float16: 1e-2, np.float32: 1e-4, np.float64: 1e-12}[dtype]
     assert np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+
+
+def _in_thread(f):
+    """f() in a thread other than the main one (where products are cut in pieces), its result returned."""
+    import threading
+
+    box = []
+    t = threading.Thread(target=lambda: box.append(f()))
+    t.start()
+    t.join()
+    return box[0]
 
 
 def test_product_pieces_see_the_abort_in_a_thread(monkeypatch):
     import threading
 
     monkeypatch.setattr(ops, "PIECE_FLOPS_BLAS", 1024)
+    monkeypatch.setattr(ops, "PIECE_ROWS", 1)
     a, b = np.ones((64, 32)), np.ones((32, 32))
     ops.ABORT.set()
     try:
@@ -158,3 +171,53 @@ def test_ctrl_c_at_any_moment_of_start_up(tmp_path):
         assert (code == 130 and err.endswith("interrupted\n")) or code in (0, -signal.SIGINT), (i, code, err)
         if code == 0:  # finished first: then with its whole table, not a swallowed interrupt
             assert "llama3-70b" in stdout[0] and "deepseek-v2" in stdout[0], (i, stdout, err)
+
+
+def test_blas_pieces_keep_hundreds_of_rows(monkeypatch):
+    # a float32 piece is never under PIECE_ROWS rows, whatever the budget: 8-row pieces starved the BLAS
+    calls = []
+    real = np.matmul
+
+    def spy(a, b, out=None):
+        calls.append(a.shape[-2])
+        return real(a, b, out=out)
+
+    monkeypatch.setattr(ops, "PIECE_FLOPS_BLAS", 1 << 20)
+    monkeypatch.setattr(ops.np, "matmul", spy)
+    a, b = np.ones((1000, 64), dtype=np.float32), np.ones((64, 64), dtype=np.float32)
+    assert _in_thread(lambda: ops.product(a, b))[999, 63] == 64
+    assert calls == [256, 256, 256, 232]
+
+
+def test_a_large_product_in_the_main_thread_is_one_call_in_a_helper_thread(monkeypatch):
+    import threading
+
+    names = []
+    real = np.matmul
+
+    def spy(a, b, out=None):
+        names.append(threading.current_thread().name)
+        return real(a, b, out=out)
+
+    monkeypatch.setattr(ops, "WAIT_FLOPS", 1 << 10)
+    monkeypatch.setattr(ops.np, "matmul", spy)
+    a, b = np.ones((300, 64)), np.ones((64, 64))
+    assert ops.product(a, b)[299, 63] == 64
+    assert names == ["kvcalc-product"]  # whole, not in pieces
+    small = ops.product(np.ones((2, 2)), np.ones((2, 2)))
+    assert small[0, 0] == 2 and names == ["kvcalc-product", threading.main_thread().name]
+
+
+@pytest.mark.slow
+def test_ctrl_c_interrupts_the_wait_for_a_long_product():
+    # the main thread waits for a 54-GFLOP float64 product in 50 ms joins: a Ctrl-C (interrupt_main) 0.1 s in is
+    # raised at once, not when the product ends seconds later
+    import _thread
+    import threading
+
+    a = np.ones((3000, 3000))
+    threading.Timer(0.1, _thread.interrupt_main).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        ops.product(a, a)
+    assert time.monotonic() - t0 < 0.6

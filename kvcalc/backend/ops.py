@@ -18,10 +18,14 @@ from collections import Counter
 import numpy as np
 
 # FLOPs of one uninterrupted product at most: Ctrl-C (and a stopping thread) is seen between pieces. NumPy has no
-# BLAS for float16 (about 0.1-0.3 GFLOP/s here), so its pieces are 2^25 FLOPs; float32/64 BLAS pieces of 2^31 FLOPs
-# take a fraction of a second and are large enough (hundreds of rows) to keep BLAS at its best.
+# BLAS for float16 (about 0.1-0.3 GFLOP/s here), so its pieces are 2^25 FLOPs. A float32/64 BLAS product is not cut
+# in the main thread (pieces of a few hundred rows cost the prefill a quarter of its speed): one over 2^31 FLOPs runs
+# in a helper thread that the main thread waits on in short joins, where Ctrl-C lands. In a prefill thread a piece
+# is 2^35 FLOPs and at least PIECE_ROWS rows.
 PIECE_FLOPS = {2: 1 << 25}
-PIECE_FLOPS_BLAS = 1 << 31
+PIECE_FLOPS_BLAS = 1 << 35
+PIECE_ROWS = 256
+WAIT_FLOPS = 1 << 31
 ABORT = threading.Event()  # set when a run is interrupted: prefill threads stop at their next piece
 
 
@@ -30,8 +34,9 @@ class Aborted(Exception):
 
 
 def product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """np.matmul(a, b, out=out), in pieces of rows (or, for one row, of columns) of at most PIECE_FLOPS each, so a
-    long product can be interrupted; each element is the same dot product as in one call."""
+    """np.matmul(a, b, out=out), interruptible: a large BLAS product in the main thread waited on in a helper thread,
+    otherwise in pieces of rows (or, for one row, of columns) of at most PIECE_FLOPS each; each element is the same
+    dot product as in one call."""
     if a.ndim < 2 or b.ndim < 2:
         return np.matmul(a, b, out=out)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
@@ -39,14 +44,19 @@ def product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.n
     for d in np.broadcast_shapes(a.shape[:-2], b.shape[:-2]):
         batch *= d
     dtype = np.result_type(a, b)
-    budget = PIECE_FLOPS.get(dtype.itemsize, PIECE_FLOPS_BLAS)
     flops = 2 * batch * m * n * k
+    main = threading.current_thread() is threading.main_thread()
+    if dtype.itemsize != 2 and main:
+        return _waited(a, b, out) if flops > WAIT_FLOPS else np.matmul(a, b, out=out)
+    budget = PIECE_FLOPS.get(dtype.itemsize, PIECE_FLOPS_BLAS)
     if flops <= budget:
         return np.matmul(a, b, out=out)
     if out is None:
         out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), dtype=dtype)
     if m > 1:  # pieces of rows: a[..., i:j, :] @ b
-        step = max(1, budget // (2 * batch * n * k))
+        step = max(1 if dtype.itemsize == 2 else PIECE_ROWS, budget // (2 * batch * n * k))
+        if step >= m:
+            return np.matmul(a, b, out=out)
         for i in range(0, m, step):
             check_abort()
             np.matmul(a[..., i : i + step, :], b, out=out[..., i : i + step, :])
@@ -56,6 +66,26 @@ def product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.n
             check_abort()
             np.matmul(a, b[..., :, i : i + step], out=out[..., :, i : i + step])
     return out
+
+
+def _waited(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """np.matmul in a daemon thread, the caller waiting in 50 ms joins: a Ctrl-C interrupts the wait at once (the
+    product, abandoned, ends with the process)."""
+    box: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            box["out"] = np.matmul(a, b, out=out)
+        except BaseException as exc:  # a MemoryError, say: raised again in the caller
+            box["error"] = exc
+
+    t = threading.Thread(target=work, name="kvcalc-product", daemon=True)
+    t.start()
+    while t.is_alive():
+        t.join(0.05)
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["out"]  # type: ignore[return-value]
 
 
 def check_abort() -> None:
