@@ -80,7 +80,8 @@ def _model_cells(spec: ModelSpec, kind: str) -> dict[str, str]:
         out["W_UV·W_O"] = _shape((att.n_heads * c, layer.d_model))
         per_key = 2 * att.n_heads * (c + att.qk_rope_head_dim) + 2 * att.n_heads * c
     elif isinstance(att, Heads):
-        per_key = 4 * att.n_heads * att.d_h(layer)
+        # q·k over d_h and the weighted sum of v over d_v (= 4·n_h·d_h·t when d_v = d_h; MiMo-V2-Flash: K 192, V 128)
+        per_key = 2 * att.n_heads * att.d_h(layer) + 2 * att.n_heads * att.d_v(layer)
     else:
         return out
     out["decode FLOPs per token"] = f"{per_key:,}·t"

@@ -51,6 +51,20 @@ def test_gqa_model_numbers():
     assert got["cache per token and layer"] == f"{2 * 8 * 128:,}" and got["decode FLOPs per token"] == f"{4 * 64 * 128:,}·t"
 
 
+def test_decode_flops_of_keys_and_values_of_different_dims(tmp_path):
+    # K ≠ V heads (MiMo-V2-Flash style: d_h 192, d_v 128): a decoded token's q·k costs 2·n_h·d_h per key and its
+    # weighted sum of v 2·n_h·d_v per key (FLOPs = 2 × MACs), so 2·8·192 + 2·8·128 = 5,120 per key, not
+    # 4·n_h·d_h = 6,144; the same as `cost`'s attn/scores + attn/mix per pair (README, Formulas)
+    path = tmp_path / "kv.yaml"
+    path.write_text("name: kvtest\nfamily: test\nsource: test\nd_model: 1024\nn_layers: 2\nvocab_size: 1000\n"
+                    "tie_embeddings: false\nmax_context: 4096\nffn: {kind: dense, d_ff: 2048}\nlayer_groups:\n"
+                    "  - layers: all\n    attention: {kind: gqa, n_heads: 8, n_kv_heads: 2, head_dim: 192, v_head_dim: 128}\n")
+    got = {r["item"]: r["kvtest"] for r in rows("dims", str(path))}
+    assert got["decode FLOPs per token"] == f"{2 * 8 * 192 + 2 * 8 * 128:,}·t" == "5,120·t"
+    assert got["cache per token and layer"] == f"{2 * (192 + 128):,}"  # n_kv·(d_h + d_v), n_kv = 2
+    assert got["W_V"] == "1,024 × 256" and got["W_O"] == "1,024 × 1,024"  # n_kv·d_v and n_h·d_v
+
+
 def test_models_table_defaults_to_the_papers_three():
     out = rows("models")
     assert [r["model"] for r in out] == ["llama3-70b", "gemma3-27b", "deepseek-v2"]
