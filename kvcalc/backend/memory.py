@@ -244,13 +244,13 @@ def return_freed_memory(threshold: int = 1 << 20) -> bool:
     arrays are freed and keeps the freed blocks resident, in every thread's arena: a run's RSS then grows past
     its plan (10-15% in deepseek-v2's prefill) with memory it no longer uses. False where there is no glibc."""
     import ctypes
-    import ctypes.util
+    import platform
 
-    name = ctypes.util.find_library("c") if not sys.platform.startswith("linux") else "libc.so.6"
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":  # mallopt's numbers are glibc's
+        return False
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):  # not glibc (macOS, musl without mallopt, Windows)
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
         return False
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
     return bool(mallopt(M_MMAP_THRESHOLD, threshold)) and bool(mallopt(M_TRIM_THRESHOLD, threshold))
