@@ -82,6 +82,14 @@ PUBLISHED = {
     "tpu-v6e": (tera("918"), giga("1638"), 32 * GiB),
     # Intel Gaudi 3 white paper and Hot Chips 2024 talk: BF16 matrix 1835 TFLOPs; 128 GB HBM2e; 3.67 TB/s.
     "gaudi3": (tera("1835"), tera("3.67"), 128 * GiB),
+    # No NVIDIA datasheet: third-party reports (willitrunai.com, Wccftech's leaked table): FP16/BF16 148 TFLOPS
+    # dense, 96 GB HBM3, 4.0 TB/s, NVLink 900 GB/s.
+    "h20-96gb": (tera("148"), tera("4"), 96 * GiB),
+    # NVIDIA RTX Blackwell whitepaper (via spheron.network, Tom's Hardware): FP16 tensor 838.4 TFLOPS sparse, so
+    # 419.2 dense (stored for bf16: measured bf16 with FP32 accumulate exceeds the listed 209.5); 1792 GB/s; 32 GB.
+    "rtx-5090": (tera("419.2"), giga("1792"), 32 * GiB),
+    # Apple (M4 Max: 40-core GPU, 128GB, 546GB/s); FLOP/s estimated: 40 x 128 ALUs x 2 x 1.678 GHz.
+    "m4-max": (40 * 128 * 2 * giga("1.678"), giga("546"), 128 * GiB),
 }
 
 # Interconnect, one direction per device in bytes/s: vendors quote both directions together, so half of it.
@@ -92,6 +100,7 @@ PUBLISHED_INTERCONNECT = {
     # NVLink 4: "NVIDIA NVLink: 900GB/s" on the H100 SXM and H200 SXM product pages.
     "h100-80gb": giga("900") // 2,
     "h200-141gb": giga("900") // 2,
+    "h20-96gb": giga("900") // 2,
     # Google's "bidirectional inter-chip interconnect (ICI) bandwidth per chip": 400, 1200 and 800 GBps.
     "tpu-v5e": giga("400") // 2,
     "tpu-v5p": giga("1200") // 2,
@@ -155,6 +164,17 @@ def test_presets_explain_their_choices():
     # Apple: no bf16 tensor cores; the figure chosen is the GPU's fp32 peak.
     notes = load_hardware("m2-ultra").notes
     assert "no bf16" in notes and "FP32" in notes
+    # RTX 5090: the whitepaper's 209.5 (FP32 accumulate) is measured to be exceeded; the full rate is stored.
+    notes = load_hardware("rtx-5090").notes
+    assert "209.5" in notes and "370.6" in notes and "419.2" in notes
+    # Figures that are not the vendor's say so where a user sees the preset.
+    assert "third-party" in load_hardware("h20-96gb").description
+    assert "estimate" in load_hardware("m4-max").description
+
+
+def test_estimated_apple_peak_is_the_alu_count_times_the_clock():
+    # 40 GPU cores x 128 FP32 ALUs x 2 FLOP per FMA x 1.678 GHz = 17.18272e12; bf16 runs at the fp32 rate.
+    assert load_hardware("m4-max").peak_flops_bf16 == 17_182_720_000_000
 
 
 def test_h100_ridge_point_is_about_295_flops_per_byte():
