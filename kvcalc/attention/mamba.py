@@ -127,6 +127,10 @@ class Mamba2(Recurrent):
     conv_kernel: Dim = Field(description="Kernel K of the causal depthwise convolution (HF conv_kernel).")
     use_conv_bias: bool = Field(True, description="Bias on the convolution (HF use_conv_bias).")
     use_bias: bool = Field(False, description="Biases on in_proj and out_proj (HF use_bias, as NemotronHMamba2Mixer).")
+    gated_norm: bool = Field(
+        True, description="The gated RMSNorm over d_inner before out_proj (a weight of d_inner); false for Falcon-H1's "
+        "mamba_rms_norm false, where the output is y·silu(z) (FalconH1Mixer)."
+    )
 
     label: ClassVar[str] = "MAMBA2"
 
@@ -171,9 +175,10 @@ class Mamba2(Recurrent):
             Weight("dt_bias", "mamba/ssm", (h,), "bias"),  # dt_bias, A_log, D: nn.Parameter(H) each
             Weight("A_log", "mamba/ssm", (h,), "bias"),
             Weight("D", "mamba/ssm", (h,), "bias"),
-            Weight("norm", "mamba/norms", (di,), "norm"),  # Zamba2RMSNormGated(d_inner, group_size=d_inner / G)
             Weight("W_out", "mamba/out_proj", (di, d)),  # out_proj: Linear(d_inner, d)
         ]
+        if self.gated_norm:  # Zamba2RMSNormGated(d_inner, group_size=d_inner / G); FalconH1Mixer only if mamba_rms_norm
+            out.append(Weight("norm", "mamba/norms", (di,), "norm"))
         if self.use_conv_bias:
             out.append(Weight("b_conv", "mamba/conv", (cd,), "bias"))
         if self.use_bias:

@@ -450,6 +450,7 @@ class Mamba2Layer(_Layer):
         self.d = np.ones(self.h, dtype)
         self.w_out = random_weight(rng, (self.di, d_model), self.di, dtype)
         self.b_out = np.zeros(d_model, dtype) if att.use_bias else None
+        self.gated_norm = att.gated_norm
 
     def _inputs(self, fc: FlopCounter, x: np.ndarray, conv: np.ndarray):
         """x [b, s, m] -> x [b, s, h, p], B, C [b, s, h, n] (each head its group's), Δ [b, s, h], z, new conv state."""
@@ -467,10 +468,12 @@ class Mamba2Layer(_Layer):
         return xs, bb, cc, delta, zxbcdt[..., : self.di], conv
 
     def _output(self, fc: FlopCounter, y: np.ndarray, xs: np.ndarray, z: np.ndarray) -> np.ndarray:
-        """y [b, s, h, p] + D·x (H·P multiplies), gated RMSNorm over each group's channels, then out_proj."""
+        """y [b, s, h, p] + D·x (H·P multiplies), gated RMSNorm over each group's channels (unless the kind has
+        none: Falcon-H1's mamba_rms_norm false), then out_proj."""
         b, s = y.shape[:2]
         y = (y + fc.einsum("mamba/scan", "bshp,h->bshp", xs, self.d)).reshape(b, s, self.di) * silu(z)
-        y = rms_norm(y.reshape(b, s, self.g, self.di // self.g).astype(self.dtype)).reshape(b, s, self.di)
+        if self.gated_norm:
+            y = rms_norm(y.reshape(b, s, self.g, self.di // self.g).astype(self.dtype)).reshape(b, s, self.di)
         out = fc.matmul("mamba/out_proj", y, self.w_out)
         return out if self.b_out is None else out + self.b_out
 
