@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+import typer.testing
 from typer.testing import CliRunner
 
 from kvcalc.cli import app
@@ -54,6 +55,22 @@ def spec(name: str):
     """A bundled spec by name."""
     return load_model(name).spec
 
+
+_BUILT: dict[int, tuple] = {}
+
+
+def _command_once(typer_app):
+    """The click command of a typer app, built once per session: typer's test runner rebuilds every command's
+    parameters on each invoke (about 10 ms, for each of the suite's many CLI calls). The command holds no state
+    between invocations (click makes a new context each time), so reusing it changes nothing a test sees."""
+    built = _BUILT.get(id(typer_app))
+    if built is None or built[0] is not typer_app:
+        built = _BUILT[id(typer_app)] = (typer_app, _build_command(typer_app))
+    return built[1]
+
+
+_build_command = typer.testing._get_command
+typer.testing._get_command = _command_once  # type: ignore[assignment]
 
 ALL_BUNDLED = bundled_names()
 os.environ.setdefault("COLUMNS", "240")

@@ -326,3 +326,41 @@ def test_error_import_output_unwritable(tmp_path):
     config = REFERENCE_MODELS / "gpt2.json"
     assert "cannot write" in failing("import", config, "-o", tmp_path / "no" / "such" / "dir.yaml")
 
+
+
+# ---------------------------------------------------------------- start-up: only the command asked for is built
+
+
+@pytest.mark.parametrize("args", [
+    ["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k"],
+    ["compare", "--help"],
+    ["compare", "llama3-70b", "--bogus"],
+    ["table", "models", "--ctx", "4k"],
+    ["table"],
+    ["sweep"],
+    ["--help"],
+    ["bogus"],
+    [],
+    ["--version"],
+])
+def test_the_one_command_app_answers_as_the_whole_app(args):
+    # main() runs app_for(argv): for a known command a copy of the app with that command alone (typer builds every
+    # registered command's parameters before parsing); the output, errors and exit codes must be the whole app's
+    from typer.testing import CliRunner
+
+    from kvcalc.cli import app, app_for
+
+    env = {"COLUMNS": "240", "TERM": "dumb", "NO_COLOR": "1"}
+    one, whole = (CliRunner().invoke(a, args, env=env) for a in (app_for(args), app))
+    assert (one.exit_code, one.stdout, one.stderr) == (whole.exit_code, whole.stdout, whole.stderr)
+
+
+def test_app_for_keeps_only_the_named_command():
+    from typer.main import get_command
+
+    from kvcalc.cli import app, app_for
+
+    assert sorted(get_command(app_for(["fit", "x"])).commands) == ["fit"]
+    assert sorted(get_command(app_for(["table", "dims"])).commands) == ["table"]
+    assert app_for(["--help"]) is app and app_for(["no-such-command"]) is app and app_for([]) is app
+    assert len(get_command(app).commands) == 14  # 13 commands and the table group, untouched by the copies
