@@ -476,7 +476,8 @@ def app_for(argv: list[str]) -> typer.Typer:
     from typer.main import get_command_name
 
     name = argv[0] if argv else ""
-    commands = [c for c in app.registered_commands if (c.name or get_command_name(c.callback.__name__)) == name]
+    commands = [c for c in app.registered_commands
+                if (c.name or get_command_name(getattr(c.callback, "__name__", ""))) == name]
     groups = [g for g in app.registered_groups if g.name == name]
     if not commands and not groups:
         return app
