@@ -15,10 +15,10 @@ from kvcalc.costs.flops import (
     decode_flops,
     decode_total,
     generate_flops,
-    generate_total,
     mla_crossover,
     prefill_flops,
     prefill_total,
+    row_flops,
 )
 from kvcalc.costs.parallel import PerGpu, per_gpu
 from kvcalc.costs.params import param_totals, weights_bytes
@@ -109,28 +109,33 @@ def figure_values(spec: ModelSpec, s: Settings, cache: CacheReport | None = None
                   fixed: dict[str, Any] | None = None) -> dict[str, Any]:
     """The figures of `figures` that apply (the others, None, left out), as a dict; `fixed`: fixed_figures(spec, s)."""
     out = dict(fixed_figures(spec, s) if fixed is None else fixed)
-    cache = cache or kv_cache(spec, s)
-    decode = decode_total(spec, s)
+    out.update(context_figures(spec, s, cache or kv_cache(spec, s)))
+    return out
+
+
+def context_figures(spec: ModelSpec, s: Settings, cache: CacheReport) -> dict[str, Any]:
+    """The figures of figure_values that the context changes (a row of a sweep, whose head holds the fixed ones);
+    `cache`: kv_cache(spec, s)."""
+    f = row_flops(spec, s)
+    decode = f.decode
     read = sum(decode_bytes(spec, s, cache).values())
-    out.update(
-        flops_prefill=prefill_total(spec, s),
-        flops_decode_token=decode,
-        flops_generate_cached=generate_total(spec, s, cached=True),
-        flops_generate_uncached=generate_total(spec, s, cached=False),
-        decode_bytes_read=read,
-        decode_intensity=decode / read,
-    )
-    if spec.has_schedules():
-        schedule = s.schedule  # the step under the schedule in effect is `decode`, already counted
-        at = lambda name: decode if name == schedule else decode_total(spec, s.with_schedule(name))  # noqa: E731
-        out.update(flops_decode_token_naive=at("naive"))
-        if s.mla_cache == "latent":
-            out.update(flops_decode_token_absorbed=at("absorbed"))
     gpu = per_gpu(spec, s)
-    out.update(gpus=gpu.gpus, kv_cache_bytes_per_gpu=gpu.kv_cache_bytes, state_bytes_per_gpu=gpu.state_bytes,
-               weights_bytes_per_gpu=gpu.weights_bytes)
+    out = {
+        "flops_prefill": f.prefill,
+        "flops_decode_token": decode,
+        "flops_generate_cached": f.generate_cached,
+        "flops_generate_uncached": f.generate_uncached,
+        "decode_bytes_read": read,
+        "decode_intensity": decode / read,
+        "gpus": gpu.gpus,
+        "kv_cache_bytes_per_gpu": gpu.kv_cache_bytes,
+        "state_bytes_per_gpu": gpu.state_bytes,
+        "weights_bytes_per_gpu": gpu.weights_bytes,
+    }
+    if f.decode_by_schedule:  # MLA: naive, and absorbed from a latent cache
+        out.update({f"flops_decode_token_{name}": flops for name, flops in f.decode_by_schedule.items()})
     if s.hardware is not None:
-        out.update(_roofline(spec, s, s.hardware, out["flops_prefill"], decode, read, gpu, cache))
+        out.update(_roofline(spec, s, s.hardware, f.prefill, decode, read, gpu, cache))
     return out
 
 

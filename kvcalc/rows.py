@@ -12,7 +12,7 @@ from typing import Any
 from kvcalc.costs.cache import CacheReport, GroupCache, kv_cache
 from kvcalc.costs.parallel import check_layout
 from kvcalc.fields import as_row, figure
-from kvcalc.figures import BLANK, figure_values, fixed_figures
+from kvcalc.figures import BLANK, context_figures, fixed_figures
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, layer_ranges
 
@@ -148,25 +148,26 @@ def cache_figures(spec: ModelSpec, report: CacheReport, first_bytes: int | None)
 
 def _cache_values(spec: ModelSpec, report: CacheReport, first_bytes: int | None) -> dict[str, Any]:
     """cache_figures as a dict, in field order (a row of a sweep, without building the CacheFigures on the way)."""
-    state = report.state_bytes
-    return dict(
-        ctx=report.ctx,
-        exceeds_max_context=report.ctx > spec.max_context,
-        batch=report.batch,
-        kv_dtype=report.kv_dtype,
-        mla_cache=report.mla_cache,
-        kv_bytes_per_token=report.bytes_per_token,
-        kv_cache_bytes=report.bytes,
-        ratio=report.bytes / first_bytes if first_bytes else None,
-        enc_ctx=report.enc_ctx or None,
-        state_bytes=state,
-        cache_bytes=report.bytes + state,
-        kv_quant=report.kv_quant,
-        engine=report.engine,
-        block_size=report.block_size,
-        engine_kv_bytes=report.engine_bytes,
-        engine_state_bytes=report.engine_state_bytes if state else None,
-    )
+    plan, s = report.plan, report.settings
+    ctx, kv, state = s.ctx, report.bytes, report.state_bytes
+    return {
+        "ctx": ctx,
+        "exceeds_max_context": ctx > spec.max_context,
+        "batch": s.batch,
+        "kv_dtype": plan.kv_dtype,
+        "mla_cache": plan.mla_cache,
+        "kv_bytes_per_token": plan.bytes_per_token,
+        "kv_cache_bytes": kv,
+        "ratio": kv / first_bytes if first_bytes else None,
+        "enc_ctx": plan.enc_ctx or None,
+        "state_bytes": state,
+        "cache_bytes": kv + state,
+        "kv_quant": plan.kv_quant,
+        "engine": plan.engine,
+        "block_size": plan.block_size,
+        "engine_kv_bytes": report.engine_bytes,
+        "engine_state_bytes": report.engine_state_bytes if state else None,
+    }
 
 
 def compare_rows(specs: list[ModelSpec], ctxs: list[int], s: Settings,
@@ -197,8 +198,8 @@ def iter_compare_rows(specs: list[ModelSpec], ctxs: list[int], s: Settings,
                 head.update({**BLANK, **fixed} if fixed is not None else {})
             row = dict(head)
             row.update(_cache_values(spec, report, first[ctx]))
-            if fixed is not None:
-                row.update(figure_values(spec, at, report, fixed))
+            if fixed is not None:  # the head holds the fixed figures
+                row.update(context_figures(spec, at, report))
             yield row, report
 
 

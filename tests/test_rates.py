@@ -216,8 +216,9 @@ def test_compare_computes_costs_only_where_they_are_shown(monkeypatch):
     import kvcalc.rows
 
     for module in (kvcalc.figures, kvcalc.rows):
-        monkeypatch.setattr(module, "figure_values", refuse)
+        monkeypatch.setattr(module, "context_figures", refuse)
         monkeypatch.setattr(module, "fixed_figures", refuse)
+    monkeypatch.setattr(kvcalc.figures, "figure_values", refuse)
     assert "KV cache" in run("compare", "llama3-70b", "deepseek-v2", "--ctx", "128k").stdout
     assert run("compare", "llama3-70b", "--ctx", "128k", "-f", "json", ok=False).exit_code == 1
     assert run("compare", "llama3-70b", "--columns", "cost", ok=False).exit_code == 1
@@ -247,6 +248,42 @@ def test_a_pass_total_from_its_coefficients_is_forward_totals(name):
             for p in every_pass(s, base.at(ctx)):
                 exact = flops.forward_total(s, p.work, p.tokens, p.logits, p.schedule, p.enc, p.cross_kv, p.mtp)
                 assert p.total(s) == exact, (name, base, ctx, p.schedule)
+
+
+@pytest.mark.parametrize("name", ALL_BUNDLED)
+def test_a_row_of_passes_is_each_pass_on_its_own(name):
+    s = spec(name)
+    for base in FAST:
+        for ctx in (1, 2, 127, 4097, 1_000_003, 2**40):
+            at = base.at(ctx)
+            row = flops.row_flops(s, at)
+            assert row == flops._row_apart(s, at), (name, base, ctx)
+            assert row[:4] == (flops.prefill_total(s, at), flops.decode_total(s, at), flops.generate_total(s, at, True),
+                               flops.generate_total(s, at, False))
+            for schedule, total in row.decode_by_schedule.items():
+                assert total == sum(flops.decode_flops(s, at.with_schedule(schedule)).values())
+
+
+@pytest.mark.parametrize("name", ALL_BUNDLED)
+def test_a_groups_keys_are_its_kinds_answers(name):
+    s = spec(name)
+    for g in s.groups + ((s.mtp_group(),) if s.mtp_layers else ()):
+        att, layer = g.attention, g.layer
+        for n in (1, 2, 127, 4097, 65_537, 2**40):
+            asked = (att.keys_at(layer, n), att.scan_at(layer, n), att.keys_prefill(layer, n), att.scan_prefill(layer, n),
+                     att.keys_prefills(layer, n), att.scan_prefills(layer, n))
+            assert flops.keys_up_to(g, n) == asked, (name, g.label, n)
+
+
+def test_a_row_with_a_layer_that_is_not_affine_is_each_pass_on_its_own():
+    s = spec("gemma3-27b").model_copy()
+    plan = flops._pass_plan(s, "naive")
+    groups = tuple(g.__class__(g.group, g.n, Direct(g.attention.at), g.cross, g.cross_kv, g.parallel) for g in plan.groups)
+    s.__pydantic_private__["_memo"][("pass_plan", "naive")] = plan._replace(groups=groups)  # its attention called directly
+    at = Settings(ctx=5000)
+    assert flops._row_plan(s, at) is None
+    expected = flops.row_flops(spec("gemma3-27b"), at)
+    assert flops.row_flops(s, at) == expected
 
 
 def test_a_pass_with_a_layer_that_is_not_affine_is_forward_total(monkeypatch):

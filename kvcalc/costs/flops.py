@@ -26,7 +26,7 @@ Conventions (also in the README):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -249,19 +249,78 @@ def _naive_expands(mla_cache: str, keys: int, new: int) -> int:
     return keys if mla_cache == "latent" else new
 
 
+class Keys(NamedTuple):
+    """The key counts of one layer of a group up to position n, each its attention kind's answer (kvcalc.attention):
+    the keys the query at n attends and scans, the query–key pairs a causal prefill of n attends and scans, and those
+    of the n prefills of lengths 1 … n (generation without a cache). Each pass's work is made of them, so a row of a
+    sweep asks a group's kind once at ctx and once at ctx + gen for all its passes (row_flops)."""
+
+    at: int
+    scan_at: int
+    prefill: int
+    scan_prefill: int
+    prefills: int
+    scan_prefills: int
+
+
+def keys_up_to(group: ResolvedGroup, n: int) -> Keys:
+    """The Keys of one layer of `group` up to position `n` (a kind that keeps the base class's keys_at, keys_prefill
+    and keys_prefills attends every key it scans: its scans are asked, once)."""
+    att, layer = group.attention, group.layer
+    at, prefill, prefills = att.scan_at(layer, n), att.scan_prefill(layer, n), att.scan_prefills(layer, n)
+    if _attends_what_it_scans(type(att)):
+        return Keys(at, at, prefill, prefill, prefills, prefills)
+    return Keys(att.keys_at(layer, n), at, att.keys_prefill(layer, n), prefill, att.keys_prefills(layer, n), prefills)
+
+
+def _attends_what_it_scans(kind: type[AttentionKind]) -> bool:
+    """Whether `kind` keeps AttentionKind's keys_at, keys_prefill and keys_prefills, which return its scans (read at
+    each call: a kind's methods may be replaced)."""
+    return (kind.keys_at is _BASE.keys_at and kind.keys_prefill is _BASE.keys_prefill
+            and kind.keys_prefills is _BASE.keys_prefills)
+
+
+_BASE = AttentionKind
+
+
 def prefill_work(group: ResolvedGroup, n: int, dense_attn: bool = False) -> Work:
     """What a prefill of `n` tokens does in one layer of `group`: n queries, causal pairs, n keys up-projected."""
-    att, layer = group.attention, group.layer
+    return _prefill_of(keys_up_to(group, n), n, dense_attn)
+
+
+def _prefill_of(k: Keys, n: int, dense_attn: bool) -> Work:
+    """prefill_work from the group's Keys up to n."""
     if dense_attn:  # the N×N matrix, as FLOP-counting libraries count it
         return Work(n, n * n, n, n * n)
-    return Work(n, att.keys_prefill(layer, n), n, att.scan_prefill(layer, n))
+    return Work(n, k.prefill, n, k.scan_prefill)
 
 
 def decode_work(group: ResolvedGroup, t: int, mla_cache: str = "latent") -> Work:
     """What the decode step at context `t` does in one layer of `group`: one query over the keys it sees."""
-    att, layer = group.attention, group.layer
-    keys = att.keys_at(layer, t)
-    return Work(1, keys, _naive_expands(mla_cache, keys, 1), att.scan_at(layer, t))
+    return _decode_of(keys_up_to(group, t), mla_cache)
+
+
+def _decode_of(k: Keys, mla_cache: str) -> Work:
+    """decode_work from the group's Keys up to t."""
+    return Work(1, k.at, _naive_expands(mla_cache, k.at, 1), k.scan_at)
+
+
+def _cached_of(prompt: Keys, last: Keys, gen: int, mla_cache: str) -> Work:
+    """What the `gen` decode steps after a prompt do in one layer, from its Keys up to the prompt and up to the last
+    step: Σ_{t=P+1..P+G} keys_at(t) = keys_prefill(P+G) − keys_prefill(P), and the same for the keys scanned."""
+    keys = last.prefill - prompt.prefill
+    return Work(gen, keys, _naive_expands(mla_cache, keys, gen), last.scan_prefill - prompt.scan_prefill)
+
+
+def _rerun_tokens(prompt: int, last: int) -> int:
+    """Queries of the prefills of lengths P+1 … P+G: each step re-runs all t tokens of its prefix."""
+    return tri(last) - tri(prompt)
+
+
+def _rerun_of(prompt: Keys, last: Keys, tokens: int) -> Work:
+    """What the prefills of lengths P+1 … P+G (generation without a cache) do in one layer, from its Keys up to P and
+    P+G: `tokens` queries and keys up-projected, keys_prefills(P+G) − keys_prefills(P) pairs."""
+    return Work(tokens, last.prefills - prompt.prefills, tokens, last.scan_prefills - prompt.scan_prefills)
 
 
 def layer_attention_flops(group: ResolvedGroup, work: Work, schedule: str) -> dict[str, int]:
@@ -292,15 +351,11 @@ class Pass(NamedTuple):
 
     def total(self, spec: ModelSpec) -> int:
         """forward_total of the pass, from its coefficients (_Coefficients) where the model has them."""
-        k = spec.memo(("pass_coefficients", self.schedule, self.enc, self.cross_kv, self.mtp), _coefficients, spec, self)
+        k = _pass_coefficients(spec, self)
         if k is None:
             return forward_total(spec, self.work, self.tokens, self.logits, self.schedule, self.enc, self.cross_kv,
                                  self.mtp)
-        total = k.const + k.per_token * self.tokens + k.per_logit * self.logits
-        for group, pairs, expanded, scanned in k.keyed:
-            w = self.work(group)
-            total += pairs * w.pairs + expanded * w.expanded + scanned * (w.pairs if w.scanned < 0 else w.scanned)
-        return total
+        return k.total(self.tokens, self.logits, [self.work(group) for group, *_ in k.keyed])
 
 
 class _Coefficients(NamedTuple):
@@ -315,6 +370,18 @@ class _Coefficients(NamedTuple):
     per_token: int
     per_logit: int
     keyed: tuple[tuple[ResolvedGroup, int, int, int], ...]
+
+    def total(self, tokens: int, logits: int, works: Iterable[Work]) -> int:
+        """The pass's total at `tokens` and `logits`, `works` being what a layer of each keyed group does (in order)."""
+        total = self.const + self.per_token * tokens + self.per_logit * logits
+        for (_, pairs, expanded, scanned), (_, p, e, sc) in zip(self.keyed, works):
+            total += pairs * p + expanded * e + scanned * (p if sc < 0 else sc)
+        return total
+
+
+def _pass_coefficients(spec: ModelSpec, p: Pass) -> _Coefficients | None:
+    """_coefficients of the pass, once per spec and what they depend on."""
+    return spec.memo(("pass_coefficients", p.schedule, p.enc, p.cross_kv, p.mtp), _coefficients, spec, p)
 
 
 _UNIT_WORKS = (Work(1, 0, 0, 0), Work(0, 1, 0, 0), Work(0, 0, 1, 0), Work(0, 0, 0, 1))
@@ -360,21 +427,11 @@ def _generate(spec: ModelSpec, s: Settings, cached: bool) -> Pass:
     prompt, gen = s.ctx, s.gen
     last = prompt + gen
     if cached:
-        def work(g: ResolvedGroup) -> Work:
-            att, layer = g.attention, g.layer
-            keys = att.keys_prefill(layer, last) - att.keys_prefill(layer, prompt)  # Σ_{t=P+1..P+G} keys_at(t)
-            scanned = att.scan_prefill(layer, last) - att.scan_prefill(layer, prompt)
-            return Work(gen, keys, _naive_expands(s.mla_cache, keys, gen), scanned)
-
-        return Pass(work, gen, gen, s.schedule, _enc(spec, s), mtp=s.mtp)
-    tokens = tri(last) - tri(prompt)  # each step re-runs all t tokens of its prefix
-
-    def rerun(g: ResolvedGroup) -> Work:
-        att, layer = g.attention, g.layer
-        pairs = att.keys_prefills(layer, last) - att.keys_prefills(layer, prompt)
-        return Work(tokens, pairs, tokens, att.scan_prefills(layer, last) - att.scan_prefills(layer, prompt))
-
-    return Pass(rerun, tokens, gen, "naive", _enc(spec, s), cross_kv=gen, mtp=s.mtp)  # no cache: K/V every step
+        return Pass(lambda g: _cached_of(keys_up_to(g, prompt), keys_up_to(g, last), gen, s.mla_cache), gen, gen,
+                    s.schedule, _enc(spec, s), mtp=s.mtp)
+    tokens = _rerun_tokens(prompt, last)
+    return Pass(lambda g: _rerun_of(keys_up_to(g, prompt), keys_up_to(g, last), tokens), tokens, gen, "naive",
+                _enc(spec, s), cross_kv=gen, mtp=s.mtp)  # no cache: K/V every step
 
 
 def prefill_flops(spec: ModelSpec, s: Settings, logits: str = "last") -> dict[str, int]:
@@ -412,6 +469,85 @@ def decode_total(spec: ModelSpec, s: Settings) -> int:
 def generate_total(spec: ModelSpec, s: Settings, cached: bool = True) -> int:
     """sum(generate_flops(spec, s, cached).values()), without the breakdown."""
     return s.batch * _generate(spec, s, cached).total(spec)
+
+
+class RowFlops(NamedTuple):
+    """The FLOPs of a row of compare or sweep, for the batch: prefill_total, decode_total, generate_total with and
+    without a cache, and (models with decode schedules) decode_total under each schedule cost_breakdowns reports."""
+
+    prefill: int
+    decode: int
+    generate_cached: int
+    generate_uncached: int
+    decode_by_schedule: dict[str, int]
+
+
+class _RowPlan(NamedTuple):
+    """A row's passes apart from their context (row_flops): the groups some pass attends keys in, each pass's
+    coefficients with the positions of its keyed groups among those, and the encoder's FLOPs of one prefill."""
+
+    groups: tuple[ResolvedGroup, ...]
+    prefill: tuple[_Coefficients, tuple[int, ...]]
+    decode: tuple[tuple[str, _Coefficients, tuple[int, ...]], ...]  # the schedule in effect first
+    cached: tuple[_Coefficients, tuple[int, ...]]
+    uncached: tuple[_Coefficients, tuple[int, ...]]
+    encoder: int
+    schedules: bool  # whether the model has decode schedules (spec.has_schedules)
+
+
+def row_flops(spec: ModelSpec, s: Settings) -> RowFlops:
+    """prefill_total, decode_total (under each schedule) and generate_total cached and uncached at `s`, the same
+    integers, with each keyed group's kind asked once at ctx and once at ctx + gen for all of them (Keys), and the
+    passes' coefficients read once per spec and settings apart from the context."""
+    plan = spec.memo(("row_plan", s.mla_cache, s.mla_schedule, s.enc_ctx, s.mtp, s.gen), _row_plan, spec, s)
+    if plan is None:  # some layer is not affine in its work: each pass on its own
+        return _row_apart(spec, s)
+    ctx, gen, batch, cache = s.ctx, s.gen, s.batch, s.mla_cache
+    last = ctx + gen
+    prompt = [keys_up_to(g, ctx) for g in plan.groups]
+    after = [keys_up_to(g, last) for g in plan.groups]
+    k, slots = plan.prefill
+    prefill = k.total(ctx, 1, [_prefill_of(prompt[i], ctx, s.dense_attn) for i in slots])  # logits: the last
+    decodes = {name: batch * k.total(1, 1, [_decode_of(prompt[i], cache) for i in slots]) for name, k, slots in plan.decode}
+    k, slots = plan.cached
+    cached = k.total(gen, gen, [_cached_of(prompt[i], after[i], gen, cache) for i in slots])
+    tokens = _rerun_tokens(ctx, last)
+    k, slots = plan.uncached
+    uncached = k.total(tokens, gen, [_rerun_of(prompt[i], after[i], tokens) for i in slots])
+    return RowFlops(batch * (prefill + plan.encoder), decodes[s.schedule], batch * cached, batch * uncached,
+                    decodes if plan.schedules else {})
+
+
+def _row_schedules(spec: ModelSpec, s: Settings) -> list[str]:
+    """The schedule in effect, then the others a row reports (MLA: naive, and absorbed with a latent cache)."""
+    names = ["naive", "absorbed"] if s.mla_cache == "latent" else ["naive"]
+    return [s.schedule] + [name for name in names if name != s.schedule and spec.has_schedules()]
+
+
+def _row_plan(spec: ModelSpec, s: Settings) -> _RowPlan | None:
+    """The row's passes as _prefill, _decode and _generate make them, with their coefficients (None where a pass has
+    none)."""
+    passes = [_prefill(spec, s), *(_decode(spec, s.with_schedule(name)) for name in _row_schedules(spec, s)),
+              _generate(spec, s, True), _generate(spec, s, False)]
+    coefficients = [_pass_coefficients(spec, p) for p in passes]
+    if any(k is None for k in coefficients):
+        return None
+    groups: dict[int, ResolvedGroup] = {}  # by first layer (the MTP group's follow the model's)
+    for k in coefficients:
+        assert k is not None
+        groups.update({g.layers[0]: g for g, *_ in k.keyed})
+    slot = {first: i for i, first in enumerate(groups)}
+    placed = [(k, tuple(slot[g.layers[0]] for g, *_ in k.keyed)) for k in coefficients if k is not None]
+    encoder = sum(encoder_flops(spec, passes[0].enc).values()) if passes[0].enc else 0
+    decode = tuple((p.schedule, k, slots) for p, (k, slots) in zip(passes[1:-2], placed[1:-2]))
+    return _RowPlan(tuple(groups.values()), placed[0], decode, placed[-2], placed[-1], encoder, spec.has_schedules())
+
+
+def _row_apart(spec: ModelSpec, s: Settings) -> RowFlops:
+    """row_flops, each total computed on its own."""
+    decodes = {name: decode_total(spec, s.with_schedule(name)) for name in _row_schedules(spec, s)}
+    return RowFlops(prefill_total(spec, s), decodes[s.schedule], generate_total(spec, s, True),
+                    generate_total(spec, s, False), decodes if spec.has_schedules() else {})
 
 
 def attention_part(breakdown: dict[str, int]) -> int:
