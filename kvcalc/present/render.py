@@ -157,14 +157,14 @@ def to_json(payload: Any) -> str:
 def rows_json(rows: Iterable[dict], keys: list[str]) -> Iterator[str]:
     """to_json(only(rows, keys)) in pieces, a row at a time: the same text, written as rows are computed.
 
-    A row of scalars has its values encoded by json's C encoder in one call (its pure-Python indent=2 encoder took
-    longer than the row's figures) and is laid out here as indent=2 lays it out, by a %-template made once for each
-    sequence of value types (None: left out, as to_json leaves it, by a "%.0s" that prints nothing); a row holding a
+    A row of scalars has the values it shows (those not None: to_json leaves None out) picked by one itemgetter and
+    encoded by json's C encoder in one call (its pure-Python indent=2 encoder took longer than the row's figures), then
+    laid out as indent=2 lays them out, by a %-template made once for each sequence of value types; a row holding a
     list or a mapping is written by json.dumps itself."""
     keys = list(dict.fromkeys(keys))  # as `only` keeps them
     encode = _scalars_encoder()
     every = itemgetter(*keys) if len(keys) > 1 else lambda row: tuple([row[k] for k in keys])  # a tuple, always
-    layouts: dict[tuple[type, ...], str | None] = {}  # the text of a row around its values, by their types
+    layouts: dict[tuple[type, ...], tuple[str, Callable[[tuple], tuple]] | None] = {}  # by the values' types
     head = "[\n  "
     for row in rows:
         try:
@@ -176,31 +176,30 @@ def rows_json(rows: Iterable[dict], keys: list[str]) -> Iterator[str]:
             layout = layouts[types]
         except KeyError:
             layout = layouts[types] = _layout(keys, types)
-        if not values:
-            text = "{}"
-        elif layout is not None:
-            text = layout % tuple(encode(values)[1:-1].split("\n"))
-        else:  # json.dumps of the row, indented one level as inside the list
+        if layout is None:  # json.dumps of the row, indented one level as inside the list
             text = to_json({k: row[k] for k in keys if k in row}).replace("\n", "\n  ")
+        elif layout[0] == "{}":
+            text = "{}"
+        else:
+            template, shown = layout
+            text = template % tuple(encode(shown(values))[1:-1].split("\n"))
         yield head + text
         head = ",\n  "
     yield "[]" if head == "[\n  " else "\n]"
 
 
-def _layout(keys: list[str], types: tuple[type, ...]) -> str | None:
-    """The %-template of a row whose values have `types` (a %s a value shown, a %.0s that prints nothing a None), or
-    None when some value is not a scalar."""
+def _layout(keys: list[str], types: tuple[type, ...]) -> tuple[str, Callable[[tuple], tuple]] | None:
+    """The %-template of a row whose values have `types` (a %s a value shown: not None) and the function that picks
+    those values, or None when some value is not a scalar."""
     none = type(None)
     if not set(types) <= _SCALARS | {none}:
         return None
-    parts, sep = [], "{\n"
-    for k, t in zip(keys, types):
-        if t is none:
-            parts.append("%.0s")
-        else:
-            parts.append(f"{sep}    {encode_basestring_ascii(k)}: ".replace("%", "%%") + "%s")
-            sep = ",\n"
-    return "".join(parts) + ("{}" if sep == "{\n" else "\n  }")
+    shown = [i for i, t in enumerate(types) if t is not none]
+    if not shown:
+        return "{}", tuple
+    lines = (f"    {encode_basestring_ascii(keys[i])}: ".replace("%", "%%") + "%s" for i in shown)
+    pick = itemgetter(*shown) if len(shown) > 1 else lambda values: (values[shown[0]],)
+    return "{\n" + ",\n".join(lines) + "\n  }", pick
 
 
 def _scalars_encoder() -> Callable[[Any], str]:
