@@ -19,8 +19,9 @@ __all__ = ["DTYPES", "ENGINES", "MLA_CACHE_LAYOUTS", "MLA_SCHEDULES", "Settings"
 
 # Serving engines whose paged KV cache kvcalc counts (kvcalc.costs.paged): ideal (exact tokens), vLLM, SGLang
 ENGINES = ("ideal", "vllm", "sglang")
-QUANTISED = ("fp8", "int8", "int4")
-LIMITS = {"batch": 2**20, "tp": 2**16, "pp": 2**16, "dp": 2**16, "ep": 2**16}  # contexts and gen: 2^40 tokens  # KV dtypes a --kv-quant scheme's scales go with
+QUANTISED = ("fp8", "int8", "int4")  # KV dtypes a --kv-quant scheme's scales go with
+TOKENS_LIMIT = 2**40  # contexts, gen and encoder positions
+LIMITS = {"batch": 2**20, "tp": 2**16, "pp": 2**16, "dp": 2**16, "ep": 2**16}  # the others: TOKENS_LIMIT
 
 
 def resolve_schedule(mla_cache: str, mla_schedule: str | None) -> str:
@@ -39,9 +40,9 @@ def _check_count(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         what = {"batch": "sequences", "tp": "ranks", "pp": "stages", "dp": "replicas", "ep": "ranks"}.get(name, "tokens")
         raise KvcalcError(f"{name} must be a positive whole number of {what}, got {str(value)[:40]!r}")
-    if value > LIMITS.get(name, 2**40):
+    if value > LIMITS.get(name, TOKENS_LIMIT):
         raise KvcalcError(f"{name} {value if value < 10**30 else 'of ' + str(len(str(value))) + ' digits'}: "
-                          f"at most {LIMITS.get(name, 2**40):,} (kvcalc's bound for {name})")
+                          f"at most {LIMITS.get(name, TOKENS_LIMIT):,} (kvcalc's bound for {name})")
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class Settings:
     def __post_init__(self) -> None:
         for name in ("ctx", "batch", "gen", "enc_ctx", "tp", "pp", "dp", "ep"):
             value = getattr(self, name)
-            if type(value) is int and 0 < value <= LIMITS.get(name, 2**40) or name == "enc_ctx" and value is None:
+            if type(value) is int and 0 < value <= LIMITS.get(name, TOKENS_LIMIT) or name == "enc_ctx" and value is None:
                 continue  # the usual case, at once (a sweep of the API makes a Settings a row)
             _check_count(name, value)
         dtype_bits(self.kv_dtype, "kv")
@@ -141,7 +142,8 @@ class Settings:
 
         Only ctx is checked: the rest was when these settings were made. (A sweep makes one Settings a row; checking
         every field again took longer than the row's cache.)"""
-        _check_count("ctx", ctx)
+        if type(ctx) is not int or not 0 < ctx <= TOKENS_LIMIT:  # a plain int in range passes at once
+            _check_count("ctx", ctx)
         return self._changed(ctx=ctx)
 
     def with_schedule(self, schedule: str) -> Settings:

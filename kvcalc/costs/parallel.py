@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from bisect import bisect_left
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kvcalc.attention import MLA
 from kvcalc.costs.cache import GroupTerm, group_cache, group_term
@@ -75,9 +76,9 @@ def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int
     return routed + shared + router
 
 
-@dataclass(frozen=True)
-class PerGpu:
-    """What the busiest GPU holds: its stage, KV cache, constant states and weights, in bytes."""
+class PerGpu(NamedTuple):
+    """What the busiest GPU holds: its stage, KV cache, constant states and weights, in bytes (a named tuple: a row of
+    a sweep makes one)."""
 
     gpus: int
     stage: int
@@ -169,13 +170,14 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
 def _stage(spec: ModelSpec, s: Settings, plan: _Stage) -> PerGpu:
     """One stage's GPU at the settings' context and batch: the cache and states of its share of the sequences."""
     replica = _ceil(s.batch, s.dp)
+    ctx = s.ctx
     kv = state = 0
     for g in plan.groups:
         batch = _ceil(replica, s.tp) if g.latent_split else replica
-        kv += g.n * g.term.layer_bytes(s.ctx, batch, s)  # pages with --engine
+        kv += g.n * g.term.layer_bytes(ctx, batch, s)  # pages with --engine
         if g.engine_state_bytes is not None:  # the engine's state pages
             state += g.n * batch * g.engine_state_bytes
-        else:
+        elif g.state_elements:
             state += g.n * elements_to_bytes(batch * g.state_elements, s.state_storage)
     return PerGpu(s.tp * s.pp * s.dp, plan.stage, plan.layers, kv, state, plan.weights_bytes)
 
@@ -206,5 +208,8 @@ def per_gpu(spec: ModelSpec, s: Settings) -> PerGpu:
     """The busiest GPU under the settings' parallel layout: the pipeline stage whose cache, states and weights
     together are largest (the first such stage)."""
     check_layout(spec, s)
-    figures = [_stage(spec, s, stage) for stage in _stages(spec, s)]
+    stages = _stages(spec, s)
+    if len(stages) == 1:
+        return _stage(spec, s, stages[0])
+    figures = [_stage(spec, s, stage) for stage in stages]
     return max(figures, key=lambda f: (f.kv_cache_bytes + f.state_bytes + f.weights_bytes, -f.stage))

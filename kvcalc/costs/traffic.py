@@ -45,14 +45,22 @@ def _read_once(spec: ModelSpec, mtp: bool) -> tuple[int, int, int]:
 def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> dict[str, int]:
     """Bytes one decode step at context `s.ctx` moves, by part: 'weights' and 'kv_cache' read, and (hybrid models)
     'state': every constant state read and written back. `cache`: kv_cache(spec, s), when the caller has it."""
+    weights = spec.memo(("decode_weights", s.mtp, s.batch, s.weights_dtype), _decode_weights, spec, s)
+    cache = cache or kv_cache(spec, s)
+    out = {"weights": weights, "kv_cache": cache.bytes}
+    state = cache.state_bytes
+    if state:
+        out["state"] = 2 * state  # 2: a step reads each state and writes its update
+    return out
+
+
+def _decode_weights(spec: ModelSpec, s: Settings) -> int:
+    """Bytes of the weights a decode step reads for the batch (once per spec, batch and weights dtype: no context
+    changes them)."""
     rows = s.batch * spec.d_model * (2 if spec.learned_positions else 1)  # the embedding rows looked up
     rows += _extra_rows(spec, s.batch)
     read = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[0] + rows
-    cache = cache or kv_cache(spec, s)
-    out = {"weights": weights_bytes(read, s.weights_dtype), "kv_cache": cache.bytes}
-    if cache.state_bytes:
-        out["state"] = 2 * cache.state_bytes  # 2: a step reads each state and writes its update
-    return out
+    return weights_bytes(read, s.weights_dtype)
 
 
 def prefill_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> dict[str, int]:
