@@ -76,9 +76,12 @@ ODD = [{"model": "x\u00e9\n\"\u2028, y", "n": 10**40, "b": None, "r": 1.5, "t": 
         "j": -math.inf, "k": math.nan, "z": 1e300},
        {}, {"b": None}, {"model": [1, {"z": None, "y": [None, 2]}], "n": {"q": 1}}, {"n": 3}, {"model": "a,b", "%s": 5}]
 ODD_KEYS = ["model", "n", "b", "r", "t", "f", "i", "j", "k", "z", "n", "%s"]
+NUMBERS = [{"model": "", "n": -0.0, "b": 1e-7, "r": 0.1, "t": 1e16, "f": -5, "i": 0, "j": 2**64, "k": -(10**30),
+            "z": 123456789.125, "%s": "%d"}, {"model": "\t", "n": -1.5e-300, "b": False, "r": 5e-324}]
 
 
-@pytest.mark.parametrize("rows", [ODD, [], [{}], ODD[:1], ODD * 300, ROWS], ids=["odd", "none", "empty", "one", "many", "rows"])
+@pytest.mark.parametrize("rows", [ODD, [], [{}], ODD[:1], ODD * 300, ROWS, NUMBERS],
+                         ids=["odd", "none", "empty", "one", "many", "rows", "numbers"])
 def test_rows_written_in_pieces_are_json_and_csv_to_the_byte(rows):
     keys = ODD_KEYS if rows is not ROWS else ["model", "b", "extra"]
     assert "".join(rows_json(iter(rows), keys)) == to_json(only(rows, keys))

@@ -9,11 +9,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvcalc.fields import Figure
 from kvcalc.units import format_bytes, format_count, format_flops, format_seconds, format_tokens
@@ -157,14 +158,14 @@ def to_json(payload: Any) -> str:
 def rows_json(rows: Iterable[dict], keys: list[str]) -> Iterator[str]:
     """to_json(only(rows, keys)) in pieces, a row at a time: the same text, written as rows are computed.
 
-    A row of scalars has the values it shows (those not None: to_json leaves None out) picked by one itemgetter and
-    encoded by json's C encoder in one call (its pure-Python indent=2 encoder took longer than the row's figures), then
-    laid out as indent=2 lays them out, by a %-template made once for each sequence of value types; a row holding a
-    list or a mapping is written by json.dumps itself."""
+    A row of scalars is laid out as indent=2 lays it out by a %-template made once for each sequence of value types
+    (_Layout): the values it shows (those not None: to_json leaves None out) are picked by one itemgetter, its ints
+    written by the template's %d (int's own digits, as json writes them), its strings, floats and booleans first
+    turned into their JSON text (json's pure-Python indent=2 encoder took longer than the row's figures); a row holding
+    a list or a mapping is written by json.dumps itself."""
     keys = list(dict.fromkeys(keys))  # as `only` keeps them
-    encode = _scalars_encoder()
     every = itemgetter(*keys) if len(keys) > 1 else lambda row: tuple([row[k] for k in keys])  # a tuple, always
-    layouts: dict[tuple[type, ...], tuple[str, Callable[[tuple], tuple]] | None] = {}  # by the values' types
+    layouts: dict[tuple[type, ...], _Layout | None] = {}  # by the values' types
     head = "[\n  "
     for row in rows:
         try:
@@ -178,39 +179,52 @@ def rows_json(rows: Iterable[dict], keys: list[str]) -> Iterator[str]:
             layout = layouts[types] = _layout(keys, types)
         if layout is None:  # json.dumps of the row, indented one level as inside the list
             text = to_json({k: row[k] for k in keys if k in row}).replace("\n", "\n  ")
-        elif layout[0] == "{}":
-            text = "{}"
         else:
-            template, shown = layout
-            text = template % tuple(encode(shown(values))[1:-1].split("\n"))
+            shown = list(layout.shown(values))
+            for i, as_text in layout.texts:
+                shown[i] = as_text(shown[i])
+            text = layout.template % tuple(shown)
         yield head + text
         head = ",\n  "
     yield "[]" if head == "[\n  " else "\n]"
 
 
-def _layout(keys: list[str], types: tuple[type, ...]) -> tuple[str, Callable[[tuple], tuple]] | None:
-    """The %-template of a row whose values have `types` (a %s a value shown: not None) and the function that picks
-    those values, or None when some value is not a scalar."""
+class _Layout(NamedTuple):
+    """How a row whose values have given types is written: its %-template (a %d an int shown, a %s another value
+    shown), the function that picks the values it shows (not None) in order, and which of those (strings, floats,
+    booleans) are turned into their JSON text, by what, before the template is filled."""
+
+    template: str
+    shown: Callable[[tuple], tuple]
+    texts: tuple[tuple[int, Callable[[Any], str]], ...]
+
+
+def _float_text(value: float) -> str:
+    """A float as json writes it (allow_nan: NaN, Infinity and -Infinity for the values JSON has no number for)."""
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float.__repr__(value)
+
+
+_JSON_TEXT: dict[type, Callable[[Any], str]] = {str: encode_basestring_ascii, float: _float_text,
+                                                bool: lambda value: "true" if value else "false"}
+
+
+def _layout(keys: list[str], types: tuple[type, ...]) -> _Layout | None:
+    """The _Layout of a row whose values have `types`, or None when some value is not a scalar."""
     none = type(None)
     if not set(types) <= _SCALARS | {none}:
         return None
-    shown = [i for i, t in enumerate(types) if t is not none]
+    shown = tuple(i for i, t in enumerate(types) if t is not none)
     if not shown:
-        return "{}", tuple
-    lines = (f"    {encode_basestring_ascii(keys[i])}: ".replace("%", "%%") + "%s" for i in shown)
+        return _Layout("{}", lambda values: (), ())
+    lines = (f"    {encode_basestring_ascii(keys[i])}: ".replace("%", "%%") + ("%d" if types[i] is int else "%s")
+             for i in shown)
     pick = itemgetter(*shown) if len(shown) > 1 else lambda values: (values[shown[0]],)
-    return "{\n" + ",\n".join(lines) + "\n  }", pick
-
-
-def _scalars_encoder() -> Callable[[Any], str]:
-    """A list of scalars as compact JSON, values apart by newlines (no raw newline is inside an encoded scalar): json's
-    C encoder made once (JSONEncoder.encode makes one at each call)."""
-    from json.encoder import c_make_encoder  # type: ignore[attr-defined]  # json's C speedups, None without them
-
-    if c_make_encoder is None:
-        return json.JSONEncoder(separators=("\n", ":")).encode
-    chunks = c_make_encoder(None, json.JSONEncoder().default, encode_basestring_ascii, None, ":", "\n", False, False, True)
-    return lambda values: "".join(chunks(values, 0))
+    texts = tuple((j, _JSON_TEXT[types[i]]) for j, i in enumerate(shown) if types[i] is not int)
+    return _Layout("{\n" + ",\n".join(lines) + "\n  }", pick, texts)
 
 
 _SCALARS = {str, int, float, bool}
