@@ -271,8 +271,19 @@ def small_minicpm3(tmp_path) -> str:
     return str(path)
 
 
+def small_falcon_h1(tmp_path) -> str:
+    import json
+
+    cfg = {**config(F05), "num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 64, "vocab_size": 100,
+           "head_dim": 16, "mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 8}
+    path = tmp_path / "falcon.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
 @pytest.mark.parametrize("make, check", [(small_granite, "mamba2: recurrent form = parallel form"),
-                                         (small_minicpm3, "MLA absorbed = naive")])
+                                         (small_minicpm3, "MLA absorbed = naive"),
+                                         (small_falcon_h1, "mamba2: recurrent form = parallel form")])
 def test_run_matches_every_row(tmp_path, make, check):
     import json
 
@@ -297,15 +308,19 @@ def test_run_mamba2_without_its_gated_norm():
     assert report.mismatches == [] and all(c.passed for c in report.checks)
 
 
-def test_run_refuses_falcon_h1_parallel_mixer(tmp_path):
-    # kvcalc run does not build a layer with a parallel mixer yet: it says so (exit 1) rather than run half a layer
+def test_run_falcon_h1_parallel_mixer(tmp_path):
+    # every Falcon-H1 layer runs GQA and Mamba-2 on the same input: the run measures both the KV cache (k, v) and the
+    # mixer's state (mixer/ssm, mixer/conv), each equal to kvcalc's figures, and runs both parts' checks
     import json
 
     from conftest import run as cli
 
-    cfg = {**config(F05), "num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 64, "vocab_size": 100,
-           "head_dim": 16, "mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 8}
-    path = tmp_path / "falcon.json"
-    path.write_text(json.dumps(cfg))
-    res = cli("run", str(path), "--ctx", "16", "-q", ok=False)
-    assert res.exit_code == 1 and "does not build layers with a parallel mixer yet" in res.stderr
+    out = json.loads(cli("run", small_falcon_h1(tmp_path), "--ctx", "16", "--decode", "2", "-q", "-f", "json").stdout)
+    assert out["ok"] and all(r.get("match") is not False for r in out["rows"])
+    rows = {r["quantity"]: r for r in out["rows"]}
+    assert rows["layer 0 k shape at the end"]["measured"] == [1, 18, 2, 16]
+    assert rows["layer 0 mixer/ssm shape at the end"]["measured"] == [1, 4, 16, 8]  # H × P × N
+    assert rows["layer 0 bytes after prefill"]["measured"] == 2 * 2 * 16 * 16 * 4  # K, V · 2 heads · 16 · 16 tokens, fp32
+    assert rows["layer 0 state bytes after prefill"]["measured"] == (4 * 16 * 8 + 3 * (64 + 2 * 8)) * 4
+    checks = {c["name"] for c in out["checks"]}
+    assert {"cached decode = full recomputation", "mamba2: recurrent form = parallel form"} <= checks

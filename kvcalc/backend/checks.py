@@ -18,6 +18,7 @@ import numpy as np
 from kvcalc.attention import MLA
 from kvcalc.backend.attention import GroupedQueryAttention, LatentAttention
 from kvcalc.backend.ops import FlopCounter, product, softmax
+from kvcalc.backend.parallel import attention_part
 from kvcalc.backend.stack import stack_decode, stack_prefill
 
 
@@ -54,7 +55,7 @@ def run_checks(spec, s, layers, x0, outputs, after_prefill, schedule, tol) -> li
     cached = np.concatenate(outputs, axis=1)
     found = [_within("cached decode = full recomputation", rel_error(cached, full[:, s.ctx:]), tol,
                      f"{s.decode} decoded tokens vs a prefill of {s.ctx + s.decode}")]
-    if any(isinstance(layer, LatentAttention) for layer in layers) and s.mla_cache == "latent":
+    if any(isinstance(attention_part(layer), LatentAttention) for layer in layers) and s.mla_cache == "latent":
         other = "naive" if schedule == "absorbed" else "absorbed"
         caches, outs = after_prefill, []
         for j in range(s.decode):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from kvcalc.backend.attention import LayerPlan, layer_entry
 from kvcalc.backend.causal import SCORE_CHUNK, prefill_tiling
-from kvcalc.backend.recurrent import StatePlan, state_activations
+from kvcalc.backend.recurrent import StatePlan, plan_layer, state_activations
 from kvcalc.errors import KvcalcError
 from kvcalc.solve import largest_fitting
 from kvcalc.spec import ModelSpec, ResolvedGroup
@@ -38,8 +38,10 @@ def query_block(window: int | None) -> int:
 
 
 def _matrix_elements(group: ResolvedGroup) -> int:
-    """Weights one layer holds: its kind's weight matrices (norms and biases are small and left out)."""
-    return sum(w.size for w in group.attention.weights(group.layer) if w.role == "matrix")
+    """Weights one layer holds: its kind's weight matrices, and its parallel mixer's (norms and biases are small and
+    left out)."""
+    weights = group.attention.weights(group.layer) + (group.parallel.weights(group.parallel_layer) if group.parallel else ())
+    return sum(w.size for w in weights if w.role == "matrix")
 
 
 def _prefill_threads_bytes(group: ResolvedGroup, p: LayerPlan, tokens: int, batch: int, itemsize: int,
@@ -103,6 +105,14 @@ def plan(spec: ModelSpec, layers: list[int], ctx: int, decode: int, batch: int, 
         act = max(act, batch * total * (4 * spec.d_model + p.width) * itemsize + scores,
                   # the run's input and the recompute check's output, beside a naive decode step's K and V
                   batch * total * 2 * spec.d_model * itemsize + batch * held * p.rebuilt * itemsize)
+        if group.parallel is not None:  # Falcon-H1: the mixer's state beside the KV cache, and its activations
+            mixer, ml = group.parallel, group.parallel_layer
+            state = batch * mixer.constant_state(ml) * itemsize
+            cache += 2 * state  # at the end, and after the prefill (kept for the checks)
+            largest = max(largest, layer_cache + state)  # a decode step builds the layer's new cache beside the old
+            # the mixer runs after the attention, whose output [b, s, d_model] it holds meanwhile
+            act = max(act, state_activations(plan_layer(mixer, ml, mla_cache), spec.d_model, batch, total, itemsize)
+                      + batch * total * spec.d_model * itemsize)
     if enc and any(by_layer[i].cross is not None for i in layers):  # the random encoder output the run attends
         act += batch * enc * spec.d_model * itemsize
     return MemoryPlan(weights=weights, cache=cache + largest, activations=act)

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvcalc.attention import Work
 from kvcalc.attention.recurrent import Recurrent
 from kvcalc.backend import checks
 from kvcalc.backend.attention import NOT_RUN, Cache, layer_entry, with_cross
 from kvcalc.backend.memory import Request, guard, query_block, return_freed_memory, tightest
 from kvcalc.backend.ops import FlopCounter
+from kvcalc.backend.parallel import mixer_group, parts, state_part, with_parallel
 from kvcalc.backend.recurrent import state_checks
 from kvcalc.backend.stack import stack_decode, stack_prefill
 from kvcalc.backend.threads import available_cores, one_blas_thread, usable_workers
@@ -111,10 +113,14 @@ def layer_order(spec: ModelSpec) -> list[int]:
 
 
 def build_layer(group: ResolvedGroup, rng, s: RunSettings, rope: str = "decoupled"):
-    """A NumPy layer with random weights at the group's real dims (with its cross-attention block, if any)."""
-    build = layer_entry(group.attention.kind)[0]
-    layer = build(group, rng, DTYPES[s.dtype][0], s.mla_cache, query_block(group.sliding_window), rope, s.workers)
-    return with_cross(group, layer, rng, DTYPES[s.dtype][0])
+    """A NumPy layer with random weights at the group's real dims (beside its parallel mixer and with its
+    cross-attention block, if any)."""
+    dtype = DTYPES[s.dtype][0]
+
+    def build(g: ResolvedGroup):
+        return layer_entry(g.attention.kind)[0](g, rng, dtype, s.mla_cache, query_block(g.sliding_window), rope, s.workers)
+
+    return with_cross(group, with_parallel(group, build(group), build), rng, dtype)
 
 
 def encoder_tokens(spec: ModelSpec, s: RunSettings) -> int:
@@ -133,11 +139,10 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     if s.dtype not in DTYPES:
         raise KvcalcError(f"unsupported dtype {s.dtype!r}: choose float32, float16 or float64")
     for g in spec.groups:
-        if _runs(g):
-            layer_entry(g.attention.kind)  # a kind without a NumPy layer fails before anything is allocated
-        if g.parallel is not None:
-            raise KvcalcError(f"{spec.name}: kvcalc run does not build layers with a parallel mixer yet "
-                              f"({g.label}: {g.attention.kind} beside {g.parallel.kind})")
+        if _runs(g):  # a kind without a NumPy layer fails before anything is allocated
+            layer_entry(g.attention.kind)
+            if g.parallel is not None:
+                layer_entry(g.parallel.kind)
     order = layer_order(spec)
     if not order:
         raise KvcalcError(f"{spec.name}: no attention layer to run (constant-state layers only)")
@@ -200,7 +205,7 @@ def _execute(spec: ModelSpec, s: RunSettings, order: list[int], n_layers: int, e
         for j in range(s.decode):
             out, caches = stack_decode(fc_dec, layers, caches, x0[:, s.ctx + j : s.ctx + j + 1], schedule)
             outputs.append(out)
-            history.append([c.nbytes for c in caches])
+            history.append([_held(c) for c in caches])
             progress.advance("decode")
     decode_seconds = time.perf_counter() - t0
 
@@ -213,36 +218,32 @@ def _execute(spec: ModelSpec, s: RunSettings, order: list[int], n_layers: int, e
     report.checks += [checks.gqa_equals_mha(s, TOLERANCE[s.dtype])]
     report.checks += checks.heads_variant_checks(spec, s, TOLERANCE[s.dtype])
     report.checks += checks.indexer_checks(spec, s, TOLERANCE[s.dtype])
-    report.checks += state_checks(layers, ids, by_layer, s.batch, s.ctx, s.decode, s.seed, TOLERANCE[s.dtype])
+    # each constant-state layer's own check, a parallel layer's mixer among them
+    states = {i: mixer_group(g) if g.parallel is not None else g for i, g in by_layer.items()}
+    report.checks += state_checks([state_part(layer) for layer in layers], ids, states, s.batch, s.ctx, s.decode, s.seed,
+                                  TOLERANCE[s.dtype])
     return report
+
+
+def _held(cache: Cache) -> tuple[int, int]:
+    """Bytes a layer's cache holds: its attention's (or a constant-state layer's state), and its parallel mixer's."""
+    own, mixer = parts(cache)
+    return own.nbytes, mixer.nbytes
 
 
 def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, prefill_measured, decode_measured, schedule):
     total = s.ctx + s.decode
     enc = encoder_tokens(spec, s)
     at = Settings(ctx=s.ctx, batch=s.batch, kv_dtype=DTYPES[s.dtype][1], mla_cache=s.mla_cache, enc_ctx=enc or None)
-
-    def per_layer_bytes(group, tokens):
-        return kv_cache(spec, at.at(tokens)).groups[group.index].bytes_per_layer
-
     for n, (layer, cache, last) in enumerate(zip(ids, after_prefill, final)):
         group = by_layer[layer]
         if isinstance(group.attention, Recurrent):  # a constant state instead of a KV cache
-            _state_rows(report, spec, s, layer, group, cache, last, [sizes[n] for sizes in history])
+            _state_rows(report, spec, s, layer, group, cache, last, [sizes[n][0] for sizes in history])
             continue
-        for when, c, tokens in (("after prefill", cache, s.ctx), ("at the end", last, total)):
-            held = group.attention.tokens_held(group.layer, tokens)
-            for name, shape in group.attention.cache_shapes(group.layer, s.batch, held, s.mla_cache).items():
-                got = tuple(c.tensors[name].shape) if name in c.tensors else None
-                report.rows.append(Row("cache", f"layer {layer} {name} shape {when}", shape, got, "shape"))
-            if group.cross is not None:  # the encoder positions' K/V, the same at every step
-                for name, shape in group.cross.cache_shapes(group.cross_layer, s.batch, enc, s.mla_cache).items():
-                    got = tuple(c.tensors[f"cross/{name}"].shape) if f"cross/{name}" in c.tensors else None
-                    report.rows.append(Row("cache", f"layer {layer} cross/{name} shape {when}", shape, got, "shape"))
-        report.rows.append(Row("cache", f"layer {layer} bytes after prefill", per_layer_bytes(group, s.ctx), cache.nbytes, "bytes"))
-        for j, sizes in enumerate(history):
-            report.rows.append(Row("cache", f"layer {layer} bytes after decode step {j + 1}",
-                                   per_layer_bytes(group, s.ctx + j + 1), sizes[n], "bytes"))
+        _kv_rows(report, spec, s, at, layer, group, parts(cache)[0], parts(last)[0], [sizes[n][0] for sizes in history])
+        if group.parallel is not None:  # the mixer's state beside the KV cache (Falcon-H1)
+            _state_rows(report, spec, s, layer, mixer_group(group), parts(cache)[1], parts(last)[1],
+                        [sizes[n][1] for sizes in history], "mixer/")
     measured_total = _scaled_total(spec, ids, by_layer, final)
     report.rows.append(Row("cache", f"KV cache, all {spec.n_layers} layers, at ctx {total:,} (= kvcalc compare)",
                            kv_cache(spec, at.at(total)).bytes, measured_total, "bytes"))
@@ -256,17 +257,45 @@ def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, pref
         for t in range(s.ctx + 1, total + 1):
             decode_pred.update(layer_attention_flops(group, decode_work(group, t, s.mla_cache), schedule))
             decode_pred.update(cross_flops(group, 1, enc, 0, schedule))
+        if group.parallel is not None:  # the mixer beside the attention: the same tokens, no keys (costs.flops.forward)
+            mixer = mixer_group(group)
+            prefill_pred.update(layer_attention_flops(mixer, Work(s.ctx, 0, 0), "naive"))
+            decode_pred.update({k: s.decode * v for k, v in layer_attention_flops(mixer, Work(1, 0, 0), schedule).items()})
     for label, pred, got in (("prefill", prefill_pred, prefill_measured), (f"{s.decode} decode steps", decode_pred, decode_measured)):
         for comp in sorted(set(pred) | set(got)):
             report.rows.append(Row("flops", f"{label} {comp}", s.batch * pred.get(comp, 0), got.get(comp, 0), "flops"))
         report.rows.append(Row("flops", f"{label} total", s.batch * sum(pred.values()), sum(got.values()), "flops"))
 
 
+def _kv_rows(report, spec, s, at: Settings, layer, group, cache, last, sizes):
+    """An attention layer's KV cache (a parallel mixer's state left out): its tensors' shapes (the kind's
+    `cache_shapes`, and the cross-attention's) after the prefill and at the end, and its bytes after the prefill and
+    after every decode step (kvcalc's bytes per layer at that many tokens)."""
+    enc = at.enc_ctx or 0
+
+    def per_layer_bytes(tokens):
+        return kv_cache(spec, at.at(tokens)).groups[group.index].bytes_per_layer
+
+    for when, c, tokens in (("after prefill", cache, s.ctx), ("at the end", last, s.ctx + s.decode)):
+        held = group.attention.tokens_held(group.layer, tokens)
+        for name, shape in group.attention.cache_shapes(group.layer, s.batch, held, s.mla_cache).items():
+            got = tuple(c.tensors[name].shape) if name in c.tensors else None
+            report.rows.append(Row("cache", f"layer {layer} {name} shape {when}", shape, got, "shape"))
+        if group.cross is not None:  # the encoder positions' K/V, the same at every step
+            for name, shape in group.cross.cache_shapes(group.cross_layer, s.batch, enc, s.mla_cache).items():
+                got = tuple(c.tensors[f"cross/{name}"].shape) if f"cross/{name}" in c.tensors else None
+                report.rows.append(Row("cache", f"layer {layer} cross/{name} shape {when}", shape, got, "shape"))
+    report.rows.append(Row("cache", f"layer {layer} bytes after prefill", per_layer_bytes(s.ctx), cache.nbytes, "bytes"))
+    for j, size in enumerate(sizes):
+        report.rows.append(Row("cache", f"layer {layer} bytes after decode step {j + 1}", per_layer_bytes(s.ctx + j + 1),
+                               size, "bytes"))
+
+
 def _scaled_total(spec, ids, by_layer, final: list[Cache]) -> int | None:
     """Measured bytes of one run layer per group, times that group's layer count (None if a group was not run)."""
     measured: dict[int, int] = {}
     for layer, cache in zip(ids, final):
-        measured.setdefault(by_layer[layer].index, cache.nbytes)
+        measured.setdefault(by_layer[layer].index, parts(cache)[0].nbytes)  # a parallel mixer's state apart
     total = 0
     for g in spec.groups:
         if isinstance(g.attention, Recurrent):  # no KV cache: its state is totalled apart (_state_total_row)
@@ -283,13 +312,14 @@ def _state_settings(s: RunSettings, tokens: int) -> Settings:
     return Settings(ctx=tokens, batch=s.batch, kv_dtype=dtype, state_dtype=dtype, mla_cache=s.mla_cache)
 
 
-def _state_rows(report, spec, s, layer, group, cache, last, sizes):
-    """A constant-state layer: its state arrays' shapes (the kind's `state_shapes`) after the prefill and at the end,
-    and its bytes after the prefill and after every decode step, the same each time (kvcalc's state per layer)."""
+def _state_rows(report, spec, s, layer, group, cache, last, sizes, prefix=""):
+    """A constant-state layer (or a parallel layer's mixer, as its own group, its arrays named `prefix`...): its state
+    arrays' shapes (the kind's `state_shapes`) after the prefill and at the end, and its bytes after the prefill and
+    after every decode step, the same each time (kvcalc's state per layer)."""
     for when, c in (("after prefill", cache), ("at the end", last)):
         for name, shape in group.attention.state_shapes(group.layer, s.batch).items():
             got = tuple(c.tensors[name].shape) if name in c.tensors else None
-            report.rows.append(Row("state", f"layer {layer} {name} shape {when}", shape, got, "shape"))
+            report.rows.append(Row("state", f"layer {layer} {prefix}{name} shape {when}", shape, got, "shape"))
     g = kv_cache(spec, _state_settings(s, s.ctx)).groups[group.index]
     want = g.state_bytes // g.n_layers
     report.rows.append(Row("state", f"layer {layer} state bytes after prefill", want, cache.nbytes, "bytes"))
@@ -300,12 +330,14 @@ def _state_rows(report, spec, s, layer, group, cache, last, sizes):
 def _state_total_row(report, spec, s, ids, by_layer, final: list[Cache]) -> None:
     """The constant states of all layers: one run layer's measured state per group, times the group's layers (None
     if a group with a state was not run), against kvcalc's state bytes (`kvcalc compare --state-dtype`)."""
-    stateful = [g for g in spec.groups if isinstance(g.attention, Recurrent) and g.attention.constant_state(g.layer)]
+    stateful = [g for g in spec.groups if (isinstance(g.attention, Recurrent) and g.attention.constant_state(g.layer))
+                or (g.parallel is not None and g.parallel.constant_state(g.parallel_layer))]
     if not stateful:
         return
     measured: dict[int, int] = {}
     for layer, cache in zip(ids, final):
-        measured.setdefault(by_layer[layer].index, cache.nbytes)
+        state = parts(cache)[1] if by_layer[layer].parallel is not None else cache  # a parallel mixer's state
+        measured.setdefault(by_layer[layer].index, state.nbytes)
     total: int | None = sum(measured[g.index] * len(g.layers) for g in stateful if g.index in measured)
     if any(g.index not in measured for g in stateful):
         total = None
