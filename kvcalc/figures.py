@@ -7,22 +7,24 @@ and the README's key list are generated from them. Keys are stable: later versio
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from kvcalc.costs.cache import CacheReport, kv_cache
+from kvcalc.costs.cache import CachePlan, CacheReport, cache_plan, kv_cache
 from kvcalc.costs.comm import allreduce_seconds, decode_allreduce
 from kvcalc.costs.flops import (
+    RowPasses,
     decode_flops,
     decode_total,
     generate_flops,
     mla_crossover,
     prefill_flops,
     prefill_total,
-    row_flops,
+    row_flops_with,
+    row_passes,
 )
-from kvcalc.costs.parallel import PerGpu, per_gpu
+from kvcalc.costs.parallel import PerGpu, Stage, busiest_gpu, check_layout, per_gpu, stages
 from kvcalc.costs.params import param_totals, weights_bytes
-from kvcalc.costs.traffic import decode_bytes, prefill_bytes
+from kvcalc.costs.traffic import decode_bytes, decode_weights, prefill_bytes
 from kvcalc.fields import figure
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec
@@ -113,13 +115,32 @@ def figure_values(spec: ModelSpec, s: Settings, cache: CacheReport | None = None
     return out
 
 
-def context_figures(spec: ModelSpec, s: Settings, cache: CacheReport) -> dict[str, Any]:
+class RowPlan(NamedTuple):
+    """What the rows of a model at some settings share, whatever their context: its cache plan, its passes, its
+    pipeline stages and the weights a decode step reads (a sweep makes it once per model and settings, so that a row
+    computes what its context changes, and no more)."""
+
+    cache: CachePlan
+    passes: RowPasses | None
+    stages: tuple[Stage, ...]
+    decode_weights: int
+
+
+def row_plan(spec: ModelSpec, s: Settings) -> RowPlan:
+    """The RowPlan of `spec` at settings `s` (their context not read; the layout checked)."""
+    check_layout(spec, s)
+    return RowPlan(cache_plan(spec, s), row_passes(spec, s), stages(spec, s), decode_weights(spec, s))
+
+
+def context_figures(spec: ModelSpec, s: Settings, cache: CacheReport, plan: RowPlan | None = None) -> dict[str, Any]:
     """The figures of figure_values that the context changes (a row of a sweep, whose head holds the fixed ones);
-    `cache`: kv_cache(spec, s)."""
-    f = row_flops(spec, s)
+    `cache`: kv_cache(spec, s); `plan`: row_plan(spec, s), when the caller has it."""
+    if plan is None:
+        plan = row_plan(spec, s)
+    f = row_flops_with(spec, s, plan.passes)
     decode = f.decode
-    read = sum(decode_bytes(spec, s, cache).values())
-    gpu = per_gpu(spec, s)
+    read = sum(decode_bytes(spec, s, cache, plan.decode_weights).values())
+    gpu = busiest_gpu(s, plan.stages)
     out = {
         "flops_prefill": f.prefill,
         "flops_decode_token": decode,

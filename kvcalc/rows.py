@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
-from kvcalc.costs.cache import CacheReport, GroupCache, kv_cache
+from kvcalc.costs.cache import CacheReport, GroupCache, cache_at, cache_plan, kv_cache
 from kvcalc.costs.parallel import check_layout
 from kvcalc.fields import as_row, figure
-from kvcalc.figures import BLANK, context_figures, fixed_figures
+from kvcalc.figures import BLANK, context_figures, fixed_figures, row_plan
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, layer_ranges
 
@@ -187,10 +187,12 @@ def iter_compare_rows(specs: list[ModelSpec], ctxs: list[int], s: Settings,
     for spec in specs:
         check_layout(spec, s)  # the settings must apply to the model, whether its costs are shown or not
         fixed = fixed_figures(spec, s) if costs else None  # what no context changes, once
+        plan = row_plan(spec, s) if costs else None
+        cache = cache_plan(spec, s)
         head: dict | None = None  # the row's keys in order, with what no context changes
         for ctx in ctxs:
             at = s.at(ctx)
-            report = kv_cache(spec, at)
+            report = cache_at(cache, at)
             first.setdefault(ctx, report.bytes)
             if head is None:
                 head = dict(spec.memo(("facts_row", report.mla_cache), _facts_row, spec, report.mla_cache))
@@ -199,7 +201,7 @@ def iter_compare_rows(specs: list[ModelSpec], ctxs: list[int], s: Settings,
             row = dict(head)
             row.update(_cache_values(spec, report, first[ctx]))
             if fixed is not None:  # the head holds the fixed figures
-                row.update(context_figures(spec, at, report))
+                row.update(context_figures(spec, at, report, plan))
             yield row, report
 
 

@@ -281,7 +281,7 @@ def test_a_row_with_a_layer_that_is_not_affine_is_each_pass_on_its_own():
     groups = tuple(g.__class__(g.group, g.n, Direct(g.attention.at), g.cross, g.cross_kv, g.parallel) for g in plan.groups)
     s.__pydantic_private__["_memo"][("pass_plan", "naive")] = plan._replace(groups=groups)  # its attention called directly
     at = Settings(ctx=5000)
-    assert flops._row_plan(s, at) is None
+    assert flops.row_passes(s, at) is None
     expected = flops.row_flops(spec("gemma3-27b"), at)
     assert flops.row_flops(s, at) == expected
 

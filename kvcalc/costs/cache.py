@@ -235,8 +235,17 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: 
 
 def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
     """Exact KV cache of `spec` holding `s.ctx` tokens for each of `s.batch` sequences (bytes for all of them)."""
-    plan = spec.memo(("cache_plan", s.kv_dtype, s.mla_cache, s.kv_quant, s.engine, s.block_size, s.state_dtype, s.enc_ctx,
+    return cache_at(cache_plan(spec, s), s)
+
+
+def cache_plan(spec: ModelSpec, s: Settings) -> CachePlan:
+    """The CachePlan of `spec` at settings `s` (their context and batch not read), once per spec and settings."""
+    return spec.memo(("cache_plan", s.kv_dtype, s.mla_cache, s.kv_quant, s.engine, s.block_size, s.state_dtype, s.enc_ctx,
                       s.mtp), _plan, spec, s)
+
+
+def cache_at(plan: CachePlan, s: Settings) -> CacheReport:
+    """kv_cache from the model's cache_plan at settings `s` (a sweep makes the plan once per model and settings)."""
     ctx = s.ctx
     if plan.plain:  # the elements at kv_dtype, rounded once at the end
         elements = s.batch * sum([t.n_layers * (t.elements * t.attention.tokens_held(t.layer, ctx) + t.fixed)

@@ -264,13 +264,24 @@ class Keys(NamedTuple):
 
 
 def keys_up_to(group: ResolvedGroup, n: int) -> Keys:
-    """The Keys of one layer of `group` up to position `n` (a kind that keeps the base class's keys_at, keys_prefill
-    and keys_prefills attends every key it scans: its scans are asked, once)."""
-    att, layer = group.attention, group.layer
+    """The Keys of one layer of `group` up to position `n`."""
+    att = group.attention
+    return _keys(att, group.layer, n, _attends_what_it_scans(type(att)))
+
+
+def _keys(att: AttentionKind, layer: Layer, n: int, scans_only: bool) -> Keys:
+    """keys_up_to; `scans_only`: the kind keeps the base class's keys_at, keys_prefill and keys_prefills, so it attends
+    every key it scans and its scans are asked, once."""
     at, prefill, prefills = att.scan_at(layer, n), att.scan_prefill(layer, n), att.scan_prefills(layer, n)
-    if _attends_what_it_scans(type(att)):
-        return Keys(at, at, prefill, prefill, prefills, prefills)
-    return Keys(att.keys_at(layer, n), at, att.keys_prefill(layer, n), prefill, att.keys_prefills(layer, n), prefills)
+    if scans_only:
+        return _new(Keys, (at, at, prefill, prefill, prefills, prefills))
+    return _new(Keys, (att.keys_at(layer, n), at, att.keys_prefill(layer, n), prefill, att.keys_prefills(layer, n),
+                       prefills))
+
+
+# A named tuple made by tuple.__new__ directly, past the Python-level __new__ its class generates (half the time: a
+# row of a sweep makes a dozen Keys and Works).
+_new = tuple.__new__
 
 
 def _attends_what_it_scans(kind: type[AttentionKind]) -> bool:
@@ -291,8 +302,8 @@ def prefill_work(group: ResolvedGroup, n: int, dense_attn: bool = False) -> Work
 def _prefill_of(k: Keys, n: int, dense_attn: bool) -> Work:
     """prefill_work from the group's Keys up to n."""
     if dense_attn:  # the N×N matrix, as FLOP-counting libraries count it
-        return Work(n, n * n, n, n * n)
-    return Work(n, k.prefill, n, k.scan_prefill)
+        return _new(Work, (n, n * n, n, n * n))
+    return _new(Work, (n, k.prefill, n, k.scan_prefill))
 
 
 def decode_work(group: ResolvedGroup, t: int, mla_cache: str = "latent") -> Work:
@@ -302,14 +313,14 @@ def decode_work(group: ResolvedGroup, t: int, mla_cache: str = "latent") -> Work
 
 def _decode_of(k: Keys, mla_cache: str) -> Work:
     """decode_work from the group's Keys up to t."""
-    return Work(1, k.at, _naive_expands(mla_cache, k.at, 1), k.scan_at)
+    return _new(Work, (1, k.at, _naive_expands(mla_cache, k.at, 1), k.scan_at))
 
 
 def _cached_of(prompt: Keys, last: Keys, gen: int, mla_cache: str) -> Work:
     """What the `gen` decode steps after a prompt do in one layer, from its Keys up to the prompt and up to the last
     step: Σ_{t=P+1..P+G} keys_at(t) = keys_prefill(P+G) − keys_prefill(P), and the same for the keys scanned."""
     keys = last.prefill - prompt.prefill
-    return Work(gen, keys, _naive_expands(mla_cache, keys, gen), last.scan_prefill - prompt.scan_prefill)
+    return _new(Work, (gen, keys, _naive_expands(mla_cache, keys, gen), last.scan_prefill - prompt.scan_prefill))
 
 
 def _rerun_tokens(prompt: int, last: int) -> int:
@@ -320,7 +331,7 @@ def _rerun_tokens(prompt: int, last: int) -> int:
 def _rerun_of(prompt: Keys, last: Keys, tokens: int) -> Work:
     """What the prefills of lengths P+1 … P+G (generation without a cache) do in one layer, from its Keys up to P and
     P+G: `tokens` queries and keys up-projected, keys_prefills(P+G) − keys_prefills(P) pairs."""
-    return Work(tokens, last.prefills - prompt.prefills, tokens, last.scan_prefills - prompt.scan_prefills)
+    return _new(Work, (tokens, last.prefills - prompt.prefills, tokens, last.scan_prefills - prompt.scan_prefills))
 
 
 def layer_attention_flops(group: ResolvedGroup, work: Work, schedule: str) -> dict[str, int]:
@@ -482,11 +493,11 @@ class RowFlops(NamedTuple):
     decode_by_schedule: dict[str, int]
 
 
-class _RowPlan(NamedTuple):
-    """A row's passes apart from their context (row_flops): the groups some pass attends keys in, each pass's
-    coefficients with the positions of its keyed groups among those, and the encoder's FLOPs of one prefill."""
+class RowPasses(NamedTuple):
+    """A row's passes apart from their context (row_flops): the groups some pass attends keys in (their slots), each
+    pass's coefficients with the slots of its keyed groups, and the encoder's FLOPs of one prefill."""
 
-    groups: tuple[ResolvedGroup, ...]
+    slots: tuple[tuple[AttentionKind, Layer, bool], ...]  # each keyed group's kind and layer, and whether it attends what it scans
     prefill: tuple[_Coefficients, tuple[int, ...]]
     decode: tuple[tuple[str, _Coefficients, tuple[int, ...]], ...]  # the schedule in effect first
     cached: tuple[_Coefficients, tuple[int, ...]]
@@ -498,17 +509,28 @@ class _RowPlan(NamedTuple):
 def row_flops(spec: ModelSpec, s: Settings) -> RowFlops:
     """prefill_total, decode_total (under each schedule) and generate_total cached and uncached at `s`, the same
     integers, with each keyed group's kind asked once at ctx and once at ctx + gen for all of them (Keys), and the
-    passes' coefficients read once per spec and settings apart from the context."""
-    plan = spec.memo(("row_plan", s.mla_cache, s.mla_schedule, s.enc_ctx, s.mtp, s.gen), _row_plan, spec, s)
+    passes' coefficients read once per spec and settings apart from the context (row_passes)."""
+    return row_flops_with(spec, s, row_passes(spec, s))
+
+
+def row_passes(spec: ModelSpec, s: Settings) -> RowPasses | None:
+    """The RowPasses of `spec` at settings `s` (their context not read), once per spec and settings; None where some
+    layer is not affine in its work."""
+    return spec.memo(("row_passes", s.mla_cache, s.mla_schedule, s.enc_ctx, s.mtp, s.gen), _row_passes, spec, s)
+
+
+def row_flops_with(spec: ModelSpec, s: Settings, plan: RowPasses | None) -> RowFlops:
+    """row_flops from row_passes(spec, s) (a sweep makes them once per model and settings)."""
     if plan is None:  # some layer is not affine in its work: each pass on its own
         return _row_apart(spec, s)
     ctx, gen, batch, cache = s.ctx, s.gen, s.batch, s.mla_cache
     last = ctx + gen
-    prompt = [keys_up_to(g, ctx) for g in plan.groups]
-    after = [keys_up_to(g, last) for g in plan.groups]
+    prompt = [_keys(att, layer, ctx, only) for att, layer, only in plan.slots]
+    after = [_keys(att, layer, last, only) for att, layer, only in plan.slots]
     k, slots = plan.prefill
     prefill = k.total(ctx, 1, [_prefill_of(prompt[i], ctx, s.dense_attn) for i in slots])  # logits: the last
-    decodes = {name: batch * k.total(1, 1, [_decode_of(prompt[i], cache) for i in slots]) for name, k, slots in plan.decode}
+    steps = [_decode_of(keys, cache) for keys in prompt]  # one work for every schedule
+    decodes = {name: batch * k.total(1, 1, map(steps.__getitem__, slots)) for name, k, slots in plan.decode}
     k, slots = plan.cached
     cached = k.total(gen, gen, [_cached_of(prompt[i], after[i], gen, cache) for i in slots])
     tokens = _rerun_tokens(ctx, last)
@@ -524,7 +546,7 @@ def _row_schedules(spec: ModelSpec, s: Settings) -> list[str]:
     return [s.schedule] + [name for name in names if name != s.schedule and spec.has_schedules()]
 
 
-def _row_plan(spec: ModelSpec, s: Settings) -> _RowPlan | None:
+def _row_passes(spec: ModelSpec, s: Settings) -> RowPasses | None:
     """The row's passes as _prefill, _decode and _generate make them, with their coefficients (None where a pass has
     none)."""
     passes = [_prefill(spec, s), *(_decode(spec, s.with_schedule(name)) for name in _row_schedules(spec, s)),
@@ -540,7 +562,8 @@ def _row_plan(spec: ModelSpec, s: Settings) -> _RowPlan | None:
     placed = [(k, tuple(slot[g.layers[0]] for g, *_ in k.keyed)) for k in coefficients if k is not None]
     encoder = sum(encoder_flops(spec, passes[0].enc).values()) if passes[0].enc else 0
     decode = tuple((p.schedule, k, slots) for p, (k, slots) in zip(passes[1:-2], placed[1:-2]))
-    return _RowPlan(tuple(groups.values()), placed[0], decode, placed[-2], placed[-1], encoder, spec.has_schedules())
+    slots = tuple((g.attention, g.layer, _attends_what_it_scans(type(g.attention))) for g in groups.values())
+    return RowPasses(slots, placed[0], decode, placed[-2], placed[-1], encoder, spec.has_schedules())
 
 
 def _row_apart(spec: ModelSpec, s: Settings) -> RowFlops:

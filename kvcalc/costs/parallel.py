@@ -100,7 +100,7 @@ class _StageGroup:
 
 
 @dataclass(frozen=True)
-class _Stage:
+class Stage:
     """A pipeline stage apart from the context and batch: its groups and the bytes of its weights."""
 
     stage: int
@@ -109,14 +109,15 @@ class _Stage:
     weights_bytes: int
 
 
-def _stages(spec: ModelSpec, s: Settings) -> tuple[_Stage, ...]:
-    """Every stage of the settings' layout, once per spec and layout (see the module's rules)."""
+def stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
+    """Every stage of the settings' layout apart from the context and batch, once per spec and layout (see the module's
+    rules)."""
     key = ("stages", s.tp, s.pp, s.ep, s.dp_attention, s.weights_dtype, s.kv_dtype, s.mla_cache, s.kv_quant, s.engine,
            s.block_size, s.state_dtype, s.enc_ctx)
     return spec.memo(key, _plan_stages, spec, s)
 
 
-def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[_Stage, ...]:
+def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     from kvcalc.costs.params import weights_bytes
 
     enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
@@ -135,7 +136,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[_Stage, ...]:
                                           gc.engine_state_bytes_per_layer,
                                           s.dp_attention and isinstance(group.attention, MLA)))
         params = _stage_params(spec, s, i, layers, len(ranges), ranks)
-        out.append(_Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype)))
+        out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype)))
     return tuple(out)
 
 
@@ -167,7 +168,7 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
     return params
 
 
-def _stage(spec: ModelSpec, s: Settings, plan: _Stage) -> PerGpu:
+def _stage(s: Settings, plan: Stage) -> PerGpu:
     """One stage's GPU at the settings' context and batch: the cache and states of its share of the sequences."""
     replica = _ceil(s.batch, s.dp)
     ctx = s.ctx
@@ -208,8 +209,13 @@ def per_gpu(spec: ModelSpec, s: Settings) -> PerGpu:
     """The busiest GPU under the settings' parallel layout: the pipeline stage whose cache, states and weights
     together are largest (the first such stage)."""
     check_layout(spec, s)
-    stages = _stages(spec, s)
-    if len(stages) == 1:
-        return _stage(spec, s, stages[0])
-    figures = [_stage(spec, s, stage) for stage in stages]
+    return busiest_gpu(s, stages(spec, s))
+
+
+def busiest_gpu(s: Settings, plans: tuple[Stage, ...]) -> PerGpu:
+    """per_gpu from the layout's stages(spec, s), for settings the layout was checked for (a sweep makes them once
+    per model and settings)."""
+    if len(plans) == 1:
+        return _stage(s, plans[0])
+    figures = [_stage(s, stage) for stage in plans]
     return max(figures, key=lambda f: (f.kv_cache_bytes + f.state_bytes + f.weights_bytes, -f.stage))

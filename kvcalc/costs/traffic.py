@@ -42,10 +42,13 @@ def _read_once(spec: ModelSpec, mtp: bool) -> tuple[int, int, int]:
     return params.active - encoder - tables, params.total - tables, tables - extra
 
 
-def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> dict[str, int]:
+def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
+                 weights: int | None = None) -> dict[str, int]:
     """Bytes one decode step at context `s.ctx` moves, by part: 'weights' and 'kv_cache' read, and (hybrid models)
-    'state': every constant state read and written back. `cache`: kv_cache(spec, s), when the caller has it."""
-    weights = spec.memo(("decode_weights", s.mtp, s.batch, s.weights_dtype), _decode_weights, spec, s)
+    'state': every constant state read and written back. `cache`: kv_cache(spec, s), and `weights`:
+    decode_weights(spec, s), when the caller has them."""
+    if weights is None:
+        weights = decode_weights(spec, s)
     cache = cache or kv_cache(spec, s)
     out = {"weights": weights, "kv_cache": cache.bytes}
     state = cache.state_bytes
@@ -54,9 +57,13 @@ def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None)
     return out
 
 
-def _decode_weights(spec: ModelSpec, s: Settings) -> int:
-    """Bytes of the weights a decode step reads for the batch (once per spec, batch and weights dtype: no context
+def decode_weights(spec: ModelSpec, s: Settings) -> int:
+    """Bytes of the weights a decode step reads for the batch, once per spec, MTP, batch and weights dtype (no context
     changes them)."""
+    return spec.memo(("decode_weights", s.mtp, s.batch, s.weights_dtype), _decode_weights, spec, s)
+
+
+def _decode_weights(spec: ModelSpec, s: Settings) -> int:
     rows = s.batch * spec.d_model * (2 if spec.learned_positions else 1)  # the embedding rows looked up
     rows += _extra_rows(spec, s.batch)
     read = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[0] + rows
