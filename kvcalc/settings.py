@@ -144,7 +144,11 @@ class Settings:
         every field again took longer than the row's cache.)"""
         if type(ctx) is not int or not 0 < ctx <= TOKENS_LIMIT:  # a plain int in range passes at once
             _check_count("ctx", ctx)
-        return self._changed(ctx=ctx)
+        out = object.__new__(type(self))  # as _changed, without its keyword arguments' dict
+        values = out.__dict__
+        values.update(self.__dict__)
+        values["ctx"] = ctx
+        return out
 
     def with_schedule(self, schedule: str) -> Settings:
         """The same settings under another MLA decode schedule."""

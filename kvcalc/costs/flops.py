@@ -366,7 +366,7 @@ class Pass(NamedTuple):
         if k is None:
             return forward_total(spec, self.work, self.tokens, self.logits, self.schedule, self.enc, self.cross_kv,
                                  self.mtp)
-        return k.total(self.tokens, self.logits, [self.work(group) for group, *_ in k.keyed])
+        return k.placed(range(len(k.keyed))).total(self.tokens, self.logits, [self.work(group) for group, *_ in k.keyed])
 
 
 class _Coefficients(NamedTuple):
@@ -382,10 +382,25 @@ class _Coefficients(NamedTuple):
     per_logit: int
     keyed: tuple[tuple[ResolvedGroup, int, int, int], ...]
 
-    def total(self, tokens: int, logits: int, works: Iterable[Work]) -> int:
-        """The pass's total at `tokens` and `logits`, `works` being what a layer of each keyed group does (in order)."""
+    def placed(self, slots: Iterable[int]) -> _Placed:
+        """These coefficients with the i-th keyed group's work read from the i-th of `slots`."""
+        keyed = tuple((slot, p, e, s) for slot, (_, p, e, s) in zip(slots, self.keyed))
+        return _Placed(self.const, self.per_token, self.per_logit, keyed)
+
+
+class _Placed(NamedTuple):
+    """A pass's _Coefficients with each keyed group's named by the place of its work in a list (its slot)."""
+
+    const: int
+    per_token: int
+    per_logit: int
+    keyed: tuple[tuple[int, int, int, int], ...]  # slot; pairs, expanded and scanned coefficients
+
+    def total(self, tokens: int, logits: int, works: list[Work]) -> int:
+        """The pass's total at `tokens` and `logits`, `works[slot]` being what a layer of the group in that slot does."""
         total = self.const + self.per_token * tokens + self.per_logit * logits
-        for (_, pairs, expanded, scanned), (_, p, e, sc) in zip(self.keyed, works):
+        for slot, pairs, expanded, scanned in self.keyed:
+            _, p, e, sc = works[slot]
             total += pairs * p + expanded * e + scanned * (p if sc < 0 else sc)
         return total
 
@@ -495,13 +510,13 @@ class RowFlops(NamedTuple):
 
 class RowPasses(NamedTuple):
     """A row's passes apart from their context (row_flops): the groups some pass attends keys in (their slots), each
-    pass's coefficients with the slots of its keyed groups, and the encoder's FLOPs of one prefill."""
+    pass's coefficients placed by those slots, and the encoder's FLOPs of one prefill."""
 
     slots: tuple[tuple[AttentionKind, Layer, bool], ...]  # each keyed group's kind and layer, and whether it attends what it scans
-    prefill: tuple[_Coefficients, tuple[int, ...]]
-    decode: tuple[tuple[str, _Coefficients, tuple[int, ...]], ...]  # the schedule in effect first
-    cached: tuple[_Coefficients, tuple[int, ...]]
-    uncached: tuple[_Coefficients, tuple[int, ...]]
+    prefill: _Placed
+    decode: tuple[tuple[str, _Placed], ...]  # the schedule in effect first
+    cached: _Placed
+    uncached: _Placed
     encoder: int
     schedules: bool  # whether the model has decode schedules (spec.has_schedules)
 
@@ -527,17 +542,14 @@ def row_flops_with(spec: ModelSpec, s: Settings, plan: RowPasses | None) -> RowF
     last = ctx + gen
     prompt = [_keys(att, layer, ctx, only) for att, layer, only in plan.slots]
     after = [_keys(att, layer, last, only) for att, layer, only in plan.slots]
-    k, slots = plan.prefill
-    prefill = k.total(ctx, 1, [_prefill_of(prompt[i], ctx, s.dense_attn) for i in slots])  # logits: the last
-    steps = [_decode_of(keys, cache) for keys in prompt]  # one work for every schedule
-    decodes = {name: batch * k.total(1, 1, map(steps.__getitem__, slots)) for name, k, slots in plan.decode}
-    k, slots = plan.cached
-    cached = k.total(gen, gen, [_cached_of(prompt[i], after[i], gen, cache) for i in slots])
+    prefill = plan.prefill.total(ctx, 1, [_prefill_of(k, ctx, s.dense_attn) for k in prompt])  # logits: the last
+    steps = [_decode_of(k, cache) for k in prompt]  # one work for every schedule
+    decodes = {name: batch * k.total(1, 1, steps) for name, k in plan.decode}
+    cached = plan.cached.total(gen, gen, [_cached_of(p, a, gen, cache) for p, a in zip(prompt, after)])
     tokens = _rerun_tokens(ctx, last)
-    k, slots = plan.uncached
-    uncached = k.total(tokens, gen, [_rerun_of(prompt[i], after[i], tokens) for i in slots])
-    return RowFlops(batch * (prefill + plan.encoder), decodes[s.schedule], batch * cached, batch * uncached,
-                    decodes if plan.schedules else {})
+    uncached = plan.uncached.total(tokens, gen, [_rerun_of(p, a, tokens) for p, a in zip(prompt, after)])
+    return _new(RowFlops, (batch * (prefill + plan.encoder), decodes[s.schedule], batch * cached, batch * uncached,
+                           decodes if plan.schedules else {}))
 
 
 def _row_schedules(spec: ModelSpec, s: Settings) -> list[str]:
@@ -559,9 +571,9 @@ def _row_passes(spec: ModelSpec, s: Settings) -> RowPasses | None:
         assert k is not None
         groups.update({g.layers[0]: g for g, *_ in k.keyed})
     slot = {first: i for i, first in enumerate(groups)}
-    placed = [(k, tuple(slot[g.layers[0]] for g, *_ in k.keyed)) for k in coefficients if k is not None]
+    placed = [k.placed(slot[g.layers[0]] for g, *_ in k.keyed) for k in coefficients if k is not None]
     encoder = sum(encoder_flops(spec, passes[0].enc).values()) if passes[0].enc else 0
-    decode = tuple((p.schedule, k, slots) for p, (k, slots) in zip(passes[1:-2], placed[1:-2]))
+    decode = tuple((p.schedule, k) for p, k in zip(passes[1:-2], placed[1:-2]))
     slots = tuple((g.attention, g.layer, _attends_what_it_scans(type(g.attention))) for g in groups.values())
     return RowPasses(slots, placed[0], decode, placed[-2], placed[-1], encoder, spec.has_schedules())
 

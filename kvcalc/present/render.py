@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
@@ -200,12 +199,12 @@ class _Layout(NamedTuple):
 
 
 def _float_text(value: float) -> str:
-    """A float as json writes it (allow_nan: NaN, Infinity and -Infinity for the values JSON has no number for)."""
-    if value != value:
-        return "NaN"
-    if value in (math.inf, -math.inf):
-        return "Infinity" if value > 0 else "-Infinity"
-    return float.__repr__(value)
+    """A float as json writes it: its repr, or (allow_nan) NaN, Infinity and -Infinity for those JSON has no number for."""
+    text = float.__repr__(value)
+    return _NOT_FINITE.get(text, text)
+
+
+_NOT_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 _JSON_TEXT: dict[type, Callable[[Any], str]] = {str: encode_basestring_ascii, float: _float_text,
