@@ -147,26 +147,37 @@ def cache_figures(spec: ModelSpec, report: CacheReport, first_bytes: int | None)
 
 
 def _cache_values(spec: ModelSpec, report: CacheReport, first_bytes: int | None) -> dict[str, Any]:
-    """cache_figures as a dict, in field order (a row of a sweep, without building the CacheFigures on the way)."""
-    plan, s = report.plan, report.settings
-    ctx, kv, state = s.ctx, report.bytes, report.state_bytes
+    """cache_figures as a dict (a row of a sweep, without building the CacheFigures on the way)."""
+    return {**_cache_fixed(report), **_cache_at(spec, report, first_bytes)}
+
+
+def _cache_fixed(report: CacheReport) -> dict[str, Any]:
+    """The cache values that no context changes (a sweep's row head holds them)."""
+    plan, state = report.plan, report.state_bytes
     return {
-        "ctx": ctx,
-        "exceeds_max_context": ctx > spec.max_context,
-        "batch": s.batch,
+        "batch": report.settings.batch,
         "kv_dtype": plan.kv_dtype,
         "mla_cache": plan.mla_cache,
         "kv_bytes_per_token": plan.bytes_per_token,
-        "kv_cache_bytes": kv,
-        "ratio": kv / first_bytes if first_bytes else None,
         "enc_ctx": plan.enc_ctx or None,
         "state_bytes": state,
-        "cache_bytes": kv + state,
         "kv_quant": plan.kv_quant,
         "engine": plan.engine,
         "block_size": plan.block_size,
-        "engine_kv_bytes": report.engine_bytes,
         "engine_state_bytes": report.engine_state_bytes if state else None,
+    }
+
+
+def _cache_at(spec: ModelSpec, report: CacheReport, first_bytes: int | None) -> dict[str, Any]:
+    """The cache values of a context: the ctx, the cache at it and its ratio to the first model's."""
+    ctx, kv = report.settings.ctx, report.bytes
+    return {
+        "ctx": ctx,
+        "exceeds_max_context": ctx > spec.max_context,
+        "kv_cache_bytes": kv,
+        "ratio": kv / first_bytes if first_bytes else None,
+        "cache_bytes": kv + report.state_bytes,
+        "engine_kv_bytes": report.engine_bytes,
     }
 
 
@@ -197,9 +208,10 @@ def iter_compare_rows(specs: list[ModelSpec], ctxs: list[int], s: Settings,
             if head is None:
                 head = dict(spec.memo(("facts_row", report.mla_cache), _facts_row, spec, report.mla_cache))
                 head.update(dict.fromkeys(CACHE_KEYS))
+                head.update(_cache_fixed(report))
                 head.update({**BLANK, **fixed} if fixed is not None else {})
             row = dict(head)
-            row.update(_cache_values(spec, report, first[ctx]))
+            row.update(_cache_at(spec, report, first[ctx]))
             if fixed is not None:  # the head holds the fixed figures
                 row.update(context_figures(spec, at, report, plan))
             yield row, report

@@ -544,12 +544,12 @@ def row_flops_with(spec: ModelSpec, s: Settings, plan: RowPasses | None) -> RowF
     after = [_keys(att, layer, last, only) for att, layer, only in plan.slots]
     prefill = plan.prefill.total(ctx, 1, [_prefill_of(k, ctx, s.dense_attn) for k in prompt])  # logits: the last
     steps = [_decode_of(k, cache) for k in prompt]  # one work for every schedule
-    decodes = {name: batch * k.total(1, 1, steps) for name, k in plan.decode}
+    decodes = {name: batch * k.total(1, 1, steps) for name, k in (plan.decode if plan.schedules else plan.decode[:1])}
     cached = plan.cached.total(gen, gen, [_cached_of(p, a, gen, cache) for p, a in zip(prompt, after)])
     tokens = _rerun_tokens(ctx, last)
     uncached = plan.uncached.total(tokens, gen, [_rerun_of(p, a, tokens) for p, a in zip(prompt, after)])
-    return _new(RowFlops, (batch * (prefill + plan.encoder), decodes[s.schedule], batch * cached, batch * uncached,
-                           decodes if plan.schedules else {}))
+    return _new(RowFlops, (batch * (prefill + plan.encoder), decodes[plan.decode[0][0]], batch * cached,
+                           batch * uncached, decodes if plan.schedules else {}))
 
 
 def _row_schedules(spec: ModelSpec, s: Settings) -> list[str]:
