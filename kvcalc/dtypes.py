@@ -22,4 +22,10 @@ def dtype_bits(dtype: str, what: str = "kv") -> int:
 
 def elements_to_bytes(elements: int, dtype: str) -> int:
     """Bytes needed to store `elements` values of `dtype`, rounded up to a whole byte."""
-    return -(-elements * dtype_bits(dtype) // 8)
+    return bits_to_bytes(elements, dtype_bits(dtype))
+
+
+def bits_to_bytes(elements: int, bits: int) -> int:
+    """Bytes needed to store `elements` values of `bits` bits each, rounded up to a whole byte (elements_to_bytes, for
+    a caller that looked the dtype's width up once)."""
+    return -(-elements * bits // 8)

@@ -22,7 +22,7 @@ from functools import cached_property
 from kvcalc.attention import AttentionKind, Formula, Layer
 from kvcalc.costs.paged import HybridPages, block_tokens, layer_pages, page_bytes, pages, span_bytes, vllm_hybrid_pages
 from kvcalc.costs.quant import entry_bytes, group_size
-from kvcalc.dtypes import dtype_bits, elements_to_bytes
+from kvcalc.dtypes import bits_to_bytes, dtype_bits, elements_to_bytes
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, ResolvedGroup
 
@@ -77,6 +77,7 @@ class GroupTerm:
     block: int | None  # tokens a page under --engine
     page_bytes: int  # bytes of one page of one layer (--engine)
     fixed_paged: int  # one layer's cross-attention pages, in bytes (--engine)
+    bits: int  # of one element at kv_dtype
 
     def layer_bytes(self, ctx: int, batch: int, s: Settings) -> int:
         """One layer's cache of `batch` sequences at `ctx` (as GroupCache.bytes_per_layer; in the engine's whole pages
@@ -86,7 +87,7 @@ class GroupTerm:
             return batch * (self.pages_bytes(layer_pages(ctx, held, self.block, self.layer.window, s.engine), s)
                             + self.fixed_paged)
         if s.kv_quant == "none":
-            return elements_to_bytes(batch * (self.elements * held + self.fixed), s.kv_dtype)
+            return bits_to_bytes(batch * (self.elements * held + self.fixed), self.bits)
         return batch * (entry_bytes(self.formula, self.heads, held, s.kv_dtype, s.kv_quant) + self.fixed_bytes)
 
     def pages_bytes(self, n_pages: int, s: Settings) -> int:
@@ -250,7 +251,7 @@ def cache_at(plan: CachePlan, s: Settings) -> CacheReport:
     if plan.plain:  # the elements at kv_dtype, rounded once at the end
         elements = s.batch * sum([t.n_layers * (t.elements * t.attention.tokens_held(t.layer, ctx) + t.fixed)
                                   for t in plan.terms])
-        return CacheReport.at(plan, s, elements, -(-elements * plan.bits // 8))
+        return CacheReport.at(plan, s, elements, bits_to_bytes(elements, plan.bits))
     held = [t.attention.tokens_held(t.layer, ctx) for t in plan.terms]
     elements = s.batch * sum(t.n_layers * (t.elements * h + t.fixed) for t, h in zip(plan.terms, held))
     if plan.kv_quant == "none":
@@ -317,7 +318,7 @@ def group_term(r: GroupCache, s: Settings, enc: int) -> GroupTerm:
     if r.block_size is not None:
         page = page_bytes(r.formula, r.heads, r.block_size, g.attention, s)
     return GroupTerm(g.attention, g.layer, n, r.formula, r.heads, r.formula.elements, cross.elements * enc if cross else 0,
-                     fixed_bytes, r.block_size, page, fixed_paged)
+                     fixed_bytes, r.block_size, page, fixed_paged, dtype_bits(s.kv_dtype))
 
 
 def without_windows(spec: ModelSpec) -> ModelSpec:
