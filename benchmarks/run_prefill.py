@@ -34,7 +34,7 @@ import sys
 import time
 
 MODELS = ["deepseek-v2", "llama3-70b"]
-MIN_SPEED = 0.70  # prefill GFLOP/s over the matmul's
+MIN_SPEED = 0.85  # prefill GFLOP/s over the matmul's (issue #11's target; it was 0.70 before that issue)
 MAX_MEMORY = 1.30  # peak resident memory over the predicted peak
 OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
@@ -129,7 +129,7 @@ def gib(n: int) -> str:
 
 def print_table(results: list[dict]) -> bool:
     """The results as a plain-text table; returns True when every target is met."""
-    head = (f"{'model':<12} {'prefill':>9} {'matmul':>9} {'ratio':>6} {'>=0.70':>6}   "
+    head = (f"{'model':<12} {'prefill':>9} {'matmul':>9} {'ratio':>6} {'>=0.85':>6}   "
             f"{'predicted':>10} {'peak RSS':>10} {'ratio':>6} {'<=1.30':>6}   run")
     print(head)
     print(f"{'':<12} {'GFLOP/s':>9} {'GFLOP/s':>9}")
