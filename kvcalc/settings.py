@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvcalc.attention.mla import MLA_CACHE_LAYOUTS, MLA_SCHEDULES
 from kvcalc.dtypes import DTYPES, dtype_bits
 from kvcalc.errors import KvcalcError
 
@@ -17,6 +16,10 @@ if TYPE_CHECKING:
 
 __all__ = ["DTYPES", "ENGINES", "MLA_CACHE_LAYOUTS", "MLA_SCHEDULES", "Settings", "resolve_schedule"]
 
+# MLA's cache layouts (the latent c_KV + k_R, or per-head K and V) and decode schedules (K/V rebuilt, or W_UK/W_UV
+# absorbed): kvcalc.attention.mla reads them from here, so the command line knows them without importing the kinds
+MLA_CACHE_LAYOUTS = ("latent", "expanded")
+MLA_SCHEDULES = ("naive", "absorbed")
 # Serving engines whose paged KV cache kvcalc counts (kvcalc.costs.paged): ideal (exact tokens), vLLM, SGLang
 ENGINES = ("ideal", "vllm", "sglang")
 QUANTISED = ("fp8", "int8", "int4")  # KV dtypes a --kv-quant scheme's scales go with

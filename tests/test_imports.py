@@ -90,3 +90,30 @@ def test_compare_of_bundled_models_skips_what_it_does_not_need(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "True False", proc.stdout
+
+
+HELP_PROBE = """
+import sys
+from typer.testing import CliRunner
+from kvcalc.cli import app, app_for
+
+result = CliRunner().invoke(app_for(sys.argv[1:]), sys.argv[1:])
+if result.exit_code != 0:
+    sys.exit(f"exit {result.exit_code}\\n{result.output}\\n{result.exception!r}")
+print(sorted(m for m in ("pydantic.main", "kvcalc.attention", "kvcalc.spec", "rich.console") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("args, loaded", [
+    (["--help"], "[]"),
+    (["--version"], "[]"),
+    (["compare", "--help"], "['pydantic.main']"),  # typer's own parameter adapters import it for any command
+], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_help_and_version_load_no_model_classes(args, loaded, tmp_path):
+    # The command line's choice lists (dtypes, MLA layouts and schedules, engines) live in kvcalc.settings, which
+    # imports no attention kind: help and --version need neither the spec and kind classes (with pydantic's BaseModel,
+    # about 0.1 s of a start) nor rich's console (typer's help is plain text: rich_markup_mode None)
+    proc = subprocess.run([sys.executable, "-c", HELP_PROBE, *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == loaded, proc.stdout

@@ -26,9 +26,7 @@ from kvcalc.attention.base import (
     keys_seen_sum,
     matrix_flops,
 )
-
-MLA_CACHE_LAYOUTS = ("latent", "expanded")
-MLA_SCHEDULES = ("naive", "absorbed")
+from kvcalc.settings import MLA_CACHE_LAYOUTS, MLA_SCHEDULES  # the layouts and schedules, named once (settings)
 
 
 class MLA(AttentionKind):
