@@ -4,7 +4,8 @@ numbers for given models), and the side-by-side of models (hidden size, heads, K
 Notation of DeepSeek-V2 §2.1 (Table 1): d hidden size, n_h query heads, n_kv K/V heads, d_h per-head dim, d_c the KV
 latent, d_c' the query latent, d_R the decoupled RoPE dim. Cache per token and layer: 2·n_h·d_h (MHA), 2·n_kv·d_h
 (GQA), 2·d_h (MQA), d_c + d_R (MLA). Attention FLOPs of one decoded token at context t: q·k and the weighted sum of
-v over t keys, 4·n_h·d_h·t; MLA absorbed: 2·n_h·(d_c + d_R)·t + 2·n_h·d_c·t.
+v over t keys, 4·n_h·d_h·t; MLA absorbed: 2·n_h·(d_c + d_R)·t + 2·n_h·d_c·t. These take d_v = d_h; beside a model
+whose value heads are of another size (v_head_dim), the rows that depend on it show the forms with d_v.
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ _MLA_ROWS = [
 CACHE = {"mha": "2·n_h·d_h", "gqa": "2·n_kv·d_h", "mqa": "2·d_h", "mla": "d_c + d_R"}
 DECODE_FLOPS = {"mha": "4·n_h·d_h·t", "gqa": "4·n_h·d_h·t", "mqa": "4·n_h·d_h·t",
                 "mla": "2·n_h·(d_c + d_R)·t + 2·n_h·d_c·t"}
+# The same rows where a model shown has values of another per-head size than its keys (v_head_dim, d_v ≠ d_h:
+# MiMo-V2-Flash, K 192 and V 128): the papers' forms above take d_v = d_h
+_KV_DIFFER = {
+    "mha": {"W_V": "d × n_h·d_v", "W_O": "n_h·d_v × d", "cache per token and layer": "n_h·(d_h + d_v)"},
+    "gqa": {"W_V": "d × n_kv·d_v", "W_O": "n_h·d_v × d", "cache per token and layer": "n_kv·(d_h + d_v)"},
+    "mqa": {"W_V": "d × d_v", "W_O": "n_h·d_v × d", "cache per token and layer": "d_h + d_v"},
+}
+_KV_DIFFER_DECODE = "2·n_h·(d_h + d_v)·t"
+_KV_DIFFER_NOTE = "d_v ≠ d_h in a model shown"
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,13 @@ def _model_cells(spec: ModelSpec, kind: str) -> dict[str, str]:
     return out
 
 
+def _values_differ(spec: ModelSpec, kind: str) -> bool:
+    """Whether the first layer group of `spec` of heads kind `kind` has values of another per-head size than its keys."""
+    group = _kind_group(spec, kind)
+    return group is not None and isinstance(group.attention, Heads) and \
+        group.attention.d_v(group.layer) != group.attention.d_h(group.layer)
+
+
 def dims_rows(specs: list[ModelSpec], kinds: tuple[str, ...] = KINDS) -> tuple[list[dict[str, str | None]], list[str]]:
     """Rows of `table dims` (one per weight, product, cache and FLOPs of each kind) and the model columns' keys.
 
@@ -100,6 +117,10 @@ def dims_rows(specs: list[ModelSpec], kinds: tuple[str, ...] = KINDS) -> tuple[l
         items = [(n, shape, "") for n, shape in _HEADS_ROWS[kind]] if kind in _HEADS_ROWS else list(_MLA_ROWS)
         items += [("cache per token and layer", CACHE[kind], "elements (DeepSeek-V2 Table 1)"),
                   ("decode FLOPs per token", DECODE_FLOPS[kind], "attention at context t")]
+        if kind in _KV_DIFFER and any(_values_differ(s, kind) for s in specs):
+            general = {**_KV_DIFFER[kind], "decode FLOPs per token": _KV_DIFFER_DECODE}
+            items = [(n, general[n], f"{note}; {_KV_DIFFER_NOTE}" if note else _KV_DIFFER_NOTE) if n in general
+                     else (n, shape, note) for n, shape, note in items]
         for item, symbolic, note in items:
             if specs and not any(item in cells[(s.name, kind)] for s in specs):
                 continue  # e.g. W_Q of an MLA without query compression, when no model given has one

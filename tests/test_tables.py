@@ -63,6 +63,15 @@ def test_decode_flops_of_keys_and_values_of_different_dims(tmp_path):
     assert got["decode FLOPs per token"] == f"{2 * 8 * 192 + 2 * 8 * 128:,}·t" == "5,120·t"
     assert got["cache per token and layer"] == f"{2 * (192 + 128):,}"  # n_kv·(d_h + d_v), n_kv = 2
     assert got["W_V"] == "1,024 × 256" and got["W_O"] == "1,024 × 1,024"  # n_kv·d_v and n_h·d_v
+    # the symbolic column gives the forms these numbers follow, with d_v, and says why; W_Q and W_K keep d_h
+    symbolic = {r["item"]: (r["symbolic"], r["note"]) for r in rows("dims", str(path))}
+    assert symbolic["W_V"] == ("d × n_kv·d_v", "d_v ≠ d_h in a model shown")
+    assert symbolic["W_O"][0] == "n_h·d_v × d" and symbolic["W_K"] == ("d × n_kv·d_h", "")
+    assert symbolic["cache per token and layer"][0] == "n_kv·(d_h + d_v)"
+    assert symbolic["decode FLOPs per token"][0] == "2·n_h·(d_h + d_v)·t"
+    # beside a model whose K and V heads are of one size, the papers' forms stay (d_v = d_h)
+    papers = {r["item"]: r["symbolic"] for r in rows("dims", "llama3-70b")}
+    assert papers["W_V"] == "d × n_kv·d_h" and papers["decode FLOPs per token"] == "4·n_h·d_h·t"
 
 
 def test_models_table_defaults_to_the_papers_three():
