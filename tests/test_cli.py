@@ -355,6 +355,32 @@ def test_the_one_command_app_answers_as_the_whole_app(args):
     assert (one.exit_code, one.stdout, one.stderr) == (whole.exit_code, whole.stdout, whole.stderr)
 
 
+def _command_lines() -> list[list[str]]:
+    """Every command's name (table's two as `table dims` and `table models`), for the checks below."""
+    from typer.main import get_command
+
+    from kvcalc.cli import app
+
+    group = get_command(app)
+    names = []
+    for name, command in sorted(group.commands.items()):  # type: ignore[attr-defined]
+        subs = sorted(getattr(command, "commands", {}))
+        names += [[name, sub] for sub in subs] if subs else [[name]]
+    return names
+
+
+@pytest.mark.parametrize("command", _command_lines(), ids=" ".join)
+def test_every_command_answers_help_and_a_bad_option_as_the_whole_app(command):
+    from typer.testing import CliRunner
+
+    from kvcalc.cli import app, app_for
+
+    env = {"COLUMNS": "240", "TERM": "dumb", "NO_COLOR": "1"}
+    for args in ([*command, "--help"], [*command, "--no-such-option"]):
+        one, whole = (CliRunner().invoke(a, args, env=env) for a in (app_for(args), app))
+        assert (one.exit_code, one.stdout, one.stderr) == (whole.exit_code, whole.stdout, whole.stderr), args
+
+
 def test_app_for_keeps_only_the_named_command():
     from typer.main import get_command
 
