@@ -144,7 +144,27 @@ def show(
 
     s = opts.settings(one_ctx(ctx, "show takes one context; use compare for several"))
     explain_format(explain, fmt)
-    emit(show_output(load(model, no_windows), s, per_layer, explain, units), fmt, units)
+    lm = load(model, no_windows)
+    if per_layer:
+        check_per_layer_rows(lm.spec.n_layers + (lm.spec.mtp_layers if s.mtp else 0), lm.spec.name, fmt)
+    emit(show_output(lm, s, per_layer, explain, units), fmt, units)
+
+
+MAX_PER_LAYER_ROWS = 10_000  # rows of `show --per-layer` in csv and json (one a layer, built whole before printing)
+
+
+def check_per_layer_rows(rows: int, name: str, fmt: str) -> None:
+    """`show --per-layer` within its format's bound: a spec allows 10**6 layers, and a table lays out about 1,000
+    rows a second (the same bound as a sweep's in table, markdown and latex)."""
+    from kvcalc.present.emit import HUMAN, output_format
+
+    human = output_format(fmt) in HUMAN
+    limit = MAX_TABLE_ROWS if human else MAX_PER_LAYER_ROWS
+    if rows > limit:
+        also = f" in {output_format(fmt)} (csv and json: {MAX_PER_LAYER_ROWS:,})" if human else ""
+        raise typer.BadParameter(f"{name} has {rows:,} layers: --per-layer prints one row a layer, at most {limit:,}"
+                                 f"{also}; without it, show prints one row a layer group",
+                                 param_hint="'--per-layer'")
 
 
 @app.command()

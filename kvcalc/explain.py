@@ -152,6 +152,6 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
 
 
 def _span(layers: list[int]) -> str:
-    from kvcalc.spec import layer_ranges
+    from kvcalc.spec import layer_text
 
-    return layer_ranges(layers)
+    return layer_text(layers)

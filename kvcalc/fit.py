@@ -63,12 +63,11 @@ def activation_bytes(spec: ModelSpec, s: Settings, chunk: int) -> int:
     """An estimate of one prefill chunk's activations on one GPU, in bf16: per token, the residual stream, its normed
     copy, the attention output and the FFN input (4·d), and the two hidden activations of the widest gated FFN on one
     tensor-parallel rank (2·d_ff / tp)."""
-    from kvcalc.costs.params import ffn_of_layer
+    from kvcalc.costs.params import ffn_runs
     from kvcalc.spec import DenseFFN, MoEFFN
 
     widest = 0
-    for layer in range(spec.n_layers):
-        ffn = ffn_of_layer(spec, layer)
+    for ffn in (run.ffn for run in ffn_runs(spec)):  # each run of layers with one FFN once, never each layer
         if isinstance(ffn, DenseFFN):
             widest = max(widest, ffn.d_ff)
         elif isinstance(ffn, MoEFFN):  # the routed experts a token uses, and the shared ones

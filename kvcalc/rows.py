@@ -14,7 +14,7 @@ from kvcalc.costs.parallel import check_layout
 from kvcalc.fields import as_row, figure
 from kvcalc.figures import BLANK, context_figures, fixed_figures, row_plan
 from kvcalc.settings import Settings
-from kvcalc.spec import ModelSpec, layer_ranges
+from kvcalc.spec import ModelSpec, layer_text
 
 
 def _uniform(values: list) -> Any:
@@ -251,7 +251,7 @@ def _group_row(gc: GroupCache) -> GroupRow:
     g = gc.group
     return GroupRow(
         group=g.label,
-        layers=layer_ranges(list(g.layers)).replace(",", ", "),
+        layers=layer_text(g.layers, ", "),
         n_layers=gc.n_layers,
         kind=g.attention.kind,
         sliding_window=g.sliding_window,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -287,7 +287,7 @@ class ModelSpec(Strict):
             owner.update({layer: gi for layer in picked[gi]})
         missing = [i for i in range(self.n_layers) if i not in owner]
         if missing and not problems:
-            problems.append(f"layer_groups: layers {_ranges(missing)} belong to no group (every layer needs an attention block)")
+            problems.append(f"layer_groups: layers {layer_text(missing)} belong to no group (every layer needs an attention block)")
         for gi in range(len(self.layer_groups)):
             if rest and gi == rest[0] and not picked[gi] and not problems:
                 problems.append(f"layer_groups[{gi}].layers: 'rest' is empty: the other groups already cover every layer")
@@ -416,8 +416,8 @@ class ModelSpec(Strict):
         return any(g.attention.schedules for g in self.groups)
 
 
-def _ranges(indices: list[int]) -> str:
-    """[0,1,2,5,7,8] -> '0-2,5,7-8'."""
+def _ranges(indices: Sequence[int]) -> str:
+    """[0,1,2,5,7,8] -> '0-2,5,7-8': every run, exactly (what an imported spec writes as a group's selector)."""
     parts, start = [], None
     for i, x in enumerate(indices):
         if start is None:
@@ -430,10 +430,26 @@ def _ranges(indices: list[int]) -> str:
 
 layer_ranges = _ranges
 
+SHOWN_RUNS = 256  # runs of consecutive layers a text lists in full; a published model has a few dozen at most
+HEAD_RUNS, TAIL_RUNS = 8, 2  # what a longer list shows: its first and last runs, around an ellipsis
+
+
+def layer_text(indices: Sequence[int], sep: str = ",") -> str:
+    """Sorted layer indices as ranges for a reader: every run up to SHOWN_RUNS of them (as layer_ranges), else the first
+    and last runs around '…' and the number of runs, so that a text stays short for a model of 10**6 layers."""
+    breaks = [i + 1 for i in range(len(indices) - 1) if indices[i + 1] != indices[i] + 1]
+    if len(breaks) < SHOWN_RUNS:
+        return _ranges(indices).replace(",", sep)
+    starts, ends = [0, *breaks], [*breaks, len(indices)]
+    run = lambda a, b: f"{indices[a]}" if b - a == 1 else f"{indices[a]}-{indices[b - 1]}"  # noqa: E731
+    head = [run(a, b) for a, b in zip(starts[:HEAD_RUNS], ends[:HEAD_RUNS])]
+    tail = [run(a, b) for a, b in zip(starts[-TAIL_RUNS:], ends[-TAIL_RUNS:])]
+    return f"{sep.join(head)}{sep}…{sep}{sep.join(tail)} ({len(starts)} runs)"
+
 
 def _some(layers: list[int], one: str, many: str) -> str:
     """'layer 3 is' or 'layers 0-2,5 are': sorted indices as ranges, with the verb agreeing."""
-    return f"layer {layers[0]} {one}" if len(layers) == 1 else f"layers {_ranges(layers)} {many}"
+    return f"layer {layers[0]} {one}" if len(layers) == 1 else f"layers {layer_text(layers)} {many}"
 
 
 # ---------------------------------------------------------------- loading

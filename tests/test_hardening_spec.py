@@ -192,7 +192,8 @@ def test_symlink_loop_and_folder(tmp_path):
 
 
 @pytest.mark.parametrize(("old", "new", "message"), [
-    ("n_layers: 80", "n_layers: 1000000000", "n_layers: Input should be less than or equal to 10000"),
+    ("n_layers: 80", "n_layers: 1000000000", "n_layers: Input should be less than or equal to 1000000\n"),
+    ("n_layers: 80", "n_layers: 1000001", "n_layers: Input should be less than or equal to 1000000\n"),
     ("d_model: 8192", "d_model: 1099511627776", "d_model: Input should be less than or equal to 1048576"),
     ("vocab_size: 128256", "vocab_size: 100000000", "vocab_size: Input should be less than or equal to 16777216"),
     ("max_context: 8192", "max_context: 100000000000000000000", "max_context: Input should be less than or equal to"),

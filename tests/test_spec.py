@@ -84,6 +84,19 @@ def test_layer_selectors(groups, expected):
     assert [g.layers for g in s.groups] == expected
 
 
+def test_layer_text_lists_every_run_up_to_its_bound_then_the_ends():
+    from kvcalc.spec import SHOWN_RUNS, layer_ranges, layer_text
+
+    assert layer_text([0, 1, 2, 5, 7, 8]) == layer_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert layer_text([0, 1, 2, 5, 7, 8], ", ") == "0-2, 5, 7-8"
+    full = list(range(0, 2 * SHOWN_RUNS, 2))  # SHOWN_RUNS runs of one layer: all listed
+    assert layer_text(full) == layer_ranges(full) == ",".join(map(str, full))
+    more = [*full, 2 * SHOWN_RUNS, 2 * SHOWN_RUNS + 1]  # one run more (of two layers): the first 8, the last 2
+    assert SHOWN_RUNS == 256
+    assert layer_text(more) == "0,2,4,6,8,10,12,14,…,510,512-513 (257 runs)"
+    assert layer_ranges(more).count(",") == SHOWN_RUNS  # the exact form, which an import writes, stays whole
+
+
 @pytest.mark.parametrize("groups, message", [
     ([{"layers": "0-2"}], "layers 3-5 belong to no group"),
     ([{"layers": "0-3"}, {"layers": "3-5"}], "layer_groups[1].layers: layer 3 is already in layer_groups[0]"),

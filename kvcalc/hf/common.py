@@ -59,7 +59,8 @@ class Imported:
 
 
 # Upper bounds on a config's whole numbers, far above any published model and low enough that no loop over a
-# range they set (layers, experts) can run long: layers 10,000; heads 65,536 (2**16); widths, head and FFN sizes,
+# range they set (layers, experts) can run long: layers 10,000 (a spec allows 10**6, but an importer reads and
+# writes per-layer lists such as layer_types, one entry a layer); heads 65,536 (2**16); widths, head and FFN sizes,
 # ranks 2**20; experts 65,536; context lengths, windows and every other count 2**40.
 MAX_LAYERS = 10_000
 MAX_HEADS = 2**16

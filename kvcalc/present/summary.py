@@ -14,7 +14,7 @@ from kvcalc.present.render import Column
 from kvcalc.registry import LoadedModel
 from kvcalc.rows import attention_label
 from kvcalc.settings import Settings
-from kvcalc.spec import DenseFFN, ModelSpec, NoFFN, layer_ranges
+from kvcalc.spec import DenseFFN, ModelSpec, NoFFN, layer_text
 from kvcalc.units import format_bytes, format_count, format_flops, format_seconds, format_tokens
 
 SUMMARY_COLUMNS = [Column("key", "Field"), Column("shown", "Value"), Column("source", "Source")]
@@ -91,7 +91,7 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
         cross = f"; cross-attention over the encoder: {g.cross.describe(g.cross_layer)}" if g.cross is not None else ""
         if g.parallel is not None:
             cross += f"; in parallel, {g.parallel.kind.upper()}: {g.parallel.describe(g.parallel_layer)}"
-        text = (f"{g.attention.kind.upper()} on {len(g.layers)} layer(s) [{layer_ranges(list(g.layers))}]{window}: "
+        text = (f"{g.attention.kind.upper()} on {len(g.layers)} layer(s) [{layer_text(g.layers)}]{window}: "
                 f"{g.attention.describe(g.layer)}{cross}")
         key = g.label if g.label not in SHOW_SUMMARY else f"{g.label} (layer group)"  # nemotron-h's "attention" group
         items.append((key, text, text, f"layer_groups[{g.index}]"))
