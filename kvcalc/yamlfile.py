@@ -2,7 +2,9 @@
 
 The rules, each with its reason:
 - Only a regular file of at most MAX_FILE_BYTES (16 MiB) is read, checked with os.stat before it is opened, so a
-  folder, a FIFO, a device or a symlink loop gets a message and never blocks; the text must be UTF-8.
+  folder, a FIFO, a device or a symlink loop gets a message and never blocks; the text must be UTF-8. A YAML file
+  may be at most MAX_YAML_BYTES (256 KiB): PyYAML's Python parser takes up to about 10 us a byte (a flow list of
+  numbers), so 16 MiB of YAML would take minutes; a spec is a few KiB.
 - YAML goes through a SafeLoader: a `!!python/...` or other unknown tag is an error naming the tag (nothing runs).
 - A key written twice in one mapping is an error naming it and both lines (a later key must never silently win).
 - An integer is plain decimal (`-12`, `0`, `8192`) of at most MAX_DIGITS (40) digits; YAML 1.1's other readings
@@ -27,13 +29,23 @@ import yaml
 from kvcalc.errors import SpecError
 
 MAX_FILE_BYTES = 16 * 2**20  # 16 MiB: the largest real config.json is well under 1 MiB
+MAX_YAML_BYTES = 256 * 2**10  # 256 KiB of YAML parse in about 2.5 s at worst; the largest bundled spec is about 2 KiB
 MAX_NODES = 1_000_000  # values after alias expansion; a bundled spec has a few hundred
 MAX_DEPTH = 64  # nesting levels; a spec nests about 6
 MAX_DIGITS = 40  # digits of an integer; Python refuses to convert more than 4300, and nothing real has 40
 
 
-def check_file(path: Path, shown: str | None = None) -> int:
-    """The size of `path` when it is a readable regular file within MAX_FILE_BYTES, else a SpecError naming why
+def _too_large(name: str, size: str, limit: int) -> SpecError:
+    what = "a YAML spec or hardware file" if limit == MAX_YAML_BYTES else "a spec or config file"
+    return SpecError(f"{name}: is {size} bytes; {what} may be at most {_binary(limit)} ({limit} bytes)")
+
+
+def _binary(n: int) -> str:
+    return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n // 2**10} KiB"
+
+
+def check_file(path: Path, shown: str | None = None, limit: int = MAX_FILE_BYTES) -> int:
+    """The size of `path` when it is a readable regular file within `limit` bytes, else a SpecError naming why
     (and naming the file as `shown`, by default the path)."""
     name = shown or str(path)
     try:
@@ -49,22 +61,21 @@ def check_file(path: Path, shown: str | None = None) -> int:
     if not stat.S_ISREG(info.st_mode):
         what = "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
         raise SpecError(f"{name}: is {what}, not a regular file; kvcalc reads only regular files")
-    if info.st_size > MAX_FILE_BYTES:
-        raise SpecError(f"{name}: is {info.st_size} bytes; a spec or config file may be at most 16 MiB "
-                        f"({MAX_FILE_BYTES} bytes)")
+    if info.st_size > limit:
+        raise _too_large(name, str(info.st_size), limit)
     return info.st_size
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
     """A spec or config file's text, or a SpecError naming the file (missing, a folder, a FIFO, too large, binary, ...)."""
-    check_file(path)
+    check_file(path, limit=limit)
     try:
         with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+            data = f.read(limit + 1)
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise SpecError(f"{path}: is larger than 16 MiB ({MAX_FILE_BYTES} bytes), the most a spec or config file may be")
+    if len(data) > limit:  # it grew after the check
+        raise _too_large(str(path), f"more than {limit}", limit)
     if b"\0" in data:
         raise SpecError(f"{path}: cannot read: a binary file (it has NUL bytes), not a YAML spec or JSON config")
     try:
@@ -231,4 +242,4 @@ def parse_yaml(text: str, origin: str) -> object:
 
 def load_yaml(path: Path) -> object:
     """Read a YAML file with the rules above, raising SpecError on unreadable, unsafe or malformed input."""
-    return parse_yaml(read_text(path), str(path))
+    return parse_yaml(read_text(path, MAX_YAML_BYTES), str(path))

@@ -157,10 +157,32 @@ def test_recursive_alias_and_deep_nesting_are_refused(tmp_path):
 
 
 def test_file_over_16_mib_is_refused_before_parsing(tmp_path):
-    path = tmp_path / "huge.yaml"
+    path = tmp_path / "config.json"
     with open(path, "wb") as f:
         f.truncate(16 * 2**20 + 1)
-    assert "may be at most 16 MiB" in refused("show", path)
+    assert f"{path}: is 16777217 bytes; a spec or config file may be at most 16 MiB (16777216 bytes)" in refused("show", path)
+
+
+def test_yaml_over_256_kib_is_refused_before_parsing(tmp_path):
+    # PyYAML's parser takes about 10 us a byte of a flow list of numbers: 16 MiB of it ran minutes
+    path = tmp_path / "huge.yaml"
+    path.write_text("a: [" + "0," * (2**17) + "0]\n")
+    start = time.process_time()
+    message = refused("show", path)
+    assert time.process_time() - start < 1.0
+    assert f"{path}: is {4 + 2 * 2**17 + 3} bytes; a YAML spec or hardware file may be at most 256 KiB (262144 bytes)" in message
+    assert "at most 256 KiB" in refused("compare", "llama3-70b", "--hardware", path)
+
+
+@pytest.mark.slow
+def test_the_slowest_yaml_within_the_bound_is_read_in_seconds(tmp_path):
+    path = tmp_path / "slow.yaml"
+    path.write_text("a: [" + "0," * (2**17 - 4) + "0]\n")
+    assert path.stat().st_size <= 256 * 2**10
+    start = time.process_time()
+    res = run("show", str(path), ok=False)
+    assert time.process_time() - start < 5.0  # about 2.5 s on a 2-core machine
+    assert res.exit_code == 1 and "a: unknown key" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_non_utf8_and_binary_are_named(tmp_path):
