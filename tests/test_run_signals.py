@@ -146,6 +146,35 @@ def test_ctrl_c_while_the_cli_is_imported_exits_130():
     assert res.returncode == 130 and res.stderr == "interrupted\n", res.stderr
 
 
+SWALLOWED = """
+    import importlib.abc, sys
+
+    class Finaliser:
+        def __del__(self):
+            raise KeyboardInterrupt  # as a Ctrl-C that lands in importlib's module-lock callback: Python cannot raise it
+
+    class Interrupt(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "kvcalc.cli":
+                Finaliser()  # dropped at once: its __del__ runs, and its exception goes to sys.unraisablehook
+            return None
+
+    sys.meta_path.insert(0, Interrupt())
+    sys.argv = ["kvcalc", "list"]
+    from kvcalc.__main__ import main
+    main()
+"""
+
+
+def test_ctrl_c_that_python_would_ignore_still_exits_130():
+    # found by test_ctrl_c_at_any_moment_of_start_up: 'Exception ignored in: <function _get_module_lock.<locals>.cb>
+    # ... KeyboardInterrupt', and the command carried on
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent(SWALLOWED)], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert res.returncode == 130 and res.stderr == "interrupted\n" and res.stdout == "", (res.returncode, res.stderr)
+
+
 def test_console_script_enters_through_the_guarded_start():
     # pyproject's entry point is the function that guards the import of the CLI, not the CLI itself
     text = (ROOT / "pyproject.toml").read_text()
