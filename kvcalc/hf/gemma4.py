@@ -97,11 +97,10 @@ def _gemma4(cfg, origin, notes):
     bias = bool(cfg.get("attention_bias", False))
     sliding = heads_attention(n_heads, n_kv, head_dim, qkv_bias=bias, o_bias=bias, qk_norm=True)
     full = heads_attention(n_heads, n_kv_full, get(cfg, "global_head_dim", origin) or head_dim, qkv_bias=bias,
-                           o_bias=bias, qk_norm=True)
+                           o_bias=bias, qk_norm=True, k_eq_v=k_eq_v)  # no v_proj on full layers, so no W_V counted
     if k_eq_v:
-        w_v = base["d_model"] * n_kv_full * full.get("head_dim", head_dim)
-        notes.append(f"attention_k_eq_v: full layers have no v_proj (V = v_norm(k_proj(x))) but cache K and V; "
-                     f"kvcalc still counts a W_V of {w_v:,} parameters per full layer")
+        notes.append("attention_k_eq_v: full layers have no v_proj (V = v_norm(k_proj(x))), so no W_V, but cache K "
+                     "and V apart (k_eq_v)")
     window = get(cfg, "sliding_window", origin, minimum=0)
     if window and window >= base["max_context"]:
         notes.append(f"sliding_window {window} >= max_position_embeddings {base['max_context']}: it never applies, left out")
