@@ -227,6 +227,17 @@ def test_bundled_minimax_m25_equals_its_config():
 # ---------------------------------------------------------------- multi-token prediction (--mtp)
 
 
+def test_mtp_on_a_model_without_mtp_layers_says_it_adds_nothing():
+    # glm-4.7's config has num_nextn_predict_layers 1, which the importer leaves out (Glm4MoeModel does not build it)
+    for args in (["compare", "glm-4.7", "deepseek-v3"], ["show", "glm-4.7"], ["cost", "glm-4.7"],
+                 ["sweep", "glm-4.7", "--ctx", "4k,8k"], ["fit", "glm-4.7", "--hardware", "h100-80gb", "--tp", "8"]):
+        plain, mtp = run(*args), run(*args, "--mtp")  # warnings go with the human formats (stderr)
+        warning = "warning: glm-4.7: --mtp: its spec has no multi-token-prediction layers (mtp_layers), so nothing is added"
+        assert warning in mtp.stderr and warning not in plain.stderr and "deepseek-v3: --mtp" not in mtp.stderr, args
+        if args[0] != "compare":  # compare's deepseek-v3 row does change
+            assert run(*args, "--mtp", "-f", "json").stdout == run(*args, "-f", "json").stdout, args
+
+
 def test_mtp_layers_count_only_when_asked():
     s = spec("deepseek-v3")
     plain, mtp = Settings(ctx=128 * K), Settings(ctx=128 * K, mtp=True)
@@ -240,6 +251,11 @@ def test_mtp_layers_count_only_when_asked():
     assert layer == (p.breakdown["attn/q_down"] + p.breakdown["attn/q_up"] + p.breakdown["attn/kv_down"] + p.breakdown["attn/kv_up"]
                      + p.breakdown["attn/o"] + p.breakdown["attn/norms"]) // 61 + (256 + 1) * 3 * d * 2048 + d * 256 + 256
     assert q.breakdown["mtp/proj"] == 2 * d * d and q.breakdown["mtp/norms"] == 5 * d  # eh_proj; 2 + enorm, hnorm, head norm
+    # active per token: the MTP block's MoE runs its top 8 of 256 routed experts and the shared one, like every MoE
+    # layer (DeepSeek-V3 inference/model.py MoE; config n_activated_experts 8), not all 256
+    attention = q.breakdown["mtp/attn"]
+    assert q.active - p.active == attention + (8 + 1) * 3 * d * 2048 + d * 256 + 256 + 2 * d * d + 5 * d == 688_100_608
+    assert q.active_breakdown["mtp/ffn"] == (8 + 1) * 3 * d * 2048 + d * 256 + 256
     # DeepSeek-V3 README: "685B total, including 671B of the Main Model weights and 14B of the MTP Module weights";
     # the checkpoint stores the MTP module's own copies of the embedding and the output head, which kvcalc shares
     assert abs((q.total + 2 * 129280 * d) / 685e9 - 1) < 0.001

@@ -198,25 +198,27 @@ def _param_counts(spec: ModelSpec, mtp: bool) -> ParamReport:
     for name, block in spec.extra_weights.items():  # blocks the schema has no type for (the importer counted them)
         total[f"extra/{name}"] = active[f"extra/{name}"] = block.params
     if mtp and spec.mtp_layers:
-        extra = mtp_params(spec)
+        extra, extra_active = mtp_params(spec)
         add_times(total, extra, 1)
-        add_times(active, extra, 1)
+        add_times(active, extra_active, 1)
     keep = lambda c: {k: v for k, v in c.items() if v}  # noqa: E731
     return ParamReport(spec.name, keep(total), keep(active))
 
 
-def mtp_params(spec: ModelSpec) -> dict[str, int]:
-    """The multi-token-prediction layers (DeepSeek-V3 §2.2): each a decoder block like the last layer (its attention
-    and FFN, all experts), M_k of 2·d × d (eh_proj), and RMSNorms enorm, hnorm and the shared head's norm; the
+def mtp_params(spec: ModelSpec) -> tuple[dict[str, int], dict[str, int]]:
+    """(total, active per token) of the multi-token-prediction layers (DeepSeek-V3 §2.2): each a decoder block like
+    the last layer (its attention, and its FFN: all experts in the total, the routed top-k and the shared ones active,
+    as DeepSeek's MoE runs them), M_k of 2·d × d (eh_proj), and RMSNorms enorm, hnorm and the shared head's norm; the
     embedding and output head are shared with the main model (the checkpoint stores copies; not counted twice)."""
     group = spec.mtp_group()
     if group is None:
-        return {}
+        return {}, {}
     d, n = spec.d_model, spec.mtp_layers
-    ffn = ffn_params(ffn_of_layer(spec, spec.n_layers - 1), d)[0]
+    ffn, ffn_active = ffn_params(ffn_of_layer(spec, spec.n_layers - 1), d)
     norm = 2 * d if spec.norm == "layernorm" else d
-    return {"mtp/attn": n * sum(attention_params(group).values()), "mtp/ffn": n * sum(ffn.values()),
-            "mtp/proj": n * 2 * d * d, "mtp/norms": n * (spec.norms_per_layer + 3) * norm}
+    rest = {"mtp/attn": n * sum(attention_params(group).values()), "mtp/proj": n * 2 * d * d,
+            "mtp/norms": n * (spec.norms_per_layer + 3) * norm}
+    return {**rest, "mtp/ffn": n * sum(ffn.values())}, {**rest, "mtp/ffn": n * sum(ffn_active.values())}
 
 
 def weights_bytes(params: int, weights_dtype: str) -> int:

@@ -35,6 +35,13 @@ def _ctx_warnings(specs: list[ModelSpec], ctxs: list[int]) -> list[str]:
     return [w for spec in specs for w in over_max(spec, max(ctxs), f"ctx {max(ctxs):,}")]
 
 
+def _mtp_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
+    """--mtp on a model whose spec has no multi-token-prediction layers adds nothing: say so, rather than let the flag
+    pass in silence (GLM, Qwen3.5 and MiniMax importers leave their MTP modules out, saying so in the spec's notes)."""
+    return [f"warning: {spec.name}: --mtp: its spec has no multi-token-prediction layers (mtp_layers), so nothing "
+            "is added" for spec in specs if s.mtp and not spec.mtp_layers]
+
+
 def list_output() -> Output:
     """`list`: every bundled model."""
     from kvcalc.present.columns import LIST_COLUMNS, LIST_KEYS
@@ -85,7 +92,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
     lines = [line for d in derivations for line in derivation_lines(d) + [""]]
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
-    return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs))
+    return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs) + _mtp_warnings(specs, s))
 
 
 # What tells a sweep's rows apart when a setting takes several values: its key in the rows (tp: the GPUs it uses).
@@ -120,7 +127,7 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     title += f", {hardware} (lower bounds)" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs)), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
-                  warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs))
+                  warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs) + _mtp_warnings(specs, s))
 
 
 def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, units: str) -> Output:
@@ -152,7 +159,7 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
               Table("layers" if per_layer else "groups", columns, breakdown, title,
                     (["layer"] if per_layer else []) + [k for k in GROUP_KEYS if k != "layer"])]
     return Output(tables, payload, derivation_lines(d, units) if explain else [],
-                  _load_warnings([lm]) + over_max(spec, s.ctx, f"ctx {s.ctx:,}"))
+                  _load_warnings([lm]) + over_max(spec, s.ctx, f"ctx {s.ctx:,}") + _mtp_warnings([spec], s))
 
 
 PASS_TITLES = {
@@ -182,6 +189,7 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     title = f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}"
     warnings = _load_warnings([lm]) + over_max(spec, s.ctx + s.gen,
                                                f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
+    warnings += _mtp_warnings([spec], s)
     return Output([Table("flops", cols, rows, title), Table("summary", SUMMARY_COLUMNS, summary,
                                                               "Memory, traffic and time", SUMMARY_KEYS)],
                   payload, warnings=warnings)
@@ -235,7 +243,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}), weights "
              f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}, {float(frac):.0%} reserved")
     keys = [f.key for f in figs]
-    return Output([Table("fit", cols, rows, title, keys)], warnings=_load_warnings([lm]))
+    return Output([Table("fit", cols, rows, title, keys)], warnings=_load_warnings([lm]) + _mtp_warnings([spec], s))
 
 
 def import_spec(config: Path, output: Path | None, name: str | None, force: bool = False) -> None:
