@@ -59,6 +59,34 @@ def test_weights_per_gpu_under_tensor_parallelism_written_out():
     assert row("llama3-70b", "--ctx", "1k", "--tp", "8")["weights_bytes_per_gpu"] == 2 * params
 
 
+@pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-v3.2"])
+def test_mtp_layers_sit_on_the_last_stage(name):
+    # one GPU holds everything --mtp counts: per-GPU figures equal the totals (they left the MTP layer out before)
+    r = row(name, "--ctx", "128k", "--mtp")
+    assert (r["kv_cache_bytes_per_gpu"], r["weights_bytes_per_gpu"]) == (r["kv_cache_bytes"], r["weights_bytes"])
+    r = row(name, "--ctx", "128k", "--mtp", "--engine", "vllm")  # the engine's pages, its MTP layer's among them
+    assert r["kv_cache_bytes_per_gpu"] == r["engine_kv_bytes"] > row(name, "--ctx", "128k", "--engine", "vllm")["engine_kv_bytes"]
+    # pp 2 (61 layers: 31 + 30): the MTP layer joins the last stage's 30, so both stages hold 31 layers' caches
+    m, plain = spec(name), Settings(ctx=4 * K, pp=2)
+    with_mtp = Settings(ctx=4 * K, pp=2, mtp=True)
+    per_layer = kv_cache(m, Settings(ctx=4 * K)).bytes // 61
+    from kvcalc.costs.parallel import stages
+    from kvcalc.costs.params import param_counts
+
+    before, after = stages(m, plain), stages(m, with_mtp)
+    assert [len(st.layers) for st in after] == [31, 30]
+    assert per_gpu(m, with_mtp).kv_cache_bytes == 31 * per_layer
+    # the last stage's weights grow by the MTP block's parameters (bf16), the first stage's not at all
+    assert after[0].weights_bytes == before[0].weights_bytes
+    mtp_params = param_counts(m, mtp=True).total - param_counts(m).total
+    assert after[1].weights_bytes - before[1].weights_bytes == 2 * mtp_params
+    # tp 8: the block splits like the last layer (its MoE's experts and its attention heads), eh_proj stays whole
+    d = 7168
+    eight = row(name, "--ctx", "4k", "--tp", "8", "--mtp")["weights_bytes_per_gpu"]
+    assert eight - row(name, "--ctx", "4k", "--tp", "8")["weights_bytes_per_gpu"] > 2 * 2 * d * d  # at least eh_proj
+    assert eight - row(name, "--ctx", "4k", "--tp", "8")["weights_bytes_per_gpu"] < 2 * mtp_params // 4
+
+
 def test_expert_parallelism_holds_whole_experts():
     # mixtral-8x7b, ep 8 beside tp 1: one whole expert (3 · 4096 · 14336) per GPU instead of all eight
     d, ff = 4096, 14336

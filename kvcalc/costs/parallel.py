@@ -18,7 +18,10 @@ Rules (also in the README), with the engine behaviour they follow:
 - With --engine the KV cache is counted in the engine's whole pages (kvcalc.costs.paged).
 - Extra weights (blocks the schema has no type for, e.g. Gemma 3n's per-layer embeddings) sit on the first stage,
   split by tp (ceil(params / tp)).
-- GPUs = tp · pp · dp. Multi-token-prediction layers are not placed on stages (per-GPU figures leave them out).
+- With --mtp the multi-token-prediction layers sit on the last stage, where the drafter reads the last layer's hidden
+  states and shares the output head (vLLM DeepSeekMTP); they split by tp like the last layer, their eh_proj and
+  norms whole on every rank (nn.Linear and RMSNorm there). Embedding and head are shared, as in the parameter count.
+- GPUs = tp · pp · dp.
 """
 
 from __future__ import annotations
@@ -113,7 +116,7 @@ def stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     """Every stage of the settings' layout apart from the context and batch, once per spec and layout (see the module's
     rules)."""
     key = ("stages", s.tp, s.pp, s.ep, s.dp_attention, s.weights_dtype, s.kv_dtype, s.mla_cache, s.kv_quant, s.engine,
-           s.block_size, s.state_dtype, s.enc_ctx)
+           s.block_size, s.state_dtype, s.enc_ctx, s.mtp)
     return spec.memo(key, _plan_stages, spec, s)
 
 
@@ -121,23 +124,41 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     from kvcalc.costs.params import weights_bytes
 
     enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
-    ranks = [_rank_group(g, s.tp) for g in spec.groups]
+    mtp = spec.mtp_group() if s.mtp else None
+    everyone = spec.groups + ((mtp,) if mtp is not None else ())  # --mtp: as kv_cache counts them
+    ranks = [_rank_group(g, s.tp) for g in everyone]
     hybrid = vllm_hybrid_pages(ranks, s)  # each rank sizes its own pages
     one = dataclasses.replace(s, ctx=1, batch=1, tp=1, pp=1, dp=1)
     caches = [group_cache(rank, one, enc, hybrid) for rank in ranks]
     ranges = pp_stages(spec.n_layers, s.pp)
     out = []
     for i, layers in enumerate(ranges):
+        last = i == len(ranges) - 1
         groups = []
-        for group, gc in zip(spec.groups, caches):
-            n = bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start)  # its layers here
-            if n:
+        for group, gc in zip(everyone, caches):
+            n = len(group.layers) if group is mtp else bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start)
+            if n and (group is not mtp or last):  # its layers here; the MTP layers on the last stage
                 groups.append(_StageGroup(n, group_term(gc, one, enc), gc.state_elements_per_layer,
                                           gc.engine_state_bytes_per_layer,
                                           s.dp_attention and isinstance(group.attention, MLA)))
-        params = _stage_params(spec, s, i, layers, len(ranges), ranks)
+        params = _stage_params(spec, s, i, layers, len(ranges), ranks[:len(spec.groups)])
+        if last and mtp is not None:
+            params += _mtp_params_per_rank(spec, s, ranks[-1])
         out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype)))
     return tuple(out)
+
+
+def _mtp_params_per_rank(spec: ModelSpec, s: Settings, rank: ResolvedGroup) -> int:
+    """The multi-token-prediction layers' weights on one rank of the last stage: each a block like the last layer,
+    split as it is, and eh_proj (2·d × d) with enorm, hnorm and the shared head's norm, whole (kvcalc.costs.params
+    mtp_params is the same at tp 1)."""
+    from kvcalc.costs.params import ffn_of_layer
+
+    d = spec.d_model
+    norm = 2 * d if spec.norm == "layernorm" else d
+    attention = sum(w.size for w in rank.attention.weights(rank.layer))
+    ffn = ffn_params_per_rank(ffn_of_layer(spec, spec.n_layers - 1), d, s.tp, s.ep)
+    return spec.mtp_layers * (attention + ffn + 2 * d * d + (spec.norms_per_layer + 3) * norm)
 
 
 def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int, ranks: list[ResolvedGroup]) -> int:
