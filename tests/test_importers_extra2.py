@@ -96,6 +96,10 @@ def test_qwen35_text_config_nesting_gate_and_every_layer_moe():
     text = {**cfg["text_config"], "mlp_only_layers": [0], "intermediate_size": 1024}
     assert all(g.ffn is None for g in imported({**cfg, "text_config": text}).layer_groups)
     assert "vision tower" in s.notes and "multi-token-prediction" in s.notes
+    # "mamba_ssm_dtype": "float32" is not kvcalc's state dtype (that is --state-dtype): the notes say so
+    assert "mamba_ssm_dtype float32: vLLM keeps the Gated DeltaNet recurrent state in it" in s.notes
+    assert "mamba_ssm_dtype" not in imported({**cfg, "text_config": {k: v for k, v in cfg["text_config"].items()
+                                                                     if k != "mamba_ssm_dtype"}}).notes
 
 
 # ---------------------------------------------------------------- mimo_v2_flash (MiMo-V2-Flash)

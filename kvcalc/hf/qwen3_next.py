@@ -64,6 +64,10 @@ def _qwen3_next(cfg, origin, notes):
     cfg = {**QWEN3_NEXT_DEFAULTS, **cfg}
     if cfg.get("sliding_window") or cfg.get("use_sliding_window"):
         notes.append("sliding_window does not apply: Qwen3NextAttention has no window")
+    if isinstance(cfg.get("mamba_ssm_dtype"), str):  # Qwen3.5: vLLM copies it into mamba_ssm_cache_dtype
+        notes.append(f"mamba_ssm_dtype {cfg['mamba_ssm_dtype']}: vLLM keeps the Gated DeltaNet recurrent state in it "
+                     "(the conv state in the model's dtype); kvcalc's constant states follow --state-dtype (default: "
+                     "--kv-dtype)")
     base = base_fields(cfg, origin, "qwen3_next", False)
     n = base["n_layers"]
     bias = bool(cfg.get("attention_bias", False))  # Qwen3MoeAttention: bias=attention_bias on q, k, v and o
