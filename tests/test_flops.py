@@ -126,12 +126,35 @@ def test_generation_is_the_sum_of_its_steps(window):
         steps = [decode_flops(s, Settings(ctx=t, mla_schedule=schedule)) for t in range(P + 1, P + G + 1)]
         summed = {k: sum(step.get(k, 0) for step in steps) for k in steps[0]}
         assert generate_flops(s, Settings(ctx=P, gen=G, mla_schedule=schedule)) == summed
-    reruns = [prefill_flops(s, Settings(ctx=t)) for t in range(P + 1, P + G + 1)]
-    assert generate_flops(s, Settings(ctx=P, gen=G), cached=False) == {k: sum(r[k] for r in reruns) for k in reruns[0]}
+    for dense in (False, True):  # --dense-attn counts each re-run prefill's N×N matrix, as it counts a prefill's
+        reruns = [prefill_flops(s, Settings(ctx=t, dense_attn=dense)) for t in range(P + 1, P + G + 1)]
+        assert (generate_flops(s, Settings(ctx=P, gen=G, dense_attn=dense), cached=False)
+                == {k: sum(r[k] for r in reruns) for k in reruns[0]})
     # a prefill's attention is the sum of the attention of decode steps 1..N
     n = 12
     naive = [decode_flops(s, Settings(ctx=t, mla_schedule="naive")) for t in range(1, n + 1)]
     assert prefill_flops(s, Settings(ctx=n))["attn/scores"] == sum(step["attn/scores"] for step in naive)
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "gemma3-27b", "deepseek-v3.2", "llama4-scout"])
+def test_dense_attn_reaches_generation_without_a_cache(name):
+    # Σ_{m=P+1..P+G} m² pairs: llama3-8b at P 4096, G 1024 counts 5,723,324,436,971,520 FLOPs more than causally
+    s, P, G = spec(name), 4096, 1024
+    causal = sum(generate_flops(s, Settings(ctx=P, gen=G), cached=False).values())
+    dense = sum(generate_flops(s, Settings(ctx=P, gen=G, dense_attn=True), cached=False).values())
+    if name == "llama3-8b":  # 32 layers, 32 heads of 128: scores and mix 2·2·32·128 FLOPs a pair and layer
+        pairs = sum(m * m for m in range(P + 1, P + G + 1)) - sum(m * (m + 1) // 2 for m in range(P + 1, P + G + 1))
+        assert dense - causal == 32 * 2 * 2 * 32 * 128 * pairs == 5_723_324_436_971_520
+    assert dense > causal
+    row = compare_row(name, P, G)
+    assert row["flops_generate_uncached"] == dense  # the row path (sweep's) agrees with the pass
+
+
+def compare_row(name: str, ctx: int, gen: int) -> dict:
+    from kvcalc.rows import compare_rows
+
+    rows, _ = compare_rows([spec(name)], [ctx], Settings(ctx=ctx, gen=gen, dense_attn=True), True)
+    return rows[0]
 
 
 def test_growth_cached_quadratic_uncached_cubic():

@@ -328,10 +328,23 @@ def _rerun_tokens(prompt: int, last: int) -> int:
     return tri(last) - tri(prompt)
 
 
-def _rerun_of(prompt: Keys, last: Keys, tokens: int) -> Work:
+def _rerun_of(prompt: Keys, last: Keys, tokens: int, dense: int | None = None) -> Work:
     """What the prefills of lengths P+1 … P+G (generation without a cache) do in one layer, from its Keys up to P and
-    P+G: `tokens` queries and keys up-projected, keys_prefills(P+G) − keys_prefills(P) pairs."""
+    P+G: `tokens` queries and keys up-projected, keys_prefills(P+G) − keys_prefills(P) pairs; `dense` (--dense-attn:
+    each prefill's N×N matrix, as _prefill_of) the pairs Σ m² of those prefills instead."""
+    if dense is not None:
+        return _new(Work, (tokens, dense, tokens, dense))
     return _new(Work, (tokens, last.prefills - prompt.prefills, tokens, last.scan_prefills - prompt.scan_prefills))
+
+
+def _squares(n: int) -> int:
+    """1² + 2² + … + n²."""
+    return n * (n + 1) * (2 * n + 1) // 6
+
+
+def _rerun_dense(prompt: int, last: int, dense_attn: bool) -> int | None:
+    """Σ_{m=P+1..P+G} m², the N×N pairs of the prefills generation without a cache re-runs, under --dense-attn."""
+    return _squares(last) - _squares(prompt) if dense_attn else None
 
 
 def layer_attention_flops(group: ResolvedGroup, work: Work, schedule: str) -> dict[str, int]:
@@ -455,8 +468,8 @@ def _generate(spec: ModelSpec, s: Settings, cached: bool) -> Pass:
     if cached:
         return Pass(lambda g: _cached_of(keys_up_to(g, prompt), keys_up_to(g, last), gen, s.mla_cache), gen, gen,
                     s.schedule, _enc(spec, s), mtp=s.mtp)
-    tokens = _rerun_tokens(prompt, last)
-    return Pass(lambda g: _rerun_of(keys_up_to(g, prompt), keys_up_to(g, last), tokens), tokens, gen, "naive",
+    tokens, dense = _rerun_tokens(prompt, last), _rerun_dense(prompt, last, s.dense_attn)
+    return Pass(lambda g: _rerun_of(keys_up_to(g, prompt), keys_up_to(g, last), tokens, dense), tokens, gen, "naive",
                 _enc(spec, s), cross_kv=gen, mtp=s.mtp)  # no cache: K/V every step
 
 
@@ -546,8 +559,8 @@ def row_flops_with(spec: ModelSpec, s: Settings, plan: RowPasses | None) -> RowF
     steps = [_decode_of(k, cache) for k in prompt]  # one work for every schedule
     decodes = {name: batch * k.total(1, 1, steps) for name, k in (plan.decode if plan.schedules else plan.decode[:1])}
     cached = plan.cached.total(gen, gen, [_cached_of(p, a, gen, cache) for p, a in zip(prompt, after)])
-    tokens = _rerun_tokens(ctx, last)
-    uncached = plan.uncached.total(tokens, gen, [_rerun_of(p, a, tokens) for p, a in zip(prompt, after)])
+    tokens, dense = _rerun_tokens(ctx, last), _rerun_dense(ctx, last, s.dense_attn)
+    uncached = plan.uncached.total(tokens, gen, [_rerun_of(p, a, tokens, dense) for p, a in zip(prompt, after)])
     return _new(RowFlops, (batch * (prefill + plan.encoder), decodes[plan.decode[0][0]], batch * cached,
                            batch * uncached, decodes if plan.schedules else {}))
 
