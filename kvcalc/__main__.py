@@ -24,7 +24,11 @@ def main() -> None:
     sys.unraisablehook = _unraisable
     try:
         from kvcalc.cli import main as cli_main
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, RuntimeError) as exc:
+        from kvcalc.errors import interrupted
+
+        if not interrupted(exc):  # a RuntimeError of Python's own making, not a Ctrl-C: let it show
+            raise
         sys.stderr.write("interrupted\n")
         raise SystemExit(130) from None
     cli_main()

@@ -519,9 +519,13 @@ def main() -> None:
         if sys.stderr is not None:
             sys.stderr.write("error: standard output is closed: nothing to write to\n")
         raise SystemExit(1)
+    from kvcalc.errors import interrupted
+
     try:
         app_for(sys.argv[1:])()
-    except KeyboardInterrupt:  # Ctrl-C outside a command's own guard (while typer parses or imports)
+    except (KeyboardInterrupt, RuntimeError) as exc:  # Ctrl-C outside a command's own guard (typer parses, imports)
+        if not interrupted(exc):
+            raise
         sys.stderr.write("interrupted\n")
         raise SystemExit(130) from None
     except SystemExit as exc:  # typer exits 130 without a word for a Ctrl-C while it parses: say it

@@ -14,3 +14,15 @@ class SpecError(KvcalcError):
 
 class LookupFailure(KvcalcError):
     """A model name that matches no bundled spec and no file."""
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether `exc` is a Ctrl-C, or an error Python raised because of one: Python 3.11 wraps a KeyboardInterrupt that
+    lands in a class's __set_name__ into RuntimeError ('Error calling __set_name__'), with the interrupt as its cause."""
+    seen = 0
+    while exc is not None and seen < 32:  # a chain of causes, bounded
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        follow = exc.__cause__ if exc.__cause__ is not None else None if exc.__suppress_context__ else exc.__context__
+        exc, seen = follow, seen + 1  # type: ignore[assignment]
+    return False

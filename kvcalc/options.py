@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvcalc.dtypes import DTYPES
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, interrupted
 from kvcalc.present.render import FORMATS
 from kvcalc.settings import ENGINES, MLA_CACHE_LAYOUTS, MLA_SCHEDULES
 from kvcalc.units import UNIT_SYSTEMS
@@ -265,7 +265,9 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         except KvcalcError as exc:
             warn(f"error: {exc}")
             raise typer.Exit(1) from None
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, RuntimeError) as exc:  # RuntimeError: one Python raised for a Ctrl-C (errors.py)
+            if not interrupted(exc):
+                raise
             warn("interrupted")
             INTERRUPTED.append(True)
             raise typer.Exit(130) from None

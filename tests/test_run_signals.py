@@ -175,6 +175,79 @@ def test_ctrl_c_that_python_would_ignore_still_exits_130():
     assert res.returncode == 130 and res.stderr == "interrupted\n" and res.stdout == "", (res.returncode, res.stderr)
 
 
+WRAPPED = """
+    import importlib.abc, sys
+
+    class Interrupt(importlib.abc.MetaPathFinder):
+        # as Python 3.11 reports a Ctrl-C that lands in a class's __set_name__ while a module is imported
+        def find_spec(self, name, path=None, target=None):
+            if name == "kvcalc.cli":
+                try:
+                    raise KeyboardInterrupt
+                except KeyboardInterrupt as exc:
+                    raise RuntimeError("Error calling __set_name__ on 'cached_property' instance") from exc
+            return None
+
+    sys.meta_path.insert(0, Interrupt())
+    sys.argv = ["kvcalc", "list"]
+    from kvcalc.__main__ import main
+    main()
+"""
+
+
+def test_ctrl_c_that_python_wraps_in_a_runtime_error_still_exits_130():
+    # found by test_ctrl_c_at_any_moment_of_start_up: "RuntimeError: Error calling __set_name__ on 'cached_property'
+    # instance 'hostmask' in 'IPv4Interface'", caused by the KeyboardInterrupt, and a traceback
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent(WRAPPED)], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert res.returncode == 130 and res.stderr == "interrupted\n", (res.returncode, res.stderr)
+    # a RuntimeError with no Ctrl-C behind it is not called an interrupt
+    plain = WRAPPED.replace("raise KeyboardInterrupt", "raise ValueError").replace("except KeyboardInterrupt", "except ValueError")
+    assert plain != WRAPPED
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent(plain)], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert res.returncode == 1 and "interrupted" not in res.stderr and "Error calling __set_name__" in res.stderr
+
+
+def test_a_wrapped_ctrl_c_during_a_command_exits_130(monkeypatch):
+    import kvcalc.present.outputs as outputs
+    from conftest import run
+
+    def wrapped():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error calling __set_name__") from exc
+
+    monkeypatch.setattr(outputs, "list_output", wrapped)
+    res = run("list", ok=False)
+    assert res.exit_code == 130 and res.stderr.strip().splitlines()[-1] == "interrupted"
+
+
+def test_interrupted_follows_the_chain_of_causes():
+    from kvcalc.errors import interrupted
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as a:
+            try:
+                raise RuntimeError("inner") from a
+            except RuntimeError:
+                raise ValueError("outer")  # noqa: B904 (its context is the RuntimeError)
+    except ValueError as exc:
+        assert interrupted(exc)
+    assert not interrupted(RuntimeError("plain")) and interrupted(KeyboardInterrupt())
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("unrelated") from None  # a context hidden on purpose is not followed
+    except RuntimeError as exc:
+        assert not interrupted(exc)
+
+
 def test_console_script_enters_through_the_guarded_start():
     # pyproject's entry point is the function that guards the import of the CLI, not the CLI itself
     text = (ROOT / "pyproject.toml").read_text()
