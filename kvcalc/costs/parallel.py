@@ -152,13 +152,11 @@ def _mtp_params_per_rank(spec: ModelSpec, s: Settings, rank: ResolvedGroup) -> i
     """The multi-token-prediction layers' weights on one rank of the last stage: each a block like the last layer,
     split as it is, and eh_proj (2·d × d) with enorm, hnorm and the shared head's norm, whole (kvcalc.costs.params
     mtp_params is the same at tp 1)."""
-    from kvcalc.costs.params import ffn_of_layer
+    from kvcalc.costs.params import ffn_of_layer, mtp_proj_and_norms
 
-    d = spec.d_model
-    norm = 2 * d if spec.norm == "layernorm" else d
     attention = sum(w.size for w in rank.attention.weights(rank.layer))
-    ffn = ffn_params_per_rank(ffn_of_layer(spec, spec.n_layers - 1), d, s.tp, s.ep)
-    return spec.mtp_layers * (attention + ffn + 2 * d * d + (spec.norms_per_layer + 3) * norm)
+    ffn = ffn_params_per_rank(ffn_of_layer(spec, spec.n_layers - 1), spec.d_model, s.tp, s.ep)
+    return spec.mtp_layers * (attention + ffn + sum(mtp_proj_and_norms(spec)))
 
 
 def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int, ranks: list[ResolvedGroup]) -> int:

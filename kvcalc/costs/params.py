@@ -215,10 +215,17 @@ def mtp_params(spec: ModelSpec) -> tuple[dict[str, int], dict[str, int]]:
         return {}, {}
     d, n = spec.d_model, spec.mtp_layers
     ffn, ffn_active = ffn_params(ffn_of_layer(spec, spec.n_layers - 1), d)
-    norm = 2 * d if spec.norm == "layernorm" else d
-    rest = {"mtp/attn": n * sum(attention_params(group).values()), "mtp/proj": n * 2 * d * d,
-            "mtp/norms": n * (spec.norms_per_layer + 3) * norm}
+    proj, norms = mtp_proj_and_norms(spec)
+    rest = {"mtp/attn": n * sum(attention_params(group).values()), "mtp/proj": n * proj, "mtp/norms": n * norms}
     return {**rest, "mtp/ffn": n * sum(ffn.values())}, {**rest, "mtp/ffn": n * sum(ffn_active.values())}
+
+
+def mtp_proj_and_norms(spec: ModelSpec) -> tuple[int, int]:
+    """One MTP layer's M_k (eh_proj, 2·d × d) and its norms: the block's, and enorm, hnorm and the shared head's (DeepSeek-V3
+    §2.2); both whole on every tensor-parallel rank (vLLM DeepSeekMTP: nn.Linear and RMSNorm)."""
+    d = spec.d_model
+    norm = 2 * d if spec.norm == "layernorm" else d
+    return 2 * d * d, (spec.norms_per_layer + 3) * norm
 
 
 def weights_bytes(params: int, weights_dtype: str) -> int:
