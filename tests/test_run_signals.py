@@ -122,91 +122,65 @@ def test_ctrl_c_stops_a_run_within_two_seconds(tmp_path, dtype):
         assert took < 2.0, f"{dtype}: exited {took:.2f} s after Ctrl-C"
 
 
-START = """
-    import importlib.abc, sys
+def _at_cli_import(on_import: str) -> str:
+    """A script that starts `kvcalc list` through its console entry point and runs `on_import` (indented code) when
+    the CLI module is about to be imported: a Ctrl-C at that moment, in one of the forms Python delivers it."""
+    return f"""
+import importlib.abc, sys
 
-    class Interrupt(importlib.abc.MetaPathFinder):
-        # a Ctrl-C that lands while kvcalc.cli (and typer, rich, pydantic under it) is being imported
-        def find_spec(self, name, path=None, target=None):
-            if name == "kvcalc.cli":
-                raise KeyboardInterrupt
-            return None
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "kvcalc.cli":
+{textwrap.indent(textwrap.dedent(on_import), " " * 12)}
+        return None
 
-    sys.meta_path.insert(0, Interrupt())
-    sys.argv = ["kvcalc", "list"]
-    from kvcalc.__main__ import main
-    main()
+class Finaliser:
+    def __del__(self):
+        raise KeyboardInterrupt
+
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["kvcalc", "list"]
+from kvcalc.__main__ import main
+main()
 """
+
+
+def _start(script: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
 
 
 def test_ctrl_c_while_the_cli_is_imported_exits_130():
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(START)], capture_output=True, text=True, env=env,
-                         timeout=60)
+    # a Ctrl-C that lands while kvcalc.cli (and typer, rich, pydantic under it) is being imported
+    res = _start(_at_cli_import("raise KeyboardInterrupt"))
     assert res.returncode == 130 and res.stderr == "interrupted\n", res.stderr
-
-
-SWALLOWED = """
-    import importlib.abc, sys
-
-    class Finaliser:
-        def __del__(self):
-            raise KeyboardInterrupt  # as a Ctrl-C that lands in importlib's module-lock callback: Python cannot raise it
-
-    class Interrupt(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "kvcalc.cli":
-                Finaliser()  # dropped at once: its __del__ runs, and its exception goes to sys.unraisablehook
-            return None
-
-    sys.meta_path.insert(0, Interrupt())
-    sys.argv = ["kvcalc", "list"]
-    from kvcalc.__main__ import main
-    main()
-"""
 
 
 def test_ctrl_c_that_python_would_ignore_still_exits_130():
     # found by test_ctrl_c_at_any_moment_of_start_up: 'Exception ignored in: <function _get_module_lock.<locals>.cb>
-    # ... KeyboardInterrupt', and the command carried on
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(SWALLOWED)], capture_output=True, text=True, env=env,
-                         timeout=60)
+    # ... KeyboardInterrupt', and the command carried on. A finaliser dropped at once raises it where Python cannot
+    # (its exception goes to sys.unraisablehook), as importlib's module-lock callback does.
+    res = _start(_at_cli_import("Finaliser()"))
     assert res.returncode == 130 and res.stderr == "interrupted\n" and res.stdout == "", (res.returncode, res.stderr)
 
 
 WRAPPED = """
-    import importlib.abc, sys
-
-    class Interrupt(importlib.abc.MetaPathFinder):
-        # as Python 3.11 reports a Ctrl-C that lands in a class's __set_name__ while a module is imported
-        def find_spec(self, name, path=None, target=None):
-            if name == "kvcalc.cli":
-                try:
-                    raise KeyboardInterrupt
-                except KeyboardInterrupt as exc:
-                    raise RuntimeError("Error calling __set_name__ on 'cached_property' instance") from exc
-            return None
-
-    sys.meta_path.insert(0, Interrupt())
-    sys.argv = ["kvcalc", "list"]
-    from kvcalc.__main__ import main
-    main()
+try:
+    raise KeyboardInterrupt
+except KeyboardInterrupt as exc:
+    raise RuntimeError("Error calling __set_name__ on 'cached_property' instance") from exc
 """
 
 
 def test_ctrl_c_that_python_wraps_in_a_runtime_error_still_exits_130():
     # found by test_ctrl_c_at_any_moment_of_start_up: "RuntimeError: Error calling __set_name__ on 'cached_property'
     # instance 'hostmask' in 'IPv4Interface'", caused by the KeyboardInterrupt, and a traceback
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(WRAPPED)], capture_output=True, text=True, env=env,
-                         timeout=60)
+    res = _start(_at_cli_import(WRAPPED))
     assert res.returncode == 130 and res.stderr == "interrupted\n", (res.returncode, res.stderr)
     # a RuntimeError with no Ctrl-C behind it is not called an interrupt
     plain = WRAPPED.replace("raise KeyboardInterrupt", "raise ValueError").replace("except KeyboardInterrupt", "except ValueError")
     assert plain != WRAPPED
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(plain)], capture_output=True, text=True, env=env,
-                         timeout=60)
+    res = _start(_at_cli_import(plain))
     assert res.returncode == 1 and "interrupted" not in res.stderr and "Error calling __set_name__" in res.stderr
 
 
