@@ -14,7 +14,7 @@ from kvcalc.backend.attention import GroupedQueryAttention
 from kvcalc.backend.causal import SCORE_CHUNK, _tiles, block_tiles, prefill_tiling
 from kvcalc.backend.checks import dense_reference, rel_error
 from kvcalc.backend.memory import query_block
-from kvcalc.backend.ops import FlopCounter, softmax, softmax_
+from kvcalc.backend.ops import ROPE_PIECE, FlopCounter, apply_rope_, rope_span, softmax, softmax_
 from kvcalc.backend.runner import RunSettings, run
 from kvcalc.spec import ModelSpec
 
@@ -267,3 +267,20 @@ def test_progress_hooks_count_prefill_blocks_and_decode_steps():
     assert hooks.tasks["decode"] == [3, 3]
     total, done = hooks.tasks["prefill"]
     assert total == done and total >= 2  # every prefill block of both layers reported, no more
+
+
+def test_rope_in_place_by_pieces_is_the_rotation():
+    """apply_rope_ rotates by pieces of positions (ROPE_PIECE elements): every position, in every piece and across the
+    pieces' seams, gets (x1·cos − x2·sin, x2·cos + x1·sin) at its own angle, the same numbers as one whole-array pass."""
+    rng = np.random.default_rng(7)
+    t, heads, d = 3 * ROPE_PIECE // (4 * 16) + 5, 4, 16  # positions of 64 elements: pieces of ROPE_PIECE / 64
+    x = rng.standard_normal((2, t, heads, d)).astype(np.float32)
+    cos, sin = rope_span(3, t, d, 10_000.0, np.float32)
+    angles = np.outer(np.arange(3, 3 + t), 1.0 / 10_000.0 ** (np.arange(0, d, 2) / d))  # RoFormer's θ_i
+    assert np.allclose(cos, np.cos(angles), atol=1e-6) and np.allclose(sin, np.sin(angles), atol=1e-6)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    c, s = cos[None, :, None], sin[None, :, None]
+    want = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    assert t * heads * d > 2 * ROPE_PIECE  # at least three pieces
+    assert np.array_equal(apply_rope_(x.copy(), cos, sin), want)
+    assert not cos.flags.writeable and rope_span(3, t, d, 10_000.0, np.float32)[0] is cos  # one table, kept

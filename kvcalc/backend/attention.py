@@ -26,7 +26,7 @@ from kvcalc.backend.causal import (
     query_rows,
     top_keys,
 )
-from kvcalc.backend.ops import FlopCounter, apply_rope, apply_rope_, random_weight, rms_norm, rope_tables, softmax
+from kvcalc.backend.ops import FlopCounter, apply_rope, apply_rope_, random_weight, rms_norm, rope_span, softmax
 from kvcalc.backend.recurrent import build_layer as state_layer
 from kvcalc.backend.recurrent import plan_layer as state_plan
 from kvcalc.backend.threads import run_tasks
@@ -97,7 +97,7 @@ class GroupedQueryAttention:
         """Projections and RoPE of tokens at positions start…: x [b, s, m] -> q [b, k, g, s, d], k [b, s, k, d],
         v [b, s, k, e], and the output gate [b, s, h·d] (None without one)."""
         b, s, _ = x.shape
-        cos, sin = rope_tables(np.arange(start, start + s), self.d, ROPE_THETA, self.dtype)
+        cos, sin = rope_span(start, s, self.d, ROPE_THETA, self.dtype)
         q = apply_rope_(fc.matmul("attn/q", x, self.wq).reshape(b, s, self.h, self.d), cos, sin)
         k = fc.matmul("attn/k", x, self.wk).reshape(b, s, self.k, self.d)
         if self.wv is None:  # k_eq_v: the values are the keys' projection, normalised and not rotated
@@ -218,7 +218,7 @@ class LatentAttention:
         d = self.nope + self.r
         cols = self.wuq[:, heads.start * d : heads.stop * d]  # a head's columns of W_UQ and W_QR are adjacent
         q = fc.matmul("attn/q_up" if self.qc else "attn/q", q_in, cols, out=out).reshape(b, s, -1, d)
-        cos, sin = rope_tables(np.arange(start, start + s), self.r, ROPE_THETA, self.dtype)
+        cos, sin = rope_span(start, s, self.r, ROPE_THETA, self.dtype)
         apply_rope_(q[..., self.nope :], cos, sin)
         return q
 
@@ -226,7 +226,7 @@ class LatentAttention:
         """x [b, s, m] -> c_KV [b, s, c] (normalised) and k_R [b, s, r] (rotated): what the latent cache holds."""
         s = x.shape[1]
         down = fc.matmul("attn/kv_down", x, self.wdkv)
-        cos, sin = rope_tables(np.arange(start, start + s), self.r, ROPE_THETA, self.dtype)
+        cos, sin = rope_span(start, s, self.r, ROPE_THETA, self.dtype)
         return rms_norm(down[..., : self.c]), apply_rope(down[..., self.c :][:, :, None], cos, sin)[:, :, 0]
 
     def _expand(self, fc: FlopCounter, c_kv: np.ndarray, k_rope: np.ndarray, start: int):
@@ -251,7 +251,7 @@ class LatentAttention:
         fc.matmul("attn/kv_up", c_kv[:, None], self.w_uk[heads].transpose(0, 2, 1), out=k[..., : self.nope])
         fc.matmul("attn/kv_up", c_kv[:, None], self.w_uv[heads], out=v)
         if self.rope == "plain":  # rotate the up-projected keys themselves (what MLA must avoid)
-            cos, sin = rope_tables(np.arange(start, start + c_kv.shape[1]), self.nope, ROPE_THETA, self.dtype)
+            cos, sin = rope_span(start, c_kv.shape[1], self.nope, ROPE_THETA, self.dtype)
             apply_rope_(k[..., : self.nope].transpose(0, 2, 1, 3), cos, sin)  # as [b, t, n, nope]
         k[..., self.nope :] = k_rope[:, None]  # shared by every head
 
@@ -259,7 +259,7 @@ class LatentAttention:
         """Queries q [b, s, h, nope + r] as [b, h, 1, s, nope + r], scaled in place (with plain RoPE the nope part
         is rotated too)."""
         if self.rope == "plain":
-            cos, sin = rope_tables(np.arange(start, start + q.shape[1]), self.nope, ROPE_THETA, self.dtype)
+            cos, sin = rope_span(start, q.shape[1], self.nope, ROPE_THETA, self.dtype)
             apply_rope_(q[..., : self.nope], cos, sin)
         q *= self.scale
         return q.transpose(0, 2, 1, 3)[:, :, None]
@@ -410,7 +410,7 @@ class LatentAttention:
     def _absorbed(self, fc, q_nope, q_rope, c_kv, k_rope, t0):
         """W_UK folded into the query and W_UV into the output; attention over c_KV and k_R (DeepSeek-V2 §2.1.3)."""
         if self.rope == "plain":  # the shortcut ignores the key rotation it cannot fold: wrong on purpose
-            cos, sin = rope_tables(np.arange(t0, t0 + 1), self.nope, ROPE_THETA, self.dtype)
+            cos, sin = rope_span(t0, 1, self.nope, ROPE_THETA, self.dtype)
             q_nope = apply_rope(q_nope, cos, sin)
         q_lat = fc.matmul("attn/q_absorb", q_nope.transpose(0, 2, 1, 3), self.w_uk)  # [b, h, 1, nope] @ [h, nope, c]
         scores = fc.matmul("attn/scores", q_lat * self.scale, c_kv.transpose(0, 2, 1)[:, None])  # [b, h, 1, t]

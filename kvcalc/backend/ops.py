@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from functools import lru_cache
 
 import numpy as np
 
@@ -150,6 +151,16 @@ def rope_tables(positions: np.ndarray, dim: int, theta: float, dtype) -> tuple[n
     return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
 
+@lru_cache(maxsize=4)
+def rope_span(start: int, count: int, dim: int, theta: float, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """`rope_tables` of the positions start … start + count − 1, read-only and kept for the next few calls: a prefill
+    asks for the same tables once per chunk of heads (their float64 angles cost more than the rotation itself)."""
+    cos, sin = rope_tables(np.arange(start, start + count), dim, theta, dtype)
+    cos.setflags(write=False)
+    sin.setflags(write=False)
+    return cos, sin
+
+
 def _rope_view(x: np.ndarray, cos: np.ndarray, sin: np.ndarray):
     """The halves of x [b, t, ..., d] and cos/sin [t, d/2] shaped to broadcast against them."""
     half = x.shape[-1] // 2
@@ -165,14 +176,23 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return apply_rope_(x.astype(np.result_type(x, cos), copy=True), cos, sin)
 
 
+ROPE_PIECE = 1 << 16  # elements of x rotated at a time: the temporaries stay in cache (256 KiB in float32)
+
+
 def apply_rope_(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """`apply_rope` in place (x must have cos's dtype): no new array of x's size, the same numbers."""
-    x1, x2, c, s = _rope_view(x, cos, sin)
-    x1_sin = x1 * s  # x1 before it is overwritten
-    x1 *= c
-    x1 -= x2 * s  # x1·cos − x2·sin
-    x2 *= c
-    x2 += x1_sin  # x2·cos + x1·sin
+    """`apply_rope` in place (x must have cos's dtype): no new array of x's size, the same numbers.
+
+    By pieces of positions of about ROPE_PIECE elements: whole-array temporaries (two halves of x) would be fresh
+    pages each time, which made a 4096-token query's rotation of llama3-70b take 0.1–0.4 s instead of 0.05 s.
+    """
+    step = max(1, ROPE_PIECE * cos.shape[0] // max(1, x.size))
+    for t0 in range(0, x.shape[1], step):
+        x1, x2, c, s = _rope_view(x[:, t0 : t0 + step], cos[t0 : t0 + step], sin[t0 : t0 + step])
+        x1_sin = x1 * s  # x1 before it is overwritten
+        x1 *= c
+        x1 -= x2 * s  # x1·cos − x2·sin
+        x2 *= c
+        x2 += x1_sin  # x2·cos + x1·sin
     return x
 
 
@@ -180,7 +200,7 @@ def rms_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """RMSNorm without a learned weight (the weight would be all ones at initialisation)."""
     wide = x.astype(np.float32) if x.dtype == np.float16 else x
     out = wide / np.sqrt(np.mean(wide * wide, axis=-1, keepdims=True) + eps)
-    return out.astype(x.dtype)
+    return out.astype(x.dtype, copy=False)
 
 
 def softmax(scores: np.ndarray) -> np.ndarray:
