@@ -151,10 +151,11 @@ def rope_tables(positions: np.ndarray, dim: int, theta: float, dtype) -> tuple[n
     return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=2)  # a layer asks for at most two spans at a time (MLA's plain-RoPE demonstration: r and nope)
 def rope_span(start: int, count: int, dim: int, theta: float, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """`rope_tables` of the positions start … start + count − 1, read-only and kept for the next few calls: a prefill
-    asks for the same tables once per chunk of heads (their float64 angles cost more than the rotation itself)."""
+    """`rope_tables` of the positions start … start + count − 1, read-only and kept for the next calls: a prefill asks
+    for the same tables once per chunk of heads and every layer again (their float64 angles cost more than the
+    rotation itself). Two spans at most are kept, so a long context's tables do not outlive the next decode steps."""
     cos, sin = rope_tables(np.arange(start, start + count), dim, theta, dtype)
     cos.setflags(write=False)
     sin.setflags(write=False)
