@@ -22,7 +22,7 @@ from kvcalc.costs.flops import (
     row_flops_with,
     row_passes,
 )
-from kvcalc.costs.parallel import PerGpu, Stage, busiest_gpu, check_layout, per_gpu, stages
+from kvcalc.costs.parallel import PerGpu, Stage, busiest_gpu, check_layout, per_gpu, stage_read_bytes, stages
 from kvcalc.costs.params import param_totals, weights_bytes
 from kvcalc.costs.traffic import decode_bytes, decode_weights, prefill_bytes
 from kvcalc.fields import figure
@@ -186,10 +186,12 @@ def _parallel_roofline(spec: ModelSpec, s: Settings, hw: Hardware) -> tuple[Roof
     from kvcalc.hardware import roofline
 
     replica = replace(s, batch=-(-s.batch // s.dp), tp=1, pp=1, dp=1, dp_attention=False)
-    rank = per_gpu(spec, replace(replica, tp=s.tp, dp_attention=s.dp_attention))  # one TP rank, every layer
+    ranked = replace(replica, tp=s.tp, dp_attention=s.dp_attention)
+    rank = per_gpu(spec, ranked)  # one TP rank, every layer
     tp = s.tp
     decode = -(-decode_total(spec, replica) // tp)
-    decode_read = -(-decode_bytes(spec, replica)["weights"] // tp) + rank.kv_cache_bytes + 2 * rank.state_bytes
+    kv_read = stage_read_bytes(ranked, stages(spec, ranked)[0])  # the keys the rank's queries attend
+    decode_read = -(-decode_bytes(spec, replica)["weights"] // tp) + kv_read + 2 * rank.state_bytes
     prefill = -(-prefill_total(spec, replica) // tp)
     prefill_moved = -(-prefill_bytes(spec, replica)["weights"] // tp) + rank.kv_cache_bytes + rank.state_bytes
     return roofline(prefill, prefill_moved, hw), roofline(decode, decode_read, hw)

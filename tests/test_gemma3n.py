@@ -121,6 +121,20 @@ def test_decode_reads_one_row_of_the_per_layer_table():
     assert decode_bytes(spec, s)["weights"] == 2 * read
 
 
+@pytest.mark.parametrize("ctx", [100, 4096, 128 * 1024])
+def test_a_decode_step_reads_the_shared_layers_caches_too(ctx):
+    """Each of the 10 KV-shared layers holds nothing but reads the cache of layer 18 or 19 (the last earlier one of its
+    type): a decode step reads 24 sliding layers' min(ctx, W) tokens and 6 full layers' ctx, 30 layers in all."""
+    from kvcalc.costs.cache import kv_cache
+    from kvcalc.costs.traffic import decode_bytes
+    from kvcalc.settings import Settings
+
+    spec = CONFIGS.imported(CONFIGS.config(E2B))
+    s = Settings(ctx=ctx, batch=3)
+    assert decode_bytes(spec, s)["kv_cache"] == 3 * (24 * min(ctx, W) + 6 * ctx) * PER_TOKEN_LAYER
+    assert kv_cache(spec, s).bytes == 3 * held(ctx)  # 16 + 4 layers hold it
+
+
 @pytest.mark.parametrize("change, message", [
     ({"num_kv_shared_layers": 30}, "num_kv_shared_layers: 30 leaves no layer of the 30"),
     ({"intermediate_size": [8192] * 29}, "intermediate_size: must be one number or one per layer (num_hidden_layers "

@@ -205,6 +205,17 @@ class AttentionKind(Strict):
             return "none (reads an earlier layer's cache)"
         return "min(ctx, W)" if layer.window else "min(ctx, C)" if layer.chunk else "ctx"
 
+    def reads_held(self, layer: Layer) -> bool:
+        """Whether a decode step reads exactly the tokens the layer holds, in every cached tensor: not under a chunk
+        (it holds up to C tokens, its query sees those of its own chunk) nor KV-shared (it holds none and reads an
+        earlier layer's)."""
+        return not (layer.chunk or layer.kv_shared)
+
+    def tokens_read(self, layer: Layer, ctx: int, component: str) -> int:
+        """Tokens of the cached tensor `component` that the decode step at context `ctx` reads for one sequence: the
+        keys its query sees (scan_at), in its own cache or, KV-shared, in the earlier layer's."""
+        return self.scan_at(layer, ctx)
+
     def cache_shapes(self, layer: Layer, batch: int, held: int, layout: str) -> dict[str, tuple[int, ...]]:
         """Shapes of the tensors a layer's cache holds, by name (what the NumPy backend must measure)."""
         return {}

@@ -123,6 +123,14 @@ class MLA(AttentionKind):
     def keys_prefills(self, layer: Layer, n: int) -> int:
         return keys_seen_sum(n, self._cap(layer)) if self.indexed else self.scan_prefills(layer, n)
 
+    def reads_held(self, layer: Layer) -> bool:
+        return super().reads_held(layer) and not self.indexed
+
+    def tokens_read(self, layer: Layer, ctx: int, component: str) -> int:
+        # DSA: the indexer scores every visible key's index_k; the latent (or K/V) is read for the top-k keys only
+        # (DeepSeek-V3.2 sparse_attn / vLLM's FlashMLA sparse kernel gather the selected tokens)
+        return self.scan_at(layer, ctx) if component == "index_k" else self.keys_at(layer, ctx)
+
     def problems(self, layer: Layer) -> list[str]:
         if self.indexed and layer.chunk:
             return [f"{layer.path}: an indexer (index_topk) with chunked attention is not modelled"]

@@ -21,7 +21,7 @@ from functools import cached_property
 
 from kvcalc.attention import AttentionKind, Formula, Layer
 from kvcalc.costs.paged import HybridPages, block_tokens, layer_pages, page_bytes, pages, span_bytes, vllm_hybrid_pages
-from kvcalc.costs.quant import entry_bytes, group_size
+from kvcalc.costs.quant import component_bytes, entry_bytes, group_size
 from kvcalc.dtypes import bits_to_bytes, dtype_bits, elements_to_bytes
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, ResolvedGroup
@@ -90,6 +90,22 @@ class GroupTerm:
             return bits_to_bytes(batch * (self.elements * held + self.fixed), self.bits)
         return batch * (entry_bytes(self.formula, self.heads, held, s.kv_dtype, s.kv_quant) + self.fixed_bytes)
 
+    def read_elements(self, ctx: int) -> int:
+        """Elements of one layer's cache that one sequence's decode step at `ctx` reads: each tensor over the tokens
+        the kind reads of it (AttentionKind.tokens_read), and the cross-attention's whole."""
+        att, layer = self.attention, self.layer
+        return sum(ch * att.tokens_read(layer, ctx, name) for name, ch in self.formula.components.items()) + self.fixed
+
+    def read_bytes(self, ctx: int, batch: int, s: Settings) -> int:
+        """One layer's cache bytes that a decode step at `ctx` reads for `batch` sequences (read_elements, with the
+        scheme's scales under --kv-quant): by token, not by page, since a kernel reads the tokens it attends."""
+        if s.kv_quant == "none":
+            return bits_to_bytes(batch * self.read_elements(ctx), self.bits)
+        att, layer = self.attention, self.layer
+        one = sum(component_bytes(name, ch, self.heads, att.tokens_read(layer, ctx, name), s.kv_dtype, s.kv_quant)
+                  for name, ch in self.formula.components.items())
+        return batch * (one + self.fixed_bytes)
+
     def pages_bytes(self, n_pages: int, s: Settings) -> int:
         """Bytes of `n_pages` whole pages of one layer and sequence (--engine): n · page_bytes, except under a group
         scheme g<G>, whose key groups run along the tokens the pages span (kvcalc.costs.paged.span_bytes)."""
@@ -121,6 +137,7 @@ class CachePlan:
     block_size: int | None
     bits: int  # bits of one element at kv_dtype
     plain: bool  # no quantisation scales and no engine pages: bytes are the elements' at kv_dtype
+    reads_held: bool = True  # every layer's decode step reads the tokens it holds (AttentionKind.reads_held)
 
 
 @dataclass(frozen=True)
@@ -267,6 +284,17 @@ def cache_at(plan: CachePlan, s: Settings) -> CacheReport:
     return CacheReport.at(plan, s, elements, bytes_, engine_bytes)
 
 
+def read_at(plan: CachePlan, s: Settings) -> int:
+    """Bytes of KV cache that a decode step at `s.ctx` reads, all layers and sequences: the cache held (cache_at's
+    bytes) where every layer reads what it holds; else each layer's tokens read (GroupTerm.read_bytes), so a chunked
+    layer reads its chunk's keys and DSA the top-k latents beside every index key (README: decode traffic)."""
+    if plan.reads_held:
+        return cache_at(plan, s).bytes
+    if plan.kv_quant == "none":  # the elements at kv_dtype, rounded once at the end (as cache_at)
+        return bits_to_bytes(s.batch * sum(t.n_layers * t.read_elements(s.ctx) for t in plan.terms), plan.bits)
+    return sum(t.n_layers * t.read_bytes(s.ctx, s.batch, s) for t in plan.terms)
+
+
 def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
     groups = spec.groups
@@ -301,6 +329,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
         block_size=max(blocks) if blocks else None,
         bits=dtype_bits(s.kv_dtype),
         plain=plain and s.engine is None,
+        reads_held=all(t.attention.reads_held(t.layer) for t in terms),
     )
 
 

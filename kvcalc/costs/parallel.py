@@ -189,11 +189,10 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
 
 def _stage(s: Settings, plan: Stage) -> PerGpu:
     """One stage's GPU at the settings' context and batch: the cache and states of its share of the sequences."""
-    replica = _ceil(s.batch, s.dp)
     ctx = s.ctx
     kv = state = 0
     for g in plan.groups:
-        batch = _ceil(replica, s.tp) if g.latent_split else replica
+        batch = _sequences(s, g)
         kv += g.n * g.term.layer_bytes(ctx, batch, s)  # pages with --engine
         if g.engine_state_bytes is not None:  # the engine's state pages
             state += g.n * batch * g.engine_state_bytes
@@ -203,6 +202,25 @@ def _stage(s: Settings, plan: Stage) -> PerGpu:
 
 
 _new = tuple.__new__  # a PerGpu past its generated __new__ (a row of a sweep makes one)
+
+
+def stage_read_bytes(s: Settings, plan: Stage) -> int:
+    """The KV cache one GPU of a stage reads in a decode step at the settings' context (its share of the sequences):
+    the cache it holds (as `_stage`, in pages under --engine) where every layer reads what it holds, else each layer's
+    tokens read, by token (kvcalc.costs.cache.GroupTerm.read_bytes)."""
+    held = all(g.term.attention.reads_held(g.term.layer) for g in plan.groups)
+    total = 0
+    for g in plan.groups:
+        batch = _sequences(s, g)
+        total += g.n * (g.term.layer_bytes(s.ctx, batch, s) if held else g.term.read_bytes(s.ctx, batch, s))
+    return total
+
+
+def _sequences(s: Settings, g: _StageGroup) -> int:
+    """Sequences whose cache of group `g` one GPU holds: its replica's ceil(batch / dp), split over the tp ranks under
+    SGLang's DP attention."""
+    replica = _ceil(s.batch, s.dp)
+    return _ceil(replica, s.tp) if g.latent_split else replica
 
 
 def _encoder_per_rank(spec: ModelSpec, tp: int) -> int:

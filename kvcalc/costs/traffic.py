@@ -4,8 +4,11 @@ Conventions (also in the README):
 - Constant states (linear attention, SSM layers) are read and written back at every decode step; a prefill writes
   them once.
 - A decode step reads every weight a token uses once for the whole batch (MoE: the top-k routed and shared experts,
-  a lower bound: with a batch, different tokens pick different experts, up to all of them) and the KV cache of
-  every sequence at context t. The input embedding is a lookup: only one row per sequence is read.
+  a lower bound: with a batch, different tokens pick different experts, up to all of them) and, of every sequence's
+  KV cache at context t, what its query attends: the keys each layer's query sees (min(t, W) under a window, the
+  keys of its own chunk under a chunk, an earlier layer's cache for a KV-shared layer), and under DSA every index
+  key and the top-k latents (kvcalc.costs.cache.read_at; by token, not by page). The input embedding is a lookup:
+  only one row per sequence is read.
 - A prefill reads every weight once (a long prompt touches every expert; lookup tables only the rows it needs)
   and writes the KV cache of its tokens.
 - Activations are left out (they are small next to weights and cache at decode time).
@@ -13,7 +16,7 @@ Conventions (also in the README):
 
 from __future__ import annotations
 
-from kvcalc.costs.cache import CacheReport, kv_cache
+from kvcalc.costs.cache import CacheReport, kv_cache, read_at
 from kvcalc.costs.params import param_counts, weights_bytes
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec
@@ -44,13 +47,13 @@ def _read_once(spec: ModelSpec, mtp: bool) -> tuple[int, int, int]:
 
 def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
                  weights: int | None = None) -> dict[str, int]:
-    """Bytes one decode step at context `s.ctx` moves, by part: 'weights' and 'kv_cache' read, and (hybrid models)
+    """Bytes one decode step at context `s.ctx` moves, by part: 'weights' and 'kv_cache' read (the keys attended), and (hybrid models)
     'state': every constant state read and written back. `cache`: kv_cache(spec, s), and `weights`:
     decode_weights(spec, s), when the caller has them."""
     if weights is None:
         weights = decode_weights(spec, s)
     cache = cache or kv_cache(spec, s)
-    out = {"weights": weights, "kv_cache": cache.bytes}
+    out = {"weights": weights, "kv_cache": cache.bytes if cache.plan.reads_held else read_at(cache.plan, s)}
     state = cache.state_bytes
     if state:
         out["state"] = 2 * state  # 2: a step reads each state and writes its update
