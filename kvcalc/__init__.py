@@ -13,8 +13,13 @@ Costs: kv_cache, param_counts, weights_bytes, prefill_flops, decode_flops, gener
 CostFigures), compare_rows (compare's rows as dicts). Hardware: load_hardware, roofline. Attention kinds: register.
 """
 
-from importlib import import_module
-from typing import Any
+from importlib import import_module  # loaded already: runpy and the import system use it
+
+# `typing` is not imported here: `python -m kvcalc` runs this module before kvcalc.__main__ can guard Ctrl-C, and a
+# Ctrl-C during typing's import (a few ms) would be Python's own traceback (test_ctrl_c_at_any_moment_of_start_up)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _EXPORTS = {
     "load_model": ("kvcalc.registry", "load_model"),
@@ -38,7 +43,7 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:  # an export's module is imported when the export is first read
+def __getattr__(name: str) -> "Any":  # an export's module is imported when the export is first read
     if name in _EXPORTS:
         module, attr = _EXPORTS[name]
         return getattr(import_module(module), attr)
