@@ -72,6 +72,9 @@ def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | N
         "kv_cache_bytes": report.bytes,
         **({"state_dtype": report.state_dtype, "state_elements": report.state_elements, "state_bytes": report.state_bytes,
             "cache_bytes": report.cache_bytes} if report.state_elements else {}),
+        # a model that stores a state component in a dtype of its own (Qwen3.5's fp32 recurrent state): elements by dtype
+        **({"state_by_dtype": {dtype: report.batch * n for n, dtype in report.plan.state_parts}}
+           if len(report.plan.state_parts) > 1 else {}),
     }
 
 
@@ -144,8 +147,9 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
     lines.append(f"  KV cache: {sums}{d['elements']:,} elements"
                  f" × {b}/8 bytes = {d['kv_cache_bytes']:,} bytes ({format_bytes(d['kv_cache_bytes'], units)})")
     if d.get("state_elements"):
-        sb = dtype_bits(d["state_dtype"])
-        lines.append(f"  constant states: {d['state_elements']:,} elements × {sb}/8 bytes ({d['state_dtype']}) = "
+        by_dtype = d.get("state_by_dtype") or {d["state_dtype"]: d["state_elements"]}
+        each = " + ".join(f"{n:,} elements × {dtype_bits(dtype)}/8 bytes ({dtype})" for dtype, n in by_dtype.items())
+        lines.append(f"  constant states: {each} = "
                      f"{d['state_bytes']:,} bytes ({format_bytes(d['state_bytes'], units)}); KV cache + states = "
                      f"{d['cache_bytes']:,} bytes ({format_bytes(d['cache_bytes'], units)})")
     return lines

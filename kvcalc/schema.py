@@ -123,7 +123,9 @@ def _derivation() -> dict[str, Any]:
     top = {"model": TEXT, "origin": TEXT, "ctx": INT, "batch": INT, "kv_dtype": TEXT, "bits_per_element": INT,
            "mla_cache": TEXT, "groups": {"type": "array", "items": group}, "elements_per_token": INT,
            "kv_bytes_per_token": INT, "elements": INT, "kv_cache_bytes": INT, "state_dtype": TEXT, "state_elements": INT,
-           "state_bytes": INT, "cache_bytes": INT}
+           "state_bytes": INT, "cache_bytes": INT,
+           "state_by_dtype": {"type": "object", "additionalProperties": INT,
+                              "description": "constant-state elements by storage dtype, when they differ"}}
     return _object(top, ("model", "origin", "ctx", "batch", "kv_dtype", "bits_per_element", "groups", "elements_per_token",
                          "kv_bytes_per_token", "elements", "kv_cache_bytes"),
                    description="--explain: how each layer group's cache follows from the spec's fields")

@@ -81,9 +81,13 @@ def test_qwen35_35b_cache_full_layers_and_deltanet_state():
     # 2 (K and V) · 2 · 256 elements per token in those 10 layers only
     rows = compare("qwen3.5-35b-a3b")
     assert kv_bytes(rows) == [10 * ctx * 2 * 2 * 256 * BF16 for ctx in (4 * K, 128 * K)]
-    # 30 Gated DeltaNet layers, each H_v·d_k·d_v + (K − 1)·(2·H_k·d_k + H_v·d_v) elements, whatever the context
-    state = 32 * 128 * 128 + (4 - 1) * (2 * 16 * 128 + 32 * 128)
-    assert [r["state_bytes"] for r in rows] == [30 * state * BF16] * 2
+    # 30 Gated DeltaNet layers, each a recurrent state H_v·d_k·d_v in float32 (the config's mamba_ssm_dtype, which
+    # vLLM stores it in) and a conv state (K − 1)·(2·H_k·d_k + H_v·d_v) in the KV dtype, whatever the context
+    recurrent, conv = 32 * 128 * 128, (4 - 1) * (2 * 16 * 128 + 32 * 128)
+    assert [r["state_bytes"] for r in rows] == [30 * (recurrent * 4 + conv * BF16)] * 2 == [64_389_120] * 2
+    # --state-dtype stores both in one dtype
+    rows = compare("qwen3.5-35b-a3b", "--state-dtype", "bf16")
+    assert [r["state_bytes"] for r in rows] == [30 * (recurrent + conv) * BF16] * 2
 
 
 def test_qwen35_text_config_nesting_gate_and_every_layer_moe():
@@ -96,10 +100,12 @@ def test_qwen35_text_config_nesting_gate_and_every_layer_moe():
     text = {**cfg["text_config"], "mlp_only_layers": [0], "intermediate_size": 1024}
     assert all(g.ffn is None for g in imported({**cfg, "text_config": text}).layer_groups)
     assert "vision tower" in s.notes and "multi-token-prediction" in s.notes
-    # "mamba_ssm_dtype": "float32" is not kvcalc's state dtype (that is --state-dtype): the notes say so
-    assert "mamba_ssm_dtype float32: vLLM keeps the Gated DeltaNet recurrent state in it" in s.notes
-    assert "mamba_ssm_dtype" not in imported({**cfg, "text_config": {k: v for k, v in cfg["text_config"].items()
-                                                                     if k != "mamba_ssm_dtype"}}).notes
+    # "mamba_ssm_dtype": "float32" is the dtype of the Gated DeltaNet layers' recurrent state; the notes say so
+    linear = next(g for g in s.layer_groups if g.name == "linear").attention
+    assert linear.recurrent_dtype == "fp32" and "mamba_ssm_dtype float32: the Gated DeltaNet recurrent" in s.notes
+    without = imported({**cfg, "text_config": {k: v for k, v in cfg["text_config"].items() if k != "mamba_ssm_dtype"}})
+    assert "mamba_ssm_dtype" not in without.notes
+    assert next(g for g in without.layer_groups if g.name == "linear").attention.recurrent_dtype is None
 
 
 # ---------------------------------------------------------------- mimo_v2_flash (MiMo-V2-Flash)

@@ -32,9 +32,11 @@ def test_kimi_linear_cache_is_the_mla_layers_latent_only():
 
 def test_kimi_linear_kda_state_recurrent_plus_three_short_convolutions():
     # 20 KDA layers, each 32 heads × 128 × 128 (recurrent_state) + conv_state_q/k/v of (4 − 1) × 32·128 each, as vLLM's
-    # kda_state_shape allocates (transformers-style caches keep all 4 inputs); the same at any context
-    per_layer = 32 * 128 * 128 + 3 * (4 - 1) * 32 * 128
-    assert [r["state_bytes"] for r in compare(KIMI)] == [20 * per_layer * BF16] * 2
+    # kda_state_shape allocates (transformers-style caches keep all 4 inputs); the same at any context. vLLM's
+    # kda_state_dtype keeps the recurrent state in float32 and the conv states in the cache dtype
+    recurrent, conv = 32 * 128 * 128, 3 * (4 - 1) * 32 * 128
+    assert [r["state_bytes"] for r in compare(KIMI)] == [20 * (recurrent * 4 + conv * BF16)] * 2 == [43_417_600] * 2
+    assert [r["state_bytes"] for r in compare(KIMI, "--state-dtype", "bf16")] == [20 * (recurrent + conv) * BF16] * 2
 
 
 def test_kimi_linear_layer_lists_are_one_based():

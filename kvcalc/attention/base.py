@@ -188,6 +188,11 @@ class AttentionKind(Strict):
         """The constant state per sequence and layer with its derivation (the recurrent and convolution states)."""
         return Formula("0", (), 0, {}, "no constant state")
 
+    def state_dtypes(self, layer: Layer) -> dict[str, str]:
+        """Components of the constant state that the model stores in a dtype of its own (component -> dtype), used
+        unless --state-dtype is given; the others take the default state dtype."""
+        return {}
+
     def cache_heads(self, layer: Layer, layout: str) -> int:
         """Heads of each cached K/V tensor (per-head quantisation scales one per head): 1 for single-vector caches."""
         return 1

@@ -16,10 +16,10 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
-from kvcalc.attention.recurrent import Recurrent, conv_state
+from kvcalc.attention.recurrent import RecurrentState, conv_state
 
 
-class GatedDeltaNet(Recurrent):
+class GatedDeltaNet(RecurrentState):
     """A Gated DeltaNet layer: a constant state of H_v·d_k·d_v (recurrent) + (K − 1)·conv_dim (convolution)."""
 
     kind: Literal["gated_deltanet"]

@@ -16,10 +16,10 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
-from kvcalc.attention.recurrent import Recurrent, conv_state
+from kvcalc.attention.recurrent import RecurrentState, conv_state
 
 
-class KDA(Recurrent):
+class KDA(RecurrentState):
     """A Kimi Delta Attention layer: a constant state of H·d·d (recurrent) + 3·(K − 1)·H·d (q, k, v convolutions)."""
 
     kind: Literal["kda"]

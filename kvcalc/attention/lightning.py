@@ -16,14 +16,15 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
-from kvcalc.attention.recurrent import Recurrent
+from kvcalc.attention.recurrent import RecurrentState
 
 REFERENCE = "MiniMaxM1LightningAttention (MiniMax-AI/MiniMax-M1 modeling_minimax_m1.py): kv state [h, d_h, d_h]"
 
 
-class Lightning(Recurrent):
+class Lightning(RecurrentState):
     """Lightning attention: a decayed linear-attention state of n_h·d_h·d_h per sequence, nothing per token."""
 
+    temporal: ClassVar[str] = "kv_state"  # the state component recurrent_dtype stores
     kind: Literal["lightning"]
     n_heads: HeadCount = Field(description="Heads n_h (HF num_attention_heads; lightning layers have no K/V grouping).")
     head_dim: Dim | None = Field(

@@ -8,12 +8,13 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from kvcalc.attention.base import Formula, Layer, ParamCount, Symbol
-from kvcalc.attention.recurrent import Recurrent
+from kvcalc.attention.recurrent import RecurrentState
 
 
-class Linear(Recurrent):
+class Linear(RecurrentState):
     """A constant-state layer: nothing per token, `state_elements` per sequence whatever the context."""
 
+    temporal: ClassVar[str] = "state"  # the state component recurrent_dtype stores
     kind: Literal["linear"]
     state_elements: ParamCount = Field(
         description="Elements of recurrent state per sequence in this layer, independent of context length."

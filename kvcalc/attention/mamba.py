@@ -21,14 +21,15 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
-from kvcalc.attention.recurrent import Recurrent, conv_state
+from kvcalc.attention.recurrent import Recurrent, RecurrentState, conv_state
 
 CONV_NOTE = "conv state (K − 1)·channels as vLLM allocates it (transformers' cache keeps all K inputs: K·channels)"
 
 
-class Mamba(Recurrent):
+class Mamba(RecurrentState):
     """A Mamba-1 selective SSM layer: a constant state of d_inner·N (SSM) + (K − 1)·d_inner (convolution)."""
 
+    temporal: ClassVar[str] = "ssm"  # the state component recurrent_dtype stores
     kind: Literal["mamba"]
     mamba_d_state: Dim = Field(description="SSM state size N per channel (HF mamba_d_state).")
     mamba_d_conv: Dim = Field(description="Kernel K of the causal depthwise convolution (HF mamba_d_conv).")
@@ -116,9 +117,10 @@ class Mamba(Recurrent):
         )
 
 
-class Mamba2(Recurrent):
+class Mamba2(RecurrentState):
     """A Mamba-2 (SSD) layer: a constant state of H·P·N (SSM) + (K − 1)·(H·P + 2·G·N) (convolution)."""
 
+    temporal: ClassVar[str] = "ssm"  # the state component recurrent_dtype stores
     kind: Literal["mamba2"]
     mamba_num_heads: HeadCount = Field(description="SSM heads H, one scalar decay each (HF mamba_num_heads).")
     mamba_head_dim: Dim = Field(description="Channels P per head; d_inner = H·P (HF mamba_head_dim).")

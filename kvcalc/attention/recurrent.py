@@ -4,9 +4,13 @@ and answers `state_formula` (the recurrent state plus the short-convolution stat
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
+
+from pydantic import Field
 
 from kvcalc.attention.base import AttentionKind, Formula, Layer
+
+StateDtype = Literal["fp64", "fp32", "bf16", "fp16", "fp8", "int8", "int4"]  # kvcalc.dtypes.DTYPES
 
 
 class Recurrent(AttentionKind):
@@ -34,6 +38,20 @@ class Recurrent(AttentionKind):
 
     def kv_label(self, layer: Layer, layout: str | None) -> str:
         return "state"
+
+
+class RecurrentState(Recurrent):
+    """A constant-state layer with a recurrent (SSM) state, which a model may store in a dtype of its own."""
+
+    temporal: ClassVar[str] = "recurrent"  # the state_formula component that recurrent_dtype stores
+
+    recurrent_dtype: StateDtype | None = Field(
+        None, description="The dtype the model keeps its recurrent (SSM) state in, when it fixes one: Qwen3.5's "
+                          "mamba_ssm_dtype float32, which vLLM stores that state in. Unset: the --state-dtype default. "
+                          "The convolution state is not affected.")
+
+    def state_dtypes(self, layer: Layer) -> dict[str, str]:
+        return {self.temporal: self.recurrent_dtype} if self.recurrent_dtype else {}
 
 
 def conv_state(kernel: int, channels: int) -> int:

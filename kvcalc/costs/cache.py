@@ -22,6 +22,7 @@ from functools import cached_property
 from kvcalc.attention import AttentionKind, Formula, Layer
 from kvcalc.costs.paged import HybridPages, block_tokens, layer_pages, page_bytes, pages, span_bytes, vllm_hybrid_pages
 from kvcalc.costs.quant import component_bytes, entry_bytes, group_size
+from kvcalc.costs.state import parts_bytes, state_label, state_parts
 from kvcalc.dtypes import bits_to_bytes, dtype_bits, elements_to_bytes
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, ResolvedGroup
@@ -55,6 +56,7 @@ class GroupCache:
     pages: int = 0  # pages each layer's self-attention holds per sequence under --engine
     engine_bytes_per_layer: int | None = None  # whole pages of one layer, all sequences (kvcalc.costs.paged)
     engine_state_bytes_per_layer: int | None = None  # one layer's constant states as the engine stores them
+    state_parts: tuple[tuple[int, str], ...] = ()  # one layer's constant state, one sequence: (elements, dtype) pairs
 
     @property
     def n_layers(self) -> int:
@@ -134,6 +136,7 @@ class CachePlan:
     bytes_per_token: int
     state_elements: int  # one sequence
     engine_state_bytes: int | None  # one sequence (--engine)
+    state_parts: tuple[tuple[int, str], ...]  # the constant states of one sequence by storage dtype: (elements, dtype)
     block_size: int | None
     bits: int  # bits of one element at kv_dtype
     plain: bool  # no quantisation scales and no engine pages: bytes are the elements' at kv_dtype
@@ -173,7 +176,7 @@ class CacheReport:
 
     @property
     def state_bytes(self) -> int:
-        return elements_to_bytes(self.state_elements, self.plan.state_dtype)
+        return parts_bytes(self.plan.state_parts, self.settings.batch)
 
     @property
     def engine_state_bytes(self) -> int | None:
@@ -225,6 +228,7 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: 
     per_layer = s.batch * (formula.elements * held + (cross.elements * enc_tokens if cross else 0))
     total = per_layer * len(group.layers)
     state_total = s.batch * state.elements * len(group.layers)
+    parts = state_parts(group, s)
     heads = att.cache_heads(layer, s.mla_cache)
     if s.kv_quant == "none":
         layer_bytes, bytes_ = elements_to_bytes(per_layer, s.kv_dtype), elements_to_bytes(total, s.kv_dtype)
@@ -243,12 +247,12 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: 
             cross_heads = group.cross.cache_heads(group.cross_layer, s.mla_cache)
             paged += span_bytes(cross, cross_heads, pages(enc_tokens, enc_tokens, block), block, group.cross, s)
         paged *= s.batch
-        state_one = hybrid.page_bytes if hybrid is not None else elements_to_bytes(state.elements, s.state_storage)
+        state_one = hybrid.page_bytes if hybrid is not None else parts_bytes(parts, 1)
         engine_state = s.batch * state_one if state.elements else 0  # vLLM: one padded page a state
     return GroupCache(group, formula, held, state.elements, per_layer, total, layer_bytes, bytes_,
-                      state if state.elements else None, state_total, elements_to_bytes(state_total, s.state_storage),
+                      state if state.elements else None, state_total, parts_bytes(parts, s.batch * len(group.layers)),
                       cross, enc_tokens if cross else 0, token_bytes(formula, heads, s), heads, block, n_pages or 0,
-                      paged, engine_state)
+                      paged, engine_state, parts)
 
 
 def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
@@ -310,11 +314,16 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     per_token = sum(r.formula.elements * r.n_layers for r in growing)
     plain = s.kv_quant == "none"
     blocks = [r.block_size for r in rows if r.block_size is not None]
+    by_dtype: dict[str, int] = {}  # the states of one sequence, all layers, by storage dtype
+    for r in rows:
+        for n, dtype in r.state_parts:
+            by_dtype[dtype] = by_dtype.get(dtype, 0) + n * r.n_layers
+    states = tuple((n, dtype) for dtype, n in by_dtype.items())
     return CachePlan(
         model=spec.name,
         kv_dtype=s.kv_dtype,
         mla_cache=s.mla_cache if spec.has_layouts() else None,
-        state_dtype=s.state_storage,
+        state_dtype=state_label(states, s.state_storage),
         enc_ctx=enc,
         kv_quant=s.kv_quant,
         engine=s.engine,
@@ -325,6 +334,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
         bytes_per_token=(elements_to_bytes(per_token, s.kv_dtype) if plain
                          else sum(r.bytes_per_token_per_layer * r.n_layers for r in growing)),
         state_elements=sum(r.state_elements for r in rows),
+        state_parts=states,
         engine_state_bytes=sum((r.engine_state_bytes_per_layer or 0) * r.n_layers for r in rows) if s.engine else None,
         block_size=max(blocks) if blocks else None,
         bits=dtype_bits(s.kv_dtype),

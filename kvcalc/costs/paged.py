@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from kvcalc.attention import MLA, AttentionKind, Formula
 from kvcalc.costs.quant import component_bytes, group_size
-from kvcalc.dtypes import elements_to_bytes
+from kvcalc.costs.state import parts_bytes, state_parts
 from kvcalc.settings import Settings
 from kvcalc.spec import ResolvedGroup
 
@@ -106,7 +106,7 @@ def vllm_hybrid_pages(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s
     """The unified page vLLM gives a hybrid model (see the module's rules); None for other engines and models."""
     if s.engine != "vllm":
         return None
-    state_bytes = [elements_to_bytes(_state(g).elements, s.state_storage) for g in groups]
+    state_bytes = [parts_bytes(state_parts(g, s), 1) for g in groups]  # vLLM: every state tensor at its dtype
     growing = [g for g in groups if g.attention.cache_formula(g.layer, s.mla_cache).elements and not g.layer.kv_shared]
     if not growing or not any(state_bytes):
         return None
@@ -116,10 +116,3 @@ def vllm_hybrid_pages(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s
     k = max(VLLM_MLA_BLOCK if isinstance(first, MLA) else DEFAULT_BLOCK["vllm"], s.block_size or 0)
     block = max(k * -(-max(state_bytes) // (k * one_token)), s.block_size or 0)
     return HybridPages(block, block * one_token)
-
-
-def _state(group: ResolvedGroup) -> Formula:
-    """A layer's constant state: its kind's, or its parallel mixer's (Falcon-H1)."""
-    if group.parallel is not None:
-        return group.parallel.state_formula(group.parallel_layer)
-    return group.attention.state_formula(group.layer)

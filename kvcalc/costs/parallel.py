@@ -34,7 +34,7 @@ from typing import NamedTuple
 from kvcalc.attention import MLA
 from kvcalc.costs.cache import GroupTerm, group_cache, group_term
 from kvcalc.costs.paged import vllm_hybrid_pages
-from kvcalc.dtypes import elements_to_bytes
+from kvcalc.costs.state import parts_bytes
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
 from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
@@ -98,6 +98,7 @@ class _StageGroup:
     n: int
     term: GroupTerm
     state_elements: int  # one layer's constant state, one sequence
+    state_parts: tuple[tuple[int, str], ...]  # the same by storage dtype: (elements, dtype) pairs
     engine_state_bytes: int | None  # one layer's state as the engine stores it, one sequence (--engine)
     latent_split: bool  # SGLang's DP attention splits this group's sequences over the tp ranks
 
@@ -138,7 +139,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         for group, gc in zip(everyone, caches):
             n = len(group.layers) if group is mtp else bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start)
             if n and (group is not mtp or last):  # its layers here; the MTP layers on the last stage
-                groups.append(_StageGroup(n, group_term(gc, one, enc), gc.state_elements_per_layer,
+                groups.append(_StageGroup(n, group_term(gc, one, enc), gc.state_elements_per_layer, gc.state_parts,
                                           gc.engine_state_bytes_per_layer,
                                           s.dp_attention and isinstance(group.attention, MLA)))
         params = _stage_params(spec, s, i, layers, len(ranges), ranks[:len(spec.groups)])
@@ -197,7 +198,7 @@ def _stage(s: Settings, plan: Stage) -> PerGpu:
         if g.engine_state_bytes is not None:  # the engine's state pages
             state += g.n * batch * g.engine_state_bytes
         elif g.state_elements:
-            state += g.n * elements_to_bytes(batch * g.state_elements, s.state_storage)
+            state += g.n * parts_bytes(g.state_parts, batch)
     return _new(PerGpu, (s.tp * s.pp * s.dp, plan.stage, plan.layers, kv, state, plan.weights_bytes))
 
 

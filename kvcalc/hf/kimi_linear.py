@@ -48,7 +48,10 @@ def _kimi_linear(cfg: dict, origin: str, notes: list[str]) -> dict:
         raise SpecError(f"{origin}: linear_attn_config: required mapping is missing from the config")
     lin_origin = f"{origin}: linear_attn_config"
     kda = {"kind": "kda", "n_heads": need(linear, "num_heads", lin_origin), "head_dim": need(linear, "head_dim", lin_origin),
-           "conv_kernel": need(linear, "short_conv_kernel_size", lin_origin)}
+           "conv_kernel": need(linear, "short_conv_kernel_size", lin_origin),
+           # vLLM MambaStateDtypeCalculator.kda_state_dtype: the conv states in the cache dtype, the recurrent state
+           # always in float32
+           "recurrent_dtype": "fp32"}
     if get(cfg, "q_lora_rank", origin, minimum=0):
         raise SpecError(f"{origin}: q_lora_rank: KimiMLAAttention has no query compression (asserts q_lora_rank is None)")
     mla = {"kind": "mla", "n_heads": need(cfg, "num_attention_heads", origin),

@@ -56,6 +56,19 @@ def _sparse_layers(cfg: dict, origin: str, n_layers: int) -> list[bool]:
     return [i not in dense and experts > 0 and (i + 1) % step == 0 for i in range(n_layers)]
 
 
+TORCH_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # a config's dtype names, kvcalc's
+
+
+def _ssm_dtype(cfg: dict, origin: str) -> str | None:
+    """The config's mamba_ssm_dtype (Qwen3.5) as a kvcalc dtype, or None when it has none (Qwen3-Next)."""
+    value = cfg.get("mamba_ssm_dtype")
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in TORCH_DTYPES:
+        raise SpecError(f"{origin}: mamba_ssm_dtype: must be one of {', '.join(TORCH_DTYPES)}, got {show(value)}")
+    return TORCH_DTYPES[value]
+
+
 @importer("qwen3_next", keys={k: k for k in LINEAR_KEYS})
 def _qwen3_next(cfg, origin, notes):
     filled = [k for k in QWEN3_NEXT_DEFAULTS if k not in cfg and not (k == "full_attention_interval" and "layer_types" in cfg)]
@@ -64,10 +77,11 @@ def _qwen3_next(cfg, origin, notes):
     cfg = {**QWEN3_NEXT_DEFAULTS, **cfg}
     if cfg.get("sliding_window") or cfg.get("use_sliding_window"):
         notes.append("sliding_window does not apply: Qwen3NextAttention has no window")
-    if isinstance(cfg.get("mamba_ssm_dtype"), str):  # Qwen3.5: vLLM copies it into mamba_ssm_cache_dtype
-        notes.append(f"mamba_ssm_dtype {cfg['mamba_ssm_dtype']}: vLLM keeps the Gated DeltaNet recurrent state in it "
-                     "(the conv state in the model's dtype); kvcalc's constant states follow --state-dtype (default: "
-                     "--kv-dtype)")
+    ssm_dtype = _ssm_dtype(cfg, origin)
+    if ssm_dtype:
+        notes.append(f"mamba_ssm_dtype {cfg['mamba_ssm_dtype']}: the Gated DeltaNet recurrent state is stored in "
+                     f"{ssm_dtype}, as vLLM does (mamba_ssm_cache_dtype), the conv state in the KV dtype; --state-dtype "
+                     "stores both in one dtype")
     base = base_fields(cfg, origin, "qwen3_next", False)
     n = base["n_layers"]
     bias = bool(cfg.get("attention_bias", False))  # Qwen3MoeAttention: bias=attention_bias on q, k, v and o
@@ -78,6 +92,8 @@ def _qwen3_next(cfg, origin, notes):
     full = heads_attention(n_heads, n_kv, need(cfg, "head_dim", origin), qkv_bias=bias, o_bias=bias, qk_norm=True,
                            output_gate=True)
     linear: dict[str, Any] = {"kind": "gated_deltanet", **{k: need(cfg, k, origin) for k in LINEAR_KEYS}}
+    if ssm_dtype:
+        linear["recurrent_dtype"] = ssm_dtype
     fulls, sparse = _full_layers(cfg, origin, n), _sparse_layers(cfg, origin, n)
     dense = dense_ffn(need(cfg, "intermediate_size", origin)) if not all(sparse) else None
     layers = [{"attention": full if fulls[i] else linear, **({} if sparse[i] else {"ffn": dense})} for i in range(n)]

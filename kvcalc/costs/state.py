@@ -1,0 +1,38 @@
+"""The constant states of linear-attention and state-space layers by storage dtype (README, Conventions).
+
+A state is stored at --state-dtype when it is given; otherwise each component at the dtype the model fixes for it
+(RecurrentState.recurrent_dtype: Qwen3.5's float32 recurrent state, which vLLM keeps in mamba_ssm_cache_dtype) or
+at the KV dtype. Bytes round up to whole bytes once per dtype.
+"""
+
+from __future__ import annotations
+
+from kvcalc.dtypes import elements_to_bytes
+from kvcalc.settings import Settings
+from kvcalc.spec import ResolvedGroup
+
+
+def state_parts(group: ResolvedGroup, s: Settings) -> tuple[tuple[int, str], ...]:
+    """One layer's constant state of `group` (its parallel mixer's, Falcon-H1), one sequence, as (elements, dtype)
+    pairs (see the module's rule); none for a layer without a state."""
+    kind, layer = (group.parallel, group.parallel_layer) if group.parallel is not None else (group.attention, group.layer)
+    formula = kind.state_formula(layer)
+    fixed = {} if s.state_dtype is not None else kind.state_dtypes(layer)
+    if not fixed:
+        return ((formula.elements, s.state_storage),) if formula.elements else ()
+    by_dtype: dict[str, int] = {}
+    for name, n in formula.components.items():
+        dtype = fixed.get(name, s.state_storage)
+        by_dtype[dtype] = by_dtype.get(dtype, 0) + n
+    return tuple((n, dtype) for dtype, n in by_dtype.items())
+
+
+def parts_bytes(parts: tuple[tuple[int, str], ...], copies: int) -> int:
+    """Bytes of `copies` (sequences × layers) of a state given as (elements, dtype) pairs, each dtype's elements
+    rounded up to whole bytes once."""
+    return sum(elements_to_bytes(copies * n, dtype) for n, dtype in parts)
+
+
+def state_label(parts: tuple[tuple[int, str], ...], default: str) -> str:
+    """The state dtype as outputs name it: the one dtype, or each joined by '+' ('fp32+bf16') when parts differ."""
+    return "+".join(dtype for _, dtype in parts) if len(parts) > 1 else (parts[0][1] if parts else default)
