@@ -190,8 +190,8 @@ def _parallel_roofline(spec: ModelSpec, s: Settings, hw: Hardware) -> tuple[Roof
     rank = per_gpu(spec, ranked)  # one TP rank, every layer
     tp = s.tp
     decode = -(-decode_total(spec, replica) // tp)
-    kv_read = stage_read_bytes(ranked, stages(spec, ranked)[0])  # the keys the rank's queries attend
-    decode_read = -(-decode_bytes(spec, replica)["weights"] // tp) + kv_read + 2 * rank.state_bytes
+    read = stage_read_bytes(ranked, stages(spec, ranked)[0])  # the keys the rank's queries attend, its states
+    decode_read = -(-decode_bytes(spec, replica)["weights"] // tp) + read
     prefill = -(-prefill_total(spec, replica) // tp)
     prefill_moved = -(-prefill_bytes(spec, replica)["weights"] // tp) + rank.kv_cache_bytes + rank.state_bytes
     return roofline(prefill, prefill_moved, hw), roofline(decode, decode_read, hw)

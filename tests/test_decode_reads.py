@@ -112,3 +112,30 @@ def test_under_tp_a_model_that_reads_what_it_holds_keeps_the_cache_held():
     _, step = _parallel_roofline(spec, s, hw)
     # 80 layers × 8 KV heads / 4 ranks × 128 × 2 (K and V) × 2 bytes per token, 4 sequences of 32k
     assert step.memory_seconds * hw.memory_bandwidth == -(-weights // 4) + 4 * 32 * K * 80 * 2 * 128 * 2 * 2
+
+
+def test_under_tp_with_an_engine_a_rank_reads_by_token_as_one_gpu_does():
+    """--engine pages hold whole blocks, but a step reads the tokens it attends: per rank as on one GPU."""
+    spec, hw = load_model("llama3-70b").spec, load_hardware("h100-80gb")
+    ctx = 32 * K + 5  # not a whole number of 16-token pages
+    s = Settings(ctx=ctx, batch=2, tp=2, engine="vllm", hardware=hw)
+    weights = decode_bytes(spec, replace(s, tp=1))["weights"]
+    _, step = _parallel_roofline(spec, s, hw)
+    # 80 layers × 8 KV heads / 2 ranks × 128 × 2 (K and V) × 2 bytes per token, 2 sequences of ctx tokens
+    assert step.memory_seconds * hw.memory_bandwidth == -(-weights // 2) + 2 * ctx * 80 * 4 * 128 * 2 * 2
+    one = Settings(ctx=ctx, batch=2, engine="vllm")
+    assert decode_bytes(spec, one)["kv_cache"] == 2 * ctx * 80 * 8 * 128 * 2 * 2  # and on one GPU, by token too
+
+
+def test_under_tp_with_an_engine_a_rank_reads_its_states_unpadded():
+    """vLLM pads each constant state to a whole unified page; a step reads and writes the state itself, per rank as on
+    one GPU. qwen3-next-80b-a3b at tp 2: 12 full layers of 2 KV heads × 256 (one head a rank), 36 Gated DeltaNet
+    layers whose H_v 32 and H_k 16 heads split in two (recurrent 16·128·128, conv 3·(2·8·128 + 16·128) a rank)."""
+    spec, hw = load_model("qwen3-next-80b-a3b").spec, load_hardware("h100-80gb")
+    ctx, batch = 8 * K, 4
+    s = Settings(ctx=ctx, batch=batch, tp=2, engine="vllm", hardware=hw)
+    weights = decode_bytes(spec, replace(s, tp=1))["weights"]
+    _, step = _parallel_roofline(spec, s, hw)
+    kv = batch * ctx * 12 * 2 * 256 * 2
+    states = 2 * batch * 36 * (16 * 128 * 128 + 3 * (2 * 8 * 128 + 16 * 128)) * 2  # read and written back, bf16
+    assert step.memory_seconds * hw.memory_bandwidth == -(-weights // 2) + kv + states

@@ -206,14 +206,13 @@ _new = tuple.__new__  # a PerGpu past its generated __new__ (a row of a sweep ma
 
 
 def stage_read_bytes(s: Settings, plan: Stage) -> int:
-    """The KV cache one GPU of a stage reads in a decode step at the settings' context (its share of the sequences):
-    the cache it holds (as `_stage`, in pages under --engine) where every layer reads what it holds, else each layer's
-    tokens read, by token (kvcalc.costs.cache.GroupTerm.read_bytes)."""
-    held = all(g.term.attention.reads_held(g.term.layer) for g in plan.groups)
+    """What one GPU of a stage reads of its cache and states in a decode step at the settings' context (its share of
+    the sequences), as on one GPU (kvcalc.costs.traffic): the keys each layer's query attends, by token
+    (GroupTerm.read_bytes), and every state read and written back; not the engine's whole or padded pages."""
     total = 0
     for g in plan.groups:
         batch = _sequences(s, g)
-        total += g.n * (g.term.layer_bytes(s.ctx, batch, s) if held else g.term.read_bytes(s.ctx, batch, s))
+        total += g.n * (g.term.read_bytes(s.ctx, batch, s) + 2 * parts_bytes(g.state_parts, batch))
     return total
 
 
