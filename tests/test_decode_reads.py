@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import pytest
 
-from kvcalc.costs.cache import kv_cache
+from kvcalc.costs.cache import cache_plan, kv_cache, read_at
 from kvcalc.costs.traffic import decode_bytes
 from kvcalc.figures import _parallel_roofline
 from kvcalc.hardware import load_hardware
@@ -89,9 +89,15 @@ def test_dsa_expanded_layout_reads_top_k_per_head_keys_and_values():
                                    "whisper-large-v3", "mistral-7b", "nemotron-h-56b"])
 @pytest.mark.parametrize("ctx", [1, 4 * K, 32 * K + 3, K * K])
 def test_a_layer_that_reads_what_it_holds_reads_its_cache(model, ctx):
-    """Full, windowed, MLA without an indexer, hybrid and encoder–decoder models: the read is the cache held."""
-    for settings in ({}, {"batch": 3}, {"kv_dtype": "int4"}, {"kv_quant": "per-token", "kv_dtype": "fp8"}):
-        assert kv_read(model, ctx, **settings) == held(model, ctx, **settings)
+    """Full, windowed, MLA without an indexer, hybrid and encoder–decoder models: the read, counted token by token
+    (read_at, not the shortcut decode_bytes takes for them), is the cache held."""
+    spec = load_model(model).spec
+    for settings in ({}, {"batch": 3}, {"kv_dtype": "int4"}, {"kv_quant": "per-token", "kv_dtype": "fp8"},
+                     {"kv_quant": "g32", "kv_dtype": "int4"}):
+        s = Settings(ctx=ctx, **settings)
+        plan = cache_plan(spec, s)
+        assert plan.reads_held
+        assert read_at(plan, s) == kv_read(model, ctx, **settings) == held(model, ctx, **settings)
 
 
 def test_under_tp_each_rank_reads_the_keys_it_attends():

@@ -289,11 +289,10 @@ def cache_at(plan: CachePlan, s: Settings) -> CacheReport:
 
 
 def read_at(plan: CachePlan, s: Settings) -> int:
-    """Bytes of KV cache that a decode step at `s.ctx` reads, all layers and sequences: the cache held (cache_at's
-    bytes) where every layer reads what it holds; else each layer's tokens read (GroupTerm.read_bytes), so a chunked
-    layer reads its chunk's keys and DSA the top-k latents beside every index key (README: decode traffic)."""
-    if plan.reads_held:
-        return cache_at(plan, s).bytes
+    """Bytes of KV cache that a decode step at `s.ctx` reads, all layers and sequences: each layer's tokens read
+    (GroupTerm.read_elements / read_bytes), so a chunked layer reads its chunk's keys and DSA the top-k latents beside
+    every index key (README: decode traffic). Where every layer reads what it holds (plan.reads_held) this is
+    cache_at's bytes without pages, which a caller holding them may use instead."""
     if plan.kv_quant == "none":  # the elements at kv_dtype, rounded once at the end (as cache_at)
         return bits_to_bytes(s.batch * sum(t.n_layers * t.read_elements(s.ctx) for t in plan.terms), plan.bits)
     return sum(t.n_layers * t.read_bytes(s.ctx, s.batch, s) for t in plan.terms)

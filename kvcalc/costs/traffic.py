@@ -47,12 +47,13 @@ def _read_once(spec: ModelSpec, mtp: bool) -> tuple[int, int, int]:
 
 def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
                  weights: int | None = None) -> dict[str, int]:
-    """Bytes one decode step at context `s.ctx` moves, by part: 'weights' and 'kv_cache' read (the keys attended), and (hybrid models)
-    'state': every constant state read and written back. `cache`: kv_cache(spec, s), and `weights`:
-    decode_weights(spec, s), when the caller has them."""
+    """Bytes one decode step at context `s.ctx` moves, by part: 'weights' and 'kv_cache' read (the keys attended),
+    and (hybrid models) 'state': every constant state read and written back. `cache`: kv_cache(spec, s), and
+    `weights`: decode_weights(spec, s), when the caller has them."""
     if weights is None:
         weights = decode_weights(spec, s)
     cache = cache or kv_cache(spec, s)
+    # where every layer reads what it holds, the read is the cache's own bytes, already computed
     out = {"weights": weights, "kv_cache": cache.bytes if cache.plan.reads_held else read_at(cache.plan, s)}
     state = cache.state_bytes
     if state:
