@@ -281,7 +281,8 @@ def group_rows(report: CacheReport, per_layer: bool = False) -> list[dict]:
             continue
         for layer in gc.group.layers:
             rows.append({**as_row(base), "layer": layer, "layers": str(layer), "n_layers": 1, "bytes": gc.bytes_per_layer,
-                         "elements": gc.elements_per_layer, "engine_bytes": gc.engine_bytes_per_layer})
+                         "elements": gc.elements_per_layer, "engine_bytes": gc.engine_bytes_per_layer,
+                         "state_bytes": gc.state_bytes_per_layer or None})
     if per_layer:
         rows.sort(key=lambda r: r["layer"])
     return rows

@@ -260,3 +260,17 @@ def test_missing_keys_take_qwen3nextconfig_defaults():
 def test_no_experts_means_dense_layers():
     spec, _ = imported(num_experts=0)  # Qwen3NextDecoderLayer: num_experts > 0 is required for a sparse block
     assert spec.ffn.kind == "dense" and spec.ffn.d_ff == 5120 and all(g.ffn is None for g in spec.layer_groups)
+
+
+def test_per_layer_rows_hold_one_layers_state():
+    # --per-layer: each Gated DeltaNet row holds its own layer's state for every sequence (3 × 548,864 × bf16),
+    # not its group's 36 layers; the full-attention rows hold no state, and the rows sum to the model's state
+    layers = json.loads(run("show", BUNDLED, "--ctx", "8193", "-b", "3", "--per-layer", "-f", "json").stdout)["layers"]
+    assert [r["layer"] for r in layers] == list(range(LAYERS))
+    for r in layers:
+        if r["layer"] in FULL:
+            assert r.get("state_bytes") is None
+            assert r["bytes"] == N_KV * D_H * 2 * 8193 * 3 * 2  # this layer's K and V, 3 sequences
+        else:
+            assert r["state_bytes"] == 3 * STATE_PER_LAYER * 2 == 3_293_184
+    assert sum(r.get("state_bytes") or 0 for r in layers) == 3 * STATE_BF16

@@ -206,3 +206,12 @@ def test_mamba2_heads_must_divide_into_groups(tmp_path):
     bad.write_text(json.dumps({**h, "n_groups": 7}))
     res = run("show", bad, ok=False)
     assert res.exit_code == 1 and "mamba_num_heads (256) must be divisible by n_groups (7)" in res.stderr
+
+
+def test_nemotron_per_layer_rows_hold_one_layers_state():
+    # --per-layer: each 'M' row holds its own Mamba-2 state (4,255,744 elements in bf16), not its group's 54 layers
+    layers = json.loads(run("show", "nemotron-h-56b", "--ctx", "4k", "--per-layer", "-f", "json").stdout)["layers"]
+    assert len(layers) == len(PATTERN)
+    for r, block in zip(layers, PATTERN):
+        assert r.get("state_bytes") == (NH_STATE * BF16 if block == "M" else None)
+    assert NH_STATE * BF16 == 8_511_488

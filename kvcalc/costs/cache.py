@@ -57,6 +57,7 @@ class GroupCache:
     engine_bytes_per_layer: int | None = None  # whole pages of one layer, all sequences (kvcalc.costs.paged)
     engine_state_bytes_per_layer: int | None = None  # one layer's constant states as the engine stores them
     state_parts: tuple[tuple[int, str], ...] = ()  # one layer's constant state, one sequence: (elements, dtype) pairs
+    state_bytes_per_layer: int = 0  # one layer's constant states, all sequences
 
     @property
     def n_layers(self) -> int:
@@ -252,7 +253,7 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: 
     return GroupCache(group, formula, held, state.elements, per_layer, total, layer_bytes, bytes_,
                       state if state.elements else None, state_total, parts_bytes(parts, s.batch * len(group.layers)),
                       cross, enc_tokens if cross else 0, token_bytes(formula, heads, s), heads, block, n_pages or 0,
-                      paged, engine_state, parts)
+                      paged, engine_state, parts, parts_bytes(parts, s.batch))
 
 
 def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
