@@ -112,6 +112,18 @@ def test_llama4_scout_cache_chunked_and_nope_layers(ctx):
     assert rows[0]["attention_chunk_size"] == 8192
 
 
+
+def test_no_windows_makes_llama4s_chunked_layers_global():
+    # --no-windows: every layer global, the 36 chunked layers too: all 48 hold the context (2 · 8 · 128, bf16)
+    for model in ("llama4-scout", str(MODELS_2026 / "llama-4-scout-17b-16e-instruct.json")):
+        row = json.loads(run("compare", model, "--ctx", "128k", "--no-windows", "-f", "json").stdout)[0]
+        assert row["kv_cache_bytes"] == 48 * 2 * 8 * 128 * 131_072 * 2 == 25_769_803_776
+        assert row.get("attention_chunk_size") is None
+    # below one chunk nothing changes: a chunk of 8,192 holds a context of 8,192 whole
+    at_chunk = [json.loads(run("compare", "llama4-scout", "--ctx", "8k", *flag, "-f", "json").stdout)[0]["kv_cache_bytes"]
+                for flag in ((), ("--no-windows",))]
+    assert at_chunk == [48 * 2 * 8 * 128 * 8192 * 2] * 2
+
 def test_llama4_scout_parameters_written_out():
     d, layers, vocab, ff, experts = 5120, 48, 202048, 8192, 16
     attention = d * 40 * 128 + 2 * d * 8 * 128 + 40 * 128 * d  # q, k, v, o; the L2 qk-norm has no weights

@@ -361,8 +361,10 @@ def group_term(r: GroupCache, s: Settings, enc: int) -> GroupTerm:
 
 
 def without_windows(spec: ModelSpec) -> ModelSpec:
-    """The same model with every sliding window removed (all layers global), for 'what would it cost' comparisons."""
+    """The same model with every sliding window and attention chunk removed (all layers global), for 'what would it
+    cost' comparisons: a chunked layer (Llama 4's attention_chunk_size) is as local as a windowed one."""
     data = spec.model_dump(exclude_none=True)
     for group in data["layer_groups"]:
         group.pop("sliding_window", None)
+        group.pop("attention_chunk_size", None)
     return ModelSpec.model_validate(data)
