@@ -22,7 +22,7 @@ from kvcalc.costs.flops import (
     row_flops_with,
     row_passes,
 )
-from kvcalc.costs.parallel import PerGpu, Stage, busiest_gpu, check_layout, per_gpu, stage_read_bytes, stages
+from kvcalc.costs.parallel import PerGpu, Stage, busiest_gpu, check_layout, per_gpu, rank_block_size, stage_read_bytes, stages
 from kvcalc.costs.params import param_totals, weights_bytes
 from kvcalc.costs.traffic import decode_bytes, decode_weights, prefill_bytes
 from kvcalc.fields import figure
@@ -71,6 +71,9 @@ class CostFigures:
                                             "estimate: bytes one decode step all-reduces over the tp ranks (tp > 1)")
     comm_seconds_per_token: float | None = figure("Comm\ntime/token", "seconds",
                                                   "estimate: ring all-reduce time of a decode step on the preset's interconnect")
+    block_size_per_gpu: int | None = figure("Page tokens\nper GPU", "int",
+                                            "tokens a page holds on each GPU (--engine with --tp): a hybrid model's "
+                                            "vLLM page follows one rank's state")
 
 
 def figures(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> CostFigures:
@@ -95,6 +98,9 @@ def fixed_figures(spec: ModelSpec, s: Settings) -> dict[str, Any]:
     total, active = param_totals(spec, s.mtp)
     out: dict[str, Any] = dict(gen=s.gen, weights_dtype=s.weights_dtype, params_total=total, params_active=active,
                                weights_bytes=weights_bytes(total, s.weights_dtype))
+    if s.engine is not None and s.tp > 1:  # the page one rank allocates (engine_kv_bytes keeps the one-GPU page)
+        check_layout(spec, s)
+        out.update(block_size_per_gpu=rank_block_size(stages(spec, s)))
     if spec.has_schedules():
         out.update(mla_schedule=s.schedule)
         if s.mla_cache == "latent":

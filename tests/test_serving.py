@@ -246,3 +246,23 @@ def test_vllm_hybrid_pages_per_rank_and_in_fit():
     a = 16 * -(-state // (16 * 1024))
     assert a == 272
     assert g.kv_cache_bytes == 12 * -(-1000 // a) * a * 1024 and g.state_bytes == 36 * a * 1024
+
+
+@pytest.mark.parametrize(("tp", "heads"), [(2, 1), (4, 1), (8, 1)])
+def test_the_page_each_rank_allocates_is_shown_under_tp(tp, heads):
+    # block_size stays the one-GPU page (engine_kv_bytes uses it); block_size_per_gpu is the page a rank allocates:
+    # vLLM's 16 · ceil(S / (16 · A)) with a 1/tp share of each Gated DeltaNet state S and A = 2 · heads · 256 · 2 bytes
+    rows = json.loads(run("compare", "qwen3-next-80b-a3b", "--ctx", "8193", "--engine", "vllm", "--tp", str(tp),
+                          "-f", "json").stdout)
+    state = 548_864 * 2 // tp  # bf16: 32 · 128 · 128 recurrent + 3 · 8,192 conv elements a layer
+    a = 16 * -(-state // (16 * 2 * heads * 256 * 2))
+    assert (rows[0]["block_size"], rows[0]["block_size_per_gpu"]) == (544, a)
+    assert a == {2: 544, 4: 272, 8: 144}[tp]
+    assert rows[0]["kv_cache_bytes_per_gpu"] == 12 * -(-8193 // a) * a * 2 * heads * 256 * 2
+    show = run("show", "qwen3-next-80b-a3b", "--ctx", "8193", "--engine", "vllm", "--tp", str(tp)).stdout
+    assert f"its KV cache, whole pages of {a} tokens" in show
+    # a dense model's page does not depend on the rank; none without --tp or without --engine
+    dense = json.loads(run("compare", "llama3-70b", "--ctx", "8193", "--engine", "vllm", "--tp", str(tp), "-f", "json").stdout)
+    assert dense[0]["block_size"] == dense[0]["block_size_per_gpu"] == 16
+    for args in (("--engine", "vllm"), ("--tp", str(tp))):
+        assert "block_size_per_gpu" not in json.loads(run("compare", "qwen3-next-80b-a3b", *args, "-f", "json").stdout)[0]

@@ -245,6 +245,13 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
         raise KvcalcError(f"--dp-attention: {spec.name} has no MLA layer (SGLang's DP attention splits a latent cache)")
 
 
+def rank_block_size(plans: tuple[Stage, ...]) -> int | None:
+    """Tokens a page holds on one GPU (--engine): its groups' largest page. vLLM sizes a hybrid model's page by one
+    rank's state (kvcalc.costs.paged), so under --tp it can be smaller than the one-GPU block_size."""
+    blocks = [g.term.block for plan in plans for g in plan.groups if g.term.block is not None]
+    return max(blocks) if blocks else None
+
+
 def per_gpu(spec: ModelSpec, s: Settings) -> PerGpu:
     """The busiest GPU under the settings' parallel layout: the pipeline stage whose cache, states and weights
     together are largest (the first such stage)."""

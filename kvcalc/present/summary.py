@@ -118,13 +118,15 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
                           f"{report.engine}: constant states as it stores them"
                           + (" (one page each, padded)" if report.engine == "vllm" else "")))
     if settings is not None and settings.gpus > 1:
-        from kvcalc.costs.parallel import per_gpu
+        from kvcalc.costs.parallel import per_gpu, rank_block_size, stages
 
         gpu = per_gpu(spec, settings)
         layout = (f"tp {settings.tp} × pp {settings.pp} × dp {settings.dp}; the busiest GPU: stage {gpu.stage}, "
                  f"layers {gpu.layers.start}-{gpu.layers.stop - 1}")
+        block = rank_block_size(stages(spec, settings)) if report.engine_bytes is not None else None
         items += [("gpus", gpu.gpus, f"{gpu.gpus}", layout),
-                  ("kv_cache_bytes_per_gpu", gpu.kv_cache_bytes, b(gpu.kv_cache_bytes), "its KV cache"),
+                  ("kv_cache_bytes_per_gpu", gpu.kv_cache_bytes, b(gpu.kv_cache_bytes),
+                   "its KV cache" + (f", whole pages of {block} tokens" if block is not None else "")),
                   ("state_bytes_per_gpu", gpu.state_bytes, b(gpu.state_bytes), "its constant states"),
                   ("weights_bytes_per_gpu", gpu.weights_bytes, b(gpu.weights_bytes), f"its weights in {settings.weights_dtype}")]
     if report.state_elements:
