@@ -47,7 +47,7 @@ class CostFigures:
     flops_generate_cached: int = figure("Generate\n(cache)", "flops", "FLOPs of generating gen tokens with a KV cache")
     flops_generate_uncached: int = figure("Generate\n(no cache)", "flops",
                                           "FLOPs of generating gen tokens without a cache (each step re-runs its prefix)")
-    decode_bytes_read: int = figure("Decode\nbytes read", "bytes", "bytes one decode step reads: active weights + KV cache")
+    decode_bytes_read: int = figure("Decode\nbytes read", "bytes", "bytes one decode step reads: active weights + KV cache (+ states read and written back)")
     decode_intensity: float = figure("FLOP\nper byte", "float", "flops_decode_token / decode_bytes_read")
     mla_schedule: str | None = figure("MLA\nschedule", "text", "MLA decode schedule in effect (MLA models)")
     flops_decode_token_naive: int | None = figure("Decode\nnaive", "flops", "decode step FLOPs, MLA naive schedule")

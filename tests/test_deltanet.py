@@ -274,3 +274,19 @@ def test_per_layer_rows_hold_one_layers_state():
         else:
             assert r["state_bytes"] == 3 * STATE_PER_LAYER * 2 == 3_293_184
     assert sum(r.get("state_bytes") or 0 for r in layers) == 3 * STATE_BF16
+
+
+def test_cost_summary_shows_the_state_and_counts_it_in_the_decode_traffic():
+    # a decode step reads the active weights but one embedding row (the lm_head whole), the K/V cache and reads and
+    # writes back each state: 2 × 39,518,208 bytes beside the cache
+    summary = json.loads(run("cost", BUNDLED, "--ctx", "4k", "-f", "json").stdout)["summary"]
+    assert summary["state_bytes"] == STATE_BF16
+    kv = N_FULL * N_KV * D_H * 2 * 4096 * 2
+    assert summary["kv_cache_bytes"] == kv
+    assert summary["decode_bytes_read"] == (ACTIVE - EMBED + D) * 2 + kv + 2 * STATE_BF16
+    table = run("cost", BUNDLED, "--ctx", "4k", "--hardware", "h100-80gb").stdout
+    assert "active weights + KV cache + states read and written back" in table
+    assert "weights + KV cache + states vs h100-80gb memory" in table
+    # a model without states keeps its rows as they were
+    dense = json.loads(run("cost", "llama3-70b", "--ctx", "4k", "-f", "json").stdout)["summary"]
+    assert "state_bytes" not in dense

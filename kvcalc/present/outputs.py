@@ -178,7 +178,8 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
 
     spec = lm.spec
     passes = cost_breakdowns(spec, s)
-    summary = cost_summary_rows(figures(spec, s), kv_cache(spec, s).bytes, units)
+    cache = kv_cache(spec, s)
+    summary = cost_summary_rows(figures(spec, s, cache), cache.bytes, units, cache.state_bytes)
     components = list(dict.fromkeys(k for p in passes.values() for k in p))
     rows = [{"component": c, **{p: passes[p].get(c, 0) for p in passes}} for c in components]
     rows.append({"component": "total", **{p: sum(passes[p].values()) for p in passes}})

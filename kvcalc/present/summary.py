@@ -41,7 +41,7 @@ SHOW_SUMMARY = SHOW_SUMMARY_REQUIRED + ("source", "encoder", "engine_kv_bytes", 
                                         "state_bytes", "cache_bytes")
 COST_SUMMARY_REQUIRED = ("params_total", "params_active", "weights_bytes", "kv_cache_bytes", "decode_bytes_read",
                          "decode_intensity")
-COST_SUMMARY = COST_SUMMARY_REQUIRED + ("mla_crossover", "prefill_seconds", "decode_seconds_per_token", "tokens_per_second",
+COST_SUMMARY = COST_SUMMARY_REQUIRED + ("state_bytes", "mla_crossover", "prefill_seconds", "decode_seconds_per_token", "tokens_per_second",
                                         "fits_in_memory", "tp_allreduce_bytes", "comm_seconds_per_token")
 
 
@@ -139,17 +139,24 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
     return _rows(items)
 
 
-def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binary") -> list[dict]:
-    """Key/value rows of `cost`: parameters, memory, decode traffic, and (with hardware) roofline times."""
+def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binary", state_bytes: int = 0) -> list[dict]:
+    """Key/value rows of `cost`: parameters, memory (the constant states too, where the model has them), decode
+    traffic, and (with hardware) roofline times."""
     b = lambda n: f"{n:,} B ({format_bytes(n, units)})"  # noqa: E731
+    states = " + states read and written back" if state_bytes else ""
     items: list[tuple[str, Any, str, str]] = [
         ("params_total", fig.params_total, f"{fig.params_total:,} ({format_count(fig.params_total)})", "all weights"),
         ("params_active", fig.params_active, f"{fig.params_active:,} ({format_count(fig.params_active)})",
          "used by one token (MoE: top-k + shared experts)"),
         ("weights_bytes", fig.weights_bytes, b(fig.weights_bytes), f"all weights in {fig.weights_dtype}"),
         ("kv_cache_bytes", kv_cache_bytes, b(kv_cache_bytes), "KV cache at ctx, windows applied"),
+    ]
+    if state_bytes:
+        items.append(("state_bytes", state_bytes, b(state_bytes),
+                      "constant states of linear-attention and SSM layers, any ctx"))
+    items += [
         ("decode_bytes_read", fig.decode_bytes_read, b(fig.decode_bytes_read),
-         "one decode step at ctx: active weights + KV cache (MoE: a lower bound when batch exceeds 1)"),
+         f"one decode step at ctx: active weights + KV cache{states} (MoE: a lower bound when batch exceeds 1)"),
         ("decode_intensity", fig.decode_intensity, f"{fig.decode_intensity:.2f} FLOP/byte",
          f"{format_flops(fig.flops_decode_token)} per decode step / bytes read"),
     ]
@@ -164,7 +171,8 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
             ("decode_seconds_per_token", fig.decode_seconds_per_token, format_seconds(fig.decode_seconds_per_token or 0),
              f"{hw}, {fig.decode_bound}-bound, lower bound"),
             ("tokens_per_second", fig.tokens_per_second, f"{fig.tokens_per_second or 0:,.1f}", "batch / decode time, upper bound"),
-            ("fits_in_memory", fig.fits_in_memory, _yes(bool(fig.fits_in_memory)), f"weights + KV cache vs {hw} memory"),
+            ("fits_in_memory", fig.fits_in_memory, _yes(bool(fig.fits_in_memory)),
+             f"weights + KV cache{' + states' if state_bytes else ''} vs {hw} memory"),
         ]
     if fig.tp_allreduce_bytes is not None:
         items.append(("tp_allreduce_bytes", fig.tp_allreduce_bytes, b(fig.tp_allreduce_bytes),
