@@ -18,6 +18,7 @@ from kvcalc.settings import Settings
 from kvcalc.solve import largest_fitting
 
 if TYPE_CHECKING:
+    from kvcalc.costs.cache import CacheReport
     from kvcalc.hardware import Hardware
     from kvcalc.spec import ModelSpec
 
@@ -40,7 +41,7 @@ class FitRow:
     ctx: int = figure("Ctx", "tokens", "tokens per sequence")
     max_ctx: int | None = figure("Max\nctx", "tokens", "the longest context that fits the batch (when solving for ctx)")
     max_batch: int | None = figure("Max\nbatch", "int", "the largest batch that fits the context (when solving for batch)")
-    kv_cache_bytes: int = figure("KV\ncache", "bytes", "the KV cache at that maximum, all sequences")
+    kv_cache_bytes: int = figure("KV\ncache", "bytes", "the KV cache at that maximum, all sequences (--engine: in its pages)")
     kv_cache_bytes_per_gpu: int = figure("KV cache\nper GPU", "bytes", "its share on the busiest GPU, states included")
     free_bytes_per_gpu: int = figure("Left\nper GPU", "bytes", "budget left on the busiest GPU at that maximum")
     binding: str = figure("Binding", "text", "what limits the maximum: memory, max_context (the model's), batch_limit, "
@@ -75,6 +76,11 @@ def activation_bytes(spec: ModelSpec, s: Settings, chunk: int) -> int:
     return chunk * (4 * spec.d_model + 2 * -(-widest // s.tp)) * 2  # 2: bytes per bf16 value
 
 
+def _kv_bytes(report: CacheReport) -> int:
+    """The KV cache of all sequences as fit counts it: in the engine's whole pages under --engine, as per GPU."""
+    return report.bytes if report.engine_bytes is None else report.engine_bytes
+
+
 def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int, solve: str,
         max_ctx: int | None = None) -> FitRow:
     """Solve for the longest context at `s.batch` (solve "ctx", up to `max_ctx` or the model's max_context) or the
@@ -103,9 +109,9 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
     g = gpu_at(at)
     return FitRow(
         model=spec.name, hardware=hw.name, gpus=s.gpus, memory_bytes=s.gpus * hw.memory_bytes,
-        reserved_bytes=s.gpus * (hw.memory_bytes - budget), weights_bytes=weights_bytes(param_counts(spec).total, s.weights_dtype),
+        reserved_bytes=s.gpus * (hw.memory_bytes - budget), weights_bytes=weights_bytes(param_counts(spec, s.mtp).total, s.weights_dtype),
         weights_bytes_per_gpu=g.weights_bytes, activation_bytes=acts, batch=at.batch, ctx=at.ctx,
         max_ctx=best if solve == "ctx" else None, max_batch=best if solve == "batch" else None,
-        kv_cache_bytes=kv_cache(spec, at).bytes if best else 0, kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
+        kv_cache_bytes=_kv_bytes(kv_cache(spec, at)) if best else 0, kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
         free_bytes_per_gpu=budget - used(g), binding=binding,
     )

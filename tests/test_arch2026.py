@@ -273,6 +273,13 @@ def test_mtp_layers_count_only_when_asked():
     assert abs((q.total + 2 * 129280 * d) / 685e9 - 1) < 0.001
     f = decode_flops(s, mtp)
     assert f["mtp/proj"] == 2 * 2 * d * d and f["mtp/attn"] > 0 and "mtp/proj" not in decode_flops(s, plain)
+    # the draft token's logits go through the shared output head (DeepSeek-V3 §2.2, eq. 23): 2·d·V once more a step
+    assert f["mtp/head"] == f["lm_head"] == 2 * d * 129_280 and "mtp/head" not in decode_flops(s, plain)
+    assert sum(f.values()) - sum(decode_flops(s, plain).values()) == (f["mtp/proj"] + f["mtp/attn"] + f["mtp/ffn"]
+                                                                      + 2 * d * 129_280)
+    gen = json.loads(run("cost", "deepseek-v3", "--ctx", "4k", "--gen", "10", "--mtp", "-f", "json").stdout)["flops"]
+    assert gen["generate_cached_absorbed"]["mtp/head"] == 10 * 2 * d * 129_280  # one draft a generated token
+    assert gen["prefill"]["mtp/head"] == 2 * d * 129_280  # the prompt's last position only, as the main head
     out = json.loads(run("compare", "deepseek-v3", "--ctx", "128k", "--mtp", "-f", "json").stdout)[0]
     assert out["kv_cache_bytes"] == 62 * 576 * 128 * K * 2 and out["params_total"] == q.total
 

@@ -67,3 +67,25 @@ def test_nothing_fits_and_bad_input_say_why():
     assert res.exit_code == 1 and "--reserve 1.5: must be at least 0 and below 1" in res.stderr
     res = run("fit", "llama3-8b", "--hardware", "h100-80gb", "--gpus", "4", "--tp", "2", ok=False)
     assert res.exit_code == 1 and "--gpus 4 differs from --tp 2 × --pp 1 × --dp 1 = 2" in res.stderr
+
+
+def test_weights_count_the_mtp_layers_when_asked():
+    # --mtp adds DeepSeek-V3's multi-token-prediction layer: the one-copy weights_bytes holds it as the per-GPU does
+    # (one GPU here), int4: params / 2 bytes
+    row = fit("deepseek-v3", "--hardware", "h200-141gb", "--mtp", "--weights-dtype", "int4")[0]
+    params = json.loads(run("compare", "deepseek-v3", "--mtp", "--columns", "all", "-f", "json").stdout)[0]["params_total"]
+    assert row["weights_bytes"] == row["weights_bytes_per_gpu"] == params // 2 == 341_318_243_712
+    without = fit("deepseek-v3", "--hardware", "h200-141gb", "--weights-dtype", "int4")[0]
+    assert without["weights_bytes"] < row["weights_bytes"]
+
+
+def test_kv_cache_of_all_sequences_is_in_pages_under_an_engine():
+    # one GPU: the whole batch's KV cache in vLLM's pages (12 attention layers, 544-token pages of 2 KV heads, 256,
+    # bf16: 2,048 bytes a token) is what the GPU holds without the states' pages
+    row = fit("qwen3-next-80b-a3b", "--hardware", "h200-141gb", "--engine", "vllm", "--weights-dtype", "fp8",
+              "--ctx", "100000")[0]
+    pages = -(-100_000 // 544)
+    assert row["kv_cache_bytes"] == row["batch"] * 12 * pages * 544 * 2048
+    state_pages = row["batch"] * 36 * 544 * 2048  # each Gated DeltaNet layer's state in one padded page
+    assert row["kv_cache_bytes_per_gpu"] == row["kv_cache_bytes"] + state_pages
+    assert (row["batch"], row["kv_cache_bytes"]) == (22, 54_119_104_512)

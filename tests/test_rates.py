@@ -73,6 +73,7 @@ def layer_by_layer(s: ModelSpec, work, tokens: int, logits: int, schedule: str, 
         for k, v in block.items():  # the block's components summed under their prefix (DeepSeek-V3 §2.2)
             total[f"mtp/{k.split('/')[0]}"] += s.mtp_layers * v
         total["mtp/proj"] += s.mtp_layers * 2 * tokens * 2 * s.d_model * s.d_model
+        total["mtp/head"] += s.mtp_layers * 2 * logits * s.d_model * s.vocab_size  # each draft's logits (§2.2, eq. 23)
     total["lm_head"] = 2 * logits * s.d_model * s.vocab_size
     return {k: v for k, v in total.items() if v}
 

@@ -266,3 +266,29 @@ def test_the_page_each_rank_allocates_is_shown_under_tp(tp, heads):
     assert dense[0]["block_size"] == dense[0]["block_size_per_gpu"] == 16
     for args in (("--engine", "vllm"), ("--tp", str(tp))):
         assert "block_size_per_gpu" not in json.loads(run("compare", "qwen3-next-80b-a3b", *args, "-f", "json").stdout)[0]
+
+
+def test_a_chunked_layer_holds_its_current_aligned_chunk_in_pages():
+    # Llama 4 Scout, C = 8192, vLLM pages of B = 16: a chunk starts at a multiple of C, so a chunked layer holds
+    # C / B = 512 pages past the first chunk, whatever ctx (it held 513 at ctx 10,001, more than at 10,016); the
+    # 12 global layers hold ceil(ctx / B). At tp 8 a rank holds 1 of the 8 KV heads: a page is 16 · 2 · 128 · 2 bytes
+    page = 16 * 2 * 1 * 128 * 2
+    def per_gpu_at(ctx: int, batch: int = 1) -> int:
+        chunked = min(-(-ctx // 16), 512)
+        return batch * (36 * chunked + 12 * -(-ctx // 16)) * page
+    for ctx in (1, 8191, 8192, 8193, 10_001, 10_016, 16_384, 16_385, 131_072):
+        row = json.loads(run("compare", "llama4-scout", "--ctx", str(ctx), "--tp", "8", "--engine", "vllm",
+                             "-f", "json").stdout)[0]
+        assert row["kv_cache_bytes_per_gpu"] == per_gpu_at(ctx)
+        assert row["engine_kv_bytes"] == 8 * per_gpu_at(ctx)  # one GPU holds all 8 heads: 8 × the page
+    assert per_gpu_at(10_001) == 212_533_248
+    # fit: the cache grows with ctx again, so the search finds the true boundary (483,552 before); budget 0.9 × 80 GiB
+    out = json.loads(run("fit", "llama4-scout", "--hardware", "h100-80gb", "--tp", "8", "--engine", "vllm",
+                         "--batch", "16", "-f", "json").stdout)[0]
+    budget = 9 * 80 * 2**30 // 10
+    fixed = out["weights_bytes_per_gpu"] + out["activation_bytes"]
+    # vLLM's 8,192-token chunk; the widest FFN: the top-1 routed expert and the shared one, 8,192 + 8,192, over tp 8
+    assert out["activation_bytes"] == 8192 * (4 * 5120 + 2 * (8192 + 8192) // 8) * 2
+    best = out["max_ctx"]
+    assert fixed + per_gpu_at(best, 16) <= budget < fixed + per_gpu_at(best + 1, 16)
+    assert best == 483_600 and out["free_bytes_per_gpu"] == budget - fixed - per_gpu_at(best, 16) == 808_960

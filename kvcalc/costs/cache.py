@@ -87,7 +87,7 @@ class GroupTerm:
         with --engine, as GroupCache.engine_bytes_per_layer)."""
         held = self.attention.tokens_held(self.layer, ctx)
         if self.block is not None:
-            return batch * (self.pages_bytes(layer_pages(ctx, held, self.block, self.layer.window, s.engine), s)
+            return batch * (self.pages_bytes(layer_pages(ctx, held, self.block, self.layer, s.engine), s)
                             + self.fixed_paged)
         if s.kv_quant == "none":
             return bits_to_bytes(batch * (self.elements * held + self.fixed), self.bits)
@@ -242,7 +242,7 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: 
     block = n_pages = paged = engine_state = None
     if s.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
         block = block_tokens(att, s, hybrid)
-        n_pages = layer_pages(s.ctx, held, block, layer.window, s.engine)
+        n_pages = layer_pages(s.ctx, held, block, layer, s.engine)
         paged = span_bytes(formula, heads, n_pages, block, att, s)
         if cross is not None and group.cross is not None:
             cross_heads = group.cross.cache_heads(group.cross_layer, s.mla_cache)
@@ -284,7 +284,7 @@ def cache_at(plan: CachePlan, s: Settings) -> CacheReport:
     engine_bytes = None
     if plan.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
         engine_bytes = s.batch * sum(
-            t.n_layers * (t.pages_bytes(layer_pages(ctx, h, t.block, t.layer.window, plan.engine), s) + t.fixed_paged)
+            t.n_layers * (t.pages_bytes(layer_pages(ctx, h, t.block, t.layer, plan.engine), s) + t.fixed_paged)
             for t, h in zip(plan.terms, held) if t.block is not None)
     return CacheReport.at(plan, s, elements, bytes_, engine_bytes)
 

@@ -203,6 +203,7 @@ def forward(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: s
     add_times(total, plan.ffn.at(Work(tokens, 0, 0)), 1)
     if mtp and spec.mtp_layers:
         add_times(total, _mtp_block(spec, work, tokens, schedule), 1)
+        total["mtp/head"] = spec.mtp_layers * logits * plan.lm_head  # each block's draft logits, the shared head
     total["lm_head"] = logits * plan.lm_head
     return {k: v for k, v in total.items() if v}
 
@@ -222,12 +223,13 @@ def forward_total(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, sched
         total += g.n * layer
     total += plan.ffn.of_tokens(tokens) + logits * plan.lm_head
     if mtp and spec.mtp_layers:
-        total += sum(_mtp_block(spec, work, tokens, schedule).values())
+        total += sum(_mtp_block(spec, work, tokens, schedule).values()) + spec.mtp_layers * logits * plan.lm_head
     return total
 
 
 def _mtp_block(spec: ModelSpec, work: WorkFn, tokens: int, schedule: str) -> dict[str, int]:
-    """DeepSeek-V3 §2.2: mtp_layers blocks like the last layer's (its attention and FFN), after M_k (2·d × d) per token.
+    """DeepSeek-V3 §2.2: mtp_layers blocks like the last layer's (its attention and FFN), after M_k (2·d × d) per token;
+    each block's draft then goes through the shared output head (eq. 23), which `forward` adds as 'mtp/head'.
 
     The block's components are summed by their prefix into 'mtp/attn' and 'mtp/ffn' (until 2026-12-01 each took
     the value of the last component with its prefix, attn/o and ffn/router: an undercount)."""

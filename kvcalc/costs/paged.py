@@ -1,10 +1,12 @@
 """A serving engine's paged KV cache: whole pages of B tokens a layer, what vLLM and SGLang really allocate.
 
 Rules (also in the README):
-- A sequence holding `held` of its ctx positions (the last ones: a window's or chunk's, or all) touches the pages
-  covering positions ctx − held … ctx − 1: (ctx − 1) // B − (ctx − held) // B + 1 of them, so windowed and chunked
-  layers pay at most one page beyond their span (vLLM's SlidingWindowManager and ChunkedLocalAttentionManager free
-  the pages before it). Cross-attention holds ceil(enc / B) pages of encoder positions. Under a group scheme g<G>
+- A sequence holding `held` of its ctx positions (the last ones: a window's, or all) touches the pages covering
+  positions ctx − held … ctx − 1: (ctx − 1) // B − (ctx − held) // B + 1 of them, so windowed layers pay at most one
+  page beyond their span (vLLM's SlidingWindowManager frees the pages before it). A chunked layer holds its current
+  chunk, which starts at a multiple of C (kvcalc.attention.base), reserved whole as its min(ctx, C) tokens are: past
+  the first chunk, the most pages a chunk can span, (B − gcd(B, C) + C − 1) // B + 1, which is C / B when B divides
+  C (ChunkedLocalAttentionManager frees the pages of the chunks before). Cross-attention holds ceil(enc / B) pages of encoder positions. Under a group scheme g<G>
   a key group runs along the tokens the pages span: ceil(n·B / G) groups a channel for n pages (`span_bytes`).
 - vLLM reserves a window layer's pages by its rule, not by alignment: ceil(W / B) + 1 once the window caps the
   layer (vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes in the v1 engine: "+1 here because the
@@ -27,8 +29,9 @@ Rules (also in the README):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gcd
 
-from kvcalc.attention import MLA, AttentionKind, Formula
+from kvcalc.attention import MLA, AttentionKind, Formula, Layer
 from kvcalc.costs.quant import component_bytes, group_size
 from kvcalc.costs.state import parts_bytes, state_parts
 from kvcalc.settings import Settings
@@ -56,11 +59,28 @@ def pages(ctx: int, held: int, block: int) -> int:
     return (ctx - 1) // block - (ctx - held) // block + 1
 
 
-def layer_pages(ctx: int, held: int, block: int, window: int | None, engine: str | None) -> int:
+def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | None) -> int:
     """Pages one sequence holds in one layer under the engine's rule (see the module's rules)."""
-    if engine == "vllm" and window is not None and held < ctx:
+    if engine == "vllm" and layer.window is not None and held < ctx:
         return min(-(-ctx // block), -(-held // block) + 1)
+    if layer.chunk is not None and held < ctx:  # a chunk past the first, reserved whole: the most pages one can span
+        return chunk_pages(layer.chunk, block)
     return pages(ctx, held, block)
+
+
+def chunk_pages(chunk: int, block: int) -> int:
+    """Pages a whole chunk of C tokens reserves: chunks start at multiples of C, so a chunk starts r tokens into a page
+    for r a multiple of gcd(B, C) below B, and spans (r + C − 1) // B + 1 pages; the most, at r = B − gcd(B, C).
+    C / B when B divides C."""
+    return (block - gcd(block, chunk) + chunk - 1) // block + 1
+
+
+def window_turns(window: int, block: int) -> tuple[int, ...]:
+    """Where a window's page count turns as ctx grows (a window past its first W tokens, under pages() at B > 1): the
+    residues x = (ctx − W) mod B after which it rises or falls. The W positions start r = (ctx − W) mod B tokens into
+    a page and span (r + W − 1) // B + 1 pages: one more from r = B − ((W − 1) mod B) on, up to r = B − 1."""
+    rise = block - (window - 1) % block
+    return () if rise >= block else (rise - 1, block - 1)
 
 
 def engine_scheme(attention: AttentionKind, s: Settings) -> str:
