@@ -4,6 +4,8 @@ The budget of each GPU is its memory less a reserved fraction (vLLM's gpu_memory
 the weights the busiest GPU holds and an activation estimate for one prefill chunk; the cache of the busiest GPU
 (kvcalc.costs.parallel) must fit in what is left. The search is an integer bisection against the real cache
 function, never a division: with sliding-window, chunked or constant-state layers the cache is not linear in context.
+A context fits when every context up to it does (a sequence grows through each): a window's pages under an engine
+other than vLLM rise and fall by one page as ctx grows, so each step of the search also checks the last fall.
 """
 
 from __future__ import annotations
@@ -76,6 +78,30 @@ def activation_bytes(spec: ModelSpec, s: Settings, chunk: int) -> int:
     return chunk * (4 * spec.d_model + 2 * -(-widest // s.tp)) * 2  # 2: bytes per bf16 value
 
 
+def _window_falls(spec: ModelSpec, s: Settings) -> tuple[tuple[int, int, int], ...]:
+    """(W, B, x) for each windowed layer group whose pages fall as ctx grows (kvcalc.costs.paged: a window under an
+    engine other than vLLM, whose rule is monotone, at pages of B > 1 tokens): they fall after each ctx with
+    (ctx − W) mod B = x, and nothing else in the cache ever falls as ctx grows."""
+    from kvcalc.costs.cache import kv_cache
+    from kvcalc.costs.paged import window_falls
+
+    if s.engine in (None, "vllm"):
+        return ()
+    out: set[tuple[int, int, int]] = set()
+    for gc in kv_cache(spec, s.at(1)).groups:
+        window, block = gc.group.layer.window, gc.block_size
+        if window is not None and block is not None and block > 1 and (x := window_falls(window, block)) is not None:
+            out.add((window, block, x))
+    return tuple(sorted(out))
+
+
+def _peaks_up_to(c: int, falls: tuple[tuple[int, int, int], ...]) -> tuple[int, ...]:
+    """Contexts ≤ c that hold the most of any context ≤ c: c, and the last context ≤ c after which each window's
+    pages fall. Between falls the cache does not shrink, and a window's pages repeat every B contexts while the rest
+    only grows, so no context more than B below c holds more than one B or less below it."""
+    return (c,) + tuple(p for w, b, x in falls if (p := c - (c - w - x) % b) >= 1)
+
+
 def _kv_bytes(report: CacheReport) -> int:
     """The KV cache of all sequences as fit counts it: in the engine's whole pages under --engine, as per GPU."""
     return report.bytes if report.engine_bytes is None else report.engine_bytes
@@ -99,7 +125,9 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
 
     if solve == "ctx":
         limit = min(max_ctx or spec.max_context, spec.max_context)
-        best = largest_fitting(lambda c: used(gpu_at(s.at(c))) <= budget, limit)
+        falls = _window_falls(spec, s)
+        # a sequence passes through every context below its last: c fits when every context up to c does
+        best = largest_fitting(lambda c: all(used(gpu_at(s.at(x))) <= budget for x in _peaks_up_to(c, falls)), limit)
         at = s.at(max(best, 1))
         binding = "weights" if not best else "max_context" if best == spec.max_context else "max_ctx" if best == limit else "memory"
     else:

@@ -89,3 +89,31 @@ def test_kv_cache_of_all_sequences_is_in_pages_under_an_engine():
     state_pages = row["batch"] * 36 * 544 * 2048  # each Gated DeltaNet layer's state in one padded page
     assert row["kv_cache_bytes_per_gpu"] == row["kv_cache_bytes"] + state_pages
     assert (row["batch"], row["kv_cache_bytes"]) == (22, 54_119_104_512)
+
+
+def test_a_context_fits_when_every_context_before_it_does():
+    # gemma3-27b's 52 windowed layers (W = 1024) under SGLang pages of 16: the window's 1,024 positions span 64
+    # pages when ctx − W is a multiple of 16, else 65, so the cache falls by a page a window layer after each
+    # ctx ≡ W − 1 (mod 16). A sequence grows through every context: the longest that fits is the one before the first
+    # that does not (a bisection on the raw cache answered 5,664 here, past 5,649, which does not fit)
+    from fractions import Fraction
+
+    from conftest import spec
+    from kvcalc.costs.parallel import per_gpu
+    from kvcalc.fit import activation_bytes
+    from kvcalc.fit import fit as solve
+    from kvcalc.hardware import load_hardware
+    from kvcalc.settings import Settings
+
+    model, s = spec("gemma3-27b"), Settings(ctx=1, batch=64, engine="sglang", block_size=16)
+    hw = load_hardware("h100-80gb").model_copy(update={"memory_bytes": 112_248_523_906})
+    acts = activation_bytes(model, s, 2048)
+
+    def used(ctx: int) -> int:
+        g = per_gpu(model, s.at(ctx))
+        return g.weights_bytes + acts + g.kv_cache_bytes + g.state_bytes
+
+    first_too_big = next(c for c in range(1, 10_000) if used(c) > hw.memory_bytes)
+    assert first_too_big == 5649 and used(5664) <= hw.memory_bytes  # the cache falls again after 5,649
+    for limit in (None, 100_000):  # two bisections, two paths through the contexts
+        assert solve(model, s, hw, Fraction(0), 2048, "ctx", limit).max_ctx == first_too_big - 1

@@ -75,12 +75,11 @@ def chunk_pages(chunk: int, block: int) -> int:
     return (block - gcd(block, chunk) + chunk - 1) // block + 1
 
 
-def window_turns(window: int, block: int) -> tuple[int, ...]:
-    """Where a window's page count turns as ctx grows (a window past its first W tokens, under pages() at B > 1): the
-    residues x = (ctx − W) mod B after which it rises or falls. The W positions start r = (ctx − W) mod B tokens into
-    a page and span (r + W − 1) // B + 1 pages: one more from r = B − ((W − 1) mod B) on, up to r = B − 1."""
-    rise = block - (window - 1) % block
-    return () if rise >= block else (rise - 1, block - 1)
+def window_falls(window: int, block: int) -> int | None:
+    """The residue x = (ctx − W) mod B at which a window's page count falls at the next ctx (a window past its first
+    W tokens, under pages() at B > 1), or None when it never varies. The W positions start r = (ctx − W) mod B tokens
+    into a page and span (r + W − 1) // B + 1 pages: one more from r = B − ((W − 1) mod B) on, up to r = B − 1."""
+    return None if (window - 1) % block == 0 else block - 1
 
 
 def engine_scheme(attention: AttentionKind, s: Settings) -> str:
