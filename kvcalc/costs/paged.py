@@ -8,9 +8,10 @@ Rules (also in the README):
   the first chunk, the most pages a chunk can span, (B − gcd(B, C) + C − 1) // B + 1, which is C / B when B divides
   C (ChunkedLocalAttentionManager frees the pages of the chunks before). Cross-attention holds ceil(enc / B) pages of encoder positions. Under a group scheme g<G>
   a key group runs along the tokens the pages span: ceil(n·B / G) groups a channel for n pages (`span_bytes`).
-- vLLM reserves a window layer's pages by its rule, not by alignment: ceil(W / B) + 1 once the window caps the
-  layer (vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes in the v1 engine: "+1 here because the
-  sliding window may not start from the beginning of the block"), never more than ceil(ctx / B).
+- vLLM: a window layer at the most pages its window can touch, not by alignment: ceil(W / B) + 1 once the window
+  caps the layer, never more than ceil(ctx / B) (the "+1 here because the sliding window may not start from the
+  beginning of the block" of vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes; that function
+  sizes a prefill step, W − 1 + max_num_batched_tokens tokens, while kvcalc counts the cache of a sequence at ctx).
 - Page sizes: `ideal` is exact (B = 1); SGLang's default page_size is 1 (server_args.py); vLLM's default
   block_size is 16, and 64 for MLA layers (vllm/platforms/cuda.py: "Forcing kv cache block size to 64 for FlashMLA
   backend", also for FlashMLASparse). --block-size overrides all.
