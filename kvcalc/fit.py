@@ -98,7 +98,8 @@ def _window_falls(spec: ModelSpec, s: Settings) -> tuple[tuple[int, int, int], .
 def _peaks_up_to(c: int, falls: tuple[tuple[int, int, int], ...]) -> tuple[int, ...]:
     """Contexts ≤ c that hold the most of any context ≤ c: c, and the last context ≤ c after which each window's
     pages fall. Between falls the cache does not shrink, and a window's pages repeat every B contexts while the rest
-    only grows, so no context more than B below c holds more than one B or less below it."""
+    only grows, so a context more than B below c holds no more than the one in the last B that is a multiple of B
+    above it."""
     return (c,) + tuple(p for w, b, x in falls if (p := c - (c - w - x) % b) >= 1)
 
 

@@ -6,8 +6,9 @@ Rules (also in the README):
   page beyond their span (vLLM's SlidingWindowManager frees the pages before it). A chunked layer holds its current
   chunk, which starts at a multiple of C (kvcalc.attention.base), reserved whole as its min(ctx, C) tokens are: past
   the first chunk, the most pages a chunk can span, (B − gcd(B, C) + C − 1) // B + 1, which is C / B when B divides
-  C (ChunkedLocalAttentionManager frees the pages of the chunks before). Cross-attention holds ceil(enc / B) pages of encoder positions. Under a group scheme g<G>
-  a key group runs along the tokens the pages span: ceil(n·B / G) groups a channel for n pages (`span_bytes`).
+  C (ChunkedLocalAttentionManager frees the pages of the chunks before). Cross-attention holds ceil(enc / B) pages
+  of encoder positions. Under a group scheme g<G> a key group runs along the tokens the pages span: ceil(n·B / G)
+  groups a channel for n pages (`span_bytes`).
 - vLLM: a window layer at the most pages its window can touch, not by alignment: ceil(W / B) + 1 once the window
   caps the layer, never more than ceil(ctx / B) (the "+1 here because the sliding window may not start from the
   beginning of the block" of vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes; that function
