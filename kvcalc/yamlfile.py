@@ -97,6 +97,10 @@ class _Refused(yaml.constructor.ConstructorError):
     """Well-formed YAML that kvcalc refuses (a duplicate key, an unknown tag): not called malformed."""
 
 
+def _deep(mark) -> _Refused:
+    return _Refused(None, None, f"nested more than {MAX_DEPTH} levels deep (a spec nests about 6)", mark)
+
+
 class _Loader(yaml.SafeLoader):
     """SafeLoader with decimal-only numbers, true/false booleans, refused duplicate keys and unknown tags."""
 
@@ -123,6 +127,23 @@ class _Loader(yaml.SafeLoader):
                         "once in a mapping", key_node.start_mark)
                 seen[key] = line
         return super().construct_mapping(node, deep=deep)
+
+    def compose_node(self, parent, index):
+        """A node, refused past MAX_DEPTH levels of nesting (block or flow), before Python's recursion limit."""
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > MAX_DEPTH + 1:  # the root is level 0, as in _expanded_size
+                raise _deep(self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def fetch_flow_collection_start(self, TokenClass):
+        """A '[' or '{', refused past MAX_DEPTH open ones: PyYAML's scanner visits every open bracket at each token,
+        so 3,000 of them took a second of CPU before the composer's depth was ever reached."""
+        if self.flow_level >= MAX_DEPTH:
+            raise _deep(self.get_mark())
+        super().fetch_flow_collection_start(TokenClass)
 
     def construct_undefined(self, node):
         raise _Refused(
