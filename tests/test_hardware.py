@@ -427,3 +427,30 @@ def test_missing_file_and_folder_are_named(tmp_path):
 def test_hardware_is_frozen():
     with pytest.raises(ValidationError):
         TOY.memory_bandwidth = 1
+
+
+def test_readme_table_shows_every_preset_as_it_loads():
+    # the README's table (Hardware presets) against the YAML: one row a preset, and each figure the preset's own;
+    # an interconnect is shown exactly where the preset has one (it was blank for h100 and h200, which have 450 GB/s)
+    from conftest import ROOT
+
+    text = (ROOT / "README.md").read_text().split("## Hardware presets", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = cells
+    assert set(rows) == set(ALL_HARDWARE)
+    scale = {"TFLOP/s": 10**12, "TB/s": 10**12, "GB/s": 10**9, "GiB": GiB}
+
+    def figure(cell: str) -> int:
+        number, unit = cell.split(" (")[0].split()
+        value = Decimal(number) * scale[unit]
+        assert value == int(value), cell
+        return int(value)
+
+    for name, (_, _, peak, bandwidth, memory, link) in rows.items():
+        hw = load_hardware(name)
+        assert (figure(peak), figure(bandwidth), figure(memory)) == (hw.peak_flops_bf16, hw.memory_bandwidth,
+                                                                     hw.memory_bytes), name
+        assert (figure(link) if link else None) == hw.interconnect_bandwidth, name
