@@ -303,7 +303,7 @@ def prefill_work(group: ResolvedGroup, n: int, dense_attn: bool = False) -> Work
 
 def _prefill_of(k: Keys, n: int, dense_attn: bool) -> Work:
     """prefill_work from the group's Keys up to n."""
-    if dense_attn:  # the N×N matrix, as FLOP-counting libraries count it
+    if dense_attn:  # the N×N matrix, as FLOP-counting libraries count it: no causal mask, window or chunk
         return _new(Work, (n, n * n, n, n * n))
     return _new(Work, (n, k.prefill, n, k.scan_prefill))
 
