@@ -8,7 +8,7 @@ Conventions (also in the README):
   KV cache at context t, what its query attends: the keys each layer's query sees (min(t, W) under a window, the
   keys of its own chunk under a chunk, an earlier layer's cache for a KV-shared layer), and under DSA every index
   key and the top-k latents (kvcalc.costs.cache.read_at; by token, not by page). The input embedding is a lookup:
-  only one row per sequence is read.
+  only one row per sequence is read (a tied table is also read whole as the LM head: both reads are counted).
 - A prefill reads every weight once (a long prompt touches every expert; lookup tables only the rows it needs)
   and writes the KV cache of its tokens.
 - Activations are left out (they are small next to weights and cache at decode time).
