@@ -49,6 +49,22 @@ def test_causal_mode_and_refusals():
         assert res.exit_code != 0 and message in res.stderr and "Traceback" not in res.stderr, args
 
 
+def test_lsh_is_measured_against_exact_shared_qk_attention(monkeypatch):
+    # Reformer's shared QK: raw queries against the unit queries as keys (Kitaev et al. 2020, §3). An LSH that found
+    # every key would be exact attention on (q, q/|q|), so its error must be 0 at every scale; the reference was
+    # (q/|q|, q/|q|), which ignores the scale: errors 0.08-2.97 for exact attention on (q, q/|q|)
+    from kvcalc.approx import numeric
+
+    def perfect_lsh(q, v, n_buckets, n_rounds, chunk, rng=None, causal=False, counter=None):
+        return numeric.exact(q, q / np.linalg.norm(q, axis=1, keepdims=True), v, causal)
+
+    monkeypatch.setattr(numeric, "lsh", perfect_lsh)
+    rows = approx("--n", "64", "--d", "16", "--method", "lsh:c=16", "--scale", "0.5,1,4", "--seeds", "2")
+    assert [r["scale"] for r in rows] == [0.5, 1.0, 4.0]
+    for r in rows:
+        assert r["rel_error_output"] < 1e-14 and r["rel_error_matrix"] < 1e-14
+
+
 def test_npz_input_and_spectrum_finds_the_rank(tmp_path):
     rng = np.random.default_rng(0)
     basis = np.linalg.qr(rng.standard_normal((32, 6)))[0].T  # QKᵀ of rank 6
@@ -108,3 +124,24 @@ def test_transmla_saving_of_a_gqa_model():
     assert row["kv_cache_bytes"] == 32 * 2048 * 2 * 128 * 1024 and row["latent_cache_bytes"] == 32 * 576 * 2 * 128 * 1024
     res = run("approx", "--transmla", "deepseek-v2", ok=False)
     assert res.exit_code == 1 and "TransMLA converts MHA/GQA/MQA" in res.stderr
+
+
+def test_transmla_cache_at_ctx_keeps_each_layers_window():
+    # Gemma 3 27B (config: 62 layers, 1 in 6 global, sliding_window 1024, n_kv 16, d_h 128): 2·16·128 = 4096 elements
+    # a token and layer; at 32k the 10 global layers hold 32,768 tokens and the 52 local ones 1,024, now and after the
+    # conversion (it was counted as 62 × 32,768: 16,642,998,272 bytes); the same as compare's bf16 cache
+    row = approx("--transmla", "gemma3-27b", "--n", "32k")[0]
+    held = 10 * 32768 + 52 * 1024
+    assert row["kv_cache_bytes"] == 2 * 4096 * held == 3_120_562_176
+    assert row["latent_cache_bytes"] == 2 * 576 * held == 438_829_056
+    assert row["kv_bytes_per_token"] == 2 * 62 * 4096  # what a token adds below every window
+    compared = json.loads(run("compare", "gemma3-27b", "--ctx", "32k", "-f", "json").stdout)[0]
+    assert compared["kv_cache_bytes"] == row["kv_cache_bytes"]
+
+
+def test_transmla_refuses_a_model_whose_cache_is_no_wider_than_the_latent():
+    # Falcon-7B is MQA with d_h 64: 2·1·64 = 128 elements, fewer than 512 + 64 (the saving would be 1 − 576/128 < 0)
+    res = run("approx", "--transmla", "falcon-7b", ok=False)
+    assert res.exit_code == 1 and "Traceback" not in res.stderr
+    assert ("transmla: falcon-7b caches 128 elements a token and layer (2·n_kv·d_h), no more than the 512 + 64 = 576 "
+            "of TransMLA's latent: the conversion would not shrink its cache") in res.stderr

@@ -353,6 +353,10 @@ def transmla_saving(spec: ModelSpec, kv_lora_rank: int = TRANSMLA_KV_LORA_RANK,
         raise KvcalcError(f"transmla: {spec.name}'s layers cache different widths {sorted(widths)}; give a uniform model")
     gqa = widths.pop()
     latent = kv_lora_rank + qk_rope_head_dim
+    if latent >= gqa:
+        raise KvcalcError(f"transmla: {spec.name} caches {gqa:,} elements a token and layer (2·n_kv·d_h), no more than "
+                          f"the {kv_lora_rank} + {qk_rope_head_dim} = {latent:,} of TransMLA's latent: the conversion "
+                          "would not shrink its cache")
     return TransMLASaving(spec.name, gqa, latent, Fraction(gqa, latent))
 
 
@@ -367,8 +371,9 @@ class TransmlaRow:
     kv_bytes_per_token: int = figure("KV per\ntoken", "bytes", "cache bytes a token adds over all layers now (bf16)")
     latent_bytes_per_token: int = figure("Latent per\ntoken", "bytes", "the same after the conversion")
     ctx: int = figure("Ctx", "tokens", "the context of the next columns (--n)")
-    kv_cache_bytes: int = figure("KV cache\nat ctx", "bytes", "one sequence's cache at ctx now")
-    latent_cache_bytes: int = figure("Latent cache\nat ctx", "bytes", "the same after the conversion")
+    kv_cache_bytes: int = figure("KV cache\nat ctx", "bytes",
+                                 "one sequence's cache at ctx now (a windowed layer holds min(ctx, W) tokens)")
+    latent_cache_bytes: int = figure("Latent cache\nat ctx", "bytes", "the same after the conversion (windows kept)")
     saving: float = figure("Saving", "sig", "the fraction of the cache the conversion removes")
 
 
@@ -376,10 +381,12 @@ def transmla_row(spec: ModelSpec, ctx: int) -> dict:
     """The `approx --transmla` row of `spec` at `ctx` tokens, one sequence, bf16 (2 bytes an element)."""
     t = transmla_saving(spec)
     layers = spec.n_layers
+    # token-layers held at ctx: each layer's own (min(ctx, W) under a window), which a converted layer keeps
+    held = sum(len(g.layers) * g.attention.tokens_held(g.layer, ctx) for g in spec.groups)
     return as_row(TransmlaRow(
         model=t.model, n_layers=layers, gqa_per_token=t.gqa_per_token, latent_per_token=t.latent_per_token,
         kv_bytes_per_token=2 * layers * t.gqa_per_token, latent_bytes_per_token=2 * layers * t.latent_per_token,
-        ctx=ctx, kv_cache_bytes=2 * layers * t.gqa_per_token * ctx, latent_cache_bytes=2 * layers * t.latent_per_token * ctx,
+        ctx=ctx, kv_cache_bytes=2 * t.gqa_per_token * held, latent_cache_bytes=2 * t.latent_per_token * held,
         saving=float(t.saving)))
 
 

@@ -171,8 +171,8 @@ def _run(method: Method, q, k, v, causal: bool, seed: int):
     rng = np.random.default_rng(10_000 + seed)
     p = method.params
     if method.name == "lsh":
-        qn = q / np.linalg.norm(q, axis=1, keepdims=True)
-        ref, ref_p = numeric.exact(qn, qn, v, causal)
+        qn = q / np.linalg.norm(q, axis=1, keepdims=True)  # shared QK: the keys are the unit queries (Reformer §3)
+        ref, ref_p = numeric.exact(q, qn, v, causal)
         n = q.shape[0]
         out, mat = numeric.lsh(q, v, n_buckets=max(1, n // p["c"]), n_rounds=p["r"], chunk=p["c"], rng=rng)
         return out, mat, ref, ref_p, None
