@@ -139,3 +139,55 @@ def test_show_costs_little_for_an_alias_bomb():
 ])
 def test_a_physically_absurd_value_is_refused_naming_the_key_and_bound(tmp_path, base, key, value, rule):
     refused(tmp_path, config(base, **{key: value}), f"{key}: {rule}, got")
+
+
+# ---------------------------------------------------------------- config keys that would change the numbers if honoured
+
+
+def _variant(tmp_path, name: str, edit) -> str:
+    """`kvcalc show` of a models-2026 config changed by `edit` (on its text model): its stderr, asserting exit 1."""
+    cfg = json.loads((REFERENCE_MODELS.parent / "models-2026" / name).read_text())
+    edit(cfg.get("text_config", cfg))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    res = run("show", path, ok=False)
+    assert res.exit_code == 1 and "Traceback" not in res.stderr, str(res)
+    return res.stderr
+
+
+def test_deepseek_attention_bias_is_refused(tmp_path):
+    # DeepseekV3Attention: q_a_proj, kv_a_proj_with_mqa and o_proj take bias=attention_bias; it was read as false
+    err = _variant(tmp_path, "deepseek-v3.2.json", lambda c: c.update(attention_bias=True))
+    assert "attention_bias: biases on q_a_proj, kv_a_proj_with_mqa and o_proj are not supported" in err
+
+
+def test_llama4_layer_types_must_agree_with_no_rope_layers(tmp_path):
+    # Llama4TextConfig derives layer_types from no_rope_layers (every 4th layer full); the mask reads layer_types
+    def edit(c):
+        types = ["full_attention" if (i + 1) % 4 == 0 else "chunked_attention" for i in range(48)]
+        types[0] = "full_attention"
+        c["layer_types"] = types
+
+    err = _variant(tmp_path, "llama-4-scout-17b-16e-instruct.json", edit)
+    assert ("layer_types[0]: 'full_attention', but no_rope_layers[0] = 1 makes layer 0 'chunked_attention' "
+            "(Llama4TextConfig derives one from the other): give them alike") in err
+
+
+def test_llama4_layer_types_that_agree_change_nothing(tmp_path):
+    cfg = json.loads((REFERENCE_MODELS.parent / "models-2026" / "llama-4-scout-17b-16e-instruct.json").read_text())
+    plain, typed = tmp_path / "plain" / "config.json", tmp_path / "typed" / "config.json"
+    plain.parent.mkdir()
+    typed.parent.mkdir()
+    plain.write_text(json.dumps(cfg))
+    cfg["text_config"]["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "chunked_attention" for i in range(48)]
+    typed.write_text(json.dumps(cfg))
+    shown = [json.loads(run("show", p, "--ctx", "128k", "-f", "json").stdout) for p in (plain, typed)]
+    assert shown[0]["groups"] == shown[1]["groups"]
+    same = [{k: v for k, v in doc["summary"].items() if k not in ("name", "source")} for doc in shown]
+    assert same[0] == same[1] and same[0]["kv_cache_bytes"] == 7_650_410_496  # 36 chunked layers at 8192, 12 global
+
+
+def test_nemotron_h_proj_bias_flags_must_agree(tmp_path):
+    # NemotronHMamba2Mixer's in_proj and out_proj read use_bias; a config whose mamba_proj_bias says otherwise is refused
+    err = _variant(tmp_path, "nemotron-h-56b-base-8k.json", lambda c: c.update(mamba_proj_bias=True, use_bias=False))
+    assert "mamba_proj_bias: true, but use_bias is false (the mixer's in_proj and out_proj read use_bias): give them alike" in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvcalc.errors import SpecError
 from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, importer, need
 
 
@@ -22,6 +23,8 @@ def _deepseek(cfg, origin, notes):
         # DeepSeek-V3.2 (DeepSeek Sparse Attention): the lightning indexer of every layer (inference/model.py Indexer)
         att.update(index_n_heads=need(cfg, "index_n_heads", origin), index_head_dim=need(cfg, "index_head_dim", origin),
                    index_topk=need(cfg, "index_topk", origin))
+    if cfg.get("attention_bias"):  # DeepseekV3Attention: q_a_proj, kv_a_proj_with_mqa and o_proj take this bias
+        raise SpecError(f"{origin}: attention_bias: biases on q_a_proj, kv_a_proj_with_mqa and o_proj are not supported")
     q_rank = get(cfg, "q_lora_rank", origin, minimum=0)
     if q_rank:  # null (HF) or 0 (DeepSeek's own format) both mean no query compression
         att["q_lora_rank"] = q_rank

@@ -105,6 +105,11 @@ def _nemotron_h(cfg, origin, notes):
     if cfg.get("sliding_window"):
         raise SpecError(f"{origin}: sliding_window: a window on Nemotron-H's attention blocks is not supported")
     kinds: dict[str, dict] = {}
+    use_bias = bool(cfg.get("use_bias", False))  # NemotronHMamba2Mixer: in_proj/out_proj bias=config.use_bias
+    if "mamba_proj_bias" in cfg and bool(cfg["mamba_proj_bias"]) != use_bias:
+        flag = {True: "true", False: "false"}
+        raise SpecError(f"{origin}: mamba_proj_bias: {flag[not use_bias]}, but use_bias is {flag[use_bias]} "
+                        "(the mixer's in_proj and out_proj read use_bias): give them alike")
     if "mamba" in blocks:
         kinds["mamba"] = {  # NemotronHMamba2Mixer; NemotronHConfig.__post_init__ reads the legacy mamba_* names too
             "kind": "mamba2",
@@ -114,7 +119,7 @@ def _nemotron_h(cfg, origin, notes):
             "n_groups": need(cfg, "n_groups", origin, "mamba_n_groups"),
             "conv_kernel": need(cfg, "conv_kernel", origin, "mamba_d_conv"),
             "use_conv_bias": bool(cfg.get("use_conv_bias", cfg.get("mamba_conv_bias", True))),
-            "use_bias": bool(cfg.get("use_bias", False)),  # in_proj/out_proj bias=config.use_bias
+            "use_bias": use_bias,
         }
     if "attention" in blocks:
         # NemotronHAttention (JambaAttention with config.head_dim; the published remote code's attention_head_dim)
