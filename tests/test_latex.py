@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pylatexenc import latexwalker
 
@@ -60,6 +62,28 @@ def test_compare_wraps_in_a_table_with_caption_and_label():
     assert environments(check_pasteable(bare)) == ["tabular"] and r"\caption" not in bare
 
 
+def headers(out: str) -> list[str]:
+    """The header row of every tabular in a latex output (the row after each \\toprule)."""
+    lines = out.splitlines()
+    return [lines[i + 1] for i, line in enumerate(lines) if line == r"\toprule"]
+
+
+def test_a_number_is_never_cut_into_a_header_unit():
+    # the unit pattern took ",192" of "8,192", "+64" of "512+64" and "/128" of "192/128" for units every cell shared,
+    # moved them to the header and left "8", "512" and "192" in the cells (an audit found it)
+    out = run("table", "models", "llama3-70b", "-f", "latex").stdout
+    assert "Model & Hidden size & Query heads &" in out and r"llama3-70b & 8\,192 & 64 & 8 & 128 & 80 & GQA" in out
+    out = run("compare", "deepseek-v2", "kimi-k2", "--ctx", "128k", "-f", "latex").stdout
+    assert r"deepseek-v2 & MLA (latent) & 60 & 128 & 512+64 & 192/128 & 128k & 67.5 & 8.44 &" in out
+    assert "KV heads or latent & Head dim & Ctx & KV per token (KiB) & KV cache (GiB)" in out
+    out = run("compare", "llama3-70b", "--ctx", "128k", "--units", "bytes", "-f", "latex").stdout
+    assert r"& 128k & 327\,680 & 42\,949\,672\,960 & $1.00\times$ \\" in out
+    out = run("show", "gemma3-27b", "--per-layer", "-f", "latex").stdout
+    assert r"& 1\,024 &" in out and "(,024)" not in out and "(,096)" not in out
+    for args in (("show", "deepseek-v2"), ("show", "llama4-scout", "--per-layer")):
+        assert not any(re.search(r"\([,+/.0-9]", h) for h in headers(run(*args, "-f", "latex").stdout)), args
+
+
 def test_output_file_takes_its_format_from_the_extension(tmp_path):
     for suffix, marker in ((".tex", r"\begin{table}"), (".md", "| Model |"), (".csv", "kv_cache_bytes"),
                            (".json", '"kv_cache_bytes"'), (".txt", "Model")):
@@ -84,6 +108,7 @@ def test_every_table_command_pastes_for_every_model(name):
         nodes = check_pasteable(out)
         assert "table" in environments(nodes), args
         assert r"\caption{Caption \& 100\%}" in out and r"\label{tab:x}" in out, args
+        assert not any(re.search(r"\([,+/.0-9]", h) for h in headers(out)), args  # no number's tail as a unit: "(,192)"
 
 
 @pytest.mark.parametrize("command", [("list",), ("hardware",)])

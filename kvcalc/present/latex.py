@@ -24,7 +24,8 @@ PARAGRAPH = r">{\raggedright\arraybackslash}p{5cm}"
 _NAME = re.compile(r"([A-Za-z]+)(?:_([A-Za-z0-9]+))?(')?")
 _BEFORE = {"|": r"\textbar{}", "ᵀ": r"\textsuperscript{T}"}  # what pylatexenc leaves as is or cannot convert
 _GROUPED = re.compile(r"(?<=\d),(?=\d{3}\b)")
-_UNIT = re.compile(r"^(-?[\d.,]+)\s*([^\d\s].*)$")  # "40.0 GiB" -> ("40.0", "GiB")
+# "40.0 GiB" -> ("40.0", "GiB"): a whole number, one space, a unit; "8,192", "512+64" and "192/128" have none
+_UNIT = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?) ([^\d\s]\S*)$")
 
 
 def tex(text: str) -> str:
