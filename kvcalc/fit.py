@@ -43,7 +43,8 @@ class FitRow:
     ctx: int = figure("Ctx", "tokens", "tokens per sequence")
     max_ctx: int | None = figure("Max\nctx", "tokens", "the longest context that fits the batch (when solving for ctx)")
     max_batch: int | None = figure("Max\nbatch", "int", "the largest batch that fits the context (when solving for batch)")
-    kv_cache_bytes: int = figure("KV\ncache", "bytes", "the KV cache at that maximum, all sequences (--engine: in its pages)")
+    kv_cache_bytes: int = figure("KV\ncache", "bytes", "the KV cache at that maximum, all sequences (--engine: in its pages); "
+                                 "where nothing fits, at the row's ctx and batch (1), as the per-GPU figures")
     kv_cache_bytes_per_gpu: int = figure("KV cache\nper GPU", "bytes", "its share on the busiest GPU, states included")
     free_bytes_per_gpu: int = figure("Left\nper GPU", "bytes", "budget left on the busiest GPU at that maximum")
     binding: str = figure("Binding", "text", "what limits the maximum: memory, max_context (the model's), batch_limit, "
@@ -141,6 +142,6 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
         reserved_bytes=s.gpus * (hw.memory_bytes - budget), weights_bytes=weights_bytes(param_counts(spec, s.mtp).total, s.weights_dtype),
         weights_bytes_per_gpu=g.weights_bytes, activation_bytes=acts, batch=at.batch, ctx=at.ctx,
         max_ctx=best if solve == "ctx" else None, max_batch=best if solve == "batch" else None,
-        kv_cache_bytes=_kv_bytes(kv_cache(spec, at)) if best else 0, kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
+        kv_cache_bytes=_kv_bytes(kv_cache(spec, at)), kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
         free_bytes_per_gpu=budget - used(g), binding=binding,
     )

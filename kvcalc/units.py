@@ -41,9 +41,9 @@ def parse_token_list(text: str) -> list[int]:
 
 
 def format_tokens(n: int) -> str:
-    """131072 -> '128k', 1048576 -> '1M', 5000 -> '5000' (exact only: never rounds)."""
+    """131072 -> '128k', 1048576 -> '1M', 5000 -> '5000', 0 -> '0' (exact only: never rounds)."""
     for suffix, scale in (("M", 1024**2), ("k", 1024)):
-        if n % scale == 0:
+        if n and n % scale == 0:
             return f"{n // scale}{suffix}"
     return str(n)
 
@@ -61,55 +61,60 @@ def format_bytes(n: int | Fraction, units: str = "binary") -> str:
     if units == "bytes":
         return f"{int(n):,}"
     table: tuple[tuple[str, int], ...] = BINARY if units == "binary" else SI
-    name, scale = table[0]
-    size = abs(Fraction(n))
-    for candidate, candidate_scale in table:
-        if size >= candidate_scale:
-            name, scale = candidate, candidate_scale
-    if scale == 1:
+    if abs(Fraction(n)) < table[1][1]:
         return f"{n} B"
-    value = float(Fraction(n) / scale)
-    digits = 2 if value < 10 else 1 if value < 100 else 0
-    return f"{value:.{digits}f} {name}"
+    text, name = _in_units(Fraction(n), table)
+    return f"{text} {name}"
 
 
 def _three_digits(value: float) -> str:
-    digits = 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
-    return f"{value:.{digits}f}"
+    """3 significant digits, the decimals set by the magnitude after rounding (9.996 -> '10.0', not '10.00')."""
+    for digits, below in ((2, 10), (1, 100)):
+        text = f"{value:.{digits}f}"
+        if abs(float(text)) < below:
+            return text
+    return f"{value:.0f}"
 
 
-def _scaled(n: float | Fraction, steps: tuple[tuple[str, int], ...]) -> tuple[float, str]:
-    name, scale = steps[0]
+def _in_units(n: float | Fraction, steps: tuple[tuple[str, Fraction | int], ...]) -> tuple[str, str]:
+    """n in the largest of `steps` (ascending (name, scale) pairs) that it reaches, with 3 significant digits, and that
+    step's name; a value that rounds up to the next step is written in it ('1.00 GiB', not '1024 MiB')."""
     size = abs(Fraction(n))
-    for candidate, candidate_scale in steps:
-        if size >= candidate_scale:
-            name, scale = candidate, candidate_scale
-    return float(Fraction(n) / scale), name
+    i = 0
+    while i + 1 < len(steps) and size >= Fraction(steps[i + 1][1]):
+        i += 1
+    text = _three_digits(float(Fraction(n) / Fraction(steps[i][1])))
+    if i + 1 < len(steps) and abs(Fraction(text)) * Fraction(steps[i][1]) >= Fraction(steps[i + 1][1]):
+        i += 1
+        text = _three_digits(float(Fraction(n) / Fraction(steps[i][1])))
+    return text, steps[i][0]
 
 
 FLOP_PREFIXES = (("", 1), ("k", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12), ("P", 10**15), ("E", 10**18), ("Z", 10**21))
 COUNT_SUFFIXES = (("", 1), ("K", 10**3), ("M", 10**6), ("B", 10**9), ("T", 10**12))
+SECONDS = (("ns", Fraction(1, 10**9)), ("µs", Fraction(1, 10**6)), ("ms", Fraction(1, 10**3)), ("s", 1))
 
 
 def format_flops(n: int) -> str:
-    """FLOPs with SI prefixes, 3 significant digits: 291648307200 -> '292 GFLOP'."""
-    value, prefix = _scaled(n, FLOP_PREFIXES)
-    return f"{n} FLOP" if not prefix else f"{_three_digits(value)} {prefix}FLOP"
+    """FLOPs with SI prefixes, 3 significant digits: 291648307200 -> '292 GFLOP'; exact below 1000."""
+    if abs(n) < 1000:
+        return f"{n} FLOP"
+    text, prefix = _in_units(n, FLOP_PREFIXES)
+    return f"{text} {prefix}FLOP"
 
 
 def format_count(n: int) -> str:
-    """A parameter count as the field writes it: 70553706496 -> '70.6B', 124439808 -> '124M'."""
-    value, suffix = _scaled(n, COUNT_SUFFIXES)
-    return str(n) if not suffix else f"{_three_digits(value)}{suffix}"
+    """A parameter count as the field writes it: 70553706496 -> '70.6B', 124439808 -> '124M', 999885952 -> '1.00B'."""
+    if abs(n) < 1000:
+        return str(n)
+    text, suffix = _in_units(n, COUNT_SUFFIXES)
+    return f"{text}{suffix}"
 
 
 def format_seconds(x: float | Fraction) -> str:
-    """A duration, 3 significant digits: 0.0123 -> '12.3 ms'."""
-    x = float(x)
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
-        if abs(x) >= scale or unit == "ns":
-            return f"{_three_digits(x / scale)} {unit}"
-    raise AssertionError("unreachable")  # pragma: no cover
+    """A duration, 3 significant digits: 0.0123 -> '12.3 ms', 0.99996 -> '1.00 s'."""
+    text, unit = _in_units(Fraction(x), SECONDS)
+    return f"{text} {unit}"
 
 
 def parse_token_range(text: str, points: int | None = None) -> list[int]:

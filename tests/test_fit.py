@@ -60,7 +60,12 @@ def test_the_model_context_binds_when_memory_does_not():
 
 def test_nothing_fits_and_bad_input_say_why():
     (row,) = fit("llama3.1-405b", "--hardware", "h100-80gb")  # 810 GB of bf16 weights on one GPU
-    assert (row["max_ctx"], row["binding"], row["kv_cache_bytes"]) == (0, "weights", 0)
+    assert (row["max_ctx"], row["binding"], row["ctx"]) == (0, "weights", 1)
+    # the row's figures are those of ctx 1, the smallest tried: one token's cache, 126 layers × 2·8·128 × 2 bytes, in
+    # all and on the one GPU alike (the total was 0 beside a per-GPU 516,096), and the budget it misses by
+    assert row["kv_cache_bytes"] == row["kv_cache_bytes_per_gpu"] == 126 * 2 * 8 * 128 * 2 == 516_096
+    budget = 80 * 2**30 - 8 * 2**30  # 10% reserved of 80 GiB
+    assert row["free_bytes_per_gpu"] == budget - row["weights_bytes_per_gpu"] - row["activation_bytes"] - 516_096 < 0
     res = run("fit", "llama3-8b", ok=False)
     assert res.exit_code == 1 and "fit needs --hardware NAME" in res.stderr
     res = run("fit", "llama3-8b", "--hardware", "h100-80gb", "--reserve", "1.5", ok=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvcalc.units import format_bytes, format_tokens, parse_token_list, parse_tokens
+from kvcalc.units import format_bytes, format_count, format_flops, format_seconds, format_tokens, parse_token_list, parse_tokens
 
 
 @pytest.mark.parametrize("text, tokens", [
@@ -31,7 +31,8 @@ def test_parse_token_list():
         parse_token_list("4k,,8k")
 
 
-@pytest.mark.parametrize("n, text", [(131_072, "128k"), (1_048_576, "1M"), (5000, "5000"), (1536, "1536"), (4096, "4k")])
+@pytest.mark.parametrize("n, text", [(131_072, "128k"), (1_048_576, "1M"), (5000, "5000"), (1536, "1536"), (4096, "4k"),
+                                     (0, "0")])  # 0 was "0M" (fit's max_ctx when nothing fits)
 def test_format_tokens_is_exact(n, text):
     assert format_tokens(n) == text
 
@@ -49,3 +50,41 @@ def test_format_tokens_is_exact(n, text):
 ])
 def test_format_bytes(n, units, text):
     assert format_bytes(n, units) == text
+
+
+# Three significant digits, counted after rounding (an audit found '1000M', '1024 MiB', '10.00 KiB' and '-59.76 GiB'):
+# a value that rounds up to the next unit is written in it, a carry into the next decade drops a decimal, and the
+# sign does not count as a digit. Binary units keep 1000-1023 of a unit as four digits, as they must.
+@pytest.mark.parametrize("n, text", [
+    (999_885_952, "1.00B"),  # gemma3-1b's parameters (was 1000M)
+    (999_499_999, "999M"), (999_500_000, "1.00B"), (9_996, "10.0K"), (99_960, "100K"), (999, "999"), (1000, "1.00K"),
+    (70_553_706_496, "70.6B"), (-1_234_567, "-1.23M"),
+])
+def test_format_count_rounds_into_the_next_unit(n, text):
+    assert format_count(n) == text
+
+
+@pytest.mark.parametrize("n, units, text", [
+    (1_073_433_600, "binary", "1.00 GiB"),  # deepseek-v2 at ctx 15,530: 1023.7 MiB (was 1024 MiB)
+    (1023 * 2**20, "binary", "1023 MiB"),  # below the carry: four digits, as binary units must
+    (10 * 1024 - 2, "binary", "10.0 KiB"),  # 9.998 KiB (was 10.00 KiB)
+    (int(99.96 * 2**30), "binary", "100 GiB"),  # (was 100.0 GiB)
+    (-64_166_811_402, "binary", "-59.8 GiB"),  # fit's negative headroom (was -59.76 GiB)
+    (999_999_999, "si", "1.00 GB"), (1023, "binary", "1023 B"), (1024, "binary", "1.00 KiB"),
+])
+def test_format_bytes_counts_three_digits_after_rounding(n, units, text):
+    assert format_bytes(n, units) == text
+
+
+@pytest.mark.parametrize("x, text", [
+    (0.0123, "12.3 ms"), (0.99996, "1.00 s"), (0.0009999999, "1.00 ms"), (0.00099949, "999 µs"), (2.5e-5, "25.0 µs"),
+    (12345.0, "12345 s"), (9.996e-9, "10.0 ns"),
+])
+def test_format_seconds_rounds_into_the_next_unit(x, text):
+    assert format_seconds(x) == text
+
+
+@pytest.mark.parametrize("n, text", [(999, "999 FLOP"), (999_999, "1.00 MFLOP"), (291_648_307_200, "292 GFLOP"),
+                                     (10_500_000_000_000_000, "10.5 PFLOP")])
+def test_format_flops(n, text):
+    assert format_flops(n) == text
