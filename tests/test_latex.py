@@ -84,6 +84,19 @@ def test_a_number_is_never_cut_into_a_header_unit():
         assert not any(re.search(r"\([,+/.0-9]", h) for h in headers(run(*args, "-f", "latex").stdout)), args
 
 
+def test_ratios_in_math_mode_keep_their_digits_together():
+    # a comma in math mode is punctuation (1, 008 when typeset): braced; an exponent becomes a power of ten
+    from kvcalc.present.latex import numeric_cell
+    from kvcalc.present.render import cell
+
+    assert [cell(v, "ratio") for v in (99.96, 99.94, 1008.3, 9.46e-10, 0.0176)] == [
+        "100×", "99.9×", "1,008×", "9.46e-10×", "0.0176×"]  # 99.96 was '100.×' (the '#' flag kept the point)
+    assert numeric_cell("1,008×") == r"$1{,}008\times$"
+    assert numeric_cell("9.46e-10×") == r"$9.46 \cdot 10^{-10}\times$"
+    out = run("compare", "mistral-7b", "llama3.1-405b", "--ctx", "1M", "-f", "latex").stdout
+    assert r"$1{,}008\times$" in out and r"$1,008\times$" not in out  # 516,096 B × 1M over 32 × 4,096 × 4,096 B (windows of 4,096): 1,008
+
+
 def test_output_file_takes_its_format_from_the_extension(tmp_path):
     for suffix, marker in ((".tex", r"\begin{table}"), (".md", "| Model |"), (".csv", "kv_cache_bytes"),
                            (".json", '"kv_cache_bytes"'), (".txt", "Model")):

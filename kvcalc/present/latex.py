@@ -63,8 +63,12 @@ def math_formula(expression: str) -> str:
 
 def numeric_cell(text: str) -> str:
     """A formatted number: thin-space thousands groups, units and symbols converted."""
-    if text.endswith("×"):  # a ratio
-        return f"${text[:-1]}\\times$"
+    if text.endswith("×"):  # a ratio, in math mode: its grouping comma braced (1{,}008), an exponent as a power of 10
+        number = text[:-1].replace(",", "{,}")
+        if "e" in number:
+            mantissa, exponent = number.split("e")
+            number = f"{mantissa} \\cdot 10^{{{int(exponent)}}}"
+        return f"${number}\\times$"
     return _GROUPED.sub(r"\\,", tex(text))
 
 

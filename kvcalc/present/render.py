@@ -70,7 +70,9 @@ def _cell(value: Any, kind: str, units: str, latex: bool) -> str:
     if kind == "int" and isinstance(value, int):
         return f"{value:,}"
     if kind == "ratio":
-        digits = f"{value:,.0f}" if value >= 100 else f"{value:#.3g}"  # three significant digits: 0.125×, 0.0176×
+        digits = f"{value:#.3g}"  # three significant digits: 0.125×, 0.0176×, 1.00×; 9.46e-10× far below 1
+        if abs(float(digits)) >= 100:  # read after rounding: 99.96 is 100×, not 100.×
+            digits = f"{value:,.0f}"
         return digits + (r"$\times$" if latex else "×")
     if kind == "flops":
         return format_flops(value) if units != "bytes" else f"{value:,}"
