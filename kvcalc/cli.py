@@ -315,7 +315,12 @@ def paper(
     names = list(models or DEFAULT_MODELS)
     s = Settings(ctx=one_ctx(ctx, "paper takes one context"), kv_dtype=kv_dtype)
     loaded = [load(m) for m in names]
-    files = paper_tables(loaded, s)
+    files, warnings = paper_tables(loaded, s)
+    if warnings:
+        from kvcalc.present.emit import warn
+
+        for line in warnings:
+            warn(line)
     try:
         output.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():

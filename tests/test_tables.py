@@ -103,6 +103,15 @@ def test_bad_kinds_are_one_message():
 
 
 @pytest.mark.slow  # writes the whole bundle twice
+def test_models_table_and_paper_warn_past_a_trained_maximum(tmp_path):
+    # as compare does: llama3-70b was trained to 8,192 tokens, the tables' default context is 128k
+    line = "warning: llama3-70b: ctx 131,072 exceeds its trained maximum of 8,192 tokens (max_context); computed anyway"
+    assert line in run("table", "models", "llama3-70b", "deepseek-v2").stderr
+    assert line in run("paper", "llama3-70b", "deepseek-v2", "-o", str(tmp_path / "b")).stderr
+    assert "warning" not in run("table", "models", "llama3-70b", "--ctx", "8k").stderr
+    assert "warning" not in run("paper", "llama3-70b", "-o", str(tmp_path / "c"), "--ctx", "8k").stderr
+
+
 def test_paper_bundle_regenerates_identically(tmp_path):
     import shlex
 

@@ -308,7 +308,8 @@ def models_output(loaded: list[LoadedModel], s: Settings) -> Output:
     rows = models_rows([lm.spec for lm in loaded], s)
     columns = [Column.of(f) for f in figures_of(ModelsRow)]
     title = f"Models side by side: cache at ctx {s.ctx:,}, {s.kv_dtype}"
-    return Output([Table("models", columns, rows, title)], warnings=_load_warnings(loaded))
+    warnings = _load_warnings(loaded) + _ctx_warnings([lm.spec for lm in loaded], [s.ctx])
+    return Output([Table("models", columns, rows, title)], warnings=warnings)
 
 
 def with_chart(out: Output, key: str, fmt: str, units: str) -> Output:
@@ -332,20 +333,23 @@ def with_chart(out: Output, key: str, fmt: str, units: str) -> Output:
     return replace(out, chart=bar_chart(rows, column, texts, units))
 
 
-def paper_tables(loaded: list[LoadedModel], s: Settings) -> dict[str, str]:
-    """`paper`: the dims and models tables as files (name -> text), in LaTeX (a table each), markdown and csv."""
+def paper_tables(loaded: list[LoadedModel], s: Settings) -> tuple[dict[str, str], list[str]]:
+    """`paper`: the dims and models tables as files (name -> text), in LaTeX (a table each), markdown and csv, and the
+    warnings for the command to print (a context past a model's trained maximum, as `compare` says)."""
     from kvcalc.present.emit import Destination, render_text
     from kvcalc.tables import KINDS
 
     out: dict[str, str] = {}
+    warnings: list[str] = []
     captions = {"dims": "Weights, cache per token and decode attention FLOPs by attention kind",
                 "models": f"Models side by side, KV cache at {s.ctx:,} tokens ({s.kv_dtype})"}
     for name, output in (("dims", dims_output(loaded, KINDS)), ("models", models_output(loaded, s))):
+        warnings += [w for w in output.warnings if w not in warnings]
         output = Output(output.tables)  # warnings are the command's, not the files'
         out[f"{name}.tex"] = render_text(output, "latex", "binary", Destination(captions[name], f"tab:kvcalc-{name}"))
         out[f"{name}.md"] = render_text(output, "markdown", "binary")
         out[f"{name}.csv"] = render_text(output, "csv", "binary")
-    return out
+    return out, warnings
 
 
 def paper_readme(files: dict[str, str], command: str, version: str) -> str:
