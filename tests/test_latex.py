@@ -132,3 +132,13 @@ def test_listings_paste(command):
 @pytest.mark.slow
 def test_run_pastes():
     check_pasteable(run("run", "gpt2", "--ctx", "8", "--decode", "1", "-f", "latex").stdout)
+
+
+def test_readme_latex_example_is_what_the_command_prints():
+    from conftest import ROOT
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = "compare llama3-70b deepseek-v2 gemma3-27b --ctx 32k -f latex"
+    assert f"`kvcalc {command}` gives a booktabs table" in text
+    block = text.split(f"`kvcalc {command}`", 1)[1].split("```latex\n", 1)[1].split("\n```", 1)[0]
+    assert block == run(*command.split()).stdout.rstrip("\n")
