@@ -5,7 +5,8 @@ Notation of DeepSeek-V2 §2.1 (Table 1): d hidden size, n_h query heads, n_kv K/
 latent, d_c' the query latent, d_R the decoupled RoPE dim. Cache per token and layer: 2·n_h·d_h (MHA), 2·n_kv·d_h
 (GQA), 2·d_h (MQA), d_c + d_R (MLA). Attention FLOPs of one decoded token at context t: q·k and the weighted sum of
 v over t keys, 4·n_h·d_h·t; MLA absorbed: 2·n_h·(d_c + d_R)·t + 2·n_h·d_c·t. These take d_v = d_h; beside a model
-whose value heads are of another size (v_head_dim), the rows that depend on it show the forms with d_v.
+whose value heads are of another size (v_head_dim; MLA: against qk_nope_head_dim), the rows that depend on it show
+the forms with d_v.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ _KV_DIFFER = {
     "mha": {"W_V": "d × n_h·d_v", "W_O": "n_h·d_v × d", "cache per token and layer": "n_h·(d_h + d_v)"},
     "gqa": {"W_V": "d × n_kv·d_v", "W_O": "n_h·d_v × d", "cache per token and layer": "n_kv·(d_h + d_v)"},
     "mqa": {"W_V": "d × d_v", "W_O": "n_h·d_v × d", "cache per token and layer": "d_h + d_v"},
+    "mla": {"W_UV": "d_c × n_h·d_v", "W_O": "n_h·d_v × d"},  # d_h = qk_nope_head_dim, d_v = v_head_dim; cache unchanged
 }
 _KV_DIFFER_DECODE = "2·n_h·(d_h + d_v)·t"
 _KV_DIFFER_NOTE = "d_v ≠ d_h in a model shown"
@@ -99,10 +101,15 @@ def _model_cells(spec: ModelSpec, kind: str) -> dict[str, str]:
 
 
 def _values_differ(spec: ModelSpec, kind: str) -> bool:
-    """Whether the first layer group of `spec` of heads kind `kind` has values of another per-head size than its keys."""
+    """Whether the first layer group of `spec` of `kind` has values of another per-head size than its keys (MLA:
+    v_head_dim against qk_nope_head_dim)."""
     group = _kind_group(spec, kind)
-    return group is not None and isinstance(group.attention, Heads) and \
-        group.attention.d_v(group.layer) != group.attention.d_h(group.layer)
+    if group is None:
+        return False
+    att = group.attention
+    if isinstance(att, MLA):
+        return att.v_head_dim != att.qk_nope_head_dim
+    return isinstance(att, Heads) and att.d_v(group.layer) != att.d_h(group.layer)
 
 
 def dims_rows(specs: list[ModelSpec], kinds: tuple[str, ...] = KINDS) -> tuple[list[dict[str, str | None]], list[str]]:
@@ -116,9 +123,11 @@ def dims_rows(specs: list[ModelSpec], kinds: tuple[str, ...] = KINDS) -> tuple[l
     for kind in used:
         items = [(n, shape, "") for n, shape in _HEADS_ROWS[kind]] if kind in _HEADS_ROWS else list(_MLA_ROWS)
         items += [("cache per token and layer", CACHE[kind], "elements (DeepSeek-V2 Table 1)"),
-                  ("decode FLOPs per token", DECODE_FLOPS[kind], "attention at context t")]
+                  ("decode FLOPs per token", DECODE_FLOPS[kind], "one layer's attention at context t")]
         if kind in _KV_DIFFER and any(_values_differ(s, kind) for s in specs):
-            general = {**_KV_DIFFER[kind], "decode FLOPs per token": _KV_DIFFER_DECODE}
+            general = dict(_KV_DIFFER[kind])
+            if kind != "mla":  # MLA's absorbed decode reads the latent: no d_v in it
+                general["decode FLOPs per token"] = _KV_DIFFER_DECODE
             items = [(n, general[n], f"{note}; {_KV_DIFFER_NOTE}" if note else _KV_DIFFER_NOTE) if n in general
                      else (n, shape, note) for n, shape, note in items]
         for item, symbolic, note in items:

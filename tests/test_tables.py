@@ -74,6 +74,28 @@ def test_decode_flops_of_keys_and_values_of_different_dims(tmp_path):
     assert papers["W_V"] == "d × n_kv·d_h" and papers["decode FLOPs per token"] == "4·n_h·d_h·t"
 
 
+def test_mla_values_of_another_size_show_d_v(tmp_path):
+    # MLA whose v_head_dim (64) differs from qk_nope_head_dim (128): W_UV is d_c × n_h·d_v and W_O n_h·d_v × d in
+    # symbols as in numbers (they kept n_h·d_h beside numbers of n_h·d_v); the cache and the absorbed decode, which
+    # read the latent, keep the papers' forms
+    path = tmp_path / "mla.yaml"
+    path.write_text("name: mlatest\nfamily: test\nsource: test\nd_model: 1024\nn_layers: 2\nvocab_size: 1000\n"
+                    "tie_embeddings: false\nmax_context: 4096\nffn: {kind: dense, d_ff: 2048}\nlayer_groups:\n"
+                    "  - layers: all\n    attention: {kind: mla, n_heads: 8, kv_lora_rank: 256, qk_nope_head_dim: 128,"
+                    " qk_rope_head_dim: 32, v_head_dim: 64}\n")
+    table = rows("dims", str(path))
+    got = {r["item"]: (r["symbolic"], r["note"], r["mlatest"]) for r in table}
+    assert got["W_UV"] == ("d_c × n_h·d_v", "value up-projection; d_v ≠ d_h in a model shown", "256 × 512")  # 8·64
+    assert got["W_O"] == ("n_h·d_v × d", "output; d_v ≠ d_h in a model shown", "512 × 1,024")
+    assert got["W_UK"][0] == "d_c × n_h·d_h" and got["W_UK"][2] == "256 × 1,024"  # 8·128
+    assert got["cache per token and layer"][0::2] == ("d_c + d_R", "288")  # 256 + 32
+    assert got["decode FLOPs per token"][0] == "2·n_h·(d_c + d_R)·t + 2·n_h·d_c·t"
+    assert got["decode FLOPs per token"][2] == f"{2 * 8 * 288 + 2 * 8 * 256:,}·t"
+    assert got["decode FLOPs per token"][1] == "one layer's attention at context t"
+    papers = {r["item"]: r["symbolic"] for r in rows("dims", "deepseek-v2")}
+    assert papers["W_UV"] == "d_c × n_h·d_h" and papers["W_O"] == "n_h·d_h × d"
+
+
 def test_models_table_defaults_to_the_papers_three():
     out = rows("models")
     assert [r["model"] for r in out] == ["llama3-70b", "gemma3-27b", "deepseek-v2"]
