@@ -142,3 +142,15 @@ def test_readme_latex_example_is_what_the_command_prints():
     assert f"`kvcalc {command}` gives a booktabs table" in text
     block = text.split(f"`kvcalc {command}`", 1)[1].split("```latex\n", 1)[1].split("\n```", 1)[0]
     assert block == run(*command.split()).stdout.rstrip("\n")
+
+
+def test_default_labels_differ_across_commands():
+    # two pasted outputs must not define one label twice (list and table models were both tab:models, show and cost
+    # both tab:summary): a later table's label is the first's with -<name>
+    commands = [("list",), ("table", "models"), ("table", "dims"), ("show", "llama3-8b"), ("cost", "llama3-8b"),
+                ("compare", "llama3-8b"), ("fit", "llama3-8b", "--hardware", "h100-80gb"), ("hardware",),
+                ("sweep", "llama3-8b"), ("approx", "--n", "64", "--d", "8", "--method", "exact", "--spectrum"),
+                ("approx", "--transmla", "llama3-8b")]
+    labels = [label for args in commands for label in re.findall(r"\\label\{([^}]*)\}", run(*args, "-f", "latex").stdout)]
+    assert len(labels) == len(set(labels)) == 14, labels
+    assert labels[:5] == ["tab:list", "tab:models", "tab:dims", "tab:summary", "tab:summary-groups"]

@@ -193,7 +193,8 @@ def render_text(out: Output, fmt: str, units: str, dest: Destination | None = No
             parts.append(table_text(t, units))
         elif fmt == "latex":
             caption = dest.caption if dest.caption and i == 0 else t.title
-            label = (dest.label if i == 0 else f"{dest.label}-{t.name}") if dest.label else f"tab:{t.name}"
+            base = dest.label or f"tab:{out.tables[0].name}"  # later tables: -<name>, so no two labels collide
+            label = base if i == 0 else f"{base}-{t.name}"
             parts.append(render(t.columns, t.collect(), fmt, units, title=caption, label=label, bare=dest.bare))
         else:
             parts.append(render(t.columns, t.collect(), fmt, units, title=t.title))

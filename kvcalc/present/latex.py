@@ -10,7 +10,8 @@ Choices (also in the README):
 - Units go in the header when every cell of a column has the same one (`KV cache (GiB)`), else stay in the cells;
   token counts (128k) and parameter counts (70.6B) keep theirs.
 - Text columns whose cells run past 40 characters become 5 cm paragraph columns.
-- `bare` gives the tabular alone; otherwise `\\caption` and `\\label` (default `tab:<table name>`) wrap it.
+- `bare` gives the tabular alone; otherwise `\\caption` and `\\label` wrap it (default `tab:<first table's name>`,
+  later tables of the output `-<name>` after it: distinct across commands).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def list_output() -> Output:
     from kvcalc.rows import list_rows
 
     rows = list_rows([load_model(name).spec for name in bundled_names()])
-    return Output([Table("models", LIST_COLUMNS, rows, "Bundled models", LIST_KEYS)])
+    return Output([Table("list", LIST_COLUMNS, rows, "Bundled models", LIST_KEYS)])
 
 
 def serving_note(s: Settings) -> str:
