@@ -71,6 +71,7 @@ def test_format_count_rounds_into_the_next_unit(n, text):
     (int(99.96 * 2**30), "binary", "100 GiB"),  # (was 100.0 GiB)
     (-64_166_811_402, "binary", "-59.8 GiB"),  # fit's negative headroom (was -59.76 GiB)
     (999_999_999, "si", "1.00 GB"), (1023, "binary", "1023 B"), (1024, "binary", "1.00 KiB"),
+    (int(274.5 * 2**20), "binary", "274 MiB"), (int(1.125 * 2**30), "binary", "1.12 GiB"),  # ties to even (README)
 ])
 def test_format_bytes_counts_three_digits_after_rounding(n, units, text):
     assert format_bytes(n, units) == text
