@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 from kvcalc.costs.cache import CacheReport
-from kvcalc.dtypes import dtype_bits
+from kvcalc.costs.quant import group_size
+from kvcalc.dtypes import dtype_bits, elements_to_bytes
 from kvcalc.units import format_bytes
 
 
@@ -72,6 +73,11 @@ def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | N
         "kv_cache_bytes": report.bytes,
         **({"state_dtype": report.state_dtype, "state_elements": report.state_elements, "state_bytes": report.state_bytes,
             "cache_bytes": report.cache_bytes} if report.state_elements else {}),
+        # --kv-quant: the payload at kv_dtype and what the scheme adds beside it (scales, zero points; fp8-ds-mla's
+        # bf16 RoPE key), so each bytes line adds up (kvcalc.costs.quant)
+        **({"kv_quant": report.kv_quant,
+            "payload_bytes_per_token": elements_to_bytes(report.elements_per_token, report.kv_dtype),
+            "payload_bytes": elements_to_bytes(report.elements, report.kv_dtype)} if report.kv_quant != "none" else {}),
         # a model that stores a state component in a dtype of its own (Qwen3.5's fp32 recurrent state): elements by dtype
         **({"state_by_dtype": {dtype: report.batch * n for n, dtype in report.plan.state_parts}}
            if len(report.plan.state_parts) > 1 else {}),
@@ -142,10 +148,12 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
     own = [g for g in d["groups"] if not g.get("kv_shared")]  # a KV-shared layer adds nothing: it holds no cache
     parts = " + ".join(f"{g['n_layers']}×{g['elements_per_token_per_layer']:,}" for g in own)
     lines.append(f"  per token (every layer holding one more token): {parts} = {d['elements_per_token']:,} elements"
-                 f" × {b}/8 bytes = {d['kv_bytes_per_token']:,} bytes ({format_bytes(d['kv_bytes_per_token'], units)})")
+                 f" × {b}/8 bytes{_extra(d, 'payload_bytes_per_token', 'kv_bytes_per_token')}"
+                 f" = {d['kv_bytes_per_token']:,} bytes ({format_bytes(d['kv_bytes_per_token'], units)})")
     sums = " + ".join(f"{g['elements']:,}" for g in d["groups"]) + " = " if len(d["groups"]) > 1 else ""
     lines.append(f"  KV cache: {sums}{d['elements']:,} elements"
-                 f" × {b}/8 bytes = {d['kv_cache_bytes']:,} bytes ({format_bytes(d['kv_cache_bytes'], units)})")
+                 f" × {b}/8 bytes{_extra(d, 'payload_bytes', 'kv_cache_bytes')}"
+                 f" = {d['kv_cache_bytes']:,} bytes ({format_bytes(d['kv_cache_bytes'], units)})")
     if d.get("state_elements"):
         by_dtype = d.get("state_by_dtype") or {d["state_dtype"]: d["state_elements"]}
         each = " + ".join(f"{n:,} elements × {dtype_bits(dtype)}/8 bytes ({dtype})" for dtype, n in by_dtype.items())
@@ -153,6 +161,16 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
                      f"{d['state_bytes']:,} bytes ({format_bytes(d['state_bytes'], units)}); KV cache + states = "
                      f"{d['cache_bytes']:,} bytes ({format_bytes(d['cache_bytes'], units)})")
     return lines
+
+
+def _extra(d: dict, payload: str, total: str) -> str:
+    """Under --kv-quant, ' = <payload> bytes + <extra> bytes of <what the scheme stores>'; else nothing."""
+    if "kv_quant" not in d:
+        return ""
+    scheme, extra = d["kv_quant"], d[total] - d[payload]
+    what = ("fp32 scales and the RoPE key kept in bf16" if scheme == "fp8-ds-mla"
+            else "fp16 scales and zero points" if group_size(scheme) else "fp32 scales")
+    return f" = {d[payload]:,} bytes + {extra:,} bytes of {scheme}'s {what}"
 
 
 def _span(layers: list[int]) -> str:

@@ -147,6 +147,34 @@ def test_explain_in_paper_formats_stays_pasteable(fmt):
         assert "```text" in out
 
 
+def test_explain_bytes_lines_add_up_under_kv_quant():
+    # with --kv-quant the bytes lines said '42,944 elements × 8/8 bytes = 48,068 bytes': the scheme's scales (and
+    # fp8-ds-mla's bf16 RoPE key) were in the result but not in the line; now payload + extra = total, each figure
+    # written out: DeepSeek-V3.2 (61 layers, 512 + 64 + 128 indexer = 704 elements), fp8-ds-mla 656 + 132 = 788 bytes
+    out = run("compare", "deepseek-v3.2", "--ctx", "128k", "--kv-dtype", "fp8", "--kv-quant", "fp8-ds-mla", "--explain").stdout
+    assert ("61×704 = 42,944 elements × 8/8 bytes = 42,944 bytes + 5,124 bytes of fp8-ds-mla's fp32 scales and the RoPE "
+            "key kept in bf16 = 48,068 bytes") in out and 61 * 788 == 48_068 and 61 * (788 - 704) == 5_124
+    # llama3-8b int4 g64: per layer K 1,024 channels × 4 bytes / 64 tokens + V 1,024/64 groups × 4 bytes = 128 bytes
+    out = run("compare", "llama3-8b", "--ctx", "4k", "--kv-dtype", "int4", "--kv-quant", "g64", "--explain").stdout
+    assert ("65,536 elements × 4/8 bytes = 32,768 bytes + 4,096 bytes of g64's fp16 scales and zero points "
+            "= 36,864 bytes") in out and 32 * 128 == 4_096
+    assert ("268,435,456 elements × 4/8 bytes = 134,217,728 bytes + 16,777,216 bytes of g64's fp16 scales and zero "
+            "points = 150,994,944 bytes") in out and 4096 * 4096 == 16_777_216
+    doc = json.loads(run("compare", "llama3-8b", "--ctx", "4k", "--kv-dtype", "int4", "--kv-quant", "per-head",
+                         "--explain", "-f", "json").stdout)[0]
+    d = doc["derivation"]
+    assert d["kv_quant"] == "per-head" and d["payload_bytes"] == 268_435_456 // 2
+    assert d["kv_cache_bytes"] - d["payload_bytes"] == 32 * 2 * 8 * 4096 * 4  # an fp32 scale a token, head, K and V
+    plain = run("compare", "llama3-8b", "--ctx", "4k", "--kv-dtype", "int4", "--explain").stdout
+    assert "65,536 elements × 4/8 bytes = 32,768 bytes (32.0 KiB)" in plain and "scales" not in plain
+
+
+def test_explain_names_a_layer_without_a_mixer_as_such():
+    out = run("compare", "nemotron-h-56b", "--ctx", "1", "--explain").stdout
+    assert "tokens held: none (no sequence mixer) = 0" in out and "[no sequence mixer: no cache and no state]" in out
+    assert "(54 layers), NONE, none (no sequence mixer)" in out
+
+
 def test_explain_with_csv_is_refused():
     res = run("compare", "gpt2", "--ctx", "1k", "--explain", "--format", "csv", ok=False)
     assert res.exit_code != 0 and "--explain cannot be combined with --format csv" in res.stderr

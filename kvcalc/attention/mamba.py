@@ -227,5 +227,11 @@ class NoMixer(Recurrent):
     def kv_label(self, layer: Layer, layout: str | None) -> str:
         return "–"
 
+    def cache_formula(self, layer: Layer, layout: str) -> Formula:
+        return Formula("0", (), 0, {}, "no sequence mixer: no cache and no state")
+
+    def tokens_rule(self, layer: Layer) -> str:
+        return "none (no sequence mixer)"
+
     def describe(self, layer: Layer) -> str:
         return "no sequence mixer: the layer is its FFN only"
