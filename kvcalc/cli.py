@@ -33,6 +33,7 @@ from kvcalc.options import (
     one_ctx,
     output_options,
     parse_ctx,
+    range_option,
     version_callback,
 )
 from kvcalc.schema import COMMANDS as SCHEMA_COMMANDS
@@ -115,7 +116,7 @@ def sweep(
     try:
         ctxs = parse_token_range(ctx, points)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="'--ctx'") from None
+        raise typer.BadParameter(str(exc), param_hint=range_option(str(exc))) from None
     grid = opts.each_settings(ctxs[0])
     check_sweep_rows(len(models), len(ctxs), fmt, len(grid))
     loaded = [load(m) for m in models]
@@ -289,7 +290,7 @@ def plot(
     try:
         ctxs = parse_token_range(ctx, points)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="'--ctx'") from None
+        raise typer.BadParameter(str(exc), param_hint=range_option(str(exc))) from None
     loaded = [load(m) for m in models]
     fig = plot_figure([(lm.spec.name, lm.spec) for lm in loaded], ctxs, metric or ["cache"], opts.settings(ctxs[0]))
     save_figure(fig, output)
@@ -360,11 +361,11 @@ def paper(
 def approx(
     method: Annotated[str, typer.Option("--method", "-m", help="Methods with parameters, comma-separated; parameters key=value, '/'-separated: exact, window:w=256, topk:k=64, lsh:c=64/r=2, linformer:k=256, linformer-svd:k=256, nystrom:m=64/T=6, performer:r=256, cosformer.")] = "performer:r=256,nystrom:m=64,linformer:k=256,topk:k=64",
     n: Annotated[str, typer.Option("--n", help="Sequence length (k = 1024).")] = "1024",
-    d: Annotated[int, typer.Option("--d", min=1, help="Query/key head dim.")] = 64,
-    d_v: Annotated[int | None, typer.Option("--dv", min=1, help="Value head dim (default: --d).")] = None,
+    d: Annotated[int, typer.Option("--d", min=1, max=16384, help="Query/key head dim.")] = 64,
+    d_v: Annotated[int | None, typer.Option("--dv", min=1, max=16384, help="Value head dim (default: --d).")] = None,
     scale: Annotated[str, typer.Option("--scale", help="Input scales (multiply Q and K), comma-separated: small is flat attention, large is spiky.")] = "0.25,0.5,1,2",
     data: Annotated[str, typer.Option("--data", help="gaussian, clustered, spiky, or an .npz with q [n, d], k [n, d], v [n, d_v] of one head.")] = "gaussian",
-    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Random inputs (and projections) to average the errors over.")] = 3,
+    seeds: Annotated[int, typer.Option("--seeds", min=1, max=1000, help="Random inputs (and projections) to average the errors over.")] = 3,
     causal: Annotated[bool, typer.Option("--causal", help="Measure causal (decoder) attention; methods without a causal form are refused.")] = False,
     spectrum: Annotated[bool, typer.Option("--spectrum", help="Also the singular values of the attention matrix and of QKᵀ: the rank for 90%, 99% and 99.9% of the energy.")] = False,
     plot_file: Annotated[Path | None, typer.Option("--plot", metavar="FILE", help="Also a Pareto plot of error against FLOPs (.png .pdf .svg .pgf; needs matplotlib).")] = None,
@@ -378,20 +379,23 @@ def approx(
     from kvcalc.present.emit import emit
     from kvcalc.present.outputs import approx_output
 
-    length = one_ctx(n, "approx takes one --n")
+    length = one_ctx(n, "approx takes one --n", "--n")
     if transmla:
         from kvcalc.present.outputs import transmla_output
 
         emit(transmla_output([load(m) for m in transmla], length), fmt, units)
         return
     try:
-        scales = [float(x) for x in scale.split(",") if x.strip()]
+        scales = [float(x) for x in scale.split(",")]
     except ValueError:
         raise typer.BadParameter(f"{scale!r}: numbers, comma-separated (e.g. 0.25,1,4)", param_hint="'--scale'") from None
-    if not scales or any(not 0 < x < 1e6 for x in scales):
-        raise typer.BadParameter(f"{scale!r}: each scale must be a positive number", param_hint="'--scale'")
+    if any(not 0 < x < 1e6 for x in scales):
+        raise typer.BadParameter(f"{scale!r}: each scale must be a positive number below 1e6", param_hint="'--scale'")
     if length > 16384:
         raise KvcalcError(f"--n {length:,}: approx materialises n × n attention matrices; use --n 16k or less")
+    if length * max(d, d_v or d) > 2**24:  # Q, K and V of n × d float64 each: at most 128 MiB apiece
+        raise KvcalcError(f"--n {length:,} with --d/--dv {max(d, d_v or d):,}: n × d may be at most 2^24 "
+                          "(16,777,216) values (Q, K and V are held in float64)")
     rows = evaluate(parse_methods(method), length, d, d_v or d, scales, data, seeds, causal)
     spec_rows = spectrum_rows(length, d, scales, data, 0, causal) if spectrum else None
     if plot_file is not None:

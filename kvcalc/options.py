@@ -107,6 +107,9 @@ class CostOptions:
         from kvcalc.settings import Settings
 
         hw = None
+        if self.hardware_name is not None and not self.hardware_name.strip():
+            raise typer.BadParameter("an empty name: give a preset ('kvcalc hardware' lists them) or a YAML file",
+                                     param_hint="'--hardware'")
         if self.hardware_name:
             from kvcalc.hardware import load_hardware
 
@@ -225,6 +228,9 @@ def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         dest = Destination(**{name: kwargs.pop(name) for name, _, _ in _OUTPUT_PARAMS})
+        if dest.output is not None and not dest.output.strip():
+            raise typer.BadParameter("an empty file name: give a file, or leave --output out for stdout",
+                                     param_hint="'--output'")
         token = DESTINATION.set(dest)
         try:
             return fn(*args, **kwargs)
@@ -287,21 +293,26 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def parse_ctx(value: str) -> list[int]:
-    """A comma list of context lengths, or a usage error naming --ctx."""
+def parse_ctx(value: str, option: str = "--ctx") -> list[int]:
+    """A comma list of context lengths, or a usage error naming `option`."""
     from kvcalc.units import parse_token_list
 
     try:
         return parse_token_list(value)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="'--ctx'") from None
+        raise typer.BadParameter(str(exc), param_hint=f"'{option}'") from None
 
 
-def one_ctx(value: str, why: str) -> int:
+def range_option(message: str) -> str:
+    """The option a context range's error is about: --points when it names it, else --ctx."""
+    return "'--points'" if message.startswith("--points") else "'--ctx'"
+
+
+def one_ctx(value: str, why: str, option: str = "--ctx") -> int:
     """One context length; `why` completes the message for a list ("show takes one context; ...")."""
-    ctxs = parse_ctx(value)
+    ctxs = parse_ctx(value, option)
     if len(ctxs) != 1:
-        raise typer.BadParameter(why, param_hint="'--ctx'")
+        raise typer.BadParameter(why, param_hint=f"'{option}'")
     return ctxs[0]
 
 

@@ -26,7 +26,7 @@ def parse_tokens(text: str) -> int:
     if value.denominator != 1:
         raise ValueError(f"{text!r} is not a whole number of tokens")
     if value <= 0:
-        raise ValueError(f"{text!r}: a context must be at least 1 token")
+        raise ValueError(f"{text!r}: must be at least 1 token")
     if value > MAX_TOKENS:
         raise ValueError(f"{text.strip()[:40]!r}: above 2^40 tokens, the largest count kvcalc accepts")
     return int(value)
@@ -148,4 +148,7 @@ def parse_size(text: str) -> int:
     if not match:
         raise ValueError(f"{text!r} is not a size (use e.g. 8G, 512M, 1073741824)")
     scale = 1024 ** " KMGT".index(match[2].upper() or " ")
-    return int(Fraction(match[1]) * scale)
+    size = Fraction(match[1]) * scale
+    if size.denominator != 1:  # 1.5B, 0.5: never truncated to a size that was not asked
+        raise ValueError(f"{text!r} is not a whole number of bytes")
+    return int(size)

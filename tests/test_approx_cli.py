@@ -44,7 +44,7 @@ def test_causal_mode_and_refusals():
                           (["--method", "performer"], "performer needs r"),
                           (["--method", "performer:r=x"], "r must be a whole number"),
                           (["--scale", "-1"], "each scale must be a positive number"),
-                          (["--data", "/nonexistent.npz"], "cannot read it as .npz")):
+                          (["--data", "/nonexistent.npz"], "--data /nonexistent.npz: no such file")):
         res = run("approx", "--n", "64", "--d", "8", *args, ok=False)
         assert res.exit_code != 0 and message in res.stderr and "Traceback" not in res.stderr, args
 

@@ -48,10 +48,41 @@ def test_closed_stdout_and_ascii_terminal():
     (["run", "gpt2", "--seed", "-1"], "--seed"),
     (["run", "gpt2", "--max-memory", "0"], "a memory limit must be positive"),
     (["compare", "gpt2", "--tp", "100000"], "tp 100000: at most 65,536"),
+    # an audit's finds: each was a traceback, a hang, a value changed in silence or a message naming another option
+    (["approx", "--n", "64", "-m", "exact", "--d", "100000000"], "Invalid value for '--d'"),  # numpy MemoryError
+    (["approx", "--n", "16k", "-m", "exact", "--d", "2048"], "n × d may be at most 2^24"),
+    (["approx", "--n", "64", "-m", "exact", "--seeds", "100000000"], "Invalid value for '--seeds'"),  # hung
+    (["approx", "--n", "64", "-m", "performer:r=10000000000"], "r must be at least 1 and at most 16,384"),  # hung
+    (["approx", "--n", "64", "-m", "nystrom:m=64/T=100000"], "T must be at least 1 and at most 100"),  # hung
+    (["approx", "--n", "64", "-m", "lsh:c=16/r=1000"], "r must be at least 1 and at most 64"),
+    (["approx", "--n", "64", "-m", "exact,,exact"], "an empty method between commas"),  # dropped
+    (["approx", "--n", "64", "-m", "window:w=4/w=8"], "w is given twice"),  # took w=8
+    (["approx", "--n", "64", "-m", "topk:k=65"], "k must be at most n = 64"),  # accepted
+    (["approx", "--n", "64", "-m", "exact", "--scale", "1,,2"], "numbers, comma-separated"),  # dropped
+    (["approx", "--n", "64", "-m", "exact", "--scale", "1e200"], "a positive number below 1e6"),
+    (["approx", "--n", "0", "-m", "exact"], "Invalid value for '--n': '0': must be at least 1 token"),  # said --ctx
+    (["sweep", "gpt2", "--ctx", "1k..1M", "--points", "100001"], "Invalid value for '--points'"),  # said --ctx
+    (["compare", "gpt2", "--gen", "0"], "'0': must be at least 1 token"),  # said 'a context'
+    (["run", "gpt2", "--max-memory", "1.5B"], "'1.5B' is not a whole number of bytes"),  # became 1 byte
+    (["run", "gpt2", "--max-memory", "0.5"], "'0.5' is not a whole number of bytes"),
+    (["compare", "gpt2", "--hardware", ""], "Invalid value for '--hardware': an empty name"),  # no hardware
+    (["compare", "gpt2", "-o", ""], "Invalid value for '--output': an empty file name"),  # printed to stdout
 ])
 def test_numbers_beyond_the_bounds(args, message):
     res = run(*args, ok=False)
     assert res.exit_code in (1, 2) and message in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="optional: needs os.mkfifo")
+def test_approx_data_refuses_a_fifo_and_a_file_that_is_not_npz(tmp_path):
+    fifo = tmp_path / "qkv.npz"
+    os.mkfifo(fifo)
+    res = run("approx", "--n", "64", "-m", "exact", "--data", str(fifo), ok=False)  # np.load blocked on it
+    assert res.exit_code == 1 and f"--data {fifo}: is a FIFO (named pipe), not a regular file" in res.stderr
+    text = tmp_path / "x.json"
+    text.write_text("{}")
+    res = run("approx", "--n", "64", "-m", "exact", "--data", str(text), ok=False)
+    assert res.exit_code == 1 and f"--data {text}: not a NumPy .npz archive of arrays q, k, v (np.savez)" in res.stderr
 
 
 def test_import_never_overwrites_without_force(tmp_path):

@@ -191,3 +191,21 @@ def test_nemotron_h_proj_bias_flags_must_agree(tmp_path):
     # NemotronHMamba2Mixer's in_proj and out_proj read use_bias; a config whose mamba_proj_bias says otherwise is refused
     err = _variant(tmp_path, "nemotron-h-56b-base-8k.json", lambda c: c.update(mamba_proj_bias=True, use_bias=False))
     assert "mamba_proj_bias: true, but use_bias is false (the mixer's in_proj and out_proj read use_bias): give them alike" in err
+
+
+@pytest.mark.parametrize("key, value, shown", [("tie_word_embeddings", "false", "'false'"), ("attention_bias", 1, "1"),
+                                               ("mlp_bias", "no", "'no'")])
+def test_a_boolean_key_is_true_or_false_only(tmp_path, key, value, shown):
+    # bool("false") is true: the string was read as tied embeddings (and 1 as a bias) in silence
+    err = refused(tmp_path, json.dumps({**LLAMA, key: value}), f"{key}: must be true or false, got {shown}")
+    assert err.count("\n") == 1
+
+
+def test_a_null_boolean_key_takes_the_default(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA, "attention_bias": None, "tie_word_embeddings": None}))
+    plain = tmp_path / "plain" / "config.json"
+    plain.parent.mkdir()
+    plain.write_text(json.dumps(LLAMA))
+    rows = [json.loads(run("compare", p, "--columns", "all", "-f", "json").stdout)[0] for p in (path, plain)]
+    assert rows[0]["params_total"] == rows[1]["params_total"] == 8_030_261_248

@@ -35,6 +35,8 @@ MEASURED: dict[str, tuple[str, str, tuple[str, ...], tuple[bool, ...]]] = {
     "cosformer": ("cosformer", "cosformer", (), (False, True)),
 }
 DEFAULTS = {"nystrom": {"T": 6}, "lsh": {"r": 1}}
+PARAM_LIMIT = 16384  # a window, a k, a chunk, landmarks or features: at most --n's own limit
+PARAM_LIMITS = {("nystrom", "T"): 100, ("lsh", "r"): 64}  # pseudo-inverse iterations (exact by about 20); hash rounds
 DATA = ("gaussian", "clustered", "spiky")
 BYTES_PER_ELEMENT = 2  # bf16 decode state
 
@@ -97,24 +99,29 @@ def parse_methods(text: str) -> list[Method]:
     out = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
-            continue
+            raise KvcalcError(f"--method {text!r}: an empty method between commas")
         name, _, rest = item.partition(":")
         name = name.strip().lower()
         if name not in MEASURED:
             raise KvcalcError(f"--method {item!r}: unknown method {name!r}; choose from {', '.join(MEASURED)}")
         params = dict(DEFAULTS.get(name, {}))
+        given: set[str] = set()
         for pair in (p for p in rest.split("/") if p.strip()):
             key, eq, value = pair.partition("=")
             key = key.strip()
             if not eq or key not in MEASURED[name][2]:
                 raise KvcalcError(f"--method {item!r}: {name} takes {', '.join(MEASURED[name][2]) or 'no parameters'} "
                                   f"as key=value, '/'-separated")
+            if key in given:
+                raise KvcalcError(f"--method {item!r}: {key} is given twice")
+            given.add(key)
             try:
                 params[key] = int(value)
             except ValueError:
                 raise KvcalcError(f"--method {item!r}: {key} must be a whole number, got {value!r}") from None
-            if params[key] < 1:
-                raise KvcalcError(f"--method {item!r}: {key} must be at least 1")
+            limit = PARAM_LIMITS.get((name, key), PARAM_LIMIT)
+            if not 1 <= params[key] <= limit:
+                raise KvcalcError(f"--method {item!r}: {key} must be at least 1 and at most {limit:,}")
         missing = [p for p in MEASURED[name][2] if p not in params]
         if missing:
             raise KvcalcError(f"--method {item!r}: {name} needs {', '.join(missing)} (e.g. {name}:{missing[0]}=64)")
@@ -128,11 +135,16 @@ def load_npz(path: str) -> tuple[Any, Any, Any]:
     """Q, K, V of one head from an .npz with arrays q [n, d], k [n, d], v [n, d_v]."""
     import numpy as np
 
+    from kvcalc.yamlfile import check_file
+
+    check_file(Path(path), f"--data {path}", limit=2**32)  # a regular file (a FIFO would block np.load), 4 GiB at most
     try:
         with np.load(Path(path), allow_pickle=False) as data:
             arrays = {name: np.asarray(data[name], dtype=np.float64) for name in ("q", "k", "v") if name in data}
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise KvcalcError(f"--data {path}: cannot read it as .npz ({exc})") from None
+    except ValueError:  # numpy's word for a file that is not an array archive: 'pickled data', allow_pickle advice
+        raise KvcalcError(f"--data {path}: not a NumPy .npz archive of arrays q, k, v (np.savez)") from None
     missing = [name for name in ("q", "k", "v") if name not in arrays]
     if missing:
         raise KvcalcError(f"--data {path}: missing array(s) {', '.join(missing)} (q [n, d], k [n, d], v [n, d_v])")
@@ -235,6 +247,8 @@ def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float
 
     n, d, d_v = _shape(data, n, d, d_v)
     for m in methods:
+        if m.name == "topk" and m.params["k"] > n:
+            raise KvcalcError(f"--method topk:k={m.params['k']}: k must be at most n = {n:,} (the keys there are)")
         if causal not in MEASURED[m.name][3]:
             mode = "causal" if causal else "non-causal"
             raise KvcalcError(f"{m.name} has no {mode} form here ({'drop' if causal else 'add'} --causal)")

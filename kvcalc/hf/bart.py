@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcalc.hf.common import dense_ffn, importer, need
+from kvcalc.hf.common import dense_ffn, flag, importer, need
 
 KEYS = {"d_model": "d_model", "n_layers": "decoder_layers", "n_heads": "decoder_attention_heads",
         "max_context": "max_position_embeddings"}
@@ -54,7 +54,7 @@ def _bart(cfg: dict, origin: str, notes: list[str]) -> dict:
         "d_model": d,
         "n_layers": need(cfg, "decoder_layers", origin),
         "vocab_size": need(cfg, "vocab_size", origin),
-        "tie_embeddings": bool(cfg.get("tie_word_embeddings", True)),  # PretrainedConfig default: lm_head tied
+        "tie_embeddings": flag(cfg, "tie_word_embeddings", origin, True),  # PretrainedConfig default: lm_head tied
         "max_context": positions,
         "norm": "layernorm",
         "norms_per_layer": 3,

@@ -153,6 +153,17 @@ def need(cfg: dict, key: str, origin: str, *alts: str) -> int:
     raise SpecError(f"{origin}: {key}: required field is missing from the config")
 
 
+def flag(cfg: dict, key: str, origin: str, default: bool = False) -> bool:
+    """A boolean config key: JSON true or false (absent or null: `default`). Anything else is refused, never read by
+    Python's truthiness (bool("false") is true)."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    raise SpecError(f"{origin}: {key}: must be true or false, got {show(value)}")
+
+
 def get(cfg: dict, key: str, origin: str, minimum: int = 1) -> int | None:
     """An optional whole-number field: None when absent or null (`minimum` 0 where 0 means 'none')."""
     return None if cfg.get(key) is None else whole(cfg[key], key, origin, minimum)
@@ -233,7 +244,7 @@ def base_fields(cfg: dict, origin: str, family: str, tie_default: bool) -> dict:
         "d_model": need(cfg, "hidden_size", origin),
         "n_layers": need(cfg, "num_hidden_layers", origin),
         "vocab_size": need(cfg, "vocab_size", origin),
-        "tie_embeddings": bool(cfg.get("tie_word_embeddings", tie_default)),
+        "tie_embeddings": flag(cfg, "tie_word_embeddings", origin, tie_default),
         "max_context": need(cfg, "max_position_embeddings", origin),
     }
 
@@ -250,7 +261,7 @@ def decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_defaul
     n_heads = need(cfg, "num_attention_heads", origin)
     n_kv = get(cfg, "num_key_value_heads", origin) or n_heads
     # Llama-style attention_bias puts a bias on q, k, v and o; Qwen2 has q/k/v biases only.
-    bias = bool(cfg.get("attention_bias", False))
+    bias = flag(cfg, "attention_bias", origin, False)
     flags = {"qkv_bias": qkv_bias or bias, "o_bias": bias, "qk_norm": qk_norm, **(attention or {})}
     att = heads_attention(n_heads, n_kv, get(cfg, "head_dim", origin), **flags)
     window = get(cfg, "sliding_window", origin, minimum=0)  # 0 or null: no window
@@ -266,7 +277,7 @@ def decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_defaul
         if layer_ffn(i) is not None:
             layer["ffn"] = layer_ffn(i)
         layers.append(layer)
-    base["ffn"] = ffn if ffn is not None else dense_ffn(need(cfg, "intermediate_size", origin), bias=bool(cfg.get("mlp_bias")))
+    base["ffn"] = ffn if ffn is not None else dense_ffn(need(cfg, "intermediate_size", origin), bias=flag(cfg, "mlp_bias", origin))
     base["layer_groups"] = group_layers(layers, base["n_layers"])
     return base
 

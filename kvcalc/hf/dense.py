@@ -14,6 +14,7 @@ from kvcalc.hf.common import (
     base_fields,
     decoder,
     dense_ffn,
+    flag,
     get,
     heads_attention,
     importer,
@@ -135,8 +136,8 @@ def _falcon(cfg, origin, notes):
     else:
         n_kv = n_heads
     d = base["d_model"]
-    base["ffn"] = dense_ffn(get(cfg, "ffn_hidden_size", origin) or 4 * d, gated=False, bias=bool(cfg.get("bias")))
-    bias = bool(cfg.get("bias"))
+    base["ffn"] = dense_ffn(get(cfg, "ffn_hidden_size", origin) or 4 * d, gated=False, bias=flag(cfg, "bias", origin))
+    bias = flag(cfg, "bias", origin)
     base["layer_groups"] = [{"layers": "all", "attention": heads_attention(n_heads, n_kv, get(cfg, "head_dim", origin), qkv_bias=bias, o_bias=bias)}]
     return base
 
@@ -148,7 +149,7 @@ def _gpt2(cfg, origin, notes):
         "d_model": need(cfg, "n_embd", origin),
         "n_layers": need(cfg, "n_layer", origin),
         "vocab_size": need(cfg, "vocab_size", origin),
-        "tie_embeddings": bool(cfg.get("tie_word_embeddings", True)),
+        "tie_embeddings": flag(cfg, "tie_word_embeddings", origin, True),
         "max_context": need(cfg, "n_positions", origin),
         "norm": "layernorm",
         "learned_positions": True,

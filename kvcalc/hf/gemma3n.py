@@ -38,6 +38,7 @@ from kvcalc.hf.common import (
     LAYER_TYPES,
     base_fields,
     dense_ffn,
+    flag,
     get,
     group_layers,
     heads_attention,
@@ -130,7 +131,7 @@ def _gemma3n(cfg, origin, notes):
     cfg = {**GEMMA3N_TEXT_DEFAULTS, **cfg}
     base = base_fields(cfg, origin, "gemma3n", True)
     n = base["n_layers"]
-    bias = bool(cfg.get("attention_bias", False))
+    bias = flag(cfg, "attention_bias", origin, False)
     att = heads_attention(need(cfg, "num_attention_heads", origin), need(cfg, "num_key_value_heads", origin),
                           need(cfg, "head_dim", origin), qkv_bias=bias, o_bias=bias, qk_norm=True)
     window = get(cfg, "sliding_window", origin, minimum=0)

@@ -26,6 +26,7 @@ from kvcalc.hf.common import (
     LAYER_TYPES,
     base_fields,
     dense_ffn,
+    flag,
     get,
     group_layers,
     heads_attention,
@@ -91,10 +92,10 @@ def _gemma4(cfg, origin, notes):
     n_heads = need(cfg, "num_attention_heads", origin)
     n_kv = need(cfg, "num_key_value_heads", origin)
     head_dim = need(cfg, "head_dim", origin)
-    k_eq_v = bool(cfg["attention_k_eq_v"])
+    k_eq_v = flag(cfg, "attention_k_eq_v", origin)
     # Gemma4TextAttention: full layers take num_global_key_value_heads only when attention_k_eq_v is set.
     n_kv_full = (get(cfg, "num_global_key_value_heads", origin) or n_kv) if k_eq_v else n_kv
-    bias = bool(cfg.get("attention_bias", False))
+    bias = flag(cfg, "attention_bias", origin, False)
     sliding = heads_attention(n_heads, n_kv, head_dim, qkv_bias=bias, o_bias=bias, qk_norm=True)
     full = heads_attention(n_heads, n_kv_full, get(cfg, "global_head_dim", origin) or head_dim, qkv_bias=bias,
                            o_bias=bias, qk_norm=True, k_eq_v=k_eq_v)  # no v_proj on full layers, so no W_V counted

@@ -18,7 +18,7 @@ the layers are DeepseekV3DecoderLayer):
 
 from __future__ import annotations
 
-from kvcalc.hf.common import decoder, get, importer, need, show
+from kvcalc.hf.common import decoder, flag, get, importer, need, show
 
 # Glm4MoeConfig.__init__ defaults of the keys read here when a config leaves them out.
 GLM4_MOE_DEFAULTS = {"first_k_dense_replace": 1, "n_shared_experts": 1, "num_key_value_heads": 8}
@@ -42,5 +42,5 @@ def _glm4_moe(cfg: dict, origin: str, notes: list[str]) -> dict:
     if get(cfg, "num_nextn_predict_layers", origin, minimum=0):
         notes.append(f"{show(cfg['num_nextn_predict_layers'])} multi-token-prediction layer(s) not counted (not built by Glm4MoeModel)")
     # o_bias False overrides decoder()'s Llama rule (attention_bias on q, k, v and o): Glm4MoeAttention.o_proj has none.
-    return decoder(cfg, origin, "glm4_moe", notes, qk_norm=bool(cfg.get("use_qk_norm", False)), ffn=moe,
+    return decoder(cfg, origin, "glm4_moe", notes, qk_norm=flag(cfg, "use_qk_norm", origin, False), ffn=moe,
                    sliding=lambda i: False, attention={"o_bias": False})

@@ -20,7 +20,7 @@ vllm/model_executor/layers/kda.py):
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import dense_ffn, get, group_layers, importer, need, show, whole
+from kvcalc.hf.common import dense_ffn, flag, get, group_layers, importer, need, show, whole
 
 KEYS = {"max_context": "model_max_length", "n_heads": "num_attention_heads (MLA); linear_attn_config.num_heads (KDA)"}
 
@@ -74,7 +74,7 @@ def _kimi_linear(cfg: dict, origin: str, notes: list[str]) -> dict:
         "d_model": need(cfg, "hidden_size", origin),
         "n_layers": n,
         "vocab_size": need(cfg, "vocab_size", origin),
-        "tie_embeddings": bool(cfg.get("tie_word_embeddings", False)),  # KimiLinearConfig default
+        "tie_embeddings": flag(cfg, "tie_word_embeddings", origin, False),  # KimiLinearConfig default
         "max_context": need(cfg, "model_max_length", origin, "max_position_embeddings"),
         "layer_groups": groups,
     }

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, heads_attention, importer, need, show, whole
+from kvcalc.hf.common import base_fields, dense_ffn, flag, get, group_layers, heads_attention, importer, need, show, whole
 
 
 def _flags(cfg: dict, key: str, origin: str, n_layers: int, default: list[int]) -> list[int]:
@@ -59,7 +59,7 @@ def _llama4(cfg: dict, origin: str, notes: list[str]) -> dict:
         whole(v, f"moe_layers[{j}]", origin, minimum=0) for j, v in enumerate(moe_layers)}
     n_heads = need(cfg, "num_attention_heads", origin)
     att = heads_attention(n_heads, get(cfg, "num_key_value_heads", origin) or n_heads, get(cfg, "head_dim", origin),
-                          qkv_bias=bool(cfg.get("attention_bias")), o_bias=bool(cfg.get("attention_bias")))
+                          qkv_bias=flag(cfg, "attention_bias", origin), o_bias=flag(cfg, "attention_bias", origin))
     moe: dict[str, Any] = {
         "kind": "moe",
         "n_routed_experts": need(cfg, "num_local_experts", origin),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, heads_attention, importer, layer_types, need, show
+from kvcalc.hf.common import base_fields, dense_ffn, flag, get, group_layers, heads_attention, importer, layer_types, need, show
 
 # FalconH1Config defaults of the Mamba keys, filled in when a config leaves them out, as transformers does. Note
 # mamba_d_ssm: absent means 1024, null means mamba_expand · hidden_size (FalconH1Mixer.intermediate_size).
@@ -55,7 +55,7 @@ def _mamba2(cfg: dict, origin: str, d_inner: int, inner_key: str, *, use_bias: b
         "ssm_state_size": need(cfg, "mamba_d_state", origin),
         "n_groups": need(cfg, "mamba_n_groups", origin),
         "conv_kernel": need(cfg, "mamba_d_conv", origin),
-        "use_conv_bias": bool(cfg.get("mamba_conv_bias")),  # conv1d bias=mamba_conv_bias
+        "use_conv_bias": flag(cfg, "mamba_conv_bias", origin),  # conv1d bias=mamba_conv_bias
         "use_bias": use_bias,
         "gated_norm": gated_norm,
     }
@@ -79,7 +79,7 @@ def _falcon_h1(cfg, origin, notes):
     # FalconH1Attention (LlamaAttention): head_dim = config.head_dim, else hidden_size // num_attention_heads;
     # q/k/v/o bias=attention_bias; num_key_value_heads null means num_attention_heads (FalconH1Config.__post_init__)
     n_heads = need(cfg, "num_attention_heads", origin)
-    bias = bool(cfg.get("attention_bias"))
+    bias = flag(cfg, "attention_bias", origin)
     att = heads_attention(n_heads, get(cfg, "num_key_value_heads", origin) or n_heads, get(cfg, "head_dim", origin),
                           qkv_bias=bias, o_bias=bias)
     # FalconH1Mixer: intermediate_size = mamba_d_ssm, or mamba_expand · hidden_size when mamba_d_ssm is null;
@@ -88,16 +88,16 @@ def _falcon_h1(cfg, origin, notes):
         d_inner, inner_key = need(cfg, "mamba_expand", origin) * d, "mamba_expand × hidden_size"
     else:
         d_inner, inner_key = need(cfg, "mamba_d_ssm", origin), "mamba_d_ssm"
-    in_bias, out_bias = bool(cfg.get("mamba_proj_bias")), bool(cfg.get("projectors_bias"))
+    in_bias, out_bias = flag(cfg, "mamba_proj_bias", origin), flag(cfg, "projectors_bias", origin)
     if in_bias != out_bias:
         raise SpecError(f"{origin}: mamba_proj_bias ({in_bias}) and projectors_bias ({out_bias}): in_proj and out_proj "
                         "biases that differ are not supported")
     # the gated RMSNorm (FalconH1RMSNormGated, a weight of d_inner) exists only when mamba_rms_norm is true
-    mamba = _mamba2(cfg, origin, d_inner, inner_key, use_bias=in_bias, gated_norm=bool(cfg.get("mamba_rms_norm")))
+    mamba = _mamba2(cfg, origin, d_inner, inner_key, use_bias=in_bias, gated_norm=flag(cfg, "mamba_rms_norm", origin))
     # FalconH1DecoderLayer: input_layernorm, then Mamba-2 and attention on the same input, outputs summed (the
     # *_multiplier keys scale activations, not weights); pre_ff_layernorm and FalconH1MLP (LlamaMLP: gate, up and
     # down of intermediate_size, bias=mlp_bias). FalconH1Model: final_layernorm; lm_head as tie_word_embeddings says.
-    base["ffn"] = dense_ffn(need(cfg, "intermediate_size", origin), bias=bool(cfg.get("mlp_bias")))
+    base["ffn"] = dense_ffn(need(cfg, "intermediate_size", origin), bias=flag(cfg, "mlp_bias", origin))
     base["layer_groups"] = [{"layers": "all", "attention": att, "parallel_mixer": mamba}]
     return base
 
@@ -126,12 +126,12 @@ def _granitemoehybrid(cfg, origin, notes):
     if get(cfg, "head_dim", origin) not in (None, head_dim):
         raise SpecError(f"{origin}: head_dim: GraniteMoeHybridAttention uses hidden_size // num_attention_heads "
                         f"({head_dim}); head_dim {cfg['head_dim']} is not supported")
-    bias = bool(cfg.get("attention_bias"))
+    bias = flag(cfg, "attention_bias", origin)
     att = heads_attention(n_heads, get(cfg, "num_key_value_heads", origin) or n_heads, head_dim, qkv_bias=bias, o_bias=bias)
     # BambaMixer: intermediate = mamba_expand · hidden_size; in_proj and out_proj bias=mamba_proj_bias; its
     # gated RMSNorm (BambaRMSNormGated over d_inner) always exists
     d_inner = need(cfg, "mamba_expand", origin) * d
-    mamba = _mamba2(cfg, origin, d_inner, "mamba_expand × hidden_size", use_bias=bool(cfg.get("mamba_proj_bias")),
+    mamba = _mamba2(cfg, origin, d_inner, "mamba_expand × hidden_size", use_bias=flag(cfg, "mamba_proj_bias", origin),
                     gated_norm=True)
     base["layer_groups"] = group_layers([{"attention": att if t == "attention" else mamba} for t in types], n)
     for g in base["layer_groups"]:

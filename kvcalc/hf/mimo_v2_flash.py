@@ -19,7 +19,7 @@ MiMoV2FlashSparseMoeBlock, MiMoV2FlashTopkRouter), reading the vendor's config k
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, group_layers, heads_attention, importer, need, show
+from kvcalc.hf.common import base_fields, dense_ffn, flag, group_layers, heads_attention, importer, need, show
 
 
 def _pattern(cfg: dict, key: str, origin: str, n: int) -> list[int]:
@@ -33,7 +33,7 @@ def _pattern(cfg: dict, key: str, origin: str, n: int) -> list[int]:
 def _mimo_v2_flash(cfg: dict, origin: str, notes: list[str]) -> dict:
     base = base_fields(cfg, origin, "mimo_v2_flash", False)
     n = base["n_layers"]
-    bias = bool(cfg.get("attention_bias", False))
+    bias = flag(cfg, "attention_bias", origin, False)
     v_dim = need(cfg, "v_head_dim", origin)
 
     def heads(prefix: str, sinks: bool) -> dict:
@@ -41,8 +41,8 @@ def _mimo_v2_flash(cfg: dict, origin: str, notes: list[str]) -> dict:
                                need(cfg, f"{prefix}head_dim", origin), qkv_bias=bias,
                                v_head_dim=cfg.get(f"{prefix}v_head_dim", v_dim), sinks=sinks)
 
-    full = heads("", bool(cfg.get("add_full_attention_sink_bias", False)))
-    swa = heads("swa_", bool(cfg.get("add_swa_attention_sink_bias", False)))
+    full = heads("", flag(cfg, "add_full_attention_sink_bias", origin, False))
+    swa = heads("swa_", flag(cfg, "add_swa_attention_sink_bias", origin, False))
     window = need(cfg, "sliding_window", origin)
     sliding = _pattern(cfg, "hybrid_layer_pattern", origin, n)
     moe_layers = _pattern(cfg, "moe_layer_freq", origin, n)

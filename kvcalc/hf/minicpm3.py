@@ -9,7 +9,7 @@ transformers' models/minicpm3 (MiniCPM3Attention, MiniCPM3MLP) and vLLM's minicp
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, get, importer, need
+from kvcalc.hf.common import base_fields, dense_ffn, flag, get, importer, need
 
 
 @importer("minicpm3")
@@ -46,6 +46,6 @@ def _minicpm3(cfg, origin, notes):
     # multiply activations (embeddings, residual branches, logits).
     # MiniCPMDecoderLayer: input_layernorm, attention, post_attention_layernorm, MiniCPMMLP (gate, up, down of
     # intermediate_size, no bias); MiniCPMModel: norm; lm_head as tie_word_embeddings says.
-    base["ffn"] = dense_ffn(need(cfg, "intermediate_size", origin), bias=bool(cfg.get("mlp_bias")))
+    base["ffn"] = dense_ffn(need(cfg, "intermediate_size", origin), bias=flag(cfg, "mlp_bias", origin))
     base["layer_groups"] = [{"layers": "all", "attention": att}]
     return base

@@ -18,7 +18,7 @@ Rules, from apple/OpenELM-* configuration_openelm.py and modeling_openelm.py:
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import dense_ffn, group_layers, heads_attention, importer, need
+from kvcalc.hf.common import dense_ffn, flag, group_layers, heads_attention, importer, need
 
 KEYS = {"d_model": "model_dim", "n_layers": "num_transformer_layers", "n_heads": "qkv_multipliers (per layer)",
         "n_kv_heads": "qkv_multipliers / num_gqa_groups (per layer)", "max_context": "max_context_length"}
@@ -58,9 +58,9 @@ def _openelm(cfg: dict, origin: str, notes: list[str]) -> dict:
             raise SpecError(f"{origin}: {key}: {cfg[key]} disagrees with qkv_multipliers and num_gqa_groups, from which "
                             f"OpenELMConfig recomputes {derived}")
     divisor = need(cfg, "ffn_dim_divisor", origin)
-    glu = bool(cfg.get("ffn_with_glu", True))
+    glu = flag(cfg, "ffn_with_glu", origin, True)
     widths = [make_divisible(m * d, divisor) for m in _per_layer(cfg, "ffn_multipliers", n, origin)]
-    qk_norm = bool(cfg.get("normalize_qk_projections", False))
+    qk_norm = flag(cfg, "normalize_qk_projections", origin, False)
     layers = [{"attention": heads_attention(q, kv, head_dim, qk_norm=qk_norm), "ffn": dense_ffn(w, gated=glu)}
               for q, kv, w in zip(q_heads, kv_heads, widths)]
     return {
@@ -68,7 +68,7 @@ def _openelm(cfg: dict, origin: str, notes: list[str]) -> dict:
         "d_model": d,
         "n_layers": n,
         "vocab_size": need(cfg, "vocab_size", origin),
-        "tie_embeddings": bool(cfg.get("share_input_output_layers", True)),
+        "tie_embeddings": flag(cfg, "share_input_output_layers", origin, True),
         "max_context": need(cfg, "max_context_length", origin),
         "ffn": dense_ffn(widths[0], gated=glu),
         "layer_groups": group_layers(layers, n),

@@ -10,7 +10,19 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, heads_attention, importer, layer_types, need, show, whole
+from kvcalc.hf.common import (
+    base_fields,
+    dense_ffn,
+    flag,
+    get,
+    group_layers,
+    heads_attention,
+    importer,
+    layer_types,
+    need,
+    show,
+    whole,
+)
 
 # Qwen3NextConfig defaults (configuration_qwen3_next.py) of the keys particular to Qwen3-Next, filled in when a config
 # leaves them out, as transformers does: head_dim is 256 there, not hidden_size / num_attention_heads (= 128 for the
@@ -84,7 +96,7 @@ def _qwen3_next(cfg, origin, notes):
                      "stores both in one dtype")
     base = base_fields(cfg, origin, "qwen3_next", False)
     n = base["n_layers"]
-    bias = bool(cfg.get("attention_bias", False))  # Qwen3MoeAttention: bias=attention_bias on q, k, v and o
+    bias = flag(cfg, "attention_bias", origin, False)  # Qwen3MoeAttention: bias=attention_bias on q, k, v and o
     # Qwen3NextAttention: q_proj is d × 2·n_h·d_h (query and output gate), q_norm/k_norm over d_h (Qwen3MoeAttention);
     # partial RoPE (partial_rotary_factor) changes no size.
     n_heads = need(cfg, "num_attention_heads", origin)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, heads_attention, importer, need, show
+from kvcalc.hf.common import base_fields, dense_ffn, flag, get, group_layers, heads_attention, importer, need, show
 
 NO_FFN: dict = {"kind": "none"}
 
@@ -32,8 +32,8 @@ def _jamba(cfg, origin, notes):
         "mamba_expand": need(cfg, "mamba_expand", origin),
         # JambaConfig: "auto" means ceil(hidden_size / 16), what the kind computes when the field is absent
         **({} if dt_rank == "auto" else {"mamba_dt_rank": need(cfg, "mamba_dt_rank", origin)}),
-        "mamba_conv_bias": bool(cfg.get("mamba_conv_bias", True)),
-        "mamba_proj_bias": bool(cfg.get("mamba_proj_bias", False)),
+        "mamba_conv_bias": flag(cfg, "mamba_conv_bias", origin, True),
+        "mamba_proj_bias": flag(cfg, "mamba_proj_bias", origin, False),
         "inner_norms": True,  # JambaMambaMixer always has dt_layernorm, b_layernorm, c_layernorm
     }
     if cfg.get("sliding_window"):
@@ -105,10 +105,10 @@ def _nemotron_h(cfg, origin, notes):
     if cfg.get("sliding_window"):
         raise SpecError(f"{origin}: sliding_window: a window on Nemotron-H's attention blocks is not supported")
     kinds: dict[str, dict] = {}
-    use_bias = bool(cfg.get("use_bias", False))  # NemotronHMamba2Mixer: in_proj/out_proj bias=config.use_bias
-    if "mamba_proj_bias" in cfg and bool(cfg["mamba_proj_bias"]) != use_bias:
-        flag = {True: "true", False: "false"}
-        raise SpecError(f"{origin}: mamba_proj_bias: {flag[not use_bias]}, but use_bias is {flag[use_bias]} "
+    use_bias = flag(cfg, "use_bias", origin, False)  # NemotronHMamba2Mixer: in_proj/out_proj bias=config.use_bias
+    if "mamba_proj_bias" in cfg and flag(cfg, "mamba_proj_bias", origin) != use_bias:
+        word = {True: "true", False: "false"}
+        raise SpecError(f"{origin}: mamba_proj_bias: {word[not use_bias]}, but use_bias is {word[use_bias]} "
                         "(the mixer's in_proj and out_proj read use_bias): give them alike")
     if "mamba" in blocks:
         kinds["mamba"] = {  # NemotronHMamba2Mixer; NemotronHConfig.__post_init__ reads the legacy mamba_* names too
@@ -118,14 +118,14 @@ def _nemotron_h(cfg, origin, notes):
             "ssm_state_size": need(cfg, "ssm_state_size", origin),
             "n_groups": need(cfg, "n_groups", origin, "mamba_n_groups"),
             "conv_kernel": need(cfg, "conv_kernel", origin, "mamba_d_conv"),
-            "use_conv_bias": bool(cfg.get("use_conv_bias", cfg.get("mamba_conv_bias", True))),
+            "use_conv_bias": flag(cfg, "use_conv_bias", origin, flag(cfg, "mamba_conv_bias", origin, True)),
             "use_bias": use_bias,
         }
     if "attention" in blocks:
         # NemotronHAttention (JambaAttention with config.head_dim; the published remote code's attention_head_dim)
         n_heads = need(cfg, "num_attention_heads", origin)
         head_dim = get(cfg, "head_dim", origin) or get(cfg, "attention_head_dim", origin)
-        bias = bool(cfg.get("attention_bias", False))
+        bias = flag(cfg, "attention_bias", origin, False)
         kinds["attention"] = heads_attention(n_heads, get(cfg, "num_key_value_heads", origin) or n_heads, head_dim,
                                              qkv_bias=bias, o_bias=bias)
     layers: list[dict] = []
@@ -135,7 +135,7 @@ def _nemotron_h(cfg, origin, notes):
         elif block == "mlp":
             # NemotronHMLP: up and down projections (relu2, no gate) of intermediate_size, bias=mlp_bias
             layers.append({"attention": {"kind": "none"},
-                           "ffn": dense_ffn(need(cfg, "intermediate_size", origin), gated=False, bias=bool(cfg.get("mlp_bias")))})
+                           "ffn": dense_ffn(need(cfg, "intermediate_size", origin), gated=False, bias=flag(cfg, "mlp_bias", origin))})
         else:
             layers.append({"attention": {"kind": "none"}, "ffn": _nemotron_moe(cfg, origin)})
     base["ffn"] = NO_FFN

@@ -15,7 +15,7 @@ Rules, from transformers' models/starcoder2 (configuration_starcoder2.py, modeli
 
 from __future__ import annotations
 
-from kvcalc.hf.common import decoder, dense_ffn, importer, need
+from kvcalc.hf.common import decoder, dense_ffn, flag, importer, need
 
 STARCODER2_DEFAULTS = {"num_key_value_heads": 2, "use_bias": True, "tie_word_embeddings": True}  # Starcoder2Config
 
@@ -23,7 +23,7 @@ STARCODER2_DEFAULTS = {"num_key_value_heads": 2, "use_bias": True, "tie_word_emb
 @importer("starcoder2")
 def _starcoder2(cfg: dict, origin: str, notes: list[str]) -> dict:
     cfg = {**STARCODER2_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
-    bias = bool(cfg["use_bias"])
+    bias = flag(cfg, "use_bias", origin)
     cfg["attention_bias"] = bias  # use_bias puts a bias on q, k, v and o (Starcoder2Attention)
     ffn = dense_ffn(need(cfg, "intermediate_size", origin), gated=False, bias=bias)
     base = decoder(cfg, origin, "starcoder2", notes, tie_default=True, ffn=ffn)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import dense_ffn, get, importer, need, show
+from kvcalc.hf.common import dense_ffn, flag, get, importer, need, show
 
 # T5's pre-training input length (the original configs' n_positions): the default --enc-ctx and decoder context.
 T5_DEFAULT_LENGTH = 512
@@ -62,7 +62,7 @@ def _t5(cfg: dict, origin: str, notes: list[str]) -> dict:
         "d_model": d,
         "n_layers": dec_layers,
         "vocab_size": need(cfg, "vocab_size", origin),
-        "tie_embeddings": bool(cfg.get("tie_word_embeddings", True)),
+        "tie_embeddings": flag(cfg, "tie_word_embeddings", origin, True),
         "max_context": length,
         "norms_per_layer": 3,
         "ffn": ffn,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcalc.hf.common import dense_ffn, importer, need
+from kvcalc.hf.common import dense_ffn, flag, importer, need
 
 KEYS = {"d_model": "d_model", "n_layers": "decoder_layers", "n_heads": "decoder_attention_heads",
         "max_context": "max_target_positions"}
@@ -48,7 +48,7 @@ def _whisper(cfg: dict, origin: str, notes: list[str]) -> dict:
         "d_model": d,
         "n_layers": need(cfg, "decoder_layers", origin),
         "vocab_size": need(cfg, "vocab_size", origin),
-        "tie_embeddings": bool(cfg.get("tie_word_embeddings", True)),  # WhisperConfig default: proj_out tied
+        "tie_embeddings": flag(cfg, "tie_word_embeddings", origin, True),  # WhisperConfig default: proj_out tied
         "max_context": need(cfg, "max_target_positions", origin),
         "norm": "layernorm",
         "norms_per_layer": 3,
