@@ -88,6 +88,7 @@ def compare(
 
     ctxs = parse_ctx(ctx)
     explain_format(explain, fmt)
+    check_sweep_rows(len(models), len(ctxs), fmt, command="compare", hint="'--ctx'")
     loaded = [load(m, no_windows) for m in models]
     out = compare_output(loaded, opts.settings(ctxs[0]), ctxs, columns, explain, no_windows, opts.hardware_name, fmt, chart)
     emit(with_chart(out, chart, fmt, units) if chart else out, fmt, units)
@@ -205,7 +206,11 @@ def fit(
     from kvcalc.present.emit import emit
     from kvcalc.present.outputs import fit_output
 
-    emit(fit_output(load(model), opts, parse_ctx(ctx) if ctx else None, gpus, reserve, chunk), fmt, units)
+    ctxs = parse_ctx(ctx) if ctx else None
+    if ctxs is not None and len(ctxs) > MAX_FIT_CONTEXTS:
+        raise typer.BadParameter(f"{len(ctxs):,} contexts: fit solves a batch for each, at most {MAX_FIT_CONTEXTS:,}",
+                                 param_hint="'--ctx'")
+    emit(fit_output(load(model), opts, ctxs, gpus, reserve, chunk), fmt, units)
 
 
 @app.command("run")
@@ -423,17 +428,22 @@ MAX_SWEEP_ROWS = 100_000  # rows of a sweep in csv and json, written as they are
 MAX_TABLE_ROWS = 2_000  # rows of a sweep in table, markdown and latex, which lay the whole table out first
 
 
-def check_sweep_rows(n_models: int, n_ctxs: int, fmt: str, n_settings: int = 1) -> None:
-    """A sweep's rows within its format's bound."""
+def check_sweep_rows(n_models: int, n_ctxs: int, fmt: str, n_settings: int = 1, command: str = "a sweep",
+                     hint: str = "'--points'") -> None:
+    """A sweep's (or compare's) rows within its format's bound."""
     from kvcalc.present.emit import HUMAN, output_format
 
     rows, human = n_models * n_ctxs * n_settings, output_format(fmt) in HUMAN
     limit = MAX_TABLE_ROWS if human else MAX_SWEEP_ROWS
     if rows > limit:
-        also = f" in {output_format(fmt)} (csv and json: {MAX_SWEEP_ROWS:,}, written as they are computed)" if human else ""
+        streamed = ", written as they are computed" if command == "a sweep" else ""
+        also = f" in {output_format(fmt)} (csv and json: {MAX_SWEEP_ROWS:,}{streamed})" if human else ""
         settings = f" × {n_settings:,} settings" if n_settings > 1 else ""
-        raise typer.BadParameter(f"{n_models} model(s) × {n_ctxs:,} contexts{settings} = {rows:,} rows: a sweep makes "
-                                 f"at most {limit:,}{also}", param_hint="'--points'")
+        raise typer.BadParameter(f"{n_models} model(s) × {n_ctxs:,} contexts{settings} = {rows:,} rows: {command} makes "
+                                 f"at most {limit:,}{also}", param_hint=hint)
+
+
+MAX_FIT_CONTEXTS = 2_000  # fit solves a batch for each context (a bisection each): 20,000 took 90 s
 
 table_app = typer.Typer(help="The papers' reference tables: dimensions by attention kind, and models side by side.",
                         no_args_is_help=True)

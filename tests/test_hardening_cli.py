@@ -67,6 +67,10 @@ def test_closed_stdout_and_ascii_terminal():
     (["run", "gpt2", "--max-memory", "0.5"], "'0.5' is not a whole number of bytes"),
     (["compare", "gpt2", "--hardware", ""], "Invalid value for '--hardware': an empty name"),  # no hardware
     (["compare", "gpt2", "-o", ""], "Invalid value for '--output': an empty file name"),  # printed to stdout
+    (["compare", "gpt2", "--ctx", ",".join(map(str, range(1, 2002)))],  # 20,000 took 66 s to lay out
+     "1 model(s) × 2,001 contexts = 2,001 rows: compare makes at most 2,000 in table (csv and json: 100,000)"),
+    (["fit", "gpt2", "--hardware", "h100-80gb", "--ctx", ",".join(map(str, range(1, 2002)))],
+     "2,001 contexts: fit solves a batch for each, at most 2,000"),
 ])
 def test_numbers_beyond_the_bounds(args, message):
     res = run(*args, ok=False)
