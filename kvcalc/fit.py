@@ -48,7 +48,7 @@ class FitRow:
     kv_cache_bytes_per_gpu: int = figure("KV cache\nper GPU", "bytes", "its share on the busiest GPU, states included")
     free_bytes_per_gpu: int = figure("Left\nper GPU", "bytes", "budget left on the busiest GPU at that maximum")
     binding: str = figure("Binding", "text", "what limits the maximum: memory, max_context (the model's), batch_limit, "
-                          "or weights (nothing fits)")
+                          "or, where nothing fits, weights or activations (what alone passes the budget)")
 
 
 VLLM_LARGE_GPU = 70 * 2**30  # vLLM's threshold for its larger batch defaults
@@ -125,17 +125,22 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
     def used(g: PerGpu) -> int:
         return g.weights_bytes + acts + g.kv_cache_bytes + g.state_bytes
 
+    def nothing_fits() -> str:
+        """What stops even one token of one sequence: the weights, then the activation estimate, else the cache."""
+        g = gpu_at(s.at(1) if solve == "ctx" else replace(s, batch=1))
+        return "weights" if g.weights_bytes > budget else "activations" if g.weights_bytes + acts > budget else "memory"
+
     if solve == "ctx":
         limit = min(max_ctx or spec.max_context, spec.max_context)
         falls = _window_falls(spec, s)
         # a sequence passes through every context below its last: c fits when every context up to c does
         best = largest_fitting(lambda c: all(used(gpu_at(s.at(x))) <= budget for x in _peaks_up_to(c, falls)), limit)
         at = s.at(max(best, 1))
-        binding = "weights" if not best else "max_context" if best == spec.max_context else "max_ctx" if best == limit else "memory"
+        binding = nothing_fits() if not best else "max_context" if best == spec.max_context else "max_ctx" if best == limit else "memory"
     else:
         best = largest_fitting(lambda b: used(gpu_at(replace(s, batch=b))) <= budget, BATCH_LIMIT)
         at = replace(s, batch=max(best, 1))
-        binding = "weights" if not best else "batch_limit" if best == BATCH_LIMIT else "memory"
+        binding = nothing_fits() if not best else "batch_limit" if best == BATCH_LIMIT else "memory"
     g = gpu_at(at)
     return FitRow(
         model=spec.name, hardware=hw.name, gpus=s.gpus, memory_bytes=s.gpus * hw.memory_bytes,

@@ -122,3 +122,17 @@ def test_a_context_fits_when_every_context_before_it_does():
     assert first_too_big == 5649 and used(5664) <= hw.memory_bytes  # the cache falls again after 5,649
     for limit in (None, 100_000):  # two bisections, two paths through the contexts
         assert solve(model, s, hw, Fraction(0), 2048, "ctx", limit).max_ctx == first_too_big - 1
+
+
+def test_where_nothing_fits_the_binding_names_what_does_not():
+    # at ctx 1M one sequence of deepseek-v2 (60 layers × 576 elements × 2 bytes × 2^20 tokens = 72,477,573,120 bytes,
+    # on each of 8 GPUs: the latent is not split) passes an h100's budget while its weights fit: 'memory', not 'weights'
+    rows = fit("deepseek-v2", "--hardware", "h100-80gb", "--ctx", "1M", "--gpus", "8")
+    assert (rows[0]["max_batch"], rows[0]["binding"]) == (0, "memory")
+    assert rows[0]["kv_cache_bytes_per_gpu"] == 60 * 576 * 2 * 2**20 == 72_477_573_120
+    # a prefill chunk of 2^40 tokens: the activation estimate alone passes the budget
+    (row,) = fit("llama3-8b", "--hardware", "h100-80gb", "--prefill-chunk", str(2**40))
+    assert (row["max_ctx"], row["binding"]) == (0, "activations")
+    assert row["weights_bytes_per_gpu"] < 72 * 2**30 < row["weights_bytes_per_gpu"] + row["activation_bytes"]
+    (row,) = fit("llama3.1-405b", "--hardware", "h100-80gb")
+    assert row["binding"] == "weights" and row["weights_bytes_per_gpu"] > 72 * 2**30
