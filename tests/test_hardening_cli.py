@@ -71,6 +71,12 @@ def test_closed_stdout_and_ascii_terminal():
      "1 model(s) × 2,001 contexts = 2,001 rows: compare makes at most 2,000 in table (csv and json: 100,000)"),
     (["fit", "gpt2", "--hardware", "h100-80gb", "--ctx", ",".join(map(str, range(1, 2002)))],
      "2,001 contexts: fit solves a batch for each, at most 2,000"),
+    # options that would be ignored: LaTeX's without LaTeX output, a chart of a figure no row has
+    (["compare", "gpt2", "--caption", "x"], "Invalid value for '--caption': shapes LaTeX output only"),
+    (["compare", "gpt2", "--label", "tab:x", "-f", "csv"], "Invalid value for '--label': shapes LaTeX output only"),
+    (["show", "gpt2", "--bare", "-f", "json"], "Invalid value for '--bare': shapes LaTeX output only"),
+    (["compare", "gpt2", "--chart", "prefill_seconds"], "--chart prefill_seconds needs --hardware NAME"),
+    (["compare", "gpt2", "--chart", "kv_lora_rank"], "--chart kv_lora_rank: no row has this figure"),
 ])
 def test_numbers_beyond_the_bounds(args, message):
     res = run(*args, ok=False)

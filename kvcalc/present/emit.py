@@ -96,6 +96,11 @@ def emit(out: Output, fmt: str, units: str = "binary") -> None:
 
     dest = DESTINATION.get() or Destination()
     fmt = output_format(fmt)
+    if fmt != "latex" and (dest.caption is not None or dest.label is not None or dest.bare):
+        given = next(name for name, value in (("--caption", dest.caption), ("--label", dest.label), ("--bare", dest.bare))
+                     if value not in (None, False))
+        raise typer.BadParameter(f"shapes LaTeX output only; add --format latex (or an --output file ending in .tex) "
+                                 f"or leave it out (the output is {fmt})", param_hint=f"'{given}'")
     if fmt in HUMAN:
         for message in out.warnings:
             warn(message)

@@ -329,6 +329,11 @@ def with_chart(out: Output, key: str, fmt: str, units: str) -> Output:
     from kvcalc.units import format_tokens
 
     rows = out.tables[0].collect()
+    if rows and all(row.get(key) is None for row in rows):  # as --columns refuses them: nothing to draw
+        from kvcalc.present.columns import HARDWARE_KEYS
+
+        need = " needs --hardware NAME (see 'kvcalc hardware')" if key in HARDWARE_KEYS else ": no row has this figure"
+        raise KvcalcError(f"--chart {key}{need}")
     texts = [f"{row['model']} @ {format_tokens(row['ctx'])}" for row in rows]
     return replace(out, chart=bar_chart(rows, column, texts, units))
 
