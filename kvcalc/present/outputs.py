@@ -37,9 +37,25 @@ def _ctx_warnings(specs: list[ModelSpec], ctxs: list[int]) -> list[str]:
 
 def _mtp_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     """--mtp on a model whose spec has no multi-token-prediction layers adds nothing: say so, rather than let the flag
-    pass in silence (GLM, Qwen3.5 and MiniMax importers leave their MTP modules out, saying so in the spec's notes)."""
-    return [f"warning: {spec.name}: --mtp: its spec has no multi-token-prediction layers (mtp_layers), so nothing "
-            "is added" for spec in specs if s.mtp and not spec.mtp_layers]
+    pass in silence (GLM, Qwen3.5 and MiniMax importers leave their MTP modules out, saying so in the spec's notes).
+    So for the other options a model has nothing for: --enc-ctx without cross-attention, the MLA options without
+    MLA layers, --ep without routed experts."""
+    from kvcalc.costs.params import ffn_runs
+
+    out = []
+    for spec in specs:
+        unused = []
+        if s.mtp and not spec.mtp_layers:
+            unused.append("--mtp: its spec has no multi-token-prediction layers (mtp_layers)")
+        if s.enc_ctx is not None and not any(g.cross is not None for g in spec.groups):
+            unused.append("--enc-ctx: it has no cross-attention (an encoder–decoder model's)")
+        if (s.mla_cache != "latent" or s.mla_schedule is not None) and not any(g.attention.kind == "mla" for g in spec.groups):
+            unused.append("--mla-cache/--mla-schedule: it has no MLA layers")
+        if s.ep > 1 and not any(getattr(run.ffn, "n_routed_experts", 0) for run in ffn_runs(spec)):
+            unused.append("--ep: it has no routed experts")
+        out += [f"warning: {spec.name}: {what}, so nothing is added" if what.startswith("--mtp") else
+                f"warning: {spec.name}: {what}, so the option changes nothing" for what in unused]
+    return out
 
 
 def list_output() -> Output:
