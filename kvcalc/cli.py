@@ -129,7 +129,7 @@ def sweep(
 @app.command()
 @guarded
 @output_options
-@cost_options
+@cost_options(omit=("gen", "dense_attn", "mla_schedule", "hardware_name"))  # show sizes the cache: no FLOPs or times
 def show(
     model: ModelArg,
     opts: CostOptions,

@@ -177,23 +177,26 @@ def _parse_list(name: str, text: str) -> tuple[Any, ...]:
     return tuple(dict.fromkeys(values))
 
 
-def cost_options(fn: Callable[..., Any] | None = None, *, lists: bool = False) -> Any:
+def cost_options(fn: Callable[..., Any] | None = None, *, lists: bool = False, omit: tuple[str, ...] = ()) -> Any:
     """Give a command the cost options, received together as its `opts: CostOptions` parameter; with `lists`, the
-    options of _LIST_PARAMS take comma lists, and the values of those given more than one are `opts.grid`."""
+    options of _LIST_PARAMS take comma lists, and the values of those given more than one are `opts.grid`. `omit`:
+    options the command has no use for, not offered (an option it would ignore is an error, not a silent no-op);
+    they keep their defaults."""
     if fn is None:
-        return lambda f: cost_options(f, lists=lists)
+        return lambda f: cost_options(f, lists=lists, omit=omit)
     sig = inspect.signature(fn)
     resolved = typing.get_type_hints(fn, include_extras=True)  # typer reads the signature's annotations as objects
     own = [p.replace(annotation=resolved[p.name]) for p in sig.parameters.values() if p.name != "opts"]
     declared = [(name, *_LIST_PARAMS[name]) if lists and name in _LIST_PARAMS else (name, annotation, default)
-                for name, annotation, default in _COST_PARAMS]
+                for name, annotation, default in _COST_PARAMS if name not in omit]
+    defaults: dict[str, Any] = {name: default for name, _, default in _COST_PARAMS if name in omit}
     shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
               for name, annotation, default in declared]
     hints = {p.name: p.annotation for p in own}
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        values = {name: kwargs.pop(name) for name, _, _ in _COST_PARAMS}
+        values = {name: defaults[name] if name in defaults else kwargs.pop(name) for name, _, _ in _COST_PARAMS}
         grid: tuple[tuple[str, tuple[Any, ...]], ...] = ()
         for name in _LIST_PARAMS if lists else ():
             parsed = _parse_list(name, values[name])

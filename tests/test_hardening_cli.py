@@ -128,3 +128,10 @@ def test_options_a_model_has_nothing_for_are_named():
         assert f"warning: llama3-8b: {what}, so the option changes nothing" in err
     assert "warning" not in run("compare", "deepseek-v3", "--ctx", "4k", "--ep", "8", "--mla-schedule", "naive").stderr
     assert "warning" not in run("compare", "whisper-large-v3", "--ctx", "448", "--enc-ctx", "5").stderr
+
+
+@pytest.mark.parametrize("option", [["--hardware", "h100-80gb"], ["--gen", "5"], ["--dense-attn"], ["--mla-schedule", "naive"]])
+def test_show_does_not_offer_what_it_would_ignore(option):
+    # show sizes the cache: it computes no FLOPs or roofline times, and took these options only to drop them
+    res = run("show", "llama3-8b", *option, ok=False)
+    assert res.exit_code == 2 and f"No such option: {option[0]}" in res.stderr
