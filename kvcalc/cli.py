@@ -191,7 +191,7 @@ def cost(
 @app.command()
 @guarded
 @output_options
-@cost_options
+@cost_options(omit=("gen", "dense_attn", "mla_schedule"))  # fit sizes memory: no FLOPs
 def fit(
     model: ModelArg,
     opts: CostOptions,

@@ -135,3 +135,12 @@ def test_show_does_not_offer_what_it_would_ignore(option):
     # show sizes the cache: it computes no FLOPs or roofline times, and took these options only to drop them
     res = run("show", "llama3-8b", *option, ok=False)
     assert res.exit_code == 2 and f"No such option: {option[0]}" in res.stderr
+
+
+def test_fit_refuses_what_it_would_ignore():
+    # fit sizes memory (no FLOPs), and with --ctx it solves for the batch: a --batch beside it was dropped
+    res = run("fit", "llama3-8b", "--hardware", "h100-80gb", "--ctx", "4k", "--batch", "8", ok=False)
+    assert res.exit_code == 1 and "--batch 8 with --ctx: fit solves for the largest batch at each context" in res.stderr
+    for option in (["--gen", "5"], ["--dense-attn"], ["--mla-schedule", "naive"]):
+        res = run("fit", "llama3-8b", "--hardware", "h100-80gb", *option, ok=False)
+        assert res.exit_code == 2 and f"No such option: {option[0]}" in res.stderr

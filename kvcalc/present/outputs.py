@@ -244,6 +244,9 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     if not 0 <= frac < 1:
         raise KvcalcError(f"--reserve {reserve}: must be at least 0 and below 1")
     s = opts.settings(ctxs[0] if ctxs else 1)
+    if ctxs and s.batch != 1:
+        raise KvcalcError(f"--batch {s.batch} with --ctx: fit solves for the largest batch at each context; give "
+                          "--batch without --ctx for the longest context at that batch")
     if gpus is not None and gpus != s.gpus:
         if s.gpus != 1:
             raise KvcalcError(f"--gpus {gpus} differs from --tp {s.tp} × --pp {s.pp} × --dp {s.dp} = {s.gpus}")
