@@ -214,7 +214,7 @@ _OUTPUT_PARAMS = [
     ("caption", Annotated[str | None, typer.Option("--caption", help="LaTeX: the table's caption (default: its title).")], None),
     ("label", Annotated[str | None, typer.Option("--label", help="LaTeX: the table's \\label (default: tab:<first table's name>; later tables get -<name>).")], None),
     ("bare", Annotated[bool, typer.Option("--bare", help="LaTeX: the tabular alone, without the table environment.")], False),
-    ("output", Annotated[str | None, typer.Option("--output", "-o", metavar="FILE", help="Write to FILE instead of stdout; with the default format the extension chooses it (.tex .md .csv .json .txt).")], None),
+    ("output", Annotated[str | None, typer.Option("--output", "-o", metavar="FILE", help="Write to FILE instead of stdout; with the default format the extension chooses it (.tex .md .csv .json .txt; another needs --format).")], None),
 ]
 
 

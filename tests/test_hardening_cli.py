@@ -77,6 +77,7 @@ def test_closed_stdout_and_ascii_terminal():
     (["show", "gpt2", "--bare", "-f", "json"], "Invalid value for '--bare': shapes LaTeX output only"),
     (["compare", "gpt2", "--chart", "prefill_seconds"], "--chart prefill_seconds needs --hardware NAME"),
     (["compare", "gpt2", "--chart", "kv_lora_rank"], "--chart kv_lora_rank: no row has this figure"),
+    (["compare", "gpt2", "-o", "report.xlsx"], "report.xlsx: .xlsx names no format kvcalc writes"),  # wrote a text table
 ])
 def test_numbers_beyond_the_bounds(args, message):
     res = run(*args, ok=False)

@@ -137,7 +137,13 @@ def output_format(fmt: str) -> str:
     one the file's extension names."""
     dest = DESTINATION.get() or Destination()
     if dest.output and fmt == "table":
-        return EXTENSIONS.get(Path(dest.output).suffix.lower(), "table")
+        suffix = Path(dest.output).suffix.lower()
+        if suffix and suffix not in EXTENSIONS:  # report.xlsx would get a text table in silence
+            import typer
+
+            raise typer.BadParameter(f"{dest.output}: {suffix} names no format kvcalc writes ({' '.join(EXTENSIONS)}); "
+                                     "give --format to write that file in one", param_hint="'--output'")
+        return EXTENSIONS.get(suffix, "table")
     return fmt
 
 
