@@ -256,6 +256,11 @@ def run_backend(
 
         warn("warning: --dtype float16: NumPy has no fast float16 matrix product (it runs far slower than float32)")
     lm = load(model)
+    groups = lm.spec.groups
+    if (mla_cache != "latent" or mla_schedule is not None) and not any(g.attention.kind == "mla" for g in groups):
+        raise KvcalcError(f"--mla-cache/--mla-schedule: {lm.spec.name} has no MLA layers for them to change")
+    if enc_ctx is not None and not any(g.cross is not None for g in groups):
+        raise KvcalcError(f"--enc-ctx: {lm.spec.name} has no cross-attention (an encoder–decoder model's) to hold it")
     with progress_hooks(quiet) as progress:
         report = run(lm.spec, settings, progress)
     emit(run_output(report), fmt)

@@ -78,6 +78,8 @@ def test_closed_stdout_and_ascii_terminal():
     (["compare", "gpt2", "--chart", "prefill_seconds"], "--chart prefill_seconds needs --hardware NAME"),
     (["compare", "gpt2", "--chart", "kv_lora_rank"], "--chart kv_lora_rank: no row has this figure"),
     (["compare", "gpt2", "-o", "report.xlsx"], "report.xlsx: .xlsx names no format kvcalc writes"),  # wrote a text table
+    (["run", "gpt2", "--ctx", "8", "--mla-schedule", "absorbed"], "--mla-cache/--mla-schedule: gpt2 has no MLA layers"),
+    (["run", "gpt2", "--ctx", "8", "--enc-ctx", "4"], "--enc-ctx: gpt2 has no cross-attention"),
 ])
 def test_numbers_beyond_the_bounds(args, message):
     res = run(*args, ok=False)
