@@ -112,9 +112,7 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
         lines.append(f"  {g['group']}: layers {_span(g['layers'])} ({g['n_layers']} layers), {g['kind'].upper()}, {span}")
         lines.append(f"    per token and layer: {g['formula']} = {g['substituted']} = {g['elements_per_token_per_layer']:,} elements"
                      f"   [{g['reference']}]")
-        for s in g["symbols"]:
-            via = f"  (config.json: {s['config_key']})" if s["config_key"] else ""
-            lines.append(f"      {s['symbol']} = {s['value']:,}   from {s['field']}{via}")
+        lines += _symbol_lines(g["symbols"])
         rule = g["tokens_rule"]
         if rule["rule"] == "ctx":
             lines.append(f"    tokens held: ctx = {g['tokens_held']:,}")
@@ -132,6 +130,7 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
             lines.append(f"    cross-attention per encoder position and layer: {c['formula']} = {c['substituted']} = "
                          f"{c['elements_per_position_per_layer']:,} elements, for {c['encoder_positions']:,} encoder positions"
                          f" (enc_ctx: K/V of the encoder output, cached once per input)")
+            lines += _symbol_lines(c["symbols"])
             cross = f" + {c['elements_per_position_per_layer']:,} × {c['encoder_positions']:,}"
         lines.append(f"    elements: {g['n_layers']} layers × ({g['elements_per_token_per_layer']:,} × {g['tokens_held']:,}{cross})"
                      f" × batch {d['batch']} = {g['elements']:,}")
@@ -139,9 +138,7 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
             st = g["state"]
             lines.append(f"    constant state per sequence and layer: {st['formula']} = {st['substituted']} = "
                          f"{g['state_elements_per_layer']:,} elements   [{st['reference']}]")
-            for s in st["symbols"]:
-                via = f"  (config.json: {s['config_key']})" if s["config_key"] else ""
-                lines.append(f"      {s['symbol']} = {s['value']:,}   from {s['field']}{via}")
+            lines += _symbol_lines(st["symbols"])
             lines.append(f"    state: {g['n_layers']} layers × {g['state_elements_per_layer']:,} × batch {d['batch']}"
                          f" = {st['elements']:,} elements")
     b = d["bits_per_element"]
@@ -161,6 +158,12 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
                      f"{d['state_bytes']:,} bytes ({format_bytes(d['state_bytes'], units)}); KV cache + states = "
                      f"{d['cache_bytes']:,} bytes ({format_bytes(d['cache_bytes'], units)})")
     return lines
+
+
+def _symbol_lines(symbols: list[dict]) -> list[str]:
+    """One line a symbol: its value and the spec field (and config.json key) it came from."""
+    return [f"      {s['symbol']} = {s['value']:,}   from {s['field']}"
+            + (f"  (config.json: {s['config_key']})" if s["config_key"] else "") for s in symbols]
 
 
 def _extra(d: dict, payload: str, total: str) -> str:

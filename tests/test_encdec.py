@@ -73,6 +73,10 @@ def test_explain_shows_the_cross_attention():
     out = run("show", "whisper-large-v3", "--ctx", "448", "--explain").stdout
     assert "cross-attention per encoder position and layer: 2·n_h·d_h = 2·20·64 = 2,560 elements, for 1,500" in out
     assert "32 layers × (2,560 × 448 + 2,560 × 1,500) × batch 1 = 159,580,160" in out
+    # the cross formula's symbols and where each came from, as the self-attention's (the text left them out)
+    cross = out.split("cross-attention per encoder position")[1].split("elements: 32 layers")[0]
+    assert "n_h = 20   from layer_groups[0].cross_attention.n_heads" in cross
+    assert "d_h = 64   from d_model / layer_groups[0].cross_attention.n_heads = 1280/20" in cross
 
 
 def test_cross_attention_needs_an_encoder(tmp_path):
