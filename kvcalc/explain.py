@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from kvcalc.costs.cache import CacheReport
+from kvcalc.costs.paged import layer_pages_rule
 from kvcalc.costs.quant import group_size
 from kvcalc.dtypes import dtype_bits, elements_to_bytes
 from kvcalc.units import format_bytes
@@ -57,6 +58,7 @@ def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | N
             **({"state": state} if state else {}),
             **({"cross": _cross(gc, keys)} if gc.cross_formula is not None else {}),
             **({"kv_shared": True} if g.layer.kv_shared else {}),
+            **({"engine": _engine(gc, report)} if gc.block_size is not None and gc.engine_bytes_per_layer else {}),
         })
     return {
         "model": report.model,
@@ -78,10 +80,22 @@ def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | N
         **({"kv_quant": report.kv_quant,
             "payload_bytes_per_token": elements_to_bytes(report.elements_per_token, report.kv_dtype),
             "payload_bytes": elements_to_bytes(report.elements, report.kv_dtype)} if report.kv_quant != "none" else {}),
+        # --engine: the cache in the engine's whole pages (kvcalc.costs.paged), and its states as it stores them
+        **({"engine": report.engine, "engine_kv_bytes": report.engine_bytes} if report.engine_bytes is not None else {}),
+        **({"engine_state_bytes": report.engine_state_bytes}
+           if report.engine_bytes is not None and report.state_elements else {}),
         # a model that stores a state component in a dtype of its own (Qwen3.5's fp32 recurrent state): elements by dtype
         **({"state_by_dtype": {dtype: report.batch * n for n, dtype in report.plan.state_parts}}
            if len(report.plan.state_parts) > 1 else {}),
     }
+
+
+def _engine(gc, report: CacheReport) -> dict:
+    """A group's cache in the engine's pages: each layer's pages of one sequence, the rule, and their bytes."""
+    g = gc.group
+    return {"block_size": gc.block_size, "pages": gc.pages,
+            "rule": layer_pages_rule(report.ctx, gc.tokens_held, g.layer, report.engine),
+            "bytes_per_layer": gc.engine_bytes_per_layer, "bytes": gc.engine_bytes_per_layer * len(g.layers)}
 
 
 def _cross(gc, keys: dict[str, str]) -> dict:
@@ -134,6 +148,12 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
             cross = f" + {c['elements_per_position_per_layer']:,} × {c['encoder_positions']:,}"
         lines.append(f"    elements: {g['n_layers']} layers × ({g['elements_per_token_per_layer']:,} × {g['tokens_held']:,}{cross})"
                      f" × batch {d['batch']} = {g['elements']:,}")
+        if "engine" in g:
+            e = g["engine"]
+            also = " and the encoder positions' pages" if "cross" in g else ""
+            lines.append(f"    {d['engine']} pages: {e['pages']:,} of {e['block_size']:,} tokens a layer and sequence"
+                         f" ({e['rule']}){also} = {e['bytes_per_layer']:,} bytes a layer for the batch;"
+                         f" × {g['n_layers']} layers = {e['bytes']:,}")
         if "state" in g:
             st = g["state"]
             lines.append(f"    constant state per sequence and layer: {st['formula']} = {st['substituted']} = "
@@ -151,12 +171,20 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
     lines.append(f"  KV cache: {sums}{d['elements']:,} elements"
                  f" × {b}/8 bytes{_extra(d, 'payload_bytes', 'kv_cache_bytes')}"
                  f" = {d['kv_cache_bytes']:,} bytes ({format_bytes(d['kv_cache_bytes'], units)})")
+    if "engine_kv_bytes" in d:
+        paged = [g["engine"]["bytes"] for g in d["groups"] if "engine" in g]
+        sums = " + ".join(f"{p:,}" for p in paged) + " = " if len(paged) > 1 else ""
+        lines.append(f"  KV cache in {d['engine']}'s whole pages: {sums}{d['engine_kv_bytes']:,} bytes"
+                     f" ({format_bytes(d['engine_kv_bytes'], units)})")
     if d.get("state_elements"):
         by_dtype = d.get("state_by_dtype") or {d["state_dtype"]: d["state_elements"]}
         each = " + ".join(f"{n:,} elements × {dtype_bits(dtype)}/8 bytes ({dtype})" for dtype, n in by_dtype.items())
         lines.append(f"  constant states: {each} = "
                      f"{d['state_bytes']:,} bytes ({format_bytes(d['state_bytes'], units)}); KV cache + states = "
                      f"{d['cache_bytes']:,} bytes ({format_bytes(d['cache_bytes'], units)})")
+        if d.get("engine_state_bytes") is not None and d["engine_state_bytes"] != d["state_bytes"]:
+            lines.append(f"  constant states as {d['engine']} stores them (a page each, padded to the unified page):"
+                         f" {d['engine_state_bytes']:,} bytes ({format_bytes(d['engine_state_bytes'], units)})")
     return lines
 
 

@@ -63,11 +63,31 @@ def pages(ctx: int, held: int, block: int) -> int:
 
 def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | None) -> int:
     """Pages one sequence holds in one layer under the engine's rule (see the module's rules)."""
-    if engine == "vllm" and layer.window is not None and held < ctx:
+    rule = _layer_rule(ctx, held, layer, engine)
+    if rule == "window":
         return min(-(-ctx // block), -(-held // block) + 1)
-    if layer.chunk is not None and held < ctx:  # a chunk past the first, reserved whole: the most pages one can span
-        return chunk_pages(layer.chunk, block)
+    if rule == "chunk":  # a chunk past the first, reserved whole: the most pages one can span
+        return chunk_pages(layer.chunk or 0, block)
     return pages(ctx, held, block)
+
+
+PAGE_RULES = {"window": "vLLM's window rule: min(ceil(ctx / B), ceil(W / B) + 1)",
+              "chunk": "a whole chunk: (B − gcd(B, C) + C − 1) // B + 1",
+              "touched": "the pages its held tokens touch: (ctx − 1) // B − (ctx − held) // B + 1"}
+
+
+def layer_pages_rule(ctx: int, held: int, layer: Layer, engine: str | None) -> str:
+    """The rule `layer_pages` applies, in words (for --explain)."""
+    return PAGE_RULES[_layer_rule(ctx, held, layer, engine)]
+
+
+def _layer_rule(ctx: int, held: int, layer: Layer, engine: str | None) -> str:
+    """Which rule counts a layer's pages: the one place that picks it."""
+    if engine == "vllm" and layer.window is not None and held < ctx:
+        return "window"
+    if layer.chunk is not None and held < ctx:
+        return "chunk"
+    return "touched"
 
 
 def chunk_pages(chunk: int, block: int) -> int:
