@@ -147,3 +147,10 @@ def test_fit_refuses_what_it_would_ignore():
     for option in (["--gen", "5"], ["--dense-attn"], ["--mla-schedule", "naive"]):
         res = run("fit", "llama3-8b", "--hardware", "h100-80gb", *option, ok=False)
         assert res.exit_code == 2 and f"No such option: {option[0]}" in res.stderr
+
+
+@pytest.mark.parametrize("option", [["--engine", "vllm"], ["--block-size", "16"]])
+def test_cost_does_not_offer_engine_pages(option):
+    # cost reports the exact cache: --engine and --block-size changed nothing in it, at any context or layout
+    res = run("cost", "llama3-8b", *option, ok=False)
+    assert res.exit_code == 2 and f"No such option: {option[0]}" in res.stderr
