@@ -114,10 +114,17 @@ def _derivation() -> dict[str, Any]:
     cross = _object({**formula, "elements_per_position_per_layer": INT,
                      "encoder_positions": {**INT, "description": "encoder positions cached (enc_ctx)"}},
                     ("formula", "substituted", "reference", "symbols", "elements_per_position_per_layer", "encoder_positions"))
+    engine = _object({"block_size": {**INT, "description": "tokens a page"},
+                      "pages": {**INT, "description": "pages one sequence holds in one layer"},
+                      "rule": {**TEXT, "description": "how the pages are counted (kvcalc.costs.paged)"},
+                      "bytes_per_layer": {**INT, "description": "one layer's pages, all sequences"},
+                      "bytes": {**INT, "description": "the group's pages, all layers and sequences"}},
+                     ("block_size", "pages", "rule", "bytes_per_layer", "bytes"), description="--engine: the group's pages")
     group = _object({"group": TEXT, "layers": {"type": "array", "items": INT}, "n_layers": INT, "kind": TEXT, **formula,
                      "elements_per_token_per_layer": INT, "components": counts, "tokens_held": INT, "tokens_rule": rule,
                      "state_elements_per_layer": INT, "elements": INT, "bytes": INT, "state": state, "cross": cross,
-                     "kv_shared": {"const": True, "description": "the layers reuse another layer's cache"}},
+                     "kv_shared": {"const": True, "description": "the layers reuse another layer's cache"},
+                     "engine": engine},
                     ("group", "layers", "n_layers", "kind", "formula", "substituted", "reference", "symbols",
                      "elements_per_token_per_layer", "components", "tokens_held", "tokens_rule", "elements", "bytes"))
     top = {"model": TEXT, "origin": TEXT, "ctx": INT, "batch": INT, "kv_dtype": TEXT, "bits_per_element": INT,
@@ -125,7 +132,13 @@ def _derivation() -> dict[str, Any]:
            "kv_bytes_per_token": INT, "elements": INT, "kv_cache_bytes": INT, "state_dtype": TEXT, "state_elements": INT,
            "state_bytes": INT, "cache_bytes": INT,
            "state_by_dtype": {"type": "object", "additionalProperties": INT,
-                              "description": "constant-state elements by storage dtype, when they differ"}}
+                              "description": "constant-state elements by storage dtype, when they differ"},
+           "kv_quant": {**TEXT, "description": "--kv-quant: the scheme whose scales the bytes include"},
+           "payload_bytes_per_token": {**INT, "description": "--kv-quant: kv_bytes_per_token without the scales"},
+           "payload_bytes": {**INT, "description": "--kv-quant: kv_cache_bytes without the scales"},
+           "engine": {**TEXT, "description": "--engine: the serving engine"},
+           "engine_kv_bytes": {**INT, "description": "--engine: the KV cache in its whole pages"},
+           "engine_state_bytes": {**INT, "description": "--engine: the constant states as it stores them"}}
     return _object(top, ("model", "origin", "ctx", "batch", "kv_dtype", "bits_per_element", "groups", "elements_per_token",
                          "kv_bytes_per_token", "elements", "kv_cache_bytes"),
                    description="--explain: how each layer group's cache follows from the spec's fields")

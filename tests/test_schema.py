@@ -87,6 +87,23 @@ def test_compare_explain_rows_carry_a_derivation_the_schema_describes():
     assert rejects([bad], s)
 
 
+def test_explain_under_engine_and_kv_quant_validates():
+    # the derivation's engine pages and --kv-quant payload (c398e64, b860e9e) are in the schema, required where given
+    s = schema("compare")
+    engine = output("compare", *FEW, "--ctx", "100000", "--explain", "--engine", "vllm", "--tp", "2")
+    validate(engine, s)
+    assert all("engine_kv_bytes" in r["derivation"] for r in engine)
+    assert any("engine_state_bytes" in r["derivation"] for r in engine)  # qwen3-next's states
+    quant = output("compare", *FEW, "--ctx", "4k", "--explain", "--kv-dtype", "int4", "--kv-quant", "g64")
+    validate(quant, s)
+    assert all(r["derivation"]["kv_quant"] == "g64" for r in quant)
+    bad = copy.deepcopy(engine[0])
+    del bad["derivation"]["groups"][0]["engine"]["pages"]
+    assert rejects([bad], s)
+    validate(output("show", "qwen3-next-80b-a3b", "--ctx", "1", "--explain", "--kv-dtype", "int4", "--kv-quant", "g64",
+                    "--engine", "vllm"), schema("show"))
+
+
 def test_other_schemas_validate_their_output():
     validate(output("sweep", "gpt2", "deepseek-v2", "--ctx", "1k..8k"), schema("sweep"))
     validate(output("list"), schema("list"))
