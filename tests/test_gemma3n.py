@@ -172,3 +172,15 @@ def test_per_gpu_weights_hold_the_extra_weights():
     # two stages: the extra weights sit on the first (the busiest), with the embedding
     two = per_gpu(spec, Settings(ctx=1, pp=2))
     assert two.stage == 0 and two.weights_bytes > 2 * (V * D + sum(x.params for x in spec.extra_weights.values()))
+
+
+@pytest.mark.slow
+def test_run_measures_the_layers_that_hold_a_cache():
+    # kvcalc run built the KV-shared layers 20-29 with K and V of their own (predicted 0 bytes, measured 32,768 at
+    # ctx 8; the whole cache 1,228,800 against compare's 819,200): they are not run now, and the whole model's cache
+    # at ctx 10 in float32 is the 20 layers that hold one, 20 × 10 × 2·2·256 × 4 bytes
+    doc = json.loads(run("run", str(PATH), "--ctx", "8", "--decode", "2", "-q", "-f", "json").stdout)
+    assert all(layer < 20 for layer in doc["layers"])
+    total = next(r for r in doc["rows"] if r["quantity"].startswith("KV cache, all 30 layers, at ctx 10"))
+    assert total["predicted"] == total["measured"] == 20 * 10 * 2 * KV * DH * 4 == 819_200
+    assert doc["ok"] and all(r.get("match") is not False for r in doc["rows"]) and all(c["passed"] for c in doc["checks"])

@@ -101,8 +101,9 @@ class RunReport:
 
 
 def _runs(group: ResolvedGroup) -> bool:
-    """Whether a run builds this group's layers (constant-state layers have no KV cache to measure)."""
-    return group.attention.kind not in NOT_RUN
+    """Whether a run builds this group's layers: not constant-state layers (no KV cache to measure), nor KV-shared ones
+    (Gemma 3n's last layers: they hold nothing and read an earlier layer's cache, which the backend does not model)."""
+    return group.attention.kind not in NOT_RUN and not group.layer.kv_shared
 
 
 def layer_order(spec: ModelSpec) -> list[int]:
@@ -298,7 +299,7 @@ def _scaled_total(spec, ids, by_layer, final: list[Cache]) -> int | None:
         measured.setdefault(by_layer[layer].index, parts(cache)[0].nbytes)  # a parallel mixer's state apart
     total = 0
     for g in spec.groups:
-        if isinstance(g.attention, Recurrent):  # no KV cache: its state is totalled apart (_state_total_row)
+        if isinstance(g.attention, Recurrent) or g.layer.kv_shared:  # no KV cache of its own (states: apart)
             continue
         if g.index not in measured:
             return None
