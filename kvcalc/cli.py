@@ -88,7 +88,7 @@ def compare(
 
     ctxs = parse_ctx(ctx)
     explain_format(explain, fmt)
-    check_sweep_rows(len(models), len(ctxs), fmt, command="compare", hint="'--ctx'")
+    check_rows(len(models), len(ctxs), fmt, command="compare", hint="'--ctx'")
     loaded = [load(m, no_windows) for m in models]
     out = compare_output(loaded, opts.settings(ctxs[0]), ctxs, columns, explain, no_windows, opts.hardware_name, fmt, chart)
     emit(with_chart(out, chart, fmt, units) if chart else out, fmt, units)
@@ -119,7 +119,7 @@ def sweep(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=range_option(str(exc))) from None
     grid = opts.each_settings(ctxs[0])
-    check_sweep_rows(len(models), len(ctxs), fmt, len(grid))
+    check_rows(len(models), len(ctxs), fmt, len(grid))
     loaded = [load(m) for m in models]
     varied = tuple(name for name, _ in opts.grid)
     out = sweep_output(loaded, grid, ctxs, columns, opts.hardware_name, fmt, chart, varied)
@@ -236,7 +236,7 @@ def run_backend(
     """Run the attention layers for real in NumPy and check the analytic cache and FLOP figures against them."""
     from kvcalc.backend.runner import RunSettings, run
     from kvcalc.present.emit import emit
-    from kvcalc.present.outputs import run_output
+    from kvcalc.present.outputs import nothing_for, run_output
     from kvcalc.progress import progress_hooks
     from kvcalc.settings import resolve_schedule
     from kvcalc.units import parse_size
@@ -256,11 +256,9 @@ def run_backend(
 
         warn("warning: --dtype float16: NumPy has no fast float16 matrix product (it runs far slower than float32)")
     lm = load(model)
-    groups = lm.spec.groups
-    if (mla_cache != "latent" or mla_schedule is not None) and not any(g.attention.kind == "mla" for g in groups):
-        raise KvcalcError(f"--mla-cache/--mla-schedule: {lm.spec.name} has no MLA layers for them to change")
-    if enc_ctx is not None and not any(g.cross is not None for g in groups):
-        raise KvcalcError(f"--enc-ctx: {lm.spec.name} has no cross-attention (an encoder–decoder model's) to hold it")
+    lacks = nothing_for(lm.spec, mla=mla_cache != "latent" or mla_schedule is not None, enc_ctx=enc_ctx is not None)
+    if lacks:  # the run would measure the same layers without them: refused, not ignored
+        raise KvcalcError("; ".join(f"{option}: {lm.spec.name} has {lack}" for option, lack in lacks) + ": leave it out")
     with progress_hooks(quiet) as progress:
         report = run(lm.spec, settings, progress)
     emit(run_output(report), fmt)
@@ -433,9 +431,9 @@ MAX_SWEEP_ROWS = 100_000  # rows of a sweep in csv and json, written as they are
 MAX_TABLE_ROWS = 2_000  # rows of a sweep in table, markdown and latex, which lay the whole table out first
 
 
-def check_sweep_rows(n_models: int, n_ctxs: int, fmt: str, n_settings: int = 1, command: str = "a sweep",
+def check_rows(n_models: int, n_ctxs: int, fmt: str, n_settings: int = 1, command: str = "a sweep",
                      hint: str = "'--points'") -> None:
-    """A sweep's (or compare's) rows within its format's bound."""
+    """A sweep's (or `command`'s) rows within its format's bound."""
     from kvcalc.present.emit import HUMAN, output_format
 
     rows, human = n_models * n_ctxs * n_settings, output_format(fmt) in HUMAN

@@ -35,27 +35,32 @@ def _ctx_warnings(specs: list[ModelSpec], ctxs: list[int]) -> list[str]:
     return [w for spec in specs for w in over_max(spec, max(ctxs), f"ctx {max(ctxs):,}")]
 
 
-def _mtp_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
-    """--mtp on a model whose spec has no multi-token-prediction layers adds nothing: say so, rather than let the flag
-    pass in silence (GLM, Qwen3.5 and MiniMax importers leave their MTP modules out, saying so in the spec's notes).
-    So for the other options a model has nothing for: --enc-ctx without cross-attention, the MLA options without
-    MLA layers, --ep without routed experts."""
+def nothing_for(spec: ModelSpec, *, mtp: bool = False, enc_ctx: bool = False, mla: bool = False,
+                ep: bool = False) -> list[tuple[str, str]]:
+    """The options asked for (true) that `spec` has nothing for, each with what it lacks: (option, 'no ...')."""
     from kvcalc.costs.params import ffn_runs
 
-    out = []
-    for spec in specs:
-        unused = []
-        if s.mtp and not spec.mtp_layers:
-            unused.append("--mtp: its spec has no multi-token-prediction layers (mtp_layers)")
-        if s.enc_ctx is not None and not any(g.cross is not None for g in spec.groups):
-            unused.append("--enc-ctx: it has no cross-attention (an encoder–decoder model's)")
-        if (s.mla_cache != "latent" or s.mla_schedule is not None) and not any(g.attention.kind == "mla" for g in spec.groups):
-            unused.append("--mla-cache/--mla-schedule: it has no MLA layers")
-        if s.ep > 1 and not any(getattr(run.ffn, "n_routed_experts", 0) for run in ffn_runs(spec)):
-            unused.append("--ep: it has no routed experts")
-        out += [f"warning: {spec.name}: {what}, so nothing is added" if what.startswith("--mtp") else
-                f"warning: {spec.name}: {what}, so the option changes nothing" for what in unused]
-    return out
+    lacks = []
+    if mtp and not spec.mtp_layers:
+        lacks.append(("--mtp", "no multi-token-prediction layers (mtp_layers)"))
+    if enc_ctx and not any(g.cross is not None for g in spec.groups):
+        lacks.append(("--enc-ctx", "no cross-attention (an encoder–decoder model's)"))
+    if mla and not any(g.attention.kind == "mla" for g in spec.groups):
+        lacks.append(("--mla-cache/--mla-schedule", "no MLA layers"))
+    if ep and not any(getattr(run.ffn, "n_routed_experts", 0) for run in ffn_runs(spec)):
+        lacks.append(("--ep", "no routed experts"))
+    return lacks
+
+
+def _option_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
+    """An option a model has nothing for changes nothing: say so, rather than let it pass in silence (--mtp where the
+    GLM, Qwen3.5 and MiniMax importers leave the MTP modules out, saying so in the spec's notes; --enc-ctx, the MLA
+    options, --ep)."""
+    asked = {"mtp": s.mtp, "enc_ctx": s.enc_ctx is not None, "mla": s.mla_cache != "latent" or s.mla_schedule is not None,
+             "ep": s.ep > 1}
+    return [f"warning: {spec.name}: --mtp: its spec has {lack}, so nothing is added" if option == "--mtp" else
+            f"warning: {spec.name}: {option}: it has {lack}, so the option changes nothing"
+            for spec in specs for option, lack in nothing_for(spec, **asked)]
 
 
 def list_output() -> Output:
@@ -108,7 +113,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
     lines = [line for d in derivations for line in derivation_lines(d) + [""]]
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
-    return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs) + _mtp_warnings(specs, s))
+    return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs) + _option_warnings(specs, s))
 
 
 # What tells a sweep's rows apart when a setting takes several values: its key in the rows (tp: the GPUs it uses).
@@ -143,7 +148,7 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     title += f", {hardware} (lower bounds)" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs)), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
-                  warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs) + _mtp_warnings(specs, s))
+                  warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs) + _option_warnings(specs, s))
 
 
 def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, units: str) -> Output:
@@ -175,7 +180,7 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
               Table("layers" if per_layer else "groups", columns, breakdown, title,
                     (["layer"] if per_layer else []) + [k for k in GROUP_KEYS if k != "layer"])]
     return Output(tables, payload, derivation_lines(d, units) if explain else [],
-                  _load_warnings([lm]) + over_max(spec, s.ctx, f"ctx {s.ctx:,}") + _mtp_warnings([spec], s))
+                  _load_warnings([lm]) + over_max(spec, s.ctx, f"ctx {s.ctx:,}") + _option_warnings([spec], s))
 
 
 PASS_TITLES = {
@@ -206,7 +211,7 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     title = f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}"
     warnings = _load_warnings([lm]) + over_max(spec, s.ctx + s.gen,
                                                f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
-    warnings += _mtp_warnings([spec], s)
+    warnings += _option_warnings([spec], s)
     return Output([Table("flops", cols, rows, title), Table("summary", SUMMARY_COLUMNS, summary,
                                                               "Memory, traffic and time", SUMMARY_KEYS)],
                   payload, warnings=warnings)
@@ -263,7 +268,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}), weights "
              f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}, {float(frac):.0%} reserved")
     keys = [f.key for f in figs]
-    return Output([Table("fit", cols, rows, title, keys)], warnings=_load_warnings([lm]) + _mtp_warnings([spec], s))
+    return Output([Table("fit", cols, rows, title, keys)], warnings=_load_warnings([lm]) + _option_warnings([spec], s))
 
 
 def import_spec(config: Path, output: Path | None, name: str | None, force: bool = False) -> None:
