@@ -545,7 +545,7 @@ def main() -> None:
 
     try:
         app_for(sys.argv[1:])()
-    except (KeyboardInterrupt, RuntimeError) as exc:  # Ctrl-C outside a command's own guard (typer parses, imports)
+    except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C outside a command's own guard (typer parses, imports)
         if not interrupted(exc):
             raise
         sys.stderr.write("interrupted\n")

@@ -16,9 +16,16 @@ class LookupFailure(KvcalcError):
     """A model name that matches no bundled spec and no file."""
 
 
+SIGINT_SEEN: list[bool] = []  # appended by the command line's SIGINT handler (kvcalc.__main__), never by the library
+
+
 def interrupted(exc: BaseException) -> bool:
-    """Whether `exc` is a Ctrl-C, or an error Python raised because of one: Python 3.11 wraps a KeyboardInterrupt that
-    lands in a class's __set_name__ into RuntimeError ('Error calling __set_name__'), with the interrupt as its cause."""
+    """Whether `exc` is a Ctrl-C, or an error raised because of one. Python 3.11 wraps a KeyboardInterrupt that lands in
+    a class's __set_name__ into RuntimeError ('Error calling __set_name__'), with the interrupt as its cause; pydantic_core
+    turns one during a schema build into SchemaError, the interrupt only in its text. So once the command line's handler
+    has seen a SIGINT, any error is the interrupt's; before that, only one with a KeyboardInterrupt in its chain."""
+    if SIGINT_SEEN:
+        return True
     seen = 0
     while exc is not None and seen < 32:  # a chain of causes, bounded
         if isinstance(exc, KeyboardInterrupt):

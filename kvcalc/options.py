@@ -271,29 +271,37 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
             result = fn(*args, **kwargs)
             sys.stdout.flush()  # a full disk or a closed pipe shows here, not at exit
             return result
-        except KvcalcError as exc:
-            warn(f"error: {exc}")
-            raise typer.Exit(1) from None
-        except (KeyboardInterrupt, RuntimeError) as exc:  # RuntimeError: one Python raised for a Ctrl-C (errors.py)
-            if not interrupted(exc):
+        except (KeyboardInterrupt, Exception) as exc:  # Exception: one raised for a Ctrl-C (errors.interrupted)
+            if interrupted(exc):
+                warn("interrupted")
+                INTERRUPTED.append(True)
+                raise typer.Exit(130) from None
+            code = _exit_status(exc, warn)
+            if code is None:
                 raise
-            warn("interrupted")
-            INTERRUPTED.append(True)
-            raise typer.Exit(130) from None
-        except BrokenPipeError:  # the reader went away (kvcalc list | head): stop quietly, as Unix tools do
-            _silence_stdout()
-            raise typer.Exit(1) from None
-        except UnicodeEncodeError as exc:
-            _silence_stdout()
-            warn(f"error: the output's encoding ({exc.encoding}) cannot write {exc.object[exc.start:exc.end]!r}: set "
-                 "PYTHONIOENCODING=utf-8, or use --format csv or json")
-            raise typer.Exit(1) from None
-        except OSError as exc:
-            _silence_stdout()
-            warn(f"error: cannot write the output: {exc.strerror or exc}")
-            raise typer.Exit(1) from None
+            raise typer.Exit(code) from None
 
     return wrapper
+
+
+def _exit_status(exc: BaseException, warn: Callable[[str], None]) -> int | None:
+    """The exit status for an error the user can cause, its message written; None for any other (a bug: a traceback)."""
+    if isinstance(exc, KvcalcError):
+        warn(f"error: {exc}")
+        return 1
+    if isinstance(exc, BrokenPipeError):  # the reader went away (kvcalc list | head): stop quietly, as Unix tools do
+        _silence_stdout()
+        return 1
+    if isinstance(exc, UnicodeEncodeError):
+        _silence_stdout()
+        warn(f"error: the output's encoding ({exc.encoding}) cannot write {exc.object[exc.start:exc.end]!r}: set "
+             "PYTHONIOENCODING=utf-8, or use --format csv or json")
+        return 1
+    if isinstance(exc, OSError):
+        _silence_stdout()
+        warn(f"error: cannot write the output: {exc.strerror or exc}")
+        return 1
+    return None
 
 
 def parse_ctx(value: str, option: str = "--ctx") -> list[int]:

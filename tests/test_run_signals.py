@@ -186,6 +186,43 @@ def test_ctrl_c_that_python_wraps_in_a_runtime_error_still_exits_130():
     assert res.returncode == 1 and "interrupted" not in res.stderr and "Error calling __set_name__" in res.stderr
 
 
+SWALLOWED = """
+import os, signal, time
+try:
+    os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, delivered to kvcalc's handler
+    time.sleep(5)
+except KeyboardInterrupt:
+    # pydantic_core turns an interrupt during a deferred schema build into SchemaError('... KeyboardInterrupt: '),
+    # a message with no cause or context to follow
+    raise TypeError("Error building `literal` serializer: KeyboardInterrupt: ") from None
+"""
+
+
+def test_ctrl_c_that_a_library_swallows_into_its_own_error_still_exits_130():
+    # found by CI (test_ctrl_c_at_any_moment_of_start_up): a Ctrl-C during pydantic's first build of ModelSpec's
+    # validator came out as pydantic_core.SchemaError, an Exception with the interrupt only in its text, and a
+    # traceback. Here while the CLI is imported, and below while a command loads its spec.
+    res = _start(_at_cli_import(SWALLOWED))
+    assert res.returncode == 130 and res.stderr == "interrupted\n", (res.returncode, res.stderr)
+    script = f"""
+import sys
+import kvcalc.spec as spec
+
+def validate_mapping(*args):
+{textwrap.indent(SWALLOWED, " " * 4)}
+
+spec.validate_mapping = validate_mapping
+sys.argv = ["kvcalc", "compare", "llama3-70b", "--ctx", "4k"]
+from kvcalc.__main__ import main
+main()
+"""
+    res = _start(script)
+    assert res.returncode == 130 and res.stderr == "interrupted\n" and res.stdout == "", (res.returncode, res.stderr)
+    # the same error with no Ctrl-C behind it is a traceback, as any bug is: not called an interrupt
+    res = _start(script.replace("os.kill(os.getpid(), signal.SIGINT)", "raise KeyboardInterrupt"))
+    assert res.returncode == 1 and "interrupted" not in res.stderr and "Error building" in res.stderr, res.stderr
+
+
 def test_a_wrapped_ctrl_c_during_a_command_exits_130(monkeypatch):
     import kvcalc.present.outputs as outputs
     from conftest import run
