@@ -184,3 +184,27 @@ def test_run_measures_the_layers_that_hold_a_cache():
     total = next(r for r in doc["rows"] if r["quantity"].startswith("KV cache, all 30 layers, at ctx 10"))
     assert total["predicted"] == total["measured"] == 20 * 10 * 2 * KV * DH * 4 == 819_200
     assert doc["ok"] and all(r.get("match") is not False for r in doc["rows"]) and all(c["passed"] for c in doc["checks"])
+
+
+@pytest.mark.parametrize("ctx", [1, 16, 512, 513, 4 * K])
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "ideal"])
+def test_engine_pages_count_none_for_the_shared_layers(ctx, engine):
+    # found by an audit: vLLM's window rule, min(ceil(ctx / B), ceil(W / B) + 1), gave each KV-shared sliding layer a
+    # page (262,144 bytes too many at every ctx). A shared layer holds nothing: 0 pages under every engine. By hand:
+    # vLLM pages of B = 16 tokens, 16 × 2,048 = 32,768 bytes; a sliding layer holds min(ceil(ctx/16), 512/16 + 1)
+    # pages, a full layer ceil(ctx/16); SGLang and ideal (B = 1) hold exactly the cache
+    row = json.loads(run("compare", str(PATH), "--ctx", str(ctx), "--engine", engine, "-f", "json").stdout)[0]
+    if engine == "vllm":
+        full, sliding = -(-ctx // 16), min(-(-ctx // 16), W // 16 + 1)
+        want = (OWN_SLIDING * sliding + OWN_FULL * full) * 16 * PER_TOKEN_LAYER
+    else:
+        want = held(ctx)
+    assert row["engine_kv_bytes"] == want
+    if (engine, ctx) == ("vllm", 4 * K):
+        assert want == 50_855_936  # (16 × 33 + 4 × 256) pages × 32,768 bytes
+    explain = json.loads(run("show", str(PATH), "--ctx", str(ctx), "--engine", engine, "--explain", "-f", "json").stdout)
+    groups = {g["group"]: g for g in explain["derivation"]["groups"]}
+    # --explain derives pages only for groups that have some: the shared ones are marked kv_shared and have none
+    assert [name for name, g in groups.items() if "engine" in g] == ["local", "global"]
+    assert groups["local-shared"]["kv_shared"] is groups["global-shared"]["kv_shared"] is True
+    assert sum(g["engine"]["bytes"] for g in groups.values() if "engine" in g) == want

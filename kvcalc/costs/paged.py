@@ -6,7 +6,8 @@ Rules (also in the README):
   page beyond their span (vLLM's SlidingWindowManager frees the pages before it). A chunked layer holds its current
   chunk, which starts at a multiple of C (kvcalc.attention.base), reserved whole as its min(ctx, C) tokens are: past
   the first chunk, the most pages a chunk can span, (B − gcd(B, C) + C − 1) // B + 1, which is C / B when B divides
-  C (ChunkedLocalAttentionManager frees the pages of the chunks before). Cross-attention holds ceil(enc / B) pages
+  C (ChunkedLocalAttentionManager frees the pages of the chunks before). A layer holding no tokens (KV-shared)
+  has no pages, whatever its window or chunk. Cross-attention holds ceil(enc / B) pages
   of encoder positions. Under a group scheme g<G> a key group runs along the tokens the pages span: ceil(n·B / G)
   groups a channel for n pages (`span_bytes`).
 - vLLM: a window layer at the most pages its window can touch, not by alignment: ceil(W / B) + 1 once the window
@@ -64,6 +65,8 @@ def pages(ctx: int, held: int, block: int) -> int:
 def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | None) -> int:
     """Pages one sequence holds in one layer under the engine's rule (see the module's rules)."""
     rule = _layer_rule(ctx, held, layer, engine)
+    if rule == "empty":
+        return 0
     if rule == "window":
         return min(-(-ctx // block), -(-held // block) + 1)
     if rule == "chunk":  # a chunk past the first, reserved whole: the most pages one can span
@@ -71,7 +74,8 @@ def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | Non
     return pages(ctx, held, block)
 
 
-PAGE_RULES = {"window": "vLLM's window rule: min(ceil(ctx / B), ceil(W / B) + 1)",
+PAGE_RULES = {"empty": "holds no tokens: 0 pages",
+              "window": "vLLM's window rule: min(ceil(ctx / B), ceil(W / B) + 1)",
               "chunk": "a whole chunk: (B − gcd(B, C) + C − 1) // B + 1",
               "touched": "the pages its held tokens touch: (ctx − 1) // B − (ctx − held) // B + 1"}
 
@@ -83,6 +87,8 @@ def layer_pages_rule(ctx: int, held: int, layer: Layer, engine: str | None) -> s
 
 def _layer_rule(ctx: int, held: int, layer: Layer, engine: str | None) -> str:
     """Which rule counts a layer's pages: the one place that picks it."""
+    if held == 0:  # a KV-shared layer (Gemma 3n) reads an earlier layer's pages and allocates none of its own
+        return "empty"
     if engine == "vllm" and layer.window is not None and held < ctx:
         return "window"
     if layer.chunk is not None and held < ctx:
