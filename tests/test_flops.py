@@ -273,6 +273,24 @@ def test_decode_bytes_moe_reads_active_experts():
     assert prefill_bytes(s, Settings(ctx=1000))["weights"] == 2 * (46_702_792_704 - 32_000 * 4096 + 1000 * 4096)
 
 
+@pytest.mark.parametrize("ctx", [1, 512, 513, 1024, 2048])
+def test_prefill_reads_each_lookup_table_at_most_whole(ctx):
+    # GPT-2 (tied wte of 50,257 × 768, learned wpe of 1,024 × 768; 124,439,808 parameters, FACTS.md): the prefill
+    # reads every weight but the wpe once (wte whole as the LM head), then ctx rows of wte and min(ctx, 1,024) of wpe.
+    # Until this test, one cap of 1,024 rows for both tables froze the count from ctx 513 on (248,879,616 bytes).
+    d, v, n_ctx, total = 768, 50_257, 1024, 124_439_808
+    want = 2 * (total - n_ctx * d + min(ctx, v) * d + min(ctx, n_ctx) * d)
+    assert prefill_bytes(spec("gpt2"), Settings(ctx=ctx))["weights"] == want
+    if ctx == 1024:
+        assert want == 250_452_480
+    # a tied table without learned positions (gemma3-1b: 262,144 × 1,152, 999,885,952 parameters): the whole table
+    # as the LM head, and the rows the prompt looks up; both reads counted, as a decode step's are
+    g = spec("gemma3-1b")
+    assert g.tie_embeddings and not g.learned_positions
+    assert prefill_bytes(g, Settings(ctx=ctx))["weights"] == 2 * (999_885_952 + ctx * 1152)
+    assert decode_bytes(g, Settings(ctx=ctx))["weights"] == 2 * (999_885_952 + 1152)
+
+
 @pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-v3.2"])
 def test_mtp_block_is_one_more_last_layer(name):
     # DeepSeek-V3 §2.2: each MTP module is a Transformer block like the model's own (MLA + MoE) after M_k. Every

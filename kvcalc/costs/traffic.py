@@ -9,8 +9,8 @@ Conventions (also in the README):
   keys of its own chunk under a chunk, an earlier layer's cache for a KV-shared layer), and under DSA every index
   key and the top-k latents (kvcalc.costs.cache.read_at; by token, not by page). The input embedding is a lookup:
   only one row per sequence is read (a tied table is also read whole as the LM head: both reads are counted).
-- A prefill reads every weight once (a long prompt touches every expert; lookup tables only the rows it needs)
-  and writes the KV cache of its tokens.
+- A prefill reads every weight once (a long prompt touches every expert; of each lookup table the rows its tokens
+  look up, at most the whole table) and writes the KV cache of its tokens.
 - Activations are left out (they are small next to weights and cache at decode time).
 """
 
@@ -30,19 +30,22 @@ def _lookup_tables(spec: ModelSpec) -> int:
     return tables + (spec.max_context * spec.d_model if spec.learned_positions else 0)
 
 
-def _extra_rows(spec: ModelSpec, tokens: int) -> int:
-    """Values `tokens` tokens read from the extra weights' lookup tables (at most each whole table)."""
-    return sum(min(x.table, tokens * x.row) for x in spec.extra_weights.values())
+def _lookup_rows(spec: ModelSpec, tokens: int) -> int:
+    """Values `tokens` token reads fetch from the lookup tables, each table at most whole: the input embedding (a tied
+    one too: the LM head's whole read is counted apart), learned positions, and the extra weights' tables."""
+    rows = min(spec.vocab_size, tokens) * spec.d_model
+    if spec.learned_positions:  # one position row a token (n_ctx = max_context rows: GPT-2's wpe, Whisper's)
+        rows += min(spec.max_context, tokens) * spec.d_model
+    return rows + sum(min(x.table, tokens * x.row) for x in spec.extra_weights.values())
 
 
-def _read_once(spec: ModelSpec, mtp: bool) -> tuple[int, int, int]:
-    """Parameters a decode step reads whatever the batch (active, less the encoder's and the lookup tables), those a
-    prefill reads (all, less the lookup tables), and the rows of the input tables there are to look up (once per spec)."""
+def _read_once(spec: ModelSpec, mtp: bool) -> tuple[int, int]:
+    """Parameters a decode step reads whatever the batch (active, less the encoder's and the lookup tables) and those
+    a prefill reads (all, less the lookup tables): once per spec."""
     params = param_counts(spec, mtp)
     encoder = sum(v for k, v in params.active_breakdown.items() if k.startswith("encoder/"))  # runs once per input
     tables = _lookup_tables(spec)
-    extra = sum(x.table for x in spec.extra_weights.values())
-    return params.active - encoder - tables, params.total - tables, tables - extra
+    return params.active - encoder - tables, params.total - tables
 
 
 def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
@@ -68,20 +71,17 @@ def decode_weights(spec: ModelSpec, s: Settings) -> int:
 
 
 def _decode_weights(spec: ModelSpec, s: Settings) -> int:
-    rows = s.batch * spec.d_model * (2 if spec.learned_positions else 1)  # the embedding rows looked up
-    rows += _extra_rows(spec, s.batch)
-    read = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[0] + rows
+    read = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[0] + _lookup_rows(spec, s.batch)
     return weights_bytes(read, s.weights_dtype)
 
 
 def prefill_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> dict[str, int]:
     """Bytes a prefill of `s.ctx` tokens moves, by part: 'weights' (all, read once) and 'kv_cache' (written). `cache`:
     kv_cache(spec, s), when the caller has it."""
-    _, whole, table_rows = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)
-    rows = min(table_rows, s.batch * s.ctx * spec.d_model * (2 if spec.learned_positions else 1))
-    rows += _extra_rows(spec, s.batch * s.ctx)
+    whole = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[1]
     cache = cache or kv_cache(spec, s)
-    out = {"weights": weights_bytes(whole + rows, s.weights_dtype), "kv_cache": cache.bytes}
+    out = {"weights": weights_bytes(whole + _lookup_rows(spec, s.batch * s.ctx), s.weights_dtype),
+           "kv_cache": cache.bytes}
     if cache.state_bytes:
         out["state"] = cache.state_bytes  # written once at the end of the prompt
     return out
