@@ -8,6 +8,8 @@ from kvcalc.costs.cache import CacheReport
 from kvcalc.costs.paged import layer_pages_rule
 from kvcalc.costs.quant import group_size
 from kvcalc.dtypes import dtype_bits, elements_to_bytes
+from kvcalc.settings import Settings
+from kvcalc.spec import ModelSpec
 from kvcalc.units import format_bytes
 
 
@@ -20,8 +22,43 @@ def substitute(expression: str, values: dict[str, int]) -> str:
     return pattern.sub(lambda m: str(values[m.group(0)]), expression)
 
 
-def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | None = None) -> dict:
-    """A structured derivation of `report`: one entry per layer group, then the per-token rate and the total."""
+def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | None = None,
+               spec: ModelSpec | None = None, s: Settings | None = None) -> dict:
+    """A structured derivation of `report`: one entry per layer group, then the per-token rate and the total; with
+    the `spec` and settings `s` of a parallel layout, what its busiest GPU holds (`per_gpu`)."""
+    out = _derivation(report, origin, config_keys)
+    if spec is not None and s is not None and s.gpus > 1:
+        out["per_gpu"] = gpu_derivation(report, spec, s)
+    return out
+
+
+def gpu_derivation(report: CacheReport, spec: ModelSpec, s: Settings) -> dict:
+    """The busiest GPU's cache under a parallel layout, group by group, as kvcalc.costs.parallel counts it: the layers
+    its stage holds, one tp rank's share of each layer (the symbols the split changes), and the sequences it serves."""
+    from kvcalc.costs.parallel import busiest_gpu, check_layout, gpu_groups, stages
+
+    check_layout(spec, s)
+    plans = stages(spec, s)
+    gpu = busiest_gpu(s, plans)
+    whole = {gc.group.label: {x.name: x.value for x in gc.formula.symbols} for gc in report.groups}
+    groups = []
+    for part in gpu_groups(s, plans[gpu.stage]):
+        f, before = part.formula, whole.get(part.label, {})
+        groups.append({
+            "group": part.label, "layers_here": part.layers_here, "formula": f.expression,
+            "substituted": substitute(f.expression, {x.name: x.value for x in f.symbols}),
+            "elements_per_token_per_layer": f.elements,
+            "split": [{"symbol": x.name, "whole": before[x.name], "per_rank": x.value}
+                      for x in f.symbols if x.name in before and before[x.name] != x.value],
+            "tokens_held": part.tokens_held, "sequences": part.sequences,
+            "sequences_rule": "ceil(ceil(batch / dp) / tp)" if part.split_over_tp else "ceil(batch / dp)",
+            "bytes_per_layer": part.kv_bytes_per_layer, "bytes": part.kv_bytes, "state_bytes": part.state_bytes})
+    return {"gpus": gpu.gpus, "tp": s.tp, "pp": s.pp, "dp": s.dp, "ep": s.ep, "stage": gpu.stage,
+            "layers": list(gpu.layers), "groups": groups, "kv_cache_bytes": gpu.kv_cache_bytes,
+            "state_bytes": gpu.state_bytes, "weights_bytes": gpu.weights_bytes}
+
+
+def _derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | None) -> dict:
     keys = config_keys or {}
     bits = dtype_bits(report.kv_dtype)
     groups = []
@@ -176,6 +213,8 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
         sums = " + ".join(f"{p:,}" for p in paged) + " = " if len(paged) > 1 else ""
         lines.append(f"  KV cache in {d['engine']}'s whole pages: {sums}{d['engine_kv_bytes']:,} bytes"
                      f" ({format_bytes(d['engine_kv_bytes'], units)})")
+    if "per_gpu" in d:
+        lines += _gpu_lines(d, units)
     if d.get("state_elements"):
         by_dtype = d.get("state_by_dtype") or {d["state_dtype"]: d["state_elements"]}
         each = " + ".join(f"{n:,} elements × {dtype_bits(dtype)}/8 bytes ({dtype})" for dtype, n in by_dtype.items())
@@ -185,6 +224,27 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
         if d.get("engine_state_bytes") is not None and d["engine_state_bytes"] != d["state_bytes"]:
             lines.append(f"  constant states as {d['engine']} stores them (a page each, padded to the unified page):"
                          f" {d['engine_state_bytes']:,} bytes ({format_bytes(d['engine_state_bytes'], units)})")
+    return lines
+
+
+def _gpu_lines(d: dict, units: str) -> list[str]:
+    """The busiest GPU's cache under a parallel layout, group by group (see gpu_derivation)."""
+    p = d["per_gpu"]
+    ep = f", ep {p['ep']}" if p["ep"] > 1 else ""
+    lines = [f"  per GPU: tp {p['tp']} × pp {p['pp']} × dp {p['dp']} = {p['gpus']:,} GPUs{ep}; the busiest holds stage"
+             f" {p['stage']}, layers {_span(p['layers'])}"]
+    for g in p["groups"]:
+        split = ", ".join(f"{x['symbol']} {x['whole']:,} → {x['per_rank']:,}" for x in g["split"])
+        share = f"one of {p['tp']} tp ranks: {split}" if split else f"the same on each of {p['tp']} tp ranks"
+        lines.append(f"    {g['group']}: {g['layers_here']} of its layers here; a layer per token: {g['formula']} ="
+                     f" {g['substituted']} = {g['elements_per_token_per_layer']:,} elements ({share})")
+        values = substitute(g["sequences_rule"], {"batch": d["batch"], "dp": p["dp"], "tp": p["tp"]})
+        lines.append(f"      sequences: {g['sequences_rule']} = {values} = {g['sequences']:,}; {g['tokens_held']:,} tokens held;"
+                     f" {g['bytes_per_layer']:,} bytes a layer × {g['layers_here']} = {g['bytes']:,}")
+    sums = " + ".join(f"{g['bytes']:,}" for g in p["groups"]) + " = " if len(p["groups"]) > 1 else ""
+    lines.append(f"    KV cache per GPU: {sums}{p['kv_cache_bytes']:,} bytes ({format_bytes(p['kv_cache_bytes'], units)})")
+    if p["state_bytes"]:
+        lines.append(f"    constant states per GPU: {p['state_bytes']:,} bytes ({format_bytes(p['state_bytes'], units)})")
     return lines
 
 

@@ -127,6 +127,22 @@ def _derivation() -> dict[str, Any]:
                      "engine": engine},
                     ("group", "layers", "n_layers", "kind", "formula", "substituted", "reference", "symbols",
                      "elements_per_token_per_layer", "components", "tokens_held", "tokens_rule", "elements", "bytes"))
+    split = _object({"symbol": TEXT, "whole": INT, "per_rank": INT}, ("symbol", "whole", "per_rank"))
+    gpu_group = _object({"group": TEXT, "layers_here": {**INT, "description": "the group's layers on the busiest GPU's stage"},
+                         "formula": TEXT, "substituted": TEXT,
+                         "elements_per_token_per_layer": {**INT, "description": "one tp rank's share"},
+                         "split": {"type": "array", "items": split,
+                                   "description": "the symbols tensor parallelism changes, whole and on one rank"},
+                         "tokens_held": INT, "sequences": {**INT, "description": "sequences whose cache the GPU holds"},
+                         "sequences_rule": TEXT, "bytes_per_layer": INT, "bytes": INT, "state_bytes": INT},
+                        ("group", "layers_here", "formula", "substituted", "elements_per_token_per_layer", "split",
+                         "tokens_held", "sequences", "sequences_rule", "bytes_per_layer", "bytes", "state_bytes"))
+    per_gpu = _object({"gpus": INT, "tp": INT, "pp": INT, "dp": INT, "ep": INT,
+                       "stage": {**INT, "description": "the busiest GPU's pipeline stage"},
+                       "layers": {"type": "array", "items": INT}, "groups": {"type": "array", "items": gpu_group},
+                       "kv_cache_bytes": INT, "state_bytes": INT, "weights_bytes": INT},
+                      ("gpus", "tp", "pp", "dp", "ep", "stage", "layers", "groups", "kv_cache_bytes", "state_bytes",
+                       "weights_bytes"), description="--tp/--pp/--dp: what the busiest GPU holds, group by group")
     top = {"model": TEXT, "origin": TEXT, "ctx": INT, "batch": INT, "kv_dtype": TEXT, "bits_per_element": INT,
            "mla_cache": TEXT, "groups": {"type": "array", "items": group}, "elements_per_token": INT,
            "kv_bytes_per_token": INT, "elements": INT, "kv_cache_bytes": INT, "state_dtype": TEXT, "state_elements": INT,
@@ -138,7 +154,8 @@ def _derivation() -> dict[str, Any]:
            "payload_bytes": {**INT, "description": "--kv-quant: kv_cache_bytes without the scales"},
            "engine": {**TEXT, "description": "--engine: the serving engine"},
            "engine_kv_bytes": {**INT, "description": "--engine: the KV cache in its whole pages"},
-           "engine_state_bytes": {**INT, "description": "--engine: the constant states as it stores them"}}
+           "engine_state_bytes": {**INT, "description": "--engine: the constant states as it stores them"},
+           "per_gpu": per_gpu}
     return _object(top, ("model", "origin", "ctx", "batch", "kv_dtype", "bits_per_element", "groups", "elements_per_token",
                          "kv_bytes_per_token", "elements", "kv_cache_bytes"),
                    description="--explain: how each layer group's cache follows from the spec's fields")

@@ -169,3 +169,66 @@ def test_roofline_under_tp_is_one_gpus_share_and_mla_latent_is_not_divided():
                           "-f", "json").stdout)["summary"]
     assert dp["decode_seconds_per_token"] == half["decode_seconds_per_token"]
     assert dp["tokens_per_second"] == pytest.approx(2 * half["tokens_per_second"], rel=1e-12)
+
+
+def explain(*args: str) -> dict:
+    return json.loads(run("show", *args, "--explain", "-f", "json").stdout)
+
+
+def test_explain_derives_the_busiest_gpus_cache_group_by_group():
+    # llama3-70b at 32k, tp 8: one of the 8 KV heads a rank, 2·1·128 = 256 elements a token and layer, bf16,
+    # 80 layers: 80 × 256 × 32,768 × 2 = 1,342,177,280 bytes, the summary's kv_cache_bytes_per_gpu
+    doc = explain("llama3-70b", "--ctx", "32k", "--tp", "8")
+    p = doc["derivation"]["per_gpu"]
+    assert (p["gpus"], p["tp"], p["pp"], p["dp"], p["stage"], p["layers"]) == (8, 8, 1, 1, 0, list(range(80)))
+    [g] = p["groups"]
+    assert g["split"] == [{"symbol": "n_kv", "whole": 8, "per_rank": 1}] and g["substituted"] == "2·1·128"
+    assert (g["elements_per_token_per_layer"], g["tokens_held"], g["sequences"]) == (256, 32 * K, 1)
+    assert g["bytes_per_layer"] == 256 * 32 * K * 2 and g["bytes"] == p["kv_cache_bytes"] == 80 * 256 * 32 * K * 2
+    assert p["kv_cache_bytes"] == doc["summary"]["kv_cache_bytes_per_gpu"] == 1_342_177_280
+    assert p["weights_bytes"] == doc["summary"]["weights_bytes_per_gpu"]
+    text = run("show", "llama3-70b", "--ctx", "32k", "--tp", "8", "--explain").stdout
+    assert "one of 8 tp ranks: n_kv 8 → 1" in text and "KV cache per GPU: 1,342,177,280 bytes (1.25 GiB)" in text
+    # one GPU: nothing to derive
+    assert "per_gpu" not in explain("llama3-70b", "--ctx", "32k")["derivation"]
+
+
+def test_explain_per_gpu_under_pipeline_data_and_dp_attention():
+    # deepseek-v2, tp 8 × pp 2 × dp 2, batch 5: the latent (512 + 64) is whole on every rank; stage 1 holds layers
+    # 30-59 (and the LM head: the busiest); a replica serves ceil(5 / 2) = 3 sequences
+    p = explain("deepseek-v2", "--ctx", "32k", "--tp", "8", "--pp", "2", "--dp", "2", "--batch", "5")["derivation"]["per_gpu"]
+    [g] = p["groups"]
+    assert (p["gpus"], p["stage"], p["layers"], g["layers_here"]) == (32, 1, list(range(30, 60)), 30)
+    assert g["split"] == [] and g["sequences_rule"] == "ceil(batch / dp)" and g["sequences"] == 3
+    assert g["bytes"] == p["kv_cache_bytes"] == 30 * 576 * 32 * K * 3 * 2 == 3_397_386_240
+    # SGLang's DP attention: a batch of 20 over tp 8 leaves ceil(20 / 8) = 3 sequences' latents a GPU
+    p = explain("deepseek-v2", "--ctx", "32k", "--tp", "8", "--batch", "20", "--dp-attention")["derivation"]["per_gpu"]
+    assert p["groups"][0]["sequences_rule"] == "ceil(ceil(batch / dp) / tp)" and p["groups"][0]["sequences"] == 3
+    assert p["kv_cache_bytes"] == 60 * 576 * 32 * K * 3 * 2
+
+
+@pytest.mark.parametrize("args", [
+    ("gemma3-27b", "--ctx", "128k", "--tp", "4", "--pp", "3", "--kv-dtype", "int4", "--kv-quant", "g64"),
+    ("qwen3-next-80b-a3b", "--ctx", "100000", "--tp", "4", "--engine", "vllm", "--batch", "3"),
+    ("whisper-large-v3", "--ctx", "448", "--tp", "2", "--pp", "2"),
+    ("llama4-scout", "--ctx", "8193", "--tp", "8", "--ep", "4", "--engine", "vllm"),
+])
+def test_explain_per_gpu_groups_sum_to_the_gpus_figures(args):
+    # whatever the layout: the groups' bytes add up to the busiest GPU's cache and states, as compare reports them
+    doc = explain(*args)
+    p = doc["derivation"]["per_gpu"]
+    assert sum(g["bytes"] for g in p["groups"]) == p["kv_cache_bytes"] == doc["summary"]["kv_cache_bytes_per_gpu"]
+    assert sum(g["state_bytes"] for g in p["groups"]) == p["state_bytes"] == doc["summary"]["state_bytes_per_gpu"]
+    assert all(g["bytes"] == g["layers_here"] * g["bytes_per_layer"] for g in p["groups"])
+    assert sum(g["layers_here"] for g in p["groups"]) >= len(p["layers"])  # every layer of the stage (MTP: more)
+    r = json.loads(run("compare", *args, "--explain", "-f", "json").stdout)[0]
+    assert r["derivation"]["per_gpu"] == p and r["kv_cache_bytes_per_gpu"] == p["kv_cache_bytes"]
+
+
+def test_readme_per_gpu_example_is_what_show_prints():
+    from conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("$ kvcalc show llama3-70b --ctx 8k --tp 8 --explain\n...\n")[1].split("```")[0]
+    out = run("show", "llama3-70b", "--ctx", "8k", "--tp", "8", "--explain").stdout
+    assert block and block in out

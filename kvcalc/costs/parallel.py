@@ -31,7 +31,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from kvcalc.attention import MLA
+from kvcalc.attention import MLA, Formula
 from kvcalc.costs.cache import GroupTerm, group_cache, group_term
 from kvcalc.costs.paged import vllm_hybrid_pages
 from kvcalc.costs.state import parts_bytes
@@ -95,6 +95,7 @@ class PerGpu(NamedTuple):
 class _StageGroup:
     """A layer group's part of a stage: `n` of its layers, as one rank holds them (their cache at ctx 1, one sequence)."""
 
+    label: str  # the layer group's
     n: int
     term: GroupTerm
     state_elements: int  # one layer's constant state, one sequence
@@ -139,7 +140,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         for group, gc in zip(everyone, caches):
             n = len(group.layers) if group is mtp else bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start)
             if n and (group is not mtp or last):  # its layers here; the MTP layers on the last stage
-                groups.append(_StageGroup(n, group_term(gc, one, enc), gc.state_elements_per_layer, gc.state_parts,
+                groups.append(_StageGroup(group.label, n, group_term(gc, one, enc), gc.state_elements_per_layer, gc.state_parts,
                                           gc.engine_state_bytes_per_layer,
                                           s.dp_attention and isinstance(group.attention, MLA)))
         params = _stage_params(spec, s, i, layers, len(ranges), ranks[:len(spec.groups)])
@@ -190,16 +191,44 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
 
 def _stage(s: Settings, plan: Stage) -> PerGpu:
     """One stage's GPU at the settings' context and batch: the cache and states of its share of the sequences."""
-    ctx = s.ctx
     kv = state = 0
     for g in plan.groups:
-        batch = _sequences(s, g)
-        kv += g.n * g.term.layer_bytes(ctx, batch, s)  # pages with --engine
-        if g.engine_state_bytes is not None:  # the engine's state pages
-            state += g.n * batch * g.engine_state_bytes
-        elif g.state_elements:
-            state += g.n * parts_bytes(g.state_parts, batch)
+        kv += g.n * g.term.layer_bytes(s.ctx, _sequences(s, g), s)  # pages with --engine
+        state += _group_state(s, g)
     return _new(PerGpu, (s.tp * s.pp * s.dp, plan.stage, plan.layers, kv, state, plan.weights_bytes))
+
+
+def _group_state(s: Settings, g: _StageGroup) -> int:
+    """The constant states of a stage group's layers on one GPU, its share of the sequences (--engine: its pages)."""
+    if g.engine_state_bytes is not None:  # the engine's state pages
+        return g.n * _sequences(s, g) * g.engine_state_bytes
+    return g.n * parts_bytes(g.state_parts, _sequences(s, g)) if g.state_elements else 0
+
+
+class GroupOnGpu(NamedTuple):
+    """A layer group's part of the busiest GPU, for --explain: its layers there, the cache of one layer as one tp rank
+    holds it (`formula`: the rank's share), the sequences it holds, and the bytes (those _stage sums)."""
+
+    label: str
+    layers_here: int
+    formula: Formula
+    tokens_held: int
+    sequences: int
+    split_over_tp: bool  # SGLang's DP attention: the replica's sequences split over its tp ranks
+    kv_bytes_per_layer: int
+    kv_bytes: int
+    state_bytes: int
+
+
+def gpu_groups(s: Settings, plan: Stage) -> list[GroupOnGpu]:
+    """Each layer group's part of one stage's GPU at the settings' context and batch: what `_stage` adds up."""
+    out = []
+    for g in plan.groups:
+        batch = _sequences(s, g)
+        per_layer = g.term.layer_bytes(s.ctx, batch, s)
+        out.append(GroupOnGpu(g.label, g.n, g.term.formula, g.term.attention.tokens_held(g.term.layer, s.ctx), batch,
+                              g.latent_split, per_layer, g.n * per_layer, _group_state(s, g)))
+    return out
 
 
 _new = tuple.__new__  # a PerGpu past its generated __new__ (a row of a sweep makes one)

@@ -106,7 +106,8 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     specs = [lm.spec for lm in loaded]
     rows, reports = compare_rows(specs, ctxs, s, _costs_shown(cols, fmt, chart))
     origins = [lm for lm in loaded for _ in ctxs]
-    derivations = [derivation(r, lm.origin, lm.config_keys) for lm, r in zip(origins, reports)] if explain else []
+    derivations = ([derivation(r, lm.origin, lm.config_keys, lm.spec, s.at(r.ctx)) for lm, r in zip(origins, reports)]
+                   if explain else [])
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns == "kv" else
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} (lower bounds)" if hardware else ""))
     title += serving_note(s) + (", windows ignored" if no_windows else "")
@@ -163,7 +164,7 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
     report = kv_cache(spec, s)
     breakdown = group_rows(report, per_layer)
     summary = summary_rows(lm, report, units, s)
-    d = derivation(report, lm.origin, lm.config_keys)
+    d = derivation(report, lm.origin, lm.config_keys, spec, s) if explain else {}
     payload: dict[str, Any] = {
         "model": spec.name, "origin": lm.origin, "exceeds_max_context": s.ctx > spec.max_context,
         "spec": spec.model_dump(exclude_none=True), "summary": {r["key"]: r["value"] for r in summary},
