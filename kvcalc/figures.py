@@ -191,7 +191,7 @@ def _parallel_roofline(spec: ModelSpec, s: Settings, hw: Hardware) -> tuple[Roof
     not divided); pipeline stages run one after another for a token, so pp does not shorten a step."""
     from kvcalc.hardware import roofline
 
-    replica = replace(s, batch=-(-s.batch // s.dp), tp=1, pp=1, dp=1, dp_attention=False)
+    replica = replace(s, batch=-(-s.batch // s.dp), tp=1, pp=1, dp=1, ep=1, dp_attention=False)
     ranked = replace(replica, tp=s.tp, dp_attention=s.dp_attention)
     rank = per_gpu(spec, ranked)  # one TP rank, every layer
     tp = s.tp

@@ -76,7 +76,7 @@ class Settings:
     tp: int = 1  # tensor-parallel ranks
     pp: int = 1  # pipeline stages
     dp: int = 1  # data-parallel replicas
-    ep: int = 1  # expert-parallel ranks (routed experts whole, ceil(E / ep) each)
+    ep: int = 1  # expert-parallel ranks among a stage's tp · dp GPUs (routed experts whole, ceil(E / ep) each)
     dp_attention: bool = False  # SGLang's DP attention: a replica's tp ranks split its sequences' latent cache
     kv_quant: str = "none"  # quantisation scheme of the cache: its scales and zero points are counted
     engine: str | None = None  # a serving engine whose paged cache is counted (engine_kv_bytes)
@@ -88,6 +88,9 @@ class Settings:
             if type(value) is int and 0 < value <= LIMITS.get(name, TOKENS_LIMIT) or name == "enc_ctx" and value is None:
                 continue  # the usual case, at once (a sweep of the API makes a Settings a row)
             _check_count(name, value)
+        if self.ep > 1 and (self.tp * self.dp) % self.ep:  # vLLM: ep = tp · dp; SGLang: ep divides tp
+            raise KvcalcError(f"--ep {self.ep}: expert parallelism spreads a stage's experts over its tp · dp = "
+                              f"{self.tp * self.dp} GPU(s), so ep must divide tp · dp: give --tp or --dp to match")
         dtype_bits(self.kv_dtype, "kv")
         dtype_bits(self.weights_dtype, "weights")
         object.__setattr__(self, "kv_dtype", self.kv_dtype.lower())

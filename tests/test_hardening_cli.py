@@ -125,11 +125,11 @@ def test_run_float16_warns_that_it_is_slow():
 
 def test_options_a_model_has_nothing_for_are_named():
     # they changed nothing in silence (json even echoed enc_ctx 5): now a warning each, as --mtp's
-    err = run("compare", "llama3-8b", "--ctx", "4k", "--enc-ctx", "5", "--mla-cache", "expanded", "--ep", "7").stderr
+    err = run("compare", "llama3-8b", "--ctx", "4k", "--enc-ctx", "5", "--mla-cache", "expanded", "--dp", "7", "--ep", "7").stderr
     for what in ("--enc-ctx: it has no cross-attention (an encoder–decoder model's)",
                  "--mla-cache/--mla-schedule: it has no MLA layers", "--ep: it has no routed experts"):
         assert f"warning: llama3-8b: {what}, so the option changes nothing" in err
-    assert "warning" not in run("compare", "deepseek-v3", "--ctx", "4k", "--ep", "8", "--mla-schedule", "naive").stderr
+    assert "warning" not in run("compare", "deepseek-v3", "--ctx", "4k", "--tp", "8", "--ep", "8", "--mla-schedule", "naive").stderr
     assert "warning" not in run("compare", "whisper-large-v3", "--ctx", "448", "--enc-ctx", "5").stderr
 
 

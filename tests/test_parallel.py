@@ -88,11 +88,47 @@ def test_mtp_layers_sit_on_the_last_stage(name):
 
 
 def test_expert_parallelism_holds_whole_experts():
-    # mixtral-8x7b, ep 8 beside tp 1: one whole expert (3 · 4096 · 14336) per GPU instead of all eight
+    # mixtral-8x7b over 8 data-parallel GPUs, ep 8: one whole expert (3 · 4096 · 14336) per GPU instead of all eight
     d, ff = 4096, 14336
-    whole = row("mixtral-8x7b", "--ctx", "1k")["weights_bytes_per_gpu"]
-    split = row("mixtral-8x7b", "--ctx", "1k", "--ep", "8")["weights_bytes_per_gpu"]
+    whole = row("mixtral-8x7b", "--ctx", "1k", "--dp", "8")["weights_bytes_per_gpu"]
+    split = row("mixtral-8x7b", "--ctx", "1k", "--dp", "8", "--ep", "8")["weights_bytes_per_gpu"]
     assert whole - split == 2 * 32 * 7 * 3 * d * ff
+
+
+@pytest.mark.parametrize(("layout", "ok"), [(("--ep", "8"), False), (("--tp", "4", "--ep", "8"), False),
+                                             (("--tp", "4", "--ep", "3"), False), (("--tp", "4", "--dp", "2", "--ep", "8"), True),
+                                             (("--tp", "8", "--ep", "4"), True), (("--dp", "8", "--ep", "8"), True)])
+def test_expert_parallel_ranks_are_gpus_of_the_layout(layout, ok):
+    # found by an audit: --ep 8 alone counted 1 GPU holding one expert of eight, so fit put mixtral-8x7b (87 GiB) on
+    # one 24 GiB card. The experts of a stage spread over its tp · dp GPUs (vLLM: ep = tp · dp; SGLang: ep divides
+    # tp): ep must divide tp · dp
+    res = run("compare", "mixtral-8x7b", "--ctx", "1k", *layout, ok=ok)
+    if ok:
+        return
+    assert res.exit_code == 1 and "--ep" in res.stderr and "ep must divide tp · dp" in res.stderr
+    fit = run("fit", "mixtral-8x7b", "--hardware", "rtx-4090", *layout, "--batch", "1", ok=False)
+    assert fit.exit_code == 1 and "ep must divide tp · dp" in fit.stderr and "Traceback" not in fit.stderr
+    with pytest.raises(KvcalcError, match="ep must divide"):
+        Settings(ctx=1, ep=8)
+
+
+def test_dp_attention_holds_the_whole_attention_weights():
+    # found by an audit: SGLang's DP attention runs attention at attention-tp size tp / dp_size = 1, each rank holding
+    # every head (DeepseekV2AttentionMLA splits over attn_tp_size), but kvcalc split the weights by tp. DeepSeek-V3
+    # (d 7168, q_lora 1536, 128 heads of 128 + 64, kv_lora 512, v 128), one layer's attention:
+    d, q_c, n_h, nope, rope, c, v = 7168, 1536, 128, 128, 64, 512, 128
+    q_a, q_b, kv_a, kv_b, o = d * q_c, q_c * n_h * (nope + rope), d * (c + rope), c * n_h * (nope + v), n_h * v * d
+    whole = q_a + q_c + q_b + kv_a + c + kv_b + o  # + the two latent norms
+    rank = q_a + q_c + q_b // 8 + kv_a + c + kv_b // 8 + o // 8  # tp 8: heads split, down-projections replicated
+    assert (whole, rank) == (187_107_328, 36_636_672)
+    base = ("deepseek-v3", "--ctx", "32k", "--tp", "8", "--weights-dtype", "fp8")
+    plain, dp_attn = row(*base)["weights_bytes_per_gpu"], row(*base, "--dp-attention")["weights_bytes_per_gpu"]
+    assert dp_attn - plain == 61 * (whole - rank) == 9_178_710_016  # fp8: a byte a weight
+    # fit then: 90% of the H200's 141 GiB, less weights and activations, over one 32k sequence's latent cache
+    # (61 · 576 · 2 · 32,768 bytes): 18 sequences a GPU, 8 GPUs; 176 before
+    r = json.loads(run("fit", *base, "--dp-attention", "--hardware", "h200-141gb", "-f", "json").stdout)
+    r = r[0] if isinstance(r, list) else r
+    assert r["weights_bytes_per_gpu"] == dp_attn == 93_959_067_136 and r["max_batch"] == 144
 
 
 def test_constant_states_split_by_heads():

@@ -14,7 +14,11 @@ Rules (also in the README), with the engine behaviour they follow:
   own copy even when tied, once pp > 1). The largest stage is reported.
 - Data parallelism (dp): dp replicas each serve ceil(batch / dp) sequences. With `dp_attention` (SGLang's DP
   attention for MLA models) the tp ranks of a replica split its sequences: each holds ceil(ceil(batch / dp) / tp)
-  sequences' latent cache.
+  sequences' latent cache and runs their attention with the whole attention weights (SGLang's attention tp size is
+  tp / dp_size, 1 here: DeepseekV2AttentionMLA splits its heads over attn_tp_size); FFNs, experts and the vocabulary
+  stay split over tp.
+- Expert parallelism spreads a stage's experts over its tp · dp GPUs (vLLM: ep = tp · dp; SGLang: ep divides tp), so
+  ep must divide tp · dp.
 - With --engine the KV cache is counted in the engine's whole pages (kvcalc.costs.paged).
 - Extra weights (blocks the schema has no type for, e.g. Gemma 3n's per-layer embeddings) sit on the first stage,
   split by tp (ceil(params / tp)).
@@ -130,7 +134,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     everyone = spec.groups + ((mtp,) if mtp is not None else ())  # --mtp: as kv_cache counts them
     ranks = [_rank_group(g, s.tp) for g in everyone]
     hybrid = vllm_hybrid_pages(ranks, s)  # each rank sizes its own pages
-    one = dataclasses.replace(s, ctx=1, batch=1, tp=1, pp=1, dp=1)
+    one = dataclasses.replace(s, ctx=1, batch=1, tp=1, pp=1, dp=1, ep=1)
     caches = [group_cache(rank, one, enc, hybrid) for rank in ranks]
     ranges = pp_stages(spec.n_layers, s.pp)
     out = []
@@ -143,9 +147,11 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
                 groups.append(_StageGroup(group.label, n, group_term(gc, one, enc), gc.state_elements_per_layer, gc.state_parts,
                                           gc.engine_state_bytes_per_layer,
                                           s.dp_attention and isinstance(group.attention, MLA)))
-        params = _stage_params(spec, s, i, layers, len(ranges), ranks[:len(spec.groups)])
+        # SGLang's DP attention runs attention at attention-tp size 1: every rank holds the whole attention weights
+        weighed = list(everyone) if s.dp_attention else ranks
+        params = _stage_params(spec, s, i, layers, len(ranges), weighed[:len(spec.groups)])
         if last and mtp is not None:
-            params += _mtp_params_per_rank(spec, s, ranks[-1])
+            params += _mtp_params_per_rank(spec, s, weighed[-1])
         out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype)))
     return tuple(out)
 

@@ -18,9 +18,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CTXS = ("4k", "32k", "128k", "1M")
 HW = ("--hardware", "h100-80gb")
-# serving settings, each a sweep at 4k and 1M with every column (batch 8, so dp and dp-attention split something)
+# serving settings, each a sweep at 4k and 1M with every column (batch 8, so dp and dp-attention split something).
+# 2026-12-02: '--tp 2 --ep 8' became '--tp 2 --dp 4 --ep 8' (ep must divide tp · dp; the new line's output was
+# checked equal under the commit before), and the dp-attention lines' weights_bytes_per_gpu were regenerated
+# (whole attention weights on every rank); a script checked that no other value changed.
 SERVING = (
-    ("--tp", "8"), ("--tp", "4", "--pp", "3", "--dp", "2"), ("--tp", "2", "--ep", "8"), ("--engine", "vllm"),
+    ("--tp", "8"), ("--tp", "4", "--pp", "3", "--dp", "2"), ("--tp", "2", "--dp", "4", "--ep", "8"), ("--engine", "vllm"),
     ("--engine", "sglang", "--block-size", "16"), ("--kv-dtype", "int4", "--kv-quant", "g64"),
     ("--kv-dtype", "fp8", "--kv-quant", "per-head"), ("--kv-dtype", "fp8", "--engine", "vllm"), ("--mtp",),
     ("--dense-attn", "--gen", "100"), ("--state-dtype", "fp32", "--weights-dtype", "int4", "--kv-dtype", "fp8"),
