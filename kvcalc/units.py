@@ -41,15 +41,15 @@ def parse_token_list(text: str) -> list[int]:
 
 
 def format_tokens(n: int) -> str:
-    """131072 -> '128k', 1048576 -> '1M', 5000 -> '5000', 0 -> '0' (exact only: never rounds)."""
+    """131072 -> '128k', 1048576 -> '1M', 101729 -> '101,729', 0 -> '0' (exact only: never rounds)."""
     for suffix, scale in (("M", 1024**2), ("k", 1024)):
         if n and n % scale == 0:
-            return f"{n // scale}{suffix}"
-    return str(n)
+            return f"{n // scale:,}{suffix}"
+    return f"{n:,}"
 
 
-BINARY = (("B", 1), ("KiB", 1024), ("MiB", 1024**2), ("GiB", 1024**3), ("TiB", 1024**4), ("PiB", 1024**5))
-SI = (("B", 1), ("kB", 1000), ("MB", 1000**2), ("GB", 1000**3), ("TB", 1000**4), ("PB", 1000**5))
+BINARY = tuple((name, 1024**i) for i, name in enumerate(("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")))
+SI = tuple((name, 1000**i) for i, name in enumerate(("B", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")))
 UNIT_SYSTEMS = ("binary", "si", "bytes")
 
 
@@ -67,30 +67,34 @@ def format_bytes(n: int | Fraction, units: str = "binary") -> str:
     return f"{text} {name}"
 
 
-def _three_digits(value: float) -> str:
-    """3 significant digits, the decimals set by the magnitude after rounding (9.996 -> '10.0', not '10.00')."""
-    for digits, below in ((2, 10), (1, 100)):
-        text = f"{value:.{digits}f}"
-        if abs(float(text)) < below:
-            return text
-    return f"{value:.0f}"
+def _three_digits(value: Fraction) -> str:
+    """3 significant digits of the exact value, rounded half to even, the decimals set by the magnitude after rounding
+    (9.996 -> '10.0', not '10.00'; 1.835 -> '1.84', where a float holds 1.83499...). Past 9,999 (beyond the largest
+    unit) the whole number, grouped: '12,345'."""
+    for digits in (2, 1):
+        scaled = round(value * 10**digits)  # Fraction rounds half to even, exactly
+        if abs(scaled) < 1000:
+            whole, part = divmod(abs(scaled), 10**digits)
+            return f"{'-' if scaled < 0 else ''}{whole}.{part:0{digits}d}"
+    whole = round(value)
+    return f"{whole:,}" if abs(whole) >= 10_000 else str(whole)
 
 
 def _in_units(n: float | Fraction, steps: tuple[tuple[str, Fraction | int], ...]) -> tuple[str, str]:
     """n in the largest of `steps` (ascending (name, scale) pairs) that it reaches, with 3 significant digits, and that
     step's name; a value that rounds up to the next step is written in it ('1.00 GiB', not '1024 MiB')."""
-    size = abs(Fraction(n))
+    exact = Fraction(n)
     i = 0
-    while i + 1 < len(steps) and size >= Fraction(steps[i + 1][1]):
+    while i + 1 < len(steps) and abs(exact) >= steps[i + 1][1]:
         i += 1
-    text = _three_digits(float(Fraction(n) / Fraction(steps[i][1])))
-    if i + 1 < len(steps) and abs(Fraction(text)) * Fraction(steps[i][1]) >= Fraction(steps[i + 1][1]):
+    text = _three_digits(exact / steps[i][1])
+    if i + 1 < len(steps) and abs(Fraction(text.replace(",", ""))) * steps[i][1] >= steps[i + 1][1]:
         i += 1
-        text = _three_digits(float(Fraction(n) / Fraction(steps[i][1])))
+        text = _three_digits(exact / steps[i][1])
     return text, steps[i][0]
 
 
-FLOP_PREFIXES = (("", 1), ("k", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12), ("P", 10**15), ("E", 10**18), ("Z", 10**21))
+FLOP_PREFIXES = tuple((name, 1000**i) for i, name in enumerate(("", "k", "M", "G", "T", "P", "E", "Z", "Y")))
 COUNT_SUFFIXES = (("", 1), ("K", 10**3), ("M", 10**6), ("B", 10**9), ("T", 10**12))
 SECONDS = (("ns", Fraction(1, 10**9)), ("µs", Fraction(1, 10**6)), ("ms", Fraction(1, 10**3)), ("s", 1))
 

@@ -31,8 +31,9 @@ def test_parse_token_list():
         parse_token_list("4k,,8k")
 
 
-@pytest.mark.parametrize("n, text", [(131_072, "128k"), (1_048_576, "1M"), (5000, "5000"), (1536, "1536"), (4096, "4k"),
-                                     (0, "0")])  # 0 was "0M" (fit's max_ctx when nothing fits)
+@pytest.mark.parametrize("n, text", [(131_072, "128k"), (1_048_576, "1M"), (5000, "5,000"), (1536, "1,536"), (4096, "4k"),
+                                     (101_729, "101,729"), (2**40, "1,048,576M"),
+                                     (0, "0")])  # 0 was "0M" (fit's max_ctx when nothing fits); 101,729 was 101729
 def test_format_tokens_is_exact(n, text):
     assert format_tokens(n) == text
 
@@ -79,7 +80,7 @@ def test_format_bytes_counts_three_digits_after_rounding(n, units, text):
 
 @pytest.mark.parametrize("x, text", [
     (0.0123, "12.3 ms"), (0.99996, "1.00 s"), (0.0009999999, "1.00 ms"), (0.00099949, "999 µs"), (2.5e-5, "25.0 µs"),
-    (12345.0, "12345 s"), (9.996e-9, "10.0 ns"),
+    (12345.0, "12,345 s"), (9.996e-9, "10.0 ns"),
 ])
 def test_format_seconds_rounds_into_the_next_unit(x, text):
     assert format_seconds(x) == text
@@ -89,3 +90,23 @@ def test_format_seconds_rounds_into_the_next_unit(x, text):
                                      (10_500_000_000_000_000, "10.5 PFLOP")])
 def test_format_flops(n, text):
     assert format_flops(n) == text
+
+
+# Found by an audit: the float a value was turned into before rounding broke decimal ties the README rounds to even
+# (gaudi3's 1.835 PFLOP/s printed 1.83, tpu-v5p's 2.765 TB/s 2.77), and past the largest unit the whole float was
+# printed ('327680 PiB', '3970209208858266624 ZFLOP': its last digits not even the value's).
+@pytest.mark.parametrize("n, text", [
+    (1_835_000_000_000_000, "1.84 PFLOP"), (1015, "1.02 kFLOP"), (1025, "1.02 kFLOP"), (1035, "1.04 kFLOP"),
+    (10**27, "1000 YFLOP"), (12_345 * 10**24, "12,345 YFLOP"), (10**24 - 1, "1.00 YFLOP"),
+])
+def test_format_flops_rounds_the_exact_value_half_to_even(n, text):
+    assert format_flops(n) == text
+
+
+@pytest.mark.parametrize("n, units, text", [
+    (2_765_000_000_000, "si", "2.76 TB"), (2_775_000_000_000, "si", "2.78 TB"),
+    (327_680 * 2**50, "binary", "320 EiB"), (2**80, "binary", "1.00 YiB"), (12_345 * 2**80, "binary", "12,345 YiB"),
+    (5 * 10**24, "si", "5.00 YB"), (2**53 + 1, "binary", "8.00 PiB"),
+])
+def test_format_bytes_rounds_the_exact_value_and_has_units_to_yotta(n, units, text):
+    assert format_bytes(n, units) == text
