@@ -247,6 +247,11 @@ class ModelSpec(Strict):
     learned_positions: bool = Field(
         False, description="A learned position embedding of max_context × d_model (GPT-2); false for RoPE/ALiBi."
     )
+    parallel_attn: bool | None = Field(
+        None, description="Attention and FFN read the same input and their outputs are summed before one tensor-parallel "
+        "all-reduce a layer (Falcon's parallel_attn or new_decoder_architecture; vLLM FalconAttention "
+        "reduce_row_parallel_results); absent: each block reduces its own output."
+    )
     max_context: TokenCount = Field(description="Trained maximum context in tokens (HF max_position_embeddings).")
     ffn: FFN = Field(description="The FFN block of every layer unless a group overrides it.")
     layer_groups: list[LayerGroup] = Field(min_length=1, description="Layer groups; together they cover every layer once.")

@@ -125,6 +125,21 @@ def test_falcon_new_decoder_architecture_uses_num_kv_heads():
            "num_kv_heads": 8, "new_decoder_architecture": True, "vocab_size": 65024, "max_position_embeddings": 2048}
     s = imported(cfg)
     assert s.groups[0].attention.kind == "gqa" and s.groups[0].attention.n_kv_heads == 8
+    # two LayerNorms (ln_attn, ln_mlp), still one all-reduce a layer (vLLM FalconAttention)
+    assert s.parallel_attn is True and s.norms_per_layer == 2
+
+
+@pytest.mark.parametrize(("keys", "parallel"), [({}, True), ({"parallel_attn": True}, True), ({"parallel_attn": False}, None),
+                                                 ({"parallel_attn": "false"}, "refused")])
+def test_falcon_parallel_attn_is_read_as_a_json_boolean(keys, parallel):
+    cfg = {"model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71,
+           "multi_query": True, "vocab_size": 65024, **keys}
+    if parallel == "refused":
+        with pytest.raises(SpecError, match="parallel_attn: must be true or false"):
+            imported(cfg)
+        return
+    s = imported(cfg)
+    assert s.parallel_attn is parallel and s.norms_per_layer == (1 if parallel else 2)
 
 
 def test_gemma3_multimodal_config_nests_text_config():

@@ -176,6 +176,11 @@ def test_tp_allreduce_follows_the_blocks_each_layer_has():
     assert decode_allreduce(spec("whisper-large-v3"), Settings(ctx=1, tp=2)).count == 1 + 32 * 3
     # Nemotron-H: 54 Mamba-2 and 10 attention layers (no FFN), 54 FFN-only layers
     assert decode_allreduce(spec("nemotron-h-56b"), Settings(ctx=1, tp=2)).count == 1 + 54 + 10 + 54
+    # Falcon-7B (parallel_attn): attention and FFN outputs summed, then one all-reduce a layer, as vLLM's
+    # FalconAttention skips its own (reduce_row_parallel_results); 32 layers + the embedding. Was 65 (an audit)
+    falcon = spec("falcon-7b")
+    assert falcon.parallel_attn and decode_allreduce(falcon, Settings(ctx=1, tp=2)).count == 1 + 32
+    assert decode_allreduce(falcon.model_copy(update={"parallel_attn": None}), Settings(ctx=1, tp=2)).count == 1 + 2 * 32
     # data parallel replicas each reduce their own share of the batch: ceil(9 / 2) = 5 sequences
     assert decode_allreduce(spec("llama3-70b"), Settings(ctx=1, tp=2, dp=2, batch=9)).message_bytes == 5 * 8192 * 2
 

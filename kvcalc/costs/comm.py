@@ -5,7 +5,9 @@ Rules (also in the README):
   block's output, batch × d_model activations (Megatron-LM, Shoeybi et al. 2019 §3: two all-reduces a layer in the
   forward pass; vLLM RowParallelLinear with reduce_results): each layer's attention (or mixer) W_O, a parallel
   mixer's second branch, a cross-attention and an FFN or MoE block (vLLM's FusedMoE reduces its output, with or
-  without expert parallelism), plus the vocabulary-parallel embedding's output once (VocabParallelEmbedding).
+  without expert parallelism), plus the vocabulary-parallel embedding's output once (VocabParallelEmbedding). A
+  model with `parallel_attn` (Falcon) sums its attention and FFN outputs first and reduces once a layer (vLLM
+  FalconAttention: reduce_row_parallel_results is false under parallel_attn or new_decoder_architecture).
 - A decode step sends one token a sequence: messages of ceil(batch / dp) × d_model values at 2 bytes (bf16
   activations). `tp = 1` has none.
 - Time: a ring all-reduce moves 2·(tp − 1)/tp of its message through each GPU's link each way (NCCL's bus
@@ -50,6 +52,8 @@ def _allreduce_count(spec: ModelSpec) -> int:
         mixer = bool(group.attention.weights(group.layer))  # an FFN-only layer (Nemotron-H's) has no mixer
         blocks = mixer + (group.parallel is not None) + (group.cross is not None)  # row-parallel mixer outputs
         count += blocks * len(group.layers)
+    if spec.parallel_attn:  # the FFN's output joins the attention's in the layer's one all-reduce
+        return count
     return count + sum(run.count for run in ffn_runs(spec) if not isinstance(run.ffn, NoFFN))
 
 

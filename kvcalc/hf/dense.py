@@ -123,10 +123,13 @@ def _falcon(cfg, origin, notes):
         notes.append(f"no max_position_embeddings in the config: FalconConfig default {FALCON_DEFAULT_MAX_POSITIONS} used")
     base = base_fields(cfg, origin, "falcon", True)
     base["norm"] = "layernorm"
-    if cfg.get("parallel_attn", True) and not cfg.get("new_decoder_architecture"):
+    parallel, new_arch = flag(cfg, "parallel_attn", origin, True), flag(cfg, "new_decoder_architecture", origin)
+    if parallel and not new_arch:
         base["norms_per_layer"] = 1  # one LayerNorm feeds both the attention and the FFN
+    if parallel or new_arch:
+        base["parallel_attn"] = True  # attention and FFN outputs summed, then one all-reduce (vLLM FalconAttention)
     n_heads = need(cfg, "num_attention_heads", origin)
-    if cfg.get("new_decoder_architecture"):
+    if new_arch:
         n_kv = get(cfg, "num_kv_heads", origin) or n_heads
     elif cfg.get("multi_query", True):
         # multi_query: true means one shared K/V head, whatever num_kv_heads says (FACTS.md §5.1).
