@@ -10,8 +10,8 @@ Rules (also in the README):
   has no pages, whatever its window or chunk. Cross-attention holds ceil(enc / B) pages
   of encoder positions. Under a group scheme g<G> a key group runs along the tokens the pages span: ceil(n·B / G)
   groups a channel for n pages (`span_bytes`).
-- vLLM: a window layer at the most pages its window can touch, not by alignment: ceil(W / B) + 1 once the window
-  caps the layer, never more than ceil(ctx / B) (the "+1 here because the sliding window may not start from the
+- vLLM: a window layer at its bound, not by alignment: ceil(W / B) + 1 once the window caps the layer (a page more
+  than the window touches when B divides W − 1), never more than ceil(ctx / B) (the "+1 here because the sliding window may not start from the
   beginning of the block" of vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes; that function
   sizes a prefill step, W − 1 + max_num_batched_tokens tokens, while kvcalc counts the cache of a sequence at ctx).
 - Page sizes: `ideal` is exact (B = 1); SGLang's default page_size is 1 (server_args.py); vLLM's default
