@@ -154,3 +154,90 @@ def test_default_labels_differ_across_commands():
     labels = [label for args in commands for label in re.findall(r"\\label\{([^}]*)\}", run(*args, "-f", "latex").stdout)]
     assert len(labels) == len(set(labels)) == 14, labels
     assert labels[:5] == ["tab:list", "tab:models", "tab:dims", "tab:summary", "tab:summary-groups"]
+
+
+# ---------------------------------------------------------------- what compiles as pasted (an audit compiled 583
+# outputs with pdflatex: 31 failed, all on text a user or a spec supplied; and `--` became an en dash)
+
+
+def test_text_keeps_to_core_latex():
+    # characters whose pylatexenc form needs amssymb, amsmath, T1 or no form at all become '?', never raw Unicode
+    # (中: 'Unicode character not set up'; ℝ: \mathbb undefined; «: \guillemotleft unavailable in OT1)
+    assert tex("x 中 ℝ ∅ ≲ ‑ ⅓ « ✓ 😀") == "x " + " ".join("?" * 9)
+    from kvcalc.present.latex import unwritable
+
+    assert unwritable("ℝ a ℝ é ×") == ["ℝ"]  # once each, in order; é and × have core forms
+    assert tex("é × · – µ α ≤ ²") == (r"\'e {\texttimes} {\textperiodcentered} {\textendash} {\textmu} "
+                                      r"\ensuremath{\alpha} \ensuremath{\leq} {\texttwosuperior}")
+    # a line break would end the paragraph inside \caption or a cell; a zero-width space vanishes
+    assert tex("line1\n\npara2\tx") == "line1  para2 x" and tex("a\u200bb") == "ab"
+    # `--` stays two hyphens: '(= kvcalc compare --state-dtype fp32)' printed an en dash in run's table
+    assert tex("--state-dtype a---b") == "-{}-state-dtype a-{}-{}-b"
+
+
+def test_comments_stay_comments_across_line_breaks():
+    from kvcalc.present.latex import comment_block
+
+    assert comment_block(["group loc\nal \\oops{", "", "x"]).splitlines() == [
+        r"% group loc al {\textbackslash}oops\{", "%", "% x"]
+
+
+def test_negative_numbers_get_a_minus_sign():
+    # fit's headroom when the weights alone pass the budget: llama3-70b on one 24 GiB card
+    out = run("fit", "llama3-70b", "--hardware", "rtx-4090", "-f", "latex").stdout
+    assert "& $-$110 &" in out and "& -110 &" not in out
+    check_pasteable(out)
+
+
+@pytest.mark.parametrize(("args", "option", "message"), [
+    (("--label", "tab:kv_cache%&#"), "--label", "a label is letters, digits and : . _ - / +"),
+    (("--label", "a b"), "--label", "a label is letters"),
+    (("--label", "tab:α"), "--label", "a label is letters"),
+    (("--caption", "x 中文 ℝ"), "--caption", "中 (U+4E2D), 文 (U+6587), ℝ (U+211D): no form in core LaTeX"),
+    (("--bare", "--caption", "x"), "--caption", "--bare writes the tabular alone"),
+    (("--bare", "--label", "tab:x"), "--label", "--bare writes the tabular alone"),
+])
+def test_latex_options_that_would_not_compile_are_refused(args, option, message):
+    res = run("compare", "llama3-70b", "-f", "latex", *args, ok=False)
+    assert res.exit_code == 2 and f"'{option}'" in res.stderr and message in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_caption_with_core_characters_is_kept():
+    out = run("compare", "llama3-70b", "-f", "latex", "--caption", "KV: 2·n_kv·d_h, é, --tp 8\nat 4k",
+              "--label", "tab:kv-cache.1/a+b").stdout
+    assert r"\caption{KV: 2{\textperiodcentered}n\_kv{\textperiodcentered}d\_h, \'e, -{}-tp 8 at 4k}" in out
+    assert r"\label{tab:kv-cache.1/a+b}" in out
+    check_pasteable(out)
+    # an underscore is a plain character in a label (LaTeX never typesets it)
+    assert r"\label{tab:kv_cache}" in run("compare", "llama3-70b", "-f", "latex", "--label", "tab:kv_cache").stdout
+
+
+PDFLATEX = __import__("shutil").which("pdflatex")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(PDFLATEX is None, reason="optional: pdflatex not installed (apt-get install texlive-latex-recommended)")
+@pytest.mark.parametrize("args", [
+    ("compare", "llama3-70b", "deepseek-v2", "gemma3-27b", "--ctx", "32k"),
+    ("compare", "gemma3-27b", "--ctx", "128k", "--explain", "--caption", "é × · – µ α ≤ ² ℝ? no: x --tp"),
+    ("fit", "llama3-70b", "--hardware", "rtx-4090"),
+    ("show", "nemotron-h-56b", "--explain"),
+    ("table", "dims", "llama3-70b", "deepseek-v2"),
+    ("run", "minimax-m1", "--ctx", "16", "-d", "1", "-q"),
+])
+def test_output_compiles_with_pdflatex(tmp_path, args):
+    import subprocess
+
+    res = run(*args, "-f", "latex", ok=False)
+    if "--caption" in args:  # ℝ is refused, the rest kept
+        assert res.exit_code == 2 and "ℝ (U+211D)" in res.stderr
+        res = run(*[a.replace(" ℝ?", "") for a in args], "-f", "latex")
+    packages = res.stdout.splitlines()[0]
+    assert packages.startswith("% kvcalc table: needs ")
+    doc = "\\documentclass{article}\n" + packages.split("needs ", 1)[1] + "\n\\begin{document}\n" + res.stdout + \
+          "\n\\end{document}\n"
+    (tmp_path / "t.tex").write_text(doc, encoding="ascii")
+    done = subprocess.run([PDFLATEX, "-interaction=nonstopmode", "-halt-on-error", "t.tex"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    log = (tmp_path / "t.log").read_text(errors="replace")
+    assert done.returncode == 0 and "Missing character" not in log, log[-2000:]

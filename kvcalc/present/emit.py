@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -90,6 +91,30 @@ def warn(message: str) -> None:
     stderr_console().print(message, markup=False)
 
 
+LABEL = re.compile(r"[A-Za-z0-9:._/+-]{1,200}")  # what \label and \ref take as written, in any document
+
+
+def _check_latex_options(dest: Destination) -> None:
+    """--label as a plain key, and a --caption every character of which has a core-LaTeX form (the snippet compiles
+    with booktabs and array alone): a typer.BadParameter naming the option otherwise."""
+    import typer
+
+    from kvcalc.present.latex import unwritable
+
+    if dest.bare and (dest.caption is not None or dest.label is not None):
+        given = "--caption" if dest.caption is not None else "--label"
+        raise typer.BadParameter("--bare writes the tabular alone, with no table environment to hold a caption or "
+                                 "label: leave one of them out", param_hint=f"'{given}'")
+    if dest.label is not None and not LABEL.fullmatch(dest.label):
+        raise typer.BadParameter(f"{dest.label[:60]!r}: a label is letters, digits and : . _ - / + (at most 200), "
+                                 "which \\label and \\ref take as written", param_hint="'--label'")
+    bad = unwritable(dest.caption or "")
+    if bad:
+        shown = ", ".join(f"{c} (U+{ord(c):04X})" for c in bad[:5])
+        raise typer.BadParameter(f"{shown}: no form in core LaTeX (the table needs only booktabs and array); write it "
+                                 "another way, e.g. as a LaTeX command in ASCII", param_hint="'--caption'")
+
+
 def emit(out: Output, fmt: str, units: str = "binary") -> None:
     """Print `out` in `fmt`, or write it to the destination's file."""
     import typer
@@ -101,6 +126,8 @@ def emit(out: Output, fmt: str, units: str = "binary") -> None:
                      if value not in (None, False))
         raise typer.BadParameter(f"shapes LaTeX output only; add --format latex (or an --output file ending in .tex) "
                                  f"or leave it out (the output is {fmt})", param_hint=f"'{given}'")
+    if fmt == "latex":
+        _check_latex_options(dest)
     if fmt in HUMAN:
         for message in out.warnings:
             warn(message)

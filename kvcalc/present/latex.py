@@ -5,7 +5,9 @@ Choices (also in the README):
   `>{\\raggedright\\arraybackslash}p{...}` columns of long text).
 - Numbers are right-aligned `r` columns, thousands grouped with a thin space (`131\\,072`), so no siunitx is needed.
 - Every other character goes through pylatexenc's unicode_to_latex (µ, ×, ≤, –, · and the specials & % $ # _ { } ~ ^
-  \\), `|` becomes `\\textbar{}`; `<` and `>` land in math mode. Formulas (`2·n_kv·d_h`) are set in math mode
+  \\), `|` becomes `\\textbar{}`; `<` and `>` land in math mode. A character whose form needs another package, or
+  that has none, is written `?` (a --caption holding one is refused); line breaks become spaces; `--` is written
+  `-{}-` (not TeX's en-dash ligature); a negative number gets a math minus. Formulas (`2·n_kv·d_h`) are set in math mode
   (`$2 \\cdot n_{kv} \\cdot d_h$`).
 - Units go in the header when every cell of a column has the same one (`KV cache (GiB)`), else stay in the cells;
   token counts (128k) and parameter counts (70.6B) keep theirs.
@@ -16,7 +18,9 @@ Choices (also in the README):
 
 from __future__ import annotations
 
+import functools
 import re
+import unicodedata
 from typing import Any
 
 PACKAGES = r"% kvcalc table: needs \usepackage{booktabs,array}"
@@ -29,12 +33,66 @@ _GROUPED = re.compile(r"(?<=\d),(?=\d{3}\b)")
 _UNIT = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?) ([^\d\s]\S*)$")
 
 
+# Macros pylatexenc writes that compile under \documentclass{article} with booktabs and array alone: each checked with
+# pdflatex (TeX Live 2022) on a character that needs it; the rest (amssymb's \mathbb, \varnothing, \lesssim; T1's
+# \guillemotleft, \k; amsmath's \nobreakdash; \textfrac) make a pasted table fail.
+_CORE_MACROS = frozenset("""
+AE Delta Downarrow Gamma H IJ L Lambda Leftarrow Leftrightarrow O OE Omega Phi Pi Psi Rightarrow Sigma Theta Uparrow
+Updownarrow Upsilon Vert Xi ae aleph alpha angle approx asymp beta bigcap bigcirc bigcup bigtriangledown bigtriangleup
+bigvee bigwedge bowtie bullet c cap cdot cdots chi circ cong coprod cup dashv ddots delta diamond doteq ell ensuremath
+epsilon equiv eta exists forall frown gamma geq gg hbar hookleftarrow hookrightarrow i ij in infty int kappa l lambda
+langle lceil leftharpoondown leftharpoonup leftrightarrow leq lfloor ll mapsto mathbin mid mp mu nabla nearrow neq ni
+not notin nu nwarrow o odot oe oint omega ominus oplus oslash otimes parallel partial perp pi pm prec preceq prod
+propto psi r rangle rceil rfloor rho rightharpoondown rightharpoonup rightleftharpoons searrow sigma sim simeq smile
+sqcap sqcup sqrt sqsubseteq sqsupseteq ss star subset subseteq succ succeq sum supset supseteq swarrow tau
+textasciiacute textasciidieresis textasciimacron textasciitilde textasciicircum textbackslash textbar textbigcircle
+textbrokenbar textbullet textcelsius textcent textcopyright textcurrency textdagger textdaggerdbl textdegree textdiv
+textdownarrow textellipsis textemdash textendash textexclamdown textfractionsolidus textleftarrow textlnot textmu
+textonehalf textonequarter textonesuperior textordfeminine textordmasculine textparagraph textperiodcentered
+textperthousand textquestiondown textquotedblleft textquotedblright textquoteleft textquoteright textregistered
+textrightarrow textsection textsterling textsuperscript textthreequarters textthreesuperior texttimes texttrademark
+texttwosuperior textuparrow textyen theta times top triangleleft triangleright u updownarrow uplus upsilon v varepsilon
+varphi varsigma vdash vdots vee wedge wp wr xi zeta
+""".split())
+_MACRO = re.compile(r"\\([A-Za-z]+)")
+_NON_ASCII = re.compile(r"([^\x00-\x7f])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # a line break would end a paragraph inside \caption or a cell
+UNWRITABLE = "?"  # what a character with no core-LaTeX form becomes
+
+
 def tex(text: str) -> str:
-    """Any text as ASCII LaTeX (pylatexenc's maintained conversion), safe in text mode."""
+    """Any text as ASCII LaTeX that compiles with the snippet's packages alone (pylatexenc's conversion where it gives
+    core LaTeX, UNWRITABLE where it cannot), safe in text mode: control characters and line breaks become spaces, and
+    `--` stays two hyphens (not TeX's en-dash ligature: `--tp` in a cell is an option)."""
     from pylatexenc.latexencode import unicode_to_latex
 
-    parts = re.split("([" + "".join(_BEFORE) + "])", text)
-    return "".join(_BEFORE.get(part) or unicode_to_latex(part) for part in parts)
+    out = []
+    for part in _NON_ASCII.split(_CONTROL.sub(" ", text)):
+        if len(part) == 1 and not part.isascii():
+            out.append(_character(part))
+        elif part:
+            out.append("".join(_BEFORE.get(p) or unicode_to_latex(p) for p in re.split(r"(\|)", part) if p))
+    return re.sub(r"-(?=-)", "-{}", "".join(out))
+
+
+def unwritable(text: str) -> list[str]:
+    """The characters of `text` that tex() cannot write in core LaTeX (it writes UNWRITABLE for each)."""
+    return [c for c in dict.fromkeys(_NON_ASCII.findall(text)) if _character(c) == UNWRITABLE]
+
+
+@functools.cache
+def _character(c: str) -> str:
+    """One non-ASCII character in core LaTeX, or UNWRITABLE; a zero-width or other format character vanishes."""
+    from pylatexenc.latexencode import unicode_to_latex
+
+    if c in _BEFORE:
+        return _BEFORE[c]
+    if unicodedata.category(c) in ("Cf", "Cc", "Zl", "Zp"):
+        return " " if unicodedata.category(c) in ("Zl", "Zp") else ""
+    out = unicode_to_latex(c, unknown_char_warning=False)
+    if not out.isascii() or not set(_MACRO.findall(out)) <= _CORE_MACROS:
+        return UNWRITABLE
+    return out
 
 
 def math_formula(expression: str) -> str:
@@ -70,7 +128,8 @@ def numeric_cell(text: str) -> str:
             mantissa, exponent = number.split("e")
             number = f"{mantissa} \\cdot 10^{{{int(exponent)}}}"
         return f"${number}\\times$"
-    return _GROUPED.sub(r"\\,", tex(text))
+    text = _GROUPED.sub(r"\\,", tex(text))
+    return f"$-${text[1:]}" if text.startswith("-") else text  # a minus sign, not a hyphen
 
 
 def _common_unit(texts: list[str]) -> str | None:
