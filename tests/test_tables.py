@@ -145,6 +145,9 @@ def test_paper_bundle_regenerates_identically(tmp_path):
     command = readme.split("```sh\n")[1].split("\n```")[0]
     assert command == f"kvcalc paper llama3-70b deepseek-v2 -o {shlex.quote(str(out))} --ctx 32k --kv-dtype bf16"
     assert all(f"`{name}`" in readme for name in tables) and "Made by kvcalc " in readme
+    # the packages a document needs: the tables' (their first line) and, where the bundle has figures, graphicx
+    assert "`\\usepackage{booktabs,array}`" in readme
+    assert ("`\\usepackage{graphicx}`" in readme) == (out / "cache.pdf").exists()
     before = {name: (out / name).read_bytes() for name in tables}
     run(*shlex.split(command)[1:])  # the recorded command, run again
     assert {name: (out / name).read_bytes() for name in tables} == before

@@ -395,7 +395,9 @@ def paper_readme(files: dict[str, str], command: str, version: str) -> str:
     for name in files:
         stem, ext = name.rsplit(".", 1)
         lines.append(f"| `{name}` | {what.get(stem, stem)} ({ext}) |")
-    lines += ["", "The .tex files need `\\usepackage{booktabs,array}` (their first line says so)."]
+    figures = any(name.endswith(".pdf") for name in files)
+    lines += ["", "The .tex files need `\\usepackage{booktabs,array}` (their first line says so)"
+              + ("; the figures, `\\usepackage{graphicx}` for `\\includegraphics{cache.pdf}`." if figures else ".")]
     return "\n".join(lines) + "\n"
 
 
