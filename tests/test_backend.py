@@ -284,3 +284,32 @@ def test_rope_in_place_by_pieces_is_the_rotation():
     assert t * heads * d > 2 * ROPE_PIECE  # at least three pieces
     assert np.array_equal(apply_rope_(x.copy(), cos, sin), want)
     assert not cos.flags.writeable and rope_span(3, t, d, 10_000.0, np.float32)[0] is cos  # one table, kept
+
+
+def test_run_warns_past_the_trained_maximum_and_when_the_whole_cache_is_not_measured(tmp_path):
+    # found by an audit: run said nothing where compare warns, and left the whole-model check '–' without a word.
+    # A tiny model of two groups (max_context 16): ctx 16 + 1 decode step passes it; --layers 1 runs one group only
+    text = """\
+name: two-groups
+family: test
+max_context: 16
+d_model: 32
+n_layers: 2
+vocab_size: 64
+ffn: {kind: dense, d_ff: 64}
+layer_groups:
+  - layers: [0]
+    attention: {kind: mha, n_heads: 2, head_dim: 16}
+  - layers: [1]
+    sliding_window: 4
+    attention: {kind: mha, n_heads: 2, head_dim: 16}
+"""
+    path = tmp_path / "two.yaml"
+    path.write_text(text)
+    res = cli("run", str(path), "--ctx", "16", "--decode", "1", "-q")
+    assert "warning: two-groups: ctx 16 + 1 decode step (17) exceeds its trained maximum of 16 tokens" in res.stderr
+    assert "ctx 16 + 1 decode step, batch 1" in res.stdout and "decode steps" not in res.stdout
+    assert "predicted, not measured" not in res.stderr
+    res = cli("run", str(path), "--ctx", "8", "--decode", "1", "--layers", "1", "-q")
+    assert "leave a layer group out, so the whole model's cache is predicted, not measured" in res.stderr
+    assert "trained maximum" not in res.stderr

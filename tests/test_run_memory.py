@@ -169,3 +169,21 @@ def test_peak_rss_within_plan(model, settings):
     # and not a wild overestimate either: the plan is at most 3x what the run really added, where it is large
     if got["plan"] > 256 << 20 and got["reset"]:
         assert got["plan"] <= 3 * added, got
+
+
+def test_guard_names_enc_ctx_when_the_encoder_positions_do_not_fit():
+    # found by an audit: whisper under --max-memory 80M said only that layer 0's 25 MiB of weights did not fit in
+    # 27.6 MiB; what did not fit was the cross-attention K/V of the default 1,500 encoder positions
+    from conftest import spec as bundled
+    from kvcalc.backend.memory import Request, guard
+    from kvcalc.errors import KvcalcError
+
+    whisper = bundled("whisper-large-v3")
+    layers = list(range(whisper.n_layers))
+    with pytest.raises(KvcalcError, match="a smaller --enc-ctx may fit"):
+        guard(whisper, layers, Request(ctx=100, decode=4, batch=1, n_layers=32), 4, "latent", 27 << 20, enc=1500)
+    # a decoder-only model gets no such hint
+    llama = bundled("llama3.2-1b")
+    with pytest.raises(KvcalcError) as err:
+        guard(llama, list(range(llama.n_layers)), Request(ctx=100, decode=4, batch=1, n_layers=16), 4, "latent", 1 << 20)
+    assert "--enc-ctx" not in str(err.value)

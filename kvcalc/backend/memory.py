@@ -307,6 +307,8 @@ def guard(spec: ModelSpec, layer_order: list[int], req: Request, itemsize: int, 
                f"{format_bytes(_matrix_elements(first) * itemsize)} of weights)")
         if not ctx and req.decode and cost(replace(small, ctx=1, decode=0)) <= limit:  # the decode steps outgrow
             fix = f"; --decode {req.decode:,} alone needs more: the cache grows by one token a step"
+        elif not ctx and spec.encoder is not None:  # the cross-attention K/V of every encoder position, at any ctx
+            fix += "; its cross-attention caches K/V of --enc-ctx encoder positions at any ctx: a smaller --enc-ctx may fit"
     size = lambda n: format_bytes(n)  # noqa: E731
     what = (f"this run needs about {size(need.peak)} (weights {size(need.weights)}, KV cache {size(need.cache)}, "
             f"activations {size(need.activations)}) but {size(limit)} is available"

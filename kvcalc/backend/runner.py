@@ -262,7 +262,7 @@ def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, pref
             mixer = mixer_group(group)
             prefill_pred.update(layer_attention_flops(mixer, Work(s.ctx, 0, 0), "naive"))
             decode_pred.update({k: s.decode * v for k, v in layer_attention_flops(mixer, Work(1, 0, 0), schedule).items()})
-    for label, pred, got in (("prefill", prefill_pred, prefill_measured), (f"{s.decode} decode steps", decode_pred, decode_measured)):
+    for label, pred, got in (("prefill", prefill_pred, prefill_measured), (f"{s.decode} decode step{'' if s.decode == 1 else 's'}", decode_pred, decode_measured)):
         for comp in sorted(set(pred) | set(got)):
             report.rows.append(Row("flops", f"{label} {comp}", s.batch * pred.get(comp, 0), got.get(comp, 0), "flops"))
         report.rows.append(Row("flops", f"{label} total", s.batch * sum(pred.values()), sum(got.values()), "flops"))

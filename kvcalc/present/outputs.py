@@ -218,17 +218,26 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
                   payload, warnings=warnings)
 
 
-def run_output(report: RunReport) -> Output:
-    """`run`: predicted against measured, then the numerical checks."""
+def run_output(report: RunReport, spec: ModelSpec | None = None) -> Output:
+    """`run`: predicted against measured, then the numerical checks; warnings (with the `spec`) for a context past the
+    model's trained maximum and a whole-model cache left unmeasured."""
     from kvcalc.backend.report import CHECK_COLUMNS, CHECK_KEYS, RESULT_COLUMNS, check_rows, report_payload, result_rows
 
     s = report.settings
-    title = (f"{report.model}: layers {', '.join(map(str, report.layers))}, ctx {s.ctx:,} + {s.decode} decode steps, "
-             f"batch {s.batch}, {s.dtype}")
+    title = (f"{report.model}: layers {', '.join(map(str, report.layers))}, ctx {s.ctx:,} + {s.decode} decode "
+             f"step{'' if s.decode == 1 else 's'}, batch {s.batch}, {s.dtype}")
+    warnings = []
+    if spec is not None:
+        total = s.ctx + s.decode
+        warnings += over_max(spec, total, f"ctx {s.ctx:,} + {s.decode:,} decode step{'' if s.decode == 1 else 's'} ({total:,})")
+    if any(r.section == "cache" and r.quantity.startswith("KV cache, all ") and r.measured is None for r in report.rows):
+        warnings.append(f"warning: {report.model}: the layers run ({', '.join(map(str, report.layers))}) leave a layer "
+                        "group out, so the whole model's cache is predicted, not measured: a larger --layers runs a "
+                        "layer of each group")
     return Output([Table("results", RESULT_COLUMNS, result_rows(report), title,
                          ["section", "quantity", "predicted", "measured", "match"]),
                    Table("checks", CHECK_COLUMNS, check_rows(report), "Numerical checks", CHECK_KEYS)],
-                  report_payload(report))
+                  report_payload(report), warnings=warnings)
 
 
 def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | None, reserve: str,
