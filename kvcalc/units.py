@@ -115,6 +115,11 @@ def format_count(n: int) -> str:
     return f"{text}{suffix}"
 
 
+def format_number(x: float | Fraction) -> str:
+    """A plain quantity (FLOP per byte), 3 significant digits as the units have them: 2.6195 -> '2.62', 500.0 -> '500'."""
+    return _three_digits(Fraction(x))
+
+
 def format_seconds(x: float | Fraction) -> str:
     """A duration, 3 significant digits: 0.0123 -> '12.3 ms', 0.99996 -> '1.00 s'."""
     text, unit = _in_units(Fraction(x), SECONDS)

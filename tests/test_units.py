@@ -110,3 +110,22 @@ def test_format_flops_rounds_the_exact_value_half_to_even(n, text):
 ])
 def test_format_bytes_rounds_the_exact_value_and_has_units_to_yotta(n, units, text):
     assert format_bytes(n, units) == text
+
+
+@pytest.mark.parametrize("x, text", [(2.6195, "2.62"), (44.0, "44.0"), (500.0, "500"), (153.01618440411966, "153"),
+                                     (31.47018315018315, "31.5"), (0.0456, "0.05"), (1234.5, "1234"), (9.996, "10.0")])
+def test_format_number_keeps_three_significant_digits(x, text):
+    # decode_intensity printed 2.6 in compare's table and 2.62 in cost's summary (an audit); both now follow the
+    # README's three significant digits, as the ridge point of `kvcalc hardware` does (500, not 500.0)
+    from kvcalc.units import format_number
+
+    assert format_number(x) == text
+
+
+def test_intensity_reads_the_same_in_compare_and_cost():
+    from conftest import run
+
+    row = run("compare", "deepseek-v2", "--ctx", "4k", "--columns", "model,decode_intensity").stdout
+    summary = run("cost", "deepseek-v2", "--ctx", "4k").stdout
+    shown = summary.split("decode_intensity")[1].split("FLOP/byte")[0].strip()
+    assert len(shown.replace(".", "")) == 3 and row.split()[-1] == shown == "2.62"

@@ -16,7 +16,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple
 
 from kvcalc.fields import Figure
-from kvcalc.units import format_bytes, format_count, format_flops, format_seconds, format_tokens
+from kvcalc.units import format_bytes, format_count, format_flops, format_number, format_seconds, format_tokens
 
 FORMATS = ("table", "markdown", "latex", "csv", "json")
 
@@ -82,8 +82,8 @@ def _cell(value: Any, kind: str, units: str, latex: bool) -> str:
         return format_seconds(value)
     if kind == "bandwidth":  # vendors quote bandwidth in decimal units
         return format_bytes(value, "si" if units != "bytes" else "bytes") + "/s"
-    if kind == "float":
-        return f"{value:,.1f}"
+    if kind == "float":  # three significant digits, as every human unit (README)
+        return format_number(value)
     if kind == "sig":  # three significant digits (errors, fractions)
         return f"{value:.3g}"
     if kind == "rate":

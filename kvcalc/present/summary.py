@@ -15,7 +15,7 @@ from kvcalc.registry import LoadedModel
 from kvcalc.rows import attention_label
 from kvcalc.settings import Settings
 from kvcalc.spec import DenseFFN, ModelSpec, NoFFN, layer_text
-from kvcalc.units import format_bytes, format_count, format_flops, format_seconds, format_tokens
+from kvcalc.units import format_bytes, format_count, format_flops, format_number, format_seconds, format_tokens
 
 SUMMARY_COLUMNS = [Column("key", "Field"), Column("shown", "Value"), Column("source", "Source")]
 SUMMARY_KEYS = ["key", "value", "source"]
@@ -157,7 +157,7 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
     items += [
         ("decode_bytes_read", fig.decode_bytes_read, b(fig.decode_bytes_read),
          f"one decode step at ctx: active weights + KV cache{states} (MoE: a lower bound when batch exceeds 1)"),
-        ("decode_intensity", fig.decode_intensity, f"{fig.decode_intensity:.2f} FLOP/byte",
+        ("decode_intensity", fig.decode_intensity, f"{format_number(fig.decode_intensity)} FLOP/byte",
          f"{format_flops(fig.flops_decode_token)} per decode step / bytes read"),
     ]
     if fig.flops_decode_token_absorbed is not None:  # the schedules can be compared (MLA with a latent cache)
