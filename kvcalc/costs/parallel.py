@@ -199,9 +199,14 @@ def _stage(s: Settings, plan: Stage) -> PerGpu:
     """One stage's GPU at the settings' context and batch: the cache and states of its share of the sequences."""
     kv = state = 0
     for g in plan.groups:
-        kv += g.n * g.term.layer_bytes(s.ctx, _sequences(s, g), s)  # pages with --engine
+        kv += g.n * _layer_kv(s, g)
         state += _group_state(s, g)
     return _new(PerGpu, (s.tp * s.pp * s.dp, plan.stage, plan.layers, kv, state, plan.weights_bytes))
+
+
+def _layer_kv(s: Settings, g: _StageGroup) -> int:
+    """One layer's cache of a stage group on one GPU, its share of the sequences (--engine: in whole pages)."""
+    return g.term.layer_bytes(s.ctx, _sequences(s, g), s)
 
 
 def _group_state(s: Settings, g: _StageGroup) -> int:
@@ -230,10 +235,9 @@ def gpu_groups(s: Settings, plan: Stage) -> list[GroupOnGpu]:
     """Each layer group's part of one stage's GPU at the settings' context and batch: what `_stage` adds up."""
     out = []
     for g in plan.groups:
-        batch = _sequences(s, g)
-        per_layer = g.term.layer_bytes(s.ctx, batch, s)
-        out.append(GroupOnGpu(g.label, g.n, g.term.formula, g.term.attention.tokens_held(g.term.layer, s.ctx), batch,
-                              g.latent_split, per_layer, g.n * per_layer, _group_state(s, g)))
+        per_layer = _layer_kv(s, g)
+        out.append(GroupOnGpu(g.label, g.n, g.term.formula, g.term.attention.tokens_held(g.term.layer, s.ctx),
+                              _sequences(s, g), g.latent_split, per_layer, g.n * per_layer, _group_state(s, g)))
     return out
 
 

@@ -55,6 +55,7 @@ texttwosuperior textuparrow textyen theta times top triangleleft triangleright u
 varphi varsigma vdash vdots vee wedge wp wr xi zeta
 """.split())
 _MACRO = re.compile(r"\\([A-Za-z]+)")
+_ASCII_BEFORE = re.compile("([" + re.escape("".join(c for c in _BEFORE if c.isascii())) + "])")
 _NON_ASCII = re.compile(r"([^\x00-\x7f])")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # a line break would end a paragraph inside \caption or a cell
 UNWRITABLE = "?"  # what a character with no core-LaTeX form becomes
@@ -71,7 +72,7 @@ def tex(text: str) -> str:
         if len(part) == 1 and not part.isascii():
             out.append(_character(part))
         elif part:
-            out.append("".join(_BEFORE.get(p) or unicode_to_latex(p) for p in re.split(r"(\|)", part) if p))
+            out.append("".join(_BEFORE.get(p) or unicode_to_latex(p) for p in _ASCII_BEFORE.split(part) if p))
     return re.sub(r"-(?=-)", "-{}", "".join(out))
 
 
