@@ -122,7 +122,12 @@ PATTERN = h["hybrid_override_pattern"]  # NemotronHConfig: M Mamba-2, * attentio
 NH_D_INNER = h["mamba_num_heads"] * h["mamba_head_dim"]  # NemotronHMamba2Mixer.intermediate_size
 NH_CONV_DIM = NH_D_INNER + 2 * h["n_groups"] * h["ssm_state_size"]  # NemotronHMamba2Mixer.conv_dim
 # ssm_states [H, P, N] + the convolution's last K − 1 inputs of each of the conv_dim channels (vLLM)
-NH_STATE = NH_D_INNER * h["ssm_state_size"] + (h["conv_kernel"] - 1) * NH_CONV_DIM
+NH_SSM = NH_D_INNER * h["ssm_state_size"]
+NH_CONV = (h["conv_kernel"] - 1) * NH_CONV_DIM
+NH_STATE = NH_SSM + NH_CONV
+# vLLM's NemotronHForCausalLMConfig keeps the SSM state in the config's mamba_ssm_cache_dtype, float32 when absent (as
+# here); the conv state follows the KV dtype
+NH_STATE_BYTES = NH_SSM * 4 + NH_CONV * BF16
 
 
 def test_nemotron_pattern():
@@ -138,15 +143,32 @@ def test_nemotron_kv_cache_and_state(model):
         assert row["n_layers"] == len(PATTERN)  # one layer per block
         # only the '*' blocks hold K and V: 2·n_kv·d_h per token and layer (attention_head_dim 128)
         assert row["kv_cache_bytes"] == PATTERN.count("*") * 2 * h["num_key_value_heads"] * h["attention_head_dim"] * ctx * BF16
-        # the 'M' blocks each hold one state, whatever the context
-        assert row["state_bytes"] == PATTERN.count("M") * NH_STATE * BF16 == 459_620_352
+        # the 'M' blocks each hold one state, whatever the context: 54 · (256·64·256 · 4 + 3·20,480 · 2)
+        assert row["state_bytes"] == PATTERN.count("M") * NH_STATE_BYTES == 54 * (4_194_304 * 4 + 61_440 * 2) == 912_605_184
     assert rows[0]["state_bytes"] == rows[1]["state_bytes"]
 
 
-def test_nemotron_state_in_fp32():
-    # transformers' NemotronHConfig.mamba_ssm_cache_dtype defaults to float32: --state-dtype fp32 doubles the state
-    row = compare(NEMOTRON, "--state-dtype", "fp32")[0]
-    assert row["state_bytes"] == PATTERN.count("M") * NH_STATE * 4 and row["kv_cache_bytes"] == 10 * 2 * 8 * 128 * 4096 * BF16
+@pytest.mark.parametrize("model", [NEMOTRON, "nemotron-h-56b"])
+def test_nemotron_state_dtype_flag_stores_every_component_in_it(model):
+    # --state-dtype stores the SSM and the conv state alike: fp32 doubles the bf16 state, bf16 halves the SSM part
+    for dtype, size in (("fp32", 4), ("bf16", 2)):
+        row = compare(model, "--state-dtype", dtype)[0]
+        assert row["state_bytes"] == PATTERN.count("M") * NH_STATE * size
+        assert row["kv_cache_bytes"] == 10 * 2 * 8 * 128 * 4096 * BF16
+    assert compare(model, "--state-dtype", "bf16")[0]["state_bytes"] == 459_620_352
+
+
+def test_nemotron_ssm_cache_dtype_from_the_config(tmp_path):
+    # the config's mamba_ssm_cache_dtype, when given, is what the SSM state is stored in (vLLM reads it); a bad one is
+    # refused with the key named
+    given = tmp_path / "config.json"
+    given.write_text(json.dumps({**h, "mamba_ssm_cache_dtype": "float16"}))
+    assert compare(given)[0]["state_bytes"] == PATTERN.count("M") * NH_STATE * BF16
+    spec = json.loads(run("show", given, "-f", "json").stdout)["spec"]
+    assert "mamba_ssm_cache_dtype float16: the Mamba-2 SSM state is stored in fp16" in spec["notes"]
+    given.write_text(json.dumps({**h, "mamba_ssm_cache_dtype": "fp8"}))
+    res = run("show", given, ok=False)
+    assert res.exit_code == 1 and "mamba_ssm_cache_dtype: must be one of float32, bfloat16, float16, got 'fp8'" in res.stderr
 
 
 def test_nemotron_state_derivation():
@@ -209,9 +231,10 @@ def test_mamba2_heads_must_divide_into_groups(tmp_path):
 
 
 def test_nemotron_per_layer_rows_hold_one_layers_state():
-    # --per-layer: each 'M' row holds its own Mamba-2 state (4,255,744 elements in bf16), not its group's 54 layers
+    # --per-layer: each 'M' row holds its own Mamba-2 state (4,194,304 SSM elements in fp32 and 61,440 conv elements in
+    # bf16), not its group's 54 layers
     layers = json.loads(run("show", "nemotron-h-56b", "--ctx", "4k", "--per-layer", "-f", "json").stdout)["layers"]
     assert len(layers) == len(PATTERN)
     for r, block in zip(layers, PATTERN):
-        assert r.get("state_bytes") == (NH_STATE * BF16 if block == "M" else None)
-    assert NH_STATE * BF16 == 8_511_488
+        assert r.get("state_bytes") == (NH_STATE_BYTES if block == "M" else None)
+    assert NH_STATE_BYTES == 16_900_096

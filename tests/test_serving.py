@@ -225,11 +225,13 @@ def test_vllm_hybrid_pages_unify_attention_and_state():
     assert round(100 * (a * 2048 - state) / state, 2) == 1.49
     assert r.engine_bytes == 12 * 2 * a * 2048  # 12 attention layers, 1000 tokens in 2 pages of 544
     assert r.engine_state_bytes == 36 * a * 2048  # 36 linear layers, one padded page each
-    # Nemotron-H 56B: Mamba-2 state against A = 2 · 8 · 128 · 2 = 4096 bytes
+    # Nemotron-H 56B: a Mamba-2 state of 256·64·256 SSM elements in fp32 (vLLM's NemotronH default) and 3·20,480
+    # conv elements in bf16, against A = 2 · 8 · 128 · 2 = 4096 bytes
     nem = kv_cache(spec("nemotron-h-56b"), Settings(ctx=1000, engine="vllm"))
-    state = nem.groups[0].state_elements_per_layer * 2
+    state = 256 * 64 * 256 * 4 + 3 * 20_480 * 2
     a = 16 * -(-state // (16 * 4096))
-    assert (nem.engine_bytes, nem.engine_state_bytes) == (10 * a * 4096, 54 * a * 4096)
+    assert a == 4128  # 1000 tokens in one page of each attention layer
+    assert (nem.engine_bytes, nem.engine_state_bytes) == (10 * a * 4096, 54 * a * 4096) == (169_082_880, 913_047_552)
     # SGLang and ideal keep states exact, in pages of their own
     for engine in ("sglang", "ideal"):
         exact = kv_cache(qwen, Settings(ctx=1000, engine=engine))

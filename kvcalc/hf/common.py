@@ -164,6 +164,19 @@ def flag(cfg: dict, key: str, origin: str, default: bool = False) -> bool:
     raise SpecError(f"{origin}: {key}: must be true or false, got {show(value)}")
 
 
+TORCH_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # a config's dtype names, kvcalc's
+
+
+def torch_dtype(cfg: dict, key: str, origin: str) -> str | None:
+    """A dtype config key (mamba_ssm_dtype, mamba_ssm_cache_dtype) as a kvcalc dtype; None when absent or null."""
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in TORCH_DTYPES:
+        raise SpecError(f"{origin}: {key}: must be one of {', '.join(TORCH_DTYPES)}, got {show(value)}")
+    return TORCH_DTYPES[value]
+
+
 def get(cfg: dict, key: str, origin: str, minimum: int = 1) -> int | None:
     """An optional whole-number field: None when absent or null (`minimum` 0 where 0 means 'none')."""
     return None if cfg.get(key) is None else whole(cfg[key], key, origin, minimum)

@@ -21,6 +21,7 @@ from kvcalc.hf.common import (
     layer_types,
     need,
     show,
+    torch_dtype,
     whole,
 )
 
@@ -68,19 +69,6 @@ def _sparse_layers(cfg: dict, origin: str, n_layers: int) -> list[bool]:
     return [i not in dense and experts > 0 and (i + 1) % step == 0 for i in range(n_layers)]
 
 
-TORCH_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # a config's dtype names, kvcalc's
-
-
-def _ssm_dtype(cfg: dict, origin: str) -> str | None:
-    """The config's mamba_ssm_dtype (Qwen3.5) as a kvcalc dtype, or None when it has none (Qwen3-Next)."""
-    value = cfg.get("mamba_ssm_dtype")
-    if value is None:
-        return None
-    if not isinstance(value, str) or value not in TORCH_DTYPES:
-        raise SpecError(f"{origin}: mamba_ssm_dtype: must be one of {', '.join(TORCH_DTYPES)}, got {show(value)}")
-    return TORCH_DTYPES[value]
-
-
 @importer("qwen3_next", keys={k: k for k in LINEAR_KEYS})
 def _qwen3_next(cfg, origin, notes):
     filled = [k for k in QWEN3_NEXT_DEFAULTS if k not in cfg and not (k == "full_attention_interval" and "layer_types" in cfg)]
@@ -89,7 +77,7 @@ def _qwen3_next(cfg, origin, notes):
     cfg = {**QWEN3_NEXT_DEFAULTS, **cfg}
     if cfg.get("sliding_window") or cfg.get("use_sliding_window"):
         notes.append("sliding_window does not apply: Qwen3NextAttention has no window")
-    ssm_dtype = _ssm_dtype(cfg, origin)
+    ssm_dtype = torch_dtype(cfg, "mamba_ssm_dtype", origin)  # Qwen3.5 (absent in Qwen3-Next)
     if ssm_dtype:
         notes.append(f"mamba_ssm_dtype {cfg['mamba_ssm_dtype']}: the Gated DeltaNet recurrent state is stored in "
                      f"{ssm_dtype}, as vLLM does (mamba_ssm_cache_dtype), the conv state in the KV dtype; --state-dtype "

@@ -6,7 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, flag, get, group_layers, heads_attention, importer, need, show
+from kvcalc.hf.common import (
+    base_fields,
+    dense_ffn,
+    flag,
+    get,
+    group_layers,
+    heads_attention,
+    importer,
+    need,
+    show,
+    torch_dtype,
+)
 
 NO_FFN: dict = {"kind": "none"}
 
@@ -120,7 +131,14 @@ def _nemotron_h(cfg, origin, notes):
             "conv_kernel": need(cfg, "conv_kernel", origin, "mamba_d_conv"),
             "use_conv_bias": flag(cfg, "use_conv_bias", origin, flag(cfg, "mamba_conv_bias", origin, True)),
             "use_bias": use_bias,
+            # vLLM's NemotronHForCausalLMConfig: the SSM state is kept in the config's mamba_ssm_cache_dtype, float32
+            # when absent (DEFAULT_MAMBA_SSM_CACHE_DTYPE; transformers' NemotronHConfig has the same default)
+            "recurrent_dtype": torch_dtype(cfg, "mamba_ssm_cache_dtype", origin) or "fp32",
         }
+        given = cfg.get("mamba_ssm_cache_dtype")
+        notes.append(f"mamba_ssm_cache_dtype {given or 'absent (float32, the default)'}: the Mamba-2 SSM state is stored "
+                     f"in {kinds['mamba']['recurrent_dtype']}, as vLLM does, the conv state in the KV dtype; --state-dtype "
+                     "stores both in one dtype")
     if "attention" in blocks:
         # NemotronHAttention (JambaAttention with config.head_dim; the published remote code's attention_head_dim)
         n_heads = need(cfg, "num_attention_heads", origin)
