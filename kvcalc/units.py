@@ -69,13 +69,18 @@ def format_bytes(n: int | Fraction, units: str = "binary") -> str:
 
 def _three_digits(value: Fraction) -> str:
     """3 significant digits of the exact value, rounded half to even, the decimals set by the magnitude after rounding
-    (9.996 -> '10.0', not '10.00'; 1.835 -> '1.84', where a float holds 1.83499...). Past 9,999 (beyond the largest
-    unit) the whole number, grouped: '12,345'."""
-    for digits in (2, 1):
+    (9.996 -> '10.0', not '10.00'; 1.835 -> '1.84', where a float holds 1.83499...; 0.8971 -> '0.897', 0.0123 ->
+    '0.0123', 0.09996 -> '0.100'). Past 9,999 (beyond the largest unit) the whole number, grouped: '12,345'."""
+    digits = 2
+    magnitude = abs(value)
+    while 0 < magnitude < Fraction(1, 10 ** (digits - 2)):  # below 1: one more decimal per decade down
+        digits += 1
+    while digits > 0:
         scaled = round(value * 10**digits)  # Fraction rounds half to even, exactly
         if abs(scaled) < 1000:
             whole, part = divmod(abs(scaled), 10**digits)
             return f"{'-' if scaled < 0 else ''}{whole}.{part:0{digits}d}"
+        digits -= 1
     whole = round(value)
     return f"{whole:,}" if abs(whole) >= 10_000 else str(whole)
 

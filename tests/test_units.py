@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 
 from kvcalc.units import format_bytes, format_count, format_flops, format_seconds, format_tokens, parse_token_list, parse_tokens
@@ -113,7 +115,11 @@ def test_format_bytes_rounds_the_exact_value_and_has_units_to_yotta(n, units, te
 
 
 @pytest.mark.parametrize("x, text", [(2.6195, "2.62"), (44.0, "44.0"), (500.0, "500"), (153.01618440411966, "153"),
-                                     (31.47018315018315, "31.5"), (0.0456, "0.05"), (1234.5, "1234"), (9.996, "10.0")])
+                                     (31.47018315018315, "31.5"), (0.0456, "0.0456"), (1234.5, "1234"), (9.996, "10.0"),
+                                     # below 1 the decimals grow with the decades (an audit: whisper's decode
+                                     # intensity 0.897 printed 0.90, and 0.001 printed 0.00)
+                                     (0.8971, "0.897"), (0.001, "0.00100"), (0.09996, "0.100"), (0.9996, "1.00"),
+                                     (Fraction(1, 3), "0.333"), (-0.5, "-0.500"), (0, "0.00")])
 def test_format_number_keeps_three_significant_digits(x, text):
     # decode_intensity printed 2.6 in compare's table and 2.62 in cost's summary (an audit); both now follow the
     # README's three significant digits, as the ridge point of `kvcalc hardware` does (500, not 500.0)
