@@ -92,6 +92,59 @@ def test_indexer_layouts_schedules_and_windows(cache, schedule, window):
     assert "index_k" in names
 
 
+def near_tie_spec() -> ModelSpec:
+    """Three MLA layers whose indexer (2 heads of 4, top-6) ties at its cut under float16's rounding."""
+    data = tiny("indexer").model_dump(exclude_none=True)
+    data["layer_groups"][0]["attention"].update(index_n_heads=2, index_head_dim=4, index_topk=6)
+    return ModelSpec.model_validate({**data, "d_model": 32, "n_layers": 3})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_indexer_near_ties_do_not_fail_a_float16_run(seed):
+    # an audit: in float16 the run's prefill, its decode steps and the checks' recomputation rounded the indexer's
+    # scores differently, so a near tie at the top-6 cut picked other keys and "cached decode = full recomputation"
+    # failed (33 of 40 seeds, 0.17 where the tolerance is 0.02). The recomputations now follow the run's
+    # selections, and a check measures each against the recomputation's own top-k.
+    report = run(near_tie_spec(), RunSettings(ctx=11, decode=5, batch=3, dtype="float16", seed=seed, layers=3))
+    checks = {c.name: c for c in report.checks}
+    assert [c.name for c in report.checks if not c.passed] == []
+    tie = checks["indexer top-k: the run's = the recomputation's"]
+    # queries past the first 6 select: positions 6..15 of 16, in each of the 3 layers
+    assert tie.detail.startswith("30 queries' selections, ") and tie.error <= 2e-2
+    assert checks["cached decode = full recomputation"].error <= 2e-2
+
+
+def test_a_wrong_top_k_fails_the_indexer_check(monkeypatch):
+    # the check can fail: a run whose decode steps attend the oldest k keys instead of the top k
+    top = LatentAttention._top
+
+    def oldest(self, scores, a0, first):
+        sel = top(self, scores, a0, first)
+        if self.follow is None and scores.shape[1] == 1:  # one of the run's decode steps
+            sel[...] = a0 + np.arange(sel.shape[-1])
+            self.chosen[first] = sel[:, 0].astype(np.int32)
+        return sel
+
+    monkeypatch.setattr(LatentAttention, "_top", oldest)
+    report = run(near_tie_spec(), RunSettings(ctx=11, decode=5, batch=3, dtype="float64", layers=3))
+    failed = {c.name: c for c in report.checks if not c.passed}
+    assert list(failed) == ["indexer top-k: the run's = the recomputation's"]
+    assert failed["indexer top-k: the run's = the recomputation's"].error > 0.01
+
+
+def test_the_kept_selections_are_what_the_memory_plan_counts():
+    # memory.plan adds (ctx + decode - k)·b·k int32 per indexer layer: one top-k per query past the first k
+    layer = LatentAttention(32, 4, 16, 12, 8, 4, 6, None, np.random.default_rng(0), np.float64, "latent", 16,
+                            index=(2, 4, 6))
+    layer.chosen = {}
+    x = np.random.default_rng(1).standard_normal((3, 16, 32))
+    _, cache = layer.prefill(FlopCounter(), x[:, :11])
+    for j in range(11, 16):
+        _, cache = layer.decode(FlopCounter(), x[:, j : j + 1], cache)
+    assert sorted(layer.chosen) == list(range(6, 16))
+    assert sum(a.nbytes for a in layer.chosen.values()) == (16 - 6) * 3 * 6 * 4
+
+
 def test_indexer_scores_only_visible_pairs_and_attends_the_top_k():
     # 2·scanned·H_I·(d_I + 1) for the scores, min(t, k) keys attended per query (DeepSeek-V3.2 Indexer)
     layer = LatentAttention(64, 4, 16, 12, 8, 4, 6, None, np.random.default_rng(0), np.float64, "latent", 16,

@@ -150,6 +150,19 @@ class GroupedQueryAttention:
 # ---------------------------------------------------------------- DeepSeek's multi-head latent attention
 
 
+def tie_gap(scores: np.ndarray, own: np.ndarray, taken: np.ndarray, a0: int) -> float:
+    """How far the keys `taken` [b, k] reach below the k-th best of `own` [b, k] in score rows [b, keys from a0],
+    relative to the row's largest |score|: 0 when they are the same set, small for a near tie at the cut, inf for
+    a key the row cannot see."""
+    rows = np.arange(scores.shape[0])[:, None]
+    kth = scores[rows, own - a0].min(axis=-1).astype(np.float64)
+    worst = scores[rows, taken - a0].min(axis=-1).astype(np.float64)
+    if not np.all(np.isfinite(worst)):
+        return float("inf")
+    finite = np.where(np.isfinite(scores), np.abs(scores), 0).max(axis=-1).astype(np.float64)
+    return float(np.max(np.maximum(kth - worst, 0) / np.maximum(finite, np.finfo(np.float64).tiny)))
+
+
 class LatentAttention:
     """MLA as DeepSeek-V2 §2.1 defines it: a latent c_KV (d_c) and a decoupled RoPE key k_R (d_R) shared by heads.
 
@@ -278,6 +291,30 @@ class LatentAttention:
         return Cache(held, seen)
 
     on_block = None  # called after each prefill block, for a progress bar
+    # DeepSeek Sparse Attention's top-k is discontinuous: a near tie at the cut may fall either way under the
+    # dtype's rounding, so a run and its recomputation can pick different keys, both right. The run records
+    # every query's keys (`chosen`, by query position, prefill and decode); the checks' recomputations take those
+    # (`follow`) and record in `ties`, for each that differs from their own, how far below their own k-th best
+    # score it reaches.
+    chosen: dict[int, np.ndarray] | None = None
+    follow: dict[int, np.ndarray] | None = None
+    ties: list[float] | None = None
+
+    def _top(self, scores: np.ndarray, a0: int, first: int) -> np.ndarray:
+        """The top-k keys (absolute positions [b, n, k]) of score rows [b, n, keys from a0] for the queries at
+        positions first, first + 1, ...: the indexer's own, or those in `follow`; recorded in `chosen`."""
+        own = top_keys(scores, a0, self.index[2])  # type: ignore[index]
+        if self.follow is None and self.chosen is None:
+            return own
+        sel = own.copy()
+        for i in range(sel.shape[1]):
+            if self.follow is not None and first + i in self.follow:
+                sel[:, i] = self.follow[first + i]
+                if self.ties is not None and not np.array_equal(np.sort(own[:, i]), np.sort(sel[:, i])):
+                    self.ties.append(tie_gap(scores[:, i], own[:, i], sel[:, i], a0))
+            if self.chosen is not None:
+                self.chosen[first + i] = sel[:, i].astype(np.int32)
+        return sel
 
     def prefill_blocks(self, batch: int, s: int) -> int:
         index = len(self._index_blocks(s)) if self.index else 0
@@ -317,8 +354,7 @@ class LatentAttention:
         for s0, e, band, a0 in bands:
             lo = max(s0, topk)
             if lo < e:
-                attend_selected(fc, q[:, :, 0, lo:e], kh, vh, top_keys(band[:, lo - s0 :], a0, topk),
-                                out5[:, :, 0, lo:e])
+                attend_selected(fc, q[:, :, 0, lo:e], kh, vh, self._top(band[:, lo - s0 :], a0, lo), out5[:, :, 0, lo:e])
         return self._out(fc, out5), self._held(c_kv, k_rope, k, v, s, index_k)
 
     def prefill(self, fc: FlopCounter, x: np.ndarray) -> tuple[np.ndarray, Cache]:
@@ -376,8 +412,10 @@ class LatentAttention:
         raw = fc.matmul("attn/index_scores", q_i, index_k.transpose(0, 2, 1)[:, None])  # [b, 1, H, t]
         np.maximum(raw, 0, out=raw)
         scores = fc.matmul("attn/index_scores", w[:, :, None], raw)[:, 0]  # [b, 1, t]
-        topk = self.index[2]  # type: ignore[index]
-        return index_k, (top_keys(scores, 0, topk)[:, 0] if index_k.shape[1] > topk else None)
+        if index_k.shape[1] <= self.index[2]:  # type: ignore[index]
+            return index_k, None
+        first = cache.seen + 1 - index_k.shape[1]  # position of the oldest held key
+        return index_k, self._top(scores, first, cache.seen)[:, 0] - first
 
     def decode(self, fc: FlopCounter, x: np.ndarray, cache: Cache, schedule: str = "absorbed") -> tuple[np.ndarray, Cache]:
         """One new token at position cache.seen, with the naive or the absorbed schedule (with an indexer, over the

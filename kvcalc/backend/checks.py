@@ -1,6 +1,7 @@
 """Numerical checks of a run: equalities the papers state, measured as the max error between two computations.
 
-- Cached decoding gives the outputs of recomputing full attention over the whole sequence.
+- Cached decoding gives the outputs of recomputing full attention over the whole sequence (with DeepSeek Sparse
+  Attention, over the keys the run selected, each selection its top-k up to a near tie).
 - MLA's absorbed schedule gives the outputs of the naive one (DeepSeek-V2 §2.1.3).
 - GQA with n_kv = n_h is MHA; GQA is MHA with each K/V head shared by its group (checked against a dense,
   explicitly masked reference at small dims).
@@ -50,11 +51,33 @@ def _silent() -> FlopCounter:
 
 
 def run_checks(spec, s, layers, x0, outputs, after_prefill, schedule, tol) -> list[Check]:
-    """Cached decode vs full recompute, and (MLA, latent cache) the other decode schedule."""
+    """Cached decode vs full recompute, and (MLA, latent cache) the other decode schedule.
+
+    With DeepSeek Sparse Attention both recomputations take the keys the run chose, in its prefill and its decode
+    steps (a near tie at the top-k cut falls either way under rounding), and a check says each choice was the
+    recomputation's own top-k up to such a tie."""
+    sparse = [a for a in map(attention_part, layers) if isinstance(a, LatentAttention) and a.chosen]
+    for a in sparse:
+        a.follow, a.chosen, a.ties = a.chosen, None, []
+    try:
+        found = _run_checks(s, layers, x0, outputs, after_prefill, schedule, tol)
+        if sparse:
+            gaps = [g for a in sparse for g in a.ties or ()]
+            steps = sum(len(a.follow or ()) for a in sparse)
+            found.insert(0, _within("indexer top-k: the run's = the recomputation's", max(gaps, default=0.0), tol,
+                                    f"{steps:,} queries' selections, {len(gaps):,} of them another set (error: how "
+                                    "far its worst key scores below the recomputation's k-th, a near tie)"))
+    finally:
+        for a in sparse:
+            a.follow = a.ties = None
+    return found
+
+
+def _run_checks(s, layers, x0, outputs, after_prefill, schedule, tol) -> list[Check]:
     full = stack_prefill(_silent(), layers, x0)[0]  # its caches are not kept: memory
     cached = np.concatenate(outputs, axis=1)
     found = [_within("cached decode = full recomputation", rel_error(cached, full[:, s.ctx:]), tol,
-                     f"{s.decode} decoded tokens vs a prefill of {s.ctx + s.decode}")]
+                     f"{_plural(s.decode, 'decoded token')} vs a prefill of {s.ctx + s.decode}")]
     if any(isinstance(attention_part(layer), LatentAttention) for layer in layers) and s.mla_cache == "latent":
         other = "naive" if schedule == "absorbed" else "absorbed"
         caches, outs = after_prefill, []
@@ -62,8 +85,12 @@ def run_checks(spec, s, layers, x0, outputs, after_prefill, schedule, tol) -> li
             out, caches = stack_decode(_silent(), layers, caches, x0[:, s.ctx + j : s.ctx + j + 1], other)
             outs.append(out)
         found.append(_within("MLA absorbed = naive", rel_error(np.concatenate(outs, axis=1), cached), tol,
-                             f"{s.decode} steps from one latent cache"))
+                             f"{_plural(s.decode, 'step')} from one latent cache"))
     return found
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def dense_mask(s: int, window: int | None, chunk: int | None) -> np.ndarray:

@@ -8,7 +8,8 @@ per-head keys and values, the attention output, and what each prefill thread hol
 prefill's tiling keeps bounded (`kvcalc.backend.causal.prefill_tiling`, the executor's own choice), and for MLA's
 latent cache the K and V of one chunk of heads. A constant-state layer holds its state (twice, and a copy) instead
 of a cache, and its activations: the prefill's per token, a recurrence step's state-sized scratch, and its
-parallel-form check (`kvcalc.backend.recurrent.state_activations`). It leaves out the interpreter itself.
+parallel-form check (`kvcalc.backend.recurrent.state_activations`). With DeepSeek Sparse Attention the run keeps
+every query's top-k (int32) for the checks to follow. It leaves out the interpreter itself.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def plan(spec: ModelSpec, layers: list[int], ctx: int, decode: int, batch: int, 
         cache += layer_cache + per_token * att.tokens_held(group.layer, ctx)
         largest = max(largest, layer_cache)
         scores = _prefill_threads_bytes(group, p, total, batch, itemsize, workers) + _index_bytes(group, p, total, batch, itemsize)
+        if decode and p.sparse_above is not None:  # each query's top-k past the first k, kept for the checks (int32)
+            cache += max(0, total - p.sparse_above) * batch * p.sparse_above * 4
         if group.cross is not None and enc:  # the encoder positions' K/V (held once), weights, and the scores
             cross, cl = group.cross, group.cross_layer
             weights += sum(w.size for w in cross.weights(cl) if w.role == "matrix") * itemsize

@@ -16,10 +16,10 @@ import numpy as np
 from kvcalc.attention import Work
 from kvcalc.attention.recurrent import Recurrent
 from kvcalc.backend import checks
-from kvcalc.backend.attention import NOT_RUN, Cache, layer_entry, with_cross
+from kvcalc.backend.attention import NOT_RUN, Cache, LatentAttention, layer_entry, with_cross
 from kvcalc.backend.memory import Request, guard, query_block, return_freed_memory, tightest
 from kvcalc.backend.ops import FlopCounter
-from kvcalc.backend.parallel import mixer_group, parts, state_part, with_parallel
+from kvcalc.backend.parallel import attention_part, mixer_group, parts, state_part, with_parallel
 from kvcalc.backend.recurrent import state_checks
 from kvcalc.backend.stack import stack_decode, stack_prefill
 from kvcalc.backend.threads import available_cores, one_blas_thread, usable_workers
@@ -184,6 +184,9 @@ def _execute(spec: ModelSpec, s: RunSettings, order: list[int], n_layers: int, e
             layer.memory = memory
 
     report = RunReport(spec.name, s, ids, predicted_peak_bytes=peak)
+    for layer in layers:  # DeepSeek Sparse Attention: every query's top-k, which the recompute checks follow
+        if s.decode and isinstance(att := attention_part(layer), LatentAttention) and att.index:
+            att.chosen = {}
     fc = FlopCounter()
     progress.start("prefill", sum(layer.prefill_blocks(s.batch, s.ctx) for layer in layers))
     for layer in layers:
