@@ -74,6 +74,32 @@ def test_threaded_run_matches_the_analytic_model(kind, small_bands):
     assert_all_match(report)
 
 
+def threads_row(report) -> int:
+    return next(r.measured for r in report.rows if r.quantity == "prefill attention threads")
+
+
+@pytest.mark.parametrize("ctx, ran", [(8, 1), (70, 2)])
+def test_the_report_says_how_many_threads_ran(ctx, ran, small_bands):
+    # an audit: the row said the threads asked for (2) when the prefill had one task, so one thread ran
+    from test_backend import ATTENTION, tiny
+
+    report = run(tiny(ATTENTION["gqa"]), RunSettings(ctx=ctx, decode=1, dtype="float64", threads=2))
+    assert threads_row(report) == (ran if CAN_SET_BLAS else 1)
+
+
+def test_threads_used_records_what_run_tasks_ran_on(monkeypatch):
+    with threads.threads_used() as seen:
+        threads.run_tasks(lambda task, buffer: None, [0], 4, lambda: None)  # one task: one thread
+    assert seen == [1]
+    with threads.threads_used() as seen:
+        threads.run_tasks(lambda task, buffer: None, list(range(5)), 3, lambda: None)
+    assert seen == [3 if CAN_SET_BLAS else 1]
+    monkeypatch.setattr(threads, "_blas_controller", lambda: None)  # a BLAS it cannot limit: in turn, on one
+    with threads.threads_used() as seen:
+        threads.run_tasks(lambda task, buffer: None, list(range(5)), 3, lambda: None)
+    assert seen == [1]
+
+
 def test_without_blas_control_the_tasks_run_in_turn(monkeypatch, small_bands):
     monkeypatch.setattr(threads, "_blas_controller", lambda: None)
     assert threads.usable_workers(4) == 1

@@ -22,7 +22,7 @@ from kvcalc.backend.ops import FlopCounter
 from kvcalc.backend.parallel import attention_part, mixer_group, parts, state_part, with_parallel
 from kvcalc.backend.recurrent import state_checks
 from kvcalc.backend.stack import stack_decode, stack_prefill
-from kvcalc.backend.threads import available_cores, one_blas_thread, usable_workers
+from kvcalc.backend.threads import available_cores, one_blas_thread, threads_used, usable_workers
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.flops import _cross as cross_flops
 from kvcalc.costs.flops import decode_work, layer_attention_flops, prefill_work
@@ -192,7 +192,8 @@ def _execute(spec: ModelSpec, s: RunSettings, order: list[int], n_layers: int, e
     for layer in layers:
         layer.on_block = lambda: progress.advance("prefill")
     t0 = time.perf_counter()
-    caches = stack_prefill(fc, layers, x0[:, : s.ctx])[1]  # the output is not kept: memory
+    with threads_used() as threads:
+        caches = stack_prefill(fc, layers, x0[:, : s.ctx])[1]  # the output is not kept: memory
     prefill_seconds = time.perf_counter() - t0
     for layer in layers:
         layer.on_block = None  # the checks' recomputations are not part of the run
@@ -214,7 +215,7 @@ def _execute(spec: ModelSpec, s: RunSettings, order: list[int], n_layers: int, e
     decode_seconds = time.perf_counter() - t0
 
     _compare(report, spec, s, ids, by_layer, after_prefill, caches, history, prefill_flops, Counter(fc_dec.by_component), schedule)
-    _timing_rows(report, prefill_flops, fc_dec.by_component, prefill_seconds, decode_seconds, s.decode, s.workers)
+    _timing_rows(report, prefill_flops, fc_dec.by_component, prefill_seconds, decode_seconds, s.decode, threads[0])
     if s.decode:
         report.checks += checks.run_checks(spec, s, layers, x0, outputs, after_prefill, schedule, TOLERANCE[s.dtype])
     if s.rope_demo or any(by_layer[i].attention.schedules for i in ids):

@@ -55,6 +55,22 @@ def one_blas_thread():
         yield True
 
 
+_watchers: list[list[int]] = []  # what `threads_used` blocks watch: the most threads a run_tasks call ran on
+
+
+@contextmanager
+def threads_used():
+    """Within: a one-element list holding the most threads any run_tasks call ran on (1 when none ran more), which
+    is what a report says ran: the tasks can be fewer than the threads asked for, and a BLAS whose thread count
+    cannot be set runs them on one."""
+    seen = [1]
+    _watchers.append(seen)
+    try:
+        yield seen
+    finally:
+        _watchers.remove(seen)
+
+
 def run_tasks(work, tasks: list, workers: int, scratch) -> None:
     """work(task, buffer) for every task, on up to `workers` threads; `scratch()` makes each thread's buffer.
 
@@ -65,6 +81,8 @@ def run_tasks(work, tasks: list, workers: int, scratch) -> None:
     if workers > 1:
         with one_blas_thread() as limited:
             if limited:
+                for seen in _watchers:
+                    seen[0] = max(seen[0], workers)
                 _in_threads(work, tasks, workers, scratch)
                 return
     buffer = scratch()
