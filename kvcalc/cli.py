@@ -261,7 +261,7 @@ def run_backend(
         raise KvcalcError("; ".join(f"{option}: {lm.spec.name} has {lack}" for option, lack in lacks) + ": leave it out")
     with progress_hooks(quiet) as progress:
         report = run(lm.spec, settings, progress)
-    emit(run_output(report, lm.spec), fmt)
+    emit(run_output(report, lm), fmt)
     if not report.ok:
         bad = [f"{r.quantity}: predicted {r.predicted}, measured {r.measured}" for r in report.mismatches]
         bad += [f"{c.name}: error {c.error:.3g} vs tolerance {c.tolerance:g}" for c in report.checks if not c.passed]

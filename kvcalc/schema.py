@@ -280,6 +280,8 @@ def _run() -> dict[str, Any]:
              "layers": {"type": "array", "items": INT, "description": "the layers run"},
              "ok": {"type": "boolean", "description": "every predicted figure matched and every check passed"},
              "predicted_peak_bytes": {**INT, "description": "the memory the run was predicted to need"},
+             "exceeds_max_context": {"type": "boolean", "description": "ctx + decode steps are above the model's "
+                                     "trained maximum (run anyway)"},
              "rows": {"type": "array", "items": row, "description": "predicted against measured"},
              "checks": {"type": "array", "items": _typed(Check, CHECK_MEANINGS.__getitem__),
                         "description": "the numerical checks"}}

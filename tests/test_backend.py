@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import numpy as np
@@ -313,3 +315,20 @@ layer_groups:
     res = cli("run", str(path), "--ctx", "8", "--decode", "1", "--layers", "1", "-q")
     assert "leave a layer group out, so the whole model's cache is predicted, not measured" in res.stderr
     assert "trained maximum" not in res.stderr
+    # csv and json carry the flag instead of the warning (README: --ctx), true only past the maximum
+    for ctx, over in (("16", True), ("8", False)):
+        res = cli("run", str(path), "--ctx", ctx, "--decode", "1", "-q", "-f", "json")
+        assert json.loads(res.stdout)["exceeds_max_context"] is over and res.stderr == ""
+        res = cli("run", str(path), "--ctx", ctx, "--decode", "1", "-q", "-f", "csv")
+        rows = list(csv.DictReader(io.StringIO(res.stdout)))
+        assert {r["exceeds_max_context"] for r in rows if r["table"] == "results"} == {str(over).lower()}
+
+
+def test_run_warns_when_a_constant_state_group_is_left_out():
+    # an audit: minimax-m1 --layers 1 runs one softmax layer; its 70 lightning layers' state was predicted, not
+    # measured, without the warning the cache gets
+    res = cli("run", "minimax-m1", "--ctx", "8", "--decode", "1", "--layers", "1", "-q")
+    assert ("leave a layer group out, so the whole model's constant state is predicted, not measured"
+            in " ".join(res.stderr.split()))
+    res = cli("run", "minimax-m1", "--ctx", "8", "--decode", "1", "--layers", "2", "-q")
+    assert "predicted, not measured" not in res.stderr

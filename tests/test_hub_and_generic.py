@@ -70,6 +70,9 @@ def test_generic_import_warning_on_stderr(tmp_path):
     res = run("show", path, "--ctx", "1k")
     assert "warning:" in res.stderr and "model_type 'new_decoder' is not known to kvcalc" in res.stderr, str(res)
     assert "plain Llama-style decoder" in res.stderr, str(res)
+    # run too (an audit: it printed only its own warnings); csv and json keep stderr's warnings out of the data
+    res = run("run", path, "--ctx", "16", "--decode", "1", "-q")
+    assert "model_type 'new_decoder' is not known to kvcalc" in res.stderr, str(res)
 
 
 @pytest.mark.parametrize("key, value, mechanism", [

@@ -43,7 +43,7 @@ def result_rows(report) -> list[dict]:
         match = {True: "yes", False: "NO", None: "–"}[r.match]
         rows.append({"section": r.section, "quantity": r.quantity, "predicted": _raw(r.predicted), "measured": _raw(r.measured),
                      "match": r.match, "predicted_text": _text(r.predicted, r.kind), "measured_text": _text(r.measured, r.kind),
-                     "match_text": match})
+                     "match_text": match, "exceeds_max_context": report.exceeds_max_context})
     return rows
 
 
@@ -64,6 +64,7 @@ def report_payload(report) -> dict:
         "layers": report.layers,
         "ok": report.ok,
         "predicted_peak_bytes": report.predicted_peak_bytes,
+        "exceeds_max_context": report.exceeds_max_context,
         "rows": [{"section": r.section, "quantity": r.quantity, "predicted": _raw(r.predicted), "measured": _raw(r.measured),
                   "match": r.match, "kind": r.kind} for r in report.rows],
         "checks": [asdict(c) for c in report.checks],

@@ -90,6 +90,7 @@ class RunReport:
     rows: list[Row] = field(default_factory=list)
     checks: list[checks.Check] = field(default_factory=list)
     predicted_peak_bytes: int = 0
+    exceeds_max_context: bool = False  # ctx + decode steps pass the model's trained maximum (run anyway)
 
     @property
     def ok(self) -> bool:
@@ -183,7 +184,8 @@ def _execute(spec: ModelSpec, s: RunSettings, order: list[int], n_layers: int, e
         for layer in layers:
             layer.memory = memory
 
-    report = RunReport(spec.name, s, ids, predicted_peak_bytes=peak)
+    report = RunReport(spec.name, s, ids, predicted_peak_bytes=peak,
+                       exceeds_max_context=s.ctx + s.decode > spec.max_context)
     for layer in layers:  # DeepSeek Sparse Attention: every query's top-k, which the recompute checks follow
         if s.decode and isinstance(att := attention_part(layer), LatentAttention) and att.index:
             att.chosen = {}

@@ -218,24 +218,27 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
                   payload, warnings=warnings)
 
 
-def run_output(report: RunReport, spec: ModelSpec | None = None) -> Output:
-    """`run`: predicted against measured, then the numerical checks; warnings (with the `spec`) for a context past the
-    model's trained maximum and a whole-model cache left unmeasured."""
+def run_output(report: RunReport, lm: LoadedModel | None = None) -> Output:
+    """`run`: predicted against measured, then the numerical checks; warnings for what loading the model `lm` said,
+    a context past its trained maximum (csv and json: `exceeds_max_context`), and a whole-model cache or state left
+    unmeasured."""
     from kvcalc.backend.report import CHECK_COLUMNS, CHECK_KEYS, RESULT_COLUMNS, check_rows, report_payload, result_rows
 
     s = report.settings
     title = (f"{report.model}: layers {', '.join(map(str, report.layers))}, ctx {s.ctx:,} + {s.decode} decode "
              f"step{'' if s.decode == 1 else 's'}, batch {s.batch}, {s.dtype}")
-    warnings = []
-    if spec is not None:
+    warnings = [] if lm is None else _load_warnings([lm])
+    if lm is not None:
         total = s.ctx + s.decode
-        warnings += over_max(spec, total, f"ctx {s.ctx:,} + {s.decode:,} decode step{'' if s.decode == 1 else 's'} ({total:,})")
-    if any(r.section == "cache" and r.quantity.startswith("KV cache, all ") and r.measured is None for r in report.rows):
+        warnings += over_max(lm.spec, total, f"ctx {s.ctx:,} + {s.decode:,} decode step{'' if s.decode == 1 else 's'} ({total:,})")
+    unmeasured = [what for what, row in (("cache", "KV cache, all "), ("constant state", "constant state, all "))
+                  if any(r.quantity.startswith(row) and r.measured is None for r in report.rows)]
+    if unmeasured:
         warnings.append(f"warning: {report.model}: the layers run ({', '.join(map(str, report.layers))}) leave a layer "
-                        "group out, so the whole model's cache is predicted, not measured: a larger --layers runs a "
-                        "layer of each group")
+                        f"group out, so the whole model's {' and '.join(unmeasured)} {'is' if len(unmeasured) == 1 else 'are'} "
+                        "predicted, not measured: a larger --layers runs a layer of each group")
     return Output([Table("results", RESULT_COLUMNS, result_rows(report), title,
-                         ["section", "quantity", "predicted", "measured", "match"]),
+                         ["section", "quantity", "predicted", "measured", "match", "exceeds_max_context"]),
                    Table("checks", CHECK_COLUMNS, check_rows(report), "Numerical checks", CHECK_KEYS)],
                   report_payload(report), warnings=warnings)
 
