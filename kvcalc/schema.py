@@ -314,7 +314,8 @@ def _approx() -> dict[str, Any]:
 def _dims() -> dict[str, Any]:
     from kvcalc.tables import DimsRow
 
-    model = {**TEXT, "description": "a model's value for the item, keyed by the model's name (models given only)"}
+    model = {**TEXT, "description": "a model's value for the item, keyed by the model's name (models given only); a "
+             "later layer group of the kind with other dimensions: 'name (group label)'"}
     return _flat("kvcalc table dims --format json: one object per item of each attention kind", DimsRow, model)
 
 

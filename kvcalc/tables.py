@@ -67,20 +67,24 @@ class DimsRow:
     note: str = figure("Note", "text", "what it is")
 
 
-def _kind_group(spec: ModelSpec, kind: str) -> ResolvedGroup | None:
-    """The first layer group of `spec` whose attention is of `kind`."""
-    return next((g for g in spec.groups if g.attention.kind == kind), None)
+def _kind_groups(spec: ModelSpec, kind: str) -> list[ResolvedGroup]:
+    """The layer groups of `spec` whose attention is of `kind` and whose dimensions differ: the first group, then
+    each later one with other figures (Gemma 4's 5 global layers, 2 KV heads of 512, beside its 25 local ones)."""
+    out: list[ResolvedGroup] = []
+    seen: list[dict[str, str]] = []
+    for g in spec.groups:
+        if g.attention.kind == kind and (cells := _group_cells(g)) not in seen:
+            out.append(g)
+            seen.append(cells)
+    return out
 
 
 def _shape(shape: tuple[int, ...]) -> str:
     return " × ".join(f"{n:,}" for n in shape)
 
 
-def _model_cells(spec: ModelSpec, kind: str) -> dict[str, str]:
-    """Item -> the model's value for that item, asked of its first layer group of `kind` (empty when it has none)."""
-    group = _kind_group(spec, kind)
-    if group is None:
-        return {}
+def _group_cells(group: ResolvedGroup) -> dict[str, str]:
+    """Item -> the value of that item for the layers of `group`."""
     att, layer = group.attention, group.layer
     out = {w.name: _shape(w.shape) for w in att.weights(layer) if w.role == "matrix"}
     formula = att.cache_formula(layer, "latent")
@@ -100,43 +104,65 @@ def _model_cells(spec: ModelSpec, kind: str) -> dict[str, str]:
     return out
 
 
-def _values_differ(spec: ModelSpec, kind: str) -> bool:
-    """Whether the first layer group of `spec` of `kind` has values of another per-head size than its keys (MLA:
-    v_head_dim against qk_nope_head_dim)."""
-    group = _kind_group(spec, kind)
-    if group is None:
-        return False
+def _values_differ(group: ResolvedGroup) -> bool:
+    """Whether `group` has values of another per-head size than its keys (MLA: v_head_dim against
+    qk_nope_head_dim)."""
     att = group.attention
     if isinstance(att, MLA):
         return att.v_head_dim != att.qk_nope_head_dim
     return isinstance(att, Heads) and att.d_v(group.layer) != att.d_h(group.layer)
 
 
-def dims_rows(specs: list[ModelSpec], kinds: tuple[str, ...] = KINDS) -> tuple[list[dict[str, str | None]], list[str]]:
-    """Rows of `table dims` (one per weight, product, cache and FLOPs of each kind) and the model columns' keys.
+@dataclass(frozen=True)
+class DimsColumn:
+    """A model column of `table dims`: its key (the model's name; a later layer group of other dimensions: the name
+    and the group's label), its header, and the layer group it reads for each kind."""
+
+    key: str
+    header: str
+    groups: dict[str, ResolvedGroup]
+
+
+def dims_columns(specs: list[ModelSpec], kinds: tuple[str, ...]) -> list[DimsColumn]:
+    """One column per model, from its first layer group of each kind; then one per later group of a kind whose
+    dimensions differ, named by its label ('gemma4-26b-a4b (local)'), the first column's header saying its group."""
+    out = []
+    for spec in specs:
+        by_kind = {k: _kind_groups(spec, k) for k in kinds}
+        more = [(k, g) for k, gs in by_kind.items() for g in gs[1:]]
+        firsts = ", ".join(gs[0].label for k, gs in by_kind.items() if len(gs) > 1)
+        out.append(DimsColumn(spec.name, f"{spec.name} ({firsts})" if firsts else spec.name,
+                              {k: gs[0] for k, gs in by_kind.items() if gs}))
+        out += [DimsColumn(f"{spec.name} ({g.label})", f"{spec.name} ({g.label})", {k: g}) for k, g in more]
+    return out
+
+
+def dims_rows(specs: list[ModelSpec], kinds: tuple[str, ...] = KINDS) -> tuple[list[dict[str, str | None]], list[DimsColumn]]:
+    """Rows of `table dims` (one per weight, product, cache and FLOPs of each kind) and the model columns.
 
     With models, only the kinds they use are listed (and `kinds` filters them); each model's column gives its
     numbers where its layers are of that kind."""
-    used = [k for k in kinds if not specs or any(_kind_group(s, k) for s in specs)]
-    cells = {(s.name, k): _model_cells(s, k) for s in specs for k in used}
+    used = [k for k in kinds if not specs or any(_kind_groups(s, k) for s in specs)]
+    columns = dims_columns(specs, tuple(used))
+    cells = {(c.key, k): _group_cells(c.groups[k]) if k in c.groups else {} for c in columns for k in used}
     rows = []
     for kind in used:
         items = [(n, shape, "") for n, shape in _HEADS_ROWS[kind]] if kind in _HEADS_ROWS else list(_MLA_ROWS)
         items += [("cache per token and layer", CACHE[kind], "elements (DeepSeek-V2 Table 1)"),
                   ("decode FLOPs per token", DECODE_FLOPS[kind], "one layer's attention at context t")]
-        if kind in _KV_DIFFER and any(_values_differ(s, kind) for s in specs):
+        if kind in _KV_DIFFER and any(kind in c.groups and _values_differ(c.groups[kind]) for c in columns):
             general = dict(_KV_DIFFER[kind])
             if kind != "mla":  # MLA's absorbed decode reads the latent: no d_v in it
                 general["decode FLOPs per token"] = _KV_DIFFER_DECODE
             items = [(n, general[n], f"{note}; {_KV_DIFFER_NOTE}" if note else _KV_DIFFER_NOTE) if n in general
                      else (n, shape, note) for n, shape, note in items]
         for item, symbolic, note in items:
-            if specs and not any(item in cells[(s.name, kind)] for s in specs):
+            if specs and not any(item in cells[(c.key, kind)] for c in columns):
                 continue  # e.g. W_Q of an MLA without query compression, when no model given has one
             row: dict[str, str | None] = {"kind": kind.upper(), "item": item, "symbolic": symbolic, "note": note}
-            row.update({s.name: cells[(s.name, kind)].get(item) for s in specs})
+            row.update({c.key: cells[(c.key, kind)].get(item) for c in columns})
             rows.append(row)
-    return rows, [s.name for s in specs]
+    return rows, columns
 
 
 @dataclass(frozen=True)

@@ -154,3 +154,32 @@ def test_paper_bundle_regenerates_identically(tmp_path):
     check_pasteable((out / "models.tex").read_text(encoding="utf-8"))
     rows = (out / "models.csv").read_text(encoding="utf-8").splitlines()
     assert rows[0].startswith("model,d_model") and rows[1].startswith("llama3-70b,8192")
+
+
+TWO_GROUPS = ("name: twogroups\nfamily: test\nsource: test\nd_model: 1024\nn_layers: 6\nvocab_size: 1000\n"
+              "tie_embeddings: false\nmax_context: 4096\nffn: {kind: dense, d_ff: 2048}\nlayer_groups:\n"
+              "  - name: global\n    layers: [5]\n    attention: {kind: gqa, n_heads: 8, n_kv_heads: 2, head_dim: 128}\n"
+              "  - name: local\n    layers: rest\n    sliding_window: 128\n"
+              "    attention: {kind: gqa, n_heads: 8, n_kv_heads: 4, head_dim: 64}\n")
+
+
+def test_dims_shows_every_layer_group_of_other_dimensions(tmp_path):
+    # an audit: dims showed only a model's first group of each kind, so Gemma 4's 25 local layers (8 KV heads of
+    # 256) were missing beside its 5 global ones (2 of 512). The first group keeps the model's key; each later one
+    # of other dimensions is a column of its own, keyed by the model and the group's label
+    path = tmp_path / "two.yaml"
+    path.write_text(TWO_GROUPS)
+    got = {r["item"]: r for r in rows("dims", str(path))}
+    first, later = "twogroups", "twogroups (local)"
+    assert (got["W_Q"][first], got["W_Q"][later]) == ("1,024 × 1,024", "1,024 × 512")  # d × n_h·d_h
+    assert (got["W_K"][first], got["W_K"][later]) == ("1,024 × 256", "1,024 × 256")  # d × n_kv·d_h
+    assert (got["cache per token and layer"][first], got["cache per token and layer"][later]) == ("512", "512")
+    assert (got["decode FLOPs per token"][first], got["decode FLOPs per token"][later]) == ("4,096·t", "2,048·t")
+    res = run("table", "dims", str(path))
+    assert "twogroups (global)" in res.stdout and "twogroups (local)" in res.stdout
+    # groups that differ only in their window (Gemma 3's local and global layers) stay one column
+    (gemma3,) = [k for k in rows("dims", "gemma3-27b")[0] if k.startswith("gemma3")]
+    assert gemma3 == "gemma3-27b"
+    # the bundled Gemma 4: its global layers have no W_V (k_eq_v), its local ones do
+    w_v = next(r for r in rows("dims", "gemma4-26b-a4b") if r["item"] == "W_V")
+    assert "gemma4-26b-a4b" not in w_v and w_v["gemma4-26b-a4b (local)"] == "2,816 × 2,048"

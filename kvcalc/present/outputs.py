@@ -331,8 +331,9 @@ def dims_output(loaded: list[LoadedModel], kinds: tuple[str, ...]) -> Output:
     from kvcalc.fields import figures_of
     from kvcalc.tables import DimsRow, dims_rows
 
-    rows, names = dims_rows([lm.spec for lm in loaded], kinds)
-    columns = [Column.of(f) for f in figures_of(DimsRow)] + [Column(n, n, "text") for n in names]
+    rows, models = dims_rows([lm.spec for lm in loaded], kinds)
+    columns = [Column.of(f) for f in figures_of(DimsRow)] + [Column(c.key, c.header, "text") for c in models]
+    names = [lm.spec.name for lm in loaded]
     title = "Weights, cache and decode FLOPs by attention kind" + (f": {', '.join(names)}" if names else "")
     return Output([Table("dims", columns, rows, title)], warnings=_load_warnings(loaded))
 
