@@ -133,9 +133,12 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     mtp = spec.mtp_group() if s.mtp else None
     everyone = spec.groups + ((mtp,) if mtp is not None else ())  # --mtp: as kv_cache counts them
     ranks = [_rank_group(g, s.tp) for g in everyone]
-    hybrid = vllm_hybrid_pages(ranks, s)  # each rank sizes its own pages
+    # SGLang's DP attention: a rank runs its sequences' MLA attention with every head (attention tp size 1), so it
+    # holds their whole cache, not a tp-th of the heads' (the same for the latent, which every rank holds anyway)
+    held = [g if s.dp_attention and isinstance(g.attention, MLA) else rank for g, rank in zip(everyone, ranks)]
+    hybrid = vllm_hybrid_pages(held, s)  # each rank sizes its own pages
     one = dataclasses.replace(s, ctx=1, batch=1, tp=1, pp=1, dp=1, ep=1)
-    caches = [group_cache(rank, one, enc, hybrid) for rank in ranks]
+    caches = [group_cache(g, one, enc, hybrid) for g in held]
     ranges = pp_stages(spec.n_layers, s.pp)
     out = []
     for i, layers in enumerate(ranges):
