@@ -1,7 +1,9 @@
 """What one GPU holds when a model is served with tensor, pipeline, data and expert parallelism.
 
 Rules (also in the README), with the engine behaviour they follow:
-- Tensor parallelism (tp): each attention kind says what one rank holds (`AttentionKind.per_rank`): query heads split;
+- Tensor parallelism (tp): tp must split every attention block's query heads evenly, and its K/V heads must divide tp
+  or be divided by it (vLLM ModelConfig.verify_with_parallel_config, QKVParallelLinear); each attention kind says what
+  one rank holds (`AttentionKind.per_rank`): query heads split;
   K/V heads split with each rank holding ceil(n_kv / tp), at least one (replicated when n_kv < tp; vLLM
   QKVParallelLinear); MLA's latent and RoPE key replicated on every rank; constant states split by heads (Gated
   DeltaNet, Mamba-2, lightning, KDA). Dense FFNs and shared experts split their hidden size (ceil(d_ff / tp)); each
@@ -285,6 +287,29 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
         raise KvcalcError(f"--pp {s.pp}: {spec.name} has only {spec.n_layers} layers to split into stages")
     if s.dp_attention and not spec.has_layouts():
         raise KvcalcError(f"--dp-attention: {spec.name} has no MLA layer (SGLang's DP attention splits a latent cache)")
+    if s.tp > 1:
+        _check_heads_split(spec, s.tp)
+
+
+def _check_heads_split(spec: ModelSpec, tp: int) -> None:
+    """A tp that splits every attention block's heads evenly, as vLLM requires: query heads divisible by tp
+    (ModelConfig.verify_with_parallel_config), K/V heads divisible by tp or dividing it (QKVParallelLinear splits or
+    replicates them)."""
+    from kvcalc.attention import Layer
+
+    named = {g.index: g.label if g.label.endswith("layers") else f"{g.label} layers" for g in spec.groups}
+    blocks = [(named[g.index], g.attention, g.layer) for g in spec.groups]
+    blocks += [(f"{named[g.index]}' cross-attention blocks", g.cross, g.cross_layer) for g in spec.groups if g.cross]
+    if spec.encoder is not None:
+        blocks.append(("encoder", spec.encoder.attention, Layer(spec.d_model, None, "encoder.attention")))
+    for where, att, layer in blocks:
+        n, kv = att.query_heads, att.kv_heads(layer)
+        if n and n % tp:
+            raise KvcalcError(f"--tp {tp}: {spec.name}'s {where} have {n} query heads, which {tp} ranks cannot split "
+                              "evenly (vLLM requires the attention heads divisible by the tensor-parallel size)")
+        if kv and kv % tp and tp % kv:
+            raise KvcalcError(f"--tp {tp}: {spec.name}'s {where} have {kv} K/V heads, which {tp} ranks can neither "
+                              "split evenly nor replicate evenly (vLLM's QKVParallelLinear needs one to divide the other)")
 
 
 def rank_block_size(plans: tuple[Stage, ...]) -> int | None:

@@ -22,6 +22,9 @@ HW = ("--hardware", "h100-80gb")
 # 2026-12-02: '--tp 2 --ep 8' became '--tp 2 --dp 4 --ep 8' (ep must divide tp · dp; the new line's output was
 # checked equal under the commit before), and the dp-attention lines' weights_bytes_per_gpu were regenerated
 # (whole attention weights on every rank); a script checked that no other value changed.
+# 2026-12-03: the 17 lines whose tp does not split the model's heads (falcon-7b's 71, gemma3-1b's 4, gpt2's 12,
+# qwen2.5-7b's 28 and whisper-large-v3's 20 query heads over tp 8 or 4·2·...) are now refused, as vLLM refuses them,
+# and were dropped; a script checked that every other tp and gpus line is unchanged to the byte.
 SERVING = (
     ("--tp", "8"), ("--tp", "4", "--pp", "3", "--dp", "2"), ("--tp", "2", "--dp", "4", "--ep", "8"), ("--engine", "vllm"),
     ("--engine", "sglang", "--block-size", "16"), ("--kv-dtype", "int4", "--kv-quant", "g64"),
