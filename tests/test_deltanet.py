@@ -257,6 +257,14 @@ def test_missing_keys_take_qwen3nextconfig_defaults():
     assert param_counts(spec).total == row["params_total"] == TOTAL
 
 
+def test_missing_kv_heads_take_the_config_default_of_two():
+    # an audit: without num_key_value_heads the full-attention layers became MHA (16 K/V heads, 8x the cache);
+    # Qwen3NextConfig's default is 2
+    spec, _ = imported(num_key_value_heads=None)
+    assert "num_key_value_heads" in spec.notes
+    assert {g.attention.kind: g for g in spec.groups}["gqa"].attention.n_kv_heads == 2
+
+
 def test_no_experts_means_dense_layers():
     spec, _ = imported(num_experts=0)  # Qwen3NextDecoderLayer: num_experts > 0 is required for a sparse block
     assert spec.ffn.kind == "dense" and spec.ffn.d_ff == 5120 and all(g.ffn is None for g in spec.layer_groups)

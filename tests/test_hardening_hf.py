@@ -187,6 +187,18 @@ def test_llama4_layer_types_that_agree_change_nothing(tmp_path):
     assert same[0] == same[1] and same[0]["kv_cache_bytes"] == 7_650_410_496  # 36 chunked layers at 8192, 12 global
 
 
+def test_llama4_empty_no_rope_layers_means_the_default(tmp_path):
+    # an audit: published Llama 4 text_configs carry "no_rope_layers": [], which Llama4TextConfig reads as absent
+    # (`no_rope_layers if no_rope_layers else default`, every 4th layer global); kvcalc refused it
+    cfg = json.loads((REFERENCE_MODELS.parent / "models-2026" / "llama-4-scout-17b-16e-instruct.json").read_text())
+    path = tmp_path / "empty" / "config.json"
+    path.parent.mkdir()
+    cfg["text_config"]["no_rope_layers"] = []
+    path.write_text(json.dumps(cfg))
+    doc = json.loads(run("show", path, "--ctx", "128k", "-f", "json").stdout)
+    assert doc["summary"]["kv_cache_bytes"] == 7_650_410_496  # 36 chunked layers at 8192, 12 global (as above)
+
+
 def test_nemotron_h_proj_bias_flags_must_agree(tmp_path):
     # NemotronHMamba2Mixer's in_proj and out_proj read use_bias; a config whose mamba_proj_bias says otherwise is refused
     err = _variant(tmp_path, "nemotron-h-56b-base-8k.json", lambda c: c.update(mamba_proj_bias=True, use_bias=False))

@@ -129,6 +129,19 @@ def test_falcon_new_decoder_architecture_uses_num_kv_heads():
     assert s.parallel_attn is True and s.norms_per_layer == 2
 
 
+def test_falcon_num_ln_in_parallel_attn_one_is_one_layernorm():
+    # an audit: Falcon2-11B (new_decoder_architecture, num_ln_in_parallel_attn 1) has one input_layernorm a layer
+    # (FalconDecoderLayer); kvcalc counted two, 60 · 2 · 4096 parameters (weight and bias) too many
+    from kvcalc.costs.params import param_counts
+
+    cfg = {"model_type": "falcon", "hidden_size": 4096, "num_hidden_layers": 60, "num_attention_heads": 32,
+           "num_kv_heads": 8, "new_decoder_architecture": True, "parallel_attn": True, "vocab_size": 65024,
+           "ffn_hidden_size": 16384, "max_position_embeddings": 8192}
+    one, two = imported({**cfg, "num_ln_in_parallel_attn": 1}), imported(cfg)  # absent: 2 with the new architecture
+    assert (one.norms_per_layer, two.norms_per_layer) == (1, 2)
+    assert param_counts(two).total - param_counts(one).total == 60 * 2 * 4096
+
+
 @pytest.mark.parametrize(("keys", "parallel"), [({}, True), ({"parallel_attn": True}, True), ({"parallel_attn": False}, None),
                                                  ({"parallel_attn": "false"}, "refused")])
 def test_falcon_parallel_attn_is_read_as_a_json_boolean(keys, parallel):

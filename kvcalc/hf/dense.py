@@ -124,7 +124,10 @@ def _falcon(cfg, origin, notes):
     base = base_fields(cfg, origin, "falcon", True)
     base["norm"] = "layernorm"
     parallel, new_arch = flag(cfg, "parallel_attn", origin, True), flag(cfg, "new_decoder_architecture", origin)
-    if parallel and not new_arch:
+    # FalconDecoderLayer: num_ln_in_parallel_attn defaults to 2 (ln_attn, ln_mlp) with the new architecture; a
+    # parallel layer with any other count has one input_layernorm feeding both (Falcon-7B; Falcon2-11B sets 1)
+    n_ln = get(cfg, "num_ln_in_parallel_attn", origin) or (2 if new_arch else None)
+    if parallel and n_ln != 2:
         base["norms_per_layer"] = 1  # one LayerNorm feeds both the attention and the FFN
     if parallel or new_arch:
         base["parallel_attn"] = True  # attention and FFN outputs summed, then one all-reduce (vLLM FalconAttention)

@@ -22,9 +22,10 @@ from kvcalc.hf.common import base_fields, dense_ffn, flag, get, group_layers, he
 
 
 def _flags(cfg: dict, key: str, origin: str, n_layers: int, default: list[int]) -> list[int]:
-    """A per-layer 0/1 list from the config, or the default."""
+    """A per-layer 0/1 list from the config, or the default (also for an empty list: Llama4TextConfig reads
+    `no_rope_layers if no_rope_layers else default`, and published text_configs carry [])."""
     values = cfg.get(key)
-    if values is None:
+    if values is None or values == []:
         return default
     if not isinstance(values, list) or len(values) != n_layers:
         raise SpecError(f"{origin}: {key}: must have one entry per layer (num_hidden_layers {n_layers}), got {show(values)}")

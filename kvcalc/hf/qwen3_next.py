@@ -30,6 +30,7 @@ from kvcalc.hf.common import (
 # 80B model), and a config without num_experts still builds 512 experts. Standard keys (hidden_size, ...) are required.
 QWEN3_NEXT_DEFAULTS = {
     "head_dim": 256,
+    "num_key_value_heads": 2,
     "linear_conv_kernel_dim": 4,
     "linear_key_head_dim": 128,
     "linear_value_head_dim": 128,
