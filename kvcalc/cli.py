@@ -399,11 +399,6 @@ def approx(
         raise typer.BadParameter(f"{scale!r}: numbers, comma-separated (e.g. 0.25,1,4)", param_hint="'--scale'") from None
     if any(not 0 < x < 1e6 for x in scales):
         raise typer.BadParameter(f"{scale!r}: each scale must be a positive number below 1e6", param_hint="'--scale'")
-    if length > 16384:
-        raise KvcalcError(f"--n {length:,}: approx materialises n × n attention matrices; use --n 16k or less")
-    if length * max(d, d_v or d) > 2**24:  # Q, K and V of n × d float64 each: at most 128 MiB apiece
-        raise KvcalcError(f"--n {length:,} with --d/--dv {max(d, d_v or d):,}: n × d may be at most 2^24 "
-                          "(16,777,216) values (Q, K and V are held in float64)")
     rows = evaluate(parse_methods(method), length, d, d_v or d, scales, data, seeds, causal)
     spec_rows = spectrum_rows(length, d, scales, data, 0, causal) if spectrum else None
     if plot_file is not None:

@@ -81,6 +81,59 @@ def test_npz_input_and_spectrum_finds_the_rank(tmp_path):
     assert res.exit_code == 1 and "missing array(s) v" in res.stderr
 
 
+def test_npz_input_has_the_same_bounds_and_must_be_finite(tmp_path):
+    # an audit: the n and n × d limits were checked on --n and --d only, so a file of any size ran (and could end
+    # in a MemoryError traceback); NaN data gave NaN errors and an all-zero v 0/0, both without a word
+    rng = np.random.default_rng(0)
+    cases = {
+        "wide": (dict(q=np.ones((2048, 8193)), k=np.ones((2048, 8193)), v=np.ones((2048, 2))),
+                 "n = 2,048 with d/d_v 8,193: n × d may be at most 2^24"),
+        "long": (dict(q=np.ones((16385, 2)), k=np.ones((16385, 2)), v=np.ones((16385, 2))),
+                 "n = 16,385: approx materialises n × n attention matrices; n may be at most 16k"),
+        "nan": (dict(q=np.full((8, 4), np.nan), k=rng.standard_normal((8, 4)), v=rng.standard_normal((8, 3))),
+                "q holds NaN or infinite values; every value must be finite"),
+        "zero": (dict(q=rng.standard_normal((8, 4)), k=rng.standard_normal((8, 4)), v=np.zeros((8, 3))),
+                 "v is all zeros: every output is 0, and a relative error has no meaning"),
+    }
+    for name, (arrays, message) in cases.items():
+        path = tmp_path / f"{name}.npz"
+        np.savez(path, **arrays)
+        res = run("approx", "--data", str(path), "--method", "exact", ok=False)
+        assert res.exit_code == 1 and f"--data {path}: {message}" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_method_whose_arrays_would_not_fit_is_refused():
+    # an audit: inside the n and d bounds, Reformer's r × n × n matrices and the causal Performer's n × r × (d_v + 1)
+    # prefix sums asked NumPy for 32 GiB and 256 GiB: a MemoryError traceback. The bound is exact's n × n at 16k
+    res = run("approx", "--n", "8192", "--d", "64", "--method", "lsh:c=64/r=64", ok=False)
+    assert ("--method lsh:c=64/r=64 at n = 8,192, d_v 64: its run would hold an array of 4,294,967,296 values, more "
+            "than 268,435,456") in res.stderr  # 64 · 8192²
+    res = run("approx", "--n", "2048", "--d", "1024", "--method", "performer:r=16384", "--causal", ok=False)
+    assert "its run would hold an array of 34,393,292,800 values" in res.stderr  # 2048 · 16384 · 1025
+    assert approx("--n", "64", "--method", "lsh:c=8/r=4", "--seeds", "1")[0]["n"] == 64  # 4 · 64² is fine
+
+
+def test_performer_at_a_large_scale_is_a_number(monkeypatch):
+    # an audit: NaN at --scale 16 and 20 (its keys' features underflowed), a bare NaN in the JSON. The keys now
+    # share a stabilising factor (causal: the running max, rescaled per query), so these are numbers
+    for causal in ((), ("--causal",)):
+        rows = approx("--n", "256", "--d", "64", "--method", "performer:r=64", "--scale", "16,20,30", *causal, "--seeds", "1")
+        assert all(np.isfinite(r["rel_error_output"]) for r in rows)
+    # and an output that is still not finite is refused, never printed (the library, called as the CLI calls it)
+    from kvcalc.approx import numeric
+    from kvcalc.approx.evaluate import evaluate, parse_methods
+    from kvcalc.errors import KvcalcError
+
+    monkeypatch.setattr(numeric, "performer", lambda q, k, v, *a, **kw: (np.full((q.shape[0], v.shape[1]), np.nan), None))
+    try:
+        evaluate(parse_methods("performer:r=8"), 16, 8, 8, [2.0], "gaussian", 1, True)
+    except KvcalcError as exc:
+        assert str(exc) == ("--method performer:r=8 at --scale 2: its output is not finite (its float64 arithmetic "
+                            "under- or overflows at this scale); use a smaller --scale")
+    else:
+        raise AssertionError("a NaN output was not refused")
+
+
 def test_approx_pastes_into_latex():
     from test_latex import check_pasteable
 

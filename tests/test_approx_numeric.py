@@ -226,3 +226,53 @@ def test_generators_shapes_and_scale():
         assert q.shape == k.shape == (64, 16) and v.shape == (64, 8)
     q, k, _ = nm.spiky(64, 16, 8, 4.0, rng)
     assert nm.attention_matrix(q, k).max(axis=1).mean() > 0.99  # one key takes each row's mass
+
+
+@pytest.mark.parametrize("causal, form", [(False, "parallel"), (False, "prefix"), (True, "parallel"), (True, "prefix"),
+                                          (True, "recurrent")])
+def test_performer_stays_finite_where_its_keys_underflowed(causal, form):
+    # an audit: only the queries' features were stabilised, so at --scale 16 every key's exp(w·k' − ‖k'‖²/2)
+    # underflowed and the output was 0/0 (NaN, invalid JSON). Against the same features formed in log space:
+    # out_i = Σ_j a_ij v_j / Σ_j a_ij with log a_ij = logsumexp_f(ℓq_if + ℓk_jf), row-stabilised
+    rng = np.random.default_rng(0)
+    n, d, r = 24, 16, 32
+    q, k, v = (30 * rng.standard_normal((n, d)), 30 * rng.standard_normal((n, d)), rng.standard_normal((n, 5)))
+    w = nm.orthogonal_gaussian(r, d, np.random.default_rng(7))
+    got, _ = nm.performer(q, k, v, r, rng=np.random.default_rng(7), causal=causal, form=form)
+    assert np.all(np.isfinite(got))
+
+    def log_features(x):
+        xs = x / d ** 0.25
+        return xs @ w.T - 0.5 * np.sum(xs * xs, axis=1, keepdims=True)
+
+    terms = log_features(q)[:, None, :] + log_features(k)[None, :, :]  # [n, n, r]
+    top = terms.max(axis=2, keepdims=True)
+    log_a = (top + np.log(np.exp(terms - top).sum(axis=2, keepdims=True)))[..., 0]
+    if causal:
+        log_a = np.where(np.tril(np.ones((n, n), dtype=bool)), log_a, -np.inf)
+    a = np.exp(log_a - log_a.max(axis=1, keepdims=True))
+    assert np.allclose(got, (a @ v) / a.sum(axis=1, keepdims=True), rtol=1e-9, atol=1e-12)
+
+
+def test_linformer_svd_does_not_depend_on_the_singular_vectors_signs(monkeypatch):
+    # an audit: E = F = U_jᵀ, and flipping a singular vector flips a score column and its value row together, which
+    # the softmax does not undo; with one key, seeds 1 and 2 returned −v. Each vector is now signed to sum >= 0
+    rng = np.random.default_rng(3)
+    q, k, v = rng.standard_normal((40, 8)), rng.standard_normal((40, 8)), rng.standard_normal((40, 6))
+    plain, _ = nm.linformer(q, k, v, 5, mode="svd")
+    svd = np.linalg.svd
+
+    def flipped(a, *args, **kw):
+        u, s, vt = svd(a, *args, **kw)
+        return u * np.where(np.arange(u.shape[1]) % 2, -1.0, 1.0), s, vt
+
+    monkeypatch.setattr(np.linalg, "svd", flipped)
+    again, _ = nm.linformer(q, k, v, 5, mode="svd")
+    assert np.array_equal(plain, again)
+    one, _ = nm.linformer(q[:1], k[:1], v[:1], 1, mode="svd")  # one key: attention returns its value
+    assert np.allclose(one, v[:1])
+
+
+def test_relative_error_of_zero_against_zero_is_zero():
+    assert nm.rel_frobenius(np.zeros((2, 2)), np.zeros((2, 2))) == 0.0
+    assert nm.rel_frobenius(np.ones((2, 2)), np.ones((2, 2)) * 2) == 0.5

@@ -39,6 +39,9 @@ PARAM_LIMIT = 16384  # a window, a k, a chunk, landmarks or features: at most --
 PARAM_LIMITS = {("nystrom", "T"): 100, ("lsh", "r"): 64}  # pseudo-inverse iterations (exact by about 20); hash rounds
 DATA = ("gaussian", "clustered", "spiky")
 BYTES_PER_ELEMENT = 2  # bf16 decode state
+MAX_N = 16384  # approx materialises n × n attention matrices
+MAX_INPUT = 2**24  # values of Q, K or V each (n × d, float64: 128 MiB apiece)
+MAX_ARRAY = MAX_N * MAX_N  # elements of the largest array one method holds (exact's n × n at the largest n: 2 GiB)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,12 @@ class Method:
     def label(self) -> str:
         """The parameters as asked, in the method's order: 'm=64 T=6'."""
         return " ".join(f"{k}={self.params[k]}" for k in MEASURED[self.name][2] if k in self.params)
+
+    @property
+    def option(self) -> str:
+        """The method as --method writes it: 'nystrom:m=64/T=6'."""
+        return self.name + "".join(f"{':' if i == 0 else '/'}{p.replace(' ', '')}" for i, p in
+                                   enumerate(self.label.split()))
 
 
 @dataclass(frozen=True)
@@ -152,7 +161,34 @@ def load_npz(path: str) -> tuple[Any, Any, Any]:
     if q.ndim != 2 or k.shape != q.shape or v.ndim != 2 or v.shape[0] != q.shape[0]:
         raise KvcalcError(f"--data {path}: q and k must be [n, d] and v [n, d_v] of one head; got "
                           f"{q.shape}, {k.shape}, {v.shape}")
+    check_size(q.shape[0], q.shape[1], v.shape[1], f"--data {path}")
+    bad = [name for name, a in arrays.items() if not np.all(np.isfinite(a))]
+    if bad:
+        raise KvcalcError(f"--data {path}: {', '.join(bad)} {'holds' if len(bad) == 1 else 'hold'} NaN or infinite "
+                          "values; every value must be finite")
+    if not np.any(v):
+        raise KvcalcError(f"--data {path}: v is all zeros: every output is 0, and a relative error has no meaning")
     return q, k, v
+
+
+def check_size(n: int, d: int, d_v: int, what: str) -> None:
+    """The inputs approx can hold: n <= 16k (it materialises n × n matrices), n × max(d, d_v) <= 2^24 values."""
+    if n > MAX_N:
+        raise KvcalcError(f"{what}: n = {n:,}: approx materialises n × n attention matrices; n may be at most 16k")
+    if n * max(d, d_v) > MAX_INPUT:
+        raise KvcalcError(f"{what}: n = {n:,} with d/d_v {max(d, d_v):,}: n × d may be at most 2^24 (16,777,216) "
+                          "values (Q, K and V are held in float64)")
+
+
+def largest_array(method: Method, n: int, d_v: int, causal: bool) -> int:
+    """Elements of the largest array a method's NumPy run holds beside exact's n × n: Reformer's attention matrix
+    of each hash round (r × n × n) and the Performer's causal prefix sums of φ(k) ⊗ [v, 1] (n × r × (d_v + 1))."""
+    p = method.params
+    if method.name == "lsh":
+        return p["r"] * n * n
+    if method.name == "performer" and causal:
+        return n * p["r"] * (d_v + 1)
+    return n * n
 
 
 def _data(kind: str, n: int, d: int, d_v: int, scale: float, seed: int):
@@ -242,11 +278,18 @@ def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float
     """One row per method and scale: costs against exact and the errors, averaged over `seeds`."""
     from statistics import fmean
 
+    import numpy as np
+
     from kvcalc.approx import numeric
     from kvcalc.approx.analytic import cost
 
     n, d, d_v = _shape(data, n, d, d_v)
+    check_size(n, d, d_v, "--n, --d" if data in DATA else f"--data {data}")
     for m in methods:
+        if largest_array(m, n, d_v, causal) > MAX_ARRAY:
+            raise KvcalcError(f"--method {m.option} at n = {n:,}, d_v {d_v:,}: its run would hold an array of "
+                              f"{largest_array(m, n, d_v, causal):,} values, more than {MAX_ARRAY:,} (exact's n × n "
+                              "at n = 16k); use a smaller n or parameter")
         if m.name == "topk" and m.params["k"] > n:
             raise KvcalcError(f"--method topk:k={m.params['k']}: k must be at most n = {n:,} (the keys there are)")
         if causal not in MEASURED[m.name][3]:
@@ -263,7 +306,15 @@ def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float
             out_err, mat_err, mass, recall = [], [], [], []
             for seed in range(seeds):
                 q, k, v = _data(data, n, d, d_v, scale, seed)
-                out, mat, ref, ref_p, kept = _run(m, q, k, v, causal, seed)
+                try:
+                    with np.errstate(all="ignore"):  # a non-finite output is refused below, with one message
+                        out, mat, ref, ref_p, kept = _run(m, q, k, v, causal, seed)
+                except MemoryError:  # numpy's _ArrayMemoryError among them
+                    raise KvcalcError(f"--method {m.option}: ran out of memory at n = {n:,}; use a smaller n or "
+                                      "parameter") from None
+                if not np.all(np.isfinite(out)):
+                    raise KvcalcError(f"--method {m.option} at --scale {scale:g}: its output is not finite (its "
+                                      "float64 arithmetic under- or overflows at this scale); use a smaller --scale")
                 out_err.append(numeric.rel_frobenius(out, ref))
                 if mat is not None:
                     mat_err.append(numeric.rel_frobenius(mat, ref_p))

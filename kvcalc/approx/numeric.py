@@ -228,8 +228,11 @@ def linformer(
         e_proj = rng.standard_normal((k_proj, n)) / np.sqrt(k_proj)
         f_proj = rng.standard_normal((k_proj, n)) / np.sqrt(k_proj)
     elif mode == "svd":
-        u = np.linalg.svd(np.concatenate([k, v], axis=1), full_matrices=True)[0]  # [t, t]
-        e_proj = f_proj = u[:, :k_proj].T
+        u = np.linalg.svd(np.concatenate([k, v], axis=1), full_matrices=True)[0][:, :k_proj]  # [t, j]
+        # a singular vector's sign is LAPACK's choice, and flipping one flips a score column and its value row
+        # together, which the softmax does not undo: each is signed so its entries sum to >= 0 (a pooling along
+        # the sequence, as Linformer's projections act), so the error does not depend on the LAPACK build
+        e_proj = f_proj = (u * np.where(u.sum(axis=0) < 0, -1.0, 1.0)).T
     else:
         raise ValueError(f"mode must be 'random' or 'svd', got {mode!r}")
     k_low = c.matmul("approx/project", e_proj, k)  # [j, t], [t, d] -> [j, d]
@@ -301,19 +304,33 @@ def orthogonal_gaussian(r: int, d: int, rng: np.random.Generator) -> np.ndarray:
     return np.linalg.norm(rng.standard_normal((r, d)), axis=1)[:, None] * w
 
 
+def favor_log_features(x: np.ndarray, w: np.ndarray, counter: FlopCounter | None = None) -> np.ndarray:
+    """log of the positive random features before their 1/√r: Wx' − ‖x'‖²/2 with x' = x/d^¼. [s, d] -> [s, r];
+    counts 2·s·r·d."""
+    xs = x / x.shape[1] ** 0.25
+    proj = _counter(counter).matmul("approx/features", xs, w.T)  # [s, r]
+    return proj - 0.5 * np.sum(xs * xs, axis=1, keepdims=True)
+
+
 def favor_features(x: np.ndarray, w: np.ndarray, is_query: bool, counter: FlopCounter | None = None) -> np.ndarray:
     """Positive random features φ(x) = exp(Wx' − ‖x'‖²/2)/√r with x' = x/d^¼, so E[φ(q)·φ(k)] = exp(q·k/√d).
 
-    A query row's features are divided by exp(its max) (a factor common to its numerator and denominator, so it
-    cancels); keys are not stabilised (in float64, Wx' − ‖x'‖²/2 ≤ ‖w‖²/2 cannot overflow at these sizes), which keeps
-    the key features causal for the prefix-sum and recurrent forms. [s, d], [r, d] -> [s, r]; counts 2·s·r·d.
+    A query row's features are divided by exp(its max), the keys' by exp(the max over all keys and features)
+    (performer-pytorch softmax_kernel: data_dash − max per query, − max over the keys): each factor is common to a
+    query's numerator and denominator, so it cancels. [s, d], [r, d] -> [s, r]; counts 2·s·r·d.
     """
-    xs = x / x.shape[1] ** 0.25
-    proj = _counter(counter).matmul("approx/features", xs, w.T)  # [s, r]
-    proj -= 0.5 * np.sum(xs * xs, axis=1, keepdims=True)
-    if is_query:
-        proj -= np.max(proj, axis=1, keepdims=True)
+    proj = favor_log_features(x, w, counter)
+    proj -= np.max(proj, axis=1, keepdims=True) if is_query else np.max(proj)
     return np.exp(proj) / np.sqrt(w.shape[0])
+
+
+def key_shifts(log_k: np.ndarray, causal: bool) -> np.ndarray:
+    """What each key's features are divided by, as a log [t]: the max over every key's log-features, or (causal) the
+    running max over the keys up to it, so that a query's visible keys never all underflow against a later, larger
+    key (an audit found NaN outputs at --scale 16). A query's readout rescales the keys before it to its own shift,
+    exp(shift_j − shift_i) <= 1: one factor common to its numerator and denominator."""
+    top = np.max(log_k, axis=1)
+    return np.maximum.accumulate(top) if causal else np.full(top.shape, np.max(top))
 
 
 def performer(
@@ -336,12 +353,14 @@ def performer(
     """
     c = _counter(counter)
     w = orthogonal_gaussian(r, q.shape[1], rng if rng is not None else np.random.default_rng(0))
-    phi_q, phi_k = favor_features(q, w, True, c), favor_features(k, w, False, c)  # [s, r], [t, r]
+    phi_q, log_k = favor_features(q, w, True, c), favor_log_features(k, w, c)  # [s, r], [t, r]
+    shift = key_shifts(log_k, causal)
+    phi_k = np.exp(log_k - shift[:, None]) / np.sqrt(r)
     if form == "parallel":  # quadratic: 2·n²·(r + e), or causal 2·tri(n)·(r + e) (counted as executed, see exact)
         run = FlopCounter() if causal else c
         a = run.matmul("approx/scores", phi_q, phi_k.T)  # [s, t]
-        if causal:
-            a = np.where(_causal_mask(a.shape[0]), a, 0.0)
+        if causal:  # key j to query i's shift, exp(shift_j − shift_i); 0 past the diagonal
+            a = a * np.exp(np.where(_causal_mask(a.shape[0]), shift[None, :] - shift[:, None], -np.inf))
         p = a / np.sum(a, axis=1, keepdims=True)
         out = run.matmul("approx/values", p, v)
         if causal:
@@ -349,40 +368,53 @@ def performer(
         return out, p
     v1 = np.concatenate([v, np.ones((v.shape[0], 1))], axis=1)  # [t, e+1]: the last column gives the normaliser
     if form == "prefix":
-        num = _linear_readout(phi_q, phi_k, v1, causal, c)
+        num = _linear_readout(phi_q, phi_k, v1, causal, c, shift)
     elif form == "recurrent":
-        num = _recurrent_readout(phi_q, phi_k, v1, causal, c)
+        num = _recurrent_readout(phi_q, phi_k, v1, causal, c, shift)
     else:
         raise ValueError(f"form must be 'parallel', 'prefix' or 'recurrent', got {form!r}")
     return num[:, :-1] / num[:, -1:], None
 
 
-def _linear_readout(phi_q: np.ndarray, phi_k: np.ndarray, v1: np.ndarray, causal: bool, c: FlopCounter) -> np.ndarray:
+def _linear_readout(phi_q: np.ndarray, phi_k: np.ndarray, v1: np.ndarray, causal: bool, c: FlopCounter,
+                    shift: np.ndarray | None = None) -> np.ndarray:
     """Φ_Q (Φ_Kᵀ V1), or with causal prefix sums Σ_{j<=i} φ(k_j) ⊗ v1_j: [s, r], [t, r], [t, e+1] -> [s, e+1].
 
     v1 = [V, 1]: its last column gives the normaliser state z = Σ_j φ(k_j), a sum and not a product, so it is formed
     uncounted (performer-pytorch linear_attention: k.sum(dim=-2); OpenNLPLab/cosFormer: torch.sum(k_, axis=1));
     the readout φ(q)·z is a product and is counted. Counts 4·s·r·e + 2·s·r, causal or not: the state's multiplies
-    and adds are Φ_Kᵀ V's 2·t·r·e (kvcalc.approx.analytic.performer "kv", "mix", "norm").
+    and adds are Φ_Kᵀ V's 2·t·r·e (kvcalc.approx.analytic.performer "kv", "mix", "norm"). `shift` (causal): each
+    key's features were divided by exp(shift_j), non-decreasing; the sum up to i is rescaled to exp(shift_i) where
+    the shift grows (`key_shifts`; a stabiliser, uncounted).
     """
     v = v1[:, :-1]  # [t, e]
     if not causal:
         state = c.matmul("approx/state", phi_k.T, v)  # [r, e]
         return c.matmul("approx/values", phi_q, np.concatenate([state, np.sum(phi_k, axis=0)[:, None]], axis=1))
     outer = c.einsum("approx/state", "tr,te->tre", phi_k, v)  # [t, r, e]: one multiply per term
-    prefix = np.cumsum(outer, axis=0)
-    c.count("approx/state", prefix.size)  # the cumulative sum's adds, one per term (n·r·e)
-    prefix = np.concatenate([prefix, np.cumsum(phi_k, axis=0)[:, :, None]], axis=2)  # z's prefix sums: uncounted
+    c.count("approx/state", outer.size)  # the cumulative sum's adds, one per term (n·r·e)
+    terms = np.concatenate([outer, phi_k[:, :, None]], axis=2)  # z's terms beside: its prefix sums are uncounted
+    starts = [0] if shift is None else [0, *np.flatnonzero(np.diff(shift) > 0) + 1]  # where the shift grows
+    prefix = np.empty_like(terms)
+    for a, b in zip(starts, [*starts[1:], len(terms)]):
+        prefix[a:b] = np.cumsum(terms[a:b], axis=0)
+        if a:  # the sums before, rescaled from the previous shift to this run's
+            assert shift is not None
+            prefix[a:b] += prefix[a - 1] * np.exp(shift[a - 1] - shift[a])
     return c.einsum("approx/values", "sr,sre->se", phi_q, prefix)
 
 
-def _recurrent_readout(phi_q: np.ndarray, phi_k: np.ndarray, v1: np.ndarray, causal: bool, c: FlopCounter) -> np.ndarray:
-    """Token by token: S ← S + φ(k_i) v_iᵀ, out_i = φ(q_i)ᵀ S. Causal only: [s, r], [t, r], [t, e] -> [s, e]."""
+def _recurrent_readout(phi_q: np.ndarray, phi_k: np.ndarray, v1: np.ndarray, causal: bool, c: FlopCounter,
+                       shift: np.ndarray | None = None) -> np.ndarray:
+    """Token by token: S ← S + φ(k_i) v_iᵀ, out_i = φ(q_i)ᵀ S. Causal only: [s, r], [t, r], [t, e] -> [s, e]. With
+    `shift` (see _linear_readout) S is rescaled where the keys' shift grows, as a streaming decoder would."""
     if not causal:
         raise ValueError("the recurrent form is the causal one")
     state = np.zeros((phi_k.shape[1], v1.shape[1]))  # [r, e+1]: S and, in the last column, z
     out = np.zeros((phi_q.shape[0], v1.shape[1]))
     for i in range(phi_q.shape[0]):
+        if shift is not None and i and shift[i] > shift[i - 1]:
+            state *= np.exp(shift[i - 1] - shift[i])  # a stabiliser, uncounted
         # S += φ(k_i) v_iᵀ: counted 2·r·e, its multiplies and the adds into S (analytic performer decode "S += φ(k)vᵀ")
         state[:, :-1] += c.matmul("approx/state", phi_k[i][:, None], v1[i][None, :-1])
         state[:, -1] += phi_k[i]  # z += φ(k_i): a sum, not counted (as in _linear_readout)
@@ -481,8 +513,9 @@ def tpa(f: TPAFactors, causal: bool = False, counter: FlopCounter | None = None)
 
 
 def rel_frobenius(approx: np.ndarray, reference: np.ndarray) -> float:
-    """‖approx − reference‖_F / ‖reference‖_F."""
-    return float(np.linalg.norm(approx - reference) / np.linalg.norm(reference))
+    """‖approx − reference‖_F / ‖reference‖_F (0 when both are zero)."""
+    diff, ref = float(np.linalg.norm(approx - reference)), float(np.linalg.norm(reference))
+    return diff / ref if ref else (0.0 if diff == 0 else float("inf"))
 
 
 def captured_mass(kept: np.ndarray, exact_matrix: np.ndarray) -> float:
