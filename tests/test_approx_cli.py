@@ -198,3 +198,22 @@ def test_transmla_refuses_a_model_whose_cache_is_no_wider_than_the_latent():
     assert res.exit_code == 1 and "Traceback" not in res.stderr
     assert ("transmla: falcon-7b caches 128 elements a token and layer (2·n_kv·d_h), no more than the 512 + 64 = 576 "
             "of TransMLA's latent: the conversion would not shrink its cache") in res.stderr
+
+
+def test_transmla_refuses_models_without_rope_or_with_cross_attention():
+    # an audit: whisper-large-v3's "KV cache at ctx" left out its cross-attention cache (1500 · 2·20·64 · 32 layers ·
+    # 2 bytes = 245,760,000 of cost's 319,160,320), and GPT-2 and Whisper have learned positions, no RoPE for
+    # TransMLA's 64-dim decoupled key
+    res = run("approx", "--transmla", "gpt2", ok=False)
+    assert "transmla: gpt2 has learned absolute positions, no RoPE" in res.stderr and "Traceback" not in res.stderr
+    res = run("approx", "--transmla", "whisper-large-v3", "--n", "448", ok=False)
+    assert "transmla: whisper-large-v3 has learned absolute positions" in res.stderr
+
+
+def test_transmla_past_the_trained_context_warns_or_flags():
+    # as --ctx does everywhere: a warning on stderr in the human formats, exceeds_max_context in csv and json
+    res = run("approx", "--transmla", "llama3-8b", "--n", "128k")
+    assert "warning: llama3-8b: ctx 131,072 exceeds its trained maximum of 8,192 tokens" in res.stderr
+    rows = approx("--transmla", "llama3-8b", "--transmla", "llama3.1-8b", "--n", "128k")
+    assert [r["exceeds_max_context"] for r in rows] == [True, False]
+    assert "exceeds" not in run("approx", "--transmla", "llama3-8b", "--n", "8k").stderr

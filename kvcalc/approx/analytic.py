@@ -344,6 +344,11 @@ def transmla_saving(spec: ModelSpec, kv_lora_rank: int = TRANSMLA_KV_LORA_RANK,
                     qk_rope_head_dim: int = TRANSMLA_QK_ROPE_HEAD_DIM) -> TransMLASaving:
     """The cache saving of converting `spec`'s GQA/MHA attention to a latent of kv_lora_rank + qk_rope_head_dim."""
     _ints("transmla", kv_lora_rank=kv_lora_rank, qk_rope_head_dim=qk_rope_head_dim)
+    if spec.learned_positions:  # TransMLA (Meng et al. 2025) splits RoPE into the decoupled key d_R
+        raise KvcalcError(f"transmla: {spec.name} has learned absolute positions, no RoPE: TransMLA's conversion "
+                          f"keeps a {qk_rope_head_dim}-dim RoPE key beside the latent, for RoPE models")
+    if any(g.cross is not None for g in spec.groups):
+        raise KvcalcError(f"transmla: {spec.name} has cross-attention, whose encoder cache TransMLA does not convert")
     widths = set()
     for group in spec.groups:
         if not isinstance(group.attention, Heads):
@@ -375,6 +380,7 @@ class TransmlaRow:
                                  "one sequence's cache at ctx now (a windowed layer holds min(ctx, W) tokens)")
     latent_cache_bytes: int = figure("Latent cache\nat ctx", "bytes", "the same after the conversion (windows kept)")
     saving: float = figure("Saving", "sig", "the fraction of the cache the conversion removes")
+    exceeds_max_context: bool = figure("Over\nmax ctx", "bool", "ctx is above the trained maximum (computed anyway)")
 
 
 def transmla_row(spec: ModelSpec, ctx: int) -> dict:
@@ -387,7 +393,7 @@ def transmla_row(spec: ModelSpec, ctx: int) -> dict:
         model=t.model, n_layers=layers, gqa_per_token=t.gqa_per_token, latent_per_token=t.latent_per_token,
         kv_bytes_per_token=2 * layers * t.gqa_per_token, latent_bytes_per_token=2 * layers * t.latent_per_token,
         ctx=ctx, kv_cache_bytes=2 * t.gqa_per_token * held, latent_cache_bytes=2 * t.latent_per_token * held,
-        saving=float(t.saving)))
+        saving=float(t.saving), exceeds_max_context=ctx > spec.max_context))
 
 
 # ---------------------------------------------------------------- registry

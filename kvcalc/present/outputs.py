@@ -450,6 +450,9 @@ def transmla_output(loaded: list[LoadedModel], ctx: int) -> Output:
     from kvcalc.fields import figures_of
 
     rows = [transmla_row(lm.spec, ctx) for lm in loaded]
-    columns = [Column.of(f) for f in figures_of(TransmlaRow)]
+    columns = [Column.of(f) for f in figures_of(TransmlaRow) if f.key != "exceeds_max_context"]  # stderr says it
     title = "TransMLA: a GQA model's cache as a 512 + 64 latent (bf16, one sequence, every layer converted)"
-    return Output([Table("transmla", columns, rows, title)], warnings=_load_warnings(loaded))
+    specs = [lm.spec for lm in loaded]
+    keys = [f.key for f in figures_of(TransmlaRow)]
+    return Output([Table("transmla", columns, rows, title, keys)],
+                  warnings=_load_warnings(loaded) + _ctx_warnings(specs, [ctx]))
