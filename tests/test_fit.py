@@ -97,7 +97,8 @@ def test_kv_cache_of_all_sequences_is_in_pages_under_an_engine():
 
 
 def test_a_context_fits_when_every_context_before_it_does():
-    # gemma3-27b's 52 windowed layers (W = 1024) under SGLang pages of 16: the window's 1,024 positions span 64
+    # gemma3-27b's 52 windowed layers (W = 1024) in pages of 16 (the ideal engine; SGLang pages Gemma 3's windows
+    # whole, outside its hybrid-SWA models): the window's 1,024 positions span 64
     # pages when ctx − W is a multiple of 16, else 65, so the cache falls by a page a window layer after each
     # ctx ≡ W − 1 (mod 16). A sequence grows through every context: the longest that fits is the one before the first
     # that does not (a bisection on the raw cache answered 5,664 here, past 5,649, which does not fit)
@@ -110,7 +111,7 @@ def test_a_context_fits_when_every_context_before_it_does():
     from kvcalc.hardware import load_hardware
     from kvcalc.settings import Settings
 
-    model, s = spec("gemma3-27b"), Settings(ctx=1, batch=64, engine="sglang", block_size=16)
+    model, s = spec("gemma3-27b"), Settings(ctx=1, batch=64, engine="ideal", block_size=16)
     hw = load_hardware("h100-80gb").model_copy(update={"memory_bytes": 112_248_523_906})
     acts = activation_bytes(model, s, 2048)
 

@@ -117,9 +117,27 @@ def test_gemma3_sliding_layers_hold_the_window_pages_plus_one():
         assert kv_cache(spec("gemma3-27b"), Settings(ctx=ctx, engine="ideal")).engine_bytes == entry * (10 * ctx + 52 * 1024)
     # below the window a sliding layer is a full one: 1000 tokens in 63 pages
     assert [g.pages for g in kv_cache(spec("gemma3-27b"), Settings(ctx=1000, engine="vllm")).groups] == [63, 63]
-    # the window touches 64 pages when it starts on a boundary, 65 when it does not (sglang, pages of 16)
-    assert [g.pages for g in kv_cache(spec("gemma3-27b"), Settings(ctx=100_000, engine="sglang", block_size=16)).groups] == [6250, 64]
-    assert [g.pages for g in kv_cache(spec("gemma3-27b"), Settings(ctx=100_001, engine="sglang", block_size=16)).groups] == [6251, 65]
+    # the window touches 64 pages when it starts on a boundary, 65 when it does not (the ideal engine, pages of 16)
+    assert [g.pages for g in kv_cache(spec("gemma3-27b"), Settings(ctx=100_000, engine="ideal", block_size=16)).groups] == [6250, 64]
+    assert [g.pages for g in kv_cache(spec("gemma3-27b"), Settings(ctx=100_001, engine="ideal", block_size=16)).groups] == [6251, 65]
+
+
+def test_sglang_frees_window_tokens_only_in_its_hybrid_swa_models():
+    # an audit: SGLang builds its hybrid-SWA pool only for Llama4, GptOss, MiMoV2Flash, Step3p5 and Gemma4
+    # (srt/configs/model_config.py is_hybrid_swa_model); Gemma 3's and Mistral's windowed layers keep every token in
+    # its one pool, the window applied by the kernel. gemma3-27b at 100,000, batch 3: 62 layers × 100,000 × 8,192 B
+    r = row("gemma3-27b", "--ctx", "100000", "--batch", "3", "--engine", "sglang")
+    assert (r["engine_kv_bytes"], r["kv_cache_bytes"]) == (62 * 100_000 * 8192 * 3, 25_884_622_848)
+    assert [g.pages for g in kv_cache(spec("gemma3-27b"), Settings(ctx=100_000, engine="sglang", block_size=16)).groups] == [6250, 6250]
+    assert row("mistral-7b", "--ctx", "32k", "--batch", "4", "--engine", "sglang")["engine_kv_bytes"] == 32 * 4096 * 32768 * 4
+    # gpt-oss (hybrid SWA there): its 12 window layers (W = 128) touch 8 pages of 16, or 9 off a boundary
+    for ctx, window_pages in ((100_000, 8), (100_001, 9)):
+        groups = kv_cache(spec("gpt-oss-20b"), Settings(ctx=ctx, engine="sglang", block_size=16)).groups
+        assert sorted(g.pages for g in groups) == [window_pages, -(-ctx // 16)]
+    # fit follows: gemma3-27b at batch 8 on one H100 (80 GB, 10% reserved): 5,667 tokens, not 29,810 (by hand in the
+    # audit: (77,309,411,328 − 54,018,692,608 − 264,241,152) // (62 · 8,192 · 8))
+    out = json.loads(run("fit", "gemma3-27b", "--hardware", "h100-80gb", "--batch", "8", "--engine", "sglang", "-f", "json").stdout)
+    assert out[0]["max_ctx"] == 5667 == (77_309_411_328 - 54_018_692_608 - 264_241_152) // (62 * 8192 * 8)
 
 
 def test_vllm_deepseek_v32_fp8_is_fp8_ds_mla_in_pages_of_64():
@@ -134,11 +152,17 @@ def test_vllm_deepseek_v32_fp8_is_fp8_ds_mla_in_pages_of_64():
 
 
 def test_ideal_and_sglang_pages_are_the_exact_cache():
+    # SGLang's one-token pages: the exact cache, of every token outside its hybrid-SWA models (windows kept whole)
+    from kvcalc.costs.cache import without_windows
+    from kvcalc.costs.paged import keeps_every_token
+
     for name in bundled_names():
         for ctx in (1, 1000, 40_000):
             exact = kv_cache(spec(name), Settings(ctx=ctx))
             assert kv_cache(spec(name), Settings(ctx=ctx, engine="ideal")).engine_bytes == exact.bytes, name
-            assert kv_cache(spec(name), Settings(ctx=ctx, engine="sglang")).engine_bytes == exact.bytes, name
+            whole = kv_cache(without_windows(spec(name)), Settings(ctx=ctx)).bytes
+            expected = whole if keeps_every_token(spec(name).family, "sglang") else exact.bytes
+            assert kv_cache(spec(name), Settings(ctx=ctx, engine="sglang")).engine_bytes == expected, name
 
 
 def test_group_scheme_keys_group_along_the_pages_tokens():

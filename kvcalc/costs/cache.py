@@ -20,7 +20,16 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from kvcalc.attention import AttentionKind, Formula, Layer
-from kvcalc.costs.paged import HybridPages, block_tokens, layer_pages, page_bytes, pages, span_bytes, vllm_hybrid_pages
+from kvcalc.costs.paged import (
+    HybridPages,
+    block_tokens,
+    keeps_every_token,
+    layer_pages,
+    page_bytes,
+    pages,
+    span_bytes,
+    vllm_hybrid_pages,
+)
 from kvcalc.costs.quant import component_bytes, entry_bytes, group_size
 from kvcalc.costs.state import parts_bytes, state_label, state_parts
 from kvcalc.dtypes import bits_to_bytes, dtype_bits, elements_to_bytes
@@ -58,6 +67,7 @@ class GroupCache:
     engine_state_bytes_per_layer: int | None = None  # one layer's constant states as the engine stores them
     state_parts: tuple[tuple[int, str], ...] = ()  # one layer's constant state, one sequence: (elements, dtype) pairs
     state_bytes_per_layer: int = 0  # one layer's constant states, all sequences
+    every_token: bool = False  # the engine pages every token of a windowed layer (kvcalc.costs.paged.keeps_every_token)
 
     @property
     def n_layers(self) -> int:
@@ -81,13 +91,14 @@ class GroupTerm:
     page_bytes: int  # bytes of one page of one layer (--engine)
     fixed_paged: int  # one layer's cross-attention pages, in bytes (--engine)
     bits: int  # of one element at kv_dtype
+    every_token: bool = False  # the engine pages every token of a windowed layer (keeps_every_token)
 
     def layer_bytes(self, ctx: int, batch: int, s: Settings) -> int:
         """One layer's cache of `batch` sequences at `ctx` (as GroupCache.bytes_per_layer; in the engine's whole pages
         with --engine, as GroupCache.engine_bytes_per_layer)."""
         held = self.attention.tokens_held(self.layer, ctx)
         if self.block is not None:
-            return batch * (self.pages_bytes(layer_pages(ctx, held, self.block, self.layer, s.engine), s)
+            return batch * (self.pages_bytes(layer_pages(ctx, held, self.block, self.layer, s.engine, self.every_token), s)
                             + self.fixed_paged)
         if s.kv_quant == "none":
             return bits_to_bytes(batch * (self.elements * held + self.fixed), self.bits)
@@ -142,6 +153,7 @@ class CachePlan:
     bits: int  # bits of one element at kv_dtype
     plain: bool  # no quantisation scales and no engine pages: bytes are the elements' at kv_dtype
     reads_held: bool = True  # every layer's decode step reads the tokens it holds (AttentionKind.reads_held)
+    every_token: bool = False  # the engine pages every token of a windowed layer (kvcalc.costs.paged.keeps_every_token)
 
 
 @dataclass(frozen=True)
@@ -198,7 +210,8 @@ class CacheReport:
     @cached_property
     def groups(self) -> tuple[GroupCache, ...]:
         """The cache of each layer group."""
-        return tuple(group_cache(g, self.settings, self.plan.enc_ctx, self.plan.hybrid) for g in self.plan.groups)
+        return tuple(group_cache(g, self.settings, self.plan.enc_ctx, self.plan.hybrid, self.plan.every_token)
+                     for g in self.plan.groups)
 
     @property
     def cache_bytes(self) -> int:
@@ -215,9 +228,11 @@ def token_bytes(formula: Formula, heads: int, s: Settings) -> int:
     return -(-entry_bytes(formula, heads, g, s.kv_dtype, s.kv_quant) // g)
 
 
-def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: HybridPages | None = None) -> GroupCache:
+def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: HybridPages | None = None,
+                every_token: bool = False) -> GroupCache:
     """The cache of one layer group of a model at settings `s`; `enc_tokens`: encoder positions its cross-attention
-    holds (encoder–decoder models); `hybrid`: vLLM's unified page of a hybrid model (kvcalc.costs.paged)."""
+    holds (encoder–decoder models); `hybrid`: vLLM's unified page of a hybrid model; `every_token`: the engine pages
+    every token of a windowed layer (kvcalc.costs.paged)."""
     att, layer = group.attention, group.layer
     formula = att.cache_formula(layer, s.mla_cache)
     held = att.tokens_held(layer, s.ctx)
@@ -242,7 +257,7 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: 
     block = n_pages = paged = engine_state = None
     if s.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
         block = block_tokens(att, s, hybrid)
-        n_pages = layer_pages(s.ctx, held, block, layer, s.engine)
+        n_pages = layer_pages(s.ctx, held, block, layer, s.engine, every_token)
         paged = span_bytes(formula, heads, n_pages, block, att, s)
         if cross is not None and group.cross is not None:
             cross_heads = group.cross.cache_heads(group.cross_layer, s.mla_cache)
@@ -253,7 +268,7 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: 
     return GroupCache(group, formula, held, state.elements, per_layer, total, layer_bytes, bytes_,
                       state if state.elements else None, state_total, parts_bytes(parts, s.batch * len(group.layers)),
                       cross, enc_tokens if cross else 0, token_bytes(formula, heads, s), heads, block, n_pages or 0,
-                      paged, engine_state, parts, parts_bytes(parts, s.batch))
+                      paged, engine_state, parts, parts_bytes(parts, s.batch), every_token)
 
 
 def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
@@ -284,7 +299,7 @@ def cache_at(plan: CachePlan, s: Settings) -> CacheReport:
     engine_bytes = None
     if plan.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
         engine_bytes = s.batch * sum(
-            t.n_layers * (t.pages_bytes(layer_pages(ctx, h, t.block, t.layer, plan.engine), s) + t.fixed_paged)
+            t.n_layers * (t.pages_bytes(layer_pages(ctx, h, t.block, t.layer, plan.engine, t.every_token), s) + t.fixed_paged)
             for t, h in zip(plan.terms, held) if t.block is not None)
     return CacheReport.at(plan, s, elements, bytes_, engine_bytes)
 
@@ -307,7 +322,8 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
         groups = groups + (mtp,)
     hybrid = vllm_hybrid_pages(groups, s)
     one = replace(s, ctx=1, batch=1)
-    rows = tuple(group_cache(g, one, enc, hybrid) for g in groups)  # one sequence: what does not grow with ctx
+    every = keeps_every_token(spec.family, s.engine)
+    rows = tuple(group_cache(g, one, enc, hybrid, every) for g in groups)  # one sequence: what does not grow with ctx
     terms = tuple(group_term(r, s, enc) for r in rows)
     # a KV-shared layer (Gemma 3n) adds nothing per token: it reads the cache of the layer it shares
     growing = [r for r in rows if not r.group.layer.kv_shared]
@@ -340,6 +356,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
         bits=dtype_bits(s.kv_dtype),
         plain=plain and s.engine is None,
         reads_held=all(t.attention.reads_held(t.layer) for t in terms),
+        every_token=every,
     )
 
 
@@ -357,7 +374,7 @@ def group_term(r: GroupCache, s: Settings, enc: int) -> GroupTerm:
     if r.block_size is not None:
         page = page_bytes(r.formula, r.heads, r.block_size, g.attention, s)
     return GroupTerm(g.attention, g.layer, n, r.formula, r.heads, r.formula.elements, cross.elements * enc if cross else 0,
-                     fixed_bytes, r.block_size, page, fixed_paged, dtype_bits(s.kv_dtype))
+                     fixed_bytes, r.block_size, page, fixed_paged, dtype_bits(s.kv_dtype), r.every_token)
 
 
 def without_windows(spec: ModelSpec) -> ModelSpec:

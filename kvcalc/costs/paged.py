@@ -14,6 +14,9 @@ Rules (also in the README):
   than the window touches when B divides W − 1), never more than ceil(ctx / B) (the "+1 here because the sliding window may not start from the
   beginning of the block" of vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes; that function
   sizes a prefill step, W − 1 + max_num_batched_tokens tokens, while kvcalc counts the cache of a sequence at ctx).
+- SGLang frees a windowed or chunked layer's old tokens only in its hybrid-SWA pool, built for Llama4, GptOss,
+  MiMoV2Flash, Step3p5 and Gemma4 (srt/configs/model_config.py is_hybrid_swa_model); any other model's layers keep
+  every token in its one pool (`keeps_every_token`: ceil(ctx / B) pages a layer).
 - Page sizes: `ideal` is exact (B = 1); SGLang's default page_size is 1 (server_args.py); vLLM's default
   block_size is 16, and 64 for MLA layers (vllm/platforms/cuda.py: "Forcing kv cache block size to 64 for FlashMLA
   backend", also for FlashMLASparse). --block-size overrides all.
@@ -41,6 +44,16 @@ from kvcalc.settings import Settings
 from kvcalc.spec import ResolvedGroup
 
 DEFAULT_BLOCK = {"ideal": 1, "vllm": 16, "sglang": 1}  # tokens a page; vLLM CacheConfig.block_size, SGLang page_size
+# SGLang frees a windowed (or chunked) layer's old tokens only in its hybrid-SWA pool, which it builds for these model
+# families (srt/configs/model_config.py is_hybrid_swa_model: Llama4, GptOss, MiMoV2Flash, Step3p5, Gemma4); every
+# other model's layers share one pool of every token, the window applied by the attention kernel only
+SGLANG_HYBRID_SWA = frozenset({"llama4", "gpt-oss", "mimo_v2_flash", "step3p5", "gemma4"})
+
+
+def keeps_every_token(family: str, engine: str | None) -> bool:
+    """Whether the engine pages every token of a windowed or chunked layer of a model of `family` (SGLang outside
+    its hybrid-SWA models)."""
+    return engine == "sglang" and family not in SGLANG_HYBRID_SWA
 VLLM_MLA_BLOCK = 64  # vllm/platforms/cuda.py forces 64 for the FlashMLA and FlashMLASparse backends
 
 
@@ -62,11 +75,14 @@ def pages(ctx: int, held: int, block: int) -> int:
     return (ctx - 1) // block - (ctx - held) // block + 1
 
 
-def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | None) -> int:
-    """Pages one sequence holds in one layer under the engine's rule (see the module's rules)."""
-    rule = _layer_rule(ctx, held, layer, engine)
+def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | None, every: bool = False) -> int:
+    """Pages one sequence holds in one layer under the engine's rule (see the module's rules); `every`: the engine
+    keeps every token of a windowed layer (`keeps_every_token`)."""
+    rule = _layer_rule(ctx, held, layer, engine, every)
     if rule == "empty":
         return 0
+    if rule == "every":
+        return pages(ctx, ctx, block)
     if rule == "window":
         return min(-(-ctx // block), -(-held // block) + 1)
     if rule == "chunk":  # a chunk past the first, reserved whole: the most pages one can span
@@ -75,20 +91,23 @@ def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | Non
 
 
 PAGE_RULES = {"empty": "holds no tokens: 0 pages",
+              "every": "SGLang keeps every token outside its hybrid-SWA models: ceil(ctx / B)",
               "window": "vLLM's window rule: min(ceil(ctx / B), ceil(W / B) + 1)",
               "chunk": "a whole chunk: (B − gcd(B, C) + C − 1) // B + 1",
               "touched": "the pages its held tokens touch: (ctx − 1) // B − (ctx − held) // B + 1"}
 
 
-def layer_pages_rule(ctx: int, held: int, layer: Layer, engine: str | None) -> str:
+def layer_pages_rule(ctx: int, held: int, layer: Layer, engine: str | None, every: bool = False) -> str:
     """The rule `layer_pages` applies, in words (for --explain)."""
-    return PAGE_RULES[_layer_rule(ctx, held, layer, engine)]
+    return PAGE_RULES[_layer_rule(ctx, held, layer, engine, every)]
 
 
-def _layer_rule(ctx: int, held: int, layer: Layer, engine: str | None) -> str:
+def _layer_rule(ctx: int, held: int, layer: Layer, engine: str | None, every: bool = False) -> str:
     """Which rule counts a layer's pages: the one place that picks it."""
     if held == 0:  # a KV-shared layer (Gemma 3n) reads an earlier layer's pages and allocates none of its own
         return "empty"
+    if every and held < ctx:  # a window or chunk the engine does not free
+        return "every"
     if engine == "vllm" and layer.window is not None and held < ctx:
         return "window"
     if layer.chunk is not None and held < ctx:

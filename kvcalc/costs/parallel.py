@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 from kvcalc.attention import MLA, Formula
 from kvcalc.costs.cache import GroupTerm, group_cache, group_term
-from kvcalc.costs.paged import vllm_hybrid_pages
+from kvcalc.costs.paged import keeps_every_token, vllm_hybrid_pages
 from kvcalc.costs.state import parts_bytes
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
@@ -140,7 +140,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     held = [g if s.dp_attention and isinstance(g.attention, MLA) else rank for g, rank in zip(everyone, ranks)]
     hybrid = vllm_hybrid_pages(held, s)  # each rank sizes its own pages
     one = dataclasses.replace(s, ctx=1, batch=1, tp=1, pp=1, dp=1, ep=1)
-    caches = [group_cache(g, one, enc, hybrid) for g in held]
+    caches = [group_cache(g, one, enc, hybrid, keeps_every_token(spec.family, s.engine)) for g in held]
     ranges = pp_stages(spec.n_layers, s.pp)
     out = []
     for i, layers in enumerate(ranges):

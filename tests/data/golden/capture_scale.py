@@ -24,7 +24,9 @@ HW = ("--hardware", "h100-80gb")
 # (whole attention weights on every rank); a script checked that no other value changed.
 # 2026-12-03: the 17 lines whose tp does not split the model's heads (falcon-7b's 71, gemma3-1b's 4, gpt2's 12,
 # qwen2.5-7b's 28 and whisper-large-v3's 20 query heads over tp 8 or 4·2·...) are now refused, as vLLM refuses them,
-# and were dropped; a script checked that every other tp and gpus line is unchanged to the byte.
+# and were dropped; a script checked that every other tp and gpus line is unchanged to the byte. The 5 SGLang lines of
+# Gemma 3 and Mistral were regenerated (SGLang pages their windowed layers whole): a script checked that only
+# engine_kv_bytes, kv_cache_bytes_per_gpu and fits_in_memory changed, to 8 · layers · ceil(ctx / 16) · 16 · per-token bytes.
 SERVING = (
     ("--tp", "8"), ("--tp", "4", "--pp", "3", "--dp", "2"), ("--tp", "2", "--dp", "4", "--ep", "8"), ("--engine", "vllm"),
     ("--engine", "sglang", "--block-size", "16"), ("--kv-dtype", "int4", "--kv-quant", "g64"),
