@@ -56,6 +56,22 @@ def spec(name: str):
     return load_model(name).spec
 
 
+def splitting_tp(name: str, at_most: int) -> int:
+    """The largest tp up to `at_most` that splits the bundled model's heads (kvcalc refuses the others, as vLLM does:
+    falcon-7b's 71 heads take only 1)."""
+    from kvcalc.costs.parallel import check_layout
+    from kvcalc.errors import KvcalcError
+    from kvcalc.settings import Settings
+
+    for tp in range(at_most, 0, -1):
+        try:
+            check_layout(spec(name), Settings(ctx=1, tp=tp))
+        except KvcalcError:
+            continue
+        return tp
+    return 1
+
+
 _BUILT: dict[int, tuple] = {}
 
 

@@ -8,7 +8,7 @@ import re
 import pytest
 from pylatexenc import latexwalker
 
-from conftest import run
+from conftest import run, splitting_tp
 from kvcalc.present.latex import math_formula, tex
 from kvcalc.registry import bundled_names
 
@@ -112,8 +112,8 @@ def test_output_file_takes_its_format_from_the_extension(tmp_path):
 def test_every_table_command_pastes_for_every_model(name):
     commands = [("compare", name, "--ctx", "4k,128k", "--columns", "all", "--hardware", "h100-80gb", "--explain"),
                 ("show", name, "--ctx", "100k", "--explain", "--engine", "vllm"),
-                ("cost", name, "--ctx", "8k", "--hardware", "h100-80gb", "--tp", "2"),
-                ("fit", name, "--hardware", "h100-80gb", "--gpus", "8"),
+                ("cost", name, "--ctx", "8k", "--hardware", "h100-80gb", "--tp", str(splitting_tp(name, 2))),
+                ("fit", name, "--hardware", "h100-80gb", "--gpus", str(splitting_tp(name, 8))),
                 ("sweep", name, "--ctx", "1k..64k"),
                 ("table", "dims", name), ("table", "models", name, "--ctx", "32k")]
     for args in commands:
