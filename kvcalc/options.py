@@ -134,7 +134,7 @@ _COST_PARAMS = [
     ("tp", Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel ranks: heads, FFN widths and vocabulary split (K/V heads replicated when fewer than ranks; MLA's latent replicated).")], 1),
     ("pp", Annotated[int, typer.Option("--pp", min=1, help="Pipeline stages: layers split as vLLM does; the busiest stage is reported.")], 1),
     ("dp", Annotated[int, typer.Option("--dp", min=1, help="Data-parallel replicas, each serving ceil(batch / dp) sequences.")], 1),
-    ("ep", Annotated[int, typer.Option("--ep", min=1, help="Expert-parallel ranks among the layout's tp · dp GPUs (must divide tp · dp): each holds ceil(E / ep) routed experts, whole.")], 1),
+    ("ep", Annotated[int, typer.Option("--ep", min=1, help="Expert-parallel ranks among the layout's tp · dp GPUs (must divide tp · dp): each holds ceil(E / ep) routed experts, whole, or below tp split over tp / ep ranks.")], 1),
     ("dp_attention", Annotated[bool, typer.Option("--dp-attention", help="SGLang's DP attention (MLA models): a replica's tp ranks split its sequences' latent cache, each with the whole attention weights.")], False),
     ("weights_dtype", WeightsDtypeOpt, "bf16"),
     ("mla_cache", MlaOpt, "latent"),

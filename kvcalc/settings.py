@@ -91,6 +91,9 @@ class Settings:
         if self.ep > 1 and (self.tp * self.dp) % self.ep:  # vLLM: ep = tp · dp; SGLang: ep divides tp
             raise KvcalcError(f"--ep {self.ep}: expert parallelism spreads a stage's experts over its tp · dp = "
                               f"{self.tp * self.dp} GPU(s), so ep must divide tp · dp: give --tp or --dp to match")
+        if 1 < self.ep < self.tp and self.tp % self.ep:  # SGLang splits each expert over tp / ep ranks
+            raise KvcalcError(f"--ep {self.ep}: below --tp {self.tp} it must divide tp, each expert split over the "
+                              "tp / ep ranks that share it (SGLang's moe_tp_size)")
         dtype_bits(self.kv_dtype, "kv")
         dtype_bits(self.weights_dtype, "weights")
         object.__setattr__(self, "kv_dtype", self.kv_dtype.lower())

@@ -119,6 +119,17 @@ def test_mtp_layers_sit_on_the_last_stage(name):
     assert eight - row(name, "--ctx", "4k", "--tp", "8")["weights_bytes_per_gpu"] < 2 * mtp_params // 4
 
 
+def test_expert_parallelism_below_tp_splits_each_expert():
+    # an audit: qwen3-235b-a22b at tp 8 with ep 2 held 64 whole experts a GPU (229 GB); SGLang's FusedMoE holds
+    # E / ep experts, each split over the tp / ep = 4 ranks that share it (num_local_experts = E // moe_ep_size,
+    # intermediate_size // moe_tp_size): the same bytes as ep 1 or 8 here, 128 experts of 4,096 · 1,536 · 3 over 8
+    per_gpu = {ep: row("qwen3-235b-a22b", "--ctx", "4k", "--tp", "8", "--ep", str(ep))["weights_bytes_per_gpu"]
+               for ep in (1, 2, 4, 8)}
+    assert set(per_gpu.values()) == {58_959_617_024}
+    res = run("compare", "qwen3-235b-a22b", "--tp", "8", "--dp", "3", "--ep", "3", ok=False)
+    assert "--ep 3: below --tp 8 it must divide tp" in res.stderr
+
+
 def test_expert_parallelism_holds_whole_experts():
     # mixtral-8x7b over 8 data-parallel GPUs, ep 8: one whole expert (3 · 4096 · 14336) per GPU instead of all eight
     d, ff = 4096, 14336

@@ -9,7 +9,9 @@ Rules (also in the README), with the engine behaviour they follow:
   DeltaNet, Mamba-2, lightning, KDA). Dense FFNs and shared experts split their hidden size (ceil(d_ff / tp)); each
   routed expert too, unless expert parallelism holds experts whole. Embedding and LM head are split by vocabulary
   (vLLM VocabParallelEmbedding / ParallelLMHead: ceil(V / tp) rows; padding not modelled); norms and routers whole.
-- Expert parallelism (ep): each rank holds ceil(E / ep) routed experts, whole (vLLM FusedMoE with expert parallel).
+- Expert parallelism (ep): each rank holds ceil(E / ep) routed experts, whole (vLLM FusedMoE with expert parallel);
+  with ep below tp (SGLang: ep divides tp), each of them split over the tp / ep ranks that share it, its width
+  ceil(d_ff / (tp / ep)) (FusedMoE: num_local_experts = E / moe_ep_size, intermediate_size / moe_tp_size).
 - Pipeline parallelism (pp): layers split as vLLM's get_pp_indices does (vllm/distributed/utils.py): n // pp layers
   each, the remainder given one at a time to the stages before the last, from the second-last backwards; the first
   stage holds the embedding (and the encoder of an encoder–decoder model), the last the final norm and LM head (its
@@ -75,8 +77,8 @@ def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int
     if isinstance(ffn, DenseFFN):
         ff = _ceil(ffn.d_ff, tp)
         return mats * d * ff + ((up * ff + d) if ffn.bias else 0)
-    if ep > 1:  # whole experts, ceil(E / ep) of them
-        experts, ff = _ceil(ffn.n_routed_experts, ep), ffn.moe_d_ff
+    if ep > 1:  # ceil(E / ep) experts; below tp each split over the tp / ep ranks sharing them (SGLang moe_tp_size)
+        experts, ff = _ceil(ffn.n_routed_experts, ep), (_ceil(ffn.moe_d_ff, tp // ep) if ep < tp else ffn.moe_d_ff)
     else:
         experts, ff = ffn.n_routed_experts, _ceil(ffn.moe_d_ff, tp)
     routed = experts * (mats * d * ff + ((up * ff + d) if ffn.expert_bias else 0))
