@@ -166,12 +166,16 @@ def test_dp_attention_holds_the_whole_attention_weights():
     assert (whole, rank) == (187_107_328, 36_636_672)
     base = ("deepseek-v3", "--ctx", "32k", "--tp", "8", "--weights-dtype", "fp8")
     plain, dp_attn = row(*base)["weights_bytes_per_gpu"], row(*base, "--dp-attention")["weights_bytes_per_gpu"]
-    assert dp_attn - plain == 61 * (whole - rank) == 9_178_710_016  # fp8: a byte a weight
+    # and the input embedding whole (an audit: SGLang's VocabParallelEmbedding(enable_tp=not
+    # is_dp_attention_enabled())), 129,280 × 7,168, where tp 8 held 16,160 rows; the LM head stays split
+    embedding = (129_280 - 129_280 // 8) * d
+    assert dp_attn - plain == 61 * (whole - rank) + embedding == 9_178_710_016 + 810_844_160  # fp8: a byte a weight
     # fit then: 90% of the H200's 141 GiB, less weights and activations, over one 32k sequence's latent cache
-    # (61 · 576 · 2 · 32,768 bytes): 18 sequences a GPU, 8 GPUs; 176 before
+    # (61 · 576 · 2 · 32,768 bytes): 17 sequences a GPU, 8 GPUs (176 before the whole attention, 144 before the
+    # whole embedding)
     r = json.loads(run("fit", *base, "--dp-attention", "--hardware", "h200-141gb", "-f", "json").stdout)
     r = r[0] if isinstance(r, list) else r
-    assert r["weights_bytes_per_gpu"] == dp_attn == 93_959_067_136 and r["max_batch"] == 144
+    assert r["weights_bytes_per_gpu"] == dp_attn == 93_959_067_136 + 810_844_160 and r["max_batch"] == 136
 
 
 def test_constant_states_split_by_heads():

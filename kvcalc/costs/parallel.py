@@ -19,8 +19,9 @@ Rules (also in the README), with the engine behaviour they follow:
 - Data parallelism (dp): dp replicas each serve ceil(batch / dp) sequences. With `dp_attention` (SGLang's DP
   attention for MLA models) the tp ranks of a replica split its sequences: each holds ceil(ceil(batch / dp) / tp)
   sequences' latent cache and runs their attention with the whole attention weights (SGLang's attention tp size is
-  tp / dp_size, 1 here: DeepseekV2AttentionMLA splits its heads over attn_tp_size); FFNs, experts and the vocabulary
-  stay split over tp.
+  tp / dp_size, 1 here: DeepseekV2AttentionMLA splits its heads over attn_tp_size) and the whole input embedding
+  (VocabParallelEmbedding(enable_tp=not is_dp_attention_enabled())); FFNs, experts and the LM head (enable_dp_lm_head
+  off by default) stay split over tp.
 - Expert parallelism spreads a stage's experts over its tp · dp GPUs (vLLM: ep = tp · dp; SGLang: ep divides tp), so
   ep must divide tp · dp.
 - With --engine the KV cache is counted in the engine's whole pages (kvcalc.costs.paged).
@@ -191,8 +192,9 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
         norms = spec.layer_groups[group.index].norms_per_layer or spec.norms_per_layer
         params += n * (sum(w.size for w in weights) + norms * norm)
     params += sum(run.count_in(layers.start, layers.stop) * ffn_params_per_rank(run.ffn, d, tp, s.ep) for run in ffn_runs(spec))
-    if stage == 0:
-        params += _ceil(spec.vocab_size, tp) * d + (spec.max_context * d if spec.learned_positions else 0)
+    if stage == 0:  # the embedding; whole under SGLang's DP attention (VocabParallelEmbedding enable_tp=False there)
+        params += (spec.vocab_size if s.dp_attention else _ceil(spec.vocab_size, tp)) * d
+        params += spec.max_context * d if spec.learned_positions else 0
         params += _encoder_per_rank(spec, tp) if spec.encoder else sum(encoder_params(spec).values())
         params += sum(_ceil(x.params, tp) for x in spec.extra_weights.values())  # extra weights: split by tp
     if stage == stages - 1:
