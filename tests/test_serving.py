@@ -160,9 +160,19 @@ def test_ideal_and_sglang_pages_are_the_exact_cache():
         for ctx in (1, 1000, 40_000):
             exact = kv_cache(spec(name), Settings(ctx=ctx))
             assert kv_cache(spec(name), Settings(ctx=ctx, engine="ideal")).engine_bytes == exact.bytes, name
+            if any(getattr(g.attention, "indexed", False) for g in spec(name).groups):
+                continue  # DeepSeek NSA: SGLang's own pages and indexer layout (the next test)
             whole = kv_cache(without_windows(spec(name)), Settings(ctx=ctx)).bytes
             expected = whole if keeps_every_token(spec(name).family, "sglang") else exact.bytes
             assert kv_cache(spec(name), Settings(ctx=ctx, engine="sglang")).engine_bytes == expected, name
+
+
+def test_sglang_keeps_deepseek_v32_in_pages_of_64_with_an_fp8_indexer():
+    # an audit: SGLang sets page_size 64 for DeepSeek NSA (server_args.py) and keeps the indexer key as fp8 with an
+    # fp32 scale, 128 + 4 bytes a token (NSATokenToKVPool); kvcalc used one-token pages and a bf16 key. 100,000
+    # tokens take 1,563 pages = 100,032 token slots; a token: 576 · 2 (the bf16 latent) + 132, in 61 layers, 3 sequences
+    r = row("deepseek-v3.2", "--ctx", "100000", "--batch", "3", "--engine", "sglang")
+    assert (r["block_size"], r["engine_kv_bytes"]) == (64, (576 * 2 + 132) * 61 * 100_032 * 3) == (64, 23_504_719_104)
 
 
 def test_group_scheme_keys_group_along_the_pages_tokens():

@@ -20,8 +20,9 @@ Rules (also in the README):
 - Page sizes: `ideal` is exact (B = 1); SGLang's default page_size is 1 (server_args.py); vLLM's default
   block_size is 16, and 64 for MLA layers (vllm/platforms/cuda.py: "Forcing kv cache block size to 64 for FlashMLA
   backend", also for FlashMLASparse). --block-size overrides all.
-- vLLM stores DeepSeek-V3.2's indexer key as fp8 with one fp32 scale per 128 values (DeepseekV32IndexerCache:
-  head_dim + head_dim // 128 · 4 bytes a token) whatever the KV dtype, and turns an fp8 cache of a sparse MLA model
+- vLLM and SGLang store DeepSeek-V3.2's indexer key as fp8 with one fp32 scale per 128 values (DeepseekV32IndexerCache;
+  NSATokenToKVPool: head_dim + head_dim // 128 · 4 bytes a token) whatever the KV dtype, SGLang in pages of 64
+  (server_args.py sets page_size 64 for DeepSeek NSA); vLLM turns an fp8 cache of a sparse MLA model
   into its fp8_ds_mla layout (656 bytes a token for DeepSeek-V3.2; kvcalc.costs.quant).
 - Constant states (linear attention, SSMs): vLLM keeps each layer's state of a request in one page of its KV pool
   and makes every page the same size (vllm/platforms/interface.py `_align_hybrid_block_size`, without prefix caching
@@ -55,6 +56,7 @@ def keeps_every_token(family: str, engine: str | None) -> bool:
     its hybrid-SWA models)."""
     return engine == "sglang" and family not in SGLANG_HYBRID_SWA
 VLLM_MLA_BLOCK = 64  # vllm/platforms/cuda.py forces 64 for the FlashMLA and FlashMLASparse backends
+SGLANG_NSA_BLOCK = 64  # sglang server_args.py: "Setting page size to 64 for DeepSeek NSA" (NSATokenToKVPool asserts it)
 
 
 def block_tokens(attention: AttentionKind, s: Settings, hybrid: HybridPages | None = None) -> int:
@@ -65,6 +67,8 @@ def block_tokens(attention: AttentionKind, s: Settings, hybrid: HybridPages | No
         return s.block_size
     if s.engine == "vllm" and isinstance(attention, MLA):
         return VLLM_MLA_BLOCK
+    if s.engine == "sglang" and isinstance(attention, MLA) and attention.indexed:
+        return SGLANG_NSA_BLOCK
     return DEFAULT_BLOCK[s.engine or "ideal"]
 
 
@@ -142,7 +146,8 @@ def page_bytes(formula: Formula, heads: int, block: int, attention: AttentionKin
     scheme = engine_scheme(attention, s)
     out = 0
     for name, channels in formula.components.items():
-        if s.engine == "vllm" and name == "index_k":  # vLLM's indexer cache: fp8 with a scale per 128, always
+        if s.engine in ("vllm", "sglang") and name == "index_k":  # the indexer cache: fp8 with a scale per 128, always
+            # (vLLM DeepseekV32IndexerCache; SGLang NSATokenToKVPool.index_k_with_scale_buffer, 128 + 4 bytes a token)
             out += component_bytes(name, channels, heads, block, "fp8", "fp8-ds-mla")
         else:
             out += component_bytes(name, channels, heads, block, s.kv_dtype, scheme)
