@@ -132,8 +132,14 @@ class Settings:
 
     @property
     def state_storage(self) -> str:
-        """The dtype constant states are stored in: state_dtype, else the KV dtype."""
-        return self.state_dtype or self.kv_dtype
+        """The dtype constant states are stored in: state_dtype, else the KV dtype; under vLLM a KV dtype of fewer
+        than 16 bits leaves the states at bf16 (CacheConfig.mamba_cache_dtype "auto": the model's dtype, not the KV
+        cache's)."""
+        if self.state_dtype:
+            return self.state_dtype
+        if self.engine == "vllm" and dtype_bits(self.kv_dtype) < 16:
+            return "bf16"
+        return self.kv_dtype
 
     def encoder_tokens(self, spec_source_len: int | None) -> int:
         """Encoder positions the cross-attention caches: enc_ctx, else the model's source length (0: no encoder)."""

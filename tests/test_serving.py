@@ -328,3 +328,15 @@ def test_a_chunked_layer_holds_its_current_aligned_chunk_in_pages():
     best = out["max_ctx"]
     assert fixed + per_gpu_at(best, 16) <= budget < fixed + per_gpu_at(best + 1, 16)
     assert best == 483_600 and out["free_bytes_per_gpu"] == budget - fixed - per_gpu_at(best, 16) == 808_960
+
+
+def test_vllm_keeps_states_at_the_model_dtype_under_an_fp8_kv_cache():
+    # an audit: vLLM's CacheConfig.mamba_cache_dtype "auto" takes the model's dtype, not the KV cache's, so an fp8
+    # cache leaves Qwen3-Next's states at bf16: S = 548,864 · 2 = 1,097,728 bytes a layer, A = 2 · 2 · 256 · 1 = 1,024
+    # bytes a token (fp8), block 16 · ceil(S / (16 · A)) = 1,072 tokens (it was 544 with fp8 states)
+    r = row("qwen3-next-80b-a3b", "--ctx", "100000", "--batch", "3", "--engine", "vllm", "--kv-dtype", "fp8")
+    assert r["block_size"] == 16 * -(-1_097_728 // (16 * 1024)) == 1072
+    assert r["engine_state_bytes"] == 36 * 3 * 1072 * 1024 == 118_554_624  # each state page padded to a whole block
+    assert r["engine_kv_bytes"] == 12 * 3 * -(-100_000 // 1072) * 1072 * 1024 == 3_714_711_552
+    # without an engine, or with --state-dtype, the states follow the settings as before
+    assert row("qwen3-next-80b-a3b", "--ctx", "100000", "--batch", "3", "--kv-dtype", "fp8")["state_bytes"] == 36 * 3 * 548_864

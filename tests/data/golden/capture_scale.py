@@ -30,7 +30,9 @@ HW = ("--hardware", "h100-80gb")
 # The 5 dp-attention lines were regenerated (the input embedding whole under SGLang's DP attention): a script checked
 # that only weights_bytes_per_gpu changed, by the embedding's other 3/4 rows (tp 4) in bf16. deepseek-v3.2's SGLang line
 # was regenerated (SGLang keeps the indexer key in fp8 with its scale): only the engine figures changed, to
-# 8 · 61 · ceil(ctx / 16) · 16 · (1,152 + 132).
+# 8 · 61 · ceil(ctx / 16) · 16 · (1,152 + 132). The 3 '--kv-dtype fp8 --engine vllm' lines of hybrid models were
+# regenerated (vLLM keeps states at the model's bf16): a script checked each equals the same line with --state-dtype
+# bf16 (Nemotron-H, whose SSM state is fp32 anyway: its state bytes by hand).
 SERVING = (
     ("--tp", "8"), ("--tp", "4", "--pp", "3", "--dp", "2"), ("--tp", "2", "--dp", "4", "--ep", "8"), ("--engine", "vllm"),
     ("--engine", "sglang", "--block-size", "16"), ("--kv-dtype", "int4", "--kv-quant", "g64"),
