@@ -319,7 +319,11 @@ TRANSMLA_QK_ROPE_HEAD_DIM = 64  # the same converter's --qk-mqa-dim default: the
 
 
 def transmla(n: int, d: int, d_v: int, *, n_h: int) -> MethodCost:
-    """A GQA model converted by TransMLA: MLA with the converter's latent of 512 and RoPE key of 64."""
+    """A GQA model converted by TransMLA: MLA with the converter's latent of 512 and RoPE key of 64.
+
+    d is the converted model's q·k head dim, d_nope + 64, as in `mla`: TransMLA keeps the GQA head_dim as d_nope and
+    adds the RoPE key, so Llama-3-8B (head_dim 128) converts to d = 192, d_v = 128 (an audit: passing the GQA head_dim
+    as d counts d_nope = 64)."""
     cost = mla(n, d, d_v, n_h=n_h, d_c=TRANSMLA_KV_LORA_RANK, d_R=TRANSMLA_QK_ROPE_HEAD_DIM)
     return MethodCost("transmla", {"n_h": n_h}, n, d, d_v, cost.prefill_breakdown, cost.decode_flops, True, "kv",
                       cost.state_elements, "TransMLA (Meng et al. 2025); fxmeng/TransMLA transmla/converter.py", n_h)
