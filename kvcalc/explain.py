@@ -52,7 +52,8 @@ def gpu_derivation(report: CacheReport, spec: ModelSpec, s: Settings) -> dict:
                       for x in f.symbols if x.name in before and before[x.name] != x.value],
             "tokens_held": part.tokens_held, "sequences": part.sequences,
             "sequences_rule": "ceil(ceil(batch / dp) / tp)" if part.split_over_tp else "ceil(batch / dp)",
-            "bytes_per_layer": part.kv_bytes_per_layer, "bytes": part.kv_bytes, "state_bytes": part.state_bytes})
+            "bytes_per_layer": part.kv_bytes_per_layer, "bytes": part.kv_bytes, "state_bytes": part.state_bytes,
+            **({"padding_layers": part.padding_layers} if part.padding_layers else {})})
     return {"gpus": gpu.gpus, "tp": s.tp, "pp": s.pp, "dp": s.dp, "ep": s.ep, "stage": gpu.stage,
             "layers": list(gpu.layers), "groups": groups, "kv_cache_bytes": gpu.kv_cache_bytes,
             "state_bytes": gpu.state_bytes, "weights_bytes": gpu.weights_bytes}
@@ -132,7 +133,14 @@ def _engine(gc, report: CacheReport) -> dict:
     g = gc.group
     return {"block_size": gc.block_size, "pages": gc.pages,
             "rule": layer_pages_rule(report.ctx, gc.tokens_held, g.layer, report.engine, gc.every_token),
-            "bytes_per_layer": gc.engine_bytes_per_layer, "bytes": gc.engine_bytes_per_layer * len(g.layers)}
+            "bytes_per_layer": gc.engine_bytes_per_layer, "bytes": gc.engine_bytes,
+            **({"padding_layers": gc.pad_layers} if gc.pad_layers else {}),
+            **({"padded_page": gc.padded_page} if gc.padded_page is not None else {})}
+
+
+def _engine_layers(n: int, pad: int) -> str:
+    """'52 layers', or with vLLM's padding slots of the group's spec '(52 layers + 8 padding slots)'."""
+    return f"({n} layers + {pad} padding slots of vLLM's groups)" if pad else f"{n} layers"
 
 
 def _cross(gc, keys: dict[str, str]) -> dict:
@@ -190,7 +198,7 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
             also = " and the encoder positions' pages" if "cross" in g else ""
             lines.append(f"    {d['engine']} pages: {e['pages']:,} of {e['block_size']:,} tokens a layer and sequence"
                          f" ({e['rule']}){also} = {e['bytes_per_layer']:,} bytes a layer for the batch;"
-                         f" × {g['n_layers']} layers = {e['bytes']:,}")
+                         f" × {_engine_layers(g['n_layers'], e.get('padding_layers', 0))} = {e['bytes']:,}")
         if "state" in g:
             st = g["state"]
             lines.append(f"    constant state per sequence and layer: {st['formula']} = {st['substituted']} = "
@@ -240,7 +248,9 @@ def _gpu_lines(d: dict, units: str) -> list[str]:
                      f" {g['substituted']} = {g['elements_per_token_per_layer']:,} elements ({share})")
         values = substitute(g["sequences_rule"], {"batch": d["batch"], "dp": p["dp"], "tp": p["tp"]})
         lines.append(f"      sequences: {g['sequences_rule']} = {values} = {g['sequences']:,}; {g['tokens_held']:,} tokens held;"
-                     f" {g['bytes_per_layer']:,} bytes a layer × {g['layers_here']} = {g['bytes']:,}")
+                     f" {g['bytes_per_layer']:,} bytes a layer × "
+                     f"{_engine_layers(g['layers_here'], g['padding_layers']) if 'padding_layers' in g else g['layers_here']}"
+                     f" = {g['bytes']:,}")
     sums = " + ".join(f"{g['bytes']:,}" for g in p["groups"]) + " = " if len(p["groups"]) > 1 else ""
     lines.append(f"    KV cache per GPU: {sums}{p['kv_cache_bytes']:,} bytes ({format_bytes(p['kv_cache_bytes'], units)})")
     if p["state_bytes"]:

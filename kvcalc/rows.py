@@ -267,7 +267,7 @@ def _group_row(gc: GroupCache) -> GroupRow:
         bytes=gc.bytes,
         state_bytes=gc.state_bytes or None,
         pages=gc.pages if gc.engine_bytes_per_layer is not None else None,
-        engine_bytes=gc.engine_bytes_per_layer * gc.n_layers if gc.engine_bytes_per_layer is not None else None,
+        engine_bytes=gc.engine_bytes,  # with vLLM's padding slots of the group's spec (kvcalc.costs.paged.PoolLayout)
     )
 
 

@@ -118,7 +118,9 @@ def _derivation() -> dict[str, Any]:
                       "pages": {**INT, "description": "pages one sequence holds in one layer"},
                       "rule": {**TEXT, "description": "how the pages are counted (kvcalc.costs.paged)"},
                       "bytes_per_layer": {**INT, "description": "one layer's pages, all sequences"},
-                      "bytes": {**INT, "description": "the group's pages, all layers and sequences"}},
+                      "bytes": {**INT, "description": "the group's pages, all layers and sequences (and vLLM's padding slots)"},
+                      "padding_layers": {**INT, "description": "vLLM's padding slots of the group's spec, in layers"},
+                      "padded_page": {**INT, "description": "bytes vLLM pads the group's page to (the unified page)"}},
                      ("block_size", "pages", "rule", "bytes_per_layer", "bytes"), description="--engine: the group's pages")
     group = _object({"group": TEXT, "layers": {"type": "array", "items": INT}, "n_layers": INT, "kind": TEXT, **formula,
                      "elements_per_token_per_layer": INT, "components": counts, "tokens_held": INT, "tokens_rule": rule,
@@ -134,7 +136,8 @@ def _derivation() -> dict[str, Any]:
                          "split": {"type": "array", "items": split,
                                    "description": "the symbols tensor parallelism changes, whole and on one rank"},
                          "tokens_held": INT, "sequences": {**INT, "description": "sequences whose cache the GPU holds"},
-                         "sequences_rule": TEXT, "bytes_per_layer": INT, "bytes": INT, "state_bytes": INT},
+                         "sequences_rule": TEXT, "bytes_per_layer": INT, "bytes": INT, "state_bytes": INT,
+                         "padding_layers": {**INT, "description": "vLLM's padding slots of the group's spec here, in layers"}},
                         ("group", "layers_here", "formula", "substituted", "elements_per_token_per_layer", "split",
                          "tokens_held", "sequences", "sequences_rule", "bytes_per_layer", "bytes", "state_bytes"))
     per_gpu = _object({"gpus": INT, "tp": INT, "pp": INT, "dp": INT, "ep": INT,

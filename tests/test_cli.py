@@ -428,10 +428,12 @@ def test_explain_derives_the_engine_pages():
     assert (f"vllm pages: 6,250 of 16 tokens a layer and sequence (the pages its held tokens touch: (ctx − 1) // B − "
             f"(ctx − held) // B + 1) = {6250 * 16 * 8192:,} bytes a layer for the batch; × 10 layers = "
             f"{10 * 6250 * 16 * 8192:,}") in out
+    # vLLM's groups of 10 layers hold the 52 windowed ones in 6 groups: 8 padding slots (kvcalc.costs.paged.PoolLayout)
     assert (f"vllm pages: 65 of 16 tokens a layer and sequence (vLLM's window rule: min(ceil(ctx / B), ceil(W / B) + 1))"
-            f" = {65 * 16 * 8192:,} bytes a layer for the batch; × 52 layers = {52 * 65 * 16 * 8192:,}") in out
-    total = 10 * 6250 * 16 * 8192 + 52 * 65 * 16 * 8192
-    assert f"KV cache in vllm's whole pages: 8,192,000,000 + 443,023,360 = {total:,} bytes" in out
+            f" = {65 * 16 * 8192:,} bytes a layer for the batch; × (52 layers + 8 padding slots of vLLM's groups) ="
+            f" {60 * 65 * 16 * 8192:,}") in out
+    total = 10 * 6250 * 16 * 8192 + 60 * 65 * 16 * 8192
+    assert f"KV cache in vllm's whole pages: 8,192,000,000 + 511,180,800 = {total:,} bytes" in out
     row = json.loads(run("compare", "gemma3-27b", "--ctx", "100000", "--engine", "vllm", "--explain", "-f", "json").stdout)[0]
     assert row["engine_kv_bytes"] == row["derivation"]["engine_kv_bytes"] == total
     # Llama 4 Scout at 10,001 tokens: a chunked layer past its first chunk reserves a whole chunk, 8,192 / 16 pages

@@ -14,6 +14,7 @@ from kvcalc.costs.parallel import per_gpu
 from kvcalc.errors import KvcalcError
 from kvcalc.registry import bundled_names
 from kvcalc.settings import Settings
+from kvcalc.spec import ModelSpec
 
 K = 1024
 LLAMA3_8B = 32 * 2 * 8 * 128  # layers · (K + V) · n_kv · d_h: elements a token adds
@@ -108,11 +109,12 @@ def test_gemma3_sliding_layers_hold_the_window_pages_plus_one():
     # gemma3-27b: 10 global layers, 52 with W = 1024; per token and layer 2 · 16 · 128 · 2 bytes. vLLM reserves a
     # window's ceil(1024 / 16) = 64 pages plus one (SlidingWindowSpec.max_memory_usage_bytes: the window may not start
     # on a page boundary): 1040 tokens; the ideal engine holds the 1024 exactly
+    # on a boundary, 65 pages; vLLM's groups of 10 layers give the 52 windowed layers 6 groups, 60 slots (test below)
     entry = 2 * 16 * 128 * 2
     for ctx in (100_000, 100_001):
         r = kv_cache(spec("gemma3-27b"), Settings(ctx=ctx, engine="vllm"))
         global_pages = -(-ctx // 16)
-        assert r.engine_bytes == entry * 16 * (10 * global_pages + 52 * 65)
+        assert r.engine_bytes == entry * 16 * (10 * global_pages + 60 * 65)
         assert [(g.tokens_held, g.pages) for g in r.groups] == [(ctx, global_pages), (1024, 65)]
         assert kv_cache(spec("gemma3-27b"), Settings(ctx=ctx, engine="ideal")).engine_bytes == entry * (10 * ctx + 52 * 1024)
     # below the window a sliding layer is a full one: 1000 tokens in 63 pages
@@ -265,11 +267,58 @@ def test_vllm_hybrid_pages_unify_attention_and_state():
     state = 256 * 64 * 256 * 4 + 3 * 20_480 * 2
     a = 16 * -(-state // (16 * 4096))
     assert a == 4128  # 1000 tokens in one page of each attention layer
-    assert (nem.engine_bytes, nem.engine_state_bytes) == (10 * a * 4096, 54 * a * 4096) == (169_082_880, 913_047_552)
+    # 54 Mamba-2 layers in vLLM's groups of 10 (the 10 attention layers): 6 groups, 60 state pages (test below)
+    assert (nem.engine_bytes, nem.engine_state_bytes) == (10 * a * 4096, 60 * a * 4096) == (169_082_880, 1_014_497_280)
     # SGLang and ideal keep states exact, in pages of their own
     for engine in ("sglang", "ideal"):
         exact = kv_cache(qwen, Settings(ctx=1000, engine=engine))
         assert (exact.engine_bytes, exact.engine_state_bytes) == (exact.bytes, exact.state_bytes)
+
+
+def test_vllm_groups_pad_every_spec_to_whole_groups():
+    # vLLM groups a model whose layers' specs differ (kv_cache_utils._get_kv_cache_groups_uniform_page_size): groups of
+    # the fewest layers a spec has (or of the most, when under 1.5 x the fewest), each spec padded to whole groups, and
+    # every block of the pool costs a page in each of the group size's tensors (get_kv_cache_config_from_groups).
+    # Gemma 3: 10 global + 52 windowed (27b: 60 slots), 5 + 29 (4b: 30), 4 + 22 (1b: 24), 8 + 40 (12b: 40, none)
+    def cache(name, **kw):
+        return kv_cache(spec(name), Settings(ctx=100_001, engine="vllm", **kw))
+
+    for name, n_kv, d_h, w, full, local, slots in [("gemma3-27b", 16, 128, 1024, 10, 52, 60), ("gemma3-4b", 4, 256, 1024, 5, 29, 30),
+                                                    ("gemma3-1b", 1, 256, 512, 4, 22, 24), ("gemma3-12b", 8, 256, 1024, 8, 40, 40)]:
+        page = 16 * 2 * n_kv * d_h * 2
+        r = cache(name)
+        window_pages = -(-w // 16) + 1
+        assert r.engine_bytes == page * (full * -(-100_001 // 16) + slots * window_pages), name
+        assert [g.pad_layers for g in r.groups] == [0, slots - local], name
+        assert r.bytes == 2 * n_kv * d_h * 2 * (full * 100_001 + local * w)  # the exact cache is unchanged
+    # Gemma 4 26B A4B: a full layer's token is 2·2·512·2 = 4,096 bytes, a windowed one's 2·8·256·2 = 8,192; vLLM
+    # unifies the pages (unify_kv_cache_spec_page_size) by giving the full layers pages of 32 tokens: 5 + 25, no padding
+    r = cache("gemma4-26b-a4b")
+    assert [(g.group.label, g.block_size, g.pad_layers) for g in r.groups] == [("global", 32, 0), ("local", 16, 0)]
+    assert r.engine_bytes == 5 * -(-100_001 // 32) * 32 * 4096 + 25 * (1024 // 16 + 1) * 16 * 8192
+    assert r.engine_bytes - kv_cache(spec("gemma4-26b-a4b"), Settings(ctx=100_001, engine="ideal", block_size=16)).engine_bytes \
+        == 5 * (3126 * 32 - 6251 * 16) * 4096 + 25 * (65 - 65) * 16 * 8192 == 327_680
+    # Qwen3-Next with one MTP layer (like its last, a full one; the drafter's layers join the pool, as the gpt-oss +
+    # EAGLE example of the same function says): 12 + 1 full layers against 36 Gated DeltaNet: groups of 13, 39 slots
+    data = spec("qwen3-next-80b-a3b").model_dump(exclude_none=True)
+    with_mtp = ModelSpec.model_validate({**data, "mtp_layers": 1})
+    q = kv_cache(with_mtp, Settings(ctx=1000, engine="vllm", mtp=True))
+    plain = kv_cache(with_mtp, Settings(ctx=1000, engine="vllm"))
+    assert q.engine_state_bytes == plain.engine_state_bytes // 36 * 39
+    assert q.engine_bytes == plain.engine_bytes // 12 * 13
+    # one spec, or one type of attention at one block size, is one group: nothing changes
+    for name in ("llama3-70b", "mistral-7b", "deepseek-v3.2", "gpt-oss-120b", "llama4-scout", "whisper-large-v3"):
+        r = cache(name)
+        assert all(g.pad_layers == 0 and g.pad_state_layers == 0 for g in r.groups), name
+
+
+def test_vllm_groups_span_pipeline_stages():
+    # vLLM groups the whole model and projects the groups on each stage (get_kv_cache_configs): a stage's block costs
+    # its largest group's layers there in pages, for every group, whether it has layers there or not. gemma3-27b at
+    # pp 2: stage 0 holds layers 0..30: 5 global layers (5, 11, .., 29) and the first 26 windowed ones, dealt round
+    # the 6 windowed groups as 5, 5, 4, 4, 4, 4: 5 slots a group, so 5 · (6,251 + 6 · 65) pages of 131,072 bytes
+    g = per_gpu(spec("gemma3-27b"), Settings(ctx=100_001, engine="vllm", pp=2))
+    assert g.kv_cache_bytes == 5 * (6251 + 6 * 65) * 131_072 == 4_352_245_760
 
 
 def test_vllm_hybrid_pages_per_rank_and_in_fit():

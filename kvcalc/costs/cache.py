@@ -21,14 +21,15 @@ from functools import cached_property
 
 from kvcalc.attention import AttentionKind, Formula, Layer
 from kvcalc.costs.paged import (
-    HybridPages,
+    GroupPages,
+    PoolLayout,
     block_tokens,
     keeps_every_token,
     layer_pages,
     page_bytes,
     pages,
     span_bytes,
-    vllm_hybrid_pages,
+    vllm_layout,
 )
 from kvcalc.costs.quant import component_bytes, entry_bytes, group_size
 from kvcalc.costs.state import parts_bytes, state_label, state_parts
@@ -68,10 +69,19 @@ class GroupCache:
     state_parts: tuple[tuple[int, str], ...] = ()  # one layer's constant state, one sequence: (elements, dtype) pairs
     state_bytes_per_layer: int = 0  # one layer's constant states, all sequences
     every_token: bool = False  # the engine pages every token of a windowed layer (kvcalc.costs.paged.keeps_every_token)
+    padded_page: int | None = None  # vLLM pads this group's attention page to the unified page (kvcalc.costs.paged)
+    pad_layers: int = 0  # vLLM's padding slots of this group's attention spec, in layers (PoolLayout.pads)
+    pad_state_layers: int = 0  # the same for its constant state's spec
 
     @property
     def n_layers(self) -> int:
         return len(self.group.layers)
+
+    @property
+    def engine_bytes(self) -> int | None:
+        """The group's cache in the engine's whole pages, all its layers and vLLM's padding slots (--engine)."""
+        per_layer = self.engine_bytes_per_layer
+        return None if per_layer is None else per_layer * (self.n_layers + self.pad_layers)
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,8 @@ class GroupTerm:
     fixed_paged: int  # one layer's cross-attention pages, in bytes (--engine)
     bits: int  # of one element at kv_dtype
     every_token: bool = False  # the engine pages every token of a windowed layer (keeps_every_token)
+    padded: bool = False  # vLLM pads this group's page to the unified page (GroupCache.padded_page)
+    pad_layers: int = 0  # vLLM's padding slots counted with this group (GroupCache.pad_layers)
 
     def layer_bytes(self, ctx: int, batch: int, s: Settings) -> int:
         """One layer's cache of `batch` sequences at `ctx` (as GroupCache.bytes_per_layer; in the engine's whole pages
@@ -123,7 +135,7 @@ class GroupTerm:
     def pages_bytes(self, n_pages: int, s: Settings) -> int:
         """Bytes of `n_pages` whole pages of one layer and sequence (--engine): n · page_bytes, except under a group
         scheme g<G>, whose key groups run along the tokens the pages span (kvcalc.costs.paged.span_bytes)."""
-        if group_size(s.kv_quant) is None:
+        if group_size(s.kv_quant) is None or self.padded:
             return n_pages * self.page_bytes
         assert self.block is not None
         return span_bytes(self.formula, self.heads, n_pages, self.block, self.attention, s)
@@ -142,7 +154,7 @@ class CachePlan:
     kv_quant: str
     engine: str | None
     groups: tuple[ResolvedGroup, ...]  # the layer groups (with the MTP layers under --mtp)
-    hybrid: HybridPages | None
+    layout: PoolLayout | None  # vLLM's pool of a model whose layers' specs differ (kvcalc.costs.paged.vllm_layout)
     terms: tuple[GroupTerm, ...]
     elements_per_token: int
     bytes_per_token: int
@@ -210,8 +222,8 @@ class CacheReport:
     @cached_property
     def groups(self) -> tuple[GroupCache, ...]:
         """The cache of each layer group."""
-        return tuple(group_cache(g, self.settings, self.plan.enc_ctx, self.plan.hybrid, self.plan.every_token)
-                     for g in self.plan.groups)
+        return tuple(group_cache(g, self.settings, self.plan.enc_ctx, self.plan.every_token, self.plan.layout, i)
+                     for i, g in enumerate(self.plan.groups))
 
     @property
     def cache_bytes(self) -> int:
@@ -228,11 +240,12 @@ def token_bytes(formula: Formula, heads: int, s: Settings) -> int:
     return -(-entry_bytes(formula, heads, g, s.kv_dtype, s.kv_quant) // g)
 
 
-def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: HybridPages | None = None,
-                every_token: bool = False) -> GroupCache:
+def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, every_token: bool = False,
+                layout: PoolLayout | None = None, index: int = 0, pads: dict[tuple[int, str], int] | None = None) -> GroupCache:
     """The cache of one layer group of a model at settings `s`; `enc_tokens`: encoder positions its cross-attention
-    holds (encoder–decoder models); `hybrid`: vLLM's unified page of a hybrid model; `every_token`: the engine pages
-    every token of a windowed layer (kvcalc.costs.paged)."""
+    holds (encoder–decoder models); `every_token`: the engine pages every token of a windowed layer; `layout`: vLLM's
+    pool of a model whose layers' specs differ, this group its `index`-th, with the padding slots `pads` (None: the
+    whole model's; kvcalc.costs.paged)."""
     att, layer = group.attention, group.layer
     formula = att.cache_formula(layer, s.mla_cache)
     held = att.tokens_held(layer, s.ctx)
@@ -255,20 +268,26 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, hybrid: 
         layer_bytes = s.batch * one
         bytes_ = layer_bytes * len(group.layers)
     block = n_pages = paged = engine_state = None
+    own = layout.pages[index] if layout is not None else GroupPages()
+    pad = pad_state = 0
+    if layout is not None:
+        pads = layout.pads() if pads is None else pads
+        pad, pad_state = pads.get((index, "kv"), 0), pads.get((index, "state"), 0)
     if s.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
-        block = block_tokens(att, s, hybrid)
+        block = own.block or block_tokens(att, s)
         n_pages = layer_pages(s.ctx, held, block, layer, s.engine, every_token)
-        paged = span_bytes(formula, heads, n_pages, block, att, s)
+        paged = (n_pages * own.padded_page if own.padded_page is not None
+                 else span_bytes(formula, heads, n_pages, block, att, s))
         if cross is not None and group.cross is not None:
             cross_heads = group.cross.cache_heads(group.cross_layer, s.mla_cache)
             paged += span_bytes(cross, cross_heads, pages(enc_tokens, enc_tokens, block), block, group.cross, s)
         paged *= s.batch
-        state_one = hybrid.page_bytes if hybrid is not None else parts_bytes(parts, 1)
+        state_one = own.state_page if own.state_page is not None else parts_bytes(parts, 1)
         engine_state = s.batch * state_one if state.elements else 0  # vLLM: one padded page a state
     return GroupCache(group, formula, held, state.elements, per_layer, total, layer_bytes, bytes_,
                       state if state.elements else None, state_total, parts_bytes(parts, s.batch * len(group.layers)),
                       cross, enc_tokens if cross else 0, token_bytes(formula, heads, s), heads, block, n_pages or 0,
-                      paged, engine_state, parts, parts_bytes(parts, s.batch), every_token)
+                      paged, engine_state, parts, parts_bytes(parts, s.batch), every_token, own.padded_page, pad, pad_state)
 
 
 def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
@@ -298,8 +317,9 @@ def cache_at(plan: CachePlan, s: Settings) -> CacheReport:
                                for t, h in zip(plan.terms, held))
     engine_bytes = None
     if plan.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
-        engine_bytes = s.batch * sum(
-            t.n_layers * (t.pages_bytes(layer_pages(ctx, h, t.block, t.layer, plan.engine, t.every_token), s) + t.fixed_paged)
+        engine_bytes = s.batch * sum(  # vLLM's padding slots hold pages as the layers of their spec do (PoolLayout.pads)
+            (t.n_layers + t.pad_layers)
+            * (t.pages_bytes(layer_pages(ctx, h, t.block, t.layer, plan.engine, t.every_token), s) + t.fixed_paged)
             for t, h in zip(plan.terms, held) if t.block is not None)
     return CacheReport.at(plan, s, elements, bytes_, engine_bytes)
 
@@ -320,10 +340,10 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     mtp = spec.mtp_group() if s.mtp else None
     if mtp is not None:  # --mtp: the multi-token-prediction layers keep a cache like the last layer's
         groups = groups + (mtp,)
-    hybrid = vllm_hybrid_pages(groups, s)
+    layout = vllm_layout(groups, s)
     one = replace(s, ctx=1, batch=1)
     every = keeps_every_token(spec.family, s.engine)
-    rows = tuple(group_cache(g, one, enc, hybrid, every) for g in groups)  # one sequence: what does not grow with ctx
+    rows = tuple(group_cache(g, one, enc, every, layout, i) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx
     terms = tuple(group_term(r, s, enc) for r in rows)
     # a KV-shared layer (Gemma 3n) adds nothing per token: it reads the cache of the layer it shares
     growing = [r for r in rows if not r.group.layer.kv_shared]
@@ -344,14 +364,15 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
         kv_quant=s.kv_quant,
         engine=s.engine,
         groups=groups,
-        hybrid=hybrid,
+        layout=layout,
         terms=terms,
         elements_per_token=per_token,
         bytes_per_token=(elements_to_bytes(per_token, s.kv_dtype) if plain
                          else sum(r.bytes_per_token_per_layer * r.n_layers for r in growing)),
         state_elements=sum(r.state_elements for r in rows),
         state_parts=states,
-        engine_state_bytes=sum((r.engine_state_bytes_per_layer or 0) * r.n_layers for r in rows) if s.engine else None,
+        engine_state_bytes=(sum((r.engine_state_bytes_per_layer or 0) * (r.n_layers + r.pad_state_layers) for r in rows)
+                            if s.engine else None),
         block_size=max(blocks) if blocks else None,
         bits=dtype_bits(s.kv_dtype),
         plain=plain and s.engine is None,
@@ -372,9 +393,10 @@ def group_term(r: GroupCache, s: Settings, enc: int) -> GroupTerm:
         if r.block_size is not None:
             fixed_paged = span_bytes(cross, cross_heads, pages(enc, enc, r.block_size), r.block_size, g.cross, s)
     if r.block_size is not None:
-        page = page_bytes(r.formula, r.heads, r.block_size, g.attention, s)
+        page = r.padded_page or page_bytes(r.formula, r.heads, r.block_size, g.attention, s)
     return GroupTerm(g.attention, g.layer, n, r.formula, r.heads, r.formula.elements, cross.elements * enc if cross else 0,
-                     fixed_bytes, r.block_size, page, fixed_paged, dtype_bits(s.kv_dtype), r.every_token)
+                     fixed_bytes, r.block_size, page, fixed_paged, dtype_bits(s.kv_dtype), r.every_token,
+                     r.padded_page is not None, r.pad_layers)
 
 
 def without_windows(spec: ModelSpec) -> ModelSpec:

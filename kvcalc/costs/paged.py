@@ -30,6 +30,17 @@ Rules (also in the README):
   bytes of one layer's state, A the bytes one token adds to an attention layer and k = max(the backend's smallest
   block, the block size asked) (16, or 64 for FlashMLA), and each state page is padded to a · A bytes. SGLang
   keeps states in its own Mamba pool at their exact size (mem_cache/memory_pool.py MambaPool); ideal is exact.
+- vLLM's groups (vllm/v1/core/kv_cache_utils.py get_kv_cache_groups): a model whose layers' specs differ is kept in
+  groups of one spec and equal size, the fewest layers a spec has, or the most when that is under 1.5 times the
+  fewest (_get_kv_cache_groups_uniform_page_size), each spec split into ceil(n / size) groups, its layers dealt round
+  (layers[i::groups]), the last padded; a block of the pool is a page in each of the group size's tensors
+  (get_kv_cache_config_from_groups), so a padding slot costs pages as its spec's layers do. Before that, every page is
+  made as large as the largest (unify_kv_cache_spec_page_size): a smaller attention page takes more tokens when it
+  divides the largest, else is padded; a state page is padded. Under pipeline parallelism the groups are the whole
+  model's, projected on each stage (get_kv_cache_configs): a stage's block costs its largest group's layers there,
+  for every group. One spec (is_kv_cache_spec_uniform), or one type of attention at one block size
+  (UniformTypeKVCacheSpecs), is one group of each layer's own pages. A layer's cross-attention is counted with its
+  self-attention (Whisper: the same pages, as many layers). Source: vLLM main, 2026.
 - The pool's free pages and prefix sharing are not modelled.
 """
 
@@ -187,3 +198,93 @@ def vllm_hybrid_pages(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s
     k = max(VLLM_MLA_BLOCK if isinstance(first, MLA) else DEFAULT_BLOCK["vllm"], s.block_size or 0)
     block = max(k * -(-max(state_bytes) // (k * one_token)), s.block_size or 0)
     return HybridPages(block, block * one_token)
+
+
+@dataclass(frozen=True)
+class GroupPages:
+    """How vLLM pages one layer group of a model in its hybrid pool (PoolLayout): the tokens a page of its attention
+    holds, the bytes its attention page is padded to when not a whole part of the unified page (else None), and the
+    bytes of its state's page."""
+
+    block: int | None = None
+    padded_page: int | None = None
+    state_page: int | None = None
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    """vLLM's KV cache groups for a model whose layers' cache specs differ (see the module's rules): each layer
+    group's pages, the unified page, and vLLM's groups as (spec, layer indices), every group `group_size` slots."""
+
+    pages: tuple[GroupPages, ...]  # per layer group
+    page: int  # bytes of every page (one rank's)
+    buckets: tuple[tuple[int, str], ...]  # per spec: the (layer group, part) its padding slots are counted with
+    groups: tuple[tuple[int, tuple[int, ...]], ...]  # vLLM's groups: (spec, its layer indices)
+    group_size: int
+
+    def pads(self, here: range | frozenset[int] | None = None) -> dict[tuple[int, str], int]:
+        """Padding slots of each spec on a GPU holding the layers `here` (None: all), counted with the spec's first
+        (layer group, part): a block of the pool is one page in each of the busiest group's layer count of tensors
+        (get_kv_cache_config_from_groups), so every group of a spec costs that many pages a block, layers or not
+        (kv_cache_utils._project_kv_cache_groups_to_worker keeps a stage's empty groups)."""
+        counts = [len(layers) if here is None else sum(1 for i in layers if i in here) for _, layers in self.groups]
+        slots = max(counts, default=0)
+        out: dict[tuple[int, str], int] = {}
+        for (bucket, _), n in zip(self.groups, counts):
+            first = self.buckets[bucket]
+            out[first] = out.get(first, 0) + slots - n
+        return out
+
+
+def vllm_layout(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s: Settings) -> PoolLayout | None:
+    """vLLM's pool for a model whose layers' cache specs differ (vllm/v1/core/kv_cache_utils.py get_kv_cache_groups);
+    None for other engines, and where one spec or one type of attention at one block size covers every layer (one
+    group: each layer's own pages, as kvcalc counts them without a layout)."""
+    if s.engine != "vllm":
+        return None
+    hybrid = vllm_hybrid_pages(groups, s)  # the attention block a state fits in (_align_hybrid_block_size)
+    parts: list[tuple[int, str, tuple[object, ...], int, int]] = []  # (layer group, part, spec, block, page bytes)
+    for i, g in enumerate(groups):
+        att, layer = g.attention, g.layer
+        formula = att.cache_formula(layer, s.mla_cache)
+        if formula.elements and not layer.kv_shared:  # an attention layer; its cross-attention pages ride with it
+            block = hybrid.block if hybrid is not None else block_tokens(att, s)
+            heads = att.cache_heads(layer, s.mla_cache)
+            kind = ("window", layer.window) if layer.window else ("chunk", layer.chunk) if layer.chunk else ("full", 0)
+            kv_spec = (kind, isinstance(att, MLA), tuple(formula.components.items()), heads, g.cross is not None)
+            parts.append((i, "kv", kv_spec, block, page_bytes(formula, heads, block, att, s)))
+        state = state_parts(g, s)
+        if parts_bytes(state, 1):  # a constant state: vLLM's MambaSpec
+            parts.append((i, "state", (("state", 0), False, state, 0, False), 0,
+                          hybrid.page_bytes if hybrid is not None else parts_bytes(state, 1)))
+    if len({(spec, block, page) for _, _, spec, block, page in parts}) <= 1:
+        return None  # one spec (is_kv_cache_spec_uniform)
+    if all(part == "kv" for _, part, *_ in parts) and len({(spec[0], block) for _, _, spec, block, _ in parts}) == 1:
+        return None  # one type of attention at one block size (UniformTypeKVCacheSpecs): one group, each layer's pages
+    top = max(page for *_, page in parts)  # unify_kv_cache_spec_page_size: every page as large as the largest
+    pages: dict[int, GroupPages] = {}
+    buckets: dict[tuple[object, ...], list[tuple[int, str]]] = {}
+    for i, part, spec, block, page in parts:
+        padded = None
+        if part == "state":
+            padded = top  # a state page is padded to the unified page
+        elif page < top and top % page == 0:
+            block *= top // page  # a smaller attention page holds more tokens
+        elif page < top:
+            padded = top  # not a whole part: padded (backends that index pages by their stride)
+        old = pages.get(i, GroupPages(hybrid.block if hybrid is not None else None))
+        pages[i] = (GroupPages(block, padded, old.state_page) if part == "kv"
+                    else GroupPages(old.block, old.padded_page, top))
+        buckets.setdefault((part, spec, block, padded), []).append((i, part))
+    counts = [sum(len(groups[i].layers) for i, _ in members) for members in buckets.values()]
+    # _get_kv_cache_groups_uniform_page_size: groups of the fewest layers a spec has, or of the most when the most is
+    # under 1.5 times the fewest; each spec split into ceil(n / size) groups, its layers dealt round (layers[i::n])
+    size = max(counts) if 2 * max(counts) < 3 * min(counts) else min(counts)
+    split = []
+    for b, members in enumerate(buckets.values()):
+        layers = sorted(j for i, _ in members for j in groups[i].layers)
+        n = -(-len(layers) // size)
+        split += [(b, tuple(layers[k::n])) for k in range(n)]
+    default = GroupPages(hybrid.block if hybrid is not None else None)
+    return PoolLayout(tuple(pages.get(i, default) for i in range(len(groups))), top,
+                      tuple(members[0] for members in buckets.values()), tuple(split), size)

@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 from kvcalc.attention import MLA, Formula
 from kvcalc.costs.cache import GroupTerm, group_cache, group_term
-from kvcalc.costs.paged import keeps_every_token, vllm_hybrid_pages
+from kvcalc.costs.paged import keeps_every_token, vllm_layout
 from kvcalc.costs.state import parts_bytes
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
@@ -111,6 +111,8 @@ class _StageGroup:
     state_parts: tuple[tuple[int, str], ...]  # the same by storage dtype: (elements, dtype) pairs
     engine_state_bytes: int | None  # one layer's state as the engine stores it, one sequence (--engine)
     latent_split: bool  # SGLang's DP attention splits this group's sequences over the tp ranks
+    pad: int = 0  # vLLM's padding slots of its attention spec on this stage, in layers (PoolLayout.pads)
+    pad_state: int = 0  # the same for its constant state's spec
 
 
 @dataclass(frozen=True)
@@ -141,20 +143,27 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     # SGLang's DP attention: a rank runs its sequences' MLA attention with every head (attention tp size 1), so it
     # holds their whole cache, not a tp-th of the heads' (the same for the latent, which every rank holds anyway)
     held = [g if s.dp_attention and isinstance(g.attention, MLA) else rank for g, rank in zip(everyone, ranks)]
-    hybrid = vllm_hybrid_pages(held, s)  # each rank sizes its own pages
+    layout = vllm_layout(held, s)  # each rank sizes its own pages
     one = dataclasses.replace(s, ctx=1, batch=1, tp=1, pp=1, dp=1, ep=1)
-    caches = [group_cache(g, one, enc, hybrid, keeps_every_token(spec.family, s.engine)) for g in held]
+    every = keeps_every_token(spec.family, s.engine)
+    caches = [group_cache(g, one, enc, every, layout, j, {}) for j, g in enumerate(held)]  # padding: by stage, below
     ranges = pp_stages(spec.n_layers, s.pp)
     out = []
     for i, layers in enumerate(ranges):
         last = i == len(ranges) - 1
+        # vLLM groups the whole model's layers and projects the groups on each stage (get_kv_cache_configs)
+        here = frozenset(layers) | (frozenset(mtp.layers) if mtp is not None and last else frozenset())
+        pads = layout.pads(here) if layout is not None else {}
         groups = []
-        for group, gc in zip(everyone, caches):
+        for j, (group, gc) in enumerate(zip(everyone, caches)):
             n = len(group.layers) if group is mtp else bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start)
-            if n and (group is not mtp or last):  # its layers here; the MTP layers on the last stage
+            if group is mtp and not last:  # the MTP layers on the last stage
+                n = 0
+            pad, pad_state = pads.get((j, "kv"), 0), pads.get((j, "state"), 0)
+            if n or pad or pad_state:  # its layers here, or vLLM's padding slots of their spec
                 groups.append(_StageGroup(group.label, n, group_term(gc, one, enc), gc.state_elements_per_layer, gc.state_parts,
                                           gc.engine_state_bytes_per_layer,
-                                          s.dp_attention and isinstance(group.attention, MLA)))
+                                          s.dp_attention and isinstance(group.attention, MLA), pad, pad_state))
         # SGLang's DP attention runs attention at attention-tp size 1: every rank holds the whole attention weights
         weighed = list(everyone) if s.dp_attention else ranks
         params = _stage_params(spec, s, i, layers, len(ranges), weighed[:len(spec.groups)])
@@ -208,7 +217,7 @@ def _stage(s: Settings, plan: Stage) -> PerGpu:
     """One stage's GPU at the settings' context and batch: the cache and states of its share of the sequences."""
     kv = state = 0
     for g in plan.groups:
-        kv += g.n * _layer_kv(s, g)
+        kv += (g.n + g.pad) * _layer_kv(s, g)
         state += _group_state(s, g)
     return _new(PerGpu, (s.tp * s.pp * s.dp, plan.stage, plan.layers, kv, state, plan.weights_bytes))
 
@@ -220,8 +229,8 @@ def _layer_kv(s: Settings, g: _StageGroup) -> int:
 
 def _group_state(s: Settings, g: _StageGroup) -> int:
     """The constant states of a stage group's layers on one GPU, its share of the sequences (--engine: its pages)."""
-    if g.engine_state_bytes is not None:  # the engine's state pages
-        return g.n * _sequences(s, g) * g.engine_state_bytes
+    if g.engine_state_bytes is not None:  # the engine's state pages, with vLLM's padding slots
+        return (g.n + g.pad_state) * _sequences(s, g) * g.engine_state_bytes
     return g.n * parts_bytes(g.state_parts, _sequences(s, g)) if g.state_elements else 0
 
 
@@ -238,6 +247,7 @@ class GroupOnGpu(NamedTuple):
     kv_bytes_per_layer: int
     kv_bytes: int
     state_bytes: int
+    padding_layers: int = 0  # vLLM's padding slots of the group's spec on this stage (PoolLayout.pads)
 
 
 def gpu_groups(s: Settings, plan: Stage) -> list[GroupOnGpu]:
@@ -246,7 +256,8 @@ def gpu_groups(s: Settings, plan: Stage) -> list[GroupOnGpu]:
     for g in plan.groups:
         per_layer = _layer_kv(s, g)
         out.append(GroupOnGpu(g.label, g.n, g.term.formula, g.term.attention.tokens_held(g.term.layer, s.ctx),
-                              _sequences(s, g), g.latent_split, per_layer, g.n * per_layer, _group_state(s, g)))
+                              _sequences(s, g), g.latent_split, per_layer, (g.n + g.pad) * per_layer, _group_state(s, g),
+                              g.pad))
     return out
 
 

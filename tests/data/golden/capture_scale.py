@@ -33,6 +33,10 @@ HW = ("--hardware", "h100-80gb")
 # 8 · 61 · ceil(ctx / 16) · 16 · (1,152 + 132). The 3 '--kv-dtype fp8 --engine vllm' lines of hybrid models were
 # regenerated (vLLM keeps states at the model's bf16): a script checked each equals the same line with --state-dtype
 # bf16 (Nemotron-H, whose SSM state is fp32 anyway: its state bytes by hand).
+# The 15 '--engine vllm' lines of Gemma 3 (1b, 4b, 27b), Gemma 4 and Nemotron-H were regenerated (vLLM's groups pad
+# every spec to whole groups and unify page sizes): a script checked that only the engine figures changed, Gemma 3's
+# by 8 · padding slots (2, 1, 8) · window pages · 16 · bytes a token, Nemotron-H's states by 60/54, Gemma 4's
+# block_size 16 -> 32 and its full layers' pages halved.
 SERVING = (
     ("--tp", "8"), ("--tp", "4", "--pp", "3", "--dp", "2"), ("--tp", "2", "--dp", "4", "--ep", "8"), ("--engine", "vllm"),
     ("--engine", "sglang", "--block-size", "16"), ("--kv-dtype", "int4", "--kv-quant", "g64"),
