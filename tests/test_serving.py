@@ -312,6 +312,22 @@ def test_vllm_groups_pad_every_spec_to_whole_groups():
         assert all(g.pad_layers == 0 and g.pad_state_layers == 0 for g in r.groups), name
 
 
+def test_vllm_forces_flashmla_pages_of_64():
+    # vllm/platforms/cuda.py: FlashMLA turns a block size that is not a multiple of 64 into 64; FlashMLASparse
+    # (DeepSeek-V3.2) uses 64 whatever is asked. An MLA layer's token: (512 + 64) bf16 = 1,152 bytes (deepseek-v2: 60 layers)
+    def mla(name, block):
+        return kv_cache(spec(name), Settings(ctx=1000, engine="vllm", block_size=block))
+
+    for block, pages_of in [(16, 64), (32, 64), (100, 64), (128, 128), (192, 192)]:
+        r = mla("deepseek-v2", block)
+        assert r.groups[0].block_size == pages_of
+        assert r.engine_bytes == 60 * -(-1000 // pages_of) * pages_of * 1152, block
+    assert {g.block_size for g in mla("deepseek-v3.2", 128).groups} == {64}
+    # other engines and other attention keep the block asked
+    assert kv_cache(spec("deepseek-v2"), Settings(ctx=1000, engine="ideal", block_size=16)).groups[0].block_size == 16
+    assert kv_cache(spec("llama3-8b"), Settings(ctx=1000, engine="vllm", block_size=32)).groups[0].block_size == 32
+
+
 def test_vllm_groups_span_pipeline_stages():
     # vLLM groups the whole model and projects the groups on each stage (get_kv_cache_configs): a stage's block costs
     # its largest group's layers there in pages, for every group, whether it has layers there or not. gemma3-27b at

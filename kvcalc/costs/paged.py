@@ -19,7 +19,7 @@ Rules (also in the README):
   every token in its one pool (`keeps_every_token`: ceil(ctx / B) pages a layer).
 - Page sizes: `ideal` is exact (B = 1); SGLang's default page_size is 1 (server_args.py); vLLM's default
   block_size is 16, and 64 for MLA layers (vllm/platforms/cuda.py: "Forcing kv cache block size to 64 for FlashMLA
-  backend", also for FlashMLASparse). --block-size overrides all.
+  backend" when the block size is not a multiple of 64, and always for FlashMLASparse). --block-size sets the rest.
 - vLLM and SGLang store DeepSeek-V3.2's indexer key as fp8 with one fp32 scale per 128 values (DeepseekV32IndexerCache;
   NSATokenToKVPool: head_dim + head_dim // 128 · 4 bytes a token) whatever the KV dtype, SGLang in pages of 64
   (server_args.py sets page_size 64 for DeepSeek NSA); vLLM turns an fp8 cache of a sparse MLA model
@@ -74,10 +74,13 @@ def block_tokens(attention: AttentionKind, s: Settings, hybrid: HybridPages | No
     """Tokens a page holds for a layer of `attention` under the settings' engine (`hybrid`: vLLM's unified page)."""
     if hybrid is not None:
         return hybrid.block
+    if s.engine == "vllm" and isinstance(attention, MLA):
+        # vllm/platforms/cuda.py: FlashMLA makes a block size that is not a multiple of 64 into 64, FlashMLASparse
+        # (DeepSeek Sparse Attention) any block size
+        asked = s.block_size
+        return VLLM_MLA_BLOCK if asked is None or attention.indexed or asked % VLLM_MLA_BLOCK else asked
     if s.block_size is not None:
         return s.block_size
-    if s.engine == "vllm" and isinstance(attention, MLA):
-        return VLLM_MLA_BLOCK
     if s.engine == "sglang" and isinstance(attention, MLA) and attention.indexed:
         return SGLANG_NSA_BLOCK
     return DEFAULT_BLOCK[s.engine or "ideal"]
