@@ -134,10 +134,11 @@ class Settings:
     def state_storage(self) -> str:
         """The dtype constant states are stored in: state_dtype, else the KV dtype; under vLLM a KV dtype of fewer
         than 16 bits leaves the states at bf16 (CacheConfig.mamba_cache_dtype "auto": the model's dtype, not the KV
-        cache's)."""
+        cache's); SGLang's Mamba pool is bf16 whatever the KV dtype (srt/configs/mamba_utils.py: SGLANG_MAMBA_CONV_DTYPE
+        bf16; its recurrent states: kvcalc.costs.state)."""
         if self.state_dtype:
             return self.state_dtype
-        if self.engine == "vllm" and dtype_bits(self.kv_dtype) < 16:
+        if self.engine == "vllm" and dtype_bits(self.kv_dtype) < 16 or self.engine == "sglang":
             return "bf16"
         return self.kv_dtype
 

@@ -312,6 +312,29 @@ def test_vllm_groups_pad_every_spec_to_whole_groups():
         assert all(g.pad_layers == 0 and g.pad_state_layers == 0 for g in r.groups), name
 
 
+def test_sglang_keeps_recurrent_states_in_fp32():
+    # SGLang's mamba2_state_dtype (srt/configs/mamba_utils.py): the recurrent (SSM) state of the layers it pools
+    # through Mamba2CacheParams / KimiLinearCacheParams is float32 unless SGLANG_MAMBA_SSM_DTYPE or the config's
+    # mamba_ssm_dtype says otherwise; the conv state bf16 (SGLANG_MAMBA_CONV_DTYPE), whatever the KV dtype.
+    # Qwen3-Next's Gated DeltaNet layer: 32 value heads · 128 · 128 = 524,288 recurrent elements and 3 · (2·16·128 +
+    # 32·128) = 24,576 conv elements; 36 such layers
+    per_layer = 524_288 * 4 + 24_576 * 2
+    for kv_dtype in ("bf16", "fp8"):
+        r = kv_cache(spec("qwen3-next-80b-a3b"), Settings(ctx=1000, batch=3, engine="sglang", kv_dtype=kv_dtype))
+        assert r.state_bytes == r.engine_state_bytes == 3 * 36 * per_layer == 231_800_832
+        assert r.state_dtype == "fp32+bf16"
+    # without an engine, or with --state-dtype, the default and the flag hold as before
+    assert kv_cache(spec("qwen3-next-80b-a3b"), Settings(ctx=1000)).state_bytes == 36 * 548_864 * 2
+    assert kv_cache(spec("qwen3-next-80b-a3b"), Settings(ctx=1000, engine="sglang", state_dtype="bf16")).state_bytes \
+        == 36 * 548_864 * 2
+    # Nemotron-H fixes fp32 itself (its spec's recurrent_dtype); lightning attention (MiniMax-M1) is not in the
+    # Mamba pool's fp32 rule: its state at bf16
+    nem = kv_cache(spec("nemotron-h-56b"), Settings(ctx=1000, engine="sglang"))
+    assert nem.state_bytes == 54 * (256 * 64 * 256 * 4 + 3 * 20_480 * 2)
+    assert kv_cache(spec("minimax-m1"), Settings(ctx=1000, engine="sglang")).state_bytes \
+        == kv_cache(spec("minimax-m1"), Settings(ctx=1000)).state_bytes
+
+
 def test_vllm_forces_flashmla_pages_of_64():
     # vllm/platforms/cuda.py: FlashMLA turns a block size that is not a multiple of 64 into 64; FlashMLASparse
     # (DeepSeek-V3.2) uses 64 whatever is asked. An MLA layer's token: (512 + 64) bf16 = 1,152 bytes (deepseek-v2: 60 layers)

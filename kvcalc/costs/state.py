@@ -2,14 +2,20 @@
 
 A state is stored at --state-dtype when it is given; otherwise each component at the dtype the model fixes for it
 (RecurrentState.recurrent_dtype: Qwen3.5's float32 recurrent state, which vLLM keeps in mamba_ssm_cache_dtype) or
-at the KV dtype. Bytes round up to whole bytes once per dtype.
+at the KV dtype (Settings.state_storage: bf16 under SGLang, and under vLLM below 16 bits). SGLang keeps the recurrent
+state of the layers it pools through Mamba2CacheParams or KimiLinearCacheParams (Gated DeltaNet, Mamba-2, KDA) in
+float32 when the model fixes none (srt/configs/mamba_utils.py mamba2_state_dtype: the SGLANG_MAMBA_SSM_DTYPE
+variable, else the config's mamba_ssm_dtype, else "float32"). Bytes round up to whole bytes once per dtype.
 """
 
 from __future__ import annotations
 
+from kvcalc.attention.recurrent import RecurrentState
 from kvcalc.dtypes import elements_to_bytes
 from kvcalc.settings import Settings
 from kvcalc.spec import ResolvedGroup
+
+SGLANG_FP32_RECURRENT = frozenset({"gated_deltanet", "mamba2", "kda"})  # SGLang's Mamba2/KimiLinear cache params
 
 
 def state_parts(group: ResolvedGroup, s: Settings) -> tuple[tuple[int, str], ...]:
@@ -18,6 +24,9 @@ def state_parts(group: ResolvedGroup, s: Settings) -> tuple[tuple[int, str], ...
     kind, layer = (group.parallel, group.parallel_layer) if group.parallel is not None else (group.attention, group.layer)
     formula = kind.state_formula(layer)
     fixed = {} if s.state_dtype is not None else kind.state_dtypes(layer)
+    if s.state_dtype is None and s.engine == "sglang" and isinstance(kind, RecurrentState) and not fixed \
+            and kind.kind in SGLANG_FP32_RECURRENT:
+        fixed = {kind.temporal: "fp32"}
     if not fixed:
         return ((formula.elements, s.state_storage),) if formula.elements else ()
     by_dtype: dict[str, int] = {}

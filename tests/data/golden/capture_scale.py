@@ -36,7 +36,9 @@ HW = ("--hardware", "h100-80gb")
 # The 15 '--engine vllm' lines of Gemma 3 (1b, 4b, 27b), Gemma 4 and Nemotron-H were regenerated (vLLM's groups pad
 # every spec to whole groups and unify page sizes): a script checked that only the engine figures changed, Gemma 3's
 # by 8 · padding slots (2, 1, 8) · window pages · 16 · bytes a token, Nemotron-H's states by 60/54, Gemma 4's
-# block_size 16 -> 32 and its full layers' pages halved.
+# block_size 16 -> 32 and its full layers' pages halved. qwen3-next's '--engine sglang' line was regenerated (SGLang
+# keeps the Gated DeltaNet recurrent state in fp32): a script checked the state bytes by hand, the cache and decode
+# bytes by their difference, and the roofline figures by the ratio of bytes read.
 SERVING = (
     ("--tp", "8"), ("--tp", "4", "--pp", "3", "--dp", "2"), ("--tp", "2", "--dp", "4", "--ep", "8"), ("--engine", "vllm"),
     ("--engine", "sglang", "--block-size", "16"), ("--kv-dtype", "int4", "--kv-quant", "g64"),
