@@ -320,3 +320,21 @@ def test_readme_per_gpu_example_is_what_show_prints():
     block = readme.split("$ kvcalc show llama3-70b --ctx 8k --tp 8 --explain\n...\n")[1].split("```")[0]
     out = run("show", "llama3-70b", "--ctx", "8k", "--tp", "8", "--explain").stdout
     assert block and block in out
+
+
+def test_vllm_splits_routed_experts_over_dp_and_tp():
+    # vLLM's MoE layers span the data-parallel ranks (fused_moe/config.py FusedMoEParallelConfig.make:
+    # flatten_tp_across_dp, tp_size = dp · tp when expert parallelism is off): deepseek-v3 at tp 4, dp 2 holds a
+    # 2048 / 8 = 256-wide slice of each of the 58 MoE layers' 256 routed experts (3 matrices of 7,168 × d_ff),
+    # not the 512-wide slice of tp 4 alone; shared experts, attention and the rest as at tp 4
+    model = spec("deepseek-v3")
+    plain = per_gpu(model, Settings(ctx=8192, tp=4, dp=2))
+    vllm = per_gpu(model, Settings(ctx=8192, tp=4, dp=2, engine="vllm"))
+    assert plain.weights_bytes - vllm.weights_bytes == 2 * 58 * 256 * 3 * 7168 * (512 - 256) == 163_477_192_704
+    # under expert parallelism, or at dp 1, nothing changes; a dense model neither
+    for kw in ({"dp": 2, "ep": 8}, {"dp": 1}):
+        assert per_gpu(model, Settings(ctx=8192, tp=4, engine="vllm", **kw)).weights_bytes \
+            == per_gpu(model, Settings(ctx=8192, tp=4, **kw)).weights_bytes
+    llama = spec("llama3-70b")
+    assert per_gpu(llama, Settings(ctx=8192, tp=4, dp=2, engine="vllm")).weights_bytes \
+        == per_gpu(llama, Settings(ctx=8192, tp=4, dp=2)).weights_bytes

@@ -23,7 +23,10 @@ Rules (also in the README), with the engine behaviour they follow:
   (VocabParallelEmbedding(enable_tp=not is_dp_attention_enabled())); FFNs, experts and the LM head (enable_dp_lm_head
   off by default) stay split over tp.
 - Expert parallelism spreads a stage's experts over its tp · dp GPUs (vLLM: ep = tp · dp; SGLang: ep divides tp), so
-  ep must divide tp · dp.
+  ep must divide tp · dp. Without it, vLLM still spans the data-parallel ranks with its MoE layers: each routed expert
+  is split over dp · tp ranks (fused_moe/config.py FusedMoEParallelConfig.make, flatten_tp_across_dp), so under
+  --engine vllm a rank holds ceil(d_ff / (dp · tp)) of each; otherwise (SGLang, or no engine) a dp replica is a
+  whole copy split over its tp ranks. Shared experts and dense FFNs stay split over tp.
 - With --engine the KV cache is counted in the engine's whole pages (kvcalc.costs.paged).
 - Extra weights (blocks the schema has no type for, e.g. Gemma 3n's per-layer embeddings) sit on the first stage,
   split by tp (ceil(params / tp)).
@@ -69,8 +72,9 @@ def _rank_group(group: ResolvedGroup, tp: int) -> ResolvedGroup:
                                parallel=group.parallel.per_rank(group.parallel_layer, tp) if group.parallel else None)
 
 
-def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int) -> int:
-    """Weights of one FFN layer on one rank (see the module's rules)."""
+def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int, moe_tp: int | None = None) -> int:
+    """Weights of one FFN layer on one rank (see the module's rules); `moe_tp`: the ranks each routed expert is split
+    over without expert parallelism, when not tp (vLLM's dp · tp: moe_tp)."""
     if isinstance(ffn, NoFFN):
         return 0
     mats = 3 if ffn.gated else 2
@@ -81,7 +85,7 @@ def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int
     if ep > 1:  # ceil(E / ep) experts; below tp each split over the tp / ep ranks sharing them (SGLang moe_tp_size)
         experts, ff = _ceil(ffn.n_routed_experts, ep), (_ceil(ffn.moe_d_ff, tp // ep) if ep < tp else ffn.moe_d_ff)
     else:
-        experts, ff = ffn.n_routed_experts, _ceil(ffn.moe_d_ff, tp)
+        experts, ff = ffn.n_routed_experts, _ceil(ffn.moe_d_ff, moe_tp or tp)
     routed = experts * (mats * d * ff + ((up * ff + d) if ffn.expert_bias else 0))
     shared = ffn.n_shared_experts * mats * d * _ceil(ffn.shared_d_ff or ffn.moe_d_ff, tp) + (d if ffn.shared_gate else 0)
     router = d * ffn.n_routed_experts + (ffn.n_routed_experts if ffn.router_bias else 0)
@@ -129,7 +133,7 @@ def stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     """Every stage of the settings' layout apart from the context and batch, once per spec and layout (see the module's
     rules)."""
     key = ("stages", s.tp, s.pp, s.ep, s.dp_attention, s.weights_dtype, s.kv_dtype, s.mla_cache, s.kv_quant, s.engine,
-           s.block_size, s.state_dtype, s.enc_ctx, s.mtp)
+           s.block_size, s.state_dtype, s.enc_ctx, s.mtp, moe_tp(s))
     return spec.memo(key, _plan_stages, spec, s)
 
 
@@ -180,8 +184,14 @@ def _mtp_params_per_rank(spec: ModelSpec, s: Settings, rank: ResolvedGroup) -> i
     from kvcalc.costs.params import ffn_of_layer, mtp_proj_and_norms
 
     attention = sum(w.size for w in rank.attention.weights(rank.layer))
-    ffn = ffn_params_per_rank(ffn_of_layer(spec, spec.n_layers - 1), spec.d_model, s.tp, s.ep)
+    ffn = ffn_params_per_rank(ffn_of_layer(spec, spec.n_layers - 1), spec.d_model, s.tp, s.ep, moe_tp(s))
     return spec.mtp_layers * (attention + ffn + sum(mtp_proj_and_norms(spec)))
+
+
+def moe_tp(s: Settings) -> int:
+    """The ranks each routed expert is split over without expert parallelism: tp, and under vLLM dp · tp, since its
+    MoE layers span the data-parallel ranks (fused_moe/config.py FusedMoEParallelConfig.make: flatten_tp_across_dp)."""
+    return s.tp * s.dp if s.engine == "vllm" and s.ep == 1 else s.tp
 
 
 def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int, ranks: list[ResolvedGroup]) -> int:
@@ -200,7 +210,8 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
         weights += rank.parallel.weights(rank.parallel_layer) if rank.parallel else ()
         norms = spec.layer_groups[group.index].norms_per_layer or spec.norms_per_layer
         params += n * (sum(w.size for w in weights) + norms * norm)
-    params += sum(run.count_in(layers.start, layers.stop) * ffn_params_per_rank(run.ffn, d, tp, s.ep) for run in ffn_runs(spec))
+    params += sum(run.count_in(layers.start, layers.stop) * ffn_params_per_rank(run.ffn, d, tp, s.ep, moe_tp(s))
+                  for run in ffn_runs(spec))
     if stage == 0:  # the embedding; whole under SGLang's DP attention (VocabParallelEmbedding enable_tp=False there)
         params += (spec.vocab_size if s.dp_attention else _ceil(spec.vocab_size, tp)) * d
         params += spec.max_context * d if spec.learned_positions else 0
