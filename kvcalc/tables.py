@@ -42,6 +42,7 @@ _MLA_ROWS = [
     ("W_UQ·W_UKᵀ", "d_c' × n_h·d_c", "absorbed into the query; " + ROPE_NOTE),
     ("W_UV·W_O", "n_h·d_c × d", "absorbed into the output"),
 ]
+_GATE_NOTE = "sigmoid output gate, one per query channel (Qwen3-Next: q_proj emits it beside the query)"
 CACHE = {"mha": "2·n_h·d_h", "gqa": "2·n_kv·d_h", "mqa": "2·d_h", "mla": "d_c + d_R"}
 DECODE_FLOPS = {"mha": "4·n_h·d_h·t", "gqa": "4·n_h·d_h·t", "mqa": "4·n_h·d_h·t",
                 "mla": "2·n_h·(d_c + d_R)·t + 2·n_h·d_c·t"}
@@ -148,6 +149,8 @@ def dims_rows(specs: list[ModelSpec], kinds: tuple[str, ...] = KINDS) -> tuple[l
     rows = []
     for kind in used:
         items = [(n, shape, "") for n, shape in _HEADS_ROWS[kind]] if kind in _HEADS_ROWS else list(_MLA_ROWS)
+        if kind in _HEADS_ROWS and any("W_G" in cells[(c.key, kind)] for c in columns):
+            items.insert(1, ("W_G", "d × n_h·d_h", _GATE_NOTE))  # a model's output gate, beside its query
         items += [("cache per token and layer", CACHE[kind], "elements (DeepSeek-V2 Table 1)"),
                   ("decode FLOPs per token", DECODE_FLOPS[kind], "one layer's attention at context t")]
         if kind in _KV_DIFFER and any(kind in c.groups and _values_differ(c.groups[kind]) for c in columns):

@@ -51,6 +51,18 @@ def test_gqa_model_numbers():
     assert got["cache per token and layer"] == f"{2 * 8 * 128:,}" and got["decode FLOPs per token"] == f"{4 * 64 * 128:,}·t"
 
 
+def test_an_output_gate_has_its_row():
+    # an audit: Qwen3-Next's q_proj is d × 2·n_h·d_h (16 heads of 256 at d 2,048: 2,048 × 8,192), its second half a
+    # sigmoid gate on the attention output; `table dims` showed only the query half. The gate has its own row, which
+    # a model without one leaves empty, and which a table of kinds alone does not show
+    got = rows("dims", "qwen3-next-80b-a3b", "llama3-70b")
+    gate = next(r for r in got if r["item"] == "W_G")
+    assert (gate["qwen3-next-80b-a3b"], gate.get("llama3-70b")) == ("2,048 × 4,096", None)
+    assert next(r for r in got if r["item"] == "W_Q")["qwen3-next-80b-a3b"] == "2,048 × 4,096"
+    assert [r["item"] for r in got][:3] == ["W_Q", "W_G", "W_K"]
+    assert not any(r["item"] == "W_G" for r in rows("dims")) and not any(r["item"] == "W_G" for r in rows("dims", "llama3-70b"))
+
+
 def test_decode_flops_of_keys_and_values_of_different_dims(tmp_path):
     # K ≠ V heads (MiMo-V2-Flash style: d_h 192, d_v 128): a decoded token's q·k costs 2·n_h·d_h per key and its
     # weighted sum of v 2·n_h·d_v per key (FLOPs = 2 × MACs), so 2·8·192 + 2·8·128 = 5,120 per key, not
