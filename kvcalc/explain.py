@@ -77,6 +77,9 @@ def _derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | 
             state = {"formula": sf.expression, "substituted": substitute(sf.expression, {s.name: s.value for s in sf.symbols}),
                      "reference": sf.reference, "symbols": _symbols(sf, keys), "components": sf.components,
                      "elements": gc.state_elements, "bytes": gc.state_bytes}
+            if gc.engine_state_bytes_per_layer is not None:  # --engine: a page a layer (vLLM: padded, with its slots)
+                state.update(engine_bytes_per_layer=gc.engine_state_bytes_per_layer,
+                             **({"padding_layers": gc.pad_state_layers} if gc.pad_state_layers else {}))
         groups.append({
             "group": g.label,
             "layers": list(g.layers),
@@ -230,8 +233,10 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
                      f"{d['state_bytes']:,} bytes ({format_bytes(d['state_bytes'], units)}); KV cache + states = "
                      f"{d['cache_bytes']:,} bytes ({format_bytes(d['cache_bytes'], units)})")
         if d.get("engine_state_bytes") is not None and d["engine_state_bytes"] != d["state_bytes"]:
+            each = " + ".join(f"{_engine_layers(g['n_layers'], g['state'].get('padding_layers', 0))} × "
+                              f"{g['state']['engine_bytes_per_layer']:,}" for g in d["groups"] if "state" in g)
             lines.append(f"  constant states as {d['engine']} stores them (a page each, padded to the unified page):"
-                         f" {d['engine_state_bytes']:,} bytes ({format_bytes(d['engine_state_bytes'], units)})")
+                         f" {each} = {d['engine_state_bytes']:,} bytes ({format_bytes(d['engine_state_bytes'], units)})")
     return lines
 
 

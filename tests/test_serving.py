@@ -351,6 +351,17 @@ def test_vllm_forces_flashmla_pages_of_64():
     assert kv_cache(spec("llama3-8b"), Settings(ctx=1000, engine="vllm", block_size=32)).groups[0].block_size == 32
 
 
+def test_explain_derives_vllm_state_slots():
+    # Nemotron-H's 54 Mamba-2 states take 6 groups of 10 slots, each a page of 4,128 tokens · 4,096 bytes
+    out = run("show", "nemotron-h-56b", "--ctx", "1000", "--engine", "vllm", "--explain").stdout
+    page = 4128 * 4096
+    assert (f"constant states as vllm stores them (a page each, padded to the unified page): (54 layers + 6 padding"
+            f" slots of vLLM's groups) × {page:,} = {60 * page:,} bytes") in out
+    d = json.loads(run("show", "nemotron-h-56b", "--ctx", "1000", "--engine", "vllm", "--explain", "-f", "json").stdout)
+    mamba = next(g for g in d["derivation"]["groups"] if "state" in g)
+    assert (mamba["state"]["engine_bytes_per_layer"], mamba["state"]["padding_layers"]) == (page, 6)
+
+
 def test_vllm_groups_span_pipeline_stages():
     # vLLM groups the whole model and projects the groups on each stage (get_kv_cache_configs): a stage's block costs
     # its largest group's layers there in pages, for every group, whether it has layers there or not. gemma3-27b at
