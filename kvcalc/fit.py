@@ -138,7 +138,10 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
         at = s.at(max(best, 1))
         binding = nothing_fits() if not best else "max_context" if best == spec.max_context else "max_ctx" if best == limit else "memory"
     else:
-        best = largest_fitting(lambda b: used(gpu_at(replace(s, batch=b))) <= budget, BATCH_LIMIT)
+        # the sequences pass through every context up to s.ctx: a batch fits when it does at each peak below it
+        peaks = _peaks_up_to(s.ctx, _window_falls(spec, s))
+        best = largest_fitting(lambda b: all(used(gpu_at(replace(s.at(x), batch=b))) <= budget for x in peaks),
+                               BATCH_LIMIT)
         at = replace(s, batch=max(best, 1))
         binding = nothing_fits() if not best else "batch_limit" if best == BATCH_LIMIT else "memory"
     g = gpu_at(at)

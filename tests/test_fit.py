@@ -125,6 +125,34 @@ def test_a_context_fits_when_every_context_before_it_does():
         assert solve(model, s, hw, Fraction(0), 2048, "ctx", limit).max_ctx == first_too_big - 1
 
 
+def test_the_largest_batch_fits_at_every_context_up_to_ctx():
+    # an audit: solving for the batch tested only --ctx, but under SGLang's pages of 16 gpt-oss-20b's windowed layers
+    # (W = 128) hold 9 pages at ctx 143 and 8 at 144, so fit --ctx 144 answered 5,286 sequences, which overflow at
+    # 143, a context they pass through. The batch must fit at every context up to --ctx (as solving for ctx does)
+    from fractions import Fraction
+
+    from conftest import spec
+    from kvcalc.costs.parallel import per_gpu
+    from kvcalc.fit import activation_bytes
+    from kvcalc.fit import fit as solve
+    from kvcalc.hardware import load_hardware
+    from kvcalc.settings import Settings
+
+    model, hw = spec("gpt-oss-20b"), load_hardware("h100-80gb")
+    s = Settings(ctx=144, batch=1, engine="sglang", block_size=16)
+    budget = (hw.memory_bytes * Fraction(9, 10)).__floor__()
+    acts = activation_bytes(model, s, 2048)
+
+    def fits(batch: int, ctx: int) -> bool:
+        g = per_gpu(model, Settings(ctx=ctx, batch=batch, engine="sglang", block_size=16))
+        return g.weights_bytes + acts + g.kv_cache_bytes + g.state_bytes <= budget
+
+    best = solve(model, s, hw, Fraction(1, 10), 2048, "batch").max_batch
+    assert best == solve(model, s.at(143), hw, Fraction(1, 10), 2048, "batch").max_batch == 4992
+    assert all(fits(best, c) for c in range(1, 145)) and not all(fits(best + 1, c) for c in range(1, 145))
+    assert fits(5286, 144) and not fits(5286, 143)  # the old answer: fits at 144 alone
+
+
 def test_where_nothing_fits_the_binding_names_what_does_not():
     # at ctx 1M one sequence of deepseek-v2 (60 layers × 576 elements × 2 bytes × 2^20 tokens = 72,477,573,120 bytes,
     # on each of 8 GPUs: the latent is not split) passes an h100's budget while its weights fit: 'memory', not 'weights'
