@@ -12,7 +12,7 @@ import pytest
 
 from kvcalc.present.emit import Output, Table, emit
 from kvcalc.present.latex import tex
-from kvcalc.present.render import Column, csv_pieces, only, render, rows_json, to_csv, to_json
+from kvcalc.present.render import Column, cell, csv_pieces, only, render, rows_json, to_csv, to_json
 
 COLUMNS = [Column("model", "Model"), Column("n", "Layers", "int"), Column("b", "KV\ncache", "bytes"), Column("r", "vs first", "ratio")]
 ROWS = [
@@ -123,3 +123,10 @@ def test_a_long_sweep_shows_a_bar_on_a_terminal_without_touching_stdout(monkeypa
     assert [r["n"] for r in progress_rows(rows(), 5000)] == list(range(5000))
     out = capsys.readouterr()
     assert out.out == "".join(f"{i}," for i in range(5000)) and "rows" in out.err
+
+
+@pytest.mark.parametrize(("value", "text"), [(0.041234, "0.0412"), (7.2, "7.20"), (24.15, "24.1"), (999.4, "999"),
+                                             (999.6, "1,000"), (3128.955, "3,129"), (125_281.48, "125,281")])
+def test_tokens_per_second_keep_three_significant_digits(value, text):
+    # an audit: rates printed one decimal below 1,000, so 0.0412 tokens/s showed as 0.0
+    assert cell(value, "rate", "binary") == text

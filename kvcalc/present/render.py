@@ -86,8 +86,8 @@ def _cell(value: Any, kind: str, units: str, latex: bool) -> str:
         return format_number(value)
     if kind == "sig":  # three significant digits (errors, fractions)
         return f"{value:.3g}"
-    if kind == "rate":
-        return f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
+    if kind == "rate":  # tokens/s: three significant digits (0.0412, 7.20, 24.1), whole and grouped from 1,000
+        return f"{value:,.0f}" if value >= 999.5 else format_number(value)
     return str(value)
 
 
