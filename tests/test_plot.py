@@ -164,3 +164,21 @@ def test_missing_matplotlib_says_how_to_install(monkeypatch, models):
     for call in (require_matplotlib, lambda: plot_figure(models, [1024], ["cache"], Settings(ctx=1))):
         with pytest.raises(KvcalcError, match=r"^kvcalc plot needs matplotlib: pip install 'kvcalc\[plot\]'$"):
             call()
+
+
+def test_the_legend_fits_the_figure():
+    # an audit: a one-panel figure's legend in 3 columns ran past both edges with a long model name
+    # (qwen3-next-80b-a3b), cutting it and the first column's line swatches off; it now takes the most columns that fit
+    long = [(name, load_model(name).spec) for name in ("llama3-70b", "deepseek-v2", "gemma3-27b", "qwen3-next-80b-a3b")]
+    for metrics in (["cache"], ["cache", "flops-decode"]):
+        fig = plot_figure(long, CTXS, metrics, Settings(ctx=1))
+        fig.canvas.draw()
+        (legend,) = fig.legends
+        box = legend.get_window_extent(fig.canvas.get_renderer())
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width
+        assert "qwen3-next-80b-a3b" in [t.get_text() for t in legend.get_texts()]
+    # the default three models' legend (with the window marker's entry) was cut off too in one panel: 2 columns
+    # now; two panels are wide enough for 3
+    models3 = [(n, load_model(n).spec) for n in MODELS]
+    assert plot_figure(models3, CTXS, ["cache"], Settings(ctx=1)).legends[0]._ncols == 2
+    assert plot_figure(models3, CTXS, ["cache", "flops-decode"], Settings(ctx=1)).legends[0]._ncols == 3

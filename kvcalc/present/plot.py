@@ -256,9 +256,20 @@ def plot_figure(models: list[tuple[str, ModelSpec]], ctxs: list[int], metrics: l
         for ax, metric in zip(axes, chosen):
             _panel(ax, models, points, metric, s, handles)
         shown = list(handles.values())
-        fig.legend(shown, [h.get_label() for h in shown], loc="outside lower center", ncols=min(len(shown), 3),
-                   frameon=False)
+        _legend_below(fig, shown)
     return fig
+
+
+def _legend_below(fig: Figure, shown: list[Any]) -> None:
+    """The figure's legend below its panels, in as many columns (up to 3) as fit its width: long model names in 3
+    columns ran past the edges of a one-panel figure and were cut off."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    for ncols in range(min(len(shown), 3), 0, -1):
+        legend = fig.legend(shown, [h.get_label() for h in shown], loc="outside lower center", ncols=ncols,
+                            frameon=False)
+        if ncols == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
+            return
+        legend.remove()
 
 
 def save_figure(fig: Figure, path: str | Path) -> None:
