@@ -304,7 +304,9 @@ def test_vllm_groups_pad_every_spec_to_whole_groups():
     with_mtp = ModelSpec.model_validate({**data, "mtp_layers": 1})
     q = kv_cache(with_mtp, Settings(ctx=1000, engine="vllm", mtp=True))
     plain = kv_cache(with_mtp, Settings(ctx=1000, engine="vllm"))
-    assert q.engine_state_bytes == plain.engine_state_bytes // 36 * 39
+    # and each state layer holds a page more for the speculated token (MambaSpec.num_speculative_blocks: vLLM's
+    # MambaManager allocates 1 + num_speculative_tokens blocks a request)
+    assert q.engine_state_bytes == plain.engine_state_bytes // 36 * 39 * 2 == 39 * 2 * 544 * 2048
     assert q.engine_bytes == plain.engine_bytes // 12 * 13
     # one spec, or one type of attention at one block size, is one group: nothing changes
     for name in ("llama3-70b", "mistral-7b", "deepseek-v3.2", "gpt-oss-120b", "llama4-scout", "whisper-large-v3"):
@@ -355,7 +357,8 @@ def test_explain_derives_vllm_state_slots():
     # Nemotron-H's 54 Mamba-2 states take 6 groups of 10 slots, each a page of 4,128 tokens · 4,096 bytes
     out = run("show", "nemotron-h-56b", "--ctx", "1000", "--engine", "vllm", "--explain").stdout
     page = 4128 * 4096
-    assert (f"constant states as vllm stores them (a page each, padded to the unified page): (54 layers + 6 padding"
+    assert (f"constant states as vllm stores them (a page each, one more per speculative token under --mtp, padded to"
+            f" the unified page): (54 layers + 6 padding"
             f" slots of vLLM's groups) × {page:,} = {60 * page:,} bytes") in out
     d = json.loads(run("show", "nemotron-h-56b", "--ctx", "1000", "--engine", "vllm", "--explain", "-f", "json").stdout)
     mamba = next(g for g in d["derivation"]["groups"] if "state" in g)

@@ -283,7 +283,7 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, every_to
             paged += span_bytes(cross, cross_heads, pages(enc_tokens, enc_tokens, block), block, group.cross, s)
         paged *= s.batch
         state_one = own.state_page if own.state_page is not None else parts_bytes(parts, 1)
-        engine_state = s.batch * state_one if state.elements else 0  # vLLM: one padded page a state
+        engine_state = s.batch * state_one * own.state_pages if state.elements else 0  # vLLM: padded pages a state
     return GroupCache(group, formula, held, state.elements, per_layer, total, layer_bytes, bytes_,
                       state if state.elements else None, state_total, parts_bytes(parts, s.batch * len(group.layers)),
                       cross, enc_tokens if cross else 0, token_bytes(formula, heads, s), heads, block, n_pages or 0,
@@ -340,7 +340,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     mtp = spec.mtp_group() if s.mtp else None
     if mtp is not None:  # --mtp: the multi-token-prediction layers keep a cache like the last layer's
         groups = groups + (mtp,)
-    layout = vllm_layout(groups, s)
+    layout = vllm_layout(groups, s, spec.mtp_layers if s.mtp else 0)
     one = replace(s, ctx=1, batch=1)
     every = keeps_every_token(spec.family, s.engine)
     rows = tuple(group_cache(g, one, enc, every, layout, i) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx

@@ -40,7 +40,8 @@ Rules (also in the README):
   model's, projected on each stage (get_kv_cache_configs): a stage's block costs its largest group's layers there,
   for every group. One spec (is_kv_cache_spec_uniform), or one type of attention at one block size
   (UniformTypeKVCacheSpecs), is one group of each layer's own pages. A layer's cross-attention is counted with its
-  self-attention (Whisper: the same pages, as many layers). Source: vLLM main, 2026.
+  self-attention (Whisper: the same pages, as many layers). Under --mtp a state layer holds 1 + the speculated
+  tokens' pages (MambaSpec.num_speculative_blocks; kvcalc speculates one token an MTP layer). Source: vLLM main, 2026.
 - The pool's free pages and prefix sharing are not modelled.
 """
 
@@ -212,6 +213,7 @@ class GroupPages:
     block: int | None = None
     padded_page: int | None = None
     state_page: int | None = None
+    state_pages: int = 1  # pages a state layer holds a sequence: 1 + the speculative tokens (MambaSpec)
 
 
 @dataclass(frozen=True)
@@ -239,10 +241,13 @@ class PoolLayout:
         return out
 
 
-def vllm_layout(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s: Settings) -> PoolLayout | None:
+def vllm_layout(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s: Settings,
+                speculative: int = 0) -> PoolLayout | None:
     """vLLM's pool for a model whose layers' cache specs differ (vllm/v1/core/kv_cache_utils.py get_kv_cache_groups);
     None for other engines, and where one spec or one type of attention at one block size covers every layer (one
-    group: each layer's own pages, as kvcalc counts them without a layout)."""
+    group: each layer's own pages, as kvcalc counts them without a layout). `speculative`: the tokens a step
+    speculates (--mtp: the MTP layers), for which each state layer holds a page more (MambaSpec.num_speculative_blocks,
+    MambaManager)."""
     if s.engine != "vllm":
         return None
     hybrid = vllm_hybrid_pages(groups, s)  # the attention block a state fits in (_align_hybrid_block_size)
@@ -276,8 +281,8 @@ def vllm_layout(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s: Sett
         elif page < top:
             padded = top  # not a whole part: padded (backends that index pages by their stride)
         old = pages.get(i, GroupPages(hybrid.block if hybrid is not None else None))
-        pages[i] = (GroupPages(block, padded, old.state_page) if part == "kv"
-                    else GroupPages(old.block, old.padded_page, top))
+        pages[i] = (GroupPages(block, padded, old.state_page, old.state_pages) if part == "kv"
+                    else GroupPages(old.block, old.padded_page, top, 1 + speculative))
         buckets.setdefault((part, spec, block, padded), []).append((i, part))
     counts = [sum(len(groups[i].layers) for i, _ in members) for members in buckets.values()]
     # _get_kv_cache_groups_uniform_page_size: groups of the fewest layers a spec has, or of the most when the most is

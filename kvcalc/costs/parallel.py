@@ -147,7 +147,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     # SGLang's DP attention: a rank runs its sequences' MLA attention with every head (attention tp size 1), so it
     # holds their whole cache, not a tp-th of the heads' (the same for the latent, which every rank holds anyway)
     held = [g if s.dp_attention and isinstance(g.attention, MLA) else rank for g, rank in zip(everyone, ranks)]
-    layout = vllm_layout(held, s)  # each rank sizes its own pages
+    layout = vllm_layout(held, s, spec.mtp_layers if s.mtp else 0)  # each rank sizes its own pages
     one = dataclasses.replace(s, ctx=1, batch=1, tp=1, pp=1, dp=1, ep=1)
     every = keeps_every_token(spec.family, s.engine)
     caches = [group_cache(g, one, enc, every, layout, j, {}) for j, g in enumerate(held)]  # padding: by stage, below
