@@ -71,10 +71,9 @@ VLLM_MLA_BLOCK = 64  # vllm/platforms/cuda.py forces 64 for the FlashMLA and Fla
 SGLANG_NSA_BLOCK = 64  # sglang server_args.py: "Setting page size to 64 for DeepSeek NSA" (NSATokenToKVPool asserts it)
 
 
-def block_tokens(attention: AttentionKind, s: Settings, hybrid: HybridPages | None = None) -> int:
-    """Tokens a page holds for a layer of `attention` under the settings' engine (`hybrid`: vLLM's unified page)."""
-    if hybrid is not None:
-        return hybrid.block
+def block_tokens(attention: AttentionKind, s: Settings) -> int:
+    """Tokens a page holds for a layer of `attention` under the settings' engine, before vLLM's pool (PoolLayout)
+    changes it."""
     if s.engine == "vllm" and isinstance(attention, MLA):
         # vllm/platforms/cuda.py: FlashMLA makes a block size that is not a multiple of 64 into 64, FlashMLASparse
         # (DeepSeek Sparse Attention) any block size
@@ -219,13 +218,11 @@ class GroupPages:
 @dataclass(frozen=True)
 class PoolLayout:
     """vLLM's KV cache groups for a model whose layers' cache specs differ (see the module's rules): each layer
-    group's pages, the unified page, and vLLM's groups as (spec, layer indices), every group `group_size` slots."""
+    group's pages, and vLLM's groups as (spec, layer indices)."""
 
     pages: tuple[GroupPages, ...]  # per layer group
-    page: int  # bytes of every page (one rank's)
     buckets: tuple[tuple[int, str], ...]  # per spec: the (layer group, part) its padding slots are counted with
     groups: tuple[tuple[int, tuple[int, ...]], ...]  # vLLM's groups: (spec, its layer indices)
-    group_size: int
 
     def pads(self, here: range | frozenset[int] | None = None) -> dict[tuple[int, str], int]:
         """Padding slots of each spec on a GPU holding the layers `here` (None: all), counted with the spec's first
@@ -294,5 +291,5 @@ def vllm_layout(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s: Sett
         n = -(-len(layers) // size)
         split += [(b, tuple(layers[k::n])) for k in range(n)]
     default = GroupPages(hybrid.block if hybrid is not None else None)
-    return PoolLayout(tuple(pages.get(i, default) for i in range(len(groups))), top,
-                      tuple(members[0] for members in buckets.values()), tuple(split), size)
+    return PoolLayout(tuple(pages.get(i, default) for i in range(len(groups))),
+                      tuple(members[0] for members in buckets.values()), tuple(split))
