@@ -138,7 +138,7 @@ class Settings:
         bf16; its recurrent states: kvcalc.costs.state)."""
         if self.state_dtype:
             return self.state_dtype
-        if self.engine == "vllm" and dtype_bits(self.kv_dtype) < 16 or self.engine == "sglang":
+        if (self.engine == "vllm" and dtype_bits(self.kv_dtype) < 16) or self.engine == "sglang":
             return "bf16"
         return self.kv_dtype
 

@@ -23,10 +23,7 @@ def state_parts(group: ResolvedGroup, s: Settings) -> tuple[tuple[int, str], ...
     pairs (see the module's rule); none for a layer without a state."""
     kind, layer = (group.parallel, group.parallel_layer) if group.parallel is not None else (group.attention, group.layer)
     formula = kind.state_formula(layer)
-    fixed = {} if s.state_dtype is not None else kind.state_dtypes(layer)
-    if s.state_dtype is None and s.engine == "sglang" and isinstance(kind, RecurrentState) and not fixed \
-            and kind.kind in SGLANG_FP32_RECURRENT:
-        fixed = {kind.temporal: "fp32"}
+    fixed = {} if s.state_dtype is not None else kind.state_dtypes(layer) or _engine_dtypes(kind, s)
     if not fixed:
         return ((formula.elements, s.state_storage),) if formula.elements else ()
     by_dtype: dict[str, int] = {}
@@ -34,6 +31,14 @@ def state_parts(group: ResolvedGroup, s: Settings) -> tuple[tuple[int, str], ...
         dtype = fixed.get(name, s.state_storage)
         by_dtype[dtype] = by_dtype.get(dtype, 0) + n
     return tuple((n, dtype) for dtype, n in by_dtype.items())
+
+
+def _engine_dtypes(kind: object, s: Settings) -> dict[str, str]:
+    """The dtypes the engine fixes for a state's components when the model fixes none: SGLang's fp32 recurrent state
+    of the layers in its Mamba2/KimiLinear cache params (see the module's rule)."""
+    if s.engine == "sglang" and isinstance(kind, RecurrentState) and kind.kind in SGLANG_FP32_RECURRENT:
+        return {kind.temporal: "fp32"}
+    return {}
 
 
 def parts_bytes(parts: tuple[tuple[int, str], ...], copies: int) -> int:
