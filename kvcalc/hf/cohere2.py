@@ -15,12 +15,13 @@ Rules, from transformers' models/cohere2 (modular_cohere2.py):
 
 from __future__ import annotations
 
-from kvcalc.hf.common import decoder, get, importer, need
+from kvcalc.hf.common import decoder, get, importer, need, with_defaults
 
 
 @importer("cohere2", keys={"head_dim": "hidden_size / num_attention_heads (Cohere2Config ignores head_dim)",
                            "sliding_window": "sliding_window (layer_types, or sliding_window_pattern)"})
 def _cohere2(cfg: dict, origin: str, notes: list[str]) -> dict:
+    cfg = with_defaults(cfg, "cohere2", notes)
     heads = need(cfg, "num_attention_heads", origin)
     head_dim = need(cfg, "hidden_size", origin) // heads
     given = get(cfg, "head_dim", origin)

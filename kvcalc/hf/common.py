@@ -25,8 +25,26 @@ GEMMA3_TEXT_DEFAULTS = {
     "tie_word_embeddings": True,
     "query_pre_attn_scalar": 256,
 }
-# Gemma2Config defaults (transformers configuration_gemma2.py).
-GEMMA2_DEFAULTS = {"head_dim": 256, "sliding_window": 4096, "tie_word_embeddings": True}
+# What a key left out of config.json becomes: the config class's default, which transformers fills in, not a
+# generic rule (n_kv = n_heads, head_dim = hidden / heads, no window, no bias). Each from the model's
+# configuration_<model_type>.py in transformers (commit 008e5743 unless noted).
+CONFIG_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen2": ("Qwen2Config", {"num_key_value_heads": 32}),
+    "qwen3": ("Qwen3Config", {"num_key_value_heads": 32, "head_dim": 128}),
+    "qwen3_moe": ("Qwen3MoeConfig", {"num_key_value_heads": 4}),
+    "mistral": ("MistralConfig", {"num_key_value_heads": 8, "sliding_window": 4096}),  # MistralConfig.__init__ (001f85b3)
+    "mixtral": ("MixtralConfig", {"num_key_value_heads": 8}),
+    "gpt_oss": ("GptOssConfig", {"num_key_value_heads": 8, "head_dim": 64, "sliding_window": 128,  # (02b8f42b)
+                                 "attention_bias": True}),
+    "llama4_text": ("Llama4TextConfig", {"num_key_value_heads": 8, "head_dim": 128, "attention_chunk_size": 8192}),
+    "gemma2": ("Gemma2Config", {"num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096,
+                                "tie_word_embeddings": True}),
+    "jamba": ("JambaConfig", {"num_key_value_heads": 8}),  # JambaConfig.__init__ (008f5c8c)
+    "nemotron_h": ("NemotronHConfig", {"num_key_value_heads": 8}),  # (13923c63)
+    "cohere2": ("Cohere2Config", {"sliding_window": 4096}),
+}
+# Qwen2Config / Qwen3Config: the window's defaults, which matter only when use_sliding_window is true.
+QWEN_WINDOW_DEFAULTS = {"sliding_window": 4096, "max_window_layers": 28}
 # FalconConfig default when the file has no max_position_embeddings key (Falcon-7B's official file has none).
 FALCON_DEFAULT_MAX_POSITIONS = 2048
 
@@ -180,6 +198,22 @@ def torch_dtype(cfg: dict, key: str, origin: str) -> str | None:
 def get(cfg: dict, key: str, origin: str, minimum: int = 1) -> int | None:
     """An optional whole-number field: None when absent or null (`minimum` 0 where 0 means 'none')."""
     return None if cfg.get(key) is None else whole(cfg[key], key, origin, minimum)
+
+
+def with_defaults(cfg: dict, model_type: str, notes: list[str], defaults: dict[str, Any] | None = None) -> dict:
+    """The config with its class's defaults (CONFIG_DEFAULTS, or `defaults`) filled in for the keys it leaves out,
+    named in `notes`; an explicit null is kept (each class reads it its own way)."""
+    cls, table = CONFIG_DEFAULTS[model_type]
+    table = table if defaults is None else defaults
+    filled = [k for k in table if k not in cfg]
+    if filled:
+        notes.append(f"{cls} defaults filled in for: " + ", ".join(f"{k} {_json(table[k])}" for k in filled))
+    return {**table, **cfg}
+
+
+def _json(value: Any) -> str:
+    """A default as config.json writes it (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def heads_attention(n_heads: int, n_kv: int, head_dim: int | None, **flags) -> dict:

@@ -9,8 +9,8 @@ from typing import Any
 from kvcalc.errors import SpecError
 from kvcalc.hf.common import (
     FALCON_DEFAULT_MAX_POSITIONS,
-    GEMMA2_DEFAULTS,
     GEMMA3_TEXT_DEFAULTS,
+    QWEN_WINDOW_DEFAULTS,
     base_fields,
     decoder,
     dense_ffn,
@@ -21,6 +21,7 @@ from kvcalc.hf.common import (
     need,
     show,
     whole,
+    with_defaults,
 )
 
 
@@ -31,11 +32,13 @@ def _llama(cfg, origin, notes):
 
 @importer("mistral")
 def _mistral(cfg, origin, notes):
+    cfg = with_defaults(cfg, "mistral", notes)
     return decoder(cfg, origin, "mistral", notes)
 
 
 @importer("mixtral")
 def _mixtral(cfg, origin, notes):
+    cfg = with_defaults(cfg, "mixtral", notes)
     moe: dict[str, Any] = {
         "kind": "moe",
         "n_routed_experts": need(cfg, "num_local_experts", origin),
@@ -45,29 +48,47 @@ def _mixtral(cfg, origin, notes):
     return decoder(cfg, origin, "mixtral", notes, ffn=moe)
 
 
-def _qwen_window(cfg: dict, origin: str, notes: list[str]) -> Callable[[int], bool]:
-    """Qwen2/3: windows only when use_sliding_window is true, and then only on layers >= max_window_layers."""
-    if cfg.get("sliding_window") and not cfg.get("use_sliding_window", False):
-        notes.append(f"use_sliding_window is false: sliding_window {show(cfg['sliding_window'])} does not apply")
+def _qwen(cfg: dict, model_type: str, origin: str, notes: list[str]) -> tuple[dict, Callable[[int], bool]]:
+    """Qwen2/3 and Qwen3-MoE: the config with its class defaults, and which layers slide. Windows only when
+    use_sliding_window is true (Qwen2Config.__post_init__: sliding_window = None otherwise); then Qwen2/3 slide layers
+    >= max_window_layers (their layer_types default; sliding_window 4096 and max_window_layers 28 when left out) and
+    Qwen3-MoE every layer (Qwen3MoeAttention reads config.sliding_window whatever the layer; Qwen3MoeConfig has no
+    max_window_layers)."""
+    cfg = with_defaults(cfg, model_type, notes)
+    if not cfg.get("use_sliding_window", False):
+        if cfg.get("sliding_window"):
+            notes.append(f"use_sliding_window is false: sliding_window {show(cfg['sliding_window'])} does not apply")
         cfg["sliding_window"] = None
         cfg.pop("layer_types", None)
+        return cfg, lambda i: True
+    if model_type == "qwen3_moe":
+        cfg = with_defaults(cfg, model_type, notes, {"sliding_window": QWEN_WINDOW_DEFAULTS["sliding_window"]})
+        for key in ("max_window_layers", "layer_types"):
+            if key in cfg:
+                notes.append(f"{key} ignored: Qwen3-MoE's attention slides on every layer")
+                cfg.pop(key)
+        return cfg, lambda i: True
+    cfg = with_defaults(cfg, model_type, notes, QWEN_WINDOW_DEFAULTS)
     first = get(cfg, "max_window_layers", origin, minimum=0) or 0
-    return lambda i: i >= first
+    return cfg, lambda i: i >= first
 
 
 @importer("qwen2")
 def _qwen2(cfg, origin, notes):
     # Qwen2 always has biases on q, k and v (Qwen2Attention: bias=True).
-    return decoder(cfg, origin, "qwen2", notes, qkv_bias=True, sliding=_qwen_window(cfg, origin, notes))
+    cfg, sliding = _qwen(cfg, "qwen2", origin, notes)
+    return decoder(cfg, origin, "qwen2", notes, qkv_bias=True, sliding=sliding)
 
 
 @importer("qwen3")
 def _qwen3(cfg, origin, notes):
-    return decoder(cfg, origin, "qwen3", notes, qk_norm=True, sliding=_qwen_window(cfg, origin, notes))
+    cfg, sliding = _qwen(cfg, "qwen3", origin, notes)
+    return decoder(cfg, origin, "qwen3", notes, qk_norm=True, sliding=sliding)
 
 
 @importer("qwen3_moe")
 def _qwen3_moe(cfg, origin, notes):
+    cfg, sliding = _qwen(cfg, "qwen3_moe", origin, notes)
     moe: dict[str, Any] = {
         "kind": "moe",
         "n_routed_experts": need(cfg, "num_experts", origin),
@@ -86,12 +107,12 @@ def _qwen3_moe(cfg, origin, notes):
             return dense_ffn(need(cfg, "intermediate_size", origin))
         return None
 
-    return decoder(cfg, origin, "qwen3", notes, qk_norm=True, sliding=_qwen_window(cfg, origin, notes), ffn=moe, layer_ffn=layer_ffn)
+    return decoder(cfg, origin, "qwen3", notes, qk_norm=True, sliding=sliding, ffn=moe, layer_ffn=layer_ffn)
 
 
 @importer("gemma2")
 def _gemma2(cfg, origin, notes):
-    cfg = {**GEMMA2_DEFAULTS, **cfg}
+    cfg = with_defaults(cfg, "gemma2", notes)
     # Gemma2: even layers are local (sliding), odd layers global.
     # Gemma 2/3 layers have four norms: before and after attention, before and after the FFN.
     return decoder(cfg, origin, "gemma2", notes, tie_default=True, norms_per_layer=4, sliding=lambda i: i % 2 == 0)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcalc.hf.common import decoder, importer, need
+from kvcalc.hf.common import decoder, importer, need, with_defaults
 
 
 @importer("gpt_oss", keys={"n_routed_experts": "num_local_experts"})
 def _gpt_oss(cfg: dict, origin: str, notes: list[str]) -> dict:
+    cfg = with_defaults(cfg, "gpt_oss", notes)
     moe: dict[str, Any] = {
         "kind": "moe",
         "n_routed_experts": need(cfg, "num_local_experts", origin),

@@ -18,7 +18,19 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, flag, get, group_layers, heads_attention, importer, need, show, whole
+from kvcalc.hf.common import (
+    base_fields,
+    dense_ffn,
+    flag,
+    get,
+    group_layers,
+    heads_attention,
+    importer,
+    need,
+    show,
+    whole,
+    with_defaults,
+)
 
 
 def _flags(cfg: dict, key: str, origin: str, n_layers: int, default: list[int]) -> list[int]:
@@ -37,6 +49,7 @@ def _llama4(cfg: dict, origin: str, notes: list[str]) -> dict:
     if isinstance(cfg.get("text_config"), dict):
         cfg = dict(cfg["text_config"])
         notes.append("text model read from text_config (vision tower not counted)")
+    cfg = with_defaults(cfg, "llama4_text", notes)
     base = base_fields(cfg, origin, "llama4", False)
     n = base["n_layers"]
     interval = get(cfg, "no_rope_layer_interval", origin) or 4

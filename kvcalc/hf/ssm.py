@@ -17,6 +17,7 @@ from kvcalc.hf.common import (
     need,
     show,
     torch_dtype,
+    with_defaults,
 )
 
 NO_FFN: dict = {"kind": "none"}
@@ -31,6 +32,7 @@ def _period(cfg: dict, origin: str, period_key: str, offset_key: str) -> tuple[i
 
 @importer("jamba")
 def _jamba(cfg, origin, notes):
+    cfg = with_defaults(cfg, "jamba", notes)
     base = base_fields(cfg, origin, "jamba", False)
     # JambaAttention: head_dim = hidden_size // num_attention_heads, no biases
     n_heads = need(cfg, "num_attention_heads", origin)
@@ -108,7 +110,7 @@ def _nemotron_h(cfg, origin, notes):
         # NemotronHConfig.num_hidden_layers: the count comes from the pattern (a mismatch is only warned about)
         notes.append(f"num_hidden_layers {show(cfg['num_hidden_layers'])} differs from the pattern's {len(blocks)} blocks: "
                      "the pattern is used")
-    cfg = {**cfg, "num_hidden_layers": len(blocks)}
+    cfg = {**with_defaults(cfg, "nemotron_h", notes), "num_hidden_layers": len(blocks)}
     base = base_fields(cfg, origin, "nemotron_h", False)
     # NemotronHBlock: one RMSNorm, then its one mixer, then the residual add: a block is a layer with one norm,
     # and either a mixer (Mamba-2 or attention) and no FFN, or no mixer and an FFN (MLP or MoE)
@@ -142,7 +144,8 @@ def _nemotron_h(cfg, origin, notes):
     if "attention" in blocks:
         # NemotronHAttention (JambaAttention with config.head_dim; the published remote code's attention_head_dim)
         n_heads = need(cfg, "num_attention_heads", origin)
-        head_dim = get(cfg, "head_dim", origin) or get(cfg, "attention_head_dim", origin)
+        # neither key: NemotronHConfig's head_dim default, 128
+        head_dim = get(cfg, "head_dim", origin) or get(cfg, "attention_head_dim", origin) or 128
         bias = flag(cfg, "attention_bias", origin, False)
         kinds["attention"] = heads_attention(n_heads, get(cfg, "num_key_value_heads", origin) or n_heads, head_dim,
                                              qkv_bias=bias, o_bias=bias)

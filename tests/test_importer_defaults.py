@@ -1,0 +1,193 @@
+"""A key that config.json leaves out takes its transformers config class's default, not a generic rule: real configs
+from tests/data/reference with one key removed (or use_sliding_window turned on) go through `kvcalc compare`, and the
+cache is checked against the figure written out from the class default (each configuration_<model_type>.py; see
+kvcalc.hf.common.CONFIG_DEFAULTS). Where the real file's value equals the class default, leaving the key out must
+change nothing at all."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import REFERENCE, run
+
+K = 1024
+CTX = 32 * K
+BF16 = 2
+
+
+def config(path: str) -> dict:
+    return json.loads((REFERENCE / path).read_text())
+
+
+def without(cfg: dict, *keys: str, **changes) -> dict:
+    """A copy of `cfg` without `keys`, with `changes`; both go into text_config when the config nests one."""
+    out = json.loads(json.dumps(cfg))
+    inner = out["text_config"] if isinstance(out.get("text_config"), dict) else out
+    for key in keys:
+        inner.pop(key)
+    inner.update(changes)
+    return out
+
+
+def row(cfg: dict, tmp_path, name: str = "m") -> dict:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(cfg))
+    rows = json.loads(run("compare", str(path), "--ctx", "32k", "-f", "json").stdout)
+    assert len(rows) == 1
+    return rows[0]
+
+
+def kv_per_token(n_kv: int, head_dim: int, layers: int) -> int:
+    """2 (K and V) · n_kv · d_h bytes in bf16, per token, over `layers` layers."""
+    return 2 * n_kv * head_dim * BF16 * layers
+
+
+# ------------------------------------------------------------------ num_key_value_heads left out
+
+@pytest.mark.parametrize(("path", "default", "head_dim", "layers"), [
+    ("models/qwen2.5-72b-instruct.json", 32, 128, 80),  # Qwen2Config: num_key_value_heads 32
+    ("models/mistral-7b-v0.1.json", 8, 128, 32),  # MistralConfig: 8
+    ("models/mixtral-8x7b-v0.1.json", 8, 128, 32),  # MixtralConfig: 8
+])
+def test_missing_kv_heads_take_the_class_default(tmp_path, path, default, head_dim, layers):
+    r = row(without(config(path), "num_key_value_heads"), tmp_path)
+    # every layer global at 32k (Mistral's 4096 window caps its layers: checked below)
+    window = 4096 if path.startswith("models/mistral") else CTX
+    assert r["kv_cache_bytes"] == kv_per_token(default, head_dim, layers) * min(window, CTX)
+
+
+def test_qwen2_without_kv_heads_is_not_mha(tmp_path):
+    # Qwen2.5-72B: 64 query heads; transformers' Qwen2Config gives 32 KV heads, not 64 (MHA):
+    # 2 · 32 · 128 · 80 · 2 = 1,310,720 bytes a token
+    r = row(without(config("models/qwen2.5-72b-instruct.json"), "num_key_value_heads"), tmp_path)
+    assert r["kv_bytes_per_token"] == 1_310_720
+    assert r["kv_cache_bytes"] == 1_310_720 * CTX
+
+
+def test_an_explicit_null_still_means_one_kv_head_per_query_head(tmp_path):
+    # Qwen2Config.__post_init__: num_key_value_heads None -> num_attention_heads (64): MHA
+    r = row(without(config("models/qwen2.5-72b-instruct.json"), num_key_value_heads=None), tmp_path)
+    assert r["kv_bytes_per_token"] == kv_per_token(64, 128, 80)
+
+
+# ------------------------------------------------------------------ keys whose default equals the real file's value
+
+@pytest.mark.parametrize(("path", "keys"), [
+    ("models/mistral-7b-v0.1.json", ("sliding_window",)),  # MistralConfig: 4096, as Mistral-7B-v0.1
+    ("models/mistral-7b-v0.1.json", ("num_key_value_heads",)),  # 8
+    ("models/mixtral-8x7b-v0.1.json", ("num_key_value_heads",)),  # 8
+    ("models-2026/gpt-oss-20b.json", ("num_key_value_heads", "head_dim", "sliding_window", "attention_bias")),
+    ("models-2026/llama-4-scout-17b-16e-instruct.json", ("num_key_value_heads", "head_dim", "attention_chunk_size")),
+    ("models-2026/jamba-v0.1.json", ("num_key_value_heads",)),  # JambaConfig: 8
+    ("models-2026/nemotron-h-56b-base-8k.json", ("num_key_value_heads",)),  # NemotronHConfig: 8
+    ("configs-extra-4/command-r7b-12-2024.json", ("sliding_window",)),  # Cohere2Config: 4096
+])
+def test_leaving_out_a_key_equal_to_its_default_changes_nothing(tmp_path, path, keys):
+    real = row(config(path), tmp_path, "real")
+    left_out = row(without(config(path), *keys), tmp_path, "left-out")
+    assert {k: v for k, v in left_out.items() if k != "model"} == {k: v for k, v in real.items() if k != "model"}
+
+
+def test_the_notes_name_the_defaults_filled_in():
+    from kvcalc.hf import import_config
+
+    data = import_config(without(config("models-2026/gpt-oss-20b.json"), "head_dim", "attention_bias"), "t", "m").data
+    assert "GptOssConfig defaults filled in for: head_dim 64, attention_bias true" in data["notes"]
+
+
+# ------------------------------------------------------------------ head_dim left out
+
+def test_gpt_oss_head_dim_default_is_64_not_hidden_over_heads(tmp_path):
+    # GptOssConfig head_dim 64 (hidden 2880 / 64 heads would be 45): with 8 KV heads and 24 layers,
+    # 2 · 8 · 64 · 24 · 2 = 49,152 bytes a token
+    r = row(without(config("models-2026/gpt-oss-20b.json"), "head_dim"), tmp_path)
+    assert r["kv_bytes_per_token"] == 49_152
+
+
+def test_gpt_oss_attention_bias_default_is_true():
+    from kvcalc.hf import spec_from_config
+
+    spec = spec_from_config(without(config("models-2026/gpt-oss-20b.json"), "attention_bias"), "t", "m")[0]
+    att = spec.layer_groups[0].attention
+    assert att.qkv_bias and att.o_bias
+
+
+# ------------------------------------------------------------------ windows left out
+
+def test_gpt_oss_without_sliding_window_keeps_its_128_token_window(tmp_path):
+    # GptOssConfig sliding_window 128 on the even layers: 12 · 128 + 12 · 32768 tokens of 2 · 8 · 64 · 2 = 2,048 bytes
+    r = row(without(config("models-2026/gpt-oss-20b.json"), "sliding_window"), tmp_path)
+    assert r["kv_cache_bytes"] == (12 * 128 + 12 * CTX) * 2048 == 808_452_096
+
+
+def test_llama4_without_a_chunk_size_chunks_by_8192(tmp_path):
+    # Llama4TextConfig attention_chunk_size 8192 on the 36 RoPE layers, full attention on the 12 NoPE layers,
+    # 2 · 8 · 128 · 2 = 4,096 bytes a token and layer: 36 · 8192 · 4096 + 12 · 32768 · 4096
+    r = row(without(config("models-2026/llama-4-scout-17b-16e-instruct.json"), "attention_chunk_size"), tmp_path)
+    assert r["kv_cache_bytes"] == 36 * 8192 * 4096 + 12 * CTX * 4096 == 2_818_572_288
+
+
+def test_qwen2_sliding_window_defaults_apply_when_turned_on(tmp_path):
+    # use_sliding_window true with sliding_window and max_window_layers left out: Qwen2Config's 4096 and 28, so
+    # layers 28..79 slide: 28 · 32768 + 52 · 4096 tokens of 2 · 8 · 128 · 2 = 4,096 bytes
+    cfg = without(config("models/qwen2.5-72b-instruct.json"), "sliding_window", "max_window_layers",
+                  use_sliding_window=True)
+    r = row(cfg, tmp_path)
+    assert r["kv_cache_bytes"] == (28 * CTX + 52 * 4096) * 4096 == 4_630_511_616
+
+
+def test_qwen2_max_window_layers_given_window_left_out(tmp_path):
+    # max_window_layers 70 from the file, sliding_window 4096 by default: 70 · 32768 + 10 · 4096 tokens
+    cfg = without(config("models/qwen2.5-72b-instruct.json"), "sliding_window", use_sliding_window=True)
+    assert row(cfg, tmp_path)["kv_cache_bytes"] == (70 * CTX + 10 * 4096) * 4096 == 9_563_013_120
+
+
+# Qwen3 configs from the published files' numbers (FACTS.md §3: Qwen3-8B d 4096, L 36, h 32, kv 8, hd 128,
+# I 12288, V 151936, ctx 40960; Qwen3-30B-A3B d 2048, L 48, h 32, kv 4, hd 128, 128 experts, top-8, moe_I 768).
+QWEN3_8B = {"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936,
+            "max_position_embeddings": 40960, "tie_word_embeddings": False, "use_sliding_window": False,
+            "sliding_window": None, "max_window_layers": 36}
+QWEN3_30B_A3B = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
+                 "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "vocab_size": 151936,
+                 "max_position_embeddings": 40960, "tie_word_embeddings": False, "use_sliding_window": False,
+                 "sliding_window": None, "max_window_layers": 48, "num_experts": 128, "num_experts_per_tok": 8,
+                 "moe_intermediate_size": 768, "decoder_sparse_step": 1, "mlp_only_layers": []}
+
+
+def test_qwen3_head_dim_default_is_128(tmp_path):
+    # Qwen3Config head_dim 128, whatever hidden / heads is (5120 / 64 = 80 for Qwen3-32B's shape):
+    # 2 · 8 · 128 · 64 · 2 = 262,144 bytes a token
+    cfg = without(QWEN3_8B, "head_dim", hidden_size=5120, num_attention_heads=64, num_hidden_layers=64)
+    assert row(cfg, tmp_path)["kv_bytes_per_token"] == 262_144
+
+
+def test_qwen3_moe_kv_heads_default_is_4(tmp_path):
+    # Qwen3MoeConfig num_key_value_heads 4: 2 · 4 · 128 · 48 · 2 = 98,304 bytes a token
+    assert row(without(QWEN3_30B_A3B, "num_key_value_heads"), tmp_path)["kv_bytes_per_token"] == 98_304
+
+
+def test_qwen3_moe_sliding_window_covers_every_layer(tmp_path):
+    # Qwen3MoeAttention reads config.sliding_window on every layer (no max_window_layers rule):
+    # 48 layers · 4096 tokens · 2 · 4 · 128 · 2 = 402,653,184 bytes at 32k
+    cfg = without(QWEN3_30B_A3B, use_sliding_window=True, sliding_window=4096)
+    assert row(cfg, tmp_path)["kv_cache_bytes"] == 48 * 4096 * 2048 == 402_653_184
+    # left out: the class default 4096, the same cache
+    cfg = without(QWEN3_30B_A3B, "sliding_window", use_sliding_window=True)
+    assert row(cfg, tmp_path)["kv_cache_bytes"] == 402_653_184
+
+
+def test_qwen_windows_stay_off_without_use_sliding_window(tmp_path):
+    # use_sliding_window false (the real files): no layer slides, whatever max_window_layers says
+    assert row(QWEN3_30B_A3B, tmp_path)["kv_cache_bytes"] == 48 * CTX * 2048
+    assert row(without(QWEN3_8B, "sliding_window", "max_window_layers"), tmp_path)["kv_cache_bytes"] == 36 * CTX * 4096
+
+
+def test_nemotron_h_head_dim_default_when_neither_key_is_given():
+    from kvcalc.hf import spec_from_config
+
+    spec = spec_from_config(without(config("models-2026/nemotron-h-56b-base-8k.json"), "attention_head_dim"), "t", "m")[0]
+    heads = {g.attention.head_dim for g in spec.layer_groups if getattr(g.attention, "kind", None) == "gqa"}
+    assert heads == {128}  # NemotronHConfig head_dim 128
