@@ -177,6 +177,19 @@ def test_sglang_keeps_deepseek_v32_in_pages_of_64_with_an_fp8_indexer():
     assert (r["block_size"], r["engine_kv_bytes"]) == (64, (576 * 2 + 132) * 61 * 100_032 * 3) == (64, 23_504_719_104)
 
 
+def test_sglang_stores_deepseek_v32_fp8_in_flashmlas_scaled_entry():
+    # an audit: SGLang's calculate_mla_kv_cache_dim gives a DSA model's fp8 cache kv_lora_rank + kv_lora_rank / 128 · 4
+    # + qk_rope_head_dim · 2 = 512 + 16 + 128 = 656 bytes a token with the backend it picks for fp8 on Hopper
+    # (flashmla_kv; overrides.py), as vLLM's fp8_ds_mla; kvcalc kept the raw 576. 100,001 tokens take
+    # 1,563 pages of 64; a token 656 + 132 (the indexer key) bytes, in 61 layers
+    for engine in ("sglang", "vllm"):
+        r = row("deepseek-v3.2", "--ctx", "100001", "--kv-dtype", "fp8", "--engine", engine)
+        assert r["engine_kv_bytes"] == 1563 * 64 * (656 + 132) * 61 == 4_808_338_176, engine
+    # bf16 stays the raw latent: 576 · 2 + 132
+    r = row("deepseek-v3.2", "--ctx", "100001", "--engine", "sglang")
+    assert r["engine_kv_bytes"] == 1563 * 64 * (576 * 2 + 132) * 61
+
+
 def test_group_scheme_keys_group_along_the_pages_tokens():
     # KIVI g<G> groups keys per channel along G tokens (Liu et al., 2024): a key group runs along the tokens the pages
     # span, ceil(pages · B / G) of them a channel, not one a page. Until 2026-12-01 every page had its own: with

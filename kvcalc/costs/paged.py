@@ -148,9 +148,11 @@ def window_falls(window: int, block: int) -> int | None:
 
 
 def engine_scheme(attention: AttentionKind, s: Settings) -> str:
-    """The quantisation layout the engine stores: vLLM turns an fp8 cache of a sparse MLA model into fp8_ds_mla."""
+    """The quantisation layout the engine stores: vLLM and SGLang turn an fp8 cache of a sparse MLA model into
+    FlashMLA's scaled 656-byte entry (vLLM's fp8_ds_mla; SGLang's calculate_mla_kv_cache_dim with the DSA backends it
+    picks on Hopper for fp8, flashmla_kv: kv_lora_rank + kv_lora_rank / 128 · 4 + qk_rope_head_dim · 2 bytes)."""
     sparse_mla = isinstance(attention, MLA) and attention.indexed and s.mla_cache == "latent"
-    if s.engine == "vllm" and sparse_mla and s.kv_dtype == "fp8" and s.kv_quant == "none":
+    if s.engine in ("vllm", "sglang") and sparse_mla and s.kv_dtype == "fp8" and s.kv_quant == "none":
         return "fp8-ds-mla"
     return s.kv_quant
 
