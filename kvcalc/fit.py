@@ -6,6 +6,8 @@ the weights the busiest GPU holds and an activation estimate for one prefill chu
 function, never a division: with sliding-window, chunked or constant-state layers the cache is not linear in context.
 A context fits when every context up to it does (a sequence grows through each): a window's pages under an engine
 other than vLLM rise and fall by one page as ctx grows, so each step of the search also checks the last fall.
+Under SGLang the memory is divided into its static pools (states, full-attention and sliding-window tokens) as its
+startup divides it, and each pool must hold its own part (sglang_fits).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from kvcalc.costs.parallel import PerGpu, per_gpu
+from kvcalc.costs.parallel import PerGpu, SGLangPools, per_gpu, sglang_pools, stages
 from kvcalc.fields import figure
 from kvcalc.settings import Settings
 from kvcalc.solve import largest_fitting
@@ -25,6 +27,11 @@ if TYPE_CHECKING:
     from kvcalc.spec import ModelSpec
 
 BATCH_LIMIT = 1 << 20  # the largest batch `fit` searches
+# SGLang's defaults for dividing a GPU's cache memory between its pools (sglang arg_groups/fields/schedule.py):
+# --swa-full-tokens-ratio, the SWA pool's tokens over the full pool's; --mamba-full-memory-ratio, the state pool's
+# memory over the KV pools'.
+SGLANG_SWA_FULL_TOKENS_RATIO = Fraction(4, 5)
+SGLANG_MAMBA_FULL_MEMORY_RATIO = Fraction(9, 10)
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,33 @@ def _peaks_up_to(c: int, falls: tuple[tuple[int, int, int], ...]) -> tuple[int, 
     return (c,) + tuple(p for w, b, x in falls if (p := c - (c - w - x) % b) >= 1)
 
 
+def sglang_fits(p: SGLangPools, room: int) -> bool:
+    """Whether a stage's cache and states fit SGLang's static pools in `room` bytes (its memory after weights and
+    activations), as its startup divides them: the state pool first (kv_cache_configurator._handle_max_mamba_cache:
+    K = (room · r/(1 + r) − S) // S slots of one sequence's states S, one more as its padding slot, each running
+    sequence holding one), then with both full and sliding layers, full_tokens = room / (full rate + 0.8 · SWA rate)
+    and swa_tokens = 0.8 · full_tokens (pool_configurator.HybridSWAPoolConfigurator), else room / rate tokens, each
+    rounded down to whole pages."""
+    if p.state_per_sequence:
+        r = SGLANG_MAMBA_FULL_MEMORY_RATIO
+        slots = (room * r / (1 + r) - p.state_per_sequence) // p.state_per_sequence
+        if p.sequences > slots:
+            return False
+        room -= (slots + 1) * p.state_per_sequence
+    if room < 0:
+        return False
+
+    def whole_pages(tokens: Fraction) -> int:
+        return tokens // p.block * p.block
+
+    if p.full_rate and p.swa_rate:
+        full_tokens = whole_pages(room / (p.full_rate + SGLANG_SWA_FULL_TOKENS_RATIO * p.swa_rate))
+        swa_tokens = whole_pages(full_tokens * SGLANG_SWA_FULL_TOKENS_RATIO)
+        return p.full_bytes <= full_tokens * p.full_rate and p.swa_bytes <= swa_tokens * p.swa_rate
+    rate = p.full_rate + p.swa_rate
+    return p.full_bytes + p.swa_bytes <= (whole_pages(room / rate) * rate if rate else 0)
+
+
 def _kv_bytes(report: CacheReport) -> int:
     """The KV cache of all sequences as fit counts it: in the engine's whole pages under --engine, as per GPU."""
     return report.bytes if report.engine_bytes is None else report.engine_bytes
@@ -125,6 +159,13 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
     def used(g: PerGpu) -> int:
         return g.weights_bytes + acts + g.kv_cache_bytes + g.state_bytes
 
+    def fits(t: Settings) -> bool:
+        """The cache and states at t fit: in the busiest GPU's budget, or under SGLang in the static pools of every
+        stage's GPU."""
+        if t.engine == "sglang":
+            return all(sglang_fits(sglang_pools(t, plan), budget - plan.weights_bytes - acts) for plan in stages(spec, t))
+        return used(gpu_at(t)) <= budget
+
     def nothing_fits() -> str:
         """What stops even one token of one sequence: the weights, then the activation estimate, else the cache."""
         g = gpu_at(s.at(1) if solve == "ctx" else replace(s, batch=1))
@@ -134,13 +175,13 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
         limit = min(max_ctx or spec.max_context, spec.max_context)
         falls = _window_falls(spec, s)
         # a sequence passes through every context below its last: c fits when every context up to c does
-        best = largest_fitting(lambda c: all(used(gpu_at(s.at(x))) <= budget for x in _peaks_up_to(c, falls)), limit)
+        best = largest_fitting(lambda c: all(fits(s.at(x)) for x in _peaks_up_to(c, falls)), limit)
         at = s.at(max(best, 1))
         binding = nothing_fits() if not best else "max_context" if best == spec.max_context else "max_ctx" if best == limit else "memory"
     else:
         # the sequences pass through every context up to s.ctx: a batch fits when it does at each peak below it
         peaks = _peaks_up_to(s.ctx, _window_falls(spec, s))
-        best = largest_fitting(lambda b: all(used(gpu_at(replace(s.at(x), batch=b))) <= budget for x in peaks),
+        best = largest_fitting(lambda b: all(fits(replace(s.at(x), batch=b)) for x in peaks),
                                BATCH_LIMIT)
         at = replace(s, batch=max(best, 1))
         binding = nothing_fits() if not best else "batch_limit" if best == BATCH_LIMIT else "memory"

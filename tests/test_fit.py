@@ -126,9 +126,10 @@ def test_a_context_fits_when_every_context_before_it_does():
 
 
 def test_the_largest_batch_fits_at_every_context_up_to_ctx():
-    # an audit: solving for the batch tested only --ctx, but under SGLang's pages of 16 gpt-oss-20b's windowed layers
-    # (W = 128) hold 9 pages at ctx 143 and 8 at 144, so fit --ctx 144 answered 5,286 sequences, which overflow at
-    # 143, a context they pass through. The batch must fit at every context up to --ctx (as solving for ctx does)
+    # an audit: solving for the batch tested only --ctx, but under pages of 16 (--engine ideal --block-size 16; SGLang's
+    # did the same until its static pools were modelled) gpt-oss-20b's windowed layers (W = 128) hold 9 pages at
+    # ctx 143 and 8 at 144, so fit --ctx 144 answered 5,286 sequences, which overflow at 143, a context they pass
+    # through. The batch must fit at every context up to --ctx (as solving for ctx does)
     from fractions import Fraction
 
     from conftest import spec
@@ -139,12 +140,12 @@ def test_the_largest_batch_fits_at_every_context_up_to_ctx():
     from kvcalc.settings import Settings
 
     model, hw = spec("gpt-oss-20b"), load_hardware("h100-80gb")
-    s = Settings(ctx=144, batch=1, engine="sglang", block_size=16)
+    s = Settings(ctx=144, batch=1, engine="ideal", block_size=16)
     budget = (hw.memory_bytes * Fraction(9, 10)).__floor__()
     acts = activation_bytes(model, s, 2048)
 
     def fits(batch: int, ctx: int) -> bool:
-        g = per_gpu(model, Settings(ctx=ctx, batch=batch, engine="sglang", block_size=16))
+        g = per_gpu(model, Settings(ctx=ctx, batch=batch, engine="ideal", block_size=16))
         return g.weights_bytes + acts + g.kv_cache_bytes + g.state_bytes <= budget
 
     best = solve(model, s, hw, Fraction(1, 10), 2048, "batch").max_batch
@@ -165,3 +166,50 @@ def test_where_nothing_fits_the_binding_names_what_does_not():
     assert row["weights_bytes_per_gpu"] < 72 * 2**30 < row["weights_bytes_per_gpu"] + row["activation_bytes"]
     (row,) = fit("llama3.1-405b", "--hardware", "h100-80gb")
     assert row["binding"] == "weights" and row["weights_bytes_per_gpu"] > 72 * 2**30
+
+
+def _room(row: dict) -> int:
+    """The busiest GPU's memory for cache and states in a fit row: its budget less its weights and activations."""
+    budget = (row["memory_bytes"] - row["reserved_bytes"]) // row["gpus"]
+    return budget - row["weights_bytes_per_gpu"] - row["activation_bytes"]
+
+
+def test_sglang_divides_a_hybrid_swa_models_memory_between_its_full_and_window_pools():
+    # an audit: SGLang sizes its pools at startup (pool_configurator.HybridSWAPoolConfigurator): full_tokens =
+    # room / (full rate + 0.8 · SWA rate), swa_tokens = 0.8 · full_tokens (--swa-full-tokens-ratio 0.8), so a
+    # sequence's full layers can use only the full pool. gpt-oss-20b: 12 full and 12 sliding layers of 2 · 8 · 64 · 2
+    # = 2,048 bytes a token each, 24,576 a token in each pool: full_tokens = room / (24,576 · 9/5); 16 sequences of
+    # ctx tokens need 16 · ctx of them (their 128-token windows fit the SWA pool easily). kvcalc pooled all the memory:
+    # 89,742 tokens
+    row = fit("gpt-oss-20b", "--hardware", "h100-80gb", "--engine", "sglang", "--batch", "16")[0]
+    full_tokens = 5 * _room(row) // (9 * 24_576)
+    assert row["max_ctx"] == full_tokens // 16 == 49_927
+    # without an engine (or under vLLM's shared pool) the memory is not divided
+    assert fit("gpt-oss-20b", "--hardware", "h100-80gb", "--batch", "16")[0]["max_ctx"] > 89_000
+
+
+def test_sglang_sets_aside_a_state_pool_for_a_hybrid_with_constant_states():
+    # kv_cache_configurator._handle_max_mamba_cache: the state pool gets room · 0.9 / 1.9 (--mamba-full-memory-ratio
+    # 0.9), K = (that − S) // S slots of one sequence's states S, plus a padding slot; the KV pool the rest.
+    # Qwen3-Next at tp 4, per GPU: S = 36 Gated DeltaNet layers · ((32 / 4) · 128 · 128 · 4 bytes (fp32) + (8192 / 4)
+    # · 3 · 2 (bf16 conv)) = 19,316,736; a token: 12 attention layers · 2 · 1 KV head (of 2, replicated) · 256 · 2 =
+    # 12,288 bytes
+    s = 36 * (8 * 128 * 128 * 4 + 2048 * 3 * 2)
+    assert s == 19_316_736
+    row = fit("qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4", "--batch", "32")[0]
+    room = _room(row)
+    slots = (room * 9 // 19 - s) // s
+    tokens = (room - (slots + 1) * s) // 12_288
+    assert row["max_ctx"] == tokens // 32 == 50_007
+    # each running sequence needs a state slot: at 1,024 tokens the slots bind, not the KV pool
+    row = fit("qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4", "--ctx", "1024")[0]
+    assert row["max_batch"] == (_room(row) * 9 // 19 - s) // s == 914
+
+
+def test_sglang_pools_leave_a_plain_model_as_one_pool():
+    # one kind of layer: one pool of room / rate tokens, as without the pools (llama3-70b at tp 8: 80 layers ·
+    # 2 · 1 KV head · 128 · 2 = 40,960 bytes a token a GPU)
+    row = fit("llama3-70b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "8", "--batch", "256")[0]
+    assert row["max_ctx"] == _room(row) // 40_960 // 256 < 8192
+    ideal = fit("llama3-70b", "--hardware", "h100-80gb", "--engine", "ideal", "--gpus", "8", "--batch", "256")[0]
+    assert row["max_ctx"] == ideal["max_ctx"]

@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 from bisect import bisect_left
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import NamedTuple
 
 from kvcalc.attention import MLA, Formula
@@ -243,6 +244,44 @@ def _group_state(s: Settings, g: _StageGroup) -> int:
     if g.engine_state_bytes is not None:  # the engine's state pages, with vLLM's padding slots
         return (g.n + g.pad_state) * _sequences(s, g) * g.engine_state_bytes
     return g.n * parts_bytes(g.state_parts, _sequences(s, g)) if g.state_elements else 0
+
+
+class SGLangPools(NamedTuple):
+    """One stage's GPU as SGLang's static pools divide it (fit): the cache its full-attention layers and its sliding
+    (or chunked) layers hold at the settings, the bytes one token takes in each (a token in every such layer), the page
+    size, and one sequence's constant states with the sequences that hold them."""
+
+    full_bytes: int
+    swa_bytes: int
+    full_rate: Fraction
+    swa_rate: Fraction
+    block: int
+    state_per_sequence: int
+    sequences: int
+
+
+def sglang_pools(s: Settings, plan: Stage) -> SGLangPools:
+    """SGLang's view of one stage's GPU under --engine sglang: a windowed or chunked layer that the engine frees
+    (its hybrid-SWA models, kvcalc.costs.paged.keeps_every_token) draws on the SWA pool, every other layer on the full
+    pool (memory_pool.SWAKVPool), and constant states on the mamba pool (MambaPool)."""
+    full = swa = state = sequences = 0
+    full_rate = swa_rate = Fraction(0)
+    block = 1
+    for g in plan.groups:
+        layers = g.n + g.pad
+        kv = layers * _layer_kv(s, g)
+        rate = layers * Fraction(g.term.page_bytes, g.term.block) if g.term.block else Fraction(0)
+        block = g.term.block or block
+        if g.term.layer.span is not None and not g.term.every_token:
+            swa, swa_rate = swa + kv, swa_rate + rate
+        else:
+            full, full_rate = full + kv, full_rate + rate
+        if g.engine_state_bytes is not None:
+            state += (g.n + g.pad_state) * g.engine_state_bytes
+        elif g.state_elements:
+            state += g.n * parts_bytes(g.state_parts, 1)
+        sequences = max(sequences, _sequences(s, g))
+    return SGLangPools(full, swa, full_rate, swa_rate, block, state, sequences)
 
 
 class GroupOnGpu(NamedTuple):
