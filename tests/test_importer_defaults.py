@@ -83,6 +83,20 @@ def test_an_explicit_null_still_means_one_kv_head_per_query_head(tmp_path):
     ("models-2026/jamba-v0.1.json", ("num_key_value_heads",)),  # JambaConfig: 8
     ("models-2026/nemotron-h-56b-base-8k.json", ("num_key_value_heads",)),  # NemotronHConfig: 8
     ("configs-extra-4/command-r7b-12-2024.json", ("sliding_window",)),  # Cohere2Config: 4096
+    # DeepseekV3Config: q_lora_rank 1536, 3 dense layers first, 1 shared expert, the router's bias (noaux_tc)
+    ("models/deepseek-v3.json", ("q_lora_rank", "first_k_dense_replace", "n_shared_experts", "topk_method")),
+    ("models/deepseek-v2.json", ("q_lora_rank",)),  # DeepseekV2Config: 1536
+    # DeepSeek-V3.2: V3's and the indexer's (index_topk 2048, index_n_heads 64, index_head_dim 128)
+    ("models-2026/deepseek-v3.2.json", ("q_lora_rank", "first_k_dense_replace", "n_shared_experts", "topk_method",
+                                        "index_topk", "index_n_heads", "index_head_dim")),
+    # GlmMoeDsaConfig: q_lora_rank 2048, index_n_heads 32
+    ("configs-extra/glm-5.json", ("q_lora_rank", "first_k_dense_replace", "n_shared_experts", "topk_method",
+                                  "index_topk", "index_n_heads", "index_head_dim")),
+    ("configs-extra-6/minicpm3-4b.json", ("q_lora_rank",)),  # MiniCPM3Config: 768
+    ("configs-extra/minimax-m2.5.json", ("head_dim", "num_key_value_heads")),  # MiniMaxM2Config: 128, 8
+    ("models-2026/minimax-m1.json", ("num_key_value_heads",)),  # MiniMax's MiniMaxM1Config: 8
+    ("configs-extra-5/flux2-dev-mistral-small-3.json", ("num_key_value_heads",)),  # text_config: MistralConfig's 8
+    ("configs-extra/qwen3-vl-8b-instruct.json", ("head_dim",)),  # Qwen3VLTextConfig: 128
 ])
 def test_leaving_out_a_key_equal_to_its_default_changes_nothing(tmp_path, path, keys):
     real = row(config(path), tmp_path, "real")
@@ -191,3 +205,39 @@ def test_nemotron_h_head_dim_default_when_neither_key_is_given():
     spec = spec_from_config(without(config("models-2026/nemotron-h-56b-base-8k.json"), "attention_head_dim"), "t", "m")[0]
     heads = {g.attention.head_dim for g in spec.layer_groups if getattr(g.attention, "kind", None) == "gqa"}
     assert heads == {128}  # NemotronHConfig head_dim 128
+
+
+# ------------------------------------------------------------------ defaults that differ from the real files' values
+
+def test_deepseek_v32_without_indexer_keys_keeps_its_indexer(tmp_path):
+    # DeepseekV32Config's indexer defaults (2048 / 64 / 128): the model stays DeepSeek Sparse Attention, caching the
+    # 128-wide indexer key beside the latent: 61 · (576 + 128) · 2 = 85,888 bytes a token (70,272 without it)
+    cfg = without(config("models-2026/deepseek-v3.2.json"), "index_topk", "index_n_heads", "index_head_dim")
+    assert row(cfg, tmp_path)["kv_bytes_per_token"] == 61 * (576 + 128) * 2 == 85_888
+
+
+def test_qwen3_vl_moe_text_kv_heads_default_is_16(tmp_path):
+    # Qwen3VLMoeTextConfig num_key_value_heads 16 (not Qwen3MoeConfig's 4): 2 · 16 · 128 · 48 · 2 = 393,216
+    cfg = without(config("configs-extra/qwen3-vl-30b-a3b-instruct.json"), "num_key_value_heads")
+    assert row(cfg, tmp_path)["kv_bytes_per_token"] == 393_216
+
+
+def test_qwen3_vl_text_has_no_window(tmp_path):
+    # neither Qwen3-VL text config has a window (Qwen3VLMoeTextConfig sets sliding_window None): every layer global
+    cfg = without(config("configs-extra/qwen3-vl-30b-a3b-instruct.json"), use_sliding_window=True, sliding_window=4096)
+    assert row(cfg, tmp_path)["kv_cache_bytes"] == 2 * 4 * 128 * 48 * 2 * CTX
+
+
+def test_mistral3_text_config_takes_mistrals_window_default(tmp_path):
+    # Mistral Small 3's text_config (a MistralConfig) with sliding_window left out, not null: 4096 on all 40 layers of
+    # 2 · 8 · 128 · 2 = 4,096 bytes a token
+    cfg = without(config("configs-extra-5/flux2-dev-mistral-small-3.json"), "sliding_window")
+    assert row(cfg, tmp_path)["kv_cache_bytes"] == 40 * 4096 * 4096 == 671_088_640
+
+
+def test_openelm_embeddings_untied_by_default(tmp_path):
+    # Apple's OpenELMConfig: share_input_output_layers False, so the LM head is a matrix of its own: vocab 32,000 ×
+    # model_dim 1,280 = 40,960,000 parameters more
+    real = row(config("configs-extra-4/openelm-270m.json"), tmp_path, "real")
+    untied = row(without(config("configs-extra-4/openelm-270m.json"), "share_input_output_layers"), tmp_path, "untied")
+    assert untied["params_total"] - real["params_total"] == 32_000 * 1_280

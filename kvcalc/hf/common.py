@@ -42,6 +42,28 @@ CONFIG_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
     "jamba": ("JambaConfig", {"num_key_value_heads": 8}),  # JambaConfig.__init__ (008f5c8c)
     "nemotron_h": ("NemotronHConfig", {"num_key_value_heads": 8}),  # (13923c63)
     "cohere2": ("Cohere2Config", {"sliding_window": 4096}),
+    "qwen3_vl": ("Qwen3VLTextConfig", {"num_key_value_heads": 32, "head_dim": 128}),  # (000c33fd)
+    "qwen3_vl_moe": ("Qwen3VLMoeTextConfig", {"num_key_value_heads": 16}),
+    "minimax_m2": ("MiniMaxM2Config", {"num_key_value_heads": 8, "head_dim": 128}),
+    # MiniMax's own MiniMaxM1Config (remote code; no transformers class)
+    "minimax_m1": ("MiniMaxM1Config", {"num_key_value_heads": 8}),
+    # Apple's OpenELMConfig (remote code configuration_openelm.py)
+    "openelm": ("OpenELMConfig", {"share_input_output_layers": False}),
+    "minicpm3": ("MiniCPM3Config", {"q_lora_rank": 768}),
+    # MLA: DeepseekV2Config / DeepseekV3Config (001f85b3) and DeepSeek's remote code agree on these; the V3 router
+    # always carries e_score_correction_bias (topk_method noaux_tc, the remote code's default). V2's n_shared_experts
+    # is left out: transformers' class says 2, DeepSeek's own code None (no shared expert), which kvcalc follows.
+    "deepseek_v2": ("DeepseekV2Config", {"q_lora_rank": 1536}),
+    "deepseek_v3": ("DeepseekV3Config", {"q_lora_rank": 1536, "first_k_dense_replace": 3, "n_shared_experts": 1,
+                                         "topk_method": "noaux_tc"}),
+    "kimi_k2": ("DeepseekV3Config", {"q_lora_rank": 1536, "first_k_dense_replace": 3, "n_shared_experts": 1,
+                                     "topk_method": "noaux_tc"}),
+    "deepseek_v32": ("DeepseekV32Config", {"q_lora_rank": 1536, "first_k_dense_replace": 3, "n_shared_experts": 1,
+                                           "topk_method": "noaux_tc", "index_topk": 2048, "index_n_heads": 64,
+                                           "index_head_dim": 128}),
+    "glm_moe_dsa": ("GlmMoeDsaConfig", {"q_lora_rank": 2048, "first_k_dense_replace": 3, "n_shared_experts": 1,
+                                        "topk_method": "noaux_tc", "index_topk": 2048, "index_n_heads": 32,
+                                        "index_head_dim": 128}),
 }
 # Qwen2Config / Qwen3Config: the window's defaults, which matter only when use_sliding_window is true.
 QWEN_WINDOW_DEFAULTS = {"sliding_window": 4096, "max_window_layers": 28}
@@ -209,6 +231,14 @@ def with_defaults(cfg: dict, model_type: str, notes: list[str], defaults: dict[s
     if filled:
         notes.append(f"{cls} defaults filled in for: " + ", ".join(f"{k} {_json(table[k])}" for k in filled))
     return {**table, **cfg}
+
+
+def type_defaults(cfg: dict, notes: list[str]) -> dict:
+    """`with_defaults` for the config's own model_type (unchanged when CONFIG_DEFAULTS has none for it)."""
+    model_type = cfg.get("model_type")
+    if not isinstance(model_type, str) or model_type not in CONFIG_DEFAULTS:
+        return cfg
+    return with_defaults(cfg, model_type, notes)
 
 
 def _json(value: Any) -> str:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, importer, need
+from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, importer, need, type_defaults
 
 
 @importer("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 def _deepseek(cfg, origin, notes):
+    cfg = type_defaults(cfg, notes)  # the class's q_lora_rank, dense layers, shared experts, router, indexer
     base = base_fields(cfg, origin, "deepseek", False)
     att = {
         "kind": "mla",

@@ -46,8 +46,7 @@ def _indexer_types(cfg: dict, origin: str, n_layers: int) -> list[str]:
 
 @importer("glm_moe_dsa")
 def _glm_moe_dsa(cfg: dict, origin: str, notes: list[str]) -> dict:
-    cfg = dict(cfg)
-    cfg.setdefault("first_k_dense_replace", 3)  # GlmMoeDsaConfig: 3 dense layers, then MoE
+    cfg = dict(cfg)  # GlmMoeDsaConfig's defaults (3 dense layers first, ...): CONFIG_DEFAULTS, filled in by _deepseek
     base = _deepseek(cfg, origin, notes)
     n = base["n_layers"]
     shared = [i for i, t in enumerate(_indexer_types(cfg, origin, n)) if t == "shared"]

@@ -9,11 +9,12 @@ transformers' models/minicpm3 (MiniCPM3Attention, MiniCPM3MLP) and vLLM's minicp
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, flag, get, importer, need
+from kvcalc.hf.common import base_fields, dense_ffn, flag, get, importer, need, with_defaults
 
 
 @importer("minicpm3")
 def _minicpm3(cfg, origin, notes):
+    cfg = with_defaults(cfg, "minicpm3", notes)
     # MiniCPM3Config: tie_word_embeddings defaults to true (remote code and transformers alike)
     base = base_fields(cfg, origin, "minicpm3", True)
     n_heads = need(cfg, "num_attention_heads", origin)

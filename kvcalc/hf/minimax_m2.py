@@ -20,12 +20,12 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import decoder, get, importer, need, show
+from kvcalc.hf.common import decoder, get, importer, need, show, with_defaults
 
 
 @importer("minimax_m2", keys={"n_routed_experts": "num_local_experts", "moe_d_ff": "intermediate_size"})
 def _minimax_m2(cfg: dict, origin: str, notes: list[str]) -> dict:
-    cfg = dict(cfg)
+    cfg = with_defaults(cfg, "minimax_m2", notes)
     if get(cfg, "shared_intermediate_size", origin, minimum=0):
         raise SpecError(f"{origin}: shared_intermediate_size: MiniMaxM2SparseMoeBlock has no shared expert, got "
                         f"{show(cfg['shared_intermediate_size'])}")

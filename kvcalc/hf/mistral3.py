@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import decoder, importer, show
+from kvcalc.hf.common import decoder, importer, show, with_defaults
 
 # Ministral3Config field defaults (configuration_ministral3.py): the keys a text config may omit.
 MINISTRAL3_DEFAULTS: dict[str, Any] = {
@@ -65,4 +65,4 @@ def _mistral3(cfg: dict, origin: str, notes: list[str]) -> dict:
         text = {**text, "tie_word_embeddings": cfg["tie_word_embeddings"]}
     if kind == "ministral3":
         return decoder(_ministral3_text(text, notes), origin, "ministral3", notes)
-    return decoder(text, origin, "mistral", notes)
+    return decoder(with_defaults(text, "mistral", notes), origin, "mistral", notes)

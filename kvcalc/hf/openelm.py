@@ -18,7 +18,7 @@ Rules, from apple/OpenELM-* configuration_openelm.py and modeling_openelm.py:
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import dense_ffn, flag, group_layers, heads_attention, importer, need
+from kvcalc.hf.common import dense_ffn, flag, group_layers, heads_attention, importer, need, with_defaults
 
 KEYS = {"d_model": "model_dim", "n_layers": "num_transformer_layers", "n_heads": "qkv_multipliers (per layer)",
         "n_kv_heads": "qkv_multipliers / num_gqa_groups (per layer)", "max_context": "max_context_length"}
@@ -49,6 +49,7 @@ def _per_layer(cfg: dict, key: str, n: int, origin: str) -> list:
 
 @importer("openelm", keys=KEYS)
 def _openelm(cfg: dict, origin: str, notes: list[str]) -> dict:
+    cfg = with_defaults(cfg, "openelm", notes)
     d, n = need(cfg, "model_dim", origin), need(cfg, "num_transformer_layers", origin)
     head_dim, groups = need(cfg, "head_dim", origin), need(cfg, "num_gqa_groups", origin)
     q_heads = [make_divisible(d * m, head_dim * groups) // head_dim for m in _per_layer(cfg, "qkv_multipliers", n, origin)]
