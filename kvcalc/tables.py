@@ -23,7 +23,8 @@ from kvcalc.spec import ModelSpec, ResolvedGroup
 
 KINDS = ("mha", "gqa", "mqa", "mla")
 DEFAULT_MODELS = ("llama3-70b", "gemma3-27b", "deepseek-v2")
-ROPE_NOTE = ("absorbing W_UK into the query needs q_C·k_C = c_Qᵀ (W_UQᵀ W_UK) c_KV; RoPE on the up-projected key "
+ROPE_NOTE = ("absorbing W_UK into the query needs q_C·k_Cᵀ = c_Q (W_UQ·W_UKᵀ) c_KVᵀ per head (row vectors, as the "
+             "shapes); RoPE on the up-projected key "
              "puts a position-dependent rotation between them, so MLA keeps RoPE on a separate key k_R = RoPE(W_KR h) "
              "(decoupled RoPE, DeepSeek-V2 §2.1.3)")
 
@@ -39,9 +40,19 @@ _MLA_ROWS = [
     ("W_DKV", "d × d_c", "KV down-projection (eq. 9)"), ("W_KR", "d × d_R", "decoupled RoPE key (eq. 11)"),
     ("W_UK", "d_c × n_h·d_h", "key up-projection (eq. 10)"), ("W_UV", "d_c × n_h·d_h", "value up-projection"),
     ("W_O", "n_h·d_h × d", "output"),
-    ("W_UQ·W_UKᵀ", "d_c' × n_h·d_c", "absorbed into the query; " + ROPE_NOTE),
+    ("W_UQ·W_UKᵀ", "d_c' × n_h·d_c", "absorbed into the query (W_Q·W_UKᵀ, d × n_h·d_c, without query compression); "
+     + ROPE_NOTE),
     ("W_UV·W_O", "n_h·d_c × d", "absorbed into the output"),
+    # DeepSeek Sparse Attention (DeepSeek-V3.2): the lightning indexer's weights, shown beside a model that has one
+    ("W_IQ", "d_c' × n_I·d_I", "indexer query (DSA; d × n_I·d_I without query compression)"),
+    ("W_IK", "d × d_I", "indexer key (DSA), cached"), ("W_IW", "d × n_I", "indexer head weights (DSA)"),
 ]
+_INDEXER_ITEMS = ("W_IQ", "W_IK", "W_IW")
+# The cache and decode rows beside a model with an indexer: its key d_I is cached, and attention reads t_k = min(t, k)
+# keys (k = index_topk) after the indexer scores all t with n_I heads (2·n_I·(d_I + 1) a key: q·k and the head weights)
+_INDEXED = {"cache per token and layer": "d_c + d_R + d_I",
+            "decode FLOPs per token": "2·n_h·(d_c + d_R)·t_k + 2·n_h·d_c·t_k + 2·n_I·(d_I + 1)·t"}
+_INDEXED_NOTE = "a model shown has a DSA indexer: t_k = min(t, k); d_I = 0 and t_k = t without one"
 _GATE_NOTE = "sigmoid output gate, one per query channel (Qwen3-Next: q_proj emits it beside the query)"
 CACHE = {"mha": "2·n_h·d_h", "gqa": "2·n_kv·d_h", "mqa": "2·d_h", "mla": "d_c + d_R"}
 DECODE_FLOPS = {"mha": "4·n_h·d_h·t", "gqa": "4·n_h·d_h·t", "mqa": "4·n_h·d_h·t",
@@ -96,6 +107,10 @@ def _group_cells(group: ResolvedGroup) -> dict[str, str]:
         out["W_UQ·W_UKᵀ"] = _shape((q, att.n_heads * c))
         out["W_UV·W_O"] = _shape((att.n_heads * c, layer.d_model))
         per_key = 2 * att.n_heads * (c + att.qk_rope_head_dim) + 2 * att.n_heads * c
+        if att.indexed and att.index_n_heads and att.index_head_dim and att.index_topk:
+            scan = 2 * att.index_n_heads * (att.index_head_dim + 1)  # MLA.flops' attn/index_scores, a key
+            out["decode FLOPs per token"] = f"{per_key:,}·min(t, {att.index_topk:,}) + {scan:,}·t"
+            return out
     elif isinstance(att, Heads):
         # q·k over d_h and the weighted sum of v over d_v (= 4·n_h·d_h·t when d_v = d_h; MiMo-V2-Flash: K 192, V 128)
         per_key = 2 * att.n_heads * att.d_h(layer) + 2 * att.n_heads * att.d_v(layer)
@@ -159,8 +174,10 @@ def dims_rows(specs: list[ModelSpec], kinds: tuple[str, ...] = KINDS) -> tuple[l
                 general["decode FLOPs per token"] = _KV_DIFFER_DECODE
             items = [(n, general[n], f"{note}; {_KV_DIFFER_NOTE}" if note else _KV_DIFFER_NOTE) if n in general
                      else (n, shape, note) for n, shape, note in items]
+        if kind == "mla" and any("W_IK" in cells[(c.key, kind)] for c in columns):
+            items = [(n, _INDEXED[n], _INDEXED_NOTE) if n in _INDEXED else (n, shape, note) for n, shape, note in items]
         for item, symbolic, note in items:
-            if specs and not any(item in cells[(c.key, kind)] for c in columns):
+            if (specs or item in _INDEXER_ITEMS) and not any(item in cells[(c.key, kind)] for c in columns):
                 continue  # e.g. W_Q of an MLA without query compression, when no model given has one
             row: dict[str, str | None] = {"kind": kind.upper(), "item": item, "symbolic": symbolic, "note": note}
             row.update({c.key: cells[(c.key, kind)].get(item) for c in columns})

@@ -45,6 +45,33 @@ def test_deepseek_v2_mla_weights_match_its_spec():
     assert rows("dims", "deepseek-v2-lite")[0]["item"] == "W_Q"
 
 
+def test_deepseek_v32_dims_count_its_indexer():
+    # an audit: beside DeepSeek-V3.2 the cache row read d_c + d_R over 704 (= 512 + 64 + 128, its indexer key d_I
+    # included) and decode FLOPs 278,528·t, though attention reads only its top k = 2,048 keys. Now the formula names
+    # d_I, the FLOPs take t_k = min(t, k) for attention and t for the indexer's scores, 2·n_I·(d_I + 1) = 2·64·129 =
+    # 16,512 a key (MLA.flops' attn/index_scores), and the indexer's weights have rows
+    got = rows("dims", "deepseek-v3.2", "deepseek-v2-lite")
+    by = {r["item"]: r for r in got}
+    n_h, c, r = 128, 512, 64
+    assert by["cache per token and layer"]["symbolic"] == "d_c + d_R + d_I"
+    assert (by["cache per token and layer"]["deepseek-v3.2"], by["cache per token and layer"]["deepseek-v2-lite"]) == \
+        (f"{c + r + 128}", f"{c + r}")
+    assert by["decode FLOPs per token"]["deepseek-v3.2"] == \
+        f"{2 * n_h * (c + r) + 2 * n_h * c:,}·min(t, 2,048) + {2 * 64 * 129:,}·t" == "278,528·min(t, 2,048) + 16,512·t"
+    assert by["decode FLOPs per token"]["deepseek-v2-lite"] == f"{2 * 16 * (c + r) + 2 * 16 * c:,}·t"
+    assert (by["W_IQ"]["deepseek-v3.2"], by["W_IK"]["deepseek-v3.2"], by["W_IW"]["deepseek-v3.2"]) == \
+        ("1,536 × 8,192", "7,168 × 128", "7,168 × 64")
+    # the papers' symbolic table, and a model without an indexer, keep the plain forms and no indexer rows
+    for table in (rows("dims"), rows("dims", "deepseek-v2")):
+        assert not {"W_IQ", "W_IK", "W_IW"} & {r["item"] for r in table}
+        assert {r["item"]: r["symbolic"] for r in table if r["kind"] == "MLA"}["cache per token and layer"] == "d_c + d_R"
+    # what `cost` counts for one decoded token at context 128k (t = 131,072 keys): 61 layers of 278,528 FLOPs for
+    # each of the 2,048 kept keys (absorbed scores and mix), and 16,512 for each key the indexer scores
+    step = json.loads(run("cost", "deepseek-v3.2", "--ctx", "128k", "-f", "json").stdout)["flops"]["decode_token_absorbed"]
+    assert step["attn/scores"] + step["attn/mix"] == 61 * 278_528 * 2_048
+    assert step["attn/index_scores"] == 61 * 16_512 * 131_072
+
+
 def test_gqa_model_numbers():
     got = {r["item"]: r["llama3-70b"] for r in rows("dims", "llama3-70b")}
     assert got["W_K"] == "8,192 × 1,024" and got["W_Q"] == "8,192 × 8,192"
