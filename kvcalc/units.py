@@ -6,6 +6,7 @@ Convention: k = 1024 tokens and M = 1024² tokens, as the field uses them (a "12
 from __future__ import annotations
 
 import re
+from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
 TOKEN_SUFFIX = {"": 1, "k": 1024, "m": 1024**2}
@@ -56,10 +57,11 @@ UNIT_SYSTEMS = ("binary", "si", "bytes")
 def format_bytes(n: int | Fraction, units: str = "binary") -> str:
     """A byte count in human units: 3 significant digits from KiB up ('40.0 GiB', '67.5 KiB'), exact bytes below.
 
-    units: 'binary' (KiB = 1024 B), 'si' (kB = 1000 B) or 'bytes' (the exact integer with separators).
+    units: 'binary' (KiB = 1024 B), 'si' (kB = 1000 B) or 'bytes' (the exact integer with separators, and its unit:
+    '141,107,412,992 B', so a column of them reads as bytes, not a count).
     """
     if units == "bytes":
-        return f"{int(n):,}"
+        return f"{int(n):,} B"
     table: tuple[tuple[str, int], ...] = BINARY if units == "binary" else SI
     if abs(Fraction(n)) < table[1][1]:
         return f"{n} B"
@@ -123,6 +125,24 @@ def format_count(n: int) -> str:
 def format_number(x: float | Fraction) -> str:
     """A plain quantity (FLOP per byte), 3 significant digits as the units have them: 2.6195 -> '2.62', 500.0 -> '500'."""
     return _three_digits(Fraction(x))
+
+
+def format_sig(value: float) -> str:
+    """Three significant digits of a float (a ratio, an error), read as the shortest decimal that is that float (its
+    repr: 0.1125 is 9/80), rounded half to even as every unit is, trailing zeros kept: 0.112, 1.00, 0.230; in powers
+    of ten below 10⁻⁴ and from 10³ up, as '#.3g' writes them (9.46e-10, 1.23e+03)."""
+    d = Decimal(repr(float(value)))
+    if not d.is_finite():
+        return str(value)
+    if d == 0:
+        return "0.00"
+    q = d.quantize(Decimal(1).scaleb(d.adjusted() - 2), rounding=ROUND_HALF_EVEN)
+    if q.adjusted() > d.adjusted():  # rounded up a decade: 9.996 -> 10.0
+        q = q.quantize(Decimal(1).scaleb(q.adjusted() - 2), rounding=ROUND_HALF_EVEN)
+    x = q.adjusted()
+    if -4 <= x < 3:
+        return f"{q:.{max(2 - x, 0)}f}"
+    return f"{q.scaleb(-x):.2f}e{x:+03d}"
 
 
 def format_seconds(x: float | Fraction) -> str:

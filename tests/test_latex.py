@@ -78,6 +78,8 @@ def test_a_number_is_never_cut_into_a_header_unit():
     assert "KV heads or latent & Head dim & Ctx & KV per token (KiB) & KV cache (GiB)" in out
     out = run("compare", "llama3-70b", "--ctx", "128k", "--units", "bytes", "-f", "latex").stdout
     assert r"& 128k & 327\,680 & 42\,949\,672\,960 & $1.00\times$ \\" in out
+    # an audit: --units bytes left the byte columns with no unit anywhere; the header carries it, as for KiB
+    assert "KV per token (B) & KV cache (B)" in out
     out = run("show", "gemma3-27b", "--per-layer", "-f", "latex").stdout
     assert r"& 1\,024 &" in out and "(,024)" not in out and "(,096)" not in out
     for args in (("show", "deepseek-v2"), ("show", "llama4-scout", "--per-layer")):

@@ -6,6 +6,7 @@ from fractions import Fraction
 
 import pytest
 
+from conftest import run
 from kvcalc.units import format_bytes, format_count, format_flops, format_seconds, format_tokens, parse_token_list, parse_tokens
 
 
@@ -48,7 +49,7 @@ def test_format_tokens_is_exact(n, text):
     (512, "binary", "512 B"),
     (42_949_672_960, "si", "42.9 GB"),
     (69_120, "si", "69.1 kB"),
-    (42_949_672_960, "bytes", "42,949,672,960"),
+    (42_949_672_960, "bytes", "42,949,672,960 B"),
     (0, "binary", "0 B"),
 ])
 def test_format_bytes(n, units, text):
@@ -135,3 +136,18 @@ def test_intensity_reads_the_same_in_compare_and_cost():
     summary = run("cost", "deepseek-v2", "--ctx", "4k").stdout
     shown = summary.split("decode_intensity")[1].split("FLOP/byte")[0].strip()
     assert len(shown.replace(".", "")) == 3 and row.split()[-1] == shown == "2.62"
+
+
+def test_ratios_and_errors_keep_three_significant_digits_rounded_half_to_even():
+    # an audit: ratios were written with '#.3g' on the float, so gpt2's exact 0.1125 of llama3-70b's cache showed
+    # 0.113 (the float lies just above 9/80) where byte figures round exact ties to even; errors used '.3g', which
+    # drops trailing zeros (0.2298 -> '0.23', 1.00423 -> '1', as if exact). Both now read the float as its shortest
+    # decimal and round half to even, zeros kept
+    from kvcalc.units import format_sig
+
+    assert [format_sig(x) for x in (0.1125, 0.2298, 1.00423, 1.0, 0.125, 0.0176, 1.835, 9.996)] == \
+        ["0.112", "0.230", "1.00", "1.00", "0.125", "0.0176", "1.84", "10.0"]
+    assert [format_sig(x) for x in (9.46e-10, 2.5e-17, 1234.5, 0.0001234, 0.0, -0.5)] == \
+        ["9.46e-10", "2.50e-17", "1.23e+03", "0.000123", "0.00", "-0.500"]
+    rows = run("compare", "llama3-70b", "gpt2", "--ctx", "32k").stdout.splitlines()
+    assert rows[-1].split()[-1] == "0.112×"  # 1.125 GiB / 10 GiB, a tie, to even as the cache's 1.12 GiB

@@ -16,7 +16,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple
 
 from kvcalc.fields import Figure
-from kvcalc.units import format_bytes, format_count, format_flops, format_number, format_seconds, format_tokens
+from kvcalc.units import format_bytes, format_count, format_flops, format_number, format_seconds, format_sig, format_tokens
 
 FORMATS = ("table", "markdown", "latex", "csv", "json")
 
@@ -70,7 +70,7 @@ def _cell(value: Any, kind: str, units: str, latex: bool) -> str:
     if kind == "int" and isinstance(value, int):
         return f"{value:,}"
     if kind == "ratio":
-        digits = f"{value:#.3g}"  # three significant digits: 0.125×, 0.0176×, 1.00×; 9.46e-10× far below 1
+        digits = format_sig(value)  # three significant digits: 0.125×, 0.0176×, 1.00×; 9.46e-10× far below 1
         if abs(float(digits)) >= 100:  # read after rounding: 99.96 is 100×, not 100.×
             digits = f"{value:,.0f}"
         return digits + (r"$\times$" if latex else "×")
@@ -84,8 +84,8 @@ def _cell(value: Any, kind: str, units: str, latex: bool) -> str:
         return format_bytes(value, "si" if units != "bytes" else "bytes") + "/s"
     if kind == "float":  # three significant digits, as every human unit (README)
         return format_number(value)
-    if kind == "sig":  # three significant digits (errors, fractions)
-        return f"{value:.3g}"
+    if kind == "sig":  # three significant digits (errors, fractions), trailing zeros kept: 0.230, 1.00
+        return format_sig(value)
     if kind == "rate":  # tokens/s: three significant digits (0.0412, 7.20, 24.1), whole and grouped from 1,000
         return f"{value:,.0f}" if value >= 999.5 else format_number(value)
     return str(value)
