@@ -2,6 +2,8 @@
 
 - Cached decoding gives the outputs of recomputing full attention over the whole sequence (with DeepSeek Sparse
   Attention, over the keys the run selected, each selection its top-k up to a near tie).
+- DeepSeek Sparse Attention: each of the run's selections is the top-k of the indexer's scores written out densely
+  here, apart from the run's scoring and selection code (up to a near tie at the cut).
 - MLA's absorbed schedule gives the outputs of the naive one (DeepSeek-V2 §2.1.3).
 - GQA with n_kv = n_h is MHA; GQA is MHA with each K/V head shared by its group (checked against a dense,
   explicitly masked reference at small dims).
@@ -59,22 +61,34 @@ def run_checks(spec, s, layers, x0, outputs, after_prefill, schedule, tol) -> li
     sparse = [a for a in map(attention_part, layers) if isinstance(a, LatentAttention) and a.chosen]
     for a in sparse:
         a.follow, a.chosen, a.ties = a.chosen, None, []
+    dense: list[tuple[float, int]] = []  # per indexer layer: the reference's verdict on the run's selections
+
+    def against_reference(layer, x) -> None:  # x: the layer's input at every position, from the recomputation
+        att = attention_part(layer)
+        if any(att is a for a in sparse):
+            dense.append(selection_shortfall(att, x, att.follow))
+
     try:
-        found = _run_checks(s, layers, x0, outputs, after_prefill, schedule, tol)
+        found = _run_checks(s, layers, x0, outputs, after_prefill, schedule, tol, against_reference if sparse else None)
         if sparse:
             gaps = [g for a in sparse for g in a.ties or ()]
             steps = sum(len(a.follow or ()) for a in sparse)
             found.insert(0, _within("indexer top-k: the run's = the recomputation's", max(gaps, default=0.0), tol,
                                     f"{steps:,} queries' selections, {len(gaps):,} of them another set (error: how "
                                     "far its worst key scores below the recomputation's k-th, a near tie)"))
+            found.insert(1, _within("indexer top-k = a dense reference's top-k", max((g for g, _ in dense),
+                                                                                     default=float("inf")), tol,
+                                    f"{sum(n for _, n in dense):,} queries' selections vs Σ_h w·ReLU(q_I·k_I) over "
+                                    "each query's visible keys, written out densely (error: how far the selection's "
+                                    "sorted scores fall below the reference's k best)"))
     finally:
         for a in sparse:
             a.follow = a.ties = None
     return found
 
 
-def _run_checks(s, layers, x0, outputs, after_prefill, schedule, tol) -> list[Check]:
-    full = stack_prefill(_silent(), layers, x0)[0]  # its caches are not kept: memory
+def _run_checks(s, layers, x0, outputs, after_prefill, schedule, tol, before=None) -> list[Check]:
+    full = stack_prefill(_silent(), layers, x0, before)[0]  # its caches are not kept: memory
     cached = np.concatenate(outputs, axis=1)
     found = [_within("cached decode = full recomputation", rel_error(cached, full[:, s.ctx:]), tol,
                      f"{_plural(s.decode, 'decoded token')} vs a prefill of {s.ctx + s.decode}")]
@@ -87,6 +101,82 @@ def _run_checks(s, layers, x0, outputs, after_prefill, schedule, tol) -> list[Ch
         found.append(_within("MLA absorbed = naive", rel_error(np.concatenate(outs, axis=1), cached), tol,
                              f"{_plural(s.decode, 'step')} from one latent cache"))
     return found
+
+
+# ---------------------------------------------------------------- DeepSeek Sparse Attention's selection, densely
+# Written apart from kvcalc.backend.attention and causal (no index_band, no top_keys, no FlopCounter: not counted),
+# so that an error in the run's scoring or selection cannot hide behind the same code in its check.
+
+
+def _plain_norm(a: np.ndarray, centred: bool) -> np.ndarray:
+    """LayerNorm (centred) or RMSNorm over the last axis, without learned weights, eps 1e-6."""
+    if centred:
+        a = a - a.mean(axis=-1, keepdims=True)
+    return a / np.sqrt((a * a).mean(axis=-1, keepdims=True) + 1e-6)
+
+
+def reference_index_scores(att: LatentAttention, x: np.ndarray, keys: np.ndarray, t0: int, t1: int,
+                           wide) -> tuple[np.ndarray, int]:
+    """DeepSeek-V3.2's index scores of the queries t in [t0, t1), densely: I[t, s] = Σ_h w[t, h]·ReLU(q_I[t, h]·k_I[s])
+    over the keys s in [a0, t1), -inf where s > t or t - s >= W (the layer's window).
+
+    x [b, T, m] is the layer's input, keys [b, T, d_I] the reference's k_I; returns [b, n, t1 - a0] and a0."""
+    h_i, d_i, _ = att.index  # type: ignore[misc]
+    a0 = max(0, t0 - att.window + 1) if att.window else 0
+    xq = x[:, t0:t1].astype(wide)
+    b, n, _ = xq.shape
+    c_q = _plain_norm(xq @ att.wdq.astype(wide), centred=False) if att.qc else xq  # q_I reads c_Q (Indexer.wq_b)
+    q = (c_q @ att.wiq.astype(wide)).reshape(b, n * h_i, d_i)  # [b, n·H, d_I]
+    w = (xq @ att.wiw.astype(wide)) * (h_i * d_i) ** -0.5  # [b, n, H] (Indexer.weights_proj, scaled)
+    relu = np.maximum(q @ keys[:, a0:t1].transpose(0, 2, 1), 0).reshape(b, n, h_i, t1 - a0)  # ReLU(q_I·k_I)
+    scores = (w[:, :, None, :] @ relu)[:, :, 0]  # Σ_h w·ReLU: [b, n, keys]
+    t, s = np.arange(t0, t1)[:, None], np.arange(a0, t1)[None, :]
+    hidden = s > t
+    if att.window:
+        hidden |= (t - s) >= att.window
+    return np.where(hidden, -np.inf, scores), a0
+
+
+def _shortfall(scores: np.ndarray, taken: np.ndarray, k: int) -> float:
+    """How far the scores of the keys `taken` [b, n, k] (indices into the rows of scores [b, n, keys]), sorted, fall
+    below the k best of their row, sorted: the worst over ranks, relative to the row's largest |score|. 0 for the top-k
+    set; small for a near tie at the cut; inf for a hidden or out-of-row key, or a key taken twice."""
+    if np.any(taken < 0) or np.any(taken >= scores.shape[-1]):
+        return float("inf")
+    ordered = np.sort(taken, axis=-1)
+    if np.any(ordered[..., 1:] == ordered[..., :-1]):
+        return float("inf")
+    got = np.sort(np.take_along_axis(scores, taken, axis=-1), axis=-1)  # ascending
+    if not np.all(np.isfinite(got)):
+        return float("inf")
+    best = np.sort(scores, axis=-1)[..., -k:]  # the row's k best, ascending
+    scale = np.where(np.isfinite(scores), np.abs(scores), 0).max(axis=-1, keepdims=True)
+    return float(np.max((best - got) / np.maximum(scale, np.finfo(np.float64).tiny)))
+
+
+def selection_shortfall(att: LatentAttention, x: np.ndarray, chosen: dict[int, np.ndarray]) -> tuple[float, int]:
+    """The run's top-k selections of one indexer layer against the dense reference: the worst `_shortfall`, and the
+    number of queries compared.
+
+    x [b, T, m] is the layer's input at every position; chosen maps each query position to its keys [b, k]. A query
+    whose visible keys outnumber k must have a selection, and no other query may have one (else inf). Computed in
+    float32 or wider, a query block at a time within the bytes of the run's own band of index scores."""
+    k = att.index[2]  # type: ignore[index]
+    b, n_pos, _ = x.shape
+    expected = [t for t in range(n_pos) if min(t + 1, att.window or t + 1) > k]
+    if set(chosen) != set(expected):
+        return float("inf"), len(chosen)
+    wide = np.promote_types(x.dtype, np.float32)
+    step = max(1, att.block * x.dtype.itemsize // wide.itemsize)
+    keys = np.concatenate([_plain_norm(x[:, i : i + step].astype(wide) @ att.wik.astype(wide), centred=True)
+                           for i in range(0, n_pos, step)], axis=1)  # k_I: LayerNorm'd (Indexer.k_norm)
+    worst = 0.0
+    for t0 in range(expected[0] if expected else n_pos, n_pos, step):
+        t1 = min(n_pos, t0 + step)
+        scores, a0 = reference_index_scores(att, x, keys, t0, t1, wide)
+        taken = np.stack([chosen[t] for t in range(t0, t1)], axis=1).astype(np.int64) - a0  # [b, n, k]
+        worst = max(worst, _shortfall(scores, taken, k))
+    return worst, len(expected)
 
 
 def _plural(n: int, noun: str) -> str:

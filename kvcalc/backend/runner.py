@@ -72,12 +72,16 @@ class Row:
     predicted: object
     measured: object
     kind: str = "int"  # int | shape | bytes | flops | seconds | rate
+    # False only where there is nothing to compare: a timing (no prediction), or a whole-model total while a layer
+    # group was not run (no measurement). Elsewhere a missing side is a mismatch: a predicted tensor the run does
+    # not hold, or a held tensor nothing predicts.
+    compared: bool = True
 
     @property
     def match(self) -> bool | None:
-        if self.predicted is None or self.measured is None:
+        if not self.compared:
             return None
-        return self.predicted == self.measured
+        return self.predicted is not None and self.measured is not None and self.predicted == self.measured
 
 
 @dataclass
@@ -253,7 +257,8 @@ def _compare(report, spec, s, ids, by_layer, after_prefill, final, history, pref
                         [sizes[n][1] for sizes in history], "mixer/")
     measured_total = _scaled_total(spec, ids, by_layer, final)
     report.rows.append(Row("cache", f"KV cache, all {spec.n_layers} layers, at ctx {total:,} (= kvcalc compare)",
-                           kv_cache(spec, at.at(total)).bytes, measured_total, "bytes"))
+                           kv_cache(spec, at.at(total)).bytes, measured_total, "bytes",
+                           compared=measured_total is not None))  # None: a group with a cache was not run
     _state_total_row(report, spec, s, ids, by_layer, final)
     prefill_pred: Counter[str] = Counter()
     decode_pred: Counter[str] = Counter()
@@ -285,17 +290,23 @@ def _kv_rows(report, spec, s, at: Settings, layer, group, cache, last, sizes):
 
     for when, c, tokens in (("after prefill", cache, s.ctx), ("at the end", last, s.ctx + s.decode)):
         held = group.attention.tokens_held(group.layer, tokens)
-        for name, shape in group.attention.cache_shapes(group.layer, s.batch, held, s.mla_cache).items():
-            got = tuple(c.tensors[name].shape) if name in c.tensors else None
-            report.rows.append(Row("cache", f"layer {layer} {name} shape {when}", shape, got, "shape"))
+        shapes = dict(group.attention.cache_shapes(group.layer, s.batch, held, s.mla_cache))
         if group.cross is not None:  # the encoder positions' K/V, the same at every step
-            for name, shape in group.cross.cache_shapes(group.cross_layer, s.batch, enc, s.mla_cache).items():
-                got = tuple(c.tensors[f"cross/{name}"].shape) if f"cross/{name}" in c.tensors else None
-                report.rows.append(Row("cache", f"layer {layer} cross/{name} shape {when}", shape, got, "shape"))
+            shapes.update({f"cross/{name}": shape for name, shape in
+                           group.cross.cache_shapes(group.cross_layer, s.batch, enc, s.mla_cache).items()})
+        _shape_rows(report, "cache", f"layer {layer} ", when, shapes, c)
     report.rows.append(Row("cache", f"layer {layer} bytes after prefill", per_layer_bytes(s.ctx), cache.nbytes, "bytes"))
     for j, size in enumerate(sizes):
         report.rows.append(Row("cache", f"layer {layer} bytes after decode step {j + 1}", per_layer_bytes(s.ctx + j + 1),
                                size, "bytes"))
+
+
+def _shape_rows(report, section: str, label: str, when: str, shapes: dict, c: Cache) -> None:
+    """A row per tensor predicted (its shape, or None if the cache lacks it) and per tensor held that nothing
+    predicts (predicted None): both of the latter are mismatches."""
+    for name in [*shapes, *(n for n in c.tensors if n not in shapes)]:
+        got = tuple(c.tensors[name].shape) if name in c.tensors else None
+        report.rows.append(Row(section, f"{label}{name} shape {when}", shapes.get(name), got, "shape"))
 
 
 def _scaled_total(spec, ids, by_layer, final: list[Cache]) -> int | None:
@@ -324,9 +335,7 @@ def _state_rows(report, spec, s, layer, group, cache, last, sizes, prefix=""):
     arrays' shapes (the kind's `state_shapes`) after the prefill and at the end, and its bytes after the prefill and
     after every decode step, the same each time (kvcalc's state per layer)."""
     for when, c in (("after prefill", cache), ("at the end", last)):
-        for name, shape in group.attention.state_shapes(group.layer, s.batch).items():
-            got = tuple(c.tensors[name].shape) if name in c.tensors else None
-            report.rows.append(Row("state", f"layer {layer} {prefix}{name} shape {when}", shape, got, "shape"))
+        _shape_rows(report, "state", f"layer {layer} {prefix}", when, group.attention.state_shapes(group.layer, s.batch), c)
     g = kv_cache(spec, _state_settings(s, s.ctx)).groups[group.index]
     want = g.state_bytes // g.n_layers
     report.rows.append(Row("state", f"layer {layer} state bytes after prefill", want, cache.nbytes, "bytes"))
@@ -350,18 +359,21 @@ def _state_total_row(report, spec, s, ids, by_layer, final: list[Cache]) -> None
         total = None
     dtype = DTYPES[s.dtype][1]
     report.rows.append(Row("state", f"constant state, all {spec.n_layers} layers (= kvcalc compare --state-dtype {dtype})",
-                           kv_cache(spec, _state_settings(s, s.ctx + s.decode)).state_bytes, total, "bytes"))
+                           kv_cache(spec, _state_settings(s, s.ctx + s.decode)).state_bytes, total, "bytes",
+                           compared=total is not None))
 
 
 def _timing_rows(report, prefill_flops, decode_flops, prefill_seconds, decode_seconds, steps, threads):
     p, d = sum(prefill_flops.values()), sum(decode_flops.values())
-    report.rows += [
-        Row("time", "prefill attention threads", None, threads),
-        Row("time", "prefill wall time", None, prefill_seconds, "seconds"),
-        Row("time", "prefill GFLOP/s", None, p / prefill_seconds / 1e9 if prefill_seconds else None, "rate"),
+    report.rows += [  # measured only: kvcalc predicts no times
+        Row("time", "prefill attention threads", None, threads, compared=False),
+        Row("time", "prefill wall time", None, prefill_seconds, "seconds", compared=False),
+        Row("time", "prefill GFLOP/s", None, p / prefill_seconds / 1e9 if prefill_seconds else None, "rate",
+            compared=False),
     ]
     if steps:
         report.rows += [
-            Row("time", "decode wall time per step", None, decode_seconds / steps, "seconds"),
-            Row("time", "decode GFLOP/s", None, d / decode_seconds / 1e9 if decode_seconds else None, "rate"),
+            Row("time", "decode wall time per step", None, decode_seconds / steps, "seconds", compared=False),
+            Row("time", "decode GFLOP/s", None, d / decode_seconds / 1e9 if decode_seconds else None, "rate",
+                compared=False),
         ]

@@ -5,11 +5,15 @@ from __future__ import annotations
 from kvcalc.backend.ops import FlopCounter, rms_norm
 
 
-def stack_prefill(fc: FlopCounter, layers, x):
-    """A prompt x [b, s, m] through every layer; returns the output and each layer's cache."""
+def stack_prefill(fc: FlopCounter, layers, x, before=None):
+    """A prompt x [b, s, m] through every layer; returns the output and each layer's cache. `before(layer, its
+    input)`, if given, sees each layer's normed input before the layer runs (the checks' references read it)."""
     caches = []
     for layer in layers:
-        y, cache = layer.prefill(fc, rms_norm(x))
+        normed = rms_norm(x)
+        if before is not None:
+            before(layer, normed)
+        y, cache = layer.prefill(fc, normed)
         x = x + y
         caches.append(cache)
     return x, caches
