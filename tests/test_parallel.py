@@ -9,7 +9,7 @@ import pytest
 
 from conftest import run, spec
 from kvcalc.costs.cache import kv_cache
-from kvcalc.costs.parallel import per_gpu, pp_stages
+from kvcalc.costs.parallel import per_gpu, pp_stages, stages
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
 
@@ -331,10 +331,83 @@ def test_vllm_splits_routed_experts_over_dp_and_tp():
     plain = per_gpu(model, Settings(ctx=8192, tp=4, dp=2))
     vllm = per_gpu(model, Settings(ctx=8192, tp=4, dp=2, engine="vllm"))
     assert plain.weights_bytes - vllm.weights_bytes == 2 * 58 * 256 * 3 * 7168 * (512 - 256) == 163_477_192_704
-    # under expert parallelism, or at dp 1, nothing changes; a dense model neither
-    for kw in ({"dp": 2, "ep": 8}, {"dp": 1}):
-        assert per_gpu(model, Settings(ctx=8192, tp=4, engine="vllm", **kw)).weights_bytes \
-            == per_gpu(model, Settings(ctx=8192, tp=4, **kw)).weights_bytes
+    # at dp 1 nothing changes; a dense model neither (under expert parallelism: the next test)
+    assert per_gpu(model, Settings(ctx=8192, tp=4, dp=1, engine="vllm")).weights_bytes \
+        == per_gpu(model, Settings(ctx=8192, tp=4, dp=1)).weights_bytes
     llama = spec("llama3-70b")
     assert per_gpu(llama, Settings(ctx=8192, tp=4, dp=2, engine="vllm")).weights_bytes \
         == per_gpu(llama, Settings(ctx=8192, tp=4, dp=2)).weights_bytes
+
+
+def test_vllm_keeps_shared_experts_whole_under_sequence_parallel_moe():
+    # an audit: with expert parallelism, tp > 1 and dp > 1 vLLM runs its MoE sequence-parallel
+    # (ParallelConfig.use_sequence_parallel_moe, the default all2all backend) and deepseek_v2.py builds the shared
+    # experts with disable_tp: each rank holds DeepSeek-V3's shared expert whole, 3 · 7,168 · 2,048, not a quarter,
+    # in each of its 58 MoE layers
+    model = spec("deepseek-v3")
+    at = dict(ctx=8192, tp=4, dp=2, ep=8)
+    vllm = per_gpu(model, Settings(**at, engine="vllm")).weights_bytes
+    plain = per_gpu(model, Settings(**at)).weights_bytes
+    assert vllm - plain == 58 * 3 * 7168 * (2048 - 512) * 2 == 3_831_496_704
+    assert vllm == 177_413_893_120
+    # Qwen3-Next's shared expert of 512 too (qwen3_next.py), its gate whole anyway: 48 layers · 3 · 2,048 · (512 - 128)
+    q = spec("qwen3-next-80b-a3b")
+    assert per_gpu(q, Settings(**at, engine="vllm")).weights_bytes - per_gpu(q, Settings(**at)).weights_bytes \
+        == 48 * 3 * 2048 * (512 - 128) * 2
+    # dp 1 (no sequence parallelism), or a model whose file splits them (GLM-4.7's glm4_moe.py): split over tp
+    one = dict(ctx=8192, tp=8, dp=1, ep=8)
+    assert per_gpu(model, Settings(**one, engine="vllm")).weights_bytes == per_gpu(model, Settings(**one)).weights_bytes
+    glm = spec("glm-4.7")
+    assert per_gpu(glm, Settings(**at, engine="vllm")).weights_bytes == per_gpu(glm, Settings(**at)).weights_bytes
+
+
+def test_sglang_gives_the_extra_layers_to_the_last_stages():
+    # sglang/srt/distributed/utils.py get_pp_indices: the last n % pp stages take one layer more (vLLM: the stages
+    # before the last). DeepSeek-V3's 61 layers over 2 stages: vLLM [31, 30], SGLang [30, 31], the last with the head
+    assert [len(r) for r in pp_stages(61, 2)] == [31, 30]
+    assert [len(r) for r in pp_stages(61, 2, "sglang")] == [30, 31]
+    assert [len(r) for r in pp_stages(61, 4, "sglang")] == [15, 15, 15, 16]
+    assert [len(r) for r in pp_stages(80, 3, "sglang")] == [26, 27, 27]
+    g = per_gpu(spec("deepseek-v3"), Settings(ctx=1, tp=8, pp=2, engine="sglang"))
+    assert (g.stage, len(g.layers), g.weights_bytes) == (1, 31, 90_334_885_376)
+
+
+def test_vllm_builds_embedding_and_head_on_every_stage_for_some_models():
+    # an audit: vLLM's gpt_oss.py (and gemma3, qwen3_moe, qwen3_next, mixtral, ...) builds the embedding, the final
+    # norm and the LM head in __init__ without asking which pipeline stage it is, so every stage holds them; llama.py,
+    # qwen2.py and deepseek_v2.py build them on the first and last stage only. gpt-oss-20b at pp 2: the first stage
+    # holds the head too and the last the embedding, 201,088 · 2,880 each
+    s2 = Settings(ctx=1, pp=2)
+    oss = spec("gpt-oss-20b")
+    assert per_gpu(oss, Settings(ctx=1, pp=2, engine="vllm")).weights_bytes == 22_073_026_944
+    # without an engine the last stage is the larger by its norm (2,880 · 2 bytes); under vLLM both stages hold
+    # embedding, head and norm: the first one table and a norm more than before, the last one table more
+    first, last = (st.weights_bytes for st in stages(oss, s2))
+    assert last - first == 2_880 * 2
+    assert [st.weights_bytes for st in stages(oss, Settings(ctx=1, pp=2, engine="vllm"))] == \
+        [first + 201_088 * 2_880 * 2 + 2_880 * 2, last + 201_088 * 2_880 * 2]
+    # Gemma 3's head is its embedding: each middle stage of 16 layers adds one table and the norm, no second copy
+    gemma = per_gpu(spec("gemma3-27b"), Settings(ctx=1, pp=4, engine="vllm"))
+    assert (len(gemma.layers), gemma.weights_bytes) == (16, 16_032_025_088)
+    # a model whose vLLM file asks (Llama 3): unchanged
+    llama = spec("llama3-70b")
+    assert per_gpu(llama, Settings(ctx=1, tp=4, pp=2, engine="vllm")).weights_bytes \
+        == per_gpu(llama, Settings(ctx=1, tp=4, pp=2)).weights_bytes
+
+
+def test_engines_pad_the_vocabulary_to_a_multiple_of_64():
+    # VocabParallelEmbedding pads the vocabulary to a multiple of 64 before splitting it (vLLM and SGLang
+    # DEFAULT_VOCAB_PADDING_SIZE): gpt2's 50,257 rows are 50,304, 47 · 768 more in bf16 (tied: one table)
+    gpt2 = spec("gpt2")
+    for engine in ("vllm", "sglang"):
+        assert per_gpu(gpt2, Settings(ctx=1, engine=engine)).weights_bytes \
+            - per_gpu(gpt2, Settings(ctx=1)).weights_bytes == 47 * 768 * 2
+
+
+def test_vllm_drafter_keeps_its_own_embedding_under_pipeline_stages():
+    # v1 spec_decode eagle utils maybe_share_target_embed returns early when pp > 1: DeepSeek-V3's MTP drafter on the
+    # last stage builds its own embedding, 129,280 / 8 rows of 7,168 at tp 8
+    model = spec("deepseek-v3")
+    with_pp = per_gpu(model, Settings(ctx=1, tp=8, pp=2, mtp=True, engine="vllm")).weights_bytes
+    assert with_pp == 90_772_119_040
+    assert with_pp - per_gpu(model, Settings(ctx=1, tp=8, pp=2, mtp=True)).weights_bytes == 16_160 * 7_168 * 2

@@ -8,14 +8,17 @@ Rules (also in the README), with the engine behaviour they follow:
   QKVParallelLinear); MLA's latent and RoPE key replicated on every rank; constant states split by heads (Gated
   DeltaNet, Mamba-2, lightning, KDA). Dense FFNs and shared experts split their hidden size (ceil(d_ff / tp)); each
   routed expert too, unless expert parallelism holds experts whole. Embedding and LM head are split by vocabulary
-  (vLLM VocabParallelEmbedding / ParallelLMHead: ceil(V / tp) rows; padding not modelled); norms and routers whole.
+  (vLLM VocabParallelEmbedding / ParallelLMHead: ceil(V / tp) rows, V first padded to a multiple of 64 under
+  --engine vllm|sglang, as both pad it); norms and routers whole.
 - Expert parallelism (ep): each rank holds ceil(E / ep) routed experts, whole (vLLM FusedMoE with expert parallel);
   with ep below tp (SGLang: ep divides tp), each of them split over the tp / ep ranks that share it, its width
   ceil(d_ff / (tp / ep)) (FusedMoE: num_local_experts = E / moe_ep_size, intermediate_size / moe_tp_size).
 - Pipeline parallelism (pp): layers split as vLLM's get_pp_indices does (vllm/distributed/utils.py): n // pp layers
-  each, the remainder given one at a time to the stages before the last, from the second-last backwards; the first
-  stage holds the embedding (and the encoder of an encoder–decoder model), the last the final norm and LM head (its
-  own copy even when tied, once pp > 1). The largest stage is reported.
+  each, the remainder given one at a time to the stages before the last, from the second-last backwards (under
+  SGLang as its get_pp_indices does: one more to each of the last n % pp stages); the first stage holds the
+  embedding (and the encoder of an encoder–decoder model), the last the final norm and LM head (its own copy even when
+  tied, once pp > 1), except where vLLM's model file builds embedding, norm and head on every stage
+  (VLLM_HEAD_EVERY_STAGE). The largest stage is reported.
 - Data parallelism (dp): dp replicas each serve ceil(batch / dp) sequences. With `dp_attention` (SGLang's DP
   attention for MLA models) the tp ranks of a replica split its sequences: each holds ceil(ceil(batch / dp) / tp)
   sequences' latent cache and runs their attention with the whole attention weights (SGLang's attention tp size is
@@ -26,13 +29,16 @@ Rules (also in the README), with the engine behaviour they follow:
   ep must divide tp · dp. Without it, vLLM still spans the data-parallel ranks with its MoE layers: each routed expert
   is split over dp · tp ranks (fused_moe/config.py FusedMoEParallelConfig.make, flatten_tp_across_dp), so under
   --engine vllm a rank holds ceil(d_ff / (dp · tp)) of each; otherwise (SGLang, or no engine) a dp replica is a
-  whole copy split over its tp ranks. Shared experts and dense FFNs stay split over tp.
+  whole copy split over its tp ranks. Shared experts and dense FFNs stay split over tp, except under vLLM's
+  sequence-parallel MoE (--ep, tp > 1, dp > 1), where DeepSeek's, Llama 4's and Qwen3-Next's files build the shared
+  experts whole (shared_tp).
 - With --engine the KV cache is counted in the engine's whole pages (kvcalc.costs.paged).
 - Extra weights (blocks the schema has no type for, e.g. Gemma 3n's per-layer embeddings) sit on the first stage,
   split by tp (ceil(params / tp)).
 - With --mtp the multi-token-prediction layers sit on the last stage, where the drafter reads the last layer's hidden
   states and shares the output head (vLLM DeepSeekMTP); they split by tp like the last layer, their eh_proj and
-  norms whole on every rank (nn.Linear and RMSNorm there). Embedding and head are shared, as in the parameter count.
+  norms whole on every rank (nn.Linear and RMSNorm there). Embedding and head are shared, as in the parameter count,
+  except that under vLLM with pp > 1 the drafter builds its own embedding (maybe_share_target_embed).
 - GPUs = tp · pp · dp.
 """
 
@@ -53,10 +59,13 @@ from kvcalc.settings import Settings
 from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
 
-def pp_stages(n_layers: int, pp: int) -> list[range]:
-    """The layers of each pipeline stage, as vLLM's get_pp_indices splits them."""
+def pp_stages(n_layers: int, pp: int, engine: str | None = None) -> list[range]:
+    """The layers of each pipeline stage, as vLLM's get_pp_indices splits them (the remainder one at a time to the
+    stages before the last, backwards), or under SGLang as its own get_pp_indices does (sglang/srt/distributed/utils.py:
+    one more to each of the last n_layers % pp stages)."""
     sizes = [n_layers // pp] * pp
-    for i in range(2, n_layers % pp + 2):  # the remainder goes to the stages before the last, backwards
+    extra = range(1, n_layers % pp + 1) if engine == "sglang" else range(2, n_layers % pp + 2)
+    for i in extra:
         sizes[-i] += 1
     starts = [sum(sizes[:i]) for i in range(pp)]
     return [range(a, a + n) for a, n in zip(starts, sizes)]
@@ -73,9 +82,11 @@ def _rank_group(group: ResolvedGroup, tp: int) -> ResolvedGroup:
                                parallel=group.parallel.per_rank(group.parallel_layer, tp) if group.parallel else None)
 
 
-def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int, moe_tp: int | None = None) -> int:
+def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int, moe_tp: int | None = None,
+                        shared_tp: int | None = None) -> int:
     """Weights of one FFN layer on one rank (see the module's rules); `moe_tp`: the ranks each routed expert is split
-    over without expert parallelism, when not tp (vLLM's dp · tp: moe_tp)."""
+    over without expert parallelism, when not tp (vLLM's dp · tp: moe_tp); `shared_tp`: the ranks each shared expert
+    is split over, when not tp (vLLM's sequence-parallel MoE: 1, shared_tp)."""
     if isinstance(ffn, NoFFN):
         return 0
     mats = 3 if ffn.gated else 2
@@ -88,7 +99,7 @@ def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int
     else:
         experts, ff = ffn.n_routed_experts, _ceil(ffn.moe_d_ff, moe_tp or tp)
     routed = experts * (mats * d * ff + ((up * ff + d) if ffn.expert_bias else 0))
-    shared = ffn.n_shared_experts * mats * d * _ceil(ffn.shared_d_ff or ffn.moe_d_ff, tp) + (d if ffn.shared_gate else 0)
+    shared = ffn.n_shared_experts * mats * d * _ceil(ffn.shared_d_ff or ffn.moe_d_ff, shared_tp or tp) + (d if ffn.shared_gate else 0)
     router = d * ffn.n_routed_experts + (ffn.n_routed_experts if ffn.router_bias else 0)
     return routed + shared + router
 
@@ -134,7 +145,7 @@ def stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     """Every stage of the settings' layout apart from the context and batch, once per spec and layout (see the module's
     rules)."""
     key = ("stages", s.tp, s.pp, s.ep, s.dp_attention, s.weights_dtype, s.kv_dtype, s.mla_cache, s.kv_quant, s.engine,
-           s.block_size, s.state_dtype, s.enc_ctx, s.mtp, moe_tp(s))
+           s.block_size, s.state_dtype, s.enc_ctx, s.mtp, moe_tp(s), shared_tp(spec, s))
     return spec.memo(key, _plan_stages, spec, s)
 
 
@@ -152,7 +163,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     one = dataclasses.replace(s, ctx=1, batch=1, tp=1, pp=1, dp=1, ep=1)
     every = keeps_every_token(spec.family, s.engine)
     caches = [group_cache(g, one, enc, every, layout, j, {}) for j, g in enumerate(held)]  # padding: by stage, below
-    ranges = pp_stages(spec.n_layers, s.pp)
+    ranges = pp_stages(spec.n_layers, s.pp, s.engine)
     out = []
     for i, layers in enumerate(ranges):
         last = i == len(ranges) - 1
@@ -185,8 +196,46 @@ def _mtp_params_per_rank(spec: ModelSpec, s: Settings, rank: ResolvedGroup) -> i
     from kvcalc.costs.params import ffn_of_layer, mtp_proj_and_norms
 
     attention = sum(w.size for w in rank.attention.weights(rank.layer))
-    ffn = ffn_params_per_rank(ffn_of_layer(spec, spec.n_layers - 1), spec.d_model, s.tp, s.ep, moe_tp(s))
-    return spec.mtp_layers * (attention + ffn + sum(mtp_proj_and_norms(spec)))
+    ffn = ffn_params_per_rank(ffn_of_layer(spec, spec.n_layers - 1), spec.d_model, s.tp, s.ep, moe_tp(s), shared_tp(spec, s))
+    # vLLM's drafter keeps an embedding of its own under pipeline stages (spec_decode eagle utils
+    # maybe_share_target_embed returns early when pp > 1); the head stays shared
+    own_embedding = vocab_rows(spec, s) * spec.d_model if s.engine == "vllm" and s.pp > 1 else 0
+    return spec.mtp_layers * (attention + ffn + sum(mtp_proj_and_norms(spec))) + own_embedding
+
+
+# vLLM model files (0.34.0) that build shared experts whole under sequence-parallel MoE (their MLP takes
+# disable_tp=is_sequence_parallel): deepseek_v2.py (DeepSeek, Kimi K2), llama4.py, qwen3_next.py
+VLLM_SP_SHARED = frozenset({"deepseek", "kimi", "llama4", "qwen3_next"})
+# vLLM model files (0.34.0) that build the embedding, the final norm and the LM head on every pipeline stage (no
+# is_first_rank / is_last_rank test in __init__; a tied head is the embedding): gpt_oss.py, gemma3.py, gemma4.py,
+# mixtral.py, nemotron_h.py, falcon.py, gpt2.py (its position table too), jamba.py, granitemoehybrid.py, qwen3_moe.py
+# (kvcalc's qwen3 family with MoE layers), qwen3_next.py (its final norm on the last stage only)
+VLLM_HEAD_EVERY_STAGE = frozenset({"gpt-oss", "gemma3", "gemma4", "mixtral", "nemotron_h", "falcon", "gpt2", "jamba",
+                                   "granitemoehybrid", "qwen3_next"})
+VOCAB_PADDING = 64  # vLLM and SGLang vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
+
+
+def shared_tp(spec: ModelSpec, s: Settings) -> int:
+    """The ranks each shared expert is split over: tp, or 1 where vLLM runs its MoE sequence-parallel (--ep with
+    tp > 1 and dp > 1: ParallelConfig.use_sequence_parallel_moe, the default all2all backend allgather_reducescatter)
+    and the model's file then builds its shared experts whole (VLLM_SP_SHARED)."""
+    sequence_parallel = s.engine == "vllm" and s.ep > 1 and s.tp > 1 and s.dp > 1
+    return 1 if sequence_parallel and spec.family in VLLM_SP_SHARED else s.tp
+
+
+def head_every_stage(spec: ModelSpec, s: Settings) -> bool:
+    """Whether every pipeline stage holds the embedding and LM head (VLLM_HEAD_EVERY_STAGE, under vLLM)."""
+    qwen3_moe = spec.family == "qwen3" and isinstance(spec.ffn, MoEFFN)
+    return s.engine == "vllm" and s.pp > 1 and (spec.family in VLLM_HEAD_EVERY_STAGE or qwen3_moe)
+
+
+def vocab_rows(spec: ModelSpec, s: Settings, split: bool = True) -> int:
+    """Rows of the embedding (or LM head) one rank holds: the vocabulary split over tp, ceil(V / tp), or whole; under
+    an engine first padded to a multiple of 64 (VocabParallelEmbedding's num_embeddings_padded, vLLM and SGLang)."""
+    v = spec.vocab_size
+    if s.engine in ("vllm", "sglang"):
+        v = _ceil(v, VOCAB_PADDING) * VOCAB_PADDING
+    return _ceil(v, s.tp) if split else v
 
 
 def moe_tp(s: Settings) -> int:
@@ -211,17 +260,23 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
         weights += rank.parallel.weights(rank.parallel_layer) if rank.parallel else ()
         norms = spec.layer_groups[group.index].norms_per_layer or spec.norms_per_layer
         params += n * (sum(w.size for w in weights) + norms * norm)
-    params += sum(run.count_in(layers.start, layers.stop) * ffn_params_per_rank(run.ffn, d, tp, s.ep, moe_tp(s))
+    params += sum(run.count_in(layers.start, layers.stop) * ffn_params_per_rank(run.ffn, d, tp, s.ep, moe_tp(s),
+                                                                               shared_tp(spec, s))
                   for run in ffn_runs(spec))
-    if stage == 0:  # the embedding; whole under SGLang's DP attention (VocabParallelEmbedding enable_tp=False there)
-        params += (spec.vocab_size if s.dp_attention else _ceil(spec.vocab_size, tp)) * d
+    every = head_every_stage(spec, s)  # vLLM models that build embedding, norm and head on each stage
+    last = stage == stages - 1
+    if stage == 0 or every:  # the embedding; whole under SGLang's DP attention (VocabParallelEmbedding enable_tp=False)
+        params += vocab_rows(spec, s, split=not s.dp_attention) * d
         params += spec.max_context * d if spec.learned_positions else 0
+    if stage == 0:
         params += _encoder_per_rank(spec, tp) if spec.encoder else sum(encoder_params(spec).values())
         params += sum(_ceil(x.params, tp) for x in spec.extra_weights.values())  # extra weights: split by tp
-    if stage == stages - 1:
+    if last or (every and spec.family != "qwen3_next"):
         params += norm  # the final norm
-        if not spec.tie_embeddings or stages > 1:
-            params += _ceil(spec.vocab_size, tp) * d
+    if every:
+        params += 0 if spec.tie_embeddings else vocab_rows(spec, s) * d  # a tied head is the embedding already there
+    elif last and (not spec.tie_embeddings or stages > 1):
+        params += vocab_rows(spec, s) * d
     return params
 
 

@@ -39,6 +39,9 @@ HW = ("--hardware", "h100-80gb")
 # block_size 16 -> 32 and its full layers' pages halved. qwen3-next's '--engine sglang' line was regenerated (SGLang
 # keeps the Gated DeltaNet recurrent state in fp32): a script checked the state bytes by hand, the cache and decode
 # bytes by their difference, and the roofline figures by the ratio of bytes read.
+# 2026-12-03 (later): the 6 '--engine' lines of gpt2 and whisper-large-v3 were regenerated (vLLM and SGLang pad the
+# vocabulary to a multiple of 64): a script checked that only weights_bytes_per_gpu changed, by 47 · 768 · 2 (gpt2,
+# 50,257 -> 50,304 rows) and 38 · 1,280 · 2 (whisper, 51,866 -> 51,904), each model's one tied table in bf16.
 SERVING = (
     ("--tp", "8"), ("--tp", "4", "--pp", "3", "--dp", "2"), ("--tp", "2", "--dp", "4", "--ep", "8"), ("--engine", "vllm"),
     ("--engine", "sglang", "--block-size", "16"), ("--kv-dtype", "int4", "--kv-quant", "g64"),
