@@ -94,6 +94,14 @@ class Settings:
         if 1 < self.ep < self.tp and self.tp % self.ep:  # SGLang splits each expert over tp / ep ranks
             raise KvcalcError(f"--ep {self.ep}: below --tp {self.tp} it must divide tp, each expert split over the "
                               "tp / ep ranks that share it (SGLang's moe_tp_size)")
+        if self.engine == "vllm" and self.ep > 1 and self.ep != self.tp * self.dp:
+            # vLLM's --enable-expert-parallel is a switch: the experts span every GPU of a stage (ep = tp · dp)
+            raise KvcalcError(f"--ep {self.ep} --engine vllm: vLLM's expert parallelism (--enable-expert-parallel) "
+                              f"spans all tp · dp = {self.tp * self.dp} GPUs of a stage: give --ep {self.tp * self.dp}")
+        if self.engine == "sglang" and self.ep > self.tp:
+            # SGLang's ep_size splits the tp group's experts (moe_tp_size = tp / ep); dp replicas each hold all
+            raise KvcalcError(f"--ep {self.ep} --engine sglang: SGLang spreads experts over the tp group (ep must "
+                              f"divide --tp {self.tp})")
         dtype_bits(self.kv_dtype, "kv")
         dtype_bits(self.weights_dtype, "weights")
         object.__setattr__(self, "kv_dtype", self.kv_dtype.lower())

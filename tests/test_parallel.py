@@ -299,7 +299,8 @@ def test_explain_per_gpu_under_pipeline_data_and_dp_attention():
     ("gemma3-27b", "--ctx", "128k", "--tp", "4", "--pp", "3", "--kv-dtype", "int4", "--kv-quant", "g64"),
     ("qwen3-next-80b-a3b", "--ctx", "100000", "--tp", "4", "--engine", "vllm", "--batch", "3"),
     ("whisper-large-v3", "--ctx", "448", "--tp", "2", "--pp", "2"),
-    ("llama4-scout", "--ctx", "8193", "--tp", "8", "--ep", "4", "--engine", "vllm"),
+    ("llama4-scout", "--ctx", "8193", "--tp", "8", "--ep", "8", "--engine", "vllm"),
+    ("llama4-scout", "--ctx", "8193", "--tp", "8", "--ep", "4", "--engine", "sglang"),
 ])
 def test_explain_per_gpu_groups_sum_to_the_gpus_figures(args):
     # whatever the layout: the groups' bytes add up to the busiest GPU's cache and states, as compare reports them
@@ -411,3 +412,19 @@ def test_vllm_drafter_keeps_its_own_embedding_under_pipeline_stages():
     with_pp = per_gpu(model, Settings(ctx=1, tp=8, pp=2, mtp=True, engine="vllm")).weights_bytes
     assert with_pp == 90_772_119_040
     assert with_pp - per_gpu(model, Settings(ctx=1, tp=8, pp=2, mtp=True)).weights_bytes == 16_160 * 7_168 * 2
+
+
+def test_engines_refuse_expert_layouts_they_cannot_run():
+    # an audit: vLLM's expert parallelism is a switch (--enable-expert-parallel) spanning all tp · dp GPUs of a
+    # stage, and SGLang spreads experts over its tp group only (moe_tp_size = tp / ep): other --ep values were
+    # computed as if either engine could run them
+    for args, message in (
+        (("--tp", "4", "--dp", "2", "--ep", "4", "--engine", "vllm"), "give --ep 8"),
+        (("--tp", "4", "--dp", "2", "--ep", "8", "--engine", "sglang"), "ep must divide --tp 4"),
+    ):
+        res = run("compare", "deepseek-v3", "--ctx", "1", *args, ok=False)
+        assert res.exit_code == 1 and message in res.stderr and "Traceback" not in res.stderr
+    # the layouts they run, and any divisor of tp · dp without an engine
+    for args in (("--tp", "4", "--dp", "2", "--ep", "8", "--engine", "vllm"), ("--tp", "4", "--ep", "2", "--engine", "sglang"),
+                 ("--tp", "4", "--dp", "2", "--ep", "4")):
+        run("compare", "deepseek-v3", "--ctx", "1", *args)
