@@ -458,15 +458,25 @@ def table_dims(
     units: UnitsOpt = "binary",
 ) -> None:
     """Weight shapes (with MLA's absorbed products), cache per token and decode FLOPs of each attention kind."""
-    from kvcalc.present.emit import emit
+    from kvcalc.present.emit import emit, warn
     from kvcalc.present.outputs import dims_output
-    from kvcalc.tables import KINDS
+    from kvcalc.tables import KINDS, kinds_missing
 
     chosen = tuple(k.strip().lower() for k in kinds.split(",") if k.strip())
     unknown = [k for k in chosen if k not in KINDS]
     if unknown or not chosen:
         raise typer.BadParameter(f"{', '.join(unknown) or kinds!r}: choose from {', '.join(KINDS)}", param_hint="'--kinds'")
-    emit(dims_output([load(m) for m in models or []], chosen), fmt, units)
+    loaded = [load(m) for m in models or []]
+    specs = [lm.spec for lm in loaded]
+    missing = kinds_missing(specs, chosen)
+    if missing:  # a kind no model given has would be an empty section: said, not silently dropped
+        names = ", ".join(s.name for s in specs)
+        found = sorted({g.attention.kind for s in specs for g in s.groups if g.attention.kind in KINDS})
+        what = f"{names} {'has' if len(specs) == 1 else 'have'} no {', '.join(k.upper() for k in missing)} layers"
+        if len(missing) == len(chosen):
+            raise KvcalcError(f"--kinds {kinds}: {what} (kinds there: {', '.join(found) or 'none of ' + ', '.join(KINDS)})")
+        warn(f"note: --kinds: {what}; left out")
+    emit(dims_output(loaded, chosen), fmt, units)
 
 
 @table_app.command("models")

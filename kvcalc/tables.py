@@ -153,6 +153,11 @@ def dims_columns(specs: list[ModelSpec], kinds: tuple[str, ...]) -> list[DimsCol
     return out
 
 
+def kinds_missing(specs: list[ModelSpec], kinds: tuple[str, ...]) -> list[str]:
+    """The kinds of `kinds` that no model of `specs` has a layer of (a table of kinds alone: none)."""
+    return [k for k in kinds if specs and not any(_kind_groups(s, k) for s in specs)]
+
+
 def dims_rows(specs: list[ModelSpec], kinds: tuple[str, ...] = KINDS) -> tuple[list[dict[str, str | None]], list[DimsColumn]]:
     """Rows of `table dims` (one per weight, product, cache and FLOPs of each kind) and the model columns.
 

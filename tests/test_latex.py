@@ -81,7 +81,9 @@ def test_a_number_is_never_cut_into_a_header_unit():
     # an audit: --units bytes left the byte columns with no unit anywhere; the header carries it, as for KiB
     assert "KV per token (B) & KV cache (B)" in out
     out = run("show", "gemma3-27b", "--per-layer", "-f", "latex").stdout
-    assert r"& 1\,024 &" in out and "(,024)" not in out and "(,096)" not in out
+    assert r"& 4\,096 &" in out and "(,024)" not in out and "(,096)" not in out
+    # window and tokens held are token counts: 1,024 is 1k there, as every token count (an audit)
+    assert r"& gqa & 1k & $2 \cdot n_{kv} \cdot d_{h}$ & 4\,096 & 8.00 & 1k &" in out
     for args in (("show", "deepseek-v2"), ("show", "llama4-scout", "--per-layer")):
         assert not any(re.search(r"\([,+/.0-9]", h) for h in headers(run(*args, "-f", "latex").stdout)), args
 

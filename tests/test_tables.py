@@ -222,3 +222,15 @@ def test_dims_shows_every_layer_group_of_other_dimensions(tmp_path):
     # the bundled Gemma 4: its global layers have no W_V (k_eq_v), its local ones do
     w_v = next(r for r in rows("dims", "gemma4-26b-a4b") if r["item"] == "W_V")
     assert "gemma4-26b-a4b" not in w_v and w_v["gemma4-26b-a4b (local)"] == "2,816 × 2,048"
+
+
+def test_kinds_no_model_has_are_said_not_silently_dropped():
+    # an audit: `table dims llama3-70b --kinds mha` printed an empty table with exit 0, and `--kinds mha,gqa` dropped
+    # MHA without a word. A kind no model given has is refused when it is all that was asked, else noted on stderr
+    res = run("table", "dims", "llama3-70b", "--kinds", "mha", ok=False)
+    assert res.exit_code == 1 and "llama3-70b has no MHA layers (kinds there: gqa)" in res.stderr and not res.stdout
+    res = run("table", "dims", "llama3-70b", "--kinds", "mha,gqa")
+    assert "note: --kinds: llama3-70b has no MHA layers; left out" in res.stderr
+    assert {r["kind"] for r in rows("dims", "llama3-70b", "--kinds", "mha,gqa")} == {"GQA"}
+    # without models every kind asked is the papers' symbolic table
+    assert {r["kind"] for r in rows("dims", "--kinds", "mha")} == {"MHA"}
