@@ -94,7 +94,6 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
                    no_windows: bool, hardware: str | None, fmt: str = "json", chart: str | None = None) -> Output:
     """`compare`: one row per model and context, with the derivation of each cache when asked; the cost figures only
     where `fmt` shows them (`chart`: the --chart column)."""
-    from kvcalc.explain import derivation, derivation_lines
     from kvcalc.present.columns import JSON_KEYS, choose
     from kvcalc.rows import compare_rows
 
@@ -106,15 +105,27 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     specs = [lm.spec for lm in loaded]
     rows, reports = compare_rows(specs, ctxs, s, _costs_shown(cols, fmt, chart))
     origins = [lm for lm in loaded for _ in ctxs]
-    derivations = ([derivation(r, lm.origin, lm.config_keys, lm.spec, s.at(r.ctx)) for lm, r in zip(origins, reports)]
-                   if explain else [])
+    derivations = []
+    if explain:  # the derivations' module only when asked (cold start)
+        from kvcalc.explain import derivation
+
+        derivations = [derivation(r, lm.origin, lm.config_keys, lm.spec, s.at(r.ctx)) for lm, r in zip(origins, reports)]
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns == "kv" else
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} (lower bounds)" if hardware else ""))
     title += serving_note(s) + (", windows ignored" if no_windows else "")
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
-    lines = [line for d in derivations for line in derivation_lines(d) + [""]]
+    lines = _derivation_lines(derivations)
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
     return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs) + _option_warnings(specs, s))
+
+
+def _derivation_lines(derivations: list[dict]) -> list[str]:
+    """The text of each derivation, a blank line after each (none: no import of kvcalc.explain)."""
+    if not derivations:
+        return []
+    from kvcalc.explain import derivation_lines
+
+    return [line for d in derivations for line in derivation_lines(d) + [""]]
 
 
 # What tells a sweep's rows apart when a setting takes several values: its key in the rows (tp: the GPUs it uses).
