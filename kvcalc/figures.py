@@ -47,8 +47,11 @@ class CostFigures:
     flops_generate_cached: int = figure("Generate\n(cache)", "flops", "FLOPs of generating gen tokens with a KV cache")
     flops_generate_uncached: int = figure("Generate\n(no cache)", "flops",
                                           "FLOPs of generating gen tokens without a cache (each step re-runs its prefix)")
-    decode_bytes_read: int = figure("Decode\nbytes read", "bytes", "bytes one decode step reads: active weights + KV cache (+ states read and written back)")
-    decode_intensity: float = figure("FLOP\nper byte", "float", "flops_decode_token / decode_bytes_read")
+    decode_bytes_read: int = figure("Decode\nbytes read", "bytes", "bytes one decode step reads, the whole model on all GPUs: active "
+                                    "weights (MoE: top-k + shared experts, a lower bound when batch exceeds 1) + KV cache (+ states "
+                                    "read and written back); the step times use one rank's share")
+    decode_intensity: float = figure("FLOP\nper byte", "float", "flops_decode_token / decode_bytes_read, the whole model's (under --tp a "
+                                     "rank's can be lower: it reads MLA's latent whole)")
     mla_schedule: str | None = figure("MLA\nschedule", "text", "MLA decode schedule in effect (MLA models)")
     flops_decode_token_naive: int | None = figure("Decode\nnaive", "flops", "decode step FLOPs, MLA naive schedule")
     flops_decode_token_absorbed: int | None = figure("Decode\nabsorbed", "flops",

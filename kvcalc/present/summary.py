@@ -10,7 +10,7 @@ from typing import Any
 from kvcalc.costs.cache import CacheReport
 from kvcalc.fields import Figure
 from kvcalc.figures import CostFigures
-from kvcalc.present.render import Column
+from kvcalc.present.render import Column, cell
 from kvcalc.registry import LoadedModel
 from kvcalc.rows import attention_label
 from kvcalc.settings import Settings
@@ -170,7 +170,8 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
             ("prefill_seconds", fig.prefill_seconds, format_seconds(fig.prefill_seconds or 0), f"{hw}, lower bound"),
             ("decode_seconds_per_token", fig.decode_seconds_per_token, format_seconds(fig.decode_seconds_per_token or 0),
              f"{hw}, {fig.decode_bound}-bound, lower bound"),
-            ("tokens_per_second", fig.tokens_per_second, f"{fig.tokens_per_second or 0:,.1f}", "batch / decode time, upper bound"),
+            ("tokens_per_second", fig.tokens_per_second, cell(fig.tokens_per_second or 0, "rate"),
+             "batch / decode time, upper bound"),
             ("fits_in_memory", fig.fits_in_memory, _yes(bool(fig.fits_in_memory)),
              f"weights + KV cache{' + states' if state_bytes else ''} vs {hw} memory"),
         ]
