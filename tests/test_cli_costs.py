@@ -236,3 +236,13 @@ def test_hardware_listing(fmt):
 def test_unknown_hardware_is_a_clear_error():
     res = run("compare", "gpt2", "--hardware", "h100", ok=False)
     assert res.exit_code == 1 and "h100-80gb" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_cost_summary_writes_tokens_per_second_with_three_significant_digits():
+    # an audit: the summary wrote tokens/s with one decimal ('{:,.1f}'): a 26.3 s decode step showed 0.0 tokens/s,
+    # 215 showed 215.5; compare's column and the README's rule give three significant digits, whole from 1,000
+    out = run("cost", "llama3-70b", "--ctx", "256M", "--gen", "1", "--hardware", "h100-80gb").stdout
+    line = next(x for x in out.splitlines() if x.startswith("tokens_per_second"))
+    assert line.split()[1] == "0.0380"
+    out = run("cost", "llama3-8b", "--ctx", "4k", "--batch", "8", "--hardware", "h100-80gb").stdout
+    assert next(x for x in out.splitlines() if x.startswith("tokens_per_second")).split()[1] == "1,388"
