@@ -197,8 +197,8 @@ def fit(
     opts: CostOptions,
     ctx: Annotated[str | None, typer.Option("--ctx", "-c", help="Context(s) to find the largest batch for (a comma list); without it, the longest context for --batch.")] = None,
     gpus: Annotated[int | None, typer.Option("--gpus", min=1, help="GPUs of the preset (tp · pp · dp; alone it sets --tp).")] = None,
-    reserve: Annotated[str, typer.Option("--reserve", help="Fraction of each GPU's memory left unused (vLLM's gpu_memory_utilization 0.9 reserves 0.1).")] = "0.1",
-    chunk: Annotated[int | None, typer.Option("--prefill-chunk", min=1, max=1 << 40, help="Tokens of one prefill chunk, for the activation estimate (your engine's max_num_batched_tokens; default: 2048; with --engine vllm, vllm serve's: 8192 on GPUs of 70 GiB or more except A100).")] = None,
+    reserve: Annotated[str | None, typer.Option("--reserve", help="Fraction of each GPU's memory left unused (default 0.1; with --engine vllm 0.08: vLLM's gpu_memory_utilization 0.92).")] = None,
+    chunk: Annotated[int | None, typer.Option("--prefill-chunk", min=1, max=1 << 40, help="Tokens of one prefill chunk, for the activation estimate (your engine's max_num_batched_tokens; default: 2048; with --engine vllm, vllm serve's: 16384 on GPUs of 160 GiB or more, 8192 on those of 70 GiB or more except A100).")] = None,
     fmt: FormatOpt = "table",
     units: UnitsOpt = "binary",
 ) -> None:

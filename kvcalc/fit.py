@@ -1,6 +1,7 @@
 """What fits on a set of GPUs: the longest context for a batch, or the largest batch for a context, solved exactly.
 
-The budget of each GPU is its memory less a reserved fraction (vLLM's gpu_memory_utilization 0.9 reserves 0.1), less
+The budget of each GPU is its memory less a reserved fraction (0.1; under --engine vllm its gpu_memory_utilization
+0.92 reserves 0.08), less
 the weights the busiest GPU holds and an activation estimate for one prefill chunk; the cache of the busiest GPU
 (kvcalc.costs.parallel) must fit in what is left. The search is an integer bisection against the real cache
 function, never a division: with sliding-window, chunked or constant-state layers the cache is not linear in context.
@@ -58,13 +59,25 @@ class FitRow:
                           "or, where nothing fits, weights or activations (what alone passes the budget)")
 
 
-VLLM_LARGE_GPU = 70 * 2**30  # vLLM's threshold for its larger batch defaults
+VLLM_LARGE_GPU = 70 * 2**30  # vLLM's thresholds for its larger batch defaults
+VLLM_LARGEST_GPU = 160 * 2**30
+RESERVE = "0.1"  # --reserve's default
+VLLM_RESERVE = "0.08"  # under --engine vllm: CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION 0.92 (vLLM 0.34.0)
+
+
+def default_reserve(engine: str | None) -> str:
+    """The fraction of each GPU's memory --reserve leaves unused when not given: vLLM's 1 − 0.92 under --engine vllm,
+    else 0.1 (vLLM's earlier 0.9)."""
+    return VLLM_RESERVE if engine == "vllm" else RESERVE
 
 
 def default_prefill_chunk(engine: str | None, hw: Hardware) -> int:
-    """Tokens of one prefill chunk when --prefill-chunk is not given: `vllm serve`'s max_num_batched_tokens (8192 on
-    a device of at least 70 GiB that is not an A100, else 2048: vllm/engine/arg_utils.py EngineArgs.get_batch_defaults,
-    OPENAI_API_SERVER; vLLM's TPU overrides are not modelled), else 2048."""
+    """Tokens of one prefill chunk when --prefill-chunk is not given: `vllm serve`'s max_num_batched_tokens (16384 on
+    a device of at least 160 GiB, 8192 on one of at least 70 GiB that is not an A100, else 2048:
+    vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, OPENAI_API_SERVER, vLLM 0.34.0; vLLM's TPU overrides are
+    not modelled), else 2048."""
+    if engine == "vllm" and hw.memory_bytes >= VLLM_LARGEST_GPU:
+        return 16384
     if engine == "vllm" and hw.memory_bytes >= VLLM_LARGE_GPU and "a100" not in hw.name.lower():
         return 8192
     return 2048

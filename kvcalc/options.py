@@ -126,7 +126,7 @@ _COST_PARAMS = [
     ("gen", Annotated[int, typer.Option("--gen", "-g", parser=_parse_gen, metavar="TOKENS", help="Tokens generated after the prompt of --ctx (generation FLOPs): 1024, 1k, ...")], 1024),
     ("kv_dtype", DtypeOpt, "bf16"),
     ("kv_quant", Annotated[str, typer.Option("--kv-quant", metavar="[none|per-token|per-head|g<G>|fp8-ds-mla]", help="Quantisation scheme of the cache, whose scales (and zero points) are counted: per-token or per-head fp32 scales, KIVI-style groups of G with fp16 scale and zero (g64), or vLLM's fp8_ds_mla entry. Needs --kv-dtype fp8, int8 or int4.")], "none"),
-    ("engine", Annotated[str | None, typer.Option("--engine", **choice(ENGINES), help="Count the KV cache in a serving engine's whole pages (engine_kv_bytes; per-GPU and fit figures use it): vllm (16 tokens a page, 64 for MLA), sglang (1), ideal (exact).")], None),
+    ("engine", Annotated[str | None, typer.Option("--engine", **choice(ENGINES), help="Count the KV cache in a serving engine's whole pages (engine_kv_bytes; per-GPU and fit figures use it): vllm (64 tokens a page, as vLLM 0.34.0), sglang (1; 64 for DeepSeek-V3.2), ideal (exact).")], None),
     ("block_size", Annotated[int | None, typer.Option("--block-size", min=1, max=1 << 20, help="Tokens a page of --engine (default: the engine's).")], None),
     ("state_dtype", StateDtypeOpt, None),
     ("enc_ctx", EncCtxOpt, None),

@@ -424,7 +424,7 @@ def test_explain_derives_the_engine_pages():
     # --engine's bytes were never derived (an audit): each group's pages, the rule that counts them and their bytes.
     # Gemma 3 27B at 100,000 tokens, vLLM pages of 16: 10 global layers touch 100,000 / 16 = 6,250 pages, the 52
     # 1,024-token windows ceil(1,024 / 16) + 1 = 65; a token of a layer is 2·16·128·2 = 8,192 bytes
-    out = run("compare", "gemma3-27b", "--ctx", "100000", "--engine", "vllm", "--explain").stdout
+    out = run("compare", "gemma3-27b", "--ctx", "100000", "--engine", "vllm", "--block-size", "16", "--explain").stdout
     assert (f"vllm pages: 6,250 of 16 tokens a layer and sequence (the pages its held tokens touch: (ctx − 1) // B − "
             f"(ctx − held) // B + 1) = {6250 * 16 * 8192:,} bytes a layer for the batch; × 10 layers = "
             f"{10 * 6250 * 16 * 8192:,}") in out
@@ -434,8 +434,8 @@ def test_explain_derives_the_engine_pages():
             f" {60 * 65 * 16 * 8192:,}") in out
     total = 10 * 6250 * 16 * 8192 + 60 * 65 * 16 * 8192
     assert f"KV cache in vllm's whole pages: 8,192,000,000 + 511,180,800 = {total:,} bytes" in out
-    row = json.loads(run("compare", "gemma3-27b", "--ctx", "100000", "--engine", "vllm", "--explain", "-f", "json").stdout)[0]
+    row = json.loads(run("compare", "gemma3-27b", "--ctx", "100000", "--engine", "vllm", "--block-size", "16", "--explain", "-f", "json").stdout)[0]
     assert row["engine_kv_bytes"] == row["derivation"]["engine_kv_bytes"] == total
     # Llama 4 Scout at 10,001 tokens: a chunked layer past its first chunk reserves a whole chunk, 8,192 / 16 pages
-    out = run("compare", "llama4-scout", "--ctx", "10001", "--engine", "vllm", "--explain").stdout
+    out = run("compare", "llama4-scout", "--ctx", "10001", "--engine", "vllm", "--block-size", "16", "--explain").stdout
     assert "vllm pages: 512 of 16 tokens a layer and sequence (a whole chunk: (B − gcd(B, C) + C − 1) // B + 1)" in out

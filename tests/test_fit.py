@@ -87,8 +87,8 @@ def test_weights_count_the_mtp_layers_when_asked():
 def test_kv_cache_of_all_sequences_is_in_pages_under_an_engine():
     # one GPU: the whole batch's KV cache in vLLM's pages (12 attention layers, 544-token pages of 2 KV heads, 256,
     # bf16: 2,048 bytes a token) is what the GPU holds without the states' pages
-    row = fit("qwen3-next-80b-a3b", "--hardware", "h200-141gb", "--engine", "vllm", "--weights-dtype", "fp8",
-              "--ctx", "100000")[0]
+    row = fit("qwen3-next-80b-a3b", "--hardware", "h200-141gb", "--engine", "vllm", "--block-size", "16", "--weights-dtype", "fp8",
+              "--reserve", "0.1", "--ctx", "100000")[0]
     pages = -(-100_000 // 544)
     assert row["kv_cache_bytes"] == row["batch"] * 12 * pages * 544 * 2048
     state_pages = row["batch"] * 36 * 544 * 2048  # each Gated DeltaNet layer's state in one padded page

@@ -97,11 +97,13 @@ def test_pages_cover_the_held_positions():
 
 
 def test_vllm_rounds_llama_up_to_whole_pages():
-    # 1000 tokens in pages of 16: 63 pages = 1008 tokens a layer
+    # vLLM 0.34.0's default block of 64 (CacheConfig.DEFAULT_BLOCK_SIZE; FlashAttention keeps any multiple of 16):
+    # 1000 tokens in 16 pages = 1024 tokens a layer; its earlier default, 16: 63 pages = 1008
     r = row("llama3-8b", "--ctx", "1000", "--engine", "vllm")
-    assert (r["engine"], r["block_size"]) == ("vllm", 16)
+    assert (r["engine"], r["block_size"]) == ("vllm", 64)
     assert r["kv_cache_bytes"] == LLAMA3_8B * 2 * 1000
-    assert r["engine_kv_bytes"] == LLAMA3_8B * 2 * 1008
+    assert r["engine_kv_bytes"] == LLAMA3_8B * 2 * 1024
+    assert row("llama3-8b", "--ctx", "1000", "--engine", "vllm", "--block-size", "16")["engine_kv_bytes"] == LLAMA3_8B * 2 * 1008
     assert row("llama3-8b", "--ctx", "1000", "--engine", "vllm", "--block-size", "256")["engine_kv_bytes"] == LLAMA3_8B * 2 * 1024
 
 
@@ -112,13 +114,13 @@ def test_gemma3_sliding_layers_hold_the_window_pages_plus_one():
     # on a boundary, 65 pages; vLLM's groups of 10 layers give the 52 windowed layers 6 groups, 60 slots (test below)
     entry = 2 * 16 * 128 * 2
     for ctx in (100_000, 100_001):
-        r = kv_cache(spec("gemma3-27b"), Settings(ctx=ctx, engine="vllm"))
+        r = kv_cache(spec("gemma3-27b"), Settings(ctx=ctx, engine="vllm", block_size=16))
         global_pages = -(-ctx // 16)
         assert r.engine_bytes == entry * 16 * (10 * global_pages + 60 * 65)
         assert [(g.tokens_held, g.pages) for g in r.groups] == [(ctx, global_pages), (1024, 65)]
         assert kv_cache(spec("gemma3-27b"), Settings(ctx=ctx, engine="ideal")).engine_bytes == entry * (10 * ctx + 52 * 1024)
     # below the window a sliding layer is a full one: 1000 tokens in 63 pages
-    assert [g.pages for g in kv_cache(spec("gemma3-27b"), Settings(ctx=1000, engine="vllm")).groups] == [63, 63]
+    assert [g.pages for g in kv_cache(spec("gemma3-27b"), Settings(ctx=1000, engine="vllm", block_size=16)).groups] == [63, 63]
     # the window touches 64 pages when it starts on a boundary, 65 when it does not (the ideal engine, pages of 16)
     assert [g.pages for g in kv_cache(spec("gemma3-27b"), Settings(ctx=100_000, engine="ideal", block_size=16)).groups] == [6250, 64]
     assert [g.pages for g in kv_cache(spec("gemma3-27b"), Settings(ctx=100_001, engine="ideal", block_size=16)).groups] == [6251, 65]
@@ -199,7 +201,7 @@ def test_group_scheme_keys_group_along_the_pages_tokens():
     # V: 1008 tokens × 1024 / 64 = 16 groups a token; 4 bytes (fp16 scale + zero) a group, half a byte a value
     payload = 1008 * 1024 // 2
     per_layer = (payload + 1024 * 16 * 4) + (payload + 1008 * 16 * 4)
-    r = row("llama3-70b", "--ctx", "1000", "--kv-dtype", "int4", "--kv-quant", "g64", "--engine", "vllm")
+    r = row("llama3-70b", "--ctx", "1000", "--kv-dtype", "int4", "--kv-quant", "g64", "--engine", "vllm", "--block-size", "16")
     assert r["engine_kv_bytes"] == r["kv_cache_bytes_per_gpu"] == 80 * per_layer == 92_979_200
     # one-token pages hold the exact cache, cross-attention (Whisper) and constant states included
     for name in ("llama3-70b", "gemma3-27b", "deepseek-v2", "whisper-large-v3", "qwen3-next-80b-a3b"):
@@ -228,12 +230,12 @@ def test_pages_exceed_the_cache_by_less_than_a_page_a_layer():
 
 
 def test_per_gpu_and_fit_count_pages_with_an_engine():
-    s = Settings(ctx=1000, engine="vllm", tp=8)
+    s = Settings(ctx=1000, engine="vllm", block_size=16, tp=8)
     # llama3-8b over 8 GPUs: one KV head each, 63 pages of 16
     assert per_gpu(spec("llama3-8b"), s).kv_cache_bytes == 32 * 2 * 128 * 2 * 1008
     exact = json.loads(run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--batch", "8", "-f", "json").stdout)[0]
     paged = json.loads(run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--batch", "8", "--engine", "vllm",
-                           "--block-size", "1024", "-f", "json").stdout)[0]
+                           "--block-size", "1024", "--reserve", "0.1", "-f", "json").stdout)[0]
     assert exact["max_ctx"] < 128 * K  # memory binds, not the trained maximum
     assert paged["max_ctx"] % 1024 == 0 and exact["max_ctx"] - 1024 < paged["max_ctx"] <= exact["max_ctx"]
 
@@ -265,7 +267,7 @@ def test_vllm_hybrid_pages_unify_attention_and_state():
     # state padded to one page of a · A bytes. Qwen3-Next: Gated DeltaNet state of one layer S (bf16) against
     # A = 2 · 2 KV heads · 256 · 2 bytes = 2048 bytes a token.
     qwen = spec("qwen3-next-80b-a3b")
-    r = kv_cache(qwen, Settings(ctx=1000, engine="vllm"))
+    r = kv_cache(qwen, Settings(ctx=1000, engine="vllm", block_size=16))
     state = r.groups[0].state_elements_per_layer * 2
     a = 16 * -(-state // (16 * 2048))
     # vLLM's start-up log for Qwen3-Next at tp 1 (as users post it): "Setting attention block size to 544 tokens ...",
@@ -276,7 +278,7 @@ def test_vllm_hybrid_pages_unify_attention_and_state():
     assert r.engine_state_bytes == 36 * a * 2048  # 36 linear layers, one padded page each
     # Nemotron-H 56B: a Mamba-2 state of 256·64·256 SSM elements in fp32 (vLLM's NemotronH default) and 3·20,480
     # conv elements in bf16, against A = 2 · 8 · 128 · 2 = 4096 bytes
-    nem = kv_cache(spec("nemotron-h-56b"), Settings(ctx=1000, engine="vllm"))
+    nem = kv_cache(spec("nemotron-h-56b"), Settings(ctx=1000, engine="vllm", block_size=16))
     state = 256 * 64 * 256 * 4 + 3 * 20_480 * 2
     a = 16 * -(-state // (16 * 4096))
     assert a == 4128  # 1000 tokens in one page of each attention layer
@@ -294,7 +296,7 @@ def test_vllm_groups_pad_every_spec_to_whole_groups():
     # every block of the pool costs a page in each of the group size's tensors (get_kv_cache_config_from_groups).
     # Gemma 3: 10 global + 52 windowed (27b: 60 slots), 5 + 29 (4b: 30), 4 + 22 (1b: 24), 8 + 40 (12b: 40, none)
     def cache(name, **kw):
-        return kv_cache(spec(name), Settings(ctx=100_001, engine="vllm", **kw))
+        return kv_cache(spec(name), Settings(ctx=100_001, engine="vllm", block_size=16, **kw))
 
     for name, n_kv, d_h, w, full, local, slots in [("gemma3-27b", 16, 128, 1024, 10, 52, 60), ("gemma3-4b", 4, 256, 1024, 5, 29, 30),
                                                     ("gemma3-1b", 1, 256, 512, 4, 22, 24), ("gemma3-12b", 8, 256, 1024, 8, 40, 40)]:
@@ -315,8 +317,8 @@ def test_vllm_groups_pad_every_spec_to_whole_groups():
     # EAGLE example of the same function says): 12 + 1 full layers against 36 Gated DeltaNet: groups of 13, 39 slots
     data = spec("qwen3-next-80b-a3b").model_dump(exclude_none=True)
     with_mtp = ModelSpec.model_validate({**data, "mtp_layers": 1})
-    q = kv_cache(with_mtp, Settings(ctx=1000, engine="vllm", mtp=True))
-    plain = kv_cache(with_mtp, Settings(ctx=1000, engine="vllm"))
+    q = kv_cache(with_mtp, Settings(ctx=1000, engine="vllm", block_size=16, mtp=True))
+    plain = kv_cache(with_mtp, Settings(ctx=1000, engine="vllm", block_size=16))
     # and each state layer holds a page more for the speculated token (MambaSpec.num_speculative_blocks: vLLM's
     # MambaManager allocates 1 + num_speculative_tokens blocks a request)
     assert q.engine_state_bytes == plain.engine_state_bytes // 36 * 39 * 2 == 39 * 2 * 544 * 2048
@@ -368,12 +370,12 @@ def test_vllm_forces_flashmla_pages_of_64():
 
 def test_explain_derives_vllm_state_slots():
     # Nemotron-H's 54 Mamba-2 states take 6 groups of 10 slots, each a page of 4,128 tokens · 4,096 bytes
-    out = run("show", "nemotron-h-56b", "--ctx", "1000", "--engine", "vllm", "--explain").stdout
+    out = run("show", "nemotron-h-56b", "--ctx", "1000", "--engine", "vllm", "--block-size", "16", "--explain").stdout
     page = 4128 * 4096
     assert (f"constant states as vllm stores them (a page each, one more per speculative token under --mtp, padded to"
             f" the unified page): (54 layers + 6 padding"
             f" slots of vLLM's groups) × {page:,} = {60 * page:,} bytes") in out
-    d = json.loads(run("show", "nemotron-h-56b", "--ctx", "1000", "--engine", "vllm", "--explain", "-f", "json").stdout)
+    d = json.loads(run("show", "nemotron-h-56b", "--ctx", "1000", "--engine", "vllm", "--block-size", "16", "--explain", "-f", "json").stdout)
     mamba = next(g for g in d["derivation"]["groups"] if "state" in g)
     assert (mamba["state"]["engine_bytes_per_layer"], mamba["state"]["padding_layers"]) == (page, 6)
 
@@ -383,14 +385,14 @@ def test_vllm_groups_span_pipeline_stages():
     # its largest group's layers there in pages, for every group, whether it has layers there or not. gemma3-27b at
     # pp 2: stage 0 holds layers 0..30: 5 global layers (5, 11, .., 29) and the first 26 windowed ones, dealt round
     # the 6 windowed groups as 5, 5, 4, 4, 4, 4: 5 slots a group, so 5 · (6,251 + 6 · 65) pages of 131,072 bytes
-    g = per_gpu(spec("gemma3-27b"), Settings(ctx=100_001, engine="vllm", pp=2))
+    g = per_gpu(spec("gemma3-27b"), Settings(ctx=100_001, engine="vllm", block_size=16, pp=2))
     assert g.kv_cache_bytes == 5 * (6251 + 6 * 65) * 131_072 == 4_352_245_760
 
 
 def test_vllm_hybrid_pages_per_rank_and_in_fit():
     # under tp 4 each rank sizes its own page: a rank holds ceil(2 / 4) = 1 of Qwen3-Next's 2 KV heads (A = 1024
     # bytes) and a quarter of each Gated DeltaNet state
-    s = Settings(ctx=1000, engine="vllm", tp=4)
+    s = Settings(ctx=1000, engine="vllm", block_size=16, tp=4)
     g = per_gpu(spec("qwen3-next-80b-a3b"), s)
     rank = kv_cache(spec("qwen3-next-80b-a3b"), Settings(ctx=1000))
     state = rank.groups[0].state_elements_per_layer * 2 // 4
@@ -403,19 +405,19 @@ def test_vllm_hybrid_pages_per_rank_and_in_fit():
 def test_the_page_each_rank_allocates_is_shown_under_tp(tp, heads):
     # block_size stays the one-GPU page (engine_kv_bytes uses it); block_size_per_gpu is the page a rank allocates:
     # vLLM's 16 · ceil(S / (16 · A)) with a 1/tp share of each Gated DeltaNet state S and A = 2 · heads · 256 · 2 bytes
-    rows = json.loads(run("compare", "qwen3-next-80b-a3b", "--ctx", "8193", "--engine", "vllm", "--tp", str(tp),
+    rows = json.loads(run("compare", "qwen3-next-80b-a3b", "--ctx", "8193", "--engine", "vllm", "--block-size", "16", "--tp", str(tp),
                           "-f", "json").stdout)
     state = 548_864 * 2 // tp  # bf16: 32 · 128 · 128 recurrent + 3 · 8,192 conv elements a layer
     a = 16 * -(-state // (16 * 2 * heads * 256 * 2))
     assert (rows[0]["block_size"], rows[0]["block_size_per_gpu"]) == (544, a)
     assert a == {2: 544, 4: 272, 8: 144}[tp]
     assert rows[0]["kv_cache_bytes_per_gpu"] == 12 * -(-8193 // a) * a * 2 * heads * 256 * 2
-    show = run("show", "qwen3-next-80b-a3b", "--ctx", "8193", "--engine", "vllm", "--tp", str(tp)).stdout
+    show = run("show", "qwen3-next-80b-a3b", "--ctx", "8193", "--engine", "vllm", "--block-size", "16", "--tp", str(tp)).stdout
     assert f"its KV cache, whole pages of {a} tokens" in show
     # a dense model's page does not depend on the rank; none without --tp or without --engine
-    dense = json.loads(run("compare", "llama3-70b", "--ctx", "8193", "--engine", "vllm", "--tp", str(tp), "-f", "json").stdout)
+    dense = json.loads(run("compare", "llama3-70b", "--ctx", "8193", "--engine", "vllm", "--block-size", "16", "--tp", str(tp), "-f", "json").stdout)
     assert dense[0]["block_size"] == dense[0]["block_size_per_gpu"] == 16
-    for args in (("--engine", "vllm"), ("--tp", str(tp))):
+    for args in (("--engine", "vllm", "--block-size", "16"), ("--tp", str(tp))):
         assert "block_size_per_gpu" not in json.loads(run("compare", "qwen3-next-80b-a3b", *args, "-f", "json").stdout)[0]
 
 
@@ -428,14 +430,14 @@ def test_a_chunked_layer_holds_its_current_aligned_chunk_in_pages():
         chunked = min(-(-ctx // 16), 512)
         return batch * (36 * chunked + 12 * -(-ctx // 16)) * page
     for ctx in (1, 8191, 8192, 8193, 10_001, 10_016, 16_384, 16_385, 131_072):
-        row = json.loads(run("compare", "llama4-scout", "--ctx", str(ctx), "--tp", "8", "--engine", "vllm",
+        row = json.loads(run("compare", "llama4-scout", "--ctx", str(ctx), "--tp", "8", "--engine", "vllm", "--block-size", "16",
                              "-f", "json").stdout)[0]
         assert row["kv_cache_bytes_per_gpu"] == per_gpu_at(ctx)
         assert row["engine_kv_bytes"] == 8 * per_gpu_at(ctx)  # one GPU holds all 8 heads: 8 × the page
     assert per_gpu_at(10_001) == 212_533_248
     # fit: the cache grows with ctx again, so the search finds the true boundary (483,552 before); budget 0.9 × 80 GiB
-    out = json.loads(run("fit", "llama4-scout", "--hardware", "h100-80gb", "--tp", "8", "--engine", "vllm",
-                         "--batch", "16", "-f", "json").stdout)[0]
+    out = json.loads(run("fit", "llama4-scout", "--hardware", "h100-80gb", "--tp", "8", "--engine", "vllm", "--block-size", "16",
+                         "--reserve", "0.1", "--batch", "16", "-f", "json").stdout)[0]
     budget = 9 * 80 * 2**30 // 10
     fixed = out["weights_bytes_per_gpu"] + out["activation_bytes"]
     # vLLM's 8,192-token chunk; the widest FFN: the top-1 routed expert and the shared one, 8,192 + 8,192, over tp 8
@@ -449,9 +451,32 @@ def test_vllm_keeps_states_at_the_model_dtype_under_an_fp8_kv_cache():
     # an audit: vLLM's CacheConfig.mamba_cache_dtype "auto" takes the model's dtype, not the KV cache's, so an fp8
     # cache leaves Qwen3-Next's states at bf16: S = 548,864 · 2 = 1,097,728 bytes a layer, A = 2 · 2 · 256 · 1 = 1,024
     # bytes a token (fp8), block 16 · ceil(S / (16 · A)) = 1,072 tokens (it was 544 with fp8 states)
-    r = row("qwen3-next-80b-a3b", "--ctx", "100000", "--batch", "3", "--engine", "vllm", "--kv-dtype", "fp8")
+    r = row("qwen3-next-80b-a3b", "--ctx", "100000", "--batch", "3", "--engine", "vllm", "--block-size", "16", "--kv-dtype", "fp8")
     assert r["block_size"] == 16 * -(-1_097_728 // (16 * 1024)) == 1072
     assert r["engine_state_bytes"] == 36 * 3 * 1072 * 1024 == 118_554_624  # each state page padded to a whole block
     assert r["engine_kv_bytes"] == 12 * 3 * -(-100_000 // 1072) * 1072 * 1024 == 3_714_711_552
     # without an engine, or with --state-dtype, the states follow the settings as before
     assert row("qwen3-next-80b-a3b", "--ctx", "100000", "--batch", "3", "--kv-dtype", "fp8")["state_bytes"] == 36 * 3 * 548_864
+
+
+def test_vllm_0_34_defaults_pages_of_64_reserve_and_prefill_chunk():
+    # vLLM 0.34.0: CacheConfig.DEFAULT_BLOCK_SIZE 64 (16 before), DEFAULT_GPU_MEMORY_UTILIZATION 0.92, and vllm serve's
+    # max_num_batched_tokens 16384 on devices of 160 GiB or more (EngineArgs.get_batch_defaults)
+    from kvcalc.fit import activation_bytes
+
+    # Qwen3-Next's hybrid page: k = max(16, 64) = 64, a = 64 · ceil(S / (64 · 2,048)): 576 tokens (544 at 16)
+    qwen = spec("qwen3-next-80b-a3b")
+    r = kv_cache(qwen, Settings(ctx=1000, engine="vllm"))
+    state = r.groups[0].state_elements_per_layer * 2
+    assert 64 * -(-state // (64 * 2048)) == 576 == r.groups[0].block_size
+    # Gemma 4: the full layers' 4,096-byte tokens take pages of 128 to match the windowed layers' 64 of 8,192
+    g4 = kv_cache(spec("gemma4-26b-a4b"), Settings(ctx=100_001, engine="vllm"))
+    assert [(g.group.label, g.block_size) for g in g4.groups] == [("global", 128), ("local", 64)]
+    assert g4.engine_bytes == 5 * -(-100_001 // 128) * 128 * 4096 + 25 * (1024 // 64 + 1) * 64 * 8192
+    # fit under --engine vllm reserves 8%, and on a 180 GiB B200 prefills chunks of 16,384 tokens
+    row = json.loads(run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--batch", "4", "--engine", "vllm", "-f",
+                         "json").stdout)[0]
+    assert row["reserved_bytes"] == 80 * 2**30 - (80 * 2**30 * 92) // 100
+    b200 = json.loads(run("fit", "llama3.1-8b", "--hardware", "b200-180gb", "--batch", "4", "--engine", "vllm", "-f",
+                          "json").stdout)[0]
+    assert b200["activation_bytes"] == activation_bytes(spec("llama3.1-8b"), Settings(ctx=1), 16384)

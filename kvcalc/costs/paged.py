@@ -18,8 +18,10 @@ Rules (also in the README):
   MiMoV2Flash, Step3p5 and Gemma4 (srt/configs/model_config.py is_hybrid_swa_model); any other model's layers keep
   every token in its one pool (`keeps_every_token`: ceil(ctx / B) pages a layer).
 - Page sizes: `ideal` is exact (B = 1); SGLang's default page_size is 1 (server_args.py); vLLM's default
-  block_size is 16, and 64 for MLA layers (vllm/platforms/cuda.py: "Forcing kv cache block size to 64 for FlashMLA
-  backend" when the block size is not a multiple of 64, and always for FlashMLASparse). --block-size sets the rest.
+  block_size is 64 (vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, vLLM 0.34.0; 16 in its earlier releases),
+  which FlashAttention keeps (any multiple of 16), and 64 for MLA layers (vllm/platforms/cuda.py: "Forcing kv cache
+  block size to 64 for FlashMLA backend" when the block size is not a multiple of 64, and always for
+  FlashMLASparse). --block-size sets the rest.
 - vLLM and SGLang store DeepSeek-V3.2's indexer key as fp8 with one fp32 scale per 128 values (DeepseekV32IndexerCache;
   NSATokenToKVPool: head_dim + head_dim // 128 · 4 bytes a token) whatever the KV dtype, SGLang in pages of 64
   (server_args.py sets page_size 64 for DeepSeek NSA); vLLM turns an fp8 cache of a sparse MLA model
@@ -28,7 +30,8 @@ Rules (also in the README):
   and makes every page the same size (vllm/platforms/interface.py `_align_hybrid_block_size`, without prefix caching
   of states: mamba_cache_mode "none"): the attention block grows to a = k · ceil(S / (k · A)) tokens, with S the
   bytes of one layer's state, A the bytes one token adds to an attention layer and k = max(the backend's smallest
-  block, the block size asked) (16, or 64 for FlashMLA), and each state page is padded to a · A bytes. SGLang
+  block, 16, or 64 for FlashMLA, the block size: 64 by default), at least 128 for an MLA hybrid, and each state page
+  is padded to a · A bytes. SGLang
   keeps states in its own Mamba pool at their exact size (mem_cache/memory_pool.py MambaPool); ideal is exact.
 - vLLM's groups (vllm/v1/core/kv_cache_utils.py get_kv_cache_groups): a model whose layers' specs differ is kept in
   groups of one spec and equal size, the fewest layers a spec has, or the most when that is under 1.5 times the
@@ -41,7 +44,7 @@ Rules (also in the README):
   for every group. One spec (is_kv_cache_spec_uniform), or one type of attention at one block size
   (UniformTypeKVCacheSpecs), is one group of each layer's own pages. A layer's cross-attention is counted with its
   self-attention (Whisper: the same pages, as many layers). Under --mtp a state layer holds 1 + the speculated
-  tokens' pages (MambaSpec.num_speculative_blocks; kvcalc speculates one token an MTP layer). Source: vLLM main, 2026.
+  tokens' pages (MambaSpec.num_speculative_blocks; kvcalc speculates one token an MTP layer). Source: vLLM 0.34.0.
 - The pool's free pages and prefix sharing are not modelled.
 """
 
@@ -56,7 +59,10 @@ from kvcalc.costs.state import parts_bytes, state_parts
 from kvcalc.settings import Settings
 from kvcalc.spec import ResolvedGroup
 
-DEFAULT_BLOCK = {"ideal": 1, "vllm": 16, "sglang": 1}  # tokens a page; vLLM CacheConfig.block_size, SGLang page_size
+# tokens a page: vLLM CacheConfig.DEFAULT_BLOCK_SIZE (64 since its 2026 releases; 16 before), SGLang page_size
+DEFAULT_BLOCK = {"ideal": 1, "vllm": 64, "sglang": 1}
+VLLM_KERNEL_BLOCK = 16  # FlashAttention's smallest kernel block (get_supported_kernel_block_sizes: MultipleOf(16))
+VLLM_MLA_HYBRID_BLOCK = 128  # _align_hybrid_block_size: an MLA/Mamba hybrid's block a multiple of 128 (TRT-LLM MLA)
 # SGLang frees a windowed (or chunked) layer's old tokens only in its hybrid-SWA pool, which it builds for these model
 # families (srt/configs/model_config.py is_hybrid_swa_model: Llama4, GptOss, MiMoV2Flash, Step3p5, Gemma4); every
 # other model's layers share one pool of every token, the window applied by the attention kernel only
@@ -200,8 +206,11 @@ def vllm_hybrid_pages(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s
     first = growing[0].attention  # vLLM sizes the page by the first attention layer's spec
     formula = first.cache_formula(growing[0].layer, s.mla_cache)
     one_token = page_bytes(formula, first.cache_heads(growing[0].layer, s.mla_cache), 1, first, s)
-    k = max(VLLM_MLA_BLOCK if isinstance(first, MLA) else DEFAULT_BLOCK["vllm"], s.block_size or 0)
-    block = max(k * -(-max(state_bytes) // (k * one_token)), s.block_size or 0)
+    # _align_hybrid_block_size: k = max(the backend's smallest kernel block, the block size), 128 at least for MLA
+    asked = s.block_size or DEFAULT_BLOCK["vllm"]
+    k = max(VLLM_MLA_BLOCK if isinstance(first, MLA) else VLLM_KERNEL_BLOCK, asked)
+    k = max(k, VLLM_MLA_HYBRID_BLOCK) if isinstance(first, MLA) else k
+    block = max(k * -(-max(state_bytes) // (k * one_token)), asked)
     return HybridPages(block, block * one_token)
 
 

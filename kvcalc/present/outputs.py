@@ -254,7 +254,7 @@ def run_output(report: RunReport, lm: LoadedModel | None = None) -> Output:
                   report_payload(report), warnings=warnings)
 
 
-def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | None, reserve: str,
+def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | None, reserve: str | None,
                chunk: int | None) -> Output:
     """`fit`: one row per context (largest batch), or one row (longest context for the batch)."""
     from dataclasses import replace
@@ -262,10 +262,11 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
 
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
-    from kvcalc.fit import FitRow, default_prefill_chunk, fit
+    from kvcalc.fit import FitRow, default_prefill_chunk, default_reserve, fit
 
     if opts.hardware_name is None:
         raise KvcalcError("fit needs --hardware NAME (see 'kvcalc hardware') or a hardware YAML file")
+    reserve = reserve if reserve is not None else default_reserve(opts.engine)
     try:
         frac = Fraction(reserve)
     except (ValueError, ZeroDivisionError):
