@@ -198,8 +198,10 @@ def test_engine_pages_count_none_for_the_shared_layers(ctx, engine):
     if engine == "vllm":
         full, sliding = -(-ctx // 16), min(-(-ctx // 16), W // 16 + 1)
         want = (OWN_SLIDING * sliding + OWN_FULL * full) * 16 * PER_TOKEN_LAYER
-    elif engine == "sglang":  # Gemma 3n is not one of SGLang's hybrid-SWA models: every own layer keeps every token
-        want = (OWN_SLIDING + OWN_FULL) * ctx * PER_TOKEN_LAYER
+    elif engine == "sglang":  # Gemma 3n is not one of SGLang's hybrid-SWA models: every layer keeps every token, and
+        # its one pool has a buffer for each of the 30 layers, the 10 shared ones included (an audit: layer_num =
+        # num_hidden_layers; gemma3n_causal.py only skips writing to theirs)
+        want = (OWN_SLIDING + OWN_FULL + 10) * ctx * PER_TOKEN_LAYER
     else:
         want = held(ctx)
     assert row["engine_kv_bytes"] == want
@@ -208,6 +210,15 @@ def test_engine_pages_count_none_for_the_shared_layers(ctx, engine):
     explain = json.loads(run("show", str(PATH), "--ctx", str(ctx), "--engine", engine, *pages16, "--explain", "-f", "json").stdout)
     groups = {g["group"]: g for g in explain["derivation"]["groups"]}
     # --explain derives pages only for groups that have some: the shared ones are marked kv_shared and have none
-    assert [name for name, g in groups.items() if "engine" in g] == ["local", "global"]
+    # (SGLang: a buffer each)
+    shared_paged = ["local-shared", "global-shared"] if engine == "sglang" else []
+    assert [name for name, g in groups.items() if "engine" in g] == ["local", "global", *shared_paged]
     assert groups["local-shared"]["kv_shared"] is groups["global-shared"]["kv_shared"] is True
     assert sum(g["engine"]["bytes"] for g in groups.values() if "engine" in g) == want
+
+
+def test_sglang_pool_gives_shared_layers_a_buffer_per_gpu():
+    # at tp 4 each GPU holds Gemma 3n's 2 KV heads replicated as one (2 · 1 · 256 · 2 = 1,024 bytes a token and layer)
+    # in all 30 of its pool's layer buffers: 1,000 tokens · 30 · 1,024 (20 own layers before the audit)
+    row = json.loads(run("compare", str(PATH), "--ctx", "1000", "--tp", "4", "--engine", "sglang", "-f", "json").stdout)[0]
+    assert row["kv_cache_bytes_per_gpu"] == 1000 * 30 * 1024 == 30_720_000

@@ -7,7 +7,8 @@ Rules (also in the README):
   chunk, which starts at a multiple of C (kvcalc.attention.base), reserved whole as its min(ctx, C) tokens are: past
   the first chunk, the most pages a chunk can span, (B − gcd(B, C) + C − 1) // B + 1, which is C / B when B divides
   C (ChunkedLocalAttentionManager frees the pages of the chunks before). A layer holding no tokens (KV-shared)
-  has no pages, whatever its window or chunk. Cross-attention holds ceil(enc / B) pages
+  has no pages, whatever its window or chunk, except under SGLang, whose one pool has a buffer for every layer
+  (MHATokenToKVPool layer_num = num_hidden_layers; Gemma 3n's shared layers only skip writing): every token there. Cross-attention holds ceil(enc / B) pages
   of encoder positions. Under a group scheme g<G> a key group runs along the tokens the pages span: ceil(n·B / G)
   groups a channel for n pages (`span_bytes`).
 - vLLM: a window layer at its bound, not by alignment: ceil(W / B) + 1 once the window caps the layer (a page more
@@ -105,7 +106,7 @@ def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | Non
     rule = _layer_rule(ctx, held, layer, engine, every)
     if rule == "empty":
         return 0
-    if rule == "every":
+    if rule in ("every", "shared"):
         return pages(ctx, ctx, block)
     if rule == "window":
         return min(-(-ctx // block), -(-held // block) + 1)
@@ -115,6 +116,8 @@ def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | Non
 
 
 PAGE_RULES = {"empty": "holds no tokens: 0 pages",
+              "shared": "reads an earlier layer's cache, but SGLang's one pool gives every layer a buffer "
+                        "(layer_num = num_hidden_layers): ceil(ctx / B)",
               "every": "SGLang keeps every token outside its hybrid-SWA models: ceil(ctx / B)",
               "window": "vLLM's window rule: min(ceil(ctx / B), ceil(W / B) + 1)",
               "chunk": "a whole chunk: (B − gcd(B, C) + C − 1) // B + 1",
@@ -128,8 +131,9 @@ def layer_pages_rule(ctx: int, held: int, layer: Layer, engine: str | None, ever
 
 def _layer_rule(ctx: int, held: int, layer: Layer, engine: str | None, every: bool = False) -> str:
     """Which rule counts a layer's pages: the one place that picks it."""
-    if held == 0:  # a KV-shared layer (Gemma 3n) reads an earlier layer's pages and allocates none of its own
-        return "empty"
+    if held == 0:  # a KV-shared layer (Gemma 3n) reads an earlier layer's pages and allocates none of its own,
+        # except in SGLang's one pool, sized for every layer (gemma3n_causal.py only skips writing to it)
+        return "shared" if engine == "sglang" and layer.kv_shared else "empty"
     if every and held < ctx:  # a window or chunk the engine does not free
         return "every"
     if engine == "vllm" and layer.window is not None and held < ctx:
