@@ -89,3 +89,17 @@ def test_cross_attention_needs_an_encoder(tmp_path):
     res = run("compare", path, ok=False)
     assert res.exit_code == 1
     assert f"{path}: layer_groups[0].cross_attention: cross-attention needs an encoder" in res.stderr
+
+
+def test_engines_say_what_their_pages_do_not():
+    # an audit: vLLM 0.34.0 and SGLang serve Whisper alone of the encoder–decoder models (vLLM removed the rest from
+    # V1; SGLang's is_encoder_decoder_model), and SGLang's one pool gives Whisper large a buffer in each of its
+    # 32 + 2 · 32 = 96 attention layers for all 1,500 + ctx slots of a request: 3 x what kvcalc's pages count
+    res = run("compare", "whisper-large-v3", "--ctx", "448", "--engine", "sglang")
+    assert "96 layers (encoder 32 + decoder and cross-attention 2 · 32)" in res.stderr and "96/32" in res.stderr
+    assert "warning" not in run("compare", "whisper-large-v3", "--ctx", "448", "--engine", "vllm").stderr
+    t5 = REFERENCE / "configs-extra-4" / "t5-v1_1-small.json"
+    for engine in ("vllm", "sglang"):
+        out = run("compare", str(t5), "--ctx", "512", "--engine", engine).stderr
+        assert "neither vLLM nor SGLang serves this encoder–decoder model" in out
+    assert "warning" not in run("compare", str(t5), "--ctx", "512", "--engine", "ideal").stderr
