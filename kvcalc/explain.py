@@ -235,8 +235,9 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
         if d.get("engine_state_bytes") is not None and d["engine_state_bytes"] != d["state_bytes"]:
             each = " + ".join(f"{_engine_layers(g['n_layers'], g['state'].get('padding_layers', 0))} × "
                               f"{g['state']['engine_bytes_per_layer']:,}" for g in d["groups"] if "state" in g)
-            lines.append(f"  constant states as {d['engine']} stores them (a page each, one more per speculative"
-                         f" token under --mtp, padded to the unified page):"
+            lines.append(f"  constant states as {d['engine']} stores them (two pages each in a hybrid, with vLLM's"
+                         f" prefix caching, one in a model of states alone; one more per speculative token under"
+                         f" --mtp; padded to the unified page):"
                          f" {each} = {d['engine_state_bytes']:,} bytes ({format_bytes(d['engine_state_bytes'], units)})")
     return lines
 

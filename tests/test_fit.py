@@ -91,7 +91,7 @@ def test_kv_cache_of_all_sequences_is_in_pages_under_an_engine():
               "--reserve", "0.1", "--ctx", "100000")[0]
     pages = -(-100_000 // 544)
     assert row["kv_cache_bytes"] == row["batch"] * 12 * pages * 544 * 2048
-    state_pages = row["batch"] * 36 * 544 * 2048  # each Gated DeltaNet layer's state in one padded page
+    state_pages = row["batch"] * 36 * 2 * 544 * 2048  # each Gated DeltaNet layer's states in two padded pages
     assert row["kv_cache_bytes_per_gpu"] == row["kv_cache_bytes"] + state_pages
     assert (row["batch"], row["kv_cache_bytes"]) == (22, 54_119_104_512)
 

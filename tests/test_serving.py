@@ -275,15 +275,17 @@ def test_vllm_hybrid_pages_unify_attention_and_state():
     assert a == 544
     assert round(100 * (a * 2048 - state) / state, 2) == 1.49
     assert r.engine_bytes == 12 * 2 * a * 2048  # 12 attention layers, 1000 tokens in 2 pages of 544
-    assert r.engine_state_bytes == 36 * a * 2048  # 36 linear layers, one padded page each
+    # 36 linear layers, two padded pages each (vLLM 0.34.0's prefix caching for hybrids: mamba_cache_mode "align",
+    # "only 2 + num_speculative_blocks state blocks are resident")
+    assert r.engine_state_bytes == 36 * 2 * a * 2048
     # Nemotron-H 56B: a Mamba-2 state of 256·64·256 SSM elements in fp32 (vLLM's NemotronH default) and 3·20,480
     # conv elements in bf16, against A = 2 · 8 · 128 · 2 = 4096 bytes
     nem = kv_cache(spec("nemotron-h-56b"), Settings(ctx=1000, engine="vllm", block_size=16))
     state = 256 * 64 * 256 * 4 + 3 * 20_480 * 2
     a = 16 * -(-state // (16 * 4096))
     assert a == 4128  # 1000 tokens in one page of each attention layer
-    # 54 Mamba-2 layers in vLLM's groups of 10 (the 10 attention layers): 6 groups, 60 state pages (test below)
-    assert (nem.engine_bytes, nem.engine_state_bytes) == (10 * a * 4096, 60 * a * 4096) == (169_082_880, 1_014_497_280)
+    # 54 Mamba-2 layers in vLLM's groups of 10 (the 10 attention layers): 6 groups, 60 state slots of 2 pages
+    assert (nem.engine_bytes, nem.engine_state_bytes) == (10 * a * 4096, 60 * 2 * a * 4096) == (169_082_880, 2_028_994_560)
     # SGLang and ideal keep states exact, in pages of their own
     for engine in ("sglang", "ideal"):
         exact = kv_cache(qwen, Settings(ctx=1000, engine=engine))
@@ -321,7 +323,7 @@ def test_vllm_groups_pad_every_spec_to_whole_groups():
     plain = kv_cache(with_mtp, Settings(ctx=1000, engine="vllm", block_size=16))
     # and each state layer holds a page more for the speculated token (MambaSpec.num_speculative_blocks: vLLM's
     # MambaManager allocates 1 + num_speculative_tokens blocks a request)
-    assert q.engine_state_bytes == plain.engine_state_bytes // 36 * 39 * 2 == 39 * 2 * 544 * 2048
+    assert q.engine_state_bytes == plain.engine_state_bytes // 36 // 2 * 39 * 3 == 39 * 3 * 544 * 2048
     assert q.engine_bytes == plain.engine_bytes // 12 * 13
     # one spec, or one type of attention at one block size, is one group: nothing changes
     for name in ("llama3-70b", "mistral-7b", "deepseek-v3.2", "gpt-oss-120b", "llama4-scout", "whisper-large-v3"):
@@ -358,11 +360,16 @@ def test_vllm_forces_flashmla_pages_of_64():
     def mla(name, block):
         return kv_cache(spec(name), Settings(ctx=1000, engine="vllm", block_size=block))
 
-    for block, pages_of in [(16, 64), (32, 64), (100, 64), (128, 128), (192, 192)]:
+    # vLLM 0.34.0 (an audit): FLASH_ATTN_MLA takes any multiple of 16 for a 16-bit cache, so only sizes no backend
+    # takes become 64; FlashMLA (fp8) and the sparse backends take multiples of 64
+    for block, pages_of in [(16, 16), (32, 32), (100, 64), (128, 128), (192, 192)]:
         r = mla("deepseek-v2", block)
         assert r.groups[0].block_size == pages_of
         assert r.engine_bytes == 60 * -(-1000 // pages_of) * pages_of * 1152, block
-    assert {g.block_size for g in mla("deepseek-v3.2", 128).groups} == {64}
+    fp8 = kv_cache(spec("deepseek-v2"), Settings(ctx=1000, engine="vllm", block_size=16, kv_dtype="fp8"))
+    assert fp8.groups[0].block_size == 64
+    assert {g.block_size for g in mla("deepseek-v3.2", 128).groups} == {128}
+    assert {g.block_size for g in mla("deepseek-v3.2", 16).groups} == {64}
     # other engines and other attention keep the block asked
     assert kv_cache(spec("deepseek-v2"), Settings(ctx=1000, engine="ideal", block_size=16)).groups[0].block_size == 16
     assert kv_cache(spec("llama3-8b"), Settings(ctx=1000, engine="vllm", block_size=32)).groups[0].block_size == 32
@@ -372,12 +379,12 @@ def test_explain_derives_vllm_state_slots():
     # Nemotron-H's 54 Mamba-2 states take 6 groups of 10 slots, each a page of 4,128 tokens · 4,096 bytes
     out = run("show", "nemotron-h-56b", "--ctx", "1000", "--engine", "vllm", "--block-size", "16", "--explain").stdout
     page = 4128 * 4096
-    assert (f"constant states as vllm stores them (a page each, one more per speculative token under --mtp, padded to"
-            f" the unified page): (54 layers + 6 padding"
-            f" slots of vLLM's groups) × {page:,} = {60 * page:,} bytes") in out
+    assert (f"constant states as vllm stores them (two pages each in a hybrid, with vLLM's prefix caching, one in a"
+            f" model of states alone; one more per speculative token under --mtp; padded to the unified page): (54 layers"
+            f" + 6 padding slots of vLLM's groups) × {2 * page:,} = {60 * 2 * page:,} bytes") in out
     d = json.loads(run("show", "nemotron-h-56b", "--ctx", "1000", "--engine", "vllm", "--block-size", "16", "--explain", "-f", "json").stdout)
     mamba = next(g for g in d["derivation"]["groups"] if "state" in g)
-    assert (mamba["state"]["engine_bytes_per_layer"], mamba["state"]["padding_layers"]) == (page, 6)
+    assert (mamba["state"]["engine_bytes_per_layer"], mamba["state"]["padding_layers"]) == (2 * page, 6)
 
 
 def test_vllm_groups_span_pipeline_stages():
@@ -398,7 +405,7 @@ def test_vllm_hybrid_pages_per_rank_and_in_fit():
     state = rank.groups[0].state_elements_per_layer * 2 // 4
     a = 16 * -(-state // (16 * 1024))
     assert a == 272
-    assert g.kv_cache_bytes == 12 * -(-1000 // a) * a * 1024 and g.state_bytes == 36 * a * 1024
+    assert g.kv_cache_bytes == 12 * -(-1000 // a) * a * 1024 and g.state_bytes == 36 * 2 * a * 1024
 
 
 @pytest.mark.parametrize(("tp", "heads"), [(2, 1), (4, 1), (8, 1)])
@@ -453,7 +460,7 @@ def test_vllm_keeps_states_at_the_model_dtype_under_an_fp8_kv_cache():
     # bytes a token (fp8), block 16 · ceil(S / (16 · A)) = 1,072 tokens (it was 544 with fp8 states)
     r = row("qwen3-next-80b-a3b", "--ctx", "100000", "--batch", "3", "--engine", "vllm", "--block-size", "16", "--kv-dtype", "fp8")
     assert r["block_size"] == 16 * -(-1_097_728 // (16 * 1024)) == 1072
-    assert r["engine_state_bytes"] == 36 * 3 * 1072 * 1024 == 118_554_624  # each state page padded to a whole block
+    assert r["engine_state_bytes"] == 36 * 3 * 2 * 1072 * 1024 == 237_109_248  # two state pages, each a whole block
     assert r["engine_kv_bytes"] == 12 * 3 * -(-100_000 // 1072) * 1072 * 1024 == 3_714_711_552
     # without an engine, or with --state-dtype, the states follow the settings as before
     assert row("qwen3-next-80b-a3b", "--ctx", "100000", "--batch", "3", "--kv-dtype", "fp8")["state_bytes"] == 36 * 3 * 548_864

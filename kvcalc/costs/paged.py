@@ -20,16 +20,17 @@ Rules (also in the README):
   every token in its one pool (`keeps_every_token`: ceil(ctx / B) pages a layer).
 - Page sizes: `ideal` is exact (B = 1); SGLang's default page_size is 1 (server_args.py); vLLM's default
   block_size is 64 (vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, vLLM 0.34.0; 16 in its earlier releases),
-  which FlashAttention keeps (any multiple of 16), and 64 for MLA layers (vllm/platforms/cuda.py: "Forcing kv cache
-  block size to 64 for FlashMLA backend" when the block size is not a multiple of 64, and always for
-  FlashMLASparse). --block-size sets the rest.
+  which FlashAttention keeps (any multiple of 16); MLA layers take --block-size when a backend takes it
+  (FLASH_ATTN_MLA: multiples of 16 for a 16-bit cache; FlashMLA for fp8 and the sparse backends: multiples of 64),
+  else 64. --block-size sets the rest.
 - vLLM and SGLang store DeepSeek-V3.2's indexer key as fp8 with one fp32 scale per 128 values (DeepseekV32IndexerCache;
   NSATokenToKVPool: head_dim + head_dim // 128 · 4 bytes a token) whatever the KV dtype, SGLang in pages of 64
   (server_args.py sets page_size 64 for DeepSeek NSA); vLLM turns an fp8 cache of a sparse MLA model
   into its fp8_ds_mla layout (656 bytes a token for DeepSeek-V3.2; kvcalc.costs.quant).
-- Constant states (linear attention, SSMs): vLLM keeps each layer's state of a request in one page of its KV pool
-  and makes every page the same size (vllm/platforms/interface.py `_align_hybrid_block_size`, without prefix caching
-  of states: mamba_cache_mode "none"): the attention block grows to a = k · ceil(S / (k · A)) tokens, with S the
+- Constant states (linear attention, SSMs): vLLM keeps each layer's states of a request in pages of its KV pool,
+  two at a time in a hybrid (prefix caching is on by default for hybrids in vLLM 0.34.0: mamba_cache_mode "align",
+  MambaSpec.max_num_blocks_per_req; the extra prefill-checkpoint page of a Mamba-2 layer is not counted), one in a
+  model of states alone, and makes every page the same size (vllm/platforms/interface.py `_align_hybrid_block_size`): the attention block grows to a = k · ceil(S / (k · A)) tokens, with S the
   bytes of one layer's state, A the bytes one token adds to an attention layer and k = max(the backend's smallest
   block, 16, or 64 for FlashMLA, the block size: 64 by default), at least 128 for an MLA hybrid, and each state page
   is padded to a · A bytes. SGLang
@@ -44,8 +45,8 @@ Rules (also in the README):
   model's, projected on each stage (get_kv_cache_configs): a stage's block costs its largest group's layers there,
   for every group. One spec (is_kv_cache_spec_uniform), or one type of attention at one block size
   (UniformTypeKVCacheSpecs), is one group of each layer's own pages. A layer's cross-attention is counted with its
-  self-attention (Whisper: the same pages, as many layers). Under --mtp a state layer holds 1 + the speculated
-  tokens' pages (MambaSpec.num_speculative_blocks; kvcalc speculates one token an MTP layer). Source: vLLM 0.34.0.
+  self-attention (Whisper: the same pages, as many layers). Under --mtp a state layer holds a page more a speculated
+  token (MambaSpec.num_speculative_blocks; kvcalc speculates one token an MTP layer). Source: vLLM 0.34.0.
 - The pool's free pages and prefix sharing are not modelled.
 """
 
@@ -64,6 +65,10 @@ from kvcalc.spec import ResolvedGroup
 DEFAULT_BLOCK = {"ideal": 1, "vllm": 64, "sglang": 1}
 VLLM_KERNEL_BLOCK = 16  # FlashAttention's smallest kernel block (get_supported_kernel_block_sizes: MultipleOf(16))
 VLLM_MLA_HYBRID_BLOCK = 128  # _align_hybrid_block_size: an MLA/Mamba hybrid's block a multiple of 128 (TRT-LLM MLA)
+# A hybrid's state pages a request holds at a time in vLLM 0.34.0, which enables prefix caching for hybrid models by
+# default (ModelConfig.is_prefix_caching_supported; MambaModelConfig: mamba_cache_mode "align"): the running state and
+# the last block's (MambaSpec.max_num_blocks_per_req: "only 2 + num_speculative_blocks state blocks are resident")
+VLLM_RESIDENT_STATES = 2
 # SGLang frees a windowed (or chunked) layer's old tokens only in its hybrid-SWA pool, which it builds for these model
 # families (srt/configs/model_config.py is_hybrid_swa_model: Llama4, GptOss, MiMoV2Flash, Step3p5, Gemma4); every
 # other model's layers share one pool of every token, the window applied by the attention kernel only
@@ -82,10 +87,14 @@ def block_tokens(attention: AttentionKind, s: Settings) -> int:
     """Tokens a page holds for a layer of `attention` under the settings' engine, before vLLM's pool (PoolLayout)
     changes it."""
     if s.engine == "vllm" and isinstance(attention, MLA):
-        # vllm/platforms/cuda.py: FlashMLA makes a block size that is not a multiple of 64 into 64, FlashMLASparse
-        # (DeepSeek Sparse Attention) any block size
+        # vLLM 0.34.0 picks the MLA backend by the block size (platforms/cuda.py): FLASH_ATTN_MLA takes any multiple of
+        # 16 for a 16-bit cache; FlashMLA (an fp8 cache) and the sparse backends (DeepSeek Sparse Attention) multiples
+        # of 64, so another size is kvcalc's 64 there (vLLM refuses it)
         asked = s.block_size
-        return VLLM_MLA_BLOCK if asked is None or attention.indexed or asked % VLLM_MLA_BLOCK else asked
+        sixteen_bit = s.kv_dtype in ("bf16", "fp16") and not attention.indexed
+        if asked is not None and (asked % VLLM_MLA_BLOCK == 0 or sixteen_bit and asked % VLLM_KERNEL_BLOCK == 0):
+            return asked
+        return VLLM_MLA_BLOCK
     if s.block_size is not None:
         return s.block_size
     if s.engine == "sglang" and isinstance(attention, MLA) and attention.indexed:
@@ -227,7 +236,7 @@ class GroupPages:
     block: int | None = None
     padded_page: int | None = None
     state_page: int | None = None
-    state_pages: int = 1  # pages a state layer holds a sequence: 1 + the speculative tokens (MambaSpec)
+    state_pages: int = 1  # pages a state layer holds a sequence: 2 + the speculative tokens in a hybrid (MambaSpec)
 
 
 @dataclass(frozen=True)
@@ -294,7 +303,7 @@ def vllm_layout(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s: Sett
             padded = top  # not a whole part: padded (backends that index pages by their stride)
         old = pages.get(i, GroupPages(hybrid.block if hybrid is not None else None))
         pages[i] = (GroupPages(block, padded, old.state_page, old.state_pages) if part == "kv"
-                    else GroupPages(old.block, old.padded_page, top, 1 + speculative))
+                    else GroupPages(old.block, old.padded_page, top, VLLM_RESIDENT_STATES + speculative))
         buckets.setdefault((part, spec, block, padded), []).append((i, part))
     counts = [sum(len(groups[i].layers) for i, _ in members) for members in buckets.values()]
     # _get_kv_cache_groups_uniform_page_size: groups of the fewest layers a spec has, or of the most when the most is
