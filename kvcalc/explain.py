@@ -141,9 +141,14 @@ def _engine(gc, report: CacheReport) -> dict:
             **({"padded_page": gc.padded_page} if gc.padded_page is not None else {})}
 
 
-def _engine_layers(n: int, pad: int) -> str:
-    """'52 layers', or with vLLM's padding slots of the group's spec '(52 layers + 8 padding slots)'."""
-    return f"({n} layers + {pad} padding slots of vLLM's groups)" if pad else f"{n} layers"
+def _engine_layers(n: int, pad: int, engine: str | None = "vllm") -> str:
+    """'52 layers', or with vLLM's padding slots of the group's spec '(52 layers + 8 padding slots)' (SGLang: the
+    buffers its pool holds for an encoder–decoder model's cross-attention and encoder layers)."""
+    if not pad:
+        return f"{n} layers"
+    if engine == "sglang":
+        return f"({n} layers + {pad} buffers of SGLang's pool for the cross-attention and encoder layers)"
+    return f"({n} layers + {pad} padding slots of vLLM's groups)"
 
 
 def _cross(gc, keys: dict[str, str]) -> dict:
@@ -201,7 +206,7 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
             also = " and the encoder positions' pages" if "cross" in g else ""
             lines.append(f"    {d['engine']} pages: {e['pages']:,} of {e['block_size']:,} tokens a layer and sequence"
                          f" ({e['rule']}){also} = {e['bytes_per_layer']:,} bytes a layer for the batch;"
-                         f" × {_engine_layers(g['n_layers'], e.get('padding_layers', 0))} = {e['bytes']:,}")
+                         f" × {_engine_layers(g['n_layers'], e.get('padding_layers', 0), d['engine'])} = {e['bytes']:,}")
         if "state" in g:
             st = g["state"]
             lines.append(f"    constant state per sequence and layer: {st['formula']} = {st['substituted']} = "
@@ -256,7 +261,7 @@ def _gpu_lines(d: dict, units: str) -> list[str]:
         values = substitute(g["sequences_rule"], {"batch": d["batch"], "dp": p["dp"], "tp": p["tp"]})
         lines.append(f"      sequences: {g['sequences_rule']} = {values} = {g['sequences']:,}; {g['tokens_held']:,} tokens held;"
                      f" {g['bytes_per_layer']:,} bytes a layer × "
-                     f"{_engine_layers(g['layers_here'], g['padding_layers']) if 'padding_layers' in g else g['layers_here']}"
+                     f"{_engine_layers(g['layers_here'], g['padding_layers'], d.get('engine')) if 'padding_layers' in g else g['layers_here']}"
                      f" = {g['bytes']:,}")
     sums = " + ".join(f"{g['bytes']:,}" for g in p["groups"]) + " = " if len(p["groups"]) > 1 else ""
     lines.append(f"    KV cache per GPU: {sums}{p['kv_cache_bytes']:,} bytes ({format_bytes(p['kv_cache_bytes'], units)})")

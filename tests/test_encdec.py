@@ -91,13 +91,22 @@ def test_cross_attention_needs_an_encoder(tmp_path):
     assert f"{path}: layer_groups[0].cross_attention: cross-attention needs an encoder" in res.stderr
 
 
-def test_engines_say_what_their_pages_do_not():
-    # an audit: vLLM 0.34.0 and SGLang serve Whisper alone of the encoder–decoder models (vLLM removed the rest from
-    # V1; SGLang's is_encoder_decoder_model), and SGLang's one pool gives Whisper large a buffer in each of its
-    # 32 + 2 · 32 = 96 attention layers for all 1,500 + ctx slots of a request: 3 x what kvcalc's pages count
-    res = run("compare", "whisper-large-v3", "--ctx", "448", "--engine", "sglang")
-    assert "96 layers (encoder 32 + decoder and cross-attention 2 · 32)" in res.stderr and "96/32" in res.stderr
-    assert "warning" not in run("compare", "whisper-large-v3", "--ctx", "448", "--engine", "vllm").stderr
+def test_engines_hold_whisper_as_their_pools_do_and_warn_for_models_they_do_not_serve():
+    # an audit: SGLang's one pool gives Whisper large a buffer in each of its 32 + 2 · 32 = 96 attention layers
+    # (model_config num_attention_layers: encoder, decoder self- and cross-attention), each holding all 1,500 + ctx
+    # slots of a request (whisper.py pad_input_ids), 2 · 20 heads · 64 · 2 = 5,120 bytes a slot and layer; kvcalc
+    # counted the 32 decoder layers' (a third). vLLM (blocks of 64): ceil(448 / 64) + ceil(1500 / 64) = 7 + 24 pages
+    # in each of the 32 decoder layers
+    for batch, tp, per_gpu in (("1", "1", 957_480_960), ("8", "1", 7_659_847_680), ("1", "4", 239_370_240)):
+        r = json.loads(run("compare", "whisper-large-v3", "--ctx", "448", "--batch", batch, "--tp", tp, "--engine",
+                           "sglang", "-f", "json").stdout)[0]
+        assert r["engine_kv_bytes"] == int(batch) * (1500 + 448) * 96 * 5120
+        assert r["kv_cache_bytes_per_gpu"] == per_gpu == int(batch) * (1500 + 448) * 96 * 5120 // int(tp)
+    r = json.loads(run("compare", "whisper-large-v3", "--ctx", "448", "--engine", "vllm", "-f", "json").stdout)[0]
+    assert r["engine_kv_bytes"] == (7 + 24) * 64 * 5120 * 32 == 325_058_560
+    assert "warning" not in run("compare", "whisper-large-v3", "--ctx", "448", "--engine", "sglang").stderr
+    out = run("show", "whisper-large-v3", "--ctx", "448", "--engine", "sglang", "--explain").stdout
+    assert "× (32 layers + 64 buffers of SGLang's pool for the cross-attention and encoder layers) = 957,480,960" in out
     t5 = REFERENCE / "configs-extra-4" / "t5-v1_1-small.json"
     for engine in ("vllm", "sglang"):
         out = run("compare", str(t5), "--ctx", "512", "--engine", engine).stderr

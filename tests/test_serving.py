@@ -168,6 +168,8 @@ def test_ideal_and_sglang_pages_are_the_exact_cache():
                 continue  # DeepSeek NSA: SGLang's own pages and indexer layout (the next test)
             whole = kv_cache(without_windows(spec(name)), Settings(ctx=ctx)).bytes
             expected = whole if keeps_every_token(spec(name).family, "sglang") else exact.bytes
+            if spec(name).encoder is not None:  # Whisper: 96 layer buffers of its 32 decoder layers' (test_encdec)
+                expected = expected * (spec(name).encoder.n_layers + 2 * spec(name).n_layers) // spec(name).n_layers
             assert kv_cache(spec(name), Settings(ctx=ctx, engine="sglang")).engine_bytes == expected, name
 
 
@@ -203,12 +205,12 @@ def test_group_scheme_keys_group_along_the_pages_tokens():
     per_layer = (payload + 1024 * 16 * 4) + (payload + 1008 * 16 * 4)
     r = row("llama3-70b", "--ctx", "1000", "--kv-dtype", "int4", "--kv-quant", "g64", "--engine", "vllm", "--block-size", "16")
     assert r["engine_kv_bytes"] == r["kv_cache_bytes_per_gpu"] == 80 * per_layer == 92_979_200
-    # one-token pages hold the exact cache, cross-attention (Whisper) and constant states included
+    # one-token pages hold the exact cache, cross-attention (Whisper: ideal's) and constant states included
     for name in ("llama3-70b", "gemma3-27b", "deepseek-v2", "whisper-large-v3", "qwen3-next-80b-a3b"):
         for scheme in ("g64", "g32"):
             s = Settings(ctx=1000, batch=3, kv_dtype="int4", kv_quant=scheme)
             exact = kv_cache(spec(name), s).bytes
-            for engine in ("ideal", "sglang"):
+            for engine in ("ideal", "sglang") if name != "whisper-large-v3" else ("ideal",):  # SGLang: 3x (test_encdec)
                 paged = Settings(ctx=1000, batch=3, kv_dtype="int4", kv_quant=scheme, engine=engine)
                 assert kv_cache(spec(name), paged).engine_bytes == exact, (name, scheme, engine)
                 assert per_gpu(spec(name), paged).kv_cache_bytes == exact, (name, scheme, engine)

@@ -28,6 +28,7 @@ from kvcalc.costs.paged import (
     layer_pages,
     page_bytes,
     pages,
+    sglang_buffers,
     span_bytes,
     vllm_layout,
 )
@@ -70,7 +71,8 @@ class GroupCache:
     state_bytes_per_layer: int = 0  # one layer's constant states, all sequences
     every_token: bool = False  # the engine pages every token of a windowed layer (kvcalc.costs.paged.keeps_every_token)
     padded_page: int | None = None  # vLLM pads this group's attention page to the unified page (kvcalc.costs.paged)
-    pad_layers: int = 0  # vLLM's padding slots of this group's attention spec, in layers (PoolLayout.pads)
+    pad_layers: int = 0  # vLLM's padding slots of this group's attention spec, in layers (PoolLayout.pads); SGLang's
+    # buffers of an encoder–decoder model's other layers (sglang_buffers)
     pad_state_layers: int = 0  # the same for its constant state's spec
 
     @property
@@ -166,6 +168,7 @@ class CachePlan:
     plain: bool  # no quantisation scales and no engine pages: bytes are the elements' at kv_dtype
     reads_held: bool = True  # every layer's decode step reads the tokens it holds (AttentionKind.reads_held)
     every_token: bool = False  # the engine pages every token of a windowed layer (kvcalc.costs.paged.keeps_every_token)
+    buffers: dict[tuple[int, str], int] | None = None  # SGLang's encoder–decoder buffers (kvcalc.costs.paged.sglang_buffers)
 
 
 @dataclass(frozen=True)
@@ -222,8 +225,8 @@ class CacheReport:
     @cached_property
     def groups(self) -> tuple[GroupCache, ...]:
         """The cache of each layer group."""
-        return tuple(group_cache(g, self.settings, self.plan.enc_ctx, self.plan.every_token, self.plan.layout, i)
-                     for i, g in enumerate(self.plan.groups))
+        return tuple(group_cache(g, self.settings, self.plan.enc_ctx, self.plan.every_token, self.plan.layout, i,
+                                 self.plan.buffers) for i, g in enumerate(self.plan.groups))
 
     @property
     def cache_bytes(self) -> int:
@@ -272,6 +275,7 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, every_to
     pad = pad_state = 0
     if layout is not None:
         pads = layout.pads() if pads is None else pads
+    if pads:  # vLLM's padding slots (PoolLayout.pads), or SGLang's encoder–decoder buffers (sglang_buffers)
         pad, pad_state = pads.get((index, "kv"), 0), pads.get((index, "state"), 0)
     if s.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
         block = own.block or block_tokens(att, s)
@@ -343,7 +347,8 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     layout = vllm_layout(groups, s, spec.mtp_layers if s.mtp else 0)
     one = replace(s, ctx=1, batch=1)
     every = keeps_every_token(spec.family, s.engine)
-    rows = tuple(group_cache(g, one, enc, every, layout, i) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx
+    extra = sglang_buffers(groups, s, spec.encoder.n_layers if spec.encoder else 0) if layout is None else None
+    rows = tuple(group_cache(g, one, enc, every, layout, i, extra) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx
     terms = tuple(group_term(r, s, enc) for r in rows)
     # a KV-shared layer (Gemma 3n) adds nothing per token: it reads the cache of the layer it shares
     growing = [r for r in rows if not r.group.layer.kv_shared]
@@ -378,6 +383,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
         plain=plain and s.engine is None,
         reads_held=all(t.attention.reads_held(t.layer) for t in terms),
         every_token=every,
+        buffers=extra or None,
     )
 
 

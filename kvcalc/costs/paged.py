@@ -262,6 +262,24 @@ class PoolLayout:
         return out
 
 
+def sglang_buffers(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s: Settings, encoder_layers: int,
+                   here: range | None = None) -> dict[tuple[int, str], int]:
+    """The layer buffers SGLang's one pool holds beyond each decoder layer's own for an encoder–decoder model
+    (Whisper), as extra slots of the groups with cross-attention: a decoder layer's cross-attention has a buffer of
+    its own beside its self-attention, and each encoder layer one (configs/model_config.py num_attention_layers =
+    encoder_layers + 2 · decoder_layers), every buffer holding all of a request's encoder positions and tokens
+    (whisper.py pad_input_ids) as the decoder layer's pages do; the encoder layers' counted with the first such group
+    (on the stage holding its layers `here`). Empty for other engines and models."""
+    if s.engine != "sglang":
+        return {}
+    out: dict[tuple[int, str], int] = {}
+    for i, g in enumerate(groups):
+        n = len(g.layers) if here is None else sum(1 for j in g.layers if j in here)
+        if g.cross is not None and n:
+            out[(i, "kv")] = n + (encoder_layers if not out else 0)
+    return out
+
+
 def vllm_layout(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s: Settings,
                 speculative: int = 0) -> PoolLayout | None:
     """vLLM's pool for a model whose layers' cache specs differ (vllm/v1/core/kv_cache_utils.py get_kv_cache_groups);

@@ -52,7 +52,7 @@ from typing import NamedTuple
 
 from kvcalc.attention import MLA, Formula
 from kvcalc.costs.cache import GroupTerm, group_cache, group_term
-from kvcalc.costs.paged import keeps_every_token, vllm_layout
+from kvcalc.costs.paged import keeps_every_token, sglang_buffers, vllm_layout
 from kvcalc.costs.state import parts_bytes
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
@@ -169,7 +169,8 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         last = i == len(ranges) - 1
         # vLLM groups the whole model's layers and projects the groups on each stage (get_kv_cache_configs)
         here = frozenset(layers) | (frozenset(mtp.layers) if mtp is not None and last else frozenset())
-        pads = layout.pads(here) if layout is not None else {}
+        pads = (layout.pads(here) if layout is not None
+                else sglang_buffers(everyone, s, spec.encoder.n_layers if spec.encoder and i == 0 else 0, layers))
         groups = []
         for j, (group, gc) in enumerate(zip(everyone, caches)):
             n = len(group.layers) if group is mtp else bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start)

@@ -7,8 +7,9 @@ Schemes (`--kv-quant`), applied to the cache tensors a kind names in its formula
 - `g<G>` (e.g. `g64`): KIVI-style group quantisation (Liu et al., 2024) with an fp16 scale and an fp16 zero point per
   group of G: keys per channel, grouped along G tokens (ceil(tokens / G) groups a channel), every other tensor per
   token, grouped along G channels (ceil(channels / G) groups a token).
-- `fp8-ds-mla`: vLLM's fp8_ds_mla entry for DeepSeek's MLA (FlashMLA's FP8 KV cache; vLLM
-  v1/attention/backends/mla/flashmla_sparse.py get_kv_cache_shape: "custom storage format is 656 bytes"): the latent
+- `fp8-ds-mla`: vLLM's fp8_ds_mla entry for DeepSeek's MLA (FlashMLA's FP8 KV cache; vLLM 0.34.0
+  v1/attention/backend.py MLAAttentionImpl.get_fp8_ds_mla_row_bytes, 656, which MLAAttention.get_kv_cache_spec
+  sizes a row by; earlier releases' flashmla_sparse.py: "custom storage format is 656 bytes"): the latent
   as fp8 with one fp32 scale per 128 values, the RoPE key left in bf16 (512 + 4·4 + 64·2 = 656 bytes for
   DeepSeek-V3.2), and the indexer key as fp8 with one fp32 scale per 128 values (vLLM's FP8 indexer cache: 128 + 4).
 """

@@ -64,25 +64,11 @@ def _option_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
 
 
 def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
-    """What an engine does with an encoder–decoder model that its pages here do not say: vLLM 0.34.0 and SGLang serve
-    Whisper alone of them (vLLM removed the others from V1; SGLang's is_encoder_decoder_model), and SGLang's one pool
-    gives every token slot a buffer in each encoder, decoder and cross-attention layer and a request its 1,500
-    encoder slots before its own (model_config num_attention_layers, whisper.py pad_input_ids)."""
-    out = []
-    for spec in specs:
-        if s.engine not in ("vllm", "sglang") or spec.encoder is None:
-            continue
-        if spec.family != "whisper":
-            out.append(f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang serves this encoder–decoder "
-                       "model; its pages are counted as vLLM's cross-attention pages would hold them")
-        elif s.engine == "sglang":
-            decoder = spec.n_layers
-            layers = spec.encoder.n_layers + 2 * decoder
-            out.append(f"warning: {spec.name}: --engine sglang: SGLang's pool holds a buffer in each of {layers} layers "
-                       f"(encoder {spec.encoder.n_layers} + decoder and cross-attention 2 · {decoder}) for every slot of a "
-                       f"request's encoder positions and tokens: {layers}/{decoder} of engine_kv_bytes, which counts "
-                       "the decoder's layers")
-    return out
+    """An encoder–decoder model an engine does not serve: vLLM 0.34.0 and SGLang serve Whisper alone of them (vLLM
+    removed the others from V1; SGLang's is_encoder_decoder_model)."""
+    return [f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang serves this encoder–decoder model; its "
+            "pages are counted as the engine's rules would hold them" for spec in specs
+            if s.engine in ("vllm", "sglang") and spec.encoder is not None and spec.family != "whisper"]
 
 
 def list_output() -> Output:

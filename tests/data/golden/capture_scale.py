@@ -47,7 +47,9 @@ HW = ("--hardware", "h100-80gb")
 # with '--block-size 64' appended. Then the 9 '--engine vllm' lines of the hybrids (Qwen3-Next, Nemotron-H,
 # MiniMax-M1) were regenerated (vLLM 0.34.0 enables prefix caching for hybrids: two resident state pages a layer): a
 # script checked that only engine_state_bytes, state_bytes_per_gpu and engine_bytes_per_layer of the states changed,
-# each to exactly twice, and fits_in_memory.
+# each to exactly twice, and fits_in_memory. The 'whisper-large-v3 --engine sglang' line was regenerated (SGLang's
+# pool holds 96 layer buffers, encoder and cross-attention included): a script checked that only engine_kv_bytes and
+# kv_cache_bytes_per_gpu changed, each to exactly 3 times, and fits_in_memory.
 SERVING = (
     ("--tp", "8"), ("--tp", "4", "--pp", "3", "--dp", "2"), ("--tp", "2", "--dp", "4", "--ep", "8"), ("--engine", "vllm"),
     ("--engine", "sglang", "--block-size", "16"), ("--kv-dtype", "int4", "--kv-quant", "g64"),
