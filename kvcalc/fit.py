@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from kvcalc.costs.parallel import PerGpu, SGLangPools, per_gpu, sglang_pools, stages
 from kvcalc.fields import figure
@@ -56,6 +56,7 @@ class FitRow:
     kv_cache_bytes_per_gpu: int = figure("KV cache\nper GPU", "bytes", "its share on the busiest GPU, states included")
     free_bytes_per_gpu: int = figure("Left\nper GPU", "bytes", "budget left on the busiest GPU at that maximum")
     binding: str = figure("Binding", "text", "what limits the maximum: memory, max_context (the model's), batch_limit, "
+                          "the engine's default cap on sequences at once (max_num_seqs, max_running_requests), "
                           "or, where nothing fits, weights or activations (what alone passes the budget)")
 
 
@@ -124,31 +125,91 @@ def _peaks_up_to(c: int, falls: tuple[tuple[int, int, int], ...]) -> tuple[int, 
     return (c,) + tuple(p for w, b, x in falls if (p := c - (c - w - x) % b) >= 1)
 
 
-def sglang_fits(p: SGLangPools, room: int) -> bool:
-    """Whether a stage's cache and states fit SGLang's static pools in `room` bytes (its memory after weights and
-    activations), as its startup divides them: the state pool first (kv_cache_configurator._handle_max_mamba_cache:
-    K = (room · r/(1 + r) − S) // S slots of one sequence's states S, one more as its padding slot, each running
-    sequence holding one), then with both full and sliding layers, full_tokens = room / (full rate + 0.8 · SWA rate)
-    and swa_tokens = 0.8 · full_tokens (pool_configurator.HybridSWAPoolConfigurator), else room / rate tokens, each
-    rounded down to whole pages."""
+class SGLangCapacity(NamedTuple):
+    """SGLang's static pools on one GPU: state slots (None without states), full-pool tokens (its
+    max_total_num_tokens), SWA-pool tokens (None without freed sliding layers)."""
+
+    slots: int | None
+    tokens: int
+    swa_tokens: int | None
+
+
+def sglang_capacity(p: SGLangPools, room: int) -> SGLangCapacity | None:
+    """SGLang's pools in `room` bytes (a GPU's memory after weights and activations), as its startup divides them
+    (None where not even the state pool fits): the state pool first (kv_cache_configurator._handle_max_mamba_cache:
+    K = (room · r/(1 + r) − S) // S slots of one sequence's states S, one more as its padding slot), then with both
+    full and sliding layers, full_tokens = room / (full rate + 0.8 · SWA rate) and swa_tokens = 0.8 · full_tokens
+    (pool_configurator.HybridSWAPoolConfigurator), else room / rate tokens, each rounded down to whole pages."""
+    slots = None
     if p.state_per_sequence:
         r = SGLANG_MAMBA_FULL_MEMORY_RATIO
-        slots = (room * r / (1 + r) - p.state_per_sequence) // p.state_per_sequence
-        if p.sequences > slots:
-            return False
+        slots = int((room * r / (1 + r) - p.state_per_sequence) // p.state_per_sequence)
         room -= (slots + 1) * p.state_per_sequence
-    if room < 0:
-        return False
+    if room < 0 or slots is not None and slots < 1:
+        return None
 
     def whole_pages(tokens: Fraction) -> int:
         return tokens // p.block * p.block
 
     if p.full_rate and p.swa_rate:
         full_tokens = whole_pages(room / (p.full_rate + SGLANG_SWA_FULL_TOKENS_RATIO * p.swa_rate))
-        swa_tokens = whole_pages(full_tokens * SGLANG_SWA_FULL_TOKENS_RATIO)
-        return p.full_bytes <= full_tokens * p.full_rate and p.swa_bytes <= swa_tokens * p.swa_rate
+        return SGLangCapacity(slots, full_tokens, whole_pages(full_tokens * SGLANG_SWA_FULL_TOKENS_RATIO))
     rate = p.full_rate + p.swa_rate
-    return p.full_bytes + p.swa_bytes <= (whole_pages(room / rate) * rate if rate else 0)
+    return SGLangCapacity(slots, whole_pages(room / rate) if rate else 0, None)
+
+
+def sglang_fits(p: SGLangPools, room: int) -> bool:
+    """Whether a stage's cache and states fit SGLang's static pools in `room` bytes (sglang_capacity): each running
+    sequence holds a state slot, each pool its own layers' tokens."""
+    c = sglang_capacity(p, room)
+    if c is None or c.slots is not None and p.sequences > c.slots:
+        return False
+    if c.swa_tokens is not None:
+        return p.full_bytes <= c.tokens * p.full_rate and p.swa_bytes <= c.swa_tokens * p.swa_rate
+    return p.full_bytes + p.swa_bytes <= c.tokens * (p.full_rate + p.swa_rate)
+
+
+# SGLang's mamba radix cache takes the extra-buffer strategy for these architectures (arg_groups/overrides.py
+# _MAMBA_EXTRA_BUFFER_ARCHS, with the default triton linear-attention backend and overlap schedule): a running request
+# holds 3 + 2 state slots (MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO + the tracking slots), otherwise 3
+SGLANG_EXTRA_BUFFER_FAMILIES = frozenset({"qwen3_next", "nemotron_h", "falcon_h1", "granitemoehybrid", "kimi_linear",
+                                          "qwen3_5_moe"})
+VLLM_MAX_NUM_SEQS = (1024, 256)  # vllm serve's default max_num_seqs: GPUs of 70 GiB or more but A100s, and the rest
+
+
+def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, room: dict[int, int]) -> tuple[int, str] | None:
+    """The most sequences the engine runs at once by default, and its name: vLLM's max_num_seqs (get_batch_defaults:
+    1024 on a GPU of 70 GiB or more that is not an A100, else 256), SGLang's max_running_requests
+    (kv_cache_configurator.resolve_max_num_reqs: min(clamp(tokens / context_len · 512, 2048, 4096), tokens // 2),
+    and with states min(that, K // 3, or // 5 with its extra buffer)); per data-parallel replica, so times dp.
+    `room`: each stage's bytes for the cache (SGLang's pools). None without an engine."""
+    if s.engine == "vllm":
+        large = hw.memory_bytes >= VLLM_LARGE_GPU and ("a100" not in hw.name.lower() or hw.memory_bytes >= VLLM_LARGEST_GPU)
+        return VLLM_MAX_NUM_SEQS[0 if large else 1] * s.dp, "max_num_seqs"
+    if s.engine != "sglang":
+        return None
+    caps = []
+    for plan in stages(spec, s.at(1)):
+        c = sglang_capacity(sglang_pools(s.at(1), plan), room[plan.stage])
+        if c is None:
+            return None
+        cap = min(max(min(c.tokens * 512 // spec.max_context, 4096), 2048), c.tokens // 2)
+        if c.slots is not None:
+            cap = min(cap, c.slots // (5 if spec.family in SGLANG_EXTRA_BUFFER_FAMILIES else 3))
+        caps.append(cap)
+    return min(caps) * s.dp, "max_running_requests"
+
+
+def budget_bytes(hw: Hardware, reserve: Fraction) -> int:
+    """A GPU's memory less the reserved fraction, in whole bytes."""
+    return (hw.memory_bytes * (1 - reserve)).__floor__()
+
+
+def batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int) -> tuple[int, str] | None:
+    """engine_batch_cap with each stage's room for the cache at the budget `fit` uses."""
+    acts = activation_bytes(spec, s, chunk)
+    budget = budget_bytes(hw, reserve)
+    return engine_batch_cap(spec, s, hw, {p.stage: budget - p.weights_bytes - acts for p in stages(spec, s)})
 
 
 def _kv_bytes(report: CacheReport) -> int:
@@ -163,7 +224,7 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
     from kvcalc.costs.cache import kv_cache
     from kvcalc.costs.params import param_counts, weights_bytes
 
-    budget = (hw.memory_bytes * (1 - reserve)).__floor__()  # per GPU, whole bytes
+    budget = budget_bytes(hw, reserve)
     acts = activation_bytes(spec, s, chunk)
 
     def gpu_at(t: Settings) -> PerGpu:
@@ -196,8 +257,11 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
         peaks = _peaks_up_to(s.ctx, _window_falls(spec, s))
         best = largest_fitting(lambda b: all(fits(replace(s.at(x), batch=b)) for x in peaks),
                                BATCH_LIMIT)
-        at = replace(s, batch=max(best, 1))
         binding = nothing_fits() if not best else "batch_limit" if best == BATCH_LIMIT else "memory"
+        cap = batch_cap(spec, s, hw, reserve, chunk)
+        if cap is not None and best > cap[0]:  # the engine runs no more at once by default
+            best, binding = cap
+        at = replace(s, batch=max(best, 1))
     g = gpu_at(at)
     return FitRow(
         model=spec.name, hardware=hw.name, gpus=s.gpus, memory_bytes=s.gpus * hw.memory_bytes,

@@ -201,9 +201,10 @@ def test_sglang_sets_aside_a_state_pool_for_a_hybrid_with_constant_states():
     slots = (room * 9 // 19 - s) // s
     tokens = (room - (slots + 1) * s) // 12_288
     assert row["max_ctx"] == tokens // 32 == 50_007
-    # each running sequence needs a state slot: at 1,024 tokens the slots bind, not the KV pool
+    # each running sequence needs a state slot: at 1,024 tokens the slots bind, not the KV pool (914), and SGLang
+    # runs at most a fifth of them at once (the next test)
     row = fit("qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4", "--ctx", "1024")[0]
-    assert row["max_batch"] == (_room(row) * 9 // 19 - s) // s == 914
+    assert row["max_batch"] == (_room(row) * 9 // 19 - s) // s // 5 == 182
 
 
 def test_sglang_pools_leave_a_plain_model_as_one_pool():
@@ -213,3 +214,27 @@ def test_sglang_pools_leave_a_plain_model_as_one_pool():
     assert row["max_ctx"] == _room(row) // 40_960 // 256 < 8192
     ideal = fit("llama3-70b", "--hardware", "h100-80gb", "--engine", "ideal", "--gpus", "8", "--batch", "256")[0]
     assert row["max_ctx"] == ideal["max_ctx"]
+
+
+def test_engines_cap_the_sequences_they_run_at_once():
+    # an audit: fit --ctx answered what memory holds, but vllm serve runs at most max_num_seqs sequences at once
+    # (get_batch_defaults: 1024 on a GPU of 70 GiB or more but an A100, else 256; per data-parallel replica) and SGLang
+    # max_running_requests (resolve_max_num_reqs: min(clamp(tokens / context_len · 512, 2048, 4096), tokens // 2))
+    def best(*args):
+        r = fit("llama3.2-1b", "--hardware", *args, "--ctx", "512")[0]
+        return r["max_batch"], r["binding"]
+
+    assert best("h100-80gb", "--engine", "vllm") == (1024, "max_num_seqs")
+    assert best("a100-80gb", "--engine", "vllm") == (256, "max_num_seqs")
+    assert best("h100-80gb", "--engine", "vllm", "--tp", "2", "--dp", "2") == (2 * 1024, "max_num_seqs")
+    # SGLang: llama3.2-1b's pool holds millions of tokens, context_len 131,072: the 4,096 ceiling
+    assert best("h100-80gb", "--engine", "sglang") == (4096, "max_running_requests")
+    memory = best("h100-80gb")
+    assert memory[1] == "memory" and memory[0] > 4096
+    # with states, SGLang's cap is K // 5 state slots (Qwen3-Next takes the extra-buffer strategy: 3 + 2 slots a
+    # request): 914 // 5 at tp 4 and 1,024 tokens (the slots as test_sglang_sets_aside_a_state_pool... derives)
+    row = fit("qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4", "--ctx", "1024")[0]
+    assert (row["max_batch"], row["binding"]) == (914 // 5, "max_running_requests") == (182, "max_running_requests")
+    # solving for the context, a batch past the cap is computed, with a warning
+    res = run("fit", "llama3.2-1b", "--hardware", "h100-80gb", "--engine", "vllm", "--batch", "2000")
+    assert "vllm runs at most 1,024 sequences at once by default (max_num_seqs)" in res.stderr

@@ -270,7 +270,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
 
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
-    from kvcalc.fit import FitRow, default_prefill_chunk, default_reserve, fit
+    from kvcalc.fit import FitRow, batch_cap, default_prefill_chunk, default_reserve, fit
 
     if opts.hardware_name is None:
         raise KvcalcError("fit needs --hardware NAME (see 'kvcalc hardware') or a hardware YAML file")
@@ -294,6 +294,10 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     spec = lm.spec
     rows = [as_row(fit(spec, s.at(c), s.hardware, frac, chunk, "batch")) for c in ctxs] if ctxs else \
         [as_row(fit(spec, s, s.hardware, frac, chunk, "ctx"))]
+    warnings: list[str] = []
+    if not ctxs and (cap := batch_cap(spec, s, s.hardware, frac, chunk)) is not None and s.batch > cap[0]:
+        warnings.append(f"warning: --batch {s.batch:,}: {s.engine} runs at most {cap[0]:,} sequences at once by default "
+                        f"({cap[1]}); the rest wait, or raise it")
     figs = figures_of(FitRow)
     hide = {"max_ctx", "batch"} if ctxs else {"max_batch", "ctx"}
     cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
@@ -301,7 +305,8 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}), weights "
              f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}, {float(frac):.0%} reserved")
     keys = [f.key for f in figs]
-    return Output([Table("fit", cols, rows, title, keys)], warnings=_load_warnings([lm]) + _option_warnings([spec], s))
+    return Output([Table("fit", cols, rows, title, keys)],
+                  warnings=_load_warnings([lm]) + _option_warnings([spec], s) + warnings)
 
 
 def import_spec(config: Path, output: Path | None, name: str | None, force: bool = False) -> None:
