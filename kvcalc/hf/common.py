@@ -222,15 +222,19 @@ def get(cfg: dict, key: str, origin: str, minimum: int = 1) -> int | None:
     return None if cfg.get(key) is None else whole(cfg[key], key, origin, minimum)
 
 
-def with_defaults(cfg: dict, model_type: str, notes: list[str], defaults: dict[str, Any] | None = None) -> dict:
-    """The config with its class's defaults (CONFIG_DEFAULTS, or `defaults`) filled in for the keys it leaves out,
-    named in `notes`; an explicit null is kept (each class reads it its own way)."""
-    cls, table = CONFIG_DEFAULTS[model_type]
-    table = table if defaults is None else defaults
+def fill_defaults(cfg: dict, table: dict[str, Any], cls: str, notes: list[str]) -> dict:
+    """The config with config class `cls`'s defaults `table` filled in for the keys it leaves out, as transformers
+    fills them, named in `notes` with their values; an explicit null is kept (each class reads it its own way)."""
     filled = [k for k in table if k not in cfg]
     if filled:
         notes.append(f"{cls} defaults filled in for: " + ", ".join(f"{k} {_json(table[k])}" for k in filled))
     return {**table, **cfg}
+
+
+def with_defaults(cfg: dict, model_type: str, notes: list[str], defaults: dict[str, Any] | None = None) -> dict:
+    """`fill_defaults` with the model_type's class and table in CONFIG_DEFAULTS (or `defaults` of that class)."""
+    cls, table = CONFIG_DEFAULTS[model_type]
+    return fill_defaults(cfg, table if defaults is None else defaults, cls, notes)
 
 
 def type_defaults(cfg: dict, notes: list[str]) -> dict:

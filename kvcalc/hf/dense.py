@@ -14,6 +14,7 @@ from kvcalc.hf.common import (
     base_fields,
     decoder,
     dense_ffn,
+    fill_defaults,
     flag,
     get,
     heads_attention,
@@ -123,10 +124,7 @@ def _gemma3(cfg, origin, notes):
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg["text_config"]}
         notes.append("text model read from text_config (vision tower not counted)")
-    filled = [k for k in GEMMA3_TEXT_DEFAULTS if k not in cfg]
-    if filled:
-        notes.append("Gemma3TextConfig defaults filled in for: " + ", ".join(filled))
-    cfg = {**GEMMA3_TEXT_DEFAULTS, **cfg}
+    cfg = fill_defaults(cfg, GEMMA3_TEXT_DEFAULTS, "Gemma3TextConfig", notes)
     pattern = get(cfg, "sliding_window_pattern", origin, 0) or get(cfg, "_sliding_window_pattern", origin, 0) or 6
     # Gemma 3: layer i is global when (i + 1) % pattern == 0, local (sliding) otherwise (FACTS.md §1.2).
     return decoder(cfg, origin, "gemma3", notes, tie_default=True, qk_norm=True, norms_per_layer=4,

@@ -38,6 +38,7 @@ from kvcalc.hf.common import (
     LAYER_TYPES,
     base_fields,
     dense_ffn,
+    fill_defaults,
     flag,
     get,
     group_layers,
@@ -125,10 +126,7 @@ def _gemma3n(cfg, origin, notes):
     if isinstance(cfg.get("text_config"), dict):
         cfg = {"tie_word_embeddings": tie, **cfg["text_config"]}
         notes.append("text model read from text_config (vision and audio towers and their embedders not counted)")
-    filled = [k for k in GEMMA3N_TEXT_DEFAULTS if k not in cfg]
-    if filled:
-        notes.append("Gemma3nTextConfig defaults filled in for: " + ", ".join(filled))
-    cfg = {**GEMMA3N_TEXT_DEFAULTS, **cfg}
+    cfg = fill_defaults(cfg, GEMMA3N_TEXT_DEFAULTS, "Gemma3nTextConfig", notes)
     base = base_fields(cfg, origin, "gemma3n", True)
     n = base["n_layers"]
     bias = flag(cfg, "attention_bias", origin, False)

@@ -26,6 +26,7 @@ from kvcalc.hf.common import (
     LAYER_TYPES,
     base_fields,
     dense_ffn,
+    fill_defaults,
     flag,
     get,
     group_layers,
@@ -82,10 +83,7 @@ def _gemma4(cfg, origin, notes):
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg["text_config"]}
         notes.append("text model read from text_config (vision and audio towers not counted)")
-    filled = [k for k in GEMMA4_TEXT_DEFAULTS if k not in cfg]
-    if filled:
-        notes.append("Gemma4TextConfig defaults filled in for: " + ", ".join(filled))
-    cfg = {**GEMMA4_TEXT_DEFAULTS, **cfg}
+    cfg = fill_defaults(cfg, GEMMA4_TEXT_DEFAULTS, "Gemma4TextConfig", notes)
     _refuse_unmodelled(cfg, origin)
     base = base_fields(cfg, origin, "gemma4", True)
     n = base["n_layers"]

@@ -13,7 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, flag, get, group_layers, heads_attention, importer, layer_types, need, show
+from kvcalc.hf.common import (
+    base_fields,
+    dense_ffn,
+    fill_defaults,
+    flag,
+    get,
+    group_layers,
+    heads_attention,
+    importer,
+    layer_types,
+    need,
+    show,
+)
 
 # FalconH1Config defaults of the Mamba keys, filled in when a config leaves them out, as transformers does. Note
 # mamba_d_ssm: absent means 1024, null means mamba_expand · hidden_size (FalconH1Mixer.intermediate_size).
@@ -29,13 +41,6 @@ GRANITE_DEFAULTS: dict[str, Any] = {
     "num_experts_per_tok": 2, "shared_intermediate_size": 1024, "max_position_embeddings": 2048,
 }
 GRANITE_LAYER_TYPES = ("mamba", "attention")
-
-
-def _filled(cfg: dict, defaults: dict[str, Any], what: str, notes: list[str]) -> dict:
-    missing = [k for k in defaults if k not in cfg]
-    if missing:
-        notes.append(f"{what} defaults filled in for: " + ", ".join(missing))
-    return {**defaults, **cfg}
 
 
 def _mamba2(cfg: dict, origin: str, d_inner: int, inner_key: str, *, use_bias: bool, gated_norm: bool) -> dict:
@@ -63,7 +68,7 @@ def _mamba2(cfg: dict, origin: str, d_inner: int, inner_key: str, *, use_bias: b
 
 @importer("falcon_h1", keys={"head_dim": "head_dim (else hidden_size / num_attention_heads)"})
 def _falcon_h1(cfg, origin, notes):
-    cfg = _filled(cfg, FALCON_H1_DEFAULTS, "FalconH1Config", notes)
+    cfg = fill_defaults(cfg, FALCON_H1_DEFAULTS, "FalconH1Config", notes)
     # FalconH1Config.layers_block_type is "hybrid" for every layer and the decoder layer builds both mixers; older
     # configs carry attn_layer_indices (null) and mamba_use_mlp (true), which today's code does not read: anything
     # else would describe another layout, refused rather than guessed.
@@ -110,7 +115,7 @@ def _granite_layers(cfg: dict, origin: str, n_layers: int) -> list[str]:
 
 @importer("granitemoehybrid", keys={"head_dim": "hidden_size / num_attention_heads"})
 def _granitemoehybrid(cfg, origin, notes):
-    cfg = _filled(cfg, GRANITE_DEFAULTS, "GraniteMoeHybridConfig", notes)
+    cfg = fill_defaults(cfg, GRANITE_DEFAULTS, "GraniteMoeHybridConfig", notes)
     if cfg.get("position_embedding_type") not in (None, "rope", "nope"):
         raise SpecError(f"{origin}: position_embedding_type: must be null, \"rope\" or \"nope\", got "
                         f"{show(cfg['position_embedding_type'])}")
