@@ -17,6 +17,7 @@ from kvcalc.costs import flops
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.params import ffn_of_layer
 from kvcalc.costs.rates import Direct, Rates, rates
+from kvcalc.errors import KvcalcError
 from kvcalc.figures import figures
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec
@@ -128,8 +129,8 @@ def mla(window: int | None = None, chunk: int | None = None, topk: int | None = 
                                                                 {"layers": "rest", "attention": att}]})
 
 
-@pytest.mark.parametrize("model", [mla(), mla(window=3), mla(chunk=2), mla(topk=2), mla(window=5, topk=3)],
-                         ids=["plain", "window", "chunk", "topk", "window-topk"])
+@pytest.mark.parametrize("model", [mla(), mla(window=3), mla(topk=2), mla(window=5, topk=3)],
+                         ids=["plain", "window", "topk", "window-topk"])
 def test_mla_crossover_is_the_binary_searchs(model):
     one = Settings(ctx=1)
 
@@ -140,6 +141,80 @@ def test_mla_crossover_is_the_binary_searchs(model):
 
     for limit in (1, 2, 3, 1 << 30):
         assert flops._crossover(model, "latent", limit) == flops._search(gap, limit)
+
+
+def chunked_mla(*local: dict[str, int]) -> ModelSpec:
+    """One MLA layer per entry of `local` (its chunk or window, or {} for full attention), each of n_h 4, d_c 16,
+    d_nope 1, d_R 64, d_v 1 (an audit's spec): the naive step costs 8·(16·2 + 1 + 64 + 1) = 784 FLOPs a key, the
+    absorbed one 8·(16 + 64 + 16) = 768 and 8·(16 + 16) = 256 more a token (q_absorb, v_up), so a layer attending k
+    keys adds 16·k − 256 to the gap naive − absorbed."""
+    att = {"kind": "mla", "n_heads": 4, "kv_lora_rank": 16, "qk_nope_head_dim": 1, "qk_rope_head_dim": 64,
+           "v_head_dim": 1}
+    names = {"chunk": "attention_chunk_size", "window": "sliding_window"}
+    groups = [{"layers": [i], "attention": att, **{names[k]: v for k, v in g.items()}} for i, g in enumerate(local)]
+    return ModelSpec.model_validate({
+        "name": "chunked-mla", "family": "test", "d_model": 64, "n_layers": len(local), "vocab_size": 100,
+        "max_context": 1 << 20, "ffn": {"kind": "dense", "d_ff": 32}, "layer_groups": groups})
+
+
+def by_hand(local: list[dict[str, int]], t: int) -> int:
+    """The gap naive − absorbed at t of chunked_mla(*local), summed by hand: Σ 16·k − 256 over its layers."""
+    def keys(g: dict[str, int]) -> int:
+        return (t - 1) % g["chunk"] + 1 if "chunk" in g else min(t, g.get("window", t))
+    return sum(16 * keys(g) - 256 for g in local)
+
+
+@pytest.mark.parametrize("local, expected", [
+    # one chunked layer: k = (t − 1) mod C + 1 must pass 16 (an audit found None at C 30 and 541,590,017 at C 100:
+    # a binary search over 1 … 2^30 lands where 2^30 mod C puts it)
+    ([{"chunk": 30}], 17), ([{"chunk": 100}], 17), ([{"chunk": 17}], 17), ([{"chunk": 24}], 17),
+    ([{"chunk": 16}], None), ([{"chunk": 64}], 17),
+    # with a full layer: t + k > 32; at C 10, t 11 … 20 reach 30, t 21 … 30 pass at 27
+    ([{"chunk": 10}, {}], 27), ([{"chunk": 40}, {}], 17),
+    # two chunks: k1 + k2 > 32 is never reached by 6 + 10
+    ([{"chunk": 6}, {"chunk": 10}], None),
+    # three: k1 + k2 + k3 > 48. C 12, 20, 20: to t 40 at most 48 (t 20: 8 + 20 + 20), then t 59: 11 + 19 + 19 = 49
+    ([{"chunk": 12}, {"chunk": 20}, {"chunk": 20}], 59),
+    # C 14, 21, 20: to t 20 at most 46 (6 + 20 + 20), t 21 … 39 at most 48 (t 39: 11 + 18 + 19), t 40: 12 + 19 + 20
+    ([{"chunk": 14}, {"chunk": 21}, {"chunk": 20}], 40),
+    # C 9 and 7 with a window of 30 and a full layer: k1 + k2 + 2·t > 64 from t ≤ 30; t 25: 7 + 4 + 50 = 61, t 26: 65
+    ([{"chunk": 9}, {"chunk": 7}, {"window": 30}, {}], 26),
+])
+def test_mla_crossover_under_chunks_is_the_first_t_by_hand(local, expected):
+    model = chunked_mla(*local)
+    scan = next((t for t in range(1, 4001) if by_hand(local, t) > 0), None)
+    assert scan == expected
+    one = Settings(ctx=1)
+    for t in range(1, 200):  # kvcalc's decode figures give the same gap as the hand sum
+        at = one.at(t)
+        assert (flops.decode_total(model, at.with_schedule("naive"))
+                - flops.decode_total(model, at.with_schedule("absorbed"))) == by_hand(local, t)
+    assert flops._crossover(model, "latent", 1 << 30) == expected
+    assert flops._crossover(model, "latent", 16) == (None if expected is None or expected > 16 else expected)
+    assert flops._crossover(model, "latent", 59) == (None if expected is None or expected > 59 else expected)
+
+
+def test_mla_crossover_under_chunks_far_apart_is_refused_not_scanned():
+    """MLA chunked at 3 and 2^20 + 1 with d_c 2^19 (each layer's gap 16·k − 16·d_c): the first t, past 2^20, would
+    need a million chunk ends checked; the command says so instead of running for minutes."""
+    att = {"kind": "mla", "n_heads": 4, "kv_lora_rank": 1 << 19, "qk_nope_head_dim": 1, "qk_rope_head_dim": 4,
+           "v_head_dim": 1}
+    model = ModelSpec.model_validate({
+        "name": "far", "family": "test", "d_model": 64, "n_layers": 2, "vocab_size": 100, "max_context": 1 << 30,
+        "ffn": {"kind": "dense", "d_ff": 32}, "layer_groups": [
+            {"layers": [i], "attention": att, "attention_chunk_size": c} for i, c in enumerate((3, (1 << 20) + 1))]})
+    with pytest.raises(KvcalcError, match=r"chunked at 3, 1,048,577 tokens repeat only every 3,145,731"):
+        flops._crossover(model, "latent", 1 << 30)
+    # with a chunk of 1 (one key always, no reset): 16·(1 + k2) > 32·d_c, k2 = 2^20 at t = 2^20; alone, k > d_c
+    assert flops._crossover(chunked(att, (1, 1 << 20)), "latent", 1 << 30) == 1 << 20
+    assert flops._crossover(chunked(att, (1 << 20,)), "latent", 1 << 30) == (1 << 19) + 1
+
+
+def chunked(att: dict, chunks: tuple[int, ...]) -> ModelSpec:
+    return ModelSpec.model_validate({
+        "name": "chunks", "family": "test", "d_model": 64, "n_layers": len(chunks), "vocab_size": 100,
+        "max_context": 1 << 30, "ffn": {"kind": "dense", "d_ff": 32}, "layer_groups": [
+            {"layers": [i], "attention": att, "attention_chunk_size": c} for i, c in enumerate(chunks)]})
 
 
 # ---------------------------------------------------------------- no loop over layers or positions

@@ -25,6 +25,7 @@ Conventions (also in the README):
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import NamedTuple
 from kvcalc.attention import AttentionKind, Layer, Work, tri
 from kvcalc.costs.params import add_times, ffn_of_layer, ffn_runs
 from kvcalc.costs.rates import Direct, LayerRates, rates
+from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
 from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
@@ -618,17 +620,64 @@ def _crossover(spec: ModelSpec, mla_cache: str, limit: int) -> int | None:
 
     The gap naive − absorbed of a decode step at t is a sum over layer groups of rates times the keys a layer attends
     and scans at t, each min(t, cap) (its window, the indexer's top-k): so it is affine between the caps, and
-    first_positive solves it. Chunked attention, whose keys rise and fall, gets the binary search, as before."""
+    first_positive solves it. Chunked attention, whose keys rise and fall, is solved by _chunked_crossover."""
     one = Settings(ctx=1, mla_cache=mla_cache)
 
     def gap(t: int) -> int:  # positive where the absorbed step is cheaper
         at = one.at(t)
         return decode_total(spec, at.with_schedule("naive")) - decode_total(spec, at.with_schedule("absorbed"))
 
-    if any(g.layer.chunk for g in spec.groups):
-        return _search(gap, limit)
+    chunks = sorted({g.layer.chunk for g in spec.groups if g.layer.chunk and g.attention.schedules})
+    if chunks:
+        return _chunked_crossover(spec, gap, chunks, mla_cache, limit)
     caps = {f(g.layer, limit) for g in spec.groups for f in (g.attention.keys_at, g.attention.scan_at)}
     return first_positive(gap, caps, limit)
+
+
+MAX_CHUNK_ENDS = 1 << 17  # chunk ends _chunked_crossover may check (only MLA chunked at several sizes comes near)
+
+
+def _chunked_crossover(spec: ModelSpec, gap: Callable[[int], int], chunks: list[int], mla_cache: str,
+                       limit: int) -> int | None:
+    """mla_crossover where MLA layers are chunked: their keys fall back to 1 at each chunk start, so the gap rises and
+    falls, and neither first_positive nor a binary search applies.
+
+    Every key attended costs the naive step more than the absorbed one (MLA.flops: 2·n_h·(d_c·(d_nope + d_v) + d_nope
+    + d_R + d_v) against 2·n_h·(2·d_c + d_R), a difference of 2·n_h·(d_c·(d_nope + d_v − 2) + d_nope + d_v) > 0 as
+    every dim is >= 1), so the gap grows with the keys of each layer. The same model with each chunk C made a window
+    C attends min(t, C) keys, never fewer: its gap, solved in closed form, bounds ours from above and equals it at
+    every multiple of L = lcm of the chunks. So the first t lies between that bound's first t0 and the next multiple
+    of L; between chunk starts the gap only rises, so each stretch there is checked at its end and searched."""
+    t0 = _crossover(_chunks_as_windows(spec), mla_cache, limit)
+    if t0 is None:
+        return None
+    period = math.lcm(*chunks)
+    bound = min(limit, -(-t0 // period) * period)
+    resets = [c for c in chunks if c > 1]  # a chunk of 1 always attends one key: its starts break no rise
+    if sum((bound - t0) // c + 1 for c in resets) > MAX_CHUNK_ENDS:
+        raise KvcalcError(f"{spec.name}: mla_crossover: MLA layers chunked at {', '.join(f'{c:,}' for c in chunks)} "
+                          f"tokens repeat only every {period:,}: the crossover is not computed")
+    ends = sorted({e for c in resets for e in range(-(-t0 // c) * c, bound + 1, c)} | {bound})
+    start = t0
+    for end in ends:
+        if gap(end) > 0:
+            lo, hi = start - 1, end  # gap(lo) <= 0 < gap(hi): lo is below t0, or the end of a stretch checked
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if gap(mid) > 0 else (mid, hi)
+            return hi
+        start = end + 1
+    return None
+
+
+def _chunks_as_windows(spec: ModelSpec) -> ModelSpec:
+    """The same model with each attention chunk C made a sliding window C: a query then sees min(t, C) keys, never
+    fewer than under the chunk, and as many at every multiple of C."""
+    data = spec.model_dump(exclude_none=True)
+    for group in data["layer_groups"]:
+        if "attention_chunk_size" in group:
+            group["sliding_window"] = group.pop("attention_chunk_size")
+    return ModelSpec.model_validate(data)
 
 
 def first_positive(gap: Callable[[int], int], caps: set[int], limit: int) -> int | None:
