@@ -48,6 +48,7 @@ _MLA_ROWS = [
     ("W_IK", "d × d_I", "indexer key (DSA), cached"), ("W_IW", "d × n_I", "indexer head weights (DSA)"),
 ]
 _INDEXER_ITEMS = ("W_IQ", "W_IK", "W_IW")
+DECODE_ITEM = "decode FLOPs per token"
 # The cache and decode rows beside a model with an indexer: its key d_I is cached, and attention reads t_k = min(t, k)
 # keys (k = index_topk) after the indexer scores all t with n_I heads (2·n_I·(d_I + 1) a key: q·k and the head weights)
 _INDEXED = {"cache per token and layer": "d_c + d_R + d_I",
@@ -79,16 +80,21 @@ class DimsRow:
     note: str = figure("Note", "text", "what it is")
 
 
-def _kind_groups(spec: ModelSpec, kind: str) -> list[ResolvedGroup]:
-    """The layer groups of `spec` whose attention is of `kind` and whose dimensions differ: the first group, then
-    each later one with other figures (Gemma 4's 5 global layers, 2 KV heads of 512, beside its 25 local ones)."""
-    out: list[ResolvedGroup] = []
-    seen: list[dict[str, str]] = []
+def _kind_groups(spec: ModelSpec, kind: str) -> list[tuple[ResolvedGroup, ...]]:
+    """The layer groups of `spec` whose attention is of `kind`, gathered by their dimensions: those of the first
+    group, then each other set (Gemma 4's 5 global layers, 2 KV heads of 512, beside its 25 local ones). Groups
+    that differ only in their window or chunk share a set (Gemma 3's global and local layers)."""
+    out: dict[str, list[ResolvedGroup]] = {}
     for g in spec.groups:
-        if g.attention.kind == kind and (cells := _group_cells(g)) not in seen:
-            out.append(g)
-            seen.append(cells)
-    return out
+        if g.attention.kind == kind:
+            dims = {item: value for item, value in _group_cells(g).items() if item != DECODE_ITEM}
+            out.setdefault(repr(dims), []).append(g)
+    return [tuple(gs) for gs in out.values()]
+
+
+def _set_label(groups: tuple[ResolvedGroup, ...]) -> str:
+    """A column's name for a set of groups of one kind's dimensions: their labels ('local', 'global')."""
+    return ", ".join(g.label for g in groups)
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -109,15 +115,35 @@ def _group_cells(group: ResolvedGroup) -> dict[str, str]:
         per_key = 2 * att.n_heads * (c + att.qk_rope_head_dim) + 2 * att.n_heads * c
         if att.indexed and att.index_n_heads and att.index_head_dim and att.index_topk:
             scan = 2 * att.index_n_heads * (att.index_head_dim + 1)  # MLA.flops' attn/index_scores, a key
-            out["decode FLOPs per token"] = f"{per_key:,}·min(t, {att.index_topk:,}) + {scan:,}·t"
+            attended = _keys_form(layer.window and min(layer.window, att.index_topk) or att.index_topk, None)
+            out[DECODE_ITEM] = f"{per_key:,}·{attended} + {scan:,}·{_keys_form(layer.window, None)}"
             return out
     elif isinstance(att, Heads):
         # q·k over d_h and the weighted sum of v over d_v (= 4·n_h·d_h·t when d_v = d_h; MiMo-V2-Flash: K 192, V 128)
         per_key = 2 * att.n_heads * att.d_h(layer) + 2 * att.n_heads * att.d_v(layer)
     else:
         return out
-    out["decode FLOPs per token"] = f"{per_key:,}·t"
+    out[DECODE_ITEM] = f"{per_key:,}·{_keys_form(layer.window, layer.chunk)}"
     return out
+
+
+def _keys_form(cap: int | None, chunk: int | None) -> str:
+    """The keys a query at context t attends (AttentionKind.scan_at): t, min(t, W) under a window or top-k W, or
+    those of its own chunk of C."""
+    if chunk:
+        return f"((t − 1) mod {chunk:,} + 1)"
+    return f"min(t, {cap:,})" if cap else "t"
+
+
+def _decode_cell(groups: tuple[ResolvedGroup, ...]) -> str | None:
+    """The decode FLOPs of a column's layers of one kind: one form, or each group's, labelled, where their windows
+    differ (Gemma 3: '16,384·t (global); 16,384·min(t, 1,024) (local)')."""
+    forms: dict[str | None, list[str]] = {}
+    for g in groups:
+        forms.setdefault(_group_cells(g).get(DECODE_ITEM), []).append(g.label)
+    if len(forms) == 1:
+        return next(iter(forms))
+    return "; ".join(f"{form} ({', '.join(labels)})" for form, labels in forms.items())
 
 
 def _values_differ(group: ResolvedGroup) -> bool:
@@ -137,6 +163,7 @@ class DimsColumn:
     key: str
     header: str
     groups: dict[str, ResolvedGroup]
+    merged: dict[str, tuple[ResolvedGroup, ...]]  # by kind: the groups of those dimensions, windows aside
 
 
 def dims_columns(specs: list[ModelSpec], kinds: tuple[str, ...]) -> list[DimsColumn]:
@@ -145,11 +172,13 @@ def dims_columns(specs: list[ModelSpec], kinds: tuple[str, ...]) -> list[DimsCol
     out = []
     for spec in specs:
         by_kind = {k: _kind_groups(spec, k) for k in kinds}
-        more = [(k, g) for k, gs in by_kind.items() for g in gs[1:]]
-        firsts = ", ".join(gs[0].label for k, gs in by_kind.items() if len(gs) > 1)
+        more = [(k, gs) for k, sets in by_kind.items() for gs in sets[1:]]
+        firsts = ", ".join(_set_label(sets[0]) for k, sets in by_kind.items() if len(sets) > 1)
         out.append(DimsColumn(spec.name, f"{spec.name} ({firsts})" if firsts else spec.name,
-                              {k: gs[0] for k, gs in by_kind.items() if gs}))
-        out += [DimsColumn(f"{spec.name} ({g.label})", f"{spec.name} ({g.label})", {k: g}) for k, g in more]
+                              {k: sets[0][0] for k, sets in by_kind.items() if sets},
+                              {k: sets[0] for k, sets in by_kind.items() if sets}))
+        out += [DimsColumn(f"{spec.name} ({_set_label(gs)})", f"{spec.name} ({_set_label(gs)})", {k: gs[0]}, {k: gs})
+                for k, gs in more]
     return out
 
 
@@ -165,18 +194,19 @@ def dims_rows(specs: list[ModelSpec], kinds: tuple[str, ...] = KINDS) -> tuple[l
     numbers where its layers are of that kind."""
     used = [k for k in kinds if not specs or any(_kind_groups(s, k) for s in specs)]
     columns = dims_columns(specs, tuple(used))
-    cells = {(c.key, k): _group_cells(c.groups[k]) if k in c.groups else {} for c in columns for k in used}
+    cells = {(c.key, k): {**_group_cells(c.groups[k]), DECODE_ITEM: _decode_cell(c.merged[k])} if k in c.groups
+             else {} for c in columns for k in used}
     rows = []
     for kind in used:
         items = [(n, shape, "") for n, shape in _HEADS_ROWS[kind]] if kind in _HEADS_ROWS else list(_MLA_ROWS)
         if kind in _HEADS_ROWS and any("W_G" in cells[(c.key, kind)] for c in columns):
             items.insert(1, ("W_G", "d × n_h·d_h", _GATE_NOTE))  # a model's output gate, beside its query
         items += [("cache per token and layer", CACHE[kind], "elements (DeepSeek-V2 Table 1)"),
-                  ("decode FLOPs per token", DECODE_FLOPS[kind], "one layer's attention at context t")]
+                  (DECODE_ITEM, DECODE_FLOPS[kind], "one layer's attention at context t")]
         if kind in _KV_DIFFER and any(kind in c.groups and _values_differ(c.groups[kind]) for c in columns):
             general = dict(_KV_DIFFER[kind])
             if kind != "mla":  # MLA's absorbed decode reads the latent: no d_v in it
-                general["decode FLOPs per token"] = _KV_DIFFER_DECODE
+                general[DECODE_ITEM] = _KV_DIFFER_DECODE
             items = [(n, general[n], f"{note}; {_KV_DIFFER_NOTE}" if note else _KV_DIFFER_NOTE) if n in general
                      else (n, shape, note) for n, shape, note in items]
         if kind == "mla" and any("W_IK" in cells[(c.key, kind)] for c in columns):

@@ -213,12 +213,37 @@ def test_dims_shows_every_layer_group_of_other_dimensions(tmp_path):
     assert (got["W_Q"][first], got["W_Q"][later]) == ("1,024 × 1,024", "1,024 × 512")  # d × n_h·d_h
     assert (got["W_K"][first], got["W_K"][later]) == ("1,024 × 256", "1,024 × 256")  # d × n_kv·d_h
     assert (got["cache per token and layer"][first], got["cache per token and layer"][later]) == ("512", "512")
-    assert (got["decode FLOPs per token"][first], got["decode FLOPs per token"][later]) == ("4,096·t", "2,048·t")
+    # 4·n_h·d_h per key: 4·8·128 over t keys, 4·8·64 over the window's min(t, 128)
+    assert (got["decode FLOPs per token"][first], got["decode FLOPs per token"][later]) == ("4,096·t", "2,048·min(t, 128)")
     res = run("table", "dims", str(path))
     assert "twogroups (global)" in res.stdout and "twogroups (local)" in res.stdout
     # groups that differ only in their window (Gemma 3's local and global layers) stay one column
     (gemma3,) = [k for k in rows("dims", "gemma3-27b")[0] if k.startswith("gemma3")]
     assert gemma3 == "gemma3-27b"
+
+
+@pytest.mark.parametrize("model, expected", [
+    # an audit: a column showed 4·n_h·d_h·t for every layer, windows and chunks aside. Gemma 3 27B: 32 heads of 128,
+    # 10 global layers and 52 with a window of 1,024; Mistral 7B: 32 of 128, a window of 4,096 on every layer
+    ("gemma3-27b", "16,384·t (global); 16,384·min(t, 1,024) (local)"), ("mistral-7b", "16,384·min(t, 4,096)"),
+    # gpt-oss: 64 heads of 64, every other layer a window of 128 (its first layer local)
+    ("gpt-oss-20b", "16,384·min(t, 128) (local); 16,384·t (global)"),
+    # Llama 4: 40 heads of 128; three layers in four chunked at 8,192 (a query sees its own chunk's keys)
+    ("llama4-scout", "20,480·((t − 1) mod 8,192 + 1) (chunked); 20,480·t (global)"),
+    ("llama4-maverick", "20,480·((t − 1) mod 8,192 + 1) (chunked-dense, chunked); 20,480·t (global)"),
+])
+def test_dims_decode_flops_attend_what_the_window_or_chunk_shows(model, expected):
+    (row,) = [r for r in rows("dims", model) if r["item"] == "decode FLOPs per token"]
+    assert row[model] == expected
+
+
+def test_dims_decode_forms_sum_to_the_decode_figures():
+    # the forms, summed over Gemma 3 27B's layers at t = 5,000, are the attention part of its decode step
+    from kvcalc.costs.flops import attention_part, decode_flops
+    from kvcalc.settings import Settings
+
+    got = attention_part(decode_flops(spec("gemma3-27b"), Settings(ctx=5000)))
+    assert got == 10 * 16_384 * 5000 + 52 * 16_384 * 1024
     # the bundled Gemma 4: its global layers have no W_V (k_eq_v), its local ones do
     w_v = next(r for r in rows("dims", "gemma4-26b-a4b") if r["item"] == "W_V")
     assert "gemma4-26b-a4b" not in w_v and w_v["gemma4-26b-a4b (local)"] == "2,816 × 2,048"
