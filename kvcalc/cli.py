@@ -33,8 +33,10 @@ from kvcalc.options import (
     one_ctx,
     output_options,
     parse_ctx,
+    path_value,
     range_option,
     version_callback,
+    whole_option,
 )
 from kvcalc.schema import COMMANDS as SCHEMA_COMMANDS
 
@@ -102,7 +104,7 @@ def sweep(
     models: ModelsArg,
     opts: CostOptions,
     ctx: Annotated[str, typer.Option("--ctx", "-c", help="A range LO..HI (log-spaced: doubling, or --points) or a comma list. k = 1024.")] = "1k..1M",
-    points: Annotated[int | None, typer.Option("--points", min=2, help="Log-spaced points in the range (default: every doubling).")] = None,
+    points: Annotated[int | None, whole_option("--points", lo=2, help="Log-spaced points in the range (default: every doubling).")] = None,
     columns: Annotated[str | None, typer.Option("--columns", help="Column keys or presets, comma-separated (see compare --help); model and ctx are always shown.")] = None,
     fmt: FormatOpt = "table",
     units: UnitsOpt = "binary",
@@ -119,7 +121,8 @@ def sweep(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=range_option(str(exc))) from None
     grid = opts.each_settings(ctxs[0])
-    check_rows(len(models), len(ctxs), fmt, len(grid))
+    flags = ["--points" if points is not None else "--ctx"] + [f"--{name.replace('_', '-')}" for name, _ in opts.grid]
+    check_rows(len(models), len(ctxs), fmt, len(grid), hint=" / ".join(f"'{f}'" for f in flags))
     loaded = [load(m) for m in models]
     varied = tuple(name for name, _ in opts.grid)
     out = sweep_output(loaded, grid, ctxs, columns, opts.hardware_name, fmt, chart, varied)
@@ -196,9 +199,9 @@ def fit(
     model: ModelArg,
     opts: CostOptions,
     ctx: Annotated[str | None, typer.Option("--ctx", "-c", help="Context(s) to find the largest batch for (a comma list); without it, the longest context for --batch.")] = None,
-    gpus: Annotated[int | None, typer.Option("--gpus", min=1, help="GPUs of the preset (tp · pp · dp; alone it sets --tp).")] = None,
+    gpus: Annotated[int | None, whole_option("--gpus", lo=1, help="GPUs of the preset (tp · pp · dp; alone it sets --tp).")] = None,
     reserve: Annotated[str | None, typer.Option("--reserve", help="Fraction of each GPU's memory left unused (default 0.1; with --engine vllm 0.08: vLLM's gpu_memory_utilization 0.92).")] = None,
-    chunk: Annotated[int | None, typer.Option("--prefill-chunk", min=1, max=1 << 40, help="Tokens of one prefill chunk, for the activation estimate (your engine's max_num_batched_tokens; default: 2048; with --engine vllm, vllm serve's: 16384 on GPUs of 160 GiB or more, 8192 on those of 70 GiB or more except A100).")] = None,
+    chunk: Annotated[int | None, whole_option("--prefill-chunk", lo=1, hi=1 << 40, help="Tokens of one prefill chunk, for the activation estimate (your engine's max_num_batched_tokens; default: 2048; with --engine vllm, vllm serve's: 16384 on GPUs of 160 GiB or more, 8192 on those of 70 GiB or more except A100).")] = None,
     fmt: FormatOpt = "table",
     units: UnitsOpt = "binary",
 ) -> None:
@@ -219,16 +222,16 @@ def fit(
 def run_backend(
     model: ModelArg,
     ctx: Annotated[str, typer.Option("--ctx", "-c", help="Prompt tokens to prefill (k = 1024).")] = "128",
-    decode: Annotated[int, typer.Option("--decode", "-d", min=0, help="Decode steps after the prefill.")] = 4,
+    decode: Annotated[int, whole_option("--decode", "-d", lo=0, help="Decode steps after the prefill.")] = 4,
     batch: BatchOpt = 1,
-    layers: Annotated[int | None, typer.Option("--layers", "-l", min=1, help="Layers to run (default: one of each layer group).")] = None,
+    layers: Annotated[int | None, whole_option("--layers", "-l", lo=1, help="Layers to run (default: one of each layer group).")] = None,
     dtype: Annotated[str, typer.Option("--dtype", **choice(("float32", "float16", "float64")), help="NumPy dtype of weights, activations and cache.")] = "float32",
     mla_cache: MlaOpt = "latent",
     mla_schedule: ScheduleOpt = None,
-    seed: Annotated[int, typer.Option("--seed", min=0, max=2**63 - 1, help="Seed of the random weights and inputs.")] = 0,
+    seed: Annotated[int, whole_option("--seed", lo=0, hi=2**63 - 1, help="Seed of the random weights and inputs.")] = 0,
     max_memory: Annotated[str | None, typer.Option("--max-memory", help="Refuse runs predicted to need more (8G, 512M; default: available memory).")] = None,
     rope_demo: Annotated[bool, typer.Option("--rope-demo", help="Add the RoPE demonstration (always on for MLA models).")] = False,
-    threads: Annotated[int | None, typer.Option("--threads", "-t", min=1, help="Threads for the prefill's attention, each with a one-thread BLAS (default: every core).")] = None,
+    threads: Annotated[int | None, whole_option("--threads", "-t", lo=1, help="Threads for the prefill's attention, each with a one-thread BLAS (default: every core).")] = None,
     enc_ctx: EncCtxOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     fmt: FormatOpt = "table",
@@ -285,9 +288,9 @@ def hardware_list(fmt: FormatOpt = "table", units: UnitsOpt = "binary") -> None:
 def plot(
     models: ModelsArg,
     opts: CostOptions,
-    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE", help="The figure: .png, .pdf, .svg or .pgf.")],
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE", parser=path_value, help="The figure: .png, .pdf, .svg or .pgf.")],
     ctx: Annotated[str, typer.Option("--ctx", "-c", help="A range LO..HI (log-spaced: doubling, or --points) or a comma list. k = 1024.")] = "1k..1M",
-    points: Annotated[int | None, typer.Option("--points", min=2, help="Log-spaced points in the range (default: every doubling).")] = None,
+    points: Annotated[int | None, whole_option("--points", lo=2, help="Log-spaced points in the range (default: every doubling).")] = None,
     metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="cache, state, flops-decode, flops-prefill or decode-time (needs --hardware); repeat for panels side by side.")] = None,
 ) -> None:
     """Plot cache, state, FLOPs or decode time against context, log-log, one line per model (needs matplotlib)."""
@@ -309,7 +312,7 @@ def plot(
 @guarded
 def paper(
     models: Annotated[list[str] | None, typer.Argument(metavar="[MODEL]...", help="Models (default: llama3-70b gemma3-27b deepseek-v2).")] = None,
-    output: Annotated[Path, typer.Option("--output", "-o", metavar="DIR", help="The folder to write (created if missing).")] = Path("kvcalc-paper"),
+    output_dir: Annotated[str, typer.Option("--output", "-o", metavar="DIR", help="The folder to write (created if missing).")] = "kvcalc-paper",
     ctx: OneCtxOpt = "128k",
     kv_dtype: DtypeOpt = "bf16",
 ) -> None:
@@ -321,6 +324,10 @@ def paper(
     from kvcalc.settings import Settings
     from kvcalc.tables import DEFAULT_MODELS
 
+    if not output_dir.strip():  # Path('') is '.': the bundle would land among whatever is here
+        raise typer.BadParameter("an empty folder name: give a folder, or leave --output out for kvcalc-paper",
+                                 param_hint="'--output'")
+    output = Path(output_dir)
     names = list(models or DEFAULT_MODELS)
     s = Settings(ctx=one_ctx(ctx, "paper takes one context"), kv_dtype=kv_dtype)
     loaded = [load(m) for m in names]
@@ -363,20 +370,24 @@ def paper(
     typer.echo(f"wrote {len(listed) + 1} files to {output}", err=True)
 
 
+APPROX_METHODS = "performer:r=256,nystrom:m=64,linformer:k=256,topk:k=64"
+APPROX_SCALES = "0.25,0.5,1,2"
+
+
 @app.command("approx")
 @guarded
 @output_options
 def approx(
-    method: Annotated[str, typer.Option("--method", "-m", help="Methods with parameters, comma-separated; parameters key=value, '/'-separated: exact, window:w=256, topk:k=64, lsh:c=64/r=2, linformer:k=256, linformer-svd:k=256, nystrom:m=64/T=6, performer:r=256, cosformer.")] = "performer:r=256,nystrom:m=64,linformer:k=256,topk:k=64",
+    method: Annotated[str, typer.Option("--method", "-m", help="Methods with parameters, comma-separated; parameters key=value, '/'-separated: exact, window:w=256, topk:k=64, lsh:c=64/r=2, linformer:k=256, linformer-svd:k=256, nystrom:m=64/T=6, performer:r=256, cosformer.")] = APPROX_METHODS,
     n: Annotated[str, typer.Option("--n", help="Sequence length (k = 1024).")] = "1024",
-    d: Annotated[int, typer.Option("--d", min=1, max=16384, help="Query/key head dim.")] = 64,
-    d_v: Annotated[int | None, typer.Option("--dv", min=1, max=16384, help="Value head dim (default: --d).")] = None,
-    scale: Annotated[str, typer.Option("--scale", help="Input scales (multiply Q and K), comma-separated: small is flat attention, large is spiky.")] = "0.25,0.5,1,2",
+    d: Annotated[int, whole_option("--d", lo=1, hi=16384, help="Query/key head dim.")] = 64,
+    d_v: Annotated[int | None, whole_option("--dv", lo=1, hi=16384, help="Value head dim (default: --d).")] = None,
+    scale: Annotated[str, typer.Option("--scale", help="Input scales (multiply Q and K), comma-separated: small is flat attention, large is spiky.")] = APPROX_SCALES,
     data: Annotated[str, typer.Option("--data", help="gaussian, clustered, spiky, or an .npz with q [n, d], k [n, d], v [n, d_v] of one head.")] = "gaussian",
-    seeds: Annotated[int, typer.Option("--seeds", min=1, max=1000, help="Random inputs (and projections) to average the errors over.")] = 3,
+    seeds: Annotated[int, whole_option("--seeds", lo=1, hi=1000, help="Random inputs (and projections) to average the errors over.")] = 3,
     causal: Annotated[bool, typer.Option("--causal", help="Measure causal (decoder) attention; methods without a causal form are refused.")] = False,
     spectrum: Annotated[bool, typer.Option("--spectrum", help="Also the singular values of the attention matrix and of QKᵀ: the rank for 90%, 99% and 99.9% of the energy.")] = False,
-    plot_file: Annotated[Path | None, typer.Option("--plot", metavar="FILE", help="Also a Pareto plot of error against FLOPs (.png .pdf .svg .pgf; needs matplotlib).")] = None,
+    plot_file: Annotated[Path | None, typer.Option("--plot", metavar="FILE", parser=path_value, help="Also a Pareto plot of error against FLOPs (.png .pdf .svg .pgf; needs matplotlib).")] = None,
     transmla: Annotated[list[str] | None, typer.Option("--transmla", metavar="MODEL", help="Instead: the cache saving of converting a GQA model to TransMLA's 512 + 64 latent (repeatable; the cache at --n tokens).")] = None,
     fmt: FormatOpt = "table",
     units: UnitsOpt = "binary",
@@ -391,14 +402,29 @@ def approx(
     if transmla:
         from kvcalc.present.outputs import transmla_output
 
+        measured = {"--method": method != APPROX_METHODS, "--d": d != 64, "--dv": d_v is not None,
+                    "--scale": scale != APPROX_SCALES, "--data": data != "gaussian", "--seeds": seeds != 3,
+                    "--causal": causal, "--spectrum": spectrum, "--plot": plot_file is not None}
+        given = [flag for flag, differs in measured.items() if differs]
+        if given:  # the options of a measurement, which --transmla does not make
+            raise typer.BadParameter(f"--transmla gives a model's cache saving, not a measurement: leave out "
+                                     f"{', '.join(given)}", param_hint="'--transmla'")
+
         emit(transmla_output([load(m) for m in transmla], length), fmt, units)
         return
-    try:
-        scales = [float(x) for x in scale.split(",")]
+    try:  # ASCII decimals (float also reads '1_0' and other scripts' digits)
+        scales = [float(x) if x.isascii() and "_" not in x else float("nan") for x in scale.split(",")]
+        if any(x != x for x in scales):
+            raise ValueError(scale)
     except ValueError:
         raise typer.BadParameter(f"{scale!r}: numbers, comma-separated (e.g. 0.25,1,4)", param_hint="'--scale'") from None
     if any(not 0 < x < 1e6 for x in scales):
         raise typer.BadParameter(f"{scale!r}: each scale must be a positive number below 1e6", param_hint="'--scale'")
+    if plot_file is not None:  # before the measurement, which may take seconds
+        from kvcalc.present.plot import figure_format, require_matplotlib
+
+        figure_format(plot_file)
+        require_matplotlib()
     rows = evaluate(parse_methods(method), length, d, d_v or d, scales, data, seeds, causal)
     spec_rows = spectrum_rows(length, d, scales, data, 0, causal) if spectrum else None
     if plot_file is not None:
@@ -462,8 +488,10 @@ def table_dims(
     from kvcalc.present.outputs import dims_output
     from kvcalc.tables import KINDS, kinds_missing
 
-    chosen = tuple(k.strip().lower() for k in kinds.split(",") if k.strip())
+    chosen = tuple(dict.fromkeys(k.strip().lower() for k in kinds.split(",")))
     unknown = [k for k in chosen if k not in KINDS]
+    if "" in chosen:
+        raise typer.BadParameter(f"{kinds!r}: kinds separated by commas, none empty", param_hint="'--kinds'")
     if unknown or not chosen:
         raise typer.BadParameter(f"{', '.join(unknown) or kinds!r}: choose from {', '.join(KINDS)}", param_hint="'--kinds'")
     loaded = [load(m) for m in models or []]
@@ -503,7 +531,7 @@ def table_models(
 @guarded
 def import_config(
     config: Annotated[Path, typer.Argument(metavar="CONFIG", help="A Hugging Face config.json.")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the YAML spec here instead of stdout.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", metavar="FILE", parser=path_value, help="Write the YAML spec here instead of stdout.")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Name of the spec (default: the config's folder or file name).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --output if it exists (never the config itself).")] = False,
 ) -> None:

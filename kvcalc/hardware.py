@@ -31,7 +31,8 @@ from kvcalc.yamlfile import check_file, load_yaml
 
 # ---------------------------------------------------------------- sizes in a YAML file
 
-_SIZE = re.compile(r"(?P<number>\d[\d_]*(?:\.\d+)?)\s*(?P<prefix>[kKMGTP]?)(?P<binary>i?)B(?P<per_second>/s)?")
+# ASCII digits, grouped by single underscores as YAML 1.1 and Python write them (1_000), one space at most before the unit
+_SIZE = re.compile(r"(?P<number>[0-9](?:_?[0-9])*(?:\.[0-9]+)?) ?(?P<prefix>[kKMGTP]?)(?P<binary>i?)B(?P<per_second>/s)?")
 _PREFIX_POWER = {"": 0, "k": 1, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
 MAX_EXPONENT = 29  # every figure is below 10**30 (a thousand yotta-FLOP/s, bytes or bytes/s): nothing real comes near
 _BOUND = Field(gt=0, lt=10 ** (MAX_EXPONENT + 1))
@@ -48,7 +49,7 @@ def parse_bytes(text: str, per_second: bool = False) -> int:
     Returns:
         The whole number of bytes (or bytes/s); a ValueError says what was wrong.
     """
-    match = _SIZE.fullmatch(text.strip())
+    match = _SIZE.fullmatch(text)
     if not match or (match["binary"] and not match["prefix"]) or (match["per_second"] and not per_second):
         noun, example = (
             ("a bandwidth in bytes/s", "3.35TB/s = 3.35 * 10**12, 800GiB/s = 800 * 2**30")
@@ -94,7 +95,9 @@ class Hardware(Strict):
             return value  # ints pass on to the bounds; a bool is refused there (strict)
         # A float (3.35e+12) and YAML 1.1's unsigned exponent (989.4e12, read as a string) are accepted when they are
         # whole numbers; the exponent and digits are bounded first, so 1e999999999 fails at once.
-        text = repr(value) if isinstance(value, float) else value.strip()
+        text = repr(value) if isinstance(value, float) else value
+        if not text.isascii():  # Decimal and \d read other scripts' digits ('８0GB')
+            raise ValueError(f"{text[:40]!r}: a number is written in the digits 0-9")
         try:
             number = Decimal(text)
         except InvalidOperation:

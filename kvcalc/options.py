@@ -9,6 +9,7 @@ import sys
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -35,12 +36,46 @@ def choice(values: tuple[str, ...]) -> dict[str, Any]:
     return {"metavar": "[" + "|".join(values) + "]", "callback": check}
 
 
+def path_value(value: str | Path) -> Path:
+    """The parser of a file option: its path, an empty one refused (Path('') is '.', the folder here)."""
+    if isinstance(value, Path):  # the default
+        return value
+    if not value.strip():
+        raise typer.BadParameter("an empty file name: give a file")
+    return Path(value)
+
+
+def whole(lo: int, hi: int | None = None) -> Callable[[str | int], int]:
+    """The parser of a whole-number option: the digits 0-9 alone, from lo to hi. typer's own int reads '1_0' as 10
+    and ' 4' as 4; an option with a parser takes its min and max from here (typer shows them, but no longer checks)."""
+
+    def parse(value: str | int) -> int:
+        if isinstance(value, int):  # the default
+            return value
+        if not (value.isascii() and value.isdigit()):
+            raise typer.BadParameter(f"{value[:40]!r}: a whole number, written in the digits 0-9 alone")
+        if len(value) > 4000:  # past what int() reads (sys.int_info.str_digits_check_threshold)
+            raise typer.BadParameter(f"a number of {len(value):,} digits: too large")
+        if hi is not None and int(value) > hi:
+            raise typer.BadParameter(f"{value[:40]}: at most {hi:,}")
+        if int(value) < lo:
+            raise typer.BadParameter(f"{value}: at least {lo:,}")
+        return int(value)
+
+    return parse
+
+
+def whole_option(*decls: str, lo: int, hi: int | None = None, metavar: str = "N", **kwargs: Any) -> Any:
+    """A typer.Option of a whole number from lo to hi (see whole)."""
+    return typer.Option(*decls, parser=whole(lo, hi), min=lo, max=hi, metavar=metavar, **kwargs)
+
+
 CTX_HELP = "Context length(s) in tokens: 4096, 4k, 128k, 1M, or a comma list 4k,32k,128k. k = 1024 (128k = 131072)."
 ModelsArg = Annotated[list[str], typer.Argument(metavar="MODEL", help="Bundled names, YAML spec paths, or config.json paths.")]
 ModelArg = Annotated[str, typer.Argument(metavar="MODEL", help="A bundled name, a YAML spec path, or a config.json path.")]
 CtxOpt = Annotated[str, typer.Option("--ctx", "-c", help=CTX_HELP)]
 OneCtxOpt = Annotated[str, typer.Option("--ctx", "-c", help="Context length in tokens: 4096, 4k, 128k, 1M. k = 1024 (128k = 131072).")]
-BatchOpt = Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences held at once.")]
+BatchOpt = Annotated[int, whole_option("--batch", "-b", lo=1, help="Sequences held at once.")]
 DtypeOpt = Annotated[str, typer.Option("--kv-dtype", **choice(DTYPES), help="Storage type of the cache (int4: half a byte per element).")]
 MtpOpt = Annotated[bool, typer.Option("--mtp", help="Count the multi-token-prediction layers (their cache, weights and FLOPs), as speculative decoding runs them; plain decoding does not.")]
 EncCtxOpt = Annotated[int | None, typer.Option("--enc-ctx", parser=lambda v: _parse_gen(v), metavar="TOKENS", help="Encoder positions the cross-attention of encoder–decoder models caches (default: the model's source length, e.g. Whisper's 1500).")]
@@ -127,14 +162,14 @@ _COST_PARAMS = [
     ("kv_dtype", DtypeOpt, "bf16"),
     ("kv_quant", Annotated[str, typer.Option("--kv-quant", metavar="[none|per-token|per-head|g<G>|fp8-ds-mla]", help="Quantisation scheme of the cache, whose scales (and zero points) are counted: per-token or per-head fp32 scales, KIVI-style groups of G with fp16 scale and zero (g64), or vLLM's fp8_ds_mla entry. Needs --kv-dtype fp8, int8 or int4.")], "none"),
     ("engine", Annotated[str | None, typer.Option("--engine", **choice(ENGINES), help="Count the KV cache in a serving engine's whole pages (engine_kv_bytes; per-GPU and fit figures use it): vllm (64 tokens a page, as vLLM 0.34.0), sglang (1; 64 for DeepSeek-V3.2), ideal (exact).")], None),
-    ("block_size", Annotated[int | None, typer.Option("--block-size", min=1, max=1 << 20, help="Tokens a page of --engine (default: the engine's).")], None),
+    ("block_size", Annotated[int | None, whole_option("--block-size", lo=1, hi=1 << 20, help="Tokens a page of --engine (default: the engine's).")], None),
     ("state_dtype", StateDtypeOpt, None),
     ("enc_ctx", EncCtxOpt, None),
     ("mtp", MtpOpt, False),
-    ("tp", Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel ranks: heads, FFN widths and vocabulary split (K/V heads replicated when fewer than ranks; MLA's latent replicated).")], 1),
-    ("pp", Annotated[int, typer.Option("--pp", min=1, help="Pipeline stages: layers split as vLLM does; the busiest stage is reported.")], 1),
-    ("dp", Annotated[int, typer.Option("--dp", min=1, help="Data-parallel replicas, each serving ceil(batch / dp) sequences.")], 1),
-    ("ep", Annotated[int, typer.Option("--ep", min=1, help="Expert-parallel ranks among the layout's tp · dp GPUs (must divide tp · dp): each holds ceil(E / ep) routed experts, whole, or below tp split over tp / ep ranks.")], 1),
+    ("tp", Annotated[int, whole_option("--tp", lo=1, help="Tensor-parallel ranks: heads, FFN widths and vocabulary split (K/V heads replicated when fewer than ranks; MLA's latent replicated).")], 1),
+    ("pp", Annotated[int, whole_option("--pp", lo=1, help="Pipeline stages: layers split as vLLM does; the busiest stage is reported.")], 1),
+    ("dp", Annotated[int, whole_option("--dp", lo=1, help="Data-parallel replicas, each serving ceil(batch / dp) sequences.")], 1),
+    ("ep", Annotated[int, whole_option("--ep", lo=1, help="Expert-parallel ranks among the layout's tp · dp GPUs (must divide tp · dp): each holds ceil(E / ep) routed experts, whole, or below tp split over tp / ep ranks.")], 1),
     ("dp_attention", Annotated[bool, typer.Option("--dp-attention", help="SGLang's DP attention (MLA models): a replica's tp ranks split its sequences' latent cache, each with the whole attention weights.")], False),
     ("weights_dtype", WeightsDtypeOpt, "bf16"),
     ("mla_cache", MlaOpt, "latent"),

@@ -181,10 +181,16 @@ def find_bundled(arg: str, names: list[str], what: str, how_to_list: str) -> str
 
 
 def load_model(arg: str) -> LoadedModel:
-    """Resolve MODEL: an existing file, else a Hub id (ORG/NAME) in the local Hugging Face cache, else a bundled name
-    (exact, case-insensitive), else a LookupFailure."""
+    """Resolve MODEL: an existing file (but a bare bundled name is the bundled model's, with a warning), else a Hub
+    id (ORG/NAME) in the local Hugging Face cache, else a bundled name (exact, case-insensitive), else a
+    LookupFailure."""
     path = Path(arg).expanduser()
     if path.is_file():
+        if not looks_like_path(arg) and arg.lower() in {n.lower() for n in bundled_names()}:
+            # a bare name is the bundled model's, though a file here has it: said, as the file may be a changed copy
+            bundled = _load_bundled(arg)
+            note = (f"warning: {arg}: the bundled model, not the file {arg} in this folder; write ./{arg} for the file",)
+            return LoadedModel(bundled.spec, bundled.origin, bundled.kind, warnings=note)
         return load_path(path)
     if is_special_file(path):
         check_file(path, arg)  # says what it is instead: a FIFO, a symlink loop, a dangling link, ...
@@ -194,6 +200,11 @@ def load_model(arg: str) -> LoadedModel:
     if looks_like_path(arg):
         check_file(path, arg)  # says what it is instead: a folder, missing, ...
         raise SpecError(f"{arg}: no such file")
+    return _load_bundled(arg)
+
+
+def _load_bundled(arg: str) -> LoadedModel:
+    """The bundled model `arg` names, or a LookupFailure suggesting the closest names."""
     name = find_bundled(arg, bundled_names(), "model",
                         "'kvcalc list' shows the bundled models; a path to a YAML spec or config.json also works")
     loaded = load_path(specs_dir() / f"{name}.yaml", kind="bundled")

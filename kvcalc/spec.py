@@ -13,10 +13,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, PositiveInt, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from kvcalc.attention import AttentionField, AttentionKind, Layer
-from kvcalc.attention.base import MAX_EXPERTS, MAX_LAYERS, Dim, ExpertCount, LayerCount, ParamCount, Strict, TokenCount, VocabSize
+from kvcalc.attention.base import (
+    MAX_EXPERTS,
+    MAX_LAYERS,
+    Dim,
+    ExpertCount,
+    LayerCount,
+    NormCount,
+    ParamCount,
+    Strict,
+    TokenCount,
+    VocabSize,
+)
 from kvcalc.errors import SpecError
 from kvcalc.yamlfile import load_yaml
 from kvcalc.yamlfile import read_text as read_text  # re-exported: importers read configs through it
@@ -90,7 +101,7 @@ class Every(Strict):
 
 LayerSelector = str | list[LayerIndex] | Every
 
-_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+_RANGE = re.compile(r"^\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?$")  # ASCII digits (\d takes other scripts')
 
 
 class LayerGroup(Strict):
@@ -111,7 +122,7 @@ class LayerGroup(Strict):
         "up to itself; the layer holds min(ctx, C) tokens."
     )
     ffn: FFN | None = Field(None, description="FFN of these layers when it differs from the model's.")
-    norms_per_layer: PositiveInt | None = Field(
+    norms_per_layer: NormCount | None = Field(
         None, description="Norms in each of these layers when it differs from the model's (DeciLM: a layer without "
         "attention has no input norm)."
     )
@@ -144,7 +155,7 @@ class Encoder(Strict):
     )
     attention: AttentionField = Field(description="The encoder's (bidirectional) self-attention block.")
     ffn: FFN = Field(description="The encoder's FFN block.")
-    norms_per_layer: PositiveInt = Field(2, description="Norms in each encoder layer.")
+    norms_per_layer: NormCount = Field(2, description="Norms in each encoder layer.")
     extra_params: ParamCount = Field(
         0, description="Encoder parameters outside its layers, counted by the importer from the config (Whisper: the "
         "two convolutions of the audio front end, the position table, the final LayerNorm)."
@@ -240,7 +251,7 @@ class ModelSpec(Strict):
     norm: Literal["rmsnorm", "layernorm"] = Field(
         "rmsnorm", description="Normalisation layers: rmsnorm (a weight of d_model) or layernorm (weight and bias)."
     )
-    norms_per_layer: PositiveInt = Field(
+    norms_per_layer: NormCount = Field(
         2, description="Norms in each layer: 2 (pre-attention, pre-FFN), 4 (Gemma 2/3: also post-attention, post-FFN), "
         "1 (Falcon-7B's parallel attention and FFN)."
     )

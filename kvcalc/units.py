@@ -10,7 +10,8 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
 TOKEN_SUFFIX = {"": 1, "k": 1024, "m": 1024**2}
-_CTX = re.compile(r"^(\d+(?:\.\d+)?)([kKmM]?)$")
+# ASCII digits (\d and str.isdigit take other scripts'), grouped by single underscores as Python writes them (32_768)
+_CTX = re.compile(r"([0-9](?:_?[0-9])*(?:\.[0-9]+)?)([kKmM]?)")
 
 
 MAX_TOKENS = 2**40  # the largest context kvcalc accepts (about 10^12 tokens): every figure stays quick to compute
@@ -19,11 +20,10 @@ MAX_TOKENS = 2**40  # the largest context kvcalc accepts (about 10^12 tokens): e
 def parse_tokens(text: str) -> int:
     """Parse one token count: '4096', '4k', '128k', '1M', '1.5k' (must come out a whole positive number, at most
     MAX_TOKENS)."""
-    raw = text.strip().replace("_", "")
-    match = _CTX.match(raw)
+    match = _CTX.fullmatch(text.strip())
     if not match:
         raise ValueError(f"{text!r} is not a token count (use e.g. 4096, 4k, 128k, 1M; k = 1024)")
-    value = Fraction(match[1]) * TOKEN_SUFFIX[match[2].lower()]
+    value = Fraction(match[1].replace("_", "")) * TOKEN_SUFFIX[match[2].lower()]
     if value.denominator != 1:
         raise ValueError(f"{text!r} is not a whole number of tokens")
     if value <= 0:
@@ -178,7 +178,7 @@ def parse_token_range(text: str, points: int | None = None) -> list[int]:
 
 def parse_size(text: str) -> int:
     """A memory size: '8G' -> 8 GiB; K/M/G/T are binary (1024-based), an optional B or iB; a plain number is bytes."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
     if not match:
         raise ValueError(f"{text!r} is not a size (use e.g. 8G, 512M, 1073741824)")
     scale = 1024 ** " KMGT".index(match[2].upper() or " ")

@@ -3,6 +3,7 @@ be ignored, and files that must not be overwritten — one message and a non-zer
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -84,6 +85,69 @@ def test_closed_stdout_and_ascii_terminal():
 def test_numbers_beyond_the_bounds(args, message):
     res = run(*args, ok=False)
     assert res.exit_code in (1, 2) and message in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    # a fuzzing audit: each was read as a number (typer's int takes '1_0' as 10 and ' 4' as 4; \d, int(), float(),
+    # Fraction() and Decimal read other scripts' digits), or a value was accepted that no rule bounds
+    (["compare", "gpt2", "--batch", "1_0"], "Invalid value for '--batch' / '-b': '1_0': a whole number, written in the digits 0-9 alone"),
+    (["compare", "gpt2", "--batch", " 4"], "' 4': a whole number, written in the digits 0-9 alone"),
+    (["compare", "gpt2", "--batch", "\uff14"], "a whole number, written in the digits 0-9 alone"),
+    (["compare", "gpt2", "--batch", "0"], "Invalid value for '--batch' / '-b': 0: at least 1"),
+    (["compare", "gpt2", "--tp", "0"], "Invalid value for '--tp': 0: at least 1"),
+    (["compare", "gpt2", "--block-size", "2000000"], "Invalid value for '--block-size': 2000000: at most 1,048,576"),
+    (["approx", "--n", "64", "-m", "exact", "--seeds", "1001"], "Invalid value for '--seeds': 1001: at most 1,000"),
+    (["compare", "gpt2", "--ctx", "\uff14k"], "is not a token count"),
+    (["compare", "gpt2", "--ctx", "\u0661\u0662"], "is not a token count"),
+    (["compare", "gpt2", "--ctx", "_4k_"], "is not a token count"), (["compare", "gpt2", "--ctx", "4_k"], "is not a token count"),
+    (["compare", "gpt2", "--gen", "\uff14"], "is not a token count"),
+    (["run", "gpt2", "--max-memory", "\uff18G"], "is not a size"),
+    (["fit", "gpt2", "--hardware", "h100-80gb", "--reserve", "\u0660.\u0661"], "not a fraction (use e.g. 0.1)"),
+    (["fit", "gpt2", "--hardware", "h100-80gb", "--reserve", "0_1"], "--reserve '0_1': not a fraction"),  # was 1
+    (["approx", "--n", "64", "-m", "exact", "--scale", "\u0662"], "numbers, comma-separated"),
+    (["approx", "--n", "64", "-m", "exact", "--scale", "1_0"], "numbers, comma-separated"),
+    (["approx", "--n", "64", "-m", "topk:k=\u0662"], "k must be a whole number in the digits 0-9"),
+    (["approx", "--n", "64", "-m", "exact,exact"], "exact is there twice"),  # measured twice
+    (["compare", "gpt2", "--kv-dtype", "int4", "--kv-quant", "g" + "1" * 20], "a group of at most 2^40"),
+    # lists and paths: an empty item dropped, an empty path read as '.', an option ignored
+    (["table", "dims", "--kinds", "mha,,gqa"], "Invalid value for '--kinds': 'mha,,gqa': kinds separated by commas, none empty"),
+    (["paper", "-o", ""], "Invalid value for '--output': an empty folder name"),  # wrote into '.'
+    (["plot", "gpt2", "-o", ""], "Invalid value for '--output' / '-o': an empty file name"),
+    (["approx", "--n", "64", "-m", "exact", "--plot", ""], "Invalid value for '--plot': an empty file name"),
+    (["approx", "--n", "64", "-m", "exact", "--plot", "x.foo"], "x.foo: cannot tell the figure format from '.foo'"),
+    (["approx", "--transmla", "gpt2", "-m", "exact", "--causal"],
+     "--transmla gives a model's cache saving, not a measurement: leave out --method, --causal"),
+    # the row bound names the options that multiply the rows (it said --points, not given)
+    (["sweep", "gpt2", "--ctx", "1..1M", "--batch", ",".join(map(str, range(1, 101))), "--tp", ",".join(map(str, range(1, 101))),
+      "-f", "csv"], "Invalid value for '--ctx' / '--batch' / '--tp': 1 model(s) × 21 contexts × 10,000 settings"),
+])
+def test_what_reads_as_a_number_is_written_in_ascii_digits(args, message):
+    res = run(*args, ok=False)
+    assert res.exit_code in (1, 2) and message in res.stderr and "Traceback" not in res.stderr
+
+
+def test_numbers_in_ascii_still_read():
+    # Python's digit grouping stays in token counts (32_768); a reserve may be a ratio; a group as large as 2^40
+    def row(*args: str) -> dict:
+        return json.loads(run(*args, "-f", "json").stdout)[0]
+
+    assert row("compare", "gpt2", "--ctx", "32_768")["ctx"] == 32_768 == row("compare", "gpt2", "--ctx", "32k")["ctx"]
+    fit = [row("fit", "gpt2", "--hardware", "h100-80gb", "--reserve", r) for r in ("1/10", "0.1", ".1")]
+    assert fit[0] == fit[1] == fit[2]
+    assert row("compare", "gpt2", "--kv-dtype", "int4", "--kv-quant", f"g{2**40}")["kv_cache_bytes"] > 0
+
+
+def test_a_bare_bundled_name_is_the_bundled_model_though_a_file_has_it(tmp_path, monkeypatch):
+    # an audit: a file named llama3-8b (a changed copy: one KV head) in the folder was read for 'llama3-8b', silently
+    spec = (ROOT / "model_specs" / "llama3-8b.yaml").read_text().replace("n_kv_heads: 8", "n_kv_heads: 1")
+    (tmp_path / "llama3-8b").write_text(spec)
+    monkeypatch.chdir(tmp_path)
+    bundled = run("compare", "llama3-8b", "--ctx", "4k", "-f", "json")
+    assert json.loads(bundled.stdout)[0]["kv_cache_bytes"] == 2 * 8 * 128 * 2 * 32 * 4096  # 8 KV heads, 32 layers
+    said = run("compare", "llama3-8b", "--ctx", "4k").stderr  # warnings go with the human formats
+    assert "warning: llama3-8b: the bundled model, not the file llama3-8b in this folder; write ./llama3-8b" in said
+    mine = run("compare", "./llama3-8b", "--ctx", "4k", "-f", "json")
+    assert json.loads(mine.stdout)[0]["kv_cache_bytes"] == 2 * 1 * 128 * 2 * 32 * 4096 and "warning" not in mine.stderr
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="optional: needs os.mkfifo")

@@ -305,3 +305,29 @@ def test_hardware_huge_numbers_fail_at_once_naming_the_field(tmp_path, written):
     text = "\n".join(f"memory_bytes: {written}" if line.startswith("memory_bytes:") else line for line in H100.splitlines())
     err = refused("compare", "llama3-8b", "--hardware", spec_file(tmp_path, text, "hw.yaml"))
     assert "hw.yaml: memory_bytes: " in err
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    # a fuzzing audit: \d and Decimal read other scripts' digits, and a norm count had no bound
+    ("layers: all", 'layers: "\uff10-\uff17\uff19"', "hostile.yaml: layer_groups[0].layers: "),
+    ("norms_per_layer: 2", "norms_per_layer: 65", "hostile.yaml: norms_per_layer: Input should be less than or equal to 64"),
+])
+def test_spec_numbers_are_ascii_and_bounded(tmp_path, old, new, message):
+    text = LLAMA if old in LLAMA else LLAMA.replace("layer_groups:", f"{old}\nlayer_groups:", 1)
+    assert message in refused("show", spec_file(tmp_path, edited(text, old, new)))
+
+
+@pytest.mark.parametrize("written", ['"\uff18\uff10GiB"', '"1__0GB"', '"80GB\\n"'])
+def test_hardware_sizes_are_ascii_digits_in_single_underscore_groups(tmp_path, written):
+    text = "\n".join(f"memory_bytes: {written}" if line.startswith("memory_bytes:") else line for line in H100.splitlines())
+    err = refused("compare", "llama3-8b", "--hardware", spec_file(tmp_path, text, "my-h100.yaml"))
+    assert "my-h100.yaml: memory_bytes: " in err
+
+
+def test_a_model_type_is_a_plain_name(tmp_path):
+    import json
+
+    for model_type in ("", "ll\u0000ama", "\ud800"):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({"model_type": model_type, "hidden_size": 64}))
+        assert f"{path}: model_type: must be a string naming the architecture in letters, digits" in refused("show", path)

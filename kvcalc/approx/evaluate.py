@@ -124,16 +124,18 @@ def parse_methods(text: str) -> list[Method]:
             if key in given:
                 raise KvcalcError(f"--method {item!r}: {key} is given twice")
             given.add(key)
-            try:
-                params[key] = int(value)
-            except ValueError:
-                raise KvcalcError(f"--method {item!r}: {key} must be a whole number, got {value!r}") from None
+            value = value.strip()
+            if not (value.isascii() and value.isdigit() and len(value) <= 20):  # int() takes '1_0' and other digits
+                raise KvcalcError(f"--method {item!r}: {key} must be a whole number in the digits 0-9, got {value!r}")
+            params[key] = int(value)
             limit = PARAM_LIMITS.get((name, key), PARAM_LIMIT)
             if not 1 <= params[key] <= limit:
                 raise KvcalcError(f"--method {item!r}: {key} must be at least 1 and at most {limit:,}")
         missing = [p for p in MEASURED[name][2] if p not in params]
         if missing:
             raise KvcalcError(f"--method {item!r}: {name} needs {', '.join(missing)} (e.g. {name}:{missing[0]}=64)")
+        if Method(name, params) in out:  # it would be measured twice, as two rows
+            raise KvcalcError(f"--method {text!r}: {item} is there twice")
         out.append(Method(name, params))
     if not out:
         raise KvcalcError("--method: name at least one method, e.g. performer:r=256")

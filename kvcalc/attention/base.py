@@ -39,6 +39,7 @@ MAX_EXPERTS = 65_536  # routed experts per layer: 10,000 is valid and costs noth
 MAX_TOKENS = 2**40  # windows, chunks, context, encoder positions, top-k
 MAX_VOCAB = 2**24
 MAX_PARAMS = 2**50  # a parameter count written into a spec (about 10**15)
+MAX_NORMS = 64  # norms in one layer (models have 2 to 6)
 LayerCount = Annotated[int, Field(gt=0, le=MAX_LAYERS)]
 HeadCount = Annotated[int, Field(gt=0, le=MAX_HEADS)]
 Dim = Annotated[int, Field(gt=0, le=MAX_DIM)]
@@ -46,6 +47,7 @@ ExpertCount = Annotated[int, Field(gt=0, le=MAX_EXPERTS)]
 TokenCount = Annotated[int, Field(gt=0, le=MAX_TOKENS)]
 VocabSize = Annotated[int, Field(gt=0, le=MAX_VOCAB)]
 ParamCount = Annotated[int, Field(ge=0, le=MAX_PARAMS)]
+NormCount = Annotated[int, Field(gt=0, le=MAX_NORMS)]
 
 
 @dataclass(frozen=True)

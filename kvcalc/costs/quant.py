@@ -24,12 +24,18 @@ from kvcalc.errors import KvcalcError
 
 SCHEMES = ("none", "per-token", "per-head", "g<G>", "fp8-ds-mla")
 SCALE = 4  # bytes: an fp32 scale, or an fp16 scale with an fp16 zero point
-_GROUP = re.compile(r"^g([1-9][0-9]*)$")
+_GROUP = re.compile(r"\Ag([1-9][0-9]*)\Z")
+MAX_GROUP = 2**40  # a group of G tokens or channels, as large as a context
 
 
 def check_scheme(scheme: str) -> str:
     """The scheme's name, or a KvcalcError listing the schemes."""
-    if scheme in SCHEMES and scheme != "g<G>" or _GROUP.match(scheme):
+    if scheme in SCHEMES and scheme != "g<G>":
+        return scheme
+    if _GROUP.match(scheme):
+        if len(scheme) > 16 or int(scheme[1:]) > MAX_GROUP:
+            raise KvcalcError(f"--kv-quant {scheme[:40]}: a group of at most 2^40 (keys group along tokens, values "
+                              "along channels)")
         return scheme
     raise KvcalcError(f"unknown --kv-quant {scheme!r}: choose one of {', '.join(SCHEMES)} (e.g. g64)")
 

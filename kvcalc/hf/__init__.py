@@ -6,6 +6,8 @@ One module per family of model_types (dense.py, deepseek.py, ...), each register
 
 from __future__ import annotations
 
+import re
+
 from kvcalc.errors import SpecError
 from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     bart,
@@ -55,9 +57,9 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
     from kvcalc.hf import generic
 
     model_type = cfg.get("model_type")
-    if not isinstance(model_type, str):
-        raise SpecError(f"{origin}: model_type: must be a string naming the architecture (e.g. \"llama\"), got "
-                        f"{show(model_type)}")
+    if not isinstance(model_type, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", model_type):
+        raise SpecError(f"{origin}: model_type: must be a string naming the architecture in letters, digits, '_', '.' "
+                        f"and '-' (e.g. \"llama\"), got {show(model_type)}")
     # Any other model_type: a plain decoder when every key is a standard one, else refused naming the keys.
     convert = IMPORTERS.get(model_type, generic.plain_decoder)
     notes: list[str] = []

@@ -3,6 +3,7 @@ kvcalc.present.emit prints)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -275,10 +276,12 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     if opts.hardware_name is None:
         raise KvcalcError("fit needs --hardware NAME (see 'kvcalc hardware') or a hardware YAML file")
     reserve = reserve if reserve is not None else default_reserve(opts.engine)
-    try:
+    try:  # a decimal or a ratio in ASCII digits (Fraction also reads '0_1' as 1 and other scripts' digits)
+        if not re.fullmatch(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:/[0-9]+)?", reserve):
+            raise ValueError(reserve)
         frac = Fraction(reserve)
     except (ValueError, ZeroDivisionError):
-        raise KvcalcError(f"--reserve {reserve!r}: not a fraction (use e.g. 0.1)") from None
+        raise KvcalcError(f"--reserve {reserve[:40]!r}: not a fraction (use e.g. 0.1)") from None
     if not 0 <= frac < 1:
         raise KvcalcError(f"--reserve {reserve}: must be at least 0 and below 1")
     s = opts.settings(ctxs[0] if ctxs else 1)

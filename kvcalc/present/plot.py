@@ -272,13 +272,19 @@ def _legend_below(fig: Figure, shown: list[Any]) -> None:
         legend.remove()
 
 
-def save_figure(fig: Figure, path: str | Path) -> None:
-    """Write `fig` to `path` in the format its extension names (.png, .pdf, .svg or .pgf)."""
-    path = Path(path)
+def figure_format(path: Path) -> str:
+    """The figure format `path`'s extension names, or a KvcalcError (checked before any work is done)."""
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in FORMATS:
         raise KvcalcError(f"{path}: cannot tell the figure format from {path.suffix or 'no extension'!r}: "
                           f"use one of {', '.join('.' + f for f in FORMATS)}")
+    return fmt
+
+
+def save_figure(fig: Figure, path: str | Path) -> None:
+    """Write `fig` to `path` in the format its extension names (.png, .pdf, .svg or .pgf)."""
+    path = Path(path)
+    fmt = figure_format(path)
     require_matplotlib()
     from matplotlib import rc_context
 
