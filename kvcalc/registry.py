@@ -96,6 +96,9 @@ def load_path(path: Path, kind: str = "yaml", origin: str | None = None, name: s
             return LoadedModel(spec, origin, "hf", imported.keys, warnings)
     if path.suffix.lower() == ".json" and isinstance(data, dict):
         raise SpecError(f"{path}: model_type: not found; a JSON file must be a Hugging Face config.json with a model_type")
+    if path.suffix.lower() == ".json":
+        got = "null" if data is None else {list: "an array", str: "a string", bool: "a boolean"}.get(type(data), "a number")
+        raise SpecError(f"{path}: a config.json is a JSON object of fields with a model_type, not {got}")
     return LoadedModel(spec_from_dict(data, str(path)), str(path), kind)
 
 

@@ -221,3 +221,19 @@ def test_a_null_boolean_key_takes_the_default(tmp_path):
     plain.write_text(json.dumps(LLAMA))
     rows = [json.loads(run("compare", p, "--columns", "all", "-f", "json").stdout)[0] for p in (path, plain)]
     assert rows[0]["params_total"] == rows[1]["params_total"] == 8_030_261_248
+
+
+@pytest.mark.parametrize("text, expected", [
+    # a fuzzing audit: a JSON that is not an object was called "the spec"; a text_config that is not an object was passed
+    # over for the outer fields (a message about another key followed); decoder_sparse_step 0, which HF cannot load
+    # ((i + 1) % 0), was read as 1; an empty or control-character model_type was imported as a plain decoder
+    ("[1, 2]", "config.json: a config.json is a JSON object of fields with a model_type, not an array"),
+    ("null", "config.json: a config.json is a JSON object of fields with a model_type, not null"),
+    (json.dumps({"model_type": "gemma4", "text_config": None}), "config.json: text_config: must be an object of the text model's fields"),
+    (json.dumps({"model_type": "llama4", "text_config": []}), "config.json: text_config: must be an object of the text model's fields"),
+    (config(MIXTRAL, model_type="qwen3_moe", decoder_sparse_step=0, moe_intermediate_size=1024, num_experts=8),
+     "config.json: decoder_sparse_step: "),
+    (config(LLAMA, model_type=""), "config.json: model_type: must be a string naming the architecture in letters"),
+])
+def test_configs_that_are_not_what_they_claim(tmp_path, text, expected):
+    refused(tmp_path, text, expected)

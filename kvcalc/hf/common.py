@@ -381,3 +381,14 @@ def importer(*model_types: str, keys: dict[str, str] | None = None) -> Callable[
         return fn
 
     return register
+
+
+def text_part(cfg: dict, origin: str) -> dict | None:
+    """The text model's fields under a multimodal config's text_config (None: the config is the text model's own);
+    a text_config that is not an object is refused, not passed over for the outer fields."""
+    if "text_config" not in cfg:
+        return None
+    text = cfg["text_config"]
+    if not isinstance(text, dict):
+        raise SpecError(f"{origin}: text_config: must be an object of the text model's fields, got {show(text)}")
+    return text

@@ -21,6 +21,7 @@ from kvcalc.hf.common import (
     importer,
     need,
     show,
+    text_part,
     whole,
     with_defaults,
 )
@@ -100,7 +101,7 @@ def _qwen3_moe(cfg, origin, notes):
     if not isinstance(only, list):
         raise SpecError(f"{origin}: mlp_only_layers: must be a list of layer indices, got {show(only)}")
     dense_layers = {whole(i, f"mlp_only_layers[{j}]", origin, minimum=0) for j, i in enumerate(only)}
-    step = get(cfg, "decoder_sparse_step", origin, minimum=0) or 1
+    step = get(cfg, "decoder_sparse_step", origin, minimum=1) or 1  # HF: (i + 1) % step, so 0 cannot load
 
     # Qwen3MoeDecoderLayer: sparse unless listed in mlp_only_layers or off the decoder_sparse_step grid.
     def layer_ffn(i):
@@ -121,8 +122,8 @@ def _gemma2(cfg, origin, notes):
 
 @importer("gemma3", "gemma3_text")
 def _gemma3(cfg, origin, notes):
-    if isinstance(cfg.get("text_config"), dict):
-        cfg = {**cfg["text_config"]}
+    if (text := text_part(cfg, origin)) is not None:
+        cfg = {**text}
         notes.append("text model read from text_config (vision tower not counted)")
     cfg = fill_defaults(cfg, GEMMA3_TEXT_DEFAULTS, "Gemma3TextConfig", notes)
     pattern = get(cfg, "sliding_window_pattern", origin, 0) or get(cfg, "_sliding_window_pattern", origin, 0) or 6

@@ -46,6 +46,7 @@ from kvcalc.hf.common import (
     importer,
     layer_types,
     need,
+    text_part,
     whole,
 )
 
@@ -123,8 +124,8 @@ def unmodelled_params(cfg: dict, origin: str) -> dict[str, int]:
 @importer("gemma3n", "gemma3n_text")
 def _gemma3n(cfg, origin, notes):
     tie = cfg.get("tie_word_embeddings", True)  # Gemma3nConfig keeps it at the top level (default true)
-    if isinstance(cfg.get("text_config"), dict):
-        cfg = {"tie_word_embeddings": tie, **cfg["text_config"]}
+    if (text := text_part(cfg, origin)) is not None:
+        cfg = {"tie_word_embeddings": tie, **text}
         notes.append("text model read from text_config (vision and audio towers and their embedders not counted)")
     cfg = fill_defaults(cfg, GEMMA3N_TEXT_DEFAULTS, "Gemma3nTextConfig", notes)
     base = base_fields(cfg, origin, "gemma3n", True)

@@ -35,6 +35,7 @@ from kvcalc.hf.common import (
     layer_types,
     need,
     show,
+    text_part,
 )
 
 # Gemma4TextConfig defaults (transformers configuration_gemma4.py): the keys a text_config may omit.
@@ -80,8 +81,8 @@ def _refuse_unmodelled(cfg: dict, origin: str) -> None:
 
 @importer("gemma4", "gemma4_text")
 def _gemma4(cfg, origin, notes):
-    if isinstance(cfg.get("text_config"), dict):
-        cfg = {**cfg["text_config"]}
+    if (text := text_part(cfg, origin)) is not None:
+        cfg = {**text}
         notes.append("text model read from text_config (vision and audio towers not counted)")
     cfg = fill_defaults(cfg, GEMMA4_TEXT_DEFAULTS, "Gemma4TextConfig", notes)
     _refuse_unmodelled(cfg, origin)

@@ -28,6 +28,7 @@ from kvcalc.hf.common import (
     importer,
     need,
     show,
+    text_part,
     whole,
     with_defaults,
 )
@@ -46,8 +47,8 @@ def _flags(cfg: dict, key: str, origin: str, n_layers: int, default: list[int]) 
 
 @importer("llama4", "llama4_text")
 def _llama4(cfg: dict, origin: str, notes: list[str]) -> dict:
-    if isinstance(cfg.get("text_config"), dict):
-        cfg = dict(cfg["text_config"])
+    if (text := text_part(cfg, origin)) is not None:
+        cfg = dict(text)
         notes.append("text model read from text_config (vision tower not counted)")
     cfg = with_defaults(cfg, "llama4_text", notes)
     base = base_fields(cfg, origin, "llama4", False)

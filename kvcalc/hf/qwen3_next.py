@@ -66,7 +66,7 @@ def _sparse_layers(cfg: dict, origin: str, n_layers: int) -> list[bool]:
         raise SpecError(f"{origin}: mlp_only_layers: must be a list of layer indices, got {show(only)}")
     dense = {whole(i, f"mlp_only_layers[{j}]", origin, minimum=0) for j, i in enumerate(only)}
     experts = get(cfg, "num_experts", origin, minimum=0) or 0
-    step = get(cfg, "decoder_sparse_step", origin, minimum=0) or 1
+    step = get(cfg, "decoder_sparse_step", origin, minimum=1) or 1  # HF: (i + 1) % step, so 0 cannot load
     return [i not in dense and experts > 0 and (i + 1) % step == 0 for i in range(n_layers)]
 
 
