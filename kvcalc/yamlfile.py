@@ -3,8 +3,8 @@
 The rules, each with its reason:
 - Only a regular file of at most MAX_FILE_BYTES (16 MiB) is read, checked with os.stat before it is opened, so a
   folder, a FIFO, a device or a symlink loop gets a message and never blocks; the text must be UTF-8. A YAML file
-  may be at most MAX_YAML_BYTES (256 KiB): PyYAML's Python parser takes up to about 10 us a byte (a flow list of
-  numbers), so 16 MiB of YAML would take minutes; a spec is a few KiB.
+  may be at most MAX_YAML_BYTES (64 KiB): PyYAML's Python parser takes up to about 40 us a byte (a flow list of
+  numbers, measured on a 2-core machine), so 16 MiB of YAML would take minutes; a spec is a few KiB.
 - YAML goes through a SafeLoader: a `!!python/...` or other unknown tag is an error naming the tag (nothing runs).
 - A key written twice in one mapping is an error naming it and both lines (a later key must never silently win).
 - An integer is plain decimal (`-12`, `0`, `8192`) of at most MAX_DIGITS (40) digits; YAML 1.1's other readings
@@ -29,7 +29,7 @@ import yaml
 from kvcalc.errors import SpecError
 
 MAX_FILE_BYTES = 16 * 2**20  # 16 MiB: the largest real config.json is well under 1 MiB
-MAX_YAML_BYTES = 256 * 2**10  # 256 KiB of YAML parse in about 2.5 s at worst; the largest bundled spec is about 2 KiB
+MAX_YAML_BYTES = 64 * 2**10  # 64 KiB of YAML parse in about 2.5 s at worst (256 KiB took 10 s); specs are 1-2 KiB
 MAX_NODES = 1_000_000  # values after alias expansion; a bundled spec has a few hundred
 MAX_DEPTH = 64  # nesting levels; a spec nests about 6
 MAX_DIGITS = 40  # digits of an integer; Python refuses to convert more than 4300, and nothing real has 40
