@@ -303,7 +303,13 @@ def plot(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=range_option(str(exc))) from None
     loaded = [load(m) for m in models]
-    fig = plot_figure([(lm.spec.name, lm.spec) for lm in loaded], ctxs, metric or ["cache"], opts.settings(ctxs[0]))
+    s = opts.settings(ctxs[0])
+    from kvcalc.present.emit import warn
+    from kvcalc.present.outputs import option_warnings
+
+    for line in [w for lm in loaded for w in lm.warnings] + option_warnings([lm.spec for lm in loaded], s):
+        warn(line)
+    fig = plot_figure([(lm.spec.name, lm.spec) for lm in loaded], ctxs, metric or ["cache"], s)
     save_figure(fig, output)
     typer.echo(f"wrote {output}", err=True)
 

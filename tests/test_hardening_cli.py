@@ -195,6 +195,17 @@ def test_options_a_model_has_nothing_for_are_named():
         assert f"warning: llama3-8b: {what}, so the option changes nothing" in err
     assert "warning" not in run("compare", "deepseek-v3", "--ctx", "4k", "--tp", "8", "--ep", "8", "--mla-schedule", "naive").stderr
     assert "warning" not in run("compare", "whisper-large-v3", "--ctx", "448", "--enc-ctx", "5").stderr
+    # a fuzzing audit: --state-dtype on a model without constant states, and plot's options, passed in silence
+    err = run("compare", "llama3-8b", "--ctx", "4k", "--state-dtype", "fp8").stderr
+    assert "warning: llama3-8b: --state-dtype: it has no constant-state layers (linear attention, SSMs), so the option " \
+           "changes nothing" in err
+    assert "warning" not in run("compare", "qwen3-next-80b-a3b", "--ctx", "4k", "--state-dtype", "fp8").stderr
+
+
+def test_plot_names_the_options_a_model_has_nothing_for(tmp_path):
+    pytest.importorskip("matplotlib")
+    err = run("plot", "llama3-8b", "--mla-cache", "expanded", "--ctx", "1k,2k", "-o", tmp_path / "p.png").stderr
+    assert "warning: llama3-8b: --mla-cache/--mla-schedule: it has no MLA layers, so the option changes nothing" in err
 
 
 @pytest.mark.parametrize("option", [["--hardware", "h100-80gb"], ["--gen", "5"], ["--dense-attn"], ["--mla-schedule", "naive"]])

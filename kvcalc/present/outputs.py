@@ -37,7 +37,7 @@ def _ctx_warnings(specs: list[ModelSpec], ctxs: list[int]) -> list[str]:
 
 
 def nothing_for(spec: ModelSpec, *, mtp: bool = False, enc_ctx: bool = False, mla: bool = False,
-                ep: bool = False) -> list[tuple[str, str]]:
+                ep: bool = False, state: bool = False) -> list[tuple[str, str]]:
     """The options asked for (true) that `spec` has nothing for, each with what it lacks: (option, 'no ...')."""
     from kvcalc.costs.params import ffn_runs
 
@@ -50,15 +50,18 @@ def nothing_for(spec: ModelSpec, *, mtp: bool = False, enc_ctx: bool = False, ml
         lacks.append(("--mla-cache/--mla-schedule", "no MLA layers"))
     if ep and not any(getattr(run.ffn, "n_routed_experts", 0) for run in ffn_runs(spec)):
         lacks.append(("--ep", "no routed experts"))
+    if state and not any(m.constant_state(layer) for g in spec.groups for m, layer in
+                         ((g.attention, g.layer), (g.parallel, g.parallel_layer)) if m is not None):
+        lacks.append(("--state-dtype", "no constant-state layers (linear attention, SSMs)"))
     return lacks
 
 
-def _option_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
+def option_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     """An option a model has nothing for changes nothing: say so, rather than let it pass in silence (--mtp where the
     GLM, Qwen3.5 and MiniMax importers leave the MTP modules out, saying so in the spec's notes; --enc-ctx, the MLA
     options, --ep)."""
     asked = {"mtp": s.mtp, "enc_ctx": s.enc_ctx is not None, "mla": s.mla_cache != "latent" or s.mla_schedule is not None,
-             "ep": s.ep > 1}
+             "ep": s.ep > 1, "state": s.state_dtype is not None}
     return [f"warning: {spec.name}: --mtp: its spec has {lack}, so nothing is added" if option == "--mtp" else
             f"warning: {spec.name}: {option}: it has {lack}, so the option changes nothing"
             for spec in specs for option, lack in nothing_for(spec, **asked)] + _engine_warnings(specs, s)
@@ -125,7 +128,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
     lines = _derivation_lines(derivations)
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
-    return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs) + _option_warnings(specs, s))
+    return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs) + option_warnings(specs, s))
 
 
 def _derivation_lines(derivations: list[dict]) -> list[str]:
@@ -169,7 +172,7 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     title += f", {hardware} (lower bounds)" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs)), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
-                  warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs) + _option_warnings(specs, s))
+                  warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs) + option_warnings(specs, s))
 
 
 def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, units: str) -> Output:
@@ -201,7 +204,7 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
               Table("layers" if per_layer else "groups", columns, breakdown, title,
                     (["layer"] if per_layer else []) + [k for k in GROUP_KEYS if k != "layer"])]
     return Output(tables, payload, derivation_lines(d, units) if explain else [],
-                  _load_warnings([lm]) + over_max(spec, s.ctx, f"ctx {s.ctx:,}") + _option_warnings([spec], s))
+                  _load_warnings([lm]) + over_max(spec, s.ctx, f"ctx {s.ctx:,}") + option_warnings([spec], s))
 
 
 PASS_TITLES = {
@@ -232,7 +235,7 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     title = f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}"
     warnings = _load_warnings([lm]) + over_max(spec, s.ctx + s.gen,
                                                f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
-    warnings += _option_warnings([spec], s)
+    warnings += option_warnings([spec], s)
     return Output([Table("flops", cols, rows, title), Table("summary", SUMMARY_COLUMNS, summary,
                                                               "Memory, traffic and time", SUMMARY_KEYS)],
                   payload, warnings=warnings)
@@ -309,7 +312,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
              f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}, {float(frac):.0%} reserved")
     keys = [f.key for f in figs]
     return Output([Table("fit", cols, rows, title, keys)],
-                  warnings=_load_warnings([lm]) + _option_warnings([spec], s) + warnings)
+                  warnings=_load_warnings([lm]) + option_warnings([spec], s) + warnings)
 
 
 def import_spec(config: Path, output: Path | None, name: str | None, force: bool = False) -> None:
