@@ -58,6 +58,8 @@ class FitRow:
     binding: str = figure("Binding", "text", "what limits the maximum: memory, max_context (the model's), batch_limit, "
                           "the engine's default cap on sequences at once (max_num_seqs, max_running_requests), "
                           "or, where nothing fits, weights or activations (what alone passes the budget)")
+    exceeds_max_context: bool = figure("Over\nmax ctx", "bool", "the context (--ctx) is above the trained maximum; "
+                                       "the batch is solved anyway")
 
 
 VLLM_LARGE_GPU = 70 * 2**30  # vLLM's thresholds for its larger batch defaults
@@ -269,5 +271,5 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
         weights_bytes_per_gpu=g.weights_bytes, activation_bytes=acts, batch=at.batch, ctx=at.ctx,
         max_ctx=best if solve == "ctx" else None, max_batch=best if solve == "batch" else None,
         kv_cache_bytes=_kv_bytes(kv_cache(spec, at)), kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
-        free_bytes_per_gpu=budget - used(g), binding=binding,
+        free_bytes_per_gpu=budget - used(g), binding=binding, exceeds_max_context=at.ctx > spec.max_context,
     )

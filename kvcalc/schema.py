@@ -248,7 +248,9 @@ def _cost() -> dict[str, Any]:
                     anyOf=[{"required": ["decode_token", "generate_cached"]},
                            {"required": ["decode_token_naive", "generate_cached_naive"]}])
     props = {**{k: _figure_schema(FIGURES[k]) for k in ("model", "ctx", "gen", "batch")}, "flops": flops,
-             "summary": _summary(COST_SUMMARY, COST_SUMMARY_REQUIRED, {})}
+             "summary": _summary(COST_SUMMARY, COST_SUMMARY_REQUIRED, {}),
+             "exceeds_max_context": {"type": "boolean", "description": "ctx + gen is above the model's trained maximum "
+                                     "(computed anyway)"}}
     return _document("kvcalc cost --format json: FLOPs by component of each pass, then parameters, memory, traffic and "
                      "times", _object(props, props))
 

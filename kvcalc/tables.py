@@ -237,6 +237,7 @@ class ModelsRow:
     ctx: int = figure("Ctx", "tokens", "context of the next column")
     kv_cache_bytes: int = figure("KV cache\nat ctx", "bytes", "one sequence, windows applied")
     mha_ratio: float | None = figure("vs\nMHA", "ratio", "kv_bytes_per_token over MHA's with the same heads")
+    exceeds_max_context: bool = figure("Over\nmax ctx", "bool", "ctx is above the trained maximum (computed anyway)")
 
 
 def mha_elements(group: ResolvedGroup) -> int | None:
@@ -270,5 +271,5 @@ def models_rows(specs: list[ModelSpec], s: Settings) -> list[dict]:
             model=spec.name, d_model=spec.d_model, heads_label=facts.heads_label, kv_label=facts.kv_label,
             head_dim_label=facts.head_dim_label, n_layers=spec.n_layers, attention_label=attention_label(spec),
             params_total=params.total, params_active=params.active, kv_bytes_per_token=report.bytes_per_token,
-            ctx=s.ctx, kv_cache_bytes=report.bytes, mha_ratio=ratio)))
+            ctx=s.ctx, kv_cache_bytes=report.bytes, mha_ratio=ratio, exceeds_max_context=s.ctx > spec.max_context)))
     return rows

@@ -229,3 +229,18 @@ def test_cost_does_not_offer_engine_pages(option):
     # cost reports the exact cache: --engine and --block-size changed nothing in it, at any context or layout
     res = run("cost", "llama3-8b", *option, ok=False)
     assert res.exit_code == 2 and f"No such option: {option[0]}" in res.stderr
+
+
+def test_a_context_past_the_trained_maximum_is_flagged_in_every_command():
+    # an audit: cost, table models and fit said nothing of it in csv and json (fit not even in a table); gpt2's
+    # trained maximum is 1,024 tokens
+    cost = json.loads(run("cost", "gpt2", "--ctx", "4k", "-f", "json").stdout)
+    assert cost["exceeds_max_context"] is True  # 4,096 + 1,024 generated
+    assert json.loads(run("cost", "gpt2", "--ctx", "512", "--gen", "512", "-f", "json").stdout)["exceeds_max_context"] is False
+    models = run("table", "models", "gpt2", "llama3-8b", "--ctx", "4k", "-f", "csv").stdout.splitlines()
+    assert models[0].endswith(",exceeds_max_context") and models[1].endswith(",true") and models[2].endswith(",false")
+    fit = run("fit", "gpt2", "--hardware", "h100-80gb", "--ctx", "1k,4k")
+    assert "warning: gpt2: ctx 4,096 exceeds its trained maximum of 1,024 tokens" in fit.stderr
+    rows = json.loads(run("fit", "gpt2", "--hardware", "h100-80gb", "--ctx", "1k,4k", "-f", "json").stdout)
+    assert [r["exceeds_max_context"] for r in rows] == [False, True]
+    assert "Over" not in fit.stdout  # the tables keep their columns: stderr says it

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 
+from conftest import run
+from conftest import spec as bundled
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.flops import decode_flops
 from kvcalc.costs.parallel import per_gpu
 from kvcalc.errors import KvcalcError
 from kvcalc.hardware import load_hardware
-from kvcalc.present.plot import METRICS, memory_crossing, plot_figure, require_matplotlib, save_figure, window_start
+from kvcalc.present.plot import (
+    METRICS,
+    memory_crossing,
+    metric_values,
+    plot_figure,
+    require_matplotlib,
+    save_figure,
+    window_start,
+)
 from kvcalc.registry import load_model
 from kvcalc.settings import Settings
 
@@ -182,3 +193,24 @@ def test_the_legend_fits_the_figure():
     models3 = [(n, load_model(n).spec) for n in MODELS]
     assert plot_figure(models3, CTXS, ["cache"], Settings(ctx=1)).legends[0]._ncols == 2
     assert plot_figure(models3, CTXS, ["cache", "flops-decode"], Settings(ctx=1)).legends[0]._ncols == 3
+
+
+def test_engine_pages_on_one_gpu_as_memory_crossing_counts_them():
+    # an audit: on one GPU under --engine the cache line was the exact total while memory_crossing counted vLLM's
+    # pages, so the out-of-memory mark sat where the line still fit. llama3-70b at 31,361 tokens: 490 pages of 64
+    # tokens, 80 layers · 2 · 8 heads · 128 · 2 bytes a token
+    s = Settings(ctx=1, engine="vllm", hardware=load_hardware("h200-141gb"))
+    got = metric_values(bundled("llama3-70b"), [31_361], "cache", s)[0]
+    assert got == -(-31_361 // 64) * 64 * 80 * 2 * 8 * 128 * 2 == 10_297_016_320
+    row = json.loads(run("compare", "llama3-70b", "--ctx", "31361", "--engine", "vllm", "--hardware", "h200-141gb",
+                         "-f", "json").stdout)[0]
+    assert got == row["kv_cache_bytes_per_gpu"]
+    # without an engine, on one GPU: the exact total
+    assert metric_values(bundled("llama3-70b"), [31_361], "cache", Settings(ctx=1))[0] == 31_361 * 80 * 2 * 8 * 128 * 2
+    # a hybrid's states in its engine's pages, as compare's per-GPU column holds them with the cache
+    q = bundled("qwen3-next-80b-a3b")
+    state = metric_values(q, [1024], "state", Settings(ctx=1, engine="vllm"))[0]
+    cache = metric_values(q, [1024], "cache", Settings(ctx=1, engine="vllm"))[0]
+    qrow = json.loads(run("compare", "qwen3-next-80b-a3b", "--ctx", "1k", "--engine", "vllm", "-f", "json").stdout)[0]
+    assert (cache, state) == (qrow["kv_cache_bytes_per_gpu"], qrow["state_bytes_per_gpu"]) == (28_311_552, 84_934_656)
+    assert state != qrow["state_bytes"]  # the exact states, 39,518,208, are what the line showed

@@ -231,7 +231,7 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     cols = [Column("component", "Component")] + [Column(p, PASS_TITLES[p], "flops") for p in passes]
     payload = {"model": spec.name, "ctx": s.ctx, "gen": s.gen, "batch": s.batch,
                "flops": {p: {**b, "total": sum(b.values())} for p, b in passes.items()},
-               "summary": {r["key"]: r["value"] for r in summary}}
+               "summary": {r["key"]: r["value"] for r in summary}, "exceeds_max_context": s.ctx + s.gen > spec.max_context}
     title = f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}"
     warnings = _load_warnings([lm]) + over_max(spec, s.ctx + s.gen,
                                                f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
@@ -305,14 +305,14 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
         warnings.append(f"warning: --batch {s.batch:,}: {s.engine} runs at most {cap[0]:,} sequences at once by default "
                         f"({cap[1]}); the rest wait, or raise it")
     figs = figures_of(FitRow)
-    hide = {"max_ctx", "batch"} if ctxs else {"max_batch", "ctx"}
+    hide = ({"max_ctx", "batch"} if ctxs else {"max_batch", "ctx"}) | {"exceeds_max_context"}  # stderr says it
     cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
     cols = [Column.of(figs[0])] + cols
     title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}), weights "
              f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}, {float(frac):.0%} reserved")
     keys = [f.key for f in figs]
     return Output([Table("fit", cols, rows, title, keys)],
-                  warnings=_load_warnings([lm]) + option_warnings([spec], s) + warnings)
+                  warnings=_load_warnings([lm]) + (_ctx_warnings([spec], ctxs) if ctxs else []) + option_warnings([spec], s) + warnings)
 
 
 def import_spec(config: Path, output: Path | None, name: str | None, force: bool = False) -> None:
@@ -375,10 +375,11 @@ def models_output(loaded: list[LoadedModel], s: Settings) -> Output:
     from kvcalc.tables import ModelsRow, models_rows
 
     rows = models_rows([lm.spec for lm in loaded], s)
-    columns = [Column.of(f) for f in figures_of(ModelsRow)]
+    figs = figures_of(ModelsRow)
+    columns = [Column.of(f) for f in figs if f.key != "exceeds_max_context"]  # stderr says it; csv and json carry it
     title = f"Models side by side: cache at ctx {s.ctx:,}, {s.kv_dtype}"
     warnings = _load_warnings(loaded) + _ctx_warnings([lm.spec for lm in loaded], [s.ctx])
-    return Output([Table("models", columns, rows, title)], warnings=warnings)
+    return Output([Table("models", columns, rows, title, [f.key for f in figs])], warnings=warnings)
 
 
 def with_chart(out: Output, key: str, fmt: str, units: str) -> Output:

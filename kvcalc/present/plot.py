@@ -46,21 +46,26 @@ STYLE: dict[Any, Any] = {"font.size": 8, "axes.labelsize": 8, "axes.titlesize": 
          "svg.fonttype": "none"}  # fonttype 42 / none: text stays text (editable, searchable) in PDF and SVG
 
 
+def _per_gpu(s: Settings) -> bool:
+    """Whether the cache and state panels show the busiest GPU's figures, as memory_crossing and compare's per-GPU
+    columns count them: under a parallel layout, or an engine's pages (on one GPU too)."""
+    return s.gpus > 1 or s.engine is not None
+
+
 def _cache_bytes(spec: ModelSpec, s: Settings) -> int:
-    """The KV cache at ctx; under a parallel layout (gpus > 1) the busiest GPU's, which the memory line bounds."""
+    """The KV cache at ctx; the busiest GPU's where _per_gpu (the memory line bounds it), else the exact total."""
     from kvcalc.costs.cache import kv_cache
+    from kvcalc.costs.parallel import per_gpu
 
-    if s.gpus > 1:
-        from kvcalc.costs.parallel import per_gpu
-
-        return per_gpu(spec, s).kv_cache_bytes
-    return kv_cache(spec, s).bytes
+    return per_gpu(spec, s).kv_cache_bytes if _per_gpu(s) else kv_cache(spec, s).bytes
 
 
 def _state_bytes(spec: ModelSpec, s: Settings) -> int:
+    """The constant states at ctx, as _cache_bytes counts the cache."""
     from kvcalc.costs.cache import kv_cache
+    from kvcalc.costs.parallel import per_gpu
 
-    return kv_cache(spec, s).state_bytes
+    return per_gpu(spec, s).state_bytes if _per_gpu(s) else kv_cache(spec, s).state_bytes
 
 
 def _decode_flops(spec: ModelSpec, s: Settings) -> int:
@@ -221,8 +226,8 @@ def _panel(ax: Axes, models: list[tuple[str, ModelSpec]], ctxs: list[int], metri
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_tokens(int(round(x)))))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("Context (tokens)")
-    ax.set_ylabel(metric.label.replace("KV cache", "KV cache per GPU") if metric.name == "cache" and s.gpus > 1
-                  else metric.label)
+    per = " per GPU" if s.gpus > 1 else ""
+    ax.set_ylabel(metric.label.replace("KV cache", "KV cache" + per).replace("Constant state", "Constant state" + per))
     ax.grid(True, which="major", linewidth=0.4, color="0.85")
 
 
