@@ -285,4 +285,12 @@ def group_rows(report: CacheReport, per_layer: bool = False) -> list[dict]:
                          "state_bytes": gc.state_bytes_per_layer or None})
     if per_layer:
         rows.sort(key=lambda r: r["layer"])
+        # vLLM's padding slots of a group's spec (PoolLayout.pads), and SGLang's buffers of an encoder–decoder
+        # model's other layers (sglang_buffers), hold pages as its layers do but no layer's tokens: a row each, so
+        # the engine column adds up to engine_kv_bytes
+        extra = "buffers" if report.settings.engine == "sglang" else "padding"
+        rows += [{**as_row(_group_row(gc)), "layer": None, "layers": extra, "n_layers": gc.pad_layers, "bytes": 0,
+                  "elements": 0, "tokens_held": 0, "elements_per_layer": 0, "bytes_per_layer": 0,
+                  "engine_bytes": gc.pad_layers * gc.engine_bytes_per_layer, "state_bytes": None}
+                 for gc in report.groups if gc.pad_layers and gc.engine_bytes_per_layer is not None]
     return rows

@@ -489,3 +489,16 @@ def test_vllm_0_34_defaults_pages_of_64_reserve_and_prefill_chunk():
     b200 = json.loads(run("fit", "llama3.1-8b", "--hardware", "b200-180gb", "--batch", "4", "--engine", "vllm", "-f",
                           "json").stdout)[0]
     assert b200["activation_bytes"] == activation_bytes(spec("llama3.1-8b"), Settings(ctx=1), 16384)
+
+
+def test_show_per_layer_engine_rows_add_up_with_the_padding_slots():
+    # an audit: per layer under --engine vllm, the engine column left out vLLM's padding slots and summed below
+    # engine_kv_bytes. Gemma 3 1B at 3,000 tokens, batch 3, 1 KiB a token and layer (512 elements in bf16), pages of
+    # 64: 4 global layers of 47 pages, 22 local ones of 9 (a window of 512), and 2 padding slots of the local spec
+    page = 64 * 1024 * 3
+    rows = json.loads(run("show", "gemma3-1b", "--ctx", "3000", "--batch", "3", "--engine", "vllm", "--per-layer",
+                          "-f", "json").stdout)["layers"]
+    padding = [r for r in rows if "layer" not in r]  # no layer of its own
+    assert [(r["layers"], r["n_layers"], r["engine_bytes"], r["bytes"]) for r in padding] == [("padding", 2, 2 * 9 * page, 0)]
+    assert sum(r["engine_bytes"] for r in rows) == 4 * 47 * page + (22 + 2) * 9 * page == 79_429_632
+    assert sum(r["bytes"] for r in rows) == 4 * 3000 * 1024 * 3 + 22 * 512 * 1024 * 3  # the exact cache, no padding
