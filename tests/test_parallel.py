@@ -428,3 +428,17 @@ def test_engines_refuse_expert_layouts_they_cannot_run():
     for args in (("--tp", "4", "--dp", "2", "--ep", "8", "--engine", "vllm"), ("--tp", "4", "--ep", "2", "--engine", "sglang"),
                  ("--tp", "4", "--dp", "2", "--ep", "4")):
         run("compare", "deepseek-v3", "--ctx", "1", *args)
+
+
+def test_named_columns_are_shown_alone_under_a_layout():
+    # an audit: --columns model,ctx,kv_cache_bytes with --tp 2 also showed GPUs and KV cache per GPU; a preset still does
+    header = lambda *a: run("compare", "gpt2", "--ctx", "4k", "--tp", "2", "-f", "csv", *a).stdout  # noqa: E731
+    def columns_of(*a: str) -> str:
+        out = run("compare", "gpt2", "--ctx", "4k", "--tp", "2", "--engine", "vllm", "-f", "markdown", *a).stdout
+        return next(line for line in out.splitlines() if line.startswith("| Model"))
+
+    named = columns_of("--columns", "model,ctx,kv_cache_bytes")
+    assert [c.strip() for c in named.strip("|").split("|")] == ["Model", "Ctx", "KV cache"]
+    preset = columns_of()
+    assert "GPUs" in preset and "KV cache per GPU" in preset.replace("<br>", " ") and "Engine" in preset
+    assert header() == header("--columns", "model,ctx,kv_cache_bytes")  # csv carries every key either way

@@ -106,12 +106,14 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
                    no_windows: bool, hardware: str | None, fmt: str = "json", chart: str | None = None) -> Output:
     """`compare`: one row per model and context, with the derivation of each cache when asked; the cost figures only
     where `fmt` shows them (`chart`: the --chart column)."""
-    from kvcalc.present.columns import JSON_KEYS, choose
+    from kvcalc.present.columns import JSON_KEYS, PRESETS, choose
     from kvcalc.rows import compare_rows
 
     cols = choose(columns, hardware is not None)
     wanted = (["gpus", "kv_cache_bytes_per_gpu"] if s.gpus > 1 else []) + (["engine_kv_bytes"] if s.engine else [])
-    for key in wanted:  # a parallel layout or an engine asks for its figures: show them
+    if not all(part.strip().lower() in PRESETS for part in columns.split(",")):
+        wanted = []  # column keys named: those alone (and model, ctx)
+    for key in wanted:  # a preset, under a parallel layout or an engine: its figures are shown too
         if key not in [c.key for c in cols]:
             cols += choose(key, False, ())
     specs = [lm.spec for lm in loaded]
