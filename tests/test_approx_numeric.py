@@ -276,3 +276,20 @@ def test_linformer_svd_does_not_depend_on_the_singular_vectors_signs(monkeypatch
 def test_relative_error_of_zero_against_zero_is_zero():
     assert nm.rel_frobenius(np.zeros((2, 2)), np.zeros((2, 2))) == 0.0
     assert nm.rel_frobenius(np.ones((2, 2)), np.ones((2, 2)) * 2) == 0.5
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_topk_indices_is_a_stable_argsort_without_the_sort(seed):
+    # #11: the rows are partitioned, not sorted; what is kept and its order must be a stable argsort's, ties included
+    from kvcalc.approx.numeric import topk_indices
+
+    rng = np.random.default_rng(seed)
+    rows, cols = int(rng.integers(1, 40)), int(rng.integers(1, 60))
+    matrices = [rng.standard_normal((rows, cols)), rng.integers(0, 3, (rows, cols)).astype(float),
+                np.where(rng.random((rows, cols)) < 0.5, -np.inf, rng.standard_normal((rows, cols)))]
+    for m in matrices:
+        for k in (1, 2, cols // 2, cols, cols + 5):
+            expected = np.argsort(-m, axis=1, kind="stable")[:, :min(k, cols)]
+            assert np.array_equal(topk_indices(m, k), expected)
+    ties = np.array([[1.0, 3.0, 3.0, 2.0, 3.0]])  # three 3s: the lower indices first, 2 before 1
+    assert topk_indices(ties, 2).tolist() == [[1, 2]] and topk_indices(ties, 4).tolist() == [[1, 2, 4, 3]]

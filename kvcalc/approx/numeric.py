@@ -122,9 +122,21 @@ def topk(q: np.ndarray, k: np.ndarray, v: np.ndarray, k_keep: int, causal: bool 
 
 
 def topk_indices(matrix: np.ndarray, k_keep: int) -> np.ndarray:
-    """Column indices of each row's k_keep largest entries, largest first (ties to the lower index): [s, t] -> [s, k]."""
-    k_keep = min(k_keep, matrix.shape[1])
-    return np.argsort(-matrix, axis=1, kind="stable")[:, :k_keep]
+    """Column indices of each row's k_keep largest entries, largest first (ties to the lower index): [s, t] -> [s, k].
+
+    What a stable argsort of -matrix keeps, found without sorting the rows: each row's k-th largest value (a
+    partition), every entry above it, the lowest-indexed entries equal to it until k are kept, then those k sorted."""
+    rows, cols = matrix.shape
+    k_keep = min(k_keep, cols)
+    if k_keep == 0:
+        return np.zeros((rows, 0), dtype=np.intp)
+    kth = np.partition(matrix, cols - k_keep, axis=1)[:, cols - k_keep, None]
+    above, tied = matrix > kth, matrix == kth
+    room = k_keep - above.sum(axis=1, keepdims=True)  # the tied entries each row still takes, lowest index first
+    kept = above | (tied & (np.cumsum(tied, axis=1) <= room))
+    idx = np.nonzero(kept)[1].reshape(rows, k_keep)  # ascending column order
+    order = np.argsort(-np.take_along_axis(matrix, idx, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(idx, order, axis=1)
 
 
 # --- LSH (Reformer) ---------------------------------------------------------------------------------------------
