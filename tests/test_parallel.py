@@ -230,6 +230,12 @@ def test_tp_allreduce_follows_the_blocks_each_layer_has():
     assert decode_allreduce(falcon.model_copy(update={"parallel_attn": None}), Settings(ctx=1, tp=2)).count == 1 + 2 * 32
     # data parallel replicas each reduce their own share of the batch: ceil(9 / 2) = 5 sequences
     assert decode_allreduce(spec("llama3-70b"), Settings(ctx=1, tp=2, dp=2, batch=9)).message_bytes == 5 * 8192 * 2
+    # DeepSeek-V3 (61 MLA layers, d 7,168): 1 + 61 + 61 reductions; under SGLang's DP attention each rank runs the
+    # attention and the embedding whole, so only the 61 FFN/MoE blocks reduce (an audit: 123 were counted)
+    ds = spec("deepseek-v3")
+    assert decode_allreduce(ds, Settings(ctx=1, tp=8)).count == 1 + 61 + 61
+    dp_att = decode_allreduce(ds, Settings(ctx=1, tp=8, batch=8, dp_attention=True))
+    assert (dp_att.count, dp_att.bytes) == (61, 61 * 8 * 7168 * 2)
 
 
 def test_roofline_under_tp_is_one_gpus_share_and_mla_latent_is_not_divided():

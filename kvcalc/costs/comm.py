@@ -5,7 +5,8 @@ Rules (also in the README):
   block's output, batch × d_model activations (Megatron-LM, Shoeybi et al. 2019 §3: two all-reduces a layer in the
   forward pass; vLLM RowParallelLinear with reduce_results): each layer's attention (or mixer) W_O, a parallel
   mixer's second branch, a cross-attention and an FFN or MoE block (vLLM's FusedMoE reduces its output, with or
-  without expert parallelism), plus the vocabulary-parallel embedding's output once (VocabParallelEmbedding). A
+  without expert parallelism), plus the vocabulary-parallel embedding's output once (VocabParallelEmbedding); under
+  SGLang's DP attention the MLA layers' attention and the embedding run whole on each rank and reduce nothing. A
   model with `parallel_attn` (Falcon) sums its attention and FFN outputs first and reduces once a layer (vLLM
   FalconAttention: reduce_row_parallel_results is false under parallel_attn or new_decoder_architecture).
 - A decode step sends one token a sequence: messages of ceil(batch / dp) × d_model values at 2 bytes (bf16
@@ -20,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from kvcalc.attention import MLA
 from kvcalc.costs.params import ffn_runs
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, NoFFN
@@ -40,16 +42,19 @@ def decode_allreduce(spec: ModelSpec, s: Settings) -> AllReduce | None:
     """The tensor-parallel all-reduces of one decode step (None when tp = 1)."""
     if s.tp == 1:
         return None
-    count = spec.memo(("allreduce_count",), _allreduce_count, spec)
+    count = spec.memo(("allreduce_count", s.dp_attention), _allreduce_count, spec, s.dp_attention)
     message = -(-s.batch // s.dp) * spec.d_model * ACTIVATION_BYTES
     return AllReduce(count, message, count * message)
 
 
-def _allreduce_count(spec: ModelSpec) -> int:
-    """All-reduces of one decode step: the embedding's output, each layer's row-parallel mixer outputs and its FFN."""
-    count = 1  # the embedding's output
+def _allreduce_count(spec: ModelSpec, dp_attention: bool = False) -> int:
+    """All-reduces of one decode step: the embedding's output, each layer's row-parallel mixer outputs and its FFN.
+    Under SGLang's DP attention each rank runs the MLA layers' attention and the input embedding whole (attention tp
+    size 1, as kvcalc.costs.parallel weighs them), so they reduce nothing."""
+    count = 0 if dp_attention else 1  # the embedding's output
     for group in spec.groups:
-        mixer = bool(group.attention.weights(group.layer))  # an FFN-only layer (Nemotron-H's) has no mixer
+        whole = dp_attention and isinstance(group.attention, MLA)
+        mixer = bool(group.attention.weights(group.layer)) and not whole  # an FFN-only layer (Nemotron-H's) has none
         blocks = mixer + (group.parallel is not None) + (group.cross is not None)  # row-parallel mixer outputs
         count += blocks * len(group.layers)
     if spec.parallel_attn:  # the FFN's output joins the attention's in the layer's one all-reduce
