@@ -13,7 +13,8 @@ Rules (also in the README):
   activations). `tp = 1` has none.
 - Time: a ring all-reduce moves 2·(tp − 1)/tp of its message through each GPU's link each way (NCCL's bus
   bandwidth), so time = 2·(tp − 1)/tp · bytes / interconnect_bandwidth. Latency, overlap with compute, pipeline
-  hand-offs, the LM head's logit gather, expert all-to-all and SGLang's DP-attention gathers are not counted.
+  hand-offs, the LM head's logit gather, expert all-to-all, SGLang's DP-attention gathers and the reductions of the
+  multi-token-prediction layers that --mtp adds to a step's FLOPs are not counted.
 """
 
 from __future__ import annotations
