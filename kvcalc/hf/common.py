@@ -174,7 +174,7 @@ def whole(value: Any, key: str, origin: str, minimum: int = 1) -> int:
     """`value` as an int, or a SpecError naming `key`: a bool, a fraction or a string is not a whole number, and a
     value above `bound(key)` is physically absurd."""
     if isinstance(value, float) and value.is_integer():
-        value = int(value)  # JSON 32.0 is the whole number 32, as pydantic reads it in a YAML spec
+        value = int(value)  # JSON 32.0 is the whole number 32 (exact; a YAML spec, strict, writes 32)
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(f"{origin}: {key}: must be a whole number, got {show(value)}")
     if value < minimum:
