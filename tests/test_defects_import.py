@@ -75,7 +75,7 @@ def test_a_field_that_is_not_a_whole_number_is_named(tmp_path, base, key, value,
 
 
 def test_a_whole_float_is_read_as_an_int(tmp_path):
-    # JSON 32.0 is the whole number 32 (pydantic reads a YAML spec's 32.0 the same way).
+    # JSON 32.0 is the whole number 32, read exactly (a YAML spec, loaded strictly, must write 32).
     res = run("import", write(tmp_path, {**LLAMA, "num_hidden_layers": 32.0}))
     assert "n_layers: 32\n" in res.stdout
 
