@@ -376,19 +376,16 @@ def paper(
     typer.echo(f"wrote {len(listed) + 1} files to {output}", err=True)
 
 
-APPROX_METHODS = "performer:r=256,nystrom:m=64,linformer:k=256,topk:k=64"
-APPROX_SCALES = "0.25,0.5,1,2"
-
-
 @app.command("approx")
 @guarded
 @output_options
 def approx(
-    method: Annotated[str, typer.Option("--method", "-m", help="Methods with parameters, comma-separated; parameters key=value, '/'-separated: exact, window:w=256, topk:k=64, lsh:c=64/r=2, linformer:k=256, linformer-svd:k=256, nystrom:m=64/T=6, performer:r=256, cosformer.")] = APPROX_METHODS,
+    ctx: typer.Context,
+    method: Annotated[str, typer.Option("--method", "-m", help="Methods with parameters, comma-separated; parameters key=value, '/'-separated: exact, window:w=256, topk:k=64, lsh:c=64/r=2, linformer:k=256, linformer-svd:k=256, nystrom:m=64/T=6, performer:r=256, cosformer.")] = "performer:r=256,nystrom:m=64,linformer:k=256,topk:k=64",
     n: Annotated[str, typer.Option("--n", help="Sequence length (k = 1024).")] = "1024",
     d: Annotated[int, whole_option("--d", lo=1, hi=16384, help="Query/key head dim.")] = 64,
     d_v: Annotated[int | None, whole_option("--dv", lo=1, hi=16384, help="Value head dim (default: --d).")] = None,
-    scale: Annotated[str, typer.Option("--scale", help="Input scales (multiply Q and K), comma-separated: small is flat attention, large is spiky.")] = APPROX_SCALES,
+    scale: Annotated[str, typer.Option("--scale", help="Input scales (multiply Q and K), comma-separated: small is flat attention, large is spiky.")] = "0.25,0.5,1,2",
     data: Annotated[str, typer.Option("--data", help="gaussian, clustered, spiky, or an .npz with q [n, d], k [n, d], v [n, d_v] of one head.")] = "gaussian",
     seeds: Annotated[int, whole_option("--seeds", lo=1, hi=1000, help="Random inputs (and projections) to average the errors over.")] = 3,
     causal: Annotated[bool, typer.Option("--causal", help="Measure causal (decoder) attention; methods without a causal form are refused.")] = False,
@@ -408,10 +405,10 @@ def approx(
     if transmla:
         from kvcalc.present.outputs import transmla_output
 
-        measured = {"--method": method != APPROX_METHODS, "--d": d != 64, "--dv": d_v is not None,
-                    "--scale": scale != APPROX_SCALES, "--data": data != "gaussian", "--seeds": seeds != 3,
-                    "--causal": causal, "--spectrum": spectrum, "--plot": plot_file is not None}
-        given = [flag for flag, differs in measured.items() if differs]
+        measured = {"method": "--method", "d": "--d", "d_v": "--dv", "scale": "--scale", "data": "--data",
+                    "seeds": "--seeds", "causal": "--causal", "spectrum": "--spectrum", "plot_file": "--plot"}
+        given = [flag for name, flag in measured.items()  # written on the command line, whatever the value
+                 if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
         if given:  # the options of a measurement, which --transmla does not make
             raise typer.BadParameter(f"--transmla gives a model's cache saving, not a measurement: leave out "
                                      f"{', '.join(given)}", param_hint="'--transmla'")
