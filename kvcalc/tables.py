@@ -115,7 +115,7 @@ def _group_cells(group: ResolvedGroup) -> dict[str, str]:
         per_key = 2 * att.n_heads * (c + att.qk_rope_head_dim) + 2 * att.n_heads * c
         if att.indexed and att.index_n_heads and att.index_head_dim and att.index_topk:
             scan = 2 * att.index_n_heads * (att.index_head_dim + 1)  # MLA.flops' attn/index_scores, a key
-            attended = _keys_form(layer.window and min(layer.window, att.index_topk) or att.index_topk, None)
+            attended = _keys_form(att.key_cap(layer), None)  # min(t, W, k): the window, then the top-k
             out[DECODE_ITEM] = f"{per_key:,}·{attended} + {scan:,}·{_keys_form(layer.window, None)}"
             return out
     elif isinstance(att, Heads):

@@ -107,7 +107,7 @@ class MLA(AttentionKind):
             out["index_k"] = (batch, held, self.index_head_dim)
         return out
 
-    def _cap(self, layer: Layer) -> int | None:
+    def key_cap(self, layer: Layer) -> int | None:
         """The most keys a query attends: its window, capped by the indexer's top-k."""
         caps = [c for c in (layer.window, self.index_topk) if c]
         return min(caps) if caps else None
@@ -118,10 +118,10 @@ class MLA(AttentionKind):
 
     def keys_prefill(self, layer: Layer, n: int) -> int:
         # Σ_t min(t, W, k): a window of min(W, k) (an indexer with chunked attention is refused in `problems`)
-        return keys_seen(n, self._cap(layer)) if self.indexed else self.scan_prefill(layer, n)
+        return keys_seen(n, self.key_cap(layer)) if self.indexed else self.scan_prefill(layer, n)
 
     def keys_prefills(self, layer: Layer, n: int) -> int:
-        return keys_seen_sum(n, self._cap(layer)) if self.indexed else self.scan_prefills(layer, n)
+        return keys_seen_sum(n, self.key_cap(layer)) if self.indexed else self.scan_prefills(layer, n)
 
     def reads_held(self, layer: Layer) -> bool:
         return super().reads_held(layer) and not self.indexed
