@@ -190,7 +190,9 @@ def test_sglang_divides_a_hybrid_swa_models_memory_between_its_full_and_window_p
 
 def test_sglang_sets_aside_a_state_pool_for_a_hybrid_with_constant_states():
     # kv_cache_configurator._handle_max_mamba_cache: the state pool gets room · 0.9 / 1.9 (--mamba-full-memory-ratio
-    # 0.9), K = (that − S) // S slots of one sequence's states S, plus a padding slot; the KV pool the rest.
+    # 0.9), max_mamba_cache_size K = that // S slots of one sequence's states S, K · S bytes; the KV pool the rest.
+    # MambaPool allocates K + 1 slots, slot 0 a padding slot outside the split (memory_pool.py: size + 1), so K are
+    # usable (an audit: kvcalc counted the padding slot inside the split and had one usable slot fewer).
     # Qwen3-Next at tp 4, per GPU: S = 36 Gated DeltaNet layers · ((32 / 4) · 128 · 128 · 4 bytes (fp32) + (8192 / 4)
     # · 3 · 2 (bf16 conv)) = 19,316,736; a token: 12 attention layers · 2 · 1 KV head (of 2, replicated) · 256 · 2 =
     # 12,288 bytes
@@ -198,13 +200,13 @@ def test_sglang_sets_aside_a_state_pool_for_a_hybrid_with_constant_states():
     assert s == 19_316_736
     row = fit("qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4", "--batch", "32")[0]
     room = _room(row)
-    slots = (room * 9 // 19 - s) // s
-    tokens = (room - (slots + 1) * s) // 12_288
+    slots = room * 9 // 19 // s
+    tokens = (room - slots * s) // 12_288
     assert row["max_ctx"] == tokens // 32 == 50_007
-    # each running sequence needs a state slot: at 1,024 tokens the slots bind, not the KV pool (914), and SGLang
+    # each running sequence needs a state slot: at 1,024 tokens the slots bind, not the KV pool (915), and SGLang
     # runs at most a fifth of them at once (the next test)
     row = fit("qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4", "--ctx", "1024")[0]
-    assert row["max_batch"] == (_room(row) * 9 // 19 - s) // s // 5 == 182
+    assert row["max_batch"] == _room(row) * 9 // 19 // s // 5 == 183
 
 
 def test_sglang_pools_leave_a_plain_model_as_one_pool():
@@ -232,9 +234,9 @@ def test_engines_cap_the_sequences_they_run_at_once():
     memory = best("h100-80gb")
     assert memory[1] == "memory" and memory[0] > 4096
     # with states, SGLang's cap is K // 5 state slots (Qwen3-Next takes the extra-buffer strategy: 3 + 2 slots a
-    # request): 914 // 5 at tp 4 and 1,024 tokens (the slots as test_sglang_sets_aside_a_state_pool... derives)
+    # request): 915 // 5 at tp 4 and 1,024 tokens (the slots as test_sglang_sets_aside_a_state_pool... derives)
     row = fit("qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4", "--ctx", "1024")[0]
-    assert (row["max_batch"], row["binding"]) == (914 // 5, "max_running_requests") == (182, "max_running_requests")
+    assert (row["max_batch"], row["binding"]) == (915 // 5, "max_running_requests") == (183, "max_running_requests")
     # solving for the context, a batch past the cap is computed, with a warning
     res = run("fit", "llama3.2-1b", "--hardware", "h100-80gb", "--engine", "vllm", "--batch", "2000")
     assert "vllm runs at most 1,024 sequences at once by default (max_num_seqs)" in res.stderr

@@ -294,6 +294,26 @@ def test_vllm_hybrid_pages_unify_attention_and_state():
         assert (exact.engine_bytes, exact.engine_state_bytes) == (exact.bytes, exact.state_bytes)
 
 
+def test_vllm_hybrid_block_under_a_group_scheme_holds_the_state_at_the_page_rate():
+    # an audit: under --kv-quant g64 the hybrid block was sized by one token's page, which pays a whole key group's
+    # scales (512 + 512 channels · 4 + 32 = 2,592 bytes), so the block came out 448 tokens and every attention page,
+    # 448 · 576 bytes, was padded to 448 · 2,592: int4 cost more than bf16. Qwen3-Next, int4 g64, one attention layer
+    # and token at a multiple of 64 tokens: payload 2 · 512 / 2 = 512, V scales 512 / 64 · 4 = 32, K scales 512 · 4
+    # a channel group of 64 tokens = 32 a token: 576 bytes. Its Gated DeltaNet state in bf16 (vLLM): 32 · 128 · 128 ·
+    # 2 + 3 · 8,192 · 2 = 1,097,728 bytes, so the block is the first multiple of 64 with 576 · a >= that: 1,920
+    qwen = spec("qwen3-next-80b-a3b")
+    state = 32 * 128 * 128 * 2 + 3 * 8192 * 2
+    assert state == 1_097_728 and 576 * 1856 < state <= 576 * 1920
+    r = kv_cache(qwen, Settings(ctx=4096, engine="vllm", kv_dtype="int4", kv_quant="g64"))
+    assert {g.block_size for g in r.groups} == {1920}  # the attention block, and the states' pages beside it
+    assert r.engine_bytes == 12 * 3 * 1920 * 576 == 39_813_120  # 4,096 tokens in 3 pages of each of 12 layers
+    assert r.engine_state_bytes == 36 * 2 * 1920 * 576  # each state page padded to the attention page
+    bf16 = kv_cache(qwen, Settings(ctx=4096, engine="vllm"))
+    assert r.engine_bytes < bf16.engine_bytes
+    # vLLM's own layouts are linear in the tokens: the block is k · ceil(S / (k · A)) as before (A = 2,048 in bf16)
+    assert {g.block_size for g in bf16.groups} == {64 * -(-state // (64 * 2048))} == {576}
+
+
 def test_vllm_groups_pad_every_spec_to_whole_groups():
     # vLLM groups a model whose layers' specs differ (kv_cache_utils._get_kv_cache_groups_uniform_page_size): groups of
     # the fewest layers a spec has (or of the most, when under 1.5 x the fewest), each spec padded to whole groups, and

@@ -33,7 +33,8 @@ Rules (also in the README):
   model of states alone, and makes every page the same size (vllm/platforms/interface.py `_align_hybrid_block_size`): the attention block grows to a = k · ceil(S / (k · A)) tokens, with S the
   bytes of one layer's state, A the bytes one token adds to an attention layer and k = max(the backend's smallest
   block, 16, or 64 for FlashMLA, the block size: 64 by default), at least 128 for an MLA hybrid, and each state page
-  is padded to a · A bytes. SGLang
+  is padded to a · A bytes (under kvcalc's g<G> scheme, not vLLM's, a page is not a · A: the first multiple of k
+  whose page holds S, `_holding_block`). SGLang
   keeps states in its own Mamba pool at their exact size (mem_cache/memory_pool.py MambaPool); ideal is exact.
 - vLLM's groups (vllm/v1/core/kv_cache_utils.py get_kv_cache_groups): a model whose layers' specs differ is kept in
   groups of one spec and equal size, the fewest layers a spec has, or the most when that is under 1.5 times the
@@ -218,13 +219,32 @@ def vllm_hybrid_pages(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s
         return None
     first = growing[0].attention  # vLLM sizes the page by the first attention layer's spec
     formula = first.cache_formula(growing[0].layer, s.mla_cache)
-    one_token = page_bytes(formula, first.cache_heads(growing[0].layer, s.mla_cache), 1, first, s)
+    heads = first.cache_heads(growing[0].layer, s.mla_cache)
     # _align_hybrid_block_size: k = max(the backend's smallest kernel block, the block size), 128 at least for MLA
     asked = s.block_size or DEFAULT_BLOCK["vllm"]
     k = max(VLLM_MLA_BLOCK if isinstance(first, MLA) else VLLM_KERNEL_BLOCK, asked)
     k = max(k, VLLM_MLA_HYBRID_BLOCK) if isinstance(first, MLA) else k
-    block = max(k * -(-max(state_bytes) // (k * one_token)), asked)
-    return HybridPages(block, block * one_token)
+    block = max(_holding_block(formula, heads, k, max(state_bytes), first, s), asked)
+    return HybridPages(block, page_bytes(formula, heads, block, first, s))
+
+
+def _holding_block(formula: Formula, heads: int, k: int, state: int, attention: AttentionKind, s: Settings) -> int:
+    """The fewest tokens, a multiple of k, whose attention page holds `state` bytes: k · ceil(S / (k · A)) for vLLM's
+    layouts, whose page is A bytes a token (_align_hybrid_block_size); under kvcalc's g<G> scheme a key group's scales
+    come G tokens at a time, so a page is less than block · A (A, one token's page, pays a whole group) and the
+    smallest multiple is searched for, from that bound up."""
+    lo = -(-state // (k * page_bytes(formula, heads, 1, attention, s)))  # page(n) <= n · A: no fewer multiples
+
+    def holds(m: int) -> bool:
+        return page_bytes(formula, heads, m * k, attention, s) >= state
+
+    hi = lo
+    while not holds(hi):
+        lo, hi = hi + 1, 2 * hi
+    while lo < hi:  # the first multiple that holds, in lo..hi (page bytes grow with the tokens)
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if holds(mid) else (mid + 1, hi)
+    return k * lo
 
 
 @dataclass(frozen=True)
