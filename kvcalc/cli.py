@@ -415,6 +415,14 @@ def approx(
 
         emit(transmla_output([load(m) for m in transmla], length), fmt, units)
         return
+    from kvcalc.approx.evaluate import DATA
+
+    if data not in DATA:  # an .npz: its arrays give n, d and d_v
+        given = [flag for name, flag in {"n": "--n", "d": "--d", "d_v": "--dv"}.items()
+                 if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+        if given:
+            raise typer.BadParameter(f"{data}: an .npz's arrays q [n, d], k [n, d], v [n, d_v] give the sizes: leave "
+                                     f"out {', '.join(given)}", param_hint="'--data'")
     try:  # ASCII decimals (float also reads '1_0' and other scripts' digits)
         scales = [float(x) if x.isascii() and "_" not in x else float("nan") for x in scale.split(",")]
         if any(x != x for x in scales):
@@ -423,6 +431,8 @@ def approx(
         raise typer.BadParameter(f"{scale!r}: numbers, comma-separated (e.g. 0.25,1,4)", param_hint="'--scale'") from None
     if any(not 0 < x < 1e6 for x in scales):
         raise typer.BadParameter(f"{scale!r}: each scale must be a positive number below 1e6", param_hint="'--scale'")
+    if len(set(scales)) < len(scales):  # as duplicate methods are refused: the rows would repeat
+        raise typer.BadParameter(f"{scale!r}: a scale is given twice", param_hint="'--scale'")
     if plot_file is not None:  # before the measurement, which may take seconds
         from kvcalc.present.plot import figure_format, require_matplotlib
 

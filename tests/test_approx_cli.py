@@ -44,9 +44,11 @@ def test_causal_mode_and_refusals():
                           (["--method", "performer"], "performer needs r"),
                           (["--method", "performer:r=x"], "r must be a whole number"),
                           (["--scale", "-1"], "each scale must be a positive number"),
-                          (["--data", "/nonexistent.npz"], "--data /nonexistent.npz: no such file")):
+                          (["--scale", "1,1.0"], "'1,1.0': a scale is given twice")):
         res = run("approx", "--n", "64", "--d", "8", *args, ok=False)
         assert res.exit_code != 0 and message in res.stderr and "Traceback" not in res.stderr, args
+    res = run("approx", "--data", "/nonexistent.npz", ok=False)
+    assert res.exit_code != 0 and "--data /nonexistent.npz: no such file" in res.stderr
 
 
 def test_lsh_is_measured_against_exact_shared_qk_attention(monkeypatch):
@@ -79,6 +81,12 @@ def test_npz_input_and_spectrum_finds_the_rank(tmp_path):
     np.savez(tmp_path / "bad.npz", q=q, k=k)
     res = run("approx", "--data", str(tmp_path / "bad.npz"), "--method", "exact", ok=False)
     assert res.exit_code == 1 and "missing array(s) v" in res.stderr
+    # an audit: --n, --d and --dv beside an .npz were silently ignored (its arrays give the sizes), even when they
+    # disagreed with them; now refused, whatever the value (the default's 64 too, written out)
+    for sizes in (["--n", "999"], ["--d", "64", "--dv", "3"]):
+        res = run("approx", "--data", str(path), "--method", "exact", *sizes, ok=False)
+        given = ", ".join(a for a in sizes if a.startswith("--"))
+        assert res.exit_code == 2 and f"give the sizes: leave out {given}" in res.stderr, sizes
 
 
 def test_npz_input_has_the_same_bounds_and_must_be_finite(tmp_path):
@@ -208,6 +216,21 @@ def test_transmla_refuses_models_without_rope_or_with_cross_attention():
     assert "transmla: gpt2 has learned absolute positions, no RoPE" in res.stderr and "Traceback" not in res.stderr
     res = run("approx", "--transmla", "whisper-large-v3", "--n", "448", ok=False)
     assert "transmla: whisper-large-v3 has learned absolute positions" in res.stderr
+
+
+def test_transmla_refuses_a_head_dim_its_converter_cannot_fold(tmp_path):
+    # an audit: a Phi-3-mini-like model (head_dim 3072 / 32 = 96) got a saving of 1 − 576/6144, but TransMLA's
+    # converter folds each head's RoPE dims by collapse = head_dim // 64 and asserts 64 · collapse == head_dim
+    # (transmla/lora_qkv.py), which 96 fails; 64, 128 and 256 (every bundled RoPE model) pass
+    config = {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "num_attention_heads": 32,
+              "num_key_value_heads": 32, "num_hidden_layers": 32, "intermediate_size": 8192, "vocab_size": 32064,
+              "max_position_embeddings": 4096, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+              "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    res = run("approx", "--transmla", str(path), ok=False)
+    assert res.exit_code == 1 and "Traceback" not in res.stderr
+    assert "head_dim 96 is not a multiple of the 64-dim RoPE key" in res.stderr
 
 
 def test_transmla_past_the_trained_context_warns_or_flags():

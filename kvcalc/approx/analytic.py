@@ -2,7 +2,8 @@
 
 Conventions (those of kvcalc.costs.flops):
 - FLOPs, not MACs: an m×k by k×n product costs 2·m·n·k. Only products that sum over an index are counted; softmax,
-  feature nonlinearities (exp, ReLU, cos/sin reweighting), prefix sums, sorting and top-k selection are left out.
+  feature nonlinearities (exp, ReLU, cos/sin reweighting), row norms (FAVOR+'s ‖x‖², LSH's unit keys), prefix sums,
+  sorting and top-k selection are left out.
 - One sequence, one head (`heads` = 1), attention only: no Q/K/V/O projections, but the method's own products
   (Linformer's E·K, Nyström's landmark kernels and pseudo-inverse, Performer's feature maps, Loki's PCA rotation).
   TPA and MLA share factors across heads, so theirs are per layer: all `heads` = n_h heads together.
@@ -357,6 +358,12 @@ def transmla_saving(spec: ModelSpec, kv_lora_rank: int = TRANSMLA_KV_LORA_RANK,
     for group in spec.groups:
         if not isinstance(group.attention, Heads):
             raise KvcalcError(f"transmla: {spec.name} has {group.attention.kind} attention; TransMLA converts MHA/GQA/MQA")
+        d_h = group.attention.d_h(group.layer)
+        if d_h % qk_rope_head_dim:  # the converter folds each head's RoPE dims by collapse = d_h // qk_mqa_dim and
+            # asserts qk_mqa_dim · collapse == head_dim (fxmeng/TransMLA transmla/lora_qkv.py)
+            raise KvcalcError(f"transmla: {spec.name}'s head_dim {d_h} is not a multiple of the {qk_rope_head_dim}-dim "
+                              f"RoPE key: TransMLA's converter folds each head's RoPE dims into it (collapse = "
+                              f"head_dim // {qk_rope_head_dim}) and cannot convert this model")
         widths.add(per_token_formula(group).elements)  # 2·n_kv·d_h (DeepSeek-V2 Table 1)
     if len(widths) != 1:
         raise KvcalcError(f"transmla: {spec.name}'s layers cache different widths {sorted(widths)}; give a uniform model")
