@@ -9,8 +9,8 @@ The public API, imported on first use so that `kvcalc` starts fast (the analytic
     cost_figures(spec, s).flops_decode_token
 
 Models: load_model (bundled name or path), load_spec (YAML), ModelSpec. Settings: Settings.
-Costs: kv_cache, param_counts, weights_bytes, prefill_flops, decode_flops, generate_flops, cost_figures (every figure as a
-CostFigures), compare_rows (compare's rows as dicts). Hardware: load_hardware, roofline. Attention kinds: register.
+Costs: kv_cache, param_counts, weights_bytes, prefill_flops, decode_flops, generate_flops, decode_bytes, cost_figures
+(every figure as a CostFigures), compare_rows (compare's rows as dicts). Hardware: load_hardware, roofline. Attention kinds: register.
 """
 
 from importlib import import_module  # loaded already: runpy and the import system use it
@@ -32,6 +32,7 @@ _EXPORTS = {
     "prefill_flops": ("kvcalc.costs.flops", "prefill_flops"),
     "decode_flops": ("kvcalc.costs.flops", "decode_flops"),
     "generate_flops": ("kvcalc.costs.flops", "generate_flops"),
+    "decode_bytes": ("kvcalc.costs.traffic", "decode_bytes"),
     "cost_figures": ("kvcalc.figures", "figures"),  # not `figures`: that name is the module kvcalc.figures
     "CostFigures": ("kvcalc.figures", "CostFigures"),
     "compare_rows": ("kvcalc.rows", "compare_rows"),

@@ -272,6 +272,29 @@ def test_public_api_computes_a_table_without_the_cli_or_numpy():
     assert out == [str(60 * 576 * 2 * 131072), "absorbed", "4", str(80 * 2 * 8 * 128 * 2 * 131072), "False"]
 
 
+def test_every_cost_function_the_readme_names_is_in_the_api():
+    # an audit: the README's Python API section listed decode_bytes beside kv_cache and prefill_flops, but
+    # `from kvcalc import decode_bytes` failed (it lived in kvcalc.costs.traffic alone)
+    import re
+
+    import kvcalc
+    from conftest import ROOT
+    from kvcalc import Settings, decode_bytes, kv_cache, load_model
+
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    listed = re.search(r"passed whole to every cost function \(([^)]*)\)", readme)
+    assert listed is not None
+    names = re.findall(r"`(\w+)`", listed.group(1))
+    assert "decode_bytes" in names and len(names) >= 6
+    for name in names:
+        assert callable(getattr(kvcalc, name)), name
+    # a dense model's decode step reads every token its cache holds: Llama 3 70B at 4,096 tokens, 80 layers ·
+    # 2 · 8 · 128 · 2 bytes a token
+    spec = load_model("llama3-70b").spec
+    s = Settings(ctx=4096)
+    assert decode_bytes(spec, s)["kv_cache"] == kv_cache(spec, s).bytes == 80 * 2 * 8 * 128 * 2 * 4096
+
+
 def test_readme_lists_every_bundled_model_and_supported_model_type():
     from conftest import ROOT
     from kvcalc.hf import IMPORTERS

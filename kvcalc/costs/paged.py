@@ -62,7 +62,7 @@ from kvcalc.costs.state import parts_bytes, state_parts
 from kvcalc.settings import Settings
 from kvcalc.spec import ResolvedGroup
 
-# tokens a page: vLLM CacheConfig.DEFAULT_BLOCK_SIZE (64 since its 2026 releases; 16 before), SGLang page_size
+# tokens a page: vLLM CacheConfig.DEFAULT_BLOCK_SIZE (64 from vLLM 0.34.0 of 2026-11-16; 16 in 0.33.0 and before), SGLang page_size
 DEFAULT_BLOCK = {"ideal": 1, "vllm": 64, "sglang": 1}
 VLLM_KERNEL_BLOCK = 16  # FlashAttention's smallest kernel block (get_supported_kernel_block_sizes: MultipleOf(16))
 VLLM_MLA_HYBRID_BLOCK = 128  # _align_hybrid_block_size: an MLA/Mamba hybrid's block a multiple of 128 (TRT-LLM MLA)
