@@ -154,11 +154,11 @@ def test_a_bare_bundled_name_is_the_bundled_model_though_a_file_has_it(tmp_path,
 def test_approx_data_refuses_a_fifo_and_a_file_that_is_not_npz(tmp_path):
     fifo = tmp_path / "qkv.npz"
     os.mkfifo(fifo)
-    res = run("approx", "--n", "64", "-m", "exact", "--data", str(fifo), ok=False)  # np.load blocked on it
+    res = run("approx", "-m", "exact", "--data", str(fifo), ok=False)  # np.load blocked on it
     assert res.exit_code == 1 and f"--data {fifo}: is a FIFO (named pipe), not a regular file" in res.stderr
     text = tmp_path / "x.json"
     text.write_text("{}")
-    res = run("approx", "--n", "64", "-m", "exact", "--data", str(text), ok=False)
+    res = run("approx", "-m", "exact", "--data", str(text), ok=False)
     assert res.exit_code == 1 and f"--data {text}: not a NumPy .npz archive of arrays q, k, v (np.savez)" in res.stderr
 
 
