@@ -112,3 +112,18 @@ def test_engines_hold_whisper_as_their_pools_do_and_warn_for_models_they_do_not_
         out = run("compare", str(t5), "--ctx", "512", "--engine", engine).stderr
         assert "neither vLLM nor SGLang serves this encoder–decoder model" in out
     assert "warning" not in run("compare", str(t5), "--ctx", "512", "--engine", "ideal").stderr
+
+
+def test_engines_refuse_pipeline_stages_for_an_encoder_decoder_model():
+    # an audit: whisper under --pp 2 --engine vllm printed a per-GPU figure for a layout vLLM 0.34.0 refuses
+    # (WhisperForConditionalGeneration lacks SupportsPP: "Pipeline parallelism is not supported for this model") and
+    # SGLang has no stages for (its whisper.py builds every layer on every rank)
+    for engine in ("vllm", "sglang"):
+        res = run("compare", "whisper-large-v3", "--ctx", "448", "--pp", "2", "--engine", engine, ok=False)
+        assert res.exit_code == 1 and "Traceback" not in res.stderr
+        assert (f"--pp 2 --engine {engine}: whisper-large-v3 is an encoder–decoder model, and {engine} runs none with "
+                "pipeline parallelism") in res.stderr
+    # without an engine the split is computed: 32 decoder layers, 16 a stage, each (448 + 1500) · 2 · 20 · 64 · 2 bytes
+    row = json.loads(run("compare", "whisper-large-v3", "--ctx", "448", "--pp", "2", "-f", "json").stdout)[0]
+    assert row["kv_cache_bytes_per_gpu"] == 16 * (448 + 1500) * 2 * 20 * 64 * 2
+

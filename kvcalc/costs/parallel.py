@@ -406,6 +406,12 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
     """A KvcalcError where the settings' parallel layout does not apply to `spec`."""
     if s.pp > spec.n_layers:
         raise KvcalcError(f"--pp {s.pp}: {spec.name} has only {spec.n_layers} layers to split into stages")
+    if s.pp > 1 and spec.encoder is not None and s.engine in ("vllm", "sglang"):
+        # vLLM 0.34.0: WhisperForConditionalGeneration does not implement SupportsPP, and
+        # ModelConfig.verify_with_parallel_config raises "Pipeline parallelism is not supported for this model";
+        # SGLang's whisper.py builds every layer on every rank, with no pipeline stages
+        raise KvcalcError(f"--pp {s.pp} --engine {s.engine}: {spec.name} is an encoder–decoder model, and "
+                          f"{s.engine} runs none with pipeline parallelism (give --pp 1, or no --engine)")
     if s.dp_attention and not spec.has_layouts():
         raise KvcalcError(f"--dp-attention: {spec.name} has no MLA layer (SGLang's DP attention splits a latent cache)")
     if s.tp > 1:
