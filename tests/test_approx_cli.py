@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from conftest import run
 
@@ -16,6 +17,7 @@ def approx(*args: str) -> list[dict]:
     return json.loads(run("approx", *args, "-f", "json").stdout)
 
 
+@pytest.mark.slow
 def test_rows_carry_costs_and_errors():
     rows = approx("--n", "256", "--d", "32", "--method", "exact,performer:r=64,topk:k=256,nystrom:m=32",
                   "--scale", "0.5,2", "--seeds", "2")
@@ -89,6 +91,7 @@ def test_npz_input_and_spectrum_finds_the_rank(tmp_path):
         assert res.exit_code == 2 and f"give the sizes: leave out {given}" in res.stderr, sizes
 
 
+@pytest.mark.slow
 def test_npz_input_has_the_same_bounds_and_must_be_finite(tmp_path):
     # an audit: the n and n × d limits were checked on --n and --d only, so a file of any size ran (and could end
     # in a MemoryError traceback); NaN data gave NaN errors and an all-zero v 0/0, both without a word
@@ -121,6 +124,7 @@ def test_a_method_whose_arrays_would_not_fit_is_refused():
     assert approx("--n", "64", "--method", "lsh:c=8/r=4", "--seeds", "1")[0]["n"] == 64  # 4 · 64² is fine
 
 
+@pytest.mark.slow
 def test_performer_at_a_large_scale_is_a_number(monkeypatch):
     # an audit: NaN at --scale 16 and 20 (its keys' features underflowed), a bare NaN in the JSON. The keys now
     # share a stabilising factor (causal: the running max, rescaled per query), so these are numbers
@@ -158,6 +162,7 @@ def test_readme_cost_table_is_generated():
     assert readme.split("<!-- approx:begin -->\n")[1].split("\n<!-- approx:end -->")[0] == readme_cost_table()
 
 
+@pytest.mark.slow
 def test_pareto_plot(tmp_path):
     import pytest
 

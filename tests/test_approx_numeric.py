@@ -149,6 +149,7 @@ def _performer_error(make, scale, r, seeds=3, n=128, d=32):
     return float(np.mean(errs))
 
 
+@pytest.mark.slow
 def test_performer_error_falls_with_r_at_small_scale_but_not_on_spiky_attention():
     # Seen (n 128, d 32, seeds 0-2): gaussian scale 0.25: r 16 -> 256 gives 0.164 -> 0.037;
     # spiky scale 4: 1.29 -> 1.17 (worse than predicting zero at every r).

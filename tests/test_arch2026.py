@@ -239,6 +239,7 @@ def test_bundled_minimax_m25_equals_its_config():
 # ---------------------------------------------------------------- multi-token prediction (--mtp)
 
 
+@pytest.mark.slow
 def test_mtp_on_a_model_without_mtp_layers_says_it_adds_nothing():
     # glm-4.7's config has num_nextn_predict_layers 1, which the importer leaves out (Glm4MoeModel does not build it)
     for args in (["compare", "glm-4.7", "deepseek-v3"], ["show", "glm-4.7"], ["cost", "glm-4.7"],

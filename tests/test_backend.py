@@ -51,6 +51,7 @@ def assert_all_match(report):
     assert len(compared) > 10 and all(r.match for r in compared)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(ATTENTION))
 @pytest.mark.parametrize("window", [None, 5])
 def test_every_kind_at_tiny_dims(kind, window):
@@ -63,6 +64,7 @@ def test_every_kind_at_tiny_dims(kind, window):
         assert "MLA absorbed = naive" in names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mla_cache, schedule", [("latent", "naive"), ("latent", "absorbed"), ("expanded", "naive")])
 def test_mla_layouts_and_schedules(mla_cache, schedule):
     report = run(tiny(ATTENTION["mla"]), RunSettings(ctx=9, decode=3, dtype="float64", mla_cache=mla_cache, mla_schedule=schedule))
@@ -78,6 +80,7 @@ def test_real_per_layer_dims(name, ctx):
     assert_all_match(report)
 
 
+@pytest.mark.slow
 def test_window_is_exercised_at_real_gemma_dims():
     # gemma3-1b: window 512; ctx 520 > W, so the local layer holds 512 tokens and attends to at most 512 keys
     report = run(spec("gemma3-1b"), RunSettings(ctx=520, decode=2))
@@ -119,6 +122,7 @@ def test_exact_causal_flops_and_dense_reference():
         assert rel_error(got, dense_reference(x, layer)) < 1e-12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [None, 1, 3, 5, 8, 16])
 def test_block_tiles_cover_every_pair_once(window):
     # Every query-key pair of a causal (windowed) prefill lies in exactly one tile, and no masked pair in any.
@@ -191,12 +195,14 @@ def test_float16_run_within_its_tolerance():
 # ---------------------------------------------------------------- through the CLI
 
 
+@pytest.mark.slow
 def test_cli_run_table_and_exit_code():
     res = cli("run", "gpt2", "--ctx", "16", "--decode", "2")
     assert "Predicted" in res.stdout and "Measured" in res.stdout and "cached decode = full recomputation" in res.stdout
     assert " NO " not in res.stdout
 
 
+@pytest.mark.slow
 def test_wrong_prediction_fails_the_run(monkeypatch):
     # Break the analytic cache formula (GPT-2 is MHA; the formula lives on its attention kind): the run must notice
     # and exit non-zero, showing the mismatch.
@@ -215,6 +221,7 @@ def test_wrong_prediction_fails_the_run(monkeypatch):
     assert "NO" in res.stdout and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 def test_wrong_flop_formula_fails_the_run(monkeypatch):
     # Llama 3.2 1B is GQA; its FLOP formula lives on its attention kind.
     real = GQA.flops
@@ -288,6 +295,7 @@ def test_rope_in_place_by_pieces_is_the_rotation():
     assert not cos.flags.writeable and rope_span(3, t, d, 10_000.0, np.float32)[0] is cos  # one table, kept
 
 
+@pytest.mark.slow
 def test_run_warns_past_the_trained_maximum_and_when_the_whole_cache_is_not_measured(tmp_path):
     # found by an audit: run said nothing where compare warns, and left the whole-model check '–' without a word.
     # A tiny model of two groups (max_context 16): ctx 16 + 1 decode step passes it; --layers 1 runs one group only
@@ -324,6 +332,7 @@ layer_groups:
         assert {r["exceeds_max_context"] for r in rows if r["table"] == "results"} == {str(over).lower()}
 
 
+@pytest.mark.slow
 def test_run_warns_when_a_constant_state_group_is_left_out():
     # an audit: minimax-m1 --layers 1 runs one softmax layer; its 70 lightning layers' state was predicted, not
     # measured, without the warning the cache gets

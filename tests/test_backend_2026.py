@@ -61,6 +61,7 @@ def assert_all_match(report, check: str):
     assert len(compared) > 10 and all(r.match for r in compared)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_cli_run_matches_every_row(tmp_path, name):
     res = cli("run", spec_file(tmp_path, name), "--ctx", "40", "--decode", "3", "-q", "-f", "json")
@@ -70,6 +71,7 @@ def test_cli_run_matches_every_row(tmp_path, name):
     assert KINDS[name][2] in res.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(KINDS))
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_library_run_batch_two(name, dtype):
@@ -77,6 +79,7 @@ def test_library_run_batch_two(name, dtype):
     assert_all_match(report, KINDS[name][2])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cache, schedule", [("latent", "naive"), ("latent", "absorbed"), ("expanded", "naive")])
 @pytest.mark.parametrize("window", [None, 16, 8])
 def test_indexer_layouts_schedules_and_windows(cache, schedule, window):
@@ -99,6 +102,7 @@ def near_tie_spec() -> ModelSpec:
     return ModelSpec.model_validate({**data, "d_model": 32, "n_layers": 3})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_indexer_near_ties_do_not_fail_a_float16_run(seed):
     # an audit: in float16 the run's prefill, its decode steps and the checks' recomputation rounded the indexer's
@@ -114,6 +118,7 @@ def test_indexer_near_ties_do_not_fail_a_float16_run(seed):
     assert checks["cached decode = full recomputation"].error <= 2e-2
 
 
+@pytest.mark.slow
 def test_a_wrong_top_k_fails_the_indexer_check(monkeypatch):
     # the check can fail: a run whose decode steps attend the oldest k keys instead of the top k
     top = LatentAttention._top
@@ -186,6 +191,7 @@ def test_cross_attention_cache_and_enc_ctx(tmp_path):
     ("v_head_dim", GQA, "flops"), ("output_gate", GQA, "flops"), ("k_eq_v", GQA, "cache_formula"),
     ("sinks", GQA, "flops"), ("chunked", GQA, "keys_at"), ("indexer", MLA, "flops"), ("cross", MHA, "cache_formula"),
 ])
+@pytest.mark.slow
 def test_wrong_analytic_formula_fails_the_run(tmp_path, monkeypatch, name, kind, attr):
     from kvcalc.attention import Formula
 

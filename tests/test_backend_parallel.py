@@ -44,6 +44,7 @@ def rows(report) -> dict:
     return {r.quantity: r for r in report.rows}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, itemsize", [("float64", 8), ("float32", 4)])
 def test_run_measures_kv_cache_state_and_flops_of_both_parts(dtype, itemsize):
     report = run(tiny_spec(), RunSettings(ctx=16, decode=3, batch=2, dtype=dtype))
@@ -140,6 +141,7 @@ def test_memory_plan_counts_the_mixer():
     assert mixer_group(spec.groups[0]).attention.kind == "mamba2"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attr", ["state_formula", "flops"])
 def test_wrong_mixer_formula_fails_the_run(tmp_path, monkeypatch, attr):
     from kvcalc.attention import Formula

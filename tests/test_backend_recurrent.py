@@ -64,6 +64,7 @@ def assert_all_match(report):
     assert report.ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(ATTENTION))
 def test_cli_run_every_kind(kind, tmp_path):
     out = json.loads(cli("run", write(tmp_path, tiny_hybrid(ATTENTION[kind])), "--ctx", "40", "--decode", "3", "-q",
@@ -92,6 +93,7 @@ def test_cli_run_every_kind(kind, tmp_path):
     assert total["measured"] == total["predicted"] == 4 * elements  # one stateful layer of the two
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("dtype", ["float64", "float16"])
 def test_every_kind_batch_and_dtype(kind, dtype):
@@ -101,6 +103,7 @@ def test_every_kind_batch_and_dtype(kind, dtype):
     assert any(c.name.endswith("recurrent form = parallel form") for c in report.checks)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_wrong_state_formula_fails_the_run(kind, tmp_path, monkeypatch):
     real = KINDS[kind].state_formula
@@ -115,6 +118,7 @@ def test_wrong_state_formula_fails_the_run(kind, tmp_path, monkeypatch):
     assert "error: predicted and measured differ" in res.stderr and "state bytes after prefill" in res.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_wrong_flop_formula_fails_the_run(kind, tmp_path, monkeypatch):
     real = KINDS[kind].flops
@@ -159,6 +163,7 @@ def test_real_dims(name, kind):
     assert total["measured"] == total["predicted"] == compare["state_bytes"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_kda_run_batch_of_two(dtype):
     # Kimi Delta Attention: every state shape, state byte and FLOP row matches, and recurrent = parallel form

@@ -57,6 +57,7 @@ def test_a_row_with_one_side_missing_is_a_mismatch_unless_nothing_is_compared():
     assert Row("time", "prefill wall time", None, 0.5, "seconds", compared=False).match is None
 
 
+@pytest.mark.slow
 def test_a_predicted_tensor_the_run_does_not_hold_fails_the_run(tmp_path, monkeypatch):
     # the audit's missing_tensor.py: cache_shapes predicts a k_scale the run never holds; its rows showed "–", exit 0
     real = Heads.cache_shapes
@@ -105,6 +106,7 @@ def test_a_state_tensor_missing_or_unpredicted_fails_the_run(monkeypatch):
     ({"attention": GQA_ATT, "sliding_window": 4}, {"attention": GQA_ATT}, "KV cache, all 2 layers"),
     ({"attention": GQA_ATT}, {"attention": MAMBA_ATT}, "constant state, all 2 layers"),
 ])
+@pytest.mark.slow
 def test_timings_and_the_totals_of_a_left_out_group_stay_not_compared(first, second, total):
     # --layers 1 runs the first group only: the whole model's cache (or state) is predicted, not measured
     report = run(tiny(first, second, d_model=64), RunSettings(ctx=8, decode=2, layers=1))
@@ -126,6 +128,7 @@ def dsa(window: int | None = None) -> ModelSpec:
     return tiny({"attention": DSA_ATT, **({"sliding_window": window} if window else {})}, d_model=64)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 @pytest.mark.parametrize("window", [None, 16])
 def test_the_run_s_selections_are_the_dense_reference_s_top_k(dtype, window):
@@ -142,6 +145,7 @@ def test_no_dense_reference_where_the_top_k_never_bites():
     assert report.ok and DENSE not in {c.name for c in report.checks}
 
 
+@pytest.mark.slow
 def test_a_bottom_k_fails_the_dense_reference(tmp_path, monkeypatch):
     # the audit's inverted_topk.py: the k lowest-scored visible keys instead of the k highest. The run and its
     # recomputations share top_keys and the index scoring, so only the dense reference sees it

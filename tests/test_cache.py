@@ -165,6 +165,7 @@ def test_window_holds_min_ctx_w(ctx, held):
     assert report.elements == 4 * 2 * 16 * held
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_BUNDLED)
 def test_cache_linear_in_context_below_any_window(name):
     s = spec(name)
@@ -177,6 +178,7 @@ def test_cache_linear_in_context_below_any_window(name):
     assert one.elements_per_token == sum(per_token_formula(g).elements * len(g.layers) for g in s.groups)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_BUNDLED)
 def test_cache_linear_in_batch_and_monotone_in_ctx(name):
     s = spec(name)

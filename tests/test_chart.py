@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import run
 from kvcalc.present.chart import WIDTH, bar
 
@@ -33,6 +35,7 @@ def test_sweep_chart_and_refusals():
     assert res.exit_code == 1 and "--chart draws in the table and markdown formats" in res.stderr
 
 
+@pytest.mark.slow
 def test_plot_command_writes_the_figure(tmp_path):
     import pytest
 

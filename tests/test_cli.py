@@ -87,6 +87,7 @@ def test_compare_no_windows_on_gemma3_27b():
     assert full == 62 * 4096 * 131_072 * 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_carries_the_figures(fmt):
     out = run("compare", "llama3-70b", "deepseek-v2", "--ctx", "128k", "--format", fmt).stdout
@@ -210,6 +211,7 @@ def test_show_rejects_a_ctx_list():
     assert res.exit_code == 2 and "show takes one context" in res.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_list_every_format(fmt):
     out = run("list", "--format", fmt).stdout
@@ -253,6 +255,7 @@ def test_error_empty_spec(tmp_path):
     assert f"error: {path}: the file is empty" in failing("show", path)
 
 
+@pytest.mark.slow
 def test_python_dash_m_works():
     import subprocess
     import sys
@@ -371,6 +374,7 @@ def test_error_import_output_unwritable(tmp_path):
     [],
     ["--version"],
 ])
+@pytest.mark.slow
 def test_the_one_command_app_answers_as_the_whole_app(args):
     # main() runs app_for(argv): for a known command a copy of the app with that command alone (typer builds every
     # registered command's parameters before parsing); the output, errors and exit codes must be the whole app's
@@ -397,6 +401,7 @@ def _command_lines() -> list[list[str]]:
     return names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", _command_lines(), ids=" ".join)
 def test_every_command_answers_help_and_a_bad_option_as_the_whole_app(command):
     from typer.testing import CliRunner

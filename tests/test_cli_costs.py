@@ -76,6 +76,7 @@ def test_dense_attn_counts_n_squared():
     assert dense - causal == 12 * 2 * 2 * (1024 * 1024 - 1024 * 1025 // 2) * 768
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_new_figure_in_every_format(fmt):
     out = run("compare", "llama3-70b", "deepseek-v2", "--ctx", "8k", "--columns", "all", "--hardware", "h100-80gb",
@@ -138,6 +139,7 @@ def test_cost_mla_both_schedules():
     assert data["summary"]["mla_crossover"] == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_cost_every_format(fmt):
     out = run("cost", "mixtral-8x7b", "--ctx", "2k", "--gen", "512", "--hardware", "a100-80gb", "--format", fmt).stdout
@@ -178,6 +180,7 @@ def test_sweep_points_and_errors():
     assert res.exit_code == 2 and "runs backwards" in res.stderr
 
 
+@pytest.mark.slow
 def test_sweep_rows_are_bounded_by_format(tmp_path):
     # csv and json are written as rows are computed: 100,000 rows; the human formats lay a table out whole: 2,000
     res = run("sweep", "gpt2", "llama3-8b", "--ctx", "1k..1M", "--points", "1001", ok=False)
@@ -194,6 +197,7 @@ def test_sweep_rows_are_bounded_by_format(tmp_path):
     assert (tmp_path / "s.json").read_text() == out  # written as computed, the same text
 
 
+@pytest.mark.slow
 def test_sweep_takes_lists_of_settings_one_row_per_combination():
     # #11 item 3: --batch, --gen, --kv-dtype and --tp take comma lists; the rows are the sweeps of each combination in
     # turn (batch slowest, then gen, kv dtype, tp), each as it is alone (the ratio is against the first model there)
@@ -223,6 +227,7 @@ def test_sweep_every_format(fmt):
         assert "absorbed" in out and "Tokens/s" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_hardware_listing(fmt):
     out = run("hardware", "--format", fmt).stdout
@@ -238,6 +243,7 @@ def test_unknown_hardware_is_a_clear_error():
     assert res.exit_code == 1 and "h100-80gb" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 def test_cost_summary_writes_tokens_per_second_with_three_significant_digits():
     # an audit: the summary wrote tokens/s with one decimal ('{:,.1f}'): a 26.3 s decode step showed 0.0 tokens/s,
     # 215 showed 215.5; compare's column and the README's rule give three significant digits, whole from 1,000

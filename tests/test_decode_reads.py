@@ -42,6 +42,7 @@ def scout_read(ctx: int) -> int:
     return (SCOUT_GLOBAL * ctx + SCOUT_CHUNKED * ((ctx - 1) % CHUNK + 1)) * SCOUT_TOKEN
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ctx", [1, 4 * K, CHUNK, CHUNK + 1, 20_000, 2 * CHUNK, 128 * K + 5])
 def test_chunked_layers_read_their_chunk(ctx):
     assert kv_read("llama4-scout", ctx) == scout_read(ctx)
@@ -57,6 +58,7 @@ def test_chunked_read_at_a_chunk_boundary_written_out():
     assert held("llama4-scout", CHUNK + 1) == (12 * 8193 + 36 * 8192) * 4096 == 1_610_661_888
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ctx", [1, TOPK, TOPK + 1, 32 * K, 128 * K, K * K])
 def test_dsa_reads_every_index_key_and_the_top_k_latents(ctx):
     bf16 = 2
@@ -87,6 +89,7 @@ def test_dsa_expanded_layout_reads_top_k_per_head_keys_and_values():
 
 @pytest.mark.parametrize("model", ["llama3-70b", "deepseek-v2", "gemma3-27b", "gpt-oss-120b", "qwen3-next-80b-a3b",
                                    "whisper-large-v3", "mistral-7b", "nemotron-h-56b"])
+@pytest.mark.slow
 @pytest.mark.parametrize("ctx", [1, 4 * K, 32 * K + 3, K * K])
 def test_a_layer_that_reads_what_it_holds_reads_its_cache(model, ctx):
     """Full, windowed, MLA without an indexer, hybrid and encoder–decoder models: the read, counted token by token

@@ -114,6 +114,7 @@ def test_a_valid_name_loads_back(tmp_path):
     assert shown["spec"]["n_layers"] == 32
 
 
+@pytest.mark.slow
 def test_list_sorts_names_naturally():
     names = [row["model"] for row in json.loads(run("list", "-f", "json").stdout)]
     # Digit runs compare as numbers: 1b < 4b < 12b < 27b, 8b < 70b, and llama3 before llama3.1 before llama3.2.

@@ -113,6 +113,7 @@ def test_parameter_closed_forms():
     assert (TOTAL, ACTIVE) == (79_674_391_296, 3_874_929_408)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", [str(CONFIG), BUNDLED])
 def test_parameters_total_and_active(model):
     (row,) = compare(model, "--ctx", "4k")

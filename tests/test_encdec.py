@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import REFERENCE, run, spec
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.flops import decode_flops, prefill_flops
@@ -91,6 +93,7 @@ def test_cross_attention_needs_an_encoder(tmp_path):
     assert f"{path}: layer_groups[0].cross_attention: cross-attention needs an encoder" in res.stderr
 
 
+@pytest.mark.slow
 def test_engines_hold_whisper_as_their_pools_do_and_warn_for_models_they_do_not_serve():
     # an audit: SGLang's one pool gives Whisper large a buffer in each of its 32 + 2 · 32 = 96 attention layers
     # (model_config num_attention_layers: encoder, decoder self- and cross-attention), each holding all 1,500 + ctx

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import run
 
 GIB = 1 << 30
@@ -96,6 +98,7 @@ def test_kv_cache_of_all_sequences_is_in_pages_under_an_engine():
     assert (row["batch"], row["kv_cache_bytes"]) == (22, 54_119_104_512)
 
 
+@pytest.mark.slow
 def test_a_context_fits_when_every_context_before_it_does():
     # gemma3-27b's 52 windowed layers (W = 1024) in pages of 16 (the ideal engine; SGLang pages Gemma 3's windows
     # whole, outside its hybrid-SWA models): the window's 1,024 positions span 64
@@ -218,6 +221,7 @@ def test_sglang_pools_leave_a_plain_model_as_one_pool():
     assert row["max_ctx"] == ideal["max_ctx"]
 
 
+@pytest.mark.slow
 def test_engines_cap_the_sequences_they_run_at_once():
     # an audit: fit --ctx answered what memory holds, but vllm serve runs at most max_num_seqs sequences at once
     # (get_batch_defaults: 1024 on a GPU of 70 GiB or more but an A100, else 256; per data-parallel replica) and SGLang

@@ -186,6 +186,7 @@ def test_run_measures_the_layers_that_hold_a_cache():
     assert doc["ok"] and all(r.get("match") is not False for r in doc["rows"]) and all(c["passed"] for c in doc["checks"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ctx", [1, 16, 512, 513, 4 * K])
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "ideal"])
 def test_engine_pages_count_none_for_the_shared_layers(ctx, engine):

@@ -20,6 +20,7 @@ def cli(*args: str, env: dict | None = None, **kwargs) -> subprocess.CompletedPr
                           env={**os.environ, **(env or {})}, timeout=60, **kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="optional: no /dev/full on this system")
 def test_a_full_disk_is_a_message():
     with open("/dev/full", "w") as full:
@@ -29,6 +30,7 @@ def test_a_full_disk_is_a_message():
     assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr
 
 
+@pytest.mark.slow
 def test_closed_stdout_and_ascii_terminal():
     res = subprocess.run([sys.executable, "-c", "import os; os.close(1); from kvcalc.cli import main; import sys; "
                           "sys.stdout = None; sys.argv=['kvcalc','list']; main()"], capture_output=False,
@@ -82,6 +84,7 @@ def test_closed_stdout_and_ascii_terminal():
     (["run", "gpt2", "--ctx", "8", "--mla-schedule", "absorbed"], "--mla-cache/--mla-schedule: gpt2 has no MLA layers"),
     (["run", "gpt2", "--ctx", "8", "--enc-ctx", "4"], "--enc-ctx: gpt2 has no cross-attention"),
 ])
+@pytest.mark.slow
 def test_numbers_beyond_the_bounds(args, message):
     res = run(*args, ok=False)
     assert res.exit_code in (1, 2) and message in res.stderr and "Traceback" not in res.stderr
@@ -121,6 +124,7 @@ def test_numbers_beyond_the_bounds(args, message):
     (["sweep", "gpt2", "--ctx", "1..1M", "--batch", ",".join(map(str, range(1, 101))), "--tp", ",".join(map(str, range(1, 101))),
       "-f", "csv"], "Invalid value for '--ctx' / '--batch' / '--tp': 1 model(s) × 21 contexts × 10,000 settings"),
 ])
+@pytest.mark.slow
 def test_what_reads_as_a_number_is_written_in_ascii_digits(args, message):
     res = run(*args, ok=False)
     assert res.exit_code in (1, 2) and message in res.stderr and "Traceback" not in res.stderr
@@ -187,6 +191,7 @@ def test_run_float16_warns_that_it_is_slow():
     assert "NumPy has no fast float16 matrix product" in res.stderr
 
 
+@pytest.mark.slow
 def test_options_a_model_has_nothing_for_are_named():
     # they changed nothing in silence (json even echoed enc_ctx 5): now a warning each, as --mtp's
     err = run("compare", "llama3-8b", "--ctx", "4k", "--enc-ctx", "5", "--mla-cache", "expanded", "--dp", "7", "--ep", "7").stderr
@@ -202,6 +207,7 @@ def test_options_a_model_has_nothing_for_are_named():
     assert "warning" not in run("compare", "qwen3-next-80b-a3b", "--ctx", "4k", "--state-dtype", "fp8").stderr
 
 
+@pytest.mark.slow
 def test_plot_names_the_options_a_model_has_nothing_for(tmp_path):
     pytest.importorskip("matplotlib")
     err = run("plot", "llama3-8b", "--mla-cache", "expanded", "--ctx", "1k,2k", "-o", tmp_path / "p.png").stderr

@@ -112,6 +112,7 @@ def test_every_reference_config_parses_as_json_does():
         assert jsonfile.loads(text, str(path)) == json.loads(text), path
 
 
+@pytest.mark.slow
 def test_a_huge_value_is_shown_briefly(tmp_path):
     err = refused(tmp_path, config(LLAMA, head_dim=[list(range(100))] * 1000), "head_dim: must be a whole number, got [[0, 1")
     assert len(err.split(" got ", 1)[1].strip()) <= MESSAGE_WIDTH, err

@@ -54,6 +54,7 @@ def test_every_reference_config_is_mapped():
     assert found == set(REFERENCE_TO_BUNDLED), "a reference config has no bundled counterpart in this test"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ref, bundled", sorted(REFERENCE_TO_BUNDLED.items()))
 def test_reference_config_gives_bundled_numbers(ref, bundled):
     path = REFERENCE_MODELS / ref
@@ -70,6 +71,7 @@ def test_reference_config_gives_bundled_numbers(ref, bundled):
            [(g.layers, g.attention, g.sliding_window) for g in sorted(mine.groups, key=lambda g: g.layers)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ref", sorted(REFERENCE_TO_BUNDLED))
 def test_import_then_load_round_trips(ref, tmp_path):
     path = REFERENCE_MODELS / ref

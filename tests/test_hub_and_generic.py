@@ -64,6 +64,7 @@ def test_unknown_model_type_with_standard_keys_imports_as_plain_decoder(tmp_path
     run("show", path, "--ctx", "1k")
 
 
+@pytest.mark.slow
 def test_generic_import_warning_on_stderr(tmp_path):
     """The CLI side: the one-line assumption reaches stderr (needs the hook that prints LoadedModel.warnings)."""
     path = write(tmp_path / "new-model", PLAIN)

@@ -98,6 +98,7 @@ def test_an_explicit_null_still_means_one_kv_head_per_query_head(tmp_path):
     ("configs-extra-5/flux2-dev-mistral-small-3.json", ("num_key_value_heads",)),  # text_config: MistralConfig's 8
     ("configs-extra/qwen3-vl-8b-instruct.json", ("head_dim",)),  # Qwen3VLTextConfig: 128
 ])
+@pytest.mark.slow
 def test_leaving_out_a_key_equal_to_its_default_changes_nothing(tmp_path, path, keys):
     real = row(config(path), tmp_path, "real")
     left_out = row(without(config(path), *keys), tmp_path, "left-out")

@@ -43,6 +43,7 @@ print("numpy" in sys.modules)
         pytest.param(["hardware"], id="hardware", marks=pytest.mark.slow),
     ],
 )
+@pytest.mark.slow
 def test_analytic_commands_do_not_import_numpy(args, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, *args], cwd=tmp_path, capture_output=True, text=True, timeout=60
@@ -58,6 +59,7 @@ FIRST = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", FIRST, ids=list(FIRST))
 def test_kvcalc_figures_is_the_module_whatever_was_imported_first(first):
     # #11: `figures` was once also a lazily exported function, so what `from kvcalc import figures` gave depended on
@@ -82,6 +84,7 @@ print(plugins._plugins is None, "kvcalc.hf" in sys.modules)
 """
 
 
+@pytest.mark.slow
 def test_compare_of_bundled_models_skips_what_it_does_not_need(tmp_path):
     # #11 item 4 (cold start): a bundled spec is no HF config, so the importers (kvcalc.hf) stay unimported; the
     # console entry point spares pydantic's scan of every installed distribution for plugins (importlib.metadata)
@@ -109,6 +112,7 @@ print(sorted(m for m in ("pydantic.main", "kvcalc.attention", "kvcalc.spec", "ri
     (["--version"], "[]"),
     (["compare", "--help"], "['pydantic.main']"),  # typer's own parameter adapters import it for any command
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+@pytest.mark.slow
 def test_help_and_version_load_no_model_classes(args, loaded, tmp_path):
     # The command line's choice lists (dtypes, MLA layouts and schedules, engines) live in kvcalc.settings, which
     # imports no attention kind: help and --version need neither the spec and kind classes (with pydantic's BaseModel,

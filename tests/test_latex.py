@@ -68,6 +68,7 @@ def headers(out: str) -> list[str]:
     return [lines[i + 1] for i, line in enumerate(lines) if line == r"\toprule"]
 
 
+@pytest.mark.slow
 def test_a_number_is_never_cut_into_a_header_unit():
     # the unit pattern took ",192" of "8,192", "+64" of "512+64" and "/128" of "192/128" for units every cell shared,
     # moved them to the header and left "8", "512" and "192" in the cells (an audit found it)
@@ -128,6 +129,7 @@ def test_every_table_command_pastes_for_every_model(name):
         assert not any(re.search(r"\([,+/.0-9]", h) for h in headers(out)), args  # no number's tail as a unit: "(,192)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [("list",), ("hardware",)])
 def test_listings_paste(command):
     check_pasteable(run(*command, "-f", "latex").stdout)
@@ -148,6 +150,7 @@ def test_readme_latex_example_is_what_the_command_prints():
     assert block == run(*command.split()).stdout.rstrip("\n")
 
 
+@pytest.mark.slow
 def test_default_labels_differ_across_commands():
     # two pasted outputs must not define one label twice (list and table models were both tab:models, show and cost
     # both tab:summary): a later table's label is the first's with -<name>

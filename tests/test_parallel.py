@@ -51,6 +51,7 @@ def test_mla_latent_is_replicated_and_dp_attention_splits_the_batch():
     ("qwen3-next-80b-a3b", 32, "--tp 32: qwen3-next-80b-a3b's full layers have 16 query heads"),
     ("whisper-large-v3", 8, "--tp 8: whisper-large-v3's all layers have 20 query heads"),
 ])
+@pytest.mark.slow
 def test_a_tp_that_does_not_split_the_heads_is_refused(model, tp, message):
     # an audit: ceil(n / tp) heads a rank was reported for layouts vLLM refuses (ModelConfig.verify_with_parallel_config:
     # attention heads divisible by tp); tp 16 on llama3-70b's 8 K/V heads replicates them, which is allowed
@@ -91,6 +92,7 @@ def test_weights_per_gpu_under_tensor_parallelism_written_out():
     assert row("llama3-70b", "--ctx", "1k", "--tp", "8")["weights_bytes_per_gpu"] == 2 * params
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-v3.2"])
 def test_mtp_layers_sit_on_the_last_stage(name):
     # one GPU holds everything --mtp counts: per-GPU figures equal the totals (they left the MTP layer out before)
@@ -141,6 +143,7 @@ def test_expert_parallelism_holds_whole_experts():
 @pytest.mark.parametrize(("layout", "ok"), [(("--ep", "8"), False), (("--tp", "4", "--ep", "8"), False),
                                              (("--tp", "4", "--ep", "3"), False), (("--tp", "4", "--dp", "2", "--ep", "8"), True),
                                              (("--tp", "8", "--ep", "4"), True), (("--dp", "8", "--ep", "8"), True)])
+@pytest.mark.slow
 def test_expert_parallel_ranks_are_gpus_of_the_layout(layout, ok):
     # found by an audit: --ep 8 alone counted 1 GPU holding one expert of eight, so fit put mixtral-8x7b (87 GiB) on
     # one 24 GiB card. The experts of a stage spread over its tp · dp GPUs (vLLM: ep = tp · dp; SGLang: ep divides
@@ -238,6 +241,7 @@ def test_tp_allreduce_follows_the_blocks_each_layer_has():
     assert (dp_att.count, dp_att.bytes) == (61, 61 * 8 * 7168 * 2)
 
 
+@pytest.mark.slow
 def test_roofline_under_tp_is_one_gpus_share_and_mla_latent_is_not_divided():
     from kvcalc.costs.traffic import decode_bytes
     from kvcalc.hardware import load_hardware
@@ -308,6 +312,7 @@ def test_explain_per_gpu_under_pipeline_data_and_dp_attention():
     ("llama4-scout", "--ctx", "8193", "--tp", "8", "--ep", "8", "--engine", "vllm"),
     ("llama4-scout", "--ctx", "8193", "--tp", "8", "--ep", "4", "--engine", "sglang"),
 ])
+@pytest.mark.slow
 def test_explain_per_gpu_groups_sum_to_the_gpus_figures(args):
     # whatever the layout: the groups' bytes add up to the busiest GPU's cache and states, as compare reports them
     doc = explain(*args)

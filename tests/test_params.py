@@ -41,6 +41,7 @@ DERIVED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(DERIVED))
 def test_counts_match_facts_derived_within_0_1_percent(name):
     expected = DERIVED[name]
@@ -125,6 +126,7 @@ def test_gemma3_keras_hub_counts():
     assert param_counts(spec("gemma3-12b")).total - 11_765_788_416 == 64 * 3840
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_BUNDLED)
 def test_breakdowns_add_up(name):
     report = param_counts(spec(name))

@@ -52,6 +52,7 @@ def point(line, x: int) -> float:
     return line.get_ydata()[xs.index(float(x))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("metrics", [["cache"], ["cache", "flops-decode"]])
 def test_panels_are_log_log_with_one_line_per_model(models, metrics):
     fig = plot_figure(models, CTXS, metrics, Settings(ctx=1))
@@ -124,6 +125,7 @@ def test_no_memory_line_without_hardware(models):
     assert gids(fig.axes[0], "memory") == set() and gids(fig.axes[0], "out-of-memory") == set()
 
 
+@pytest.mark.slow
 def test_every_metric_draws(models):
     s = Settings(ctx=1, hardware=load_hardware("h100-80gb"))
     fig = plot_figure(models, [1024, 4096], list(METRICS), s)
@@ -144,6 +146,7 @@ def test_unknown_metric(models):
 
 @pytest.mark.parametrize(("ext", "magic"), [(".png", b"\x89PNG"), pytest.param(".pdf", b"%PDF", marks=pytest.mark.slow),
                                             pytest.param(".svg", None, marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_save_formats(models, tmp_path, ext, magic):
     fig = plot_figure(models, CTXS, ["cache", "flops-decode"], Settings(ctx=1, hardware=load_hardware("h100-80gb")))
     path = tmp_path / f"fig{ext}"
@@ -165,6 +168,7 @@ def test_unknown_extension(models, tmp_path):
     assert not (tmp_path / "fig.jpg").exists()
 
 
+@pytest.mark.slow
 def test_import_kvcalc_does_not_import_matplotlib():
     code = "import sys, kvcalc, kvcalc.present.plot; assert 'matplotlib' not in sys.modules, 'imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -177,6 +181,7 @@ def test_missing_matplotlib_says_how_to_install(monkeypatch, models):
             call()
 
 
+@pytest.mark.slow
 def test_the_legend_fits_the_figure():
     # an audit: a one-panel figure's legend in 3 columns ran past both edges with a long model name
     # (qwen3-next-80b-a3b), cutting it and the first column's line swatches off; it now takes the most columns that fit

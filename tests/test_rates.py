@@ -28,6 +28,7 @@ WORKS = [Work(1, 1, 1), Work(5, 9, 5, 11), Work(4096, 8_390_656, 4096), Work(7, 
 # ---------------------------------------------------------------- rates
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_BUNDLED)
 def test_every_bundled_layer_is_affine_in_its_work(name):
     s = spec(name)
@@ -83,6 +84,7 @@ SETTINGS = [Settings(ctx=1), Settings(ctx=4096, batch=3, gen=100, mtp=True), Set
             Settings(ctx=2**20, dense_attn=True, mla_schedule="naive", enc_ctx=77)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_BUNDLED)
 def test_a_pass_is_its_layers_one_by_one_and_its_total_their_sum(name):
     s = spec(name)
@@ -180,6 +182,7 @@ def by_hand(local: list[dict[str, int]], t: int) -> int:
     # C 9 and 7 with a window of 30 and a full layer: k1 + k2 + 2·t > 64 from t ≤ 30; t 25: 7 + 4 + 50 = 61, t 26: 65
     ([{"chunk": 9}, {"chunk": 7}, {"window": 30}, {}], 26),
 ])
+@pytest.mark.slow
 def test_mla_crossover_under_chunks_is_the_first_t_by_hand(local, expected):
     model = chunked_mla(*local)
     scan = next((t for t in range(1, 4001) if by_hand(local, t) > 0), None)
@@ -254,6 +257,7 @@ def test_the_deepest_spec_is_a_million_layers():
     assert MAX_LAYERS == 10**6  # what the test asks for; kvcalc.attention.base
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("groups", [1, 2])
 def test_figures_make_no_more_calls_for_the_deepest_model_than_for_a_shallow_one(groups):
     at = Settings(ctx=MAX_TOKENS, batch=8, mtp=True, tp=8, pp=2)
@@ -263,6 +267,7 @@ def test_figures_make_no_more_calls_for_the_deepest_model_than_for_a_shallow_one
     assert abs(deepest - shallow) < 50, (shallow, deepest)  # windows cap other branches: a few calls more or less
 
 
+@pytest.mark.slow
 def test_fit_makes_no_more_calls_for_the_deepest_model_than_for_a_shallow_one():
     from fractions import Fraction
 
@@ -279,6 +284,7 @@ def test_fit_makes_no_more_calls_for_the_deepest_model_than_for_a_shallow_one():
         assert max(shallow, deepest) < 5_000, (solve, shallow, deepest)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("groups", [1, 2])
 def test_compare_of_a_million_layers_at_the_longest_context_takes_under_a_second(tmp_path, groups):
     path = tmp_path / "deep.yaml"
@@ -294,6 +300,7 @@ def test_compare_of_a_million_layers_at_the_longest_context_takes_under_a_second
         assert row["kv_cache_bytes"] == 2 * 8 * 128 * 2 * (10**6 + 1) * 2**40
 
 
+@pytest.mark.slow
 def test_show_of_a_million_layers_lists_them_in_short(tmp_path):
     path = tmp_path / "deep.yaml"
     path.write_text(deep(MAX_LAYERS).model_dump_json(exclude_none=True))
@@ -307,6 +314,7 @@ def test_show_of_a_million_layers_lists_them_in_short(tmp_path):
     assert (groups["global"]["n_layers"], groups["local"]["n_layers"]) == (166_666, 833_334)
 
 
+@pytest.mark.slow
 def test_show_per_layer_is_bounded_by_its_format(tmp_path):
     path = tmp_path / "deep.yaml"
     path.write_text(deep(2_001).model_dump_json(exclude_none=True))
@@ -321,6 +329,7 @@ def test_show_per_layer_is_bounded_by_its_format(tmp_path):
     assert run("show", str(path), "-f", "json").exit_code == 0
 
 
+@pytest.mark.slow
 def test_a_spec_missing_most_of_a_million_layers_says_so_in_one_short_line(tmp_path):
     text = deep(MAX_LAYERS).model_dump_json(exclude_none=True).replace('{"name":"local","layers":"rest"', '{"name":"local","layers":"0-4"')
     path = tmp_path / "holes.yaml"
@@ -384,6 +393,7 @@ def every_pass(s: ModelSpec, at: Settings) -> list:
             flops._generate(s, at, False)] + [flops._decode(s, x) for x in schedules]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_BUNDLED)
 def test_a_pass_total_from_its_coefficients_is_forward_totals(name):
     s = spec(name)
@@ -394,6 +404,7 @@ def test_a_pass_total_from_its_coefficients_is_forward_totals(name):
                 assert p.total(s) == exact, (name, base, ctx, p.schedule)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_BUNDLED)
 def test_a_row_of_passes_is_each_pass_on_its_own(name):
     s = spec(name)
@@ -408,6 +419,7 @@ def test_a_row_of_passes_is_each_pass_on_its_own(name):
                 assert total == sum(flops.decode_flops(s, at.with_schedule(schedule)).values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_BUNDLED)
 def test_a_groups_keys_are_its_kinds_answers(name):
     s = spec(name)
@@ -444,6 +456,7 @@ def test_a_pass_with_a_layer_that_is_not_affine_is_forward_total(monkeypatch):
 @pytest.mark.parametrize("at", [Settings(ctx=1), Settings(ctx=3, batch=3, gen=7, tp=2, pp=3, mtp=True, kv_dtype="int4"),
                                 Settings(ctx=1, mla_cache="expanded", kv_dtype="fp8", kv_quant="g64", engine="vllm", dp=2,
                                          enc_ctx=5)])
+@pytest.mark.slow
 def test_a_sweep_row_is_its_typed_results(at):
     from kvcalc.fields import as_row
     from kvcalc.rows import cache_figures, iter_compare_rows, model_facts

@@ -124,6 +124,7 @@ def test_default_compare_fits_100_columns():
         assert text in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [80, 160])
 def test_all_columns_are_printed_whole_however_narrow(width):
     from kvcalc.present.columns import CATALOG, HARDWARE_KEYS, PRESETS
@@ -254,6 +255,7 @@ def test_json_keys_keep_their_order_and_only_add():
                                             "tp_allreduce_bytes", "comm_seconds_per_token", "block_size_per_gpu"}
 
 
+@pytest.mark.slow
 def test_public_api_computes_a_table_without_the_cli_or_numpy():
     import subprocess
     import sys

@@ -88,6 +88,7 @@ def test_rows_written_in_pieces_are_json_and_csv_to_the_byte(rows):
     assert "".join(csv_pieces(keys, iter(rows))) == to_csv(keys, rows) + "\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["json", "csv"])
 def test_a_table_still_being_computed_is_written_as_it_comes(fmt, capsys):
     written: list[int] = []

@@ -80,6 +80,7 @@ def test_no_cgroup_limit_is_none(tmp_path):
     assert cgroup_headroom(str(tmp_path / "fs"), str(tmp_path / "missing")) is None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not LINUX, reason="optional: /proc/self/status (VmSize) is Linux's")
 def test_guard_respects_ulimit_v():
     # 600 MB of address space: the run's 761 MiB plan is refused by the guard, naming ulimit -v, in well under 5 s
@@ -94,6 +95,7 @@ def test_guard_respects_ulimit_v():
     assert "--ctx" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not LINUX, reason="optional: /proc/self/status (VmSize) is Linux's")
 def test_allocation_failure_is_one_message():
     # with the guard blinded (no known limit), NumPy's allocation fails under ulimit -v: one message, exit 1

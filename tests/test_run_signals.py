@@ -40,6 +40,7 @@ layer_groups:
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("shapes", [((3, 700, 64), (64, 50)), ((2, 1, 1, 300), (2, 300, 900)),
                                     ((5, 40), (40, 7)), ((2, 3, 130, 17), (3, 17, 20))])
+@pytest.mark.slow
 def test_product_in_pieces_is_the_same_product(monkeypatch, dtype, shapes):
     monkeypatch.setitem(ops.PIECE_FLOPS, 2, 4096)  # force many pieces: rows, or columns for one row
     monkeypatch.setattr(ops, "PIECE_FLOPS_BLAS", 4096)
@@ -174,6 +175,7 @@ except KeyboardInterrupt as exc:
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_that_python_wraps_in_a_runtime_error_still_exits_130():
     # found by test_ctrl_c_at_any_moment_of_start_up: "RuntimeError: Error calling __set_name__ on 'cached_property'
     # instance 'hostmask' in 'IPv4Interface'", caused by the KeyboardInterrupt, and a traceback
@@ -198,6 +200,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_that_a_library_swallows_into_its_own_error_still_exits_130():
     # found by CI (test_ctrl_c_at_any_moment_of_start_up): a Ctrl-C during pydantic's first build of ModelSpec's
     # validator came out as pydantic_core.SchemaError, an Exception with the interrupt only in its text, and a

@@ -51,6 +51,7 @@ def json_commands() -> set[str]:
     return found
 
 
+@pytest.mark.slow
 def test_every_command_with_json_output_has_a_schema():
     commands = json_commands()
     assert {"list", "compare", "cost", "show", "run", "table-dims"} <= commands  # the walk finds nested commands
@@ -73,6 +74,7 @@ def splits(name: str, tp: int = 2) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_compare_schema_validates_every_bundled_model():
     s = schema("compare")
     names = [name for name in bundled_names() if splits(name)]
@@ -88,6 +90,7 @@ def test_compare_schema_validates_every_bundled_model():
         validate([{**rows[0], "surprise": 1}], s)
 
 
+@pytest.mark.slow
 def test_compare_explain_rows_carry_a_derivation_the_schema_describes():
     s = schema("compare")
     rows = output("compare", *bundled_names(), "--ctx", "4k", "--explain", "--kv-dtype", "fp8")
@@ -102,6 +105,7 @@ def test_compare_explain_rows_carry_a_derivation_the_schema_describes():
     assert rejects([bad], s)
 
 
+@pytest.mark.slow
 def test_explain_under_engine_and_kv_quant_validates():
     # the derivation's engine pages and --kv-quant payload (c398e64, b860e9e) are in the schema, required where given
     s = schema("compare")
@@ -119,6 +123,7 @@ def test_explain_under_engine_and_kv_quant_validates():
                     "--engine", "vllm"), schema("show"))
 
 
+@pytest.mark.slow
 def test_other_schemas_validate_their_output():
     validate(output("sweep", "gpt2", "deepseek-v2", "--ctx", "1k..8k"), schema("sweep"))
     validate(output("list"), schema("list"))
@@ -138,6 +143,7 @@ EVERY = pytest.mark.slow
     (("--ctx", "4k"), FEW),
     pytest.param(("--ctx", "4k"), None, marks=EVERY),
     pytest.param(("--ctx", "128k", "--explain", "--engine", "vllm", "--tp", "2"), None, marks=EVERY)])
+@pytest.mark.slow
 def test_show_schema_validates_every_bundled_model(extra, names):
     from kvcalc.present.summary import SHOW_SUMMARY
 
@@ -159,6 +165,7 @@ def test_show_summary_keeps_a_fact_when_a_layer_group_has_its_name():
     assert "| attention (layer group) | GQA on 10 layer(s)" in run("show", "nemotron-h-56b", "-f", "markdown").stdout
 
 
+@pytest.mark.slow
 def test_show_schema_per_layer_and_mutations():
     s = schema("show")
     doc = output("show", "gemma3-1b", "--per-layer", "--ctx", "8k")
@@ -178,6 +185,7 @@ def test_show_schema_per_layer_and_mutations():
     (("--ctx", "4k"), FEW),
     pytest.param(("--ctx", "4k"), None, marks=EVERY),
     pytest.param(("--ctx", "128k", "--hardware", "h100-80gb", "--tp", "2", "--batch", "8"), None, marks=EVERY)])
+@pytest.mark.slow
 def test_cost_schema_validates_every_bundled_model(extra, names):
     s = schema("cost")
     for name in [n for n in names or bundled_names() if "--tp" not in extra or splits(n)]:
@@ -194,6 +202,7 @@ def test_cost_schema_validates_every_bundled_model(extra, names):
     assert rejects({k: v for k, v in doc.items() if k != "gen"}, s)
 
 
+@pytest.mark.slow
 def test_run_schema_validates_a_tiny_run():
     s = schema("run")
     doc = output("run", "gemma3-1b", "--ctx", "64", "--decode", "2", "--layers", "1", "-q")
@@ -218,6 +227,7 @@ def test_run_schema_validates_mla_state_and_cross_attention_runs(args):
     assert doc["ok"]
 
 
+@pytest.mark.slow
 def test_hardware_approx_and_table_dims_schemas_validate_their_output():
     s = schema("hardware")
     rows = output("hardware")

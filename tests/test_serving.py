@@ -64,6 +64,7 @@ def test_fp8_ds_mla_is_656_bytes_for_deepseek_v32():
     assert r["kv_cache_bytes"] == 61 * 1000 * 788
 
 
+@pytest.mark.slow
 def test_no_scheme_keeps_every_figure():
     # the scheme 'none' is the payload only: bytes = elements at kv_dtype, for every bundled model
     for name in bundled_names():
@@ -155,6 +156,7 @@ def test_vllm_deepseek_v32_fp8_is_fp8_ds_mla_in_pages_of_64():
     assert row("deepseek-v3.2", "--ctx", "1000", "--engine", "vllm")["engine_kv_bytes"] == 61 * 1024 * (576 * 2 + 132)
 
 
+@pytest.mark.slow
 def test_ideal_and_sglang_pages_are_the_exact_cache():
     # SGLang's one-token pages: the exact cache, of every token outside its hybrid-SWA models (windows kept whole)
     from kvcalc.costs.cache import without_windows
@@ -194,6 +196,7 @@ def test_sglang_stores_deepseek_v32_fp8_in_flashmlas_scaled_entry():
     assert r["engine_kv_bytes"] == 1563 * 64 * (576 * 2 + 132) * 61
 
 
+@pytest.mark.slow
 def test_group_scheme_keys_group_along_the_pages_tokens():
     # KIVI g<G> groups keys per channel along G tokens (Liu et al., 2024): a key group runs along the tokens the pages
     # span, ceil(pages · B / G) of them a channel, not one a page. Until 2026-12-01 every page had its own: with
@@ -216,6 +219,7 @@ def test_group_scheme_keys_group_along_the_pages_tokens():
                 assert per_gpu(spec(name), paged).kv_cache_bytes == exact, (name, scheme, engine)
 
 
+@pytest.mark.slow
 def test_pages_exceed_the_cache_by_less_than_a_page_a_layer():
     for name in bundled_names():
         s = Settings(ctx=12_345, batch=3, engine="vllm")
@@ -314,6 +318,7 @@ def test_vllm_hybrid_block_under_a_group_scheme_holds_the_state_at_the_page_rate
     assert {g.block_size for g in bf16.groups} == {64 * -(-state // (64 * 2048))} == {576}
 
 
+@pytest.mark.slow
 def test_vllm_groups_pad_every_spec_to_whole_groups():
     # vLLM groups a model whose layers' specs differ (kv_cache_utils._get_kv_cache_groups_uniform_page_size): groups of
     # the fewest layers a spec has (or of the most, when under 1.5 x the fewest), each spec padded to whole groups, and
@@ -430,6 +435,7 @@ def test_vllm_hybrid_pages_per_rank_and_in_fit():
     assert g.kv_cache_bytes == 12 * -(-1000 // a) * a * 1024 and g.state_bytes == 36 * 2 * a * 1024
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("tp", "heads"), [(2, 1), (4, 1), (8, 1)])
 def test_the_page_each_rank_allocates_is_shown_under_tp(tp, heads):
     # block_size stays the one-GPU page (engine_kv_bytes uses it); block_size_per_gpu is the page a rank allocates:
@@ -450,6 +456,7 @@ def test_the_page_each_rank_allocates_is_shown_under_tp(tp, heads):
         assert "block_size_per_gpu" not in json.loads(run("compare", "qwen3-next-80b-a3b", *args, "-f", "json").stdout)[0]
 
 
+@pytest.mark.slow
 def test_a_chunked_layer_holds_its_current_aligned_chunk_in_pages():
     # Llama 4 Scout, C = 8192, vLLM pages of B = 16: a chunk starts at a multiple of C, so a chunked layer holds
     # C / B = 512 pages past the first chunk, whatever ctx (it held 513 at ctx 10,001, more than at 10,016); the

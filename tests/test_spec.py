@@ -45,6 +45,7 @@ def test_all_required_models_are_bundled():
     assert EXPECTED_BUNDLED <= set(ALL_BUNDLED)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_BUNDLED)
 def test_bundled_spec_loads_with_source(name):
     s = load_spec(specs_dir() / f"{name}.yaml")

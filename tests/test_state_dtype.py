@@ -33,6 +33,7 @@ def row(*args: str) -> dict:
     return json.loads(run("compare", *args, "-f", "json").stdout)[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 8])
 def test_recurrent_state_in_its_own_dtype_beside_the_conv_state(tmp_path, batch):
     path = spec_with(tmp_path, "fp32")
@@ -47,6 +48,7 @@ def test_recurrent_state_in_its_own_dtype_beside_the_conv_state(tmp_path, batch)
         assert both["state_bytes"] == batch * LINEAR * (RECURRENT + CONV) * size
 
 
+@pytest.mark.slow
 def test_a_recurrent_dtype_equal_to_the_default_changes_nothing(tmp_path):
     path = spec_with(tmp_path, "bf16")
     for extra in ((), ("--tp", "4"), ("--engine", "vllm"), ("--kv-dtype", "bf16", "--batch", "3")):

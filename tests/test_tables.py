@@ -151,6 +151,7 @@ def test_models_table_defaults_to_the_papers_three():
     assert ds["params_active"] < ds["params_total"]
 
 
+@pytest.mark.slow
 def test_tables_paste_into_latex():
     for args in (("dims",), ("dims", "deepseek-v2", "llama3-70b", "gemma3-27b"), ("models",)):
         out = run("table", *args, "-f", "latex", "--caption", "Dims", "--label", "tab:dims").stdout
@@ -173,6 +174,7 @@ def test_models_table_and_paper_warn_past_a_trained_maximum(tmp_path):
     assert "warning" not in run("paper", "llama3-70b", "-o", str(tmp_path / "c"), "--ctx", "8k").stderr
 
 
+@pytest.mark.slow
 def test_paper_bundle_regenerates_identically(tmp_path):
     import shlex
 

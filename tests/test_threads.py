@@ -47,6 +47,7 @@ def mla_layer(mla_cache, window=None):
 @pytest.mark.parametrize("make", [gqa_layer, lambda: gqa_layer(window=20), lambda: mla_layer("latent"),
                                   lambda: mla_layer("expanded"), lambda: mla_layer("latent", window=20)],
                          ids=["gqa", "gqa-window", "mla-latent", "mla-expanded", "mla-window"])
+@pytest.mark.slow
 def test_threads_change_nothing_measured(make, small_bands):
     x = np.random.default_rng(3).standard_normal((2, 70, 48))
     layer = make()
@@ -65,6 +66,7 @@ def test_threads_change_nothing_measured(make, small_bands):
         assert seen and all(name.startswith("kvcalc-prefill") for name in seen)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["gqa", "mla"])
 def test_threaded_run_matches_the_analytic_model(kind, small_bands):
     # The whole run with several chunks on 2 threads: every cache figure and FLOP component equals kvcalc's own.
