@@ -397,29 +397,29 @@ def approx(
 ) -> None:
     """Approximate attention (Linformer, Nyström, Performer, cosFormer, LSH, windows, top-k): cost against exact,
     decode state and measured error, over input scales."""
-    from kvcalc.approx.evaluate import evaluate, parse_methods, spectrum_rows
+    from kvcalc.approx.evaluate import DATA, evaluate, parse_methods, spectrum_rows
     from kvcalc.present.emit import emit
     from kvcalc.present.outputs import approx_output
+
+    def written(flags: dict[str, str]) -> list[str]:
+        """The flags among `flags` (parameter name: flag) written on the command line, whatever their value."""
+        return [flag for name, flag in flags.items()
+                if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
 
     length = one_ctx(n, "approx takes one --n", "--n")
     if transmla:
         from kvcalc.present.outputs import transmla_output
 
-        measured = {"method": "--method", "d": "--d", "d_v": "--dv", "scale": "--scale", "data": "--data",
-                    "seeds": "--seeds", "causal": "--causal", "spectrum": "--spectrum", "plot_file": "--plot"}
-        given = [flag for name, flag in measured.items()  # written on the command line, whatever the value
-                 if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+        given = written({"method": "--method", "d": "--d", "d_v": "--dv", "scale": "--scale", "data": "--data",
+                         "seeds": "--seeds", "causal": "--causal", "spectrum": "--spectrum", "plot_file": "--plot"})
         if given:  # the options of a measurement, which --transmla does not make
             raise typer.BadParameter(f"--transmla gives a model's cache saving, not a measurement: leave out "
                                      f"{', '.join(given)}", param_hint="'--transmla'")
 
         emit(transmla_output([load(m) for m in transmla], length), fmt, units)
         return
-    from kvcalc.approx.evaluate import DATA
-
     if data not in DATA:  # an .npz: its arrays give n, d and d_v
-        given = [flag for name, flag in {"n": "--n", "d": "--d", "d_v": "--dv"}.items()
-                 if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+        given = written({"n": "--n", "d": "--d", "d_v": "--dv"})
         if given:
             raise typer.BadParameter(f"{data}: an .npz's arrays q [n, d], k [n, d], v [n, d_v] give the sizes: leave "
                                      f"out {', '.join(given)}", param_hint="'--data'")
