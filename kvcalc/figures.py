@@ -67,7 +67,7 @@ class CostFigures:
     fits_in_memory: bool | None = figure("Fits", "bool", "weights + KV cache + states of the busiest GPU within its memory")
     gpus: int = figure("GPUs", "int", "GPUs of the parallel layout: tp · pp · dp")
     kv_cache_bytes_per_gpu: int = figure("KV cache\nper GPU", "bytes",
-                                         "KV cache the busiest GPU holds (heads split by tp, its pipeline stage, its share of the batch)")
+                                         "KV cache the busiest GPU holds, the one with the most cache + states + weights (heads split by tp, its pipeline stage, its share of the batch)")
     state_bytes_per_gpu: int = figure("State\nper GPU", "bytes", "constant states the busiest GPU holds")
     weights_bytes_per_gpu: int = figure("Weights\nper GPU", "bytes", "weights the busiest GPU holds (tp, ep and pp splits)")
     tp_allreduce_bytes: int | None = figure("All-reduce\nbytes/token", "bytes",
