@@ -187,11 +187,11 @@ def test_cross_attention_cache_and_enc_ctx(tmp_path):
     assert rows["layer 0 cross/k shape after prefill"]["measured"] == [1, 5, 2, 16]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, kind, attr", [
     ("v_head_dim", GQA, "flops"), ("output_gate", GQA, "flops"), ("k_eq_v", GQA, "cache_formula"),
     ("sinks", GQA, "flops"), ("chunked", GQA, "keys_at"), ("indexer", MLA, "flops"), ("cross", MHA, "cache_formula"),
 ])
-@pytest.mark.slow
 def test_wrong_analytic_formula_fails_the_run(tmp_path, monkeypatch, name, kind, attr):
     from kvcalc.attention import Formula
 

@@ -102,11 +102,11 @@ def test_a_state_tensor_missing_or_unpredicted_fails_the_run(monkeypatch):
         "layer 0 conv_state shape after prefill", "layer 0 conv_state shape at the end"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first, second, total", [
     ({"attention": GQA_ATT, "sliding_window": 4}, {"attention": GQA_ATT}, "KV cache, all 2 layers"),
     ({"attention": GQA_ATT}, {"attention": MAMBA_ATT}, "constant state, all 2 layers"),
 ])
-@pytest.mark.slow
 def test_timings_and_the_totals_of_a_left_out_group_stay_not_compared(first, second, total):
     # --layers 1 runs the first group only: the whole model's cache (or state) is predicted, not measured
     report = run(tiny(first, second, d_model=64), RunSettings(ctx=8, decode=2, layers=1))

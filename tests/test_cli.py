@@ -362,6 +362,7 @@ def test_error_import_output_unwritable(tmp_path):
 # ---------------------------------------------------------------- start-up: only the command asked for is built
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [
     ["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k"],
     ["compare", "--help"],
@@ -374,7 +375,6 @@ def test_error_import_output_unwritable(tmp_path):
     [],
     ["--version"],
 ])
-@pytest.mark.slow
 def test_the_one_command_app_answers_as_the_whole_app(args):
     # main() runs app_for(argv): for a known command a copy of the app with that command alone (typer builds every
     # registered command's parameters before parsing); the output, errors and exit codes must be the whole app's

@@ -87,9 +87,9 @@ def test_dsa_expanded_layout_reads_top_k_per_head_keys_and_values():
     assert kv_read("deepseek-v3.2", ctx, mla_cache="expanded") == 61 * (ctx * INDEX + TOPK * per_token) * 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["llama3-70b", "deepseek-v2", "gemma3-27b", "gpt-oss-120b", "qwen3-next-80b-a3b",
                                    "whisper-large-v3", "mistral-7b", "nemotron-h-56b"])
-@pytest.mark.slow
 @pytest.mark.parametrize("ctx", [1, 4 * K, 32 * K + 3, K * K])
 def test_a_layer_that_reads_what_it_holds_reads_its_cache(model, ctx):
     """Full, windowed, MLA without an indexer, hybrid and encoder–decoder models: the read, counted token by token

@@ -41,6 +41,7 @@ def test_closed_stdout_and_ascii_terminal():
     assert cli("compare", "llama3-70b", "-f", "json", env={"PYTHONIOENCODING": "ascii"}).returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["compare", "gpt2", "--batch", "9" * 100], "batch of 100 digits: at most 1,048,576"),
     (["compare", "gpt2", "--ctx", "1e160"], "is not a token count"),
@@ -84,12 +85,12 @@ def test_closed_stdout_and_ascii_terminal():
     (["run", "gpt2", "--ctx", "8", "--mla-schedule", "absorbed"], "--mla-cache/--mla-schedule: gpt2 has no MLA layers"),
     (["run", "gpt2", "--ctx", "8", "--enc-ctx", "4"], "--enc-ctx: gpt2 has no cross-attention"),
 ])
-@pytest.mark.slow
 def test_numbers_beyond_the_bounds(args, message):
     res = run(*args, ok=False)
     assert res.exit_code in (1, 2) and message in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     # a fuzzing audit: each was read as a number (typer's int takes '1_0' as 10 and ' 4' as 4; \d, int(), float(),
     # Fraction() and Decimal read other scripts' digits), or a value was accepted that no rule bounds
@@ -124,7 +125,6 @@ def test_numbers_beyond_the_bounds(args, message):
     (["sweep", "gpt2", "--ctx", "1..1M", "--batch", ",".join(map(str, range(1, 101))), "--tp", ",".join(map(str, range(1, 101))),
       "-f", "csv"], "Invalid value for '--ctx' / '--batch' / '--tp': 1 model(s) × 21 contexts × 10,000 settings"),
 ])
-@pytest.mark.slow
 def test_what_reads_as_a_number_is_written_in_ascii_digits(args, message):
     res = run(*args, ok=False)
     assert res.exit_code in (1, 2) and message in res.stderr and "Traceback" not in res.stderr

@@ -74,6 +74,7 @@ def test_an_explicit_null_still_means_one_kv_head_per_query_head(tmp_path):
 
 # ------------------------------------------------------------------ keys whose default equals the real file's value
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("path", "keys"), [
     ("models/mistral-7b-v0.1.json", ("sliding_window",)),  # MistralConfig: 4096, as Mistral-7B-v0.1
     ("models/mistral-7b-v0.1.json", ("num_key_value_heads",)),  # 8
@@ -98,7 +99,6 @@ def test_an_explicit_null_still_means_one_kv_head_per_query_head(tmp_path):
     ("configs-extra-5/flux2-dev-mistral-small-3.json", ("num_key_value_heads",)),  # text_config: MistralConfig's 8
     ("configs-extra/qwen3-vl-8b-instruct.json", ("head_dim",)),  # Qwen3VLTextConfig: 128
 ])
-@pytest.mark.slow
 def test_leaving_out_a_key_equal_to_its_default_changes_nothing(tmp_path, path, keys):
     real = row(config(path), tmp_path, "real")
     left_out = row(without(config(path), *keys), tmp_path, "left-out")

@@ -281,10 +281,10 @@ def small_falcon_h1(tmp_path) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make, check", [(small_granite, "mamba2: recurrent form = parallel form"),
                                          (small_minicpm3, "MLA absorbed = naive"),
                                          (small_falcon_h1, "mamba2: recurrent form = parallel form")])
-@pytest.mark.slow
 def test_run_matches_every_row(tmp_path, make, check):
     import json
 

@@ -27,6 +27,7 @@ if result.exit_code != 0:
 print("numpy" in sys.modules)
 """
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [
@@ -43,7 +44,6 @@ print("numpy" in sys.modules)
         pytest.param(["hardware"], id="hardware", marks=pytest.mark.slow),
     ],
 )
-@pytest.mark.slow
 def test_analytic_commands_do_not_import_numpy(args, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, *args], cwd=tmp_path, capture_output=True, text=True, timeout=60
@@ -107,12 +107,12 @@ print(sorted(m for m in ("pydantic.main", "kvcalc.attention", "kvcalc.spec", "ri
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, loaded", [
     (["--help"], "[]"),
     (["--version"], "[]"),
     (["compare", "--help"], "['pydantic.main']"),  # typer's own parameter adapters import it for any command
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
-@pytest.mark.slow
 def test_help_and_version_load_no_model_classes(args, loaded, tmp_path):
     # The command line's choice lists (dtypes, MLA layouts and schedules, engines) live in kvcalc.settings, which
     # imports no attention kind: help and --version need neither the spec and kind classes (with pydantic's BaseModel,

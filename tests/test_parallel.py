@@ -44,6 +44,7 @@ def test_mla_latent_is_replicated_and_dp_attention_splits_the_batch():
     assert (r["kv_cache_bytes"], r["kv_cache_bytes_per_gpu"]) == (8 * seq, seq) == (161_061_273_600, 20_132_659_200)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, tp, message", [
     ("llama3-70b", 3, "--tp 3: llama3-70b's all layers have 64 query heads, which 3 ranks cannot split evenly"),
     ("llama3-70b", 128, "--tp 128: llama3-70b's all layers have 64 query heads"),
@@ -51,7 +52,6 @@ def test_mla_latent_is_replicated_and_dp_attention_splits_the_batch():
     ("qwen3-next-80b-a3b", 32, "--tp 32: qwen3-next-80b-a3b's full layers have 16 query heads"),
     ("whisper-large-v3", 8, "--tp 8: whisper-large-v3's all layers have 20 query heads"),
 ])
-@pytest.mark.slow
 def test_a_tp_that_does_not_split_the_heads_is_refused(model, tp, message):
     # an audit: ceil(n / tp) heads a rank was reported for layouts vLLM refuses (ModelConfig.verify_with_parallel_config:
     # attention heads divisible by tp); tp 16 on llama3-70b's 8 K/V heads replicates them, which is allowed
@@ -140,10 +140,10 @@ def test_expert_parallelism_holds_whole_experts():
     assert whole - split == 2 * 32 * 7 * 3 * d * ff
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("layout", "ok"), [(("--ep", "8"), False), (("--tp", "4", "--ep", "8"), False),
                                              (("--tp", "4", "--ep", "3"), False), (("--tp", "4", "--dp", "2", "--ep", "8"), True),
                                              (("--tp", "8", "--ep", "4"), True), (("--dp", "8", "--ep", "8"), True)])
-@pytest.mark.slow
 def test_expert_parallel_ranks_are_gpus_of_the_layout(layout, ok):
     # found by an audit: --ep 8 alone counted 1 GPU holding one expert of eight, so fit put mixtral-8x7b (87 GiB) on
     # one 24 GiB card. The experts of a stage spread over its tp · dp GPUs (vLLM: ep = tp · dp; SGLang: ep divides
@@ -305,6 +305,7 @@ def test_explain_per_gpu_under_pipeline_data_and_dp_attention():
     assert p["kv_cache_bytes"] == 60 * 576 * 32 * K * 3 * 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [
     ("gemma3-27b", "--ctx", "128k", "--tp", "4", "--pp", "3", "--kv-dtype", "int4", "--kv-quant", "g64"),
     ("qwen3-next-80b-a3b", "--ctx", "100000", "--tp", "4", "--engine", "vllm", "--batch", "3"),
@@ -312,7 +313,6 @@ def test_explain_per_gpu_under_pipeline_data_and_dp_attention():
     ("llama4-scout", "--ctx", "8193", "--tp", "8", "--ep", "8", "--engine", "vllm"),
     ("llama4-scout", "--ctx", "8193", "--tp", "8", "--ep", "4", "--engine", "sglang"),
 ])
-@pytest.mark.slow
 def test_explain_per_gpu_groups_sum_to_the_gpus_figures(args):
     # whatever the layout: the groups' bytes add up to the busiest GPU's cache and states, as compare reports them
     doc = explain(*args)

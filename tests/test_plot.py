@@ -144,9 +144,9 @@ def test_unknown_metric(models):
         plot_figure(models, CTXS, ["bogus"], Settings(ctx=1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("ext", "magic"), [(".png", b"\x89PNG"), pytest.param(".pdf", b"%PDF", marks=pytest.mark.slow),
                                             pytest.param(".svg", None, marks=pytest.mark.slow)])
-@pytest.mark.slow
 def test_save_formats(models, tmp_path, ext, magic):
     fig = plot_figure(models, CTXS, ["cache", "flops-decode"], Settings(ctx=1, hardware=load_hardware("h100-80gb")))
     path = tmp_path / f"fig{ext}"

@@ -166,6 +166,7 @@ def by_hand(local: list[dict[str, int]], t: int) -> int:
     return sum(16 * keys(g) - 256 for g in local)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("local, expected", [
     # one chunked layer: k = (t − 1) mod C + 1 must pass 16 (an audit found None at C 30 and 541,590,017 at C 100:
     # a binary search over 1 … 2^30 lands where 2^30 mod C puts it)
@@ -182,7 +183,6 @@ def by_hand(local: list[dict[str, int]], t: int) -> int:
     # C 9 and 7 with a window of 30 and a full layer: k1 + k2 + 2·t > 64 from t ≤ 30; t 25: 7 + 4 + 50 = 61, t 26: 65
     ([{"chunk": 9}, {"chunk": 7}, {"window": 30}, {}], 26),
 ])
-@pytest.mark.slow
 def test_mla_crossover_under_chunks_is_the_first_t_by_hand(local, expected):
     model = chunked_mla(*local)
     scan = next((t for t in range(1, 4001) if by_hand(local, t) > 0), None)
@@ -453,10 +453,10 @@ def test_a_pass_with_a_layer_that_is_not_affine_is_forward_total(monkeypatch):
     assert p.total(s) == flops.forward_total(spec("gemma3-27b"), p.work, p.tokens, p.logits, p.schedule, p.enc, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("at", [Settings(ctx=1), Settings(ctx=3, batch=3, gen=7, tp=2, pp=3, mtp=True, kv_dtype="int4"),
                                 Settings(ctx=1, mla_cache="expanded", kv_dtype="fp8", kv_quant="g64", engine="vllm", dp=2,
                                          enc_ctx=5)])
-@pytest.mark.slow
 def test_a_sweep_row_is_its_typed_results(at):
     from kvcalc.fields import as_row
     from kvcalc.rows import cache_figures, iter_compare_rows, model_facts

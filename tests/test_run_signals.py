@@ -37,10 +37,10 @@ layer_groups:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("shapes", [((3, 700, 64), (64, 50)), ((2, 1, 1, 300), (2, 300, 900)),
                                     ((5, 40), (40, 7)), ((2, 3, 130, 17), (3, 17, 20))])
-@pytest.mark.slow
 def test_product_in_pieces_is_the_same_product(monkeypatch, dtype, shapes):
     monkeypatch.setitem(ops.PIECE_FLOPS, 2, 4096)  # force many pieces: rows, or columns for one row
     monkeypatch.setattr(ops, "PIECE_FLOPS_BLAS", 4096)

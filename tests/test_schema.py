@@ -139,11 +139,11 @@ FEW = ("llama3-70b", "gemma3-27b", "deepseek-v3.2", "qwen3-next-80b-a3b", "whisp
 EVERY = pytest.mark.slow
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("extra", "names"), [
     (("--ctx", "4k"), FEW),
     pytest.param(("--ctx", "4k"), None, marks=EVERY),
     pytest.param(("--ctx", "128k", "--explain", "--engine", "vllm", "--tp", "2"), None, marks=EVERY)])
-@pytest.mark.slow
 def test_show_schema_validates_every_bundled_model(extra, names):
     from kvcalc.present.summary import SHOW_SUMMARY
 
@@ -181,11 +181,11 @@ def test_show_schema_per_layer_and_mutations():
     assert rejects({**doc, "summary": {**doc["summary"], "kv_cache_bytes": 1.5}}, s)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("extra", "names"), [
     (("--ctx", "4k"), FEW),
     pytest.param(("--ctx", "4k"), None, marks=EVERY),
     pytest.param(("--ctx", "128k", "--hardware", "h100-80gb", "--tp", "2", "--batch", "8"), None, marks=EVERY)])
-@pytest.mark.slow
 def test_cost_schema_validates_every_bundled_model(extra, names):
     s = schema("cost")
     for name in [n for n in names or bundled_names() if "--tp" not in extra or splits(n)]:

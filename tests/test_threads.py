@@ -44,10 +44,10 @@ def mla_layer(mla_cache, window=None):
     return LatentAttention(48, 6, 24, 16, 8, 4, 12, window, np.random.default_rng(2), np.float64, mla_cache, block=16)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [gqa_layer, lambda: gqa_layer(window=20), lambda: mla_layer("latent"),
                                   lambda: mla_layer("expanded"), lambda: mla_layer("latent", window=20)],
                          ids=["gqa", "gqa-window", "mla-latent", "mla-expanded", "mla-window"])
-@pytest.mark.slow
 def test_threads_change_nothing_measured(make, small_bands):
     x = np.random.default_rng(3).standard_normal((2, 70, 48))
     layer = make()
