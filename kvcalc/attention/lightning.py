@@ -3,8 +3,10 @@ blocks for prefill and as a recurrence for decoding. No per-token cache; each la
 
 Source: MiniMax-AI/MiniMax-M1 `modeling_minimax_m1.py`, `MiniMaxM1LightningAttention` (commit 2abb4f4):
 - qkv = silu(qkv_proj(x)), split per head into q, k, v of head_dim each (num_attention_heads heads);
-- the state is `kv = torch.zeros(b, h, d, e)` with d = e = head_dim, updated per token as
-  kv = exp(-slope_h)·kv + kᵀv and read out as q·kv (the decode loop of `inference`); there is no short convolution;
+- the state is `kv = torch.zeros(b, h, d, e).to(torch.float32)` with d = e = head_dim, updated per token as
+  kv = exp(-slope_h)·kv + kᵀv and read out as q·kv (the decode loop of `inference`); there is no short convolution.
+  The reference keeps it in fp32; kvcalc stores it at --state-dtype (default the KV dtype: vLLM keeps a linear
+  attention state in the model dtype, MambaStateDtypeCalculator.linear_attention_state_dtype);
 - the output is RMSNorm'd over h·d_h (`self.norm`), gated by sigmoid(output_gate(x)) and projected by out_proj;
 - the per-head decay slopes are computed (`_build_slope_tensor`), not learned: no parameters.
 """

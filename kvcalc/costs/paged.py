@@ -12,7 +12,8 @@ Rules (also in the README):
   of encoder positions. Under a group scheme g<G> a key group runs along the tokens the pages span: ceil(n·B / G)
   groups a channel for n pages (`span_bytes`).
 - vLLM: a window layer at its bound, not by alignment: ceil(W / B) + 1 once the window caps the layer (a page more
-  than the window touches when B divides W − 1), never more than ceil(ctx / B) (the "+1 here because the sliding window may not start from the
+  than the window touches when B divides W − 1; SlidingWindowManager frees the pages before the window, so where the
+  window starts on a page vLLM holds one fewer than this bound at that step), never more than ceil(ctx / B) (the "+1 here because the sliding window may not start from the
   beginning of the block" of vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes; that function
   sizes a prefill step, W − 1 + max_num_batched_tokens tokens, while kvcalc counts the cache of a sequence at ctx).
 - SGLang frees a windowed or chunked layer's old tokens only in its hybrid-SWA pool, built for Llama4, GptOss,
