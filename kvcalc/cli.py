@@ -92,7 +92,8 @@ def compare(
     explain_format(explain, fmt)
     check_rows(len(models), len(ctxs), fmt, command="compare", hint="'--ctx'")
     loaded = [load(m, no_windows) for m in models]
-    out = compare_output(loaded, opts.settings(ctxs[0]), ctxs, columns, explain, no_windows, opts.hardware_name, fmt, chart)
+    out = compare_output(loaded, opts.settings(ctxs[0]), ctxs, columns, explain, no_windows, opts.hardware_name, fmt, chart,
+                         units)
     emit(with_chart(out, chart, fmt, units) if chart else out, fmt, units)
 
 

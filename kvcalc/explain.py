@@ -10,7 +10,7 @@ from kvcalc.costs.quant import group_size
 from kvcalc.dtypes import dtype_bits, elements_to_bytes
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec
-from kvcalc.units import format_bytes
+from kvcalc.units import aside_bytes
 
 
 def substitute(expression: str, values: dict[str, int]) -> str:
@@ -219,31 +219,31 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
     parts = " + ".join(f"{g['n_layers']}×{g['elements_per_token_per_layer']:,}" for g in own)
     lines.append(f"  per token (every layer holding one more token): {parts} = {d['elements_per_token']:,} elements"
                  f" × {b}/8 bytes{_extra(d, 'payload_bytes_per_token', 'kv_bytes_per_token')}"
-                 f" = {d['kv_bytes_per_token']:,} bytes ({format_bytes(d['kv_bytes_per_token'], units)})")
+                 f" = {d['kv_bytes_per_token']:,} bytes{aside_bytes(d['kv_bytes_per_token'], units)}")
     sums = " + ".join(f"{g['elements']:,}" for g in d["groups"]) + " = " if len(d["groups"]) > 1 else ""
     lines.append(f"  KV cache: {sums}{d['elements']:,} elements"
                  f" × {b}/8 bytes{_extra(d, 'payload_bytes', 'kv_cache_bytes')}"
-                 f" = {d['kv_cache_bytes']:,} bytes ({format_bytes(d['kv_cache_bytes'], units)})")
+                 f" = {d['kv_cache_bytes']:,} bytes{aside_bytes(d['kv_cache_bytes'], units)}")
     if "engine_kv_bytes" in d:
         paged = [g["engine"]["bytes"] for g in d["groups"] if "engine" in g]
         sums = " + ".join(f"{p:,}" for p in paged) + " = " if len(paged) > 1 else ""
         lines.append(f"  KV cache in {d['engine']}'s whole pages: {sums}{d['engine_kv_bytes']:,} bytes"
-                     f" ({format_bytes(d['engine_kv_bytes'], units)})")
+                     f"{aside_bytes(d['engine_kv_bytes'], units)}")
     if "per_gpu" in d:
         lines += _gpu_lines(d, units)
     if d.get("state_elements"):
         by_dtype = d.get("state_by_dtype") or {d["state_dtype"]: d["state_elements"]}
         each = " + ".join(f"{n:,} elements × {dtype_bits(dtype)}/8 bytes ({dtype})" for dtype, n in by_dtype.items())
         lines.append(f"  constant states: {each} = "
-                     f"{d['state_bytes']:,} bytes ({format_bytes(d['state_bytes'], units)}); KV cache + states = "
-                     f"{d['cache_bytes']:,} bytes ({format_bytes(d['cache_bytes'], units)})")
+                     f"{d['state_bytes']:,} bytes{aside_bytes(d['state_bytes'], units)}; KV cache + states = "
+                     f"{d['cache_bytes']:,} bytes{aside_bytes(d['cache_bytes'], units)}")
         if d.get("engine_state_bytes") is not None and d["engine_state_bytes"] != d["state_bytes"]:
             each = " + ".join(f"{_engine_layers(g['n_layers'], g['state'].get('padding_layers', 0))} × "
                               f"{g['state']['engine_bytes_per_layer']:,}" for g in d["groups"] if "state" in g)
             lines.append(f"  constant states as {d['engine']} stores them (two pages each in a hybrid, with vLLM's"
                          f" prefix caching, one in a model of states alone; one more per speculative token under"
                          f" --mtp; padded to the unified page):"
-                         f" {each} = {d['engine_state_bytes']:,} bytes ({format_bytes(d['engine_state_bytes'], units)})")
+                         f" {each} = {d['engine_state_bytes']:,} bytes{aside_bytes(d['engine_state_bytes'], units)}")
     return lines
 
 
@@ -264,9 +264,9 @@ def _gpu_lines(d: dict, units: str) -> list[str]:
                      f"{_engine_layers(g['layers_here'], g['padding_layers'], d.get('engine')) if 'padding_layers' in g else g['layers_here']}"
                      f" = {g['bytes']:,}")
     sums = " + ".join(f"{g['bytes']:,}" for g in p["groups"]) + " = " if len(p["groups"]) > 1 else ""
-    lines.append(f"    KV cache per GPU: {sums}{p['kv_cache_bytes']:,} bytes ({format_bytes(p['kv_cache_bytes'], units)})")
+    lines.append(f"    KV cache per GPU: {sums}{p['kv_cache_bytes']:,} bytes{aside_bytes(p['kv_cache_bytes'], units)}")
     if p["state_bytes"]:
-        lines.append(f"    constant states per GPU: {p['state_bytes']:,} bytes ({format_bytes(p['state_bytes'], units)})")
+        lines.append(f"    constant states per GPU: {p['state_bytes']:,} bytes{aside_bytes(p['state_bytes'], units)}")
     return lines
 
 

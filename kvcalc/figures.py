@@ -56,7 +56,7 @@ class CostFigures:
     flops_decode_token_naive: int | None = figure("Decode\nnaive", "flops", "decode step FLOPs, MLA naive schedule")
     flops_decode_token_absorbed: int | None = figure("Decode\nabsorbed", "flops",
                                                      "decode step FLOPs, MLA absorbed schedule (latent cache)")
-    mla_crossover: int | None = figure("MLA\ncrossover", "int",
+    mla_crossover: int | None = figure("MLA\ncrossover", "tokens",
                                        "first context at which absorbed decoding needs fewer FLOPs than naive")
     hardware: str | None = figure("Hardware", "text", "the hardware preset of the roofline figures")
     prefill_seconds: float | None = figure("Prefill\ntime", "seconds", "roofline lower bound on the prefill's time")
@@ -74,7 +74,7 @@ class CostFigures:
                                             "estimate: bytes one decode step all-reduces over the tp ranks (tp > 1)")
     comm_seconds_per_token: float | None = figure("Comm\ntime/token", "seconds",
                                                   "estimate: ring all-reduce time of a decode step on the preset's interconnect")
-    block_size_per_gpu: int | None = figure("Page tokens\nper GPU", "int",
+    block_size_per_gpu: int | None = figure("Page tokens\nper GPU", "tokens",
                                             "tokens a page holds on each GPU (--engine with --tp): a hybrid model's "
                                             "vLLM page follows one rank's state")
 

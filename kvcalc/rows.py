@@ -59,7 +59,7 @@ class ModelFacts:
     sliding_window: int | None = figure("Window", "tokens", "sliding window W, when every windowed layer has the same")
     n_window_layers: int = figure("Window\nlayers", "int", "layers with a sliding window")
     max_context: int = figure("Max\nctx", "tokens", "trained maximum context")
-    attention_chunk_size: int | None = figure("Chunk", "int", "chunk C of chunked local attention, when every chunked layer has the same")
+    attention_chunk_size: int | None = figure("Chunk", "tokens", "chunk C of chunked local attention, when every chunked layer has the same")
     attention_label: str = figure("Attention", "text", raw=False)
     heads_label: str = figure("Q\nheads", "num", raw=False)
     kv_label: str = figure("KV heads\nor latent", "num", raw=False)
@@ -132,7 +132,7 @@ class CacheFigures:
     cache_bytes: int = figure("Cache +\nstate", "bytes", "kv_cache_bytes + state_bytes")
     kv_quant: str = figure("KV\nquant", "text", "quantisation scheme whose scales the cache stores (none: payload only)")
     engine: str | None = figure("Engine", "text", "serving engine whose paged cache engine_kv_bytes counts (--engine)")
-    block_size: int | None = figure("Page\ntokens", "int", "tokens a page of that engine holds")
+    block_size: int | None = figure("Page\ntokens", "tokens", "tokens a page of that engine holds")
     engine_kv_bytes: int | None = figure("Engine\nKV cache", "bytes", "the KV cache in the engine's whole pages, all sequences")
     engine_state_bytes: int | None = figure("Engine\nstate", "bytes",
                                             "constant states as the engine stores them (vLLM: a padded page each), all sequences")

@@ -69,6 +69,12 @@ def format_bytes(n: int | Fraction, units: str = "binary") -> str:
     return f"{text} {name}"
 
 
+def aside_bytes(n: int, units: str = "binary") -> str:
+    """' (40.0 GiB)': the human size written beside an exact byte count; nothing under units 'bytes', where it would
+    repeat the count."""
+    return "" if units == "bytes" else f" ({format_bytes(n, units)})"
+
+
 def _three_digits(value: Fraction) -> str:
     """3 significant digits of the exact value, rounded half to even, the decimals set by the magnitude after rounding
     (9.996 -> '10.0', not '10.00'; 1.835 -> '1.84', where a float holds 1.83499...; 0.8971 -> '0.897', 0.0123 ->
@@ -122,9 +128,16 @@ def format_count(n: int) -> str:
     return f"{text}{suffix}"
 
 
+def _decimal(x: float | Fraction) -> Fraction:
+    """The value to round: a Fraction or int as it is; a float (a time, a rate: floats in json) as its shortest decimal,
+    its repr, so a quotient computed exactly and then made a float rounds as the exact value does (1/320 s is the
+    float 0.003125, whose binary value lies above the tie: 3.12 ms, not 3.13)."""
+    return Fraction(repr(x)) if isinstance(x, float) else Fraction(x)
+
+
 def format_number(x: float | Fraction) -> str:
     """A plain quantity (FLOP per byte), 3 significant digits as the units have them: 2.6195 -> '2.62', 500.0 -> '500'."""
-    return _three_digits(Fraction(x))
+    return _three_digits(_decimal(x))
 
 
 def format_sig(value: float) -> str:
@@ -147,7 +160,7 @@ def format_sig(value: float) -> str:
 
 def format_seconds(x: float | Fraction) -> str:
     """A duration, 3 significant digits: 0.0123 -> '12.3 ms', 0.99996 -> '1.00 s'."""
-    text, unit = _in_units(Fraction(x), SECONDS)
+    text, unit = _in_units(_decimal(x), SECONDS)
     return f"{text} {unit}"
 
 

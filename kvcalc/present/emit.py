@@ -88,7 +88,7 @@ def stderr_console():
 
 def warn(message: str) -> None:
     """One line on stderr."""
-    stderr_console().print(message, markup=False)
+    stderr_console().print(message, markup=False, emoji=False)
 
 
 LABEL = re.compile(r"[A-Za-z0-9:._/+-]{1,200}")  # what \label and \ref take as written, in any document

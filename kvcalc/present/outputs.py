@@ -4,6 +4,7 @@ kvcalc.present.emit prints)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,9 +104,10 @@ def _costs_shown(cols: list[Column], fmt: str, chart: str | None) -> bool:
 
 
 def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], columns: str, explain: bool,
-                   no_windows: bool, hardware: str | None, fmt: str = "json", chart: str | None = None) -> Output:
-    """`compare`: one row per model and context, with the derivation of each cache when asked; the cost figures only
-    where `fmt` shows them (`chart`: the --chart column)."""
+                   no_windows: bool, hardware: str | None, fmt: str = "json", chart: str | None = None,
+                   units: str = "binary") -> Output:
+    """`compare`: one row per model and context, with the derivation of each cache when asked (its sizes in `units`,
+    as the table's); the cost figures only where `fmt` shows them (`chart`: the --chart column)."""
     from kvcalc.present.columns import JSON_KEYS, PRESETS, choose
     from kvcalc.rows import compare_rows
 
@@ -128,18 +130,18 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} (lower bounds)" if hardware else ""))
     title += serving_note(s) + (", windows ignored" if no_windows else "")
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
-    lines = _derivation_lines(derivations)
+    lines = _derivation_lines(derivations, units)
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
     return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs) + option_warnings(specs, s))
 
 
-def _derivation_lines(derivations: list[dict]) -> list[str]:
-    """The text of each derivation, a blank line after each (none: no import of kvcalc.explain)."""
+def _derivation_lines(derivations: list[dict], units: str) -> list[str]:
+    """The text of each derivation in `units`, a blank line after each (none: no import of kvcalc.explain)."""
     if not derivations:
         return []
     from kvcalc.explain import derivation_lines
 
-    return [line for d in derivations for line in derivation_lines(d) + [""]]
+    return [line for d in derivations for line in derivation_lines(d, units) + [""]]
 
 
 # What tells a sweep's rows apart when a setting takes several values: its key in the rows (tp: the GPUs it uses).
@@ -406,8 +408,16 @@ def with_chart(out: Output, key: str, fmt: str, units: str) -> Output:
 
         need = " needs --hardware NAME (see 'kvcalc hardware')" if key in HARDWARE_KEYS else ": no row has this figure"
         raise KvcalcError(f"--chart {key}{need}")
-    texts = [f"{row['model']} @ {format_tokens(row['ctx'])}" for row in rows]
+    varying = [k for k in VARIED_LABELS if len({row.get(k) for row in rows}) > 1]  # a sweep's lists: in each label
+    texts = [f"{row['model']} @ {format_tokens(row['ctx'])}" + "".join(f", {VARIED_LABELS[k](row[k])}" for k in varying)
+             for row in rows]
     return replace(out, chart=bar_chart(rows, column, texts, units))
+
+
+# How a bar's label names a setting that varies across a sweep's rows (VARIED_KEYS' keys in the rows).
+VARIED_LABELS: dict[str, Callable[[Any], str]] = {
+    "batch": lambda v: f"batch {v:,}", "gen": lambda v: f"gen {v:,}", "kv_dtype": lambda v: f"kv {v}",
+    "gpus": lambda v: f"{v:,} GPU{'s' if v != 1 else ''}"}
 
 
 def paper_tables(loaded: list[LoadedModel], s: Settings) -> tuple[dict[str, str], list[str]]:

@@ -226,7 +226,7 @@ def _panel(ax: Axes, models: list[tuple[str, ModelSpec]], ctxs: list[int], metri
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_tokens(int(round(x)))))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("Context (tokens)")
-    per = " per GPU" if s.gpus > 1 else ""
+    per = (" per GPU" if s.gpus > 1 else "") + (f", {s.engine} pages" if s.engine else "")  # what _per_gpu plots
     ax.set_ylabel(metric.label.replace("KV cache", "KV cache" + per).replace("Constant state", "Constant state" + per))
     ax.grid(True, which="major", linewidth=0.4, color="0.85")
 

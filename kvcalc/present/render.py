@@ -92,8 +92,8 @@ def _cell(value: Any, kind: str, units: str, latex: bool) -> str:
 
 
 def to_markdown(columns: list[Column], rows: list[dict], units: str) -> str:
-    """A GitHub pipe table; numeric columns right-aligned."""
-    esc = lambda s: s.replace("|", r"\|")  # noqa: E731
+    """A GitHub pipe table; numeric columns right-aligned. A cell is one line: `|` escaped, line breaks as spaces."""
+    esc = lambda s: " ".join(s.splitlines()).replace("|", r"\|")  # noqa: E731
     lines = ["| " + " | ".join(esc(c.title) for c in columns) + " |"]
     lines.append("|" + "|".join("---:" if c.numeric else ":---" for c in columns) + "|")
     for row in rows:
@@ -233,23 +233,25 @@ _SCALARS = {str, int, float, bool}
 
 def to_rich(columns: list[Column], rows: list[dict], units: str, title: str | None = None, compact: bool = False):
     """A rich Table (imported lazily: only the table format needs it). Numbers and the first column never wrap and
-    never shrink below their widest cell; other text and the headers may wrap at spaces, never inside a word."""
+    never shrink below their widest cell; other text and the headers may wrap at spaces, never inside a word. Every
+    text is a rich Text, printed as written: a spec's `source: see [red]HF[/red]` or `:fire:` is no markup or emoji."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     cells = [[cell(row.get(c.key), c.kind, units, compact=compact) for c in columns] for row in rows]
     # two spaces between columns (the right padding and the box's blank divider), none at the edges
-    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
+    table = Table(title=None if title is None else Text(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
                   padding=(0, 1, 0, 0), pad_edge=False)
     for i, c in enumerate(columns):
         whole = c.numeric or i == 0
         texts = [r[i] for r in cells]
         words = [t for t in texts] if whole else [w for t in texts for w in t.split()]
         words += c.header.split("\n") if whole else c.header.split()
-        table.add_column(c.header, justify="right" if c.numeric else "left", no_wrap=whole,
+        table.add_column(Text(c.header), justify="right" if c.numeric else "left", no_wrap=whole,
                          min_width=max(len(w) for w in words))
     for row in cells:
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     return table
 
 

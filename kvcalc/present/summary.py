@@ -15,7 +15,7 @@ from kvcalc.registry import LoadedModel
 from kvcalc.rows import attention_label
 from kvcalc.settings import Settings
 from kvcalc.spec import DenseFFN, ModelSpec, NoFFN, layer_text
-from kvcalc.units import format_bytes, format_count, format_flops, format_number, format_seconds, format_tokens
+from kvcalc.units import aside_bytes, format_count, format_flops, format_number, format_seconds, format_tokens
 
 SUMMARY_COLUMNS = [Column("key", "Field"), Column("shown", "Value"), Column("source", "Source")]
 SUMMARY_KEYS = ["key", "value", "source"]
@@ -69,7 +69,7 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
                  settings: Settings | None = None) -> list[dict]:
     """Key facts of a loaded model and its cache, each with where it came from (and, under a parallel layout in
     `settings`, what the busiest GPU holds)."""
-    b = lambda n: f"{n:,} B ({format_bytes(n, units)})"  # noqa: E731
+    b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
     spec = loaded.spec
     keys = loaded.config_keys
     where = lambda field: f"{field}" + (f" (config.json: {keys[field]})" if field in keys else "")  # noqa: E731
@@ -105,8 +105,8 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
         ("kv_elements_per_token", report.elements_per_token, f"{report.elements_per_token:,}",
          "sum over layers (full-attention rate)"),
         ("kv_bytes_per_token", report.bytes_per_token,
-         f"{report.bytes_per_token:,} B ({format_bytes(report.bytes_per_token, units)})", f"{report.kv_dtype}{mla}"),
-        ("kv_cache_bytes", report.bytes, f"{report.bytes:,} B ({format_bytes(report.bytes, units)})",
+         f"{report.bytes_per_token:,} B{aside_bytes(report.bytes_per_token, units)}", f"{report.kv_dtype}{mla}"),
+        ("kv_cache_bytes", report.bytes, f"{report.bytes:,} B{aside_bytes(report.bytes, units)}",
          f"ctx {report.ctx:,} × batch {report.batch}, windows applied"
          + (f", {report.kv_quant} scales" if report.kv_quant != "none" else "")),
     ]
@@ -131,9 +131,9 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
                   ("weights_bytes_per_gpu", gpu.weights_bytes, b(gpu.weights_bytes), f"its weights in {settings.weights_dtype}")]
     if report.state_elements:
         items += [
-            ("state_bytes", report.state_bytes, f"{report.state_bytes:,} B ({format_bytes(report.state_bytes, units)})",
+            ("state_bytes", report.state_bytes, f"{report.state_bytes:,} B{aside_bytes(report.state_bytes, units)}",
              f"constant states of linear-attention and SSM layers, {report.state_dtype}, batch {report.batch}"),
-            ("cache_bytes", report.cache_bytes, f"{report.cache_bytes:,} B ({format_bytes(report.cache_bytes, units)})",
+            ("cache_bytes", report.cache_bytes, f"{report.cache_bytes:,} B{aside_bytes(report.cache_bytes, units)}",
              "kv_cache_bytes + state_bytes"),
         ]
     return _rows(items)
@@ -142,7 +142,7 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
 def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binary", state_bytes: int = 0) -> list[dict]:
     """Key/value rows of `cost`: parameters, memory (the constant states too, where the model has them), decode
     traffic, and (with hardware) roofline times."""
-    b = lambda n: f"{n:,} B ({format_bytes(n, units)})"  # noqa: E731
+    b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
     states = " + states read and written back" if state_bytes else ""
     items: list[tuple[str, Any, str, str]] = [
         ("params_total", fig.params_total, f"{fig.params_total:,} ({format_count(fig.params_total)})", "all weights"),
