@@ -83,9 +83,9 @@ def test_window_marker_only_for_windowed_models(models):
     assert window_start(dict(models)["gemma3-27b"]) == 1024
     assert window_start(dict(models)["llama3-70b"]) is None
     fig = plot_figure(models, CTXS, ["cache", "flops-decode"], Settings(ctx=1))
-    for ax in fig.axes:
-        assert gids(ax, "window:") == {"window:gemma3-27b"}
-        (marker,) = [line for line in ax.lines if line.get_gid() == "window:gemma3-27b"]
+    for ax, metric in zip(fig.axes, ["cache", "flops-decode"]):
+        assert gids(ax, "window:") == {f"window:gemma3-27b@{metric}"}
+        (marker,) = [line for line in ax.lines if line.get_gid() == f"window:gemma3-27b@{metric}"]
         assert list(marker.get_xdata()) == [1024.0]
         assert point(model_lines(ax)["gemma3-27b"], 1024) == marker.get_ydata()[0]  # the marker sits on the line
         assert any(t.get_text() == "W=1k" for t in ax.texts)
@@ -99,7 +99,7 @@ def test_memory_line_and_crossing_with_hardware(models):
     s = Settings(ctx=1, hardware=h100)
     fig = plot_figure(models, CTXS, ["cache", "flops-decode"], s)
     cache_ax, flops_ax = fig.axes
-    (memory,) = [line for line in cache_ax.lines if line.get_gid() == "memory"]
+    (memory,) = [line for line in cache_ax.lines if line.get_gid() == "memory@cache"]
     assert list(memory.get_ydata()) == [float(h100.memory_bytes)] * 2
     assert "h100-80gb" in memory.get_label() and "80.0 GiB" in memory.get_label()
     assert gids(flops_ax, "memory") == set()  # the memory line belongs to the cache panel only
@@ -113,11 +113,24 @@ def test_memory_line_and_crossing_with_hardware(models):
         return g.weights_bytes + g.kv_cache_bytes + g.state_bytes
 
     assert total(crossing - 1) <= h100.memory_bytes < total(crossing)  # the first context that does not fit
-    (marker,) = [line for line in cache_ax.lines if line.get_gid() == "out-of-memory:gemma3-27b"]
+    (marker,) = [line for line in cache_ax.lines if line.get_gid() == "out-of-memory:gemma3-27b@cache"]
     assert list(marker.get_xdata()) == [float(crossing)]
     # Llama 3 70B's 141 GB of weights exceed 80 GB at every context: marked at the first
     assert memory_crossing(dict(models)["llama3-70b"], 1024, 1024**2, s) == 1024
     assert memory_crossing(gemma, 1024, 1024**2, Settings(ctx=1)) is None  # no hardware, no crossing
+
+
+def test_svg_ids_are_unique_across_panels(models):
+    import io
+    import re
+    from collections import Counter
+
+    fig = plot_figure(models, CTXS, ["cache", "flops-decode", "state"], Settings(ctx=1, hardware=load_hardware("h100-80gb")))
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    ids = Counter(re.findall(r' id="([^"]+)"', buf.getvalue()))
+    assert ids["model:gemma3-27b@cache"] == ids["model:gemma3-27b@flops-decode"] == 1
+    assert [i for i, n in ids.items() if n > 1] == []
 
 
 def test_no_memory_line_without_hardware(models):

@@ -186,6 +186,7 @@ def _panel(ax: Axes, models: list[tuple[str, ModelSpec]], ctxs: list[int], metri
 
     lo, hi = ctxs[0], ctxs[-1]
     memory_panel = metric.name == "cache" and s.hardware is not None
+    panel = f"@{metric.name}"  # in each id: an SVG's ids are unique across panels
     plotted = 0
     for i, (name, spec) in enumerate(models):
         colour, style = PALETTE[i % len(PALETTE)], LINESTYLES[i % len(LINESTYLES)]
@@ -196,26 +197,26 @@ def _panel(ax: Axes, models: list[tuple[str, ModelSpec]], ctxs: list[int], metri
         ys = [metric.value(spec, s.at(x)) for x in xs]
         px, py = _positive(xs, ys)
         plotted += len(px)
-        (line,) = ax.plot(px, py, color=colour, linestyle=style, label=name, gid=f"model:{name}")
+        (line,) = ax.plot(px, py, color=colour, linestyle=style, label=name, gid=f"model:{name}{panel}")
         handles.setdefault(f"model:{name}", line)
         at = dict(zip(xs, ys))
         if window is not None and at[window] > 0:
             ax.plot([window], [float(at[window])], marker="o", markersize=4, markerfacecolor="white",
-                    markeredgecolor=colour, linestyle="none", label="_window", gid=f"window:{name}", zorder=3)
+                    markeredgecolor=colour, linestyle="none", label="_window", gid=f"window:{name}{panel}", zorder=3)
             ax.annotate(f"W={format_tokens(window)}", (window, float(at[window])), xytext=(3, -9),
-                        textcoords="offset points", fontsize=6.5, color=colour, gid=f"window-note:{name}")
+                        textcoords="offset points", fontsize=6.5, color=colour, gid=f"window-note:{name}{panel}")
             handles.setdefault("window", Line2D([], [], marker="o", markersize=4, markerfacecolor="white",
                                                 markeredgecolor="0.3", linestyle="none", label="window caps the cache"))
         if crossing is not None and at[crossing] > 0:
             ax.plot([crossing], [float(at[crossing])], marker="X", markersize=5, color=colour, linestyle="none",
-                    label="_memory", gid=f"out-of-memory:{name}", zorder=3)
+                    label="_memory", gid=f"out-of-memory:{name}{panel}", zorder=3)
             handles.setdefault("oom", Line2D([], [], marker="X", markersize=5, color="0.3", linestyle="none",
                                              label="weights + cache exceed memory"))
     if memory_panel and s.hardware is not None:
         per = " per GPU" if s.gpus > 1 else ""
         label = f"{s.hardware.name} memory{per} ({format_bytes(s.hardware.memory_bytes)})"
         handles.setdefault("memory", ax.axhline(float(s.hardware.memory_bytes), color="0.45", linewidth=0.8,
-                                                linestyle=(0, (1, 1.5)), label=label, gid="memory"))
+                                                linestyle=(0, (1, 1.5)), label=label, gid=f"memory{panel}"))
     if not plotted:  # e.g. the state of attention-only models  # a log axis needs a positive range to draw
         ax.set_xlim(lo, max(hi, 2 * lo))
         ax.set_ylim(1, 10)
