@@ -94,7 +94,7 @@ def compare(
     loaded = [load(m, no_windows) for m in models]
     out = compare_output(loaded, opts.settings(ctxs[0]), ctxs, columns, explain, no_windows, opts.hardware_name, fmt, chart,
                          units)
-    emit(with_chart(out, chart, fmt, units) if chart else out, fmt, units)
+    emit(with_chart(out, chart, fmt, units) if chart is not None else out, fmt, units)
 
 
 @app.command()
@@ -127,7 +127,7 @@ def sweep(
     loaded = [load(m) for m in models]
     varied = tuple(name for name, _ in opts.grid)
     out = sweep_output(loaded, grid, ctxs, columns, opts.hardware_name, fmt, chart, varied)
-    emit(with_chart(out, chart, fmt, units) if chart else out, fmt, units)
+    emit(with_chart(out, chart, fmt, units) if chart is not None else out, fmt, units)
 
 
 @app.command()
@@ -210,7 +210,7 @@ def fit(
     from kvcalc.present.emit import emit
     from kvcalc.present.outputs import fit_output
 
-    ctxs = parse_ctx(ctx) if ctx else None
+    ctxs = parse_ctx(ctx) if ctx is not None else None  # '' is refused there, not read as no --ctx
     if ctxs is not None and len(ctxs) > MAX_FIT_CONTEXTS:
         raise typer.BadParameter(f"{len(ctxs):,} contexts: fit solves a batch for each, at most {MAX_FIT_CONTEXTS:,}",
                                  param_hint="'--ctx'")
@@ -232,7 +232,7 @@ def run_backend(
     seed: Annotated[int, whole_option("--seed", lo=0, hi=2**63 - 1, help="Seed of the random weights and inputs.")] = 0,
     max_memory: Annotated[str | None, typer.Option("--max-memory", help="Refuse runs predicted to need more (8G, 512M; default: available memory).")] = None,
     rope_demo: Annotated[bool, typer.Option("--rope-demo", help="Add the RoPE demonstration (always on for MLA models).")] = False,
-    threads: Annotated[int | None, whole_option("--threads", "-t", lo=1, help="Threads for the prefill's attention, each with a one-thread BLAS (default: every core).")] = None,
+    threads: Annotated[int | None, whole_option("--threads", "-t", lo=1, hi=4096, help="Threads for the prefill's attention, each with a one-thread BLAS (default: every core; at most 4,096).")] = None,
     enc_ctx: EncCtxOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     fmt: FormatOpt = "table",

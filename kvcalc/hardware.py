@@ -27,12 +27,15 @@ from kvcalc.errors import SpecError
 from kvcalc.fields import as_row, figure
 from kvcalc.registry import bundled_dir, find_bundled, is_special_file, looks_like_path
 from kvcalc.spec import Strict, validate_mapping
-from kvcalc.yamlfile import check_file, load_yaml
+from kvcalc.yamlfile import check_file, is_file, load_yaml
 
 # ---------------------------------------------------------------- sizes in a YAML file
 
 # ASCII digits, grouped by single underscores as YAML 1.1 and Python write them (1_000), one space at most before the unit
 _SIZE = re.compile(r"(?P<number>[0-9](?:_?[0-9])*(?:\.[0-9]+)?) ?(?P<prefix>[kKMGTP]?)(?P<binary>i?)B(?P<per_second>/s)?")
+# A plain number as YAML 1.1 and Python write one: no sign, no space, single underscores between digits, no leading
+# zero (0100 is octal in YAML 1.1), an optional fraction and exponent ('989.4e12', read by YAML 1.1 as a string)
+_NUMBER = re.compile(r"(?:0|[1-9](?:_?[0-9])*)(?:\.[0-9](?:_?[0-9])*)?(?:[eE][+-]?[0-9]+)?")
 _PREFIX_POWER = {"": 0, "k": 1, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
 MAX_EXPONENT = 29  # every figure is below 10**30 (a thousand yotta-FLOP/s, bytes or bytes/s): nothing real comes near
 _BOUND = Field(gt=0, lt=10 ** (MAX_EXPONENT + 1))
@@ -98,13 +101,17 @@ class Hardware(Strict):
         text = repr(value) if isinstance(value, float) else value
         if not text.isascii():  # Decimal and \d read other scripts' digits ('８0GB')
             raise ValueError(f"{text[:40]!r}: a number is written in the digits 0-9")
-        try:
-            number = Decimal(text)
-        except InvalidOperation:
+        if re.fullmatch(r"0[0-9_]+", text):
+            raise ValueError(f"{text[:40]!r}: a leading zero (YAML 1.1 reads 0100 as octal 64); write the number without it")
+        if not _NUMBER.fullmatch(text):  # Decimal alone would take ' 80 ', '_80_' and '8__0'
             unit = _UNIT_OF.get(info.field_name or "")
             if unit is None or len(text) > 64:
-                raise ValueError(f"{text[:40]!r} is not a whole number") from None
+                raise ValueError(f"{text[:40]!r} is not a whole number (digits 0-9, single underscores between them)")
             return parse_bytes(text, per_second=unit == "bytes/s")
+        try:
+            number = Decimal(text.replace("_", ""))
+        except InvalidOperation:  # not reached: _NUMBER is a Decimal's syntax
+            raise ValueError(f"{text[:40]!r} is not a whole number") from None
         if not number.is_finite() or len(number.as_tuple().digits) > 64 or number.adjusted() > MAX_EXPONENT:
             raise ValueError(f"{text[:40]!r} is not a whole number below 10**{MAX_EXPONENT + 1}")
         if number != number.to_integral_value():
@@ -139,7 +146,7 @@ def hardware_from_dict(data: object, origin: str) -> Hardware:
 def load_hardware(arg: str) -> Hardware:
     """Resolve HARDWARE: an existing YAML file, else a bundled preset (exact, case-insensitive), else a LookupFailure."""
     path = Path(arg).expanduser()
-    if path.is_file():
+    if is_file(path, arg):
         return hardware_from_dict(load_yaml(path), str(path))
     if looks_like_path(arg, (".yaml", ".yml")) or is_special_file(path):
         if path.is_dir():

@@ -3,6 +3,7 @@ handling, and argument parsing. Choice lists come from the library (kvcalc.setti
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import sys
@@ -87,7 +88,7 @@ FormatOpt = Annotated[str, typer.Option("--format", "-f", **choice(FORMATS), hel
 UnitsOpt = Annotated[str, typer.Option("--units", **choice(UNIT_SYSTEMS), help="Byte units in table/markdown/latex: binary (KiB, GiB), si (kB, GB), or exact bytes.")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the derivation of every cache figure: formula, symbols, values, source fields.")]
 NoWindowsOpt = Annotated[bool, typer.Option("--no-windows", help="Ignore sliding windows and attention chunks (every layer global): what the cache would be without them.")]
-ChartOpt = Annotated[str | None, typer.Option("--chart", metavar="KEY", help="Draw a bar chart of a numeric column (e.g. kv_cache_bytes) under the table; no plotting library needed.")]
+ChartOpt = Annotated[str | None, typer.Option("--chart", metavar="KEY", callback=lambda key: key.lower() if key else key, help="Draw a bar chart of a numeric column (e.g. kv_cache_bytes) under the table; no plotting library needed.")]
 ColumnsOpt = Annotated[str, typer.Option("--columns", help="Columns: presets kv (default), cost, generate, mla, time, all, and/or column keys, comma-separated; model and ctx are always shown.")]
 
 
@@ -207,6 +208,8 @@ def _parse_list(name: str, text: str) -> tuple[Any, ...]:
                 raise typer.BadParameter(exc.message, param_hint=flag) from None
         elif part.isascii() and part.isdigit() and len(part) <= 20 and int(part) >= 1:
             values.append(int(part))
+        elif part.isascii() and part.isdigit() and len(part) > 20:  # the bound is the setting's, checked there
+            raise typer.BadParameter(f"{part[:24]!r}… ({len(part):,} digits): too large", param_hint=flag)
         else:
             raise typer.BadParameter(f"{part[:40]!r}: a positive whole number", param_hint=flag)
     return tuple(dict.fromkeys(values))
@@ -269,6 +272,8 @@ def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         if dest.output is not None and not dest.output.strip():
             raise typer.BadParameter("an empty file name: give a file, or leave --output out for stdout",
                                      param_hint="'--output'")
+        if dest.output == "-":  # the Unix convention: stdout, not a file named '-'
+            dest = dataclasses.replace(dest, output=None)
         token = DESTINATION.set(dest)
         try:
             return fn(*args, **kwargs)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kvcalc.errors import KvcalcError, LookupFailure, SpecError
 from kvcalc.spec import ModelSpec, spec_from_dict
-from kvcalc.yamlfile import check_file, load_yaml, read_text
+from kvcalc.yamlfile import check_file, is_file, load_yaml, read_text
 
 
 def bundled_dir(folder: str) -> Path:
@@ -145,14 +145,20 @@ def hub_caches() -> list[tuple[Path, str]]:
     return list(unique.items())
 
 
+SNAPSHOT = re.compile(r"[A-Za-z0-9._-]{1,255}")  # one folder name under snapshots/
+
+
 def snapshot_config(repo: Path) -> Path | None:
     """config.json of a cached Hub repo folder: the snapshot refs/main names, else the newest snapshot that has one."""
     ref = repo / "refs" / "main"
-    if ref.is_file():
-        pinned = repo / "snapshots" / ref.read_text(encoding="utf-8").strip() / "config.json"
-        if pinned.is_file():
+    if is_file(ref):
+        commit = read_text(ref, limit=4096).strip()  # huggingface_hub writes the snapshot's commit hash there
+        if not SNAPSHOT.fullmatch(commit) or commit in (".", ".."):
+            raise SpecError(f"{ref}: holds {commit[:60]!r}, not the name of a snapshot folder (a commit hash)")
+        pinned = repo / "snapshots" / commit / "config.json"
+        if is_file(pinned):
             return pinned
-    found = [c for c in (repo / "snapshots").glob("*/config.json") if c.is_file()]
+    found = [c for c in (repo / "snapshots").glob("*/config.json") if is_file(c)]
     # Newest by when the snapshot folder was written; the name breaks ties so the choice is the same every time.
     return max(found, key=lambda c: (c.parent.stat().st_mtime, c.parent.name), default=None)
 
@@ -188,7 +194,7 @@ def load_model(arg: str) -> LoadedModel:
     id (ORG/NAME) in the local Hugging Face cache, else a bundled name (exact, case-insensitive), else a
     LookupFailure."""
     path = Path(arg).expanduser()
-    if path.is_file():
+    if is_file(path, arg):
         if not looks_like_path(arg) and arg.lower() in {n.lower() for n in bundled_names()}:
             # a bare name is the bundled model's, though a file here has it: said, as the file may be a changed copy
             bundled = _load_bundled(arg)

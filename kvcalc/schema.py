@@ -367,7 +367,8 @@ COMMANDS = tuple(SCHEMAS)
 
 
 def schema(command: str) -> dict[str, Any]:
-    """The JSON Schema of `kvcalc COMMAND --format json` (COMMAND one of COMMANDS)."""
+    """The JSON Schema of `kvcalc COMMAND --format json` (COMMAND one of COMMANDS, in any case)."""
+    command = command.lower()
     if command not in SCHEMAS:
         raise KvcalcError(f"no schema for {command!r}: choose one of {', '.join(COMMANDS)}")
     return SCHEMAS[command]()

@@ -182,8 +182,10 @@ def _select(selector: LayerSelector, n_layers: int, taken: set[int]) -> list[int
         if not match:
             raise ValueError(f"cannot read {selector!r}: use 'all', 'rest', '0-4,6', a list, or {{every, start}}")
         lo_text, hi_text = match[1], match[2] if match[2] is not None else match[1]
-        if len(hi_text) > 12 or int(hi_text) >= n_layers:  # checked before the range is built
-            raise ValueError(f"{part.strip()!r}: layer {hi_text} does not exist (n_layers is {n_layers})")
+        for text in (hi_text, lo_text):  # checked before the range is built; a long one is no layer either
+            if len(text) > 12 or int(text) >= n_layers:
+                shown = text if len(text) <= 12 else f"{text[:12]}… ({len(text):,} digits)"
+                raise ValueError(f"{part.strip()[:40]!r}: layer {shown} does not exist (n_layers is {n_layers})")
         lo, hi = int(lo_text), int(hi_text)
         if hi < lo:
             raise ValueError(f"range {part.strip()!r} runs backwards")
@@ -296,6 +298,9 @@ class ModelSpec(Strict):
                 picked[gi] = _select(group.layers, self.n_layers, set())
             except ValueError as exc:
                 problems.append(f"layer_groups[{gi}].layers: {exc}")
+                continue
+            if not picked[gi]:  # a group of no layer would vanish from every figure without a word
+                problems.append(f"layer_groups[{gi}].layers: selects none of the {self.n_layers} layers (a group needs one)")
                 continue
             problems += self._claim(gi, picked[gi], owner)
         for gi in rest[:1]:

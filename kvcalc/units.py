@@ -193,7 +193,9 @@ def parse_size(text: str) -> int:
     """A memory size: '8G' -> 8 GiB; K/M/G/T are binary (1024-based), an optional B or iB; a plain number is bytes."""
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
     if not match:
-        raise ValueError(f"{text!r} is not a size (use e.g. 8G, 512M, 1073741824)")
+        raise ValueError(f"{text[:40]!r} is not a size (use e.g. 8G, 512M, 1073741824)")
+    if len(match[1]) > 40:  # past any memory (and past Python's 4,300-digit limit on reading an int)
+        raise ValueError(f"{text[:20]!r}… ({len(match[1]):,} digits) is not a size a machine has (use e.g. 8G, 512M)")
     scale = 1024 ** " KMGT".index(match[2].upper() or " ")
     size = Fraction(match[1]) * scale
     if size.denominator != 1:  # 1.5B, 0.5: never truncated to a size that was not asked

@@ -66,6 +66,15 @@ def check_file(path: Path, shown: str | None = None, limit: int = MAX_FILE_BYTES
     return info.st_size
 
 
+def is_file(path: Path, shown: str | None = None) -> bool:
+    """Path.is_file(), except that a path the system refuses to look up (a name too long, a folder it may not enter)
+    is a SpecError naming it, not an OSError (which would read as a failed write of the output)."""
+    try:
+        return path.is_file()
+    except OSError as exc:
+        raise SpecError(f"{shown or path}: cannot read: {exc.strerror or exc}") from None
+
+
 def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
     """A spec or config file's text, or a SpecError naming the file (missing, a folder, a FIFO, too large, binary, ...)."""
     check_file(path, limit=limit)
@@ -112,8 +121,15 @@ class _Loader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
             seen: dict[object, int] = {}
+            merged = 0  # the line of this mapping's merge key '<<', once one is seen
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
+                    line = key_node.start_mark.line + 1
+                    if merged:  # which one wins is the loader's order, not what the file says
+                        raise _Refused(
+                            None, None, f"a second merge key '<<' (line {line}; first at line {merged}): a mapping takes "
+                            "one; merge several as '<<: [*a, *b]'", key_node.start_mark)
+                    merged = line
                     continue
                 key = self.construct_object(key_node, deep=True)
                 line = key_node.start_mark.line + 1

@@ -40,7 +40,7 @@ def choose(text: str, have_hardware: bool, identity: tuple[str, ...] = IDENTITY)
     be told apart. Hardware columns need --hardware; `all` leaves them out without one.
     """
     keys: list[str] = []
-    for item in (part.strip() for part in text.split(",")):
+    for item in (part.strip().lower() for part in text.split(",")):  # keys and presets are lower case: KV is kv
         if item in PRESETS:
             keys += PRESETS[item]
         elif item in CATALOG:
@@ -57,7 +57,7 @@ def choose(text: str, have_hardware: bool, identity: tuple[str, ...] = IDENTITY)
             keys.insert(at, key)
     if not have_hardware:
         asked = [k for k in keys if k in HARDWARE_KEYS and k != "hardware"]
-        if asked and text.strip() != "all":
+        if asked and text.strip().lower() != "all":
             raise KvcalcError(f"columns {', '.join(asked)} need --hardware NAME (see 'kvcalc hardware')")
         keys = [k for k in keys if k not in HARDWARE_KEYS]
     return [CATALOG[k] for k in keys]

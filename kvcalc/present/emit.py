@@ -108,6 +108,9 @@ def _check_latex_options(dest: Destination) -> None:
     if dest.label is not None and not LABEL.fullmatch(dest.label):
         raise typer.BadParameter(f"{dest.label[:60]!r}: a label is letters, digits and : . _ - / + (at most 200), "
                                  "which \\label and \\ref take as written", param_hint="'--label'")
+    if dest.caption is not None and not dest.caption.strip():
+        raise typer.BadParameter("an empty caption: give its text, or leave --caption out for the table's title",
+                                 param_hint="'--caption'")
     bad = unwritable(dest.caption or "")
     if bad:
         shown = ", ".join(f"{c} (U+{ord(c):04X})" for c in bad[:5])

@@ -126,7 +126,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
         from kvcalc.explain import derivation
 
         derivations = [derivation(r, lm.origin, lm.config_keys, lm.spec, s.at(r.ctx)) for lm, r in zip(origins, reports)]
-    title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns == "kv" else
+    title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns.strip().lower() == "kv" else
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} (lower bounds)" if hardware else ""))
     title += serving_note(s) + (", windows ignored" if no_windows else "")
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
@@ -330,9 +330,13 @@ def import_spec(config: Path, output: Path | None, name: str | None, force: bool
 
     if name is not None:
         check_name(name)  # before reading anything
+    if output is not None and str(output) == "-":  # stdout, as for every table command
+        output = None
+    if output is not None and output.exists() and output.resolve() == config.resolve():
+        raise KvcalcError(f"--output {output}: that is the config being imported; write the spec elsewhere")
+    if output is not None and output.suffix.lower() == ".json":  # kvcalc would read it back as a config.json
+        raise KvcalcError(f"--output {output}: the spec is YAML; name the file .yaml or .yml")
     if output is not None and output.exists():
-        if output.resolve() == config.resolve():
-            raise KvcalcError(f"--output {output}: that is the config being imported; write the spec elsewhere")
         if not force:
             raise KvcalcError(f"--output {output}: the file exists; add --force to overwrite it")
     lm = load_path(config)

@@ -116,6 +116,7 @@ METRICS = tuple(METRIC_INFO)
 
 
 def _metric(name: str, s: Settings) -> Metric:
+    name = name.lower()  # as every other choice: CACHE is cache
     if name not in METRIC_INFO:
         raise KvcalcError(f"unknown metric {name!r}: choose one of {', '.join(METRICS)}")
     metric = METRIC_INFO[name]
