@@ -42,6 +42,8 @@ BYTES_PER_ELEMENT = 2  # bf16 decode state
 MAX_N = 16384  # approx materialises n × n attention matrices
 MAX_INPUT = 2**24  # values of Q, K or V each (n × d, float64: 128 MiB apiece)
 MAX_ARRAY = MAX_N * MAX_N  # elements of the largest array one method holds (exact's n × n at the largest n: 2 GiB)
+NPZ_ARRAYS = ("q", "k", "v")  # the arrays an .npz given to --data holds, and nothing else
+NPZ_SHAPES = "q [n, d], k [n, d], v [n, d_v]"
 
 
 @dataclass(frozen=True)
@@ -143,34 +145,41 @@ def parse_methods(text: str) -> list[Method]:
 
 
 def load_npz(path: str) -> tuple[Any, Any, Any]:
-    """Q, K, V of one head from an .npz with arrays q [n, d], k [n, d], v [n, d_v]."""
+    """Q, K, V of one head from an .npz with arrays q [n, d], k [n, d], v [n, d_v]: every header is checked (names,
+    dtypes, shapes, sizes) before any data is read."""
     import numpy as np
 
+    from kvcalc.approx import npzfile
     from kvcalc.yamlfile import check_file
 
-    check_file(Path(path), f"--data {path}", limit=2**32)  # a regular file (a FIFO would block np.load), 4 GiB at most
-    try:
-        with np.load(Path(path), allow_pickle=False) as data:
-            arrays = {name: np.asarray(data[name], dtype=np.float64) for name in ("q", "k", "v") if name in data}
-    except OSError as exc:
-        raise KvcalcError(f"--data {path}: cannot read it as .npz ({exc})") from None
-    except ValueError:  # numpy's word for a file that is not an array archive: 'pickled data', allow_pickle advice
-        raise KvcalcError(f"--data {path}: not a NumPy .npz archive of arrays q, k, v (np.savez)") from None
-    missing = [name for name in ("q", "k", "v") if name not in arrays]
-    if missing:
-        raise KvcalcError(f"--data {path}: missing array(s) {', '.join(missing)} (q [n, d], k [n, d], v [n, d_v])")
-    q, k, v = arrays["q"], arrays["k"], arrays["v"]
-    if q.ndim != 2 or k.shape != q.shape or v.ndim != 2 or v.shape[0] != q.shape[0]:
-        raise KvcalcError(f"--data {path}: q and k must be [n, d] and v [n, d_v] of one head; got "
-                          f"{q.shape}, {k.shape}, {v.shape}")
-    check_size(q.shape[0], q.shape[1], v.shape[1], f"--data {path}")
-    bad = [name for name, a in arrays.items() if not np.all(np.isfinite(a))]
+    what = f"--data {path}"
+    if not path:  # Path('') is the current folder
+        raise KvcalcError("--data: an empty path; give gaussian, clustered, spiky or an .npz file")
+    if check_file(Path(path), what, limit=2**32) == 0:  # a regular file (a FIFO would block), 4 GiB at most
+        raise KvcalcError(f"{what}: an empty file, not an .npz archive ({NPZ_SHAPES})")
+    with npzfile.open_archive(path, NPZ_ARRAYS, what) as archive:
+        found = npzfile.members(archive, NPZ_ARRAYS, NPZ_SHAPES, what)
+        heads = [npzfile.read_header(archive, name, info, what) for name, info in found.items()]
+        check_shapes(heads[0].shape, heads[1].shape, heads[2].shape, what)
+        for head in heads:
+            npzfile.check_length(head, what)
+        q, k, v = (npzfile.read_data(archive, head, what) for head in heads)
+    bad = [name for name, a in zip(NPZ_ARRAYS, (q, k, v)) if not np.all(np.isfinite(a))]
     if bad:
-        raise KvcalcError(f"--data {path}: {', '.join(bad)} {'holds' if len(bad) == 1 else 'hold'} NaN or infinite "
+        raise KvcalcError(f"{what}: {', '.join(bad)} {'holds' if len(bad) == 1 else 'hold'} NaN or infinite "
                           "values; every value must be finite")
     if not np.any(v):
-        raise KvcalcError(f"--data {path}: v is all zeros: every output is 0, and a relative error has no meaning")
+        raise KvcalcError(f"{what}: v is all zeros: every output is 0, and a relative error has no meaning")
     return q, k, v
+
+
+def check_shapes(q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...], what: str) -> None:
+    """q and k [n, d], v [n, d_v], every size at least 1 and within check_size's bounds; from the headers alone."""
+    if len(q) != 2 or k != q or len(v) != 2 or v[0] != q[0]:
+        raise KvcalcError(f"{what}: q and k must be [n, d] and v [n, d_v] of one head; got {q}, {k}, {v}")
+    if min(*q, *v) < 1:
+        raise KvcalcError(f"{what}: q {q} and v {v}: n, d and d_v must each be at least 1")
+    check_size(q[0], q[1], v[1], what)
 
 
 def check_size(n: int, d: int, d_v: int, what: str) -> None:
