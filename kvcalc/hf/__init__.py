@@ -53,8 +53,9 @@ def is_hf_config(data: object) -> bool:
 def import_config(cfg: dict, origin: str, name: str) -> Imported:
     """Convert a parsed HF config into spec fields (not yet validated), or raise SpecError naming `origin`.
 
-    A model_type without an importer goes to `generic.plain_decoder`, which refuses keys it cannot account for."""
-    from kvcalc.hf import generic
+    A model_type without an importer goes to `generic.plain_decoder`, which refuses keys it cannot account for; a
+    registered one first has its keys checked for near misses of the keys its importer reads (`vocabulary.check`)."""
+    from kvcalc.hf import generic, vocabulary
 
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", model_type):
@@ -62,6 +63,8 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
                         f"and '-' (e.g. \"llama\"), got {show(model_type)}")
     # Any other model_type: a plain decoder when every key is a standard one, else refused naming the keys.
     convert = IMPORTERS.get(model_type, generic.plain_decoder)
+    if model_type in IMPORTERS:
+        vocabulary.check(cfg, origin, convert)  # a misspelled key must not pass for an absent one
     notes: list[str] = []
     try:
         body = convert(dict(cfg), origin, notes)

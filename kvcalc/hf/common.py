@@ -3,6 +3,7 @@ layer groups from per-layer dicts, windows from `layer_types`, and the registry 
 
 from __future__ import annotations
 
+import math
 import re
 import reprlib
 from collections.abc import Callable
@@ -173,6 +174,8 @@ def bound(key: str) -> tuple[int, str]:
 def whole(value: Any, key: str, origin: str, minimum: int = 1) -> int:
     """`value` as an int, or a SpecError naming `key`: a bool, a fraction or a string is not a whole number, and a
     value above `bound(key)` is physically absurd."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpecError(f"{origin}: {key}: must be a whole number, got {_non_finite(value)}")
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # JSON 32.0 is the whole number 32 (exact; a YAML spec, strict, writes 32)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -183,6 +186,13 @@ def whole(value: Any, key: str, origin: str, minimum: int = 1) -> int:
     if value > limit:
         raise SpecError(f"{origin}: {key}: must be at most {limit:,} ({what}), got {show(value)}")
     return value
+
+
+def _non_finite(value: float) -> str:
+    """A float that is no number, in words: Python's JSON reads 1e400 (past a float's ~1.8e308) as inf."""
+    if math.isnan(value):
+        return "NaN (not a number)"
+    return f"{show(value)}: too large to represent (a JSON number past about 1.8e308, such as 1e400, reads as inf)"
 
 
 def need(cfg: dict, key: str, origin: str, *alts: str) -> int:
@@ -250,15 +260,17 @@ def _json(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def heads_attention(n_heads: int, n_kv: int, head_dim: int | None, **flags) -> dict:
-    """An MHA/GQA/MQA block from head counts (the kind follows n_kv: n_heads -> mha, 1 -> mqa, else gqa)."""
+def heads_attention(n_heads: int, n_kv: int, head_dim: int | None, **fields) -> dict:
+    """An MHA/GQA/MQA block from head counts (the kind follows n_kv: n_heads -> mha, 1 -> mqa, else gqa) and more
+    of its fields; a False flag or a None value is left out (the spec's default), any other value kept, even 0 (the
+    spec then refuses it, rather than a falsy size passing for the default)."""
     kind = "mha" if n_kv == n_heads else "mqa" if n_kv == 1 else "gqa"
     att: dict = {"kind": kind, "n_heads": n_heads}
     if kind == "gqa":
         att["n_kv_heads"] = n_kv
     if head_dim is not None:
         att["head_dim"] = head_dim
-    att.update({k: v for k, v in flags.items() if v})
+    att.update({k: v for k, v in fields.items() if v is not None and v is not False})
     return att
 
 

@@ -5,7 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, get, group_layers, importer, need, type_defaults
+from kvcalc.hf.common import base_fields, dense_ffn, flag, get, group_layers, importer, need, show, type_defaults
+
+# MoEGate.topk_method in DeepSeek's remote code and DeepseekV2Config / DeepseekV3Config in transformers: greedy
+# (DeepSeek-V2-Lite, DeepseekV2Config's default) and group_limited_greedy (DeepSeek-V2) route without a bias;
+# noaux_tc (DeepSeek-V3 and its descendants) adds e_score_correction_bias, one per routed expert. "gready" is
+# greedy as DeepSeek's own configuration_deepseek.py spells its default (DeepSeek-VL2's MoEGate dispatches on it).
+# MoEGate has no branch for any other value, so no model with one runs: refused rather than read as bias-free.
+TOPK_METHODS = {"greedy": False, "gready": False, "group_limited_greedy": False, "noaux_tc": True}  # router bias?
+
+
+def router_bias(cfg: dict, origin: str) -> bool:
+    """Whether the router carries e_score_correction_bias, from topk_method (absent: greedy, no bias)."""
+    method = cfg.get("topk_method", "greedy")
+    if not isinstance(method, str) or method not in TOPK_METHODS:
+        raise SpecError(f"{origin}: topk_method: must be one of {', '.join(TOPK_METHODS)}, got {show(method)}")
+    return TOPK_METHODS[method]
 
 
 @importer("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
@@ -24,7 +39,7 @@ def _deepseek(cfg, origin, notes):
         # DeepSeek-V3.2 (DeepSeek Sparse Attention): the lightning indexer of every layer (inference/model.py Indexer)
         att.update(index_n_heads=need(cfg, "index_n_heads", origin), index_head_dim=need(cfg, "index_head_dim", origin),
                    index_topk=need(cfg, "index_topk", origin))
-    if cfg.get("attention_bias"):  # DeepseekV3Attention: q_a_proj, kv_a_proj_with_mqa and o_proj take this bias
+    if flag(cfg, "attention_bias", origin):  # DeepseekV3Attention: q_a_proj, kv_a_proj_with_mqa and o_proj take this bias
         raise SpecError(f"{origin}: attention_bias: biases on q_a_proj, kv_a_proj_with_mqa and o_proj are not supported")
     q_rank = get(cfg, "q_lora_rank", origin, minimum=0)
     if q_rank:  # null (HF) or 0 (DeepSeek's own format) both mean no query compression
@@ -38,7 +53,7 @@ def _deepseek(cfg, origin, notes):
         "n_shared_experts": get(cfg, "n_shared_experts", origin, minimum=0) or 0,
         "first_k_dense": first_k,
     }
-    if cfg.get("topk_method") == "noaux_tc":  # DeepSeek-V3: a learned per-expert bias steers routing
+    if router_bias(cfg, origin):  # DeepSeek-V3: a learned per-expert bias steers routing
         moe["router_bias"] = True
     freq = get(cfg, "moe_layer_freq", origin, minimum=0) or 1
     if first_k or freq != 1:

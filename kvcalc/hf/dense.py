@@ -57,7 +57,7 @@ def _qwen(cfg: dict, model_type: str, origin: str, notes: list[str]) -> tuple[di
     Qwen3-MoE every layer (Qwen3MoeAttention reads config.sliding_window whatever the layer; Qwen3MoeConfig has no
     max_window_layers)."""
     cfg = with_defaults(cfg, model_type, notes)
-    if not cfg.get("use_sliding_window", False):
+    if not flag(cfg, "use_sliding_window", origin, False):
         if cfg.get("sliding_window"):
             notes.append(f"use_sliding_window is false: sliding_window {show(cfg['sliding_window'])} does not apply")
         cfg["sliding_window"] = None
@@ -126,7 +126,8 @@ def _gemma3(cfg, origin, notes):
         cfg = {**text}
         notes.append("text model read from text_config (vision tower not counted)")
     cfg = fill_defaults(cfg, GEMMA3_TEXT_DEFAULTS, "Gemma3TextConfig", notes)
-    pattern = get(cfg, "sliding_window_pattern", origin, 0) or get(cfg, "_sliding_window_pattern", origin, 0) or 6
+    # null: the other spelling, then Gemma3TextConfig's 6; 0 is refused (no layer would be global: (i + 1) % 0 fails)
+    pattern = get(cfg, "sliding_window_pattern", origin) or get(cfg, "_sliding_window_pattern", origin) or 6
     # Gemma 3: layer i is global when (i + 1) % pattern == 0, local (sliding) otherwise (FACTS.md §1.2).
     return decoder(cfg, origin, "gemma3", notes, tie_default=True, qk_norm=True, norms_per_layer=4,
                     sliding=lambda i: (i + 1) % pattern != 0)
@@ -154,7 +155,7 @@ def _falcon(cfg, origin, notes):
     n_heads = need(cfg, "num_attention_heads", origin)
     if new_arch:
         n_kv = get(cfg, "num_kv_heads", origin) or n_heads
-    elif cfg.get("multi_query", True):
+    elif flag(cfg, "multi_query", origin, True):  # FalconConfig default: true
         # multi_query: true means one shared K/V head, whatever num_kv_heads says (FACTS.md §5.1).
         n_kv = 1
         if cfg.get("num_kv_heads") not in (None, 1):

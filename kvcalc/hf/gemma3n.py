@@ -123,7 +123,7 @@ def unmodelled_params(cfg: dict, origin: str) -> dict[str, int]:
 
 @importer("gemma3n", "gemma3n_text")
 def _gemma3n(cfg, origin, notes):
-    tie = cfg.get("tie_word_embeddings", True)  # Gemma3nConfig keeps it at the top level (default true)
+    tie = flag(cfg, "tie_word_embeddings", origin, True)  # Gemma3nConfig keeps it at the top level (default true)
     if (text := text_part(cfg, origin)) is not None:
         cfg = {"tie_word_embeddings": tie, **text}
         notes.append("text model read from text_config (vision and audio towers and their embedders not counted)")

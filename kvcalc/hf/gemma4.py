@@ -110,7 +110,7 @@ def _gemma4(cfg, origin, notes):
         layers.append({"attention": sliding, "sliding_window": window} if t == "sliding_attention" and window
                       else {"attention": full if t == "full_attention" else sliding})
     d_ff = need(cfg, "intermediate_size", origin)
-    if cfg["enable_moe_block"]:
+    if flag(cfg, "enable_moe_block", origin):
         # The dense MLP always runs beside the routed experts: kvcalc's one shared expert of d_ff.
         base["ffn"] = {
             "kind": "moe",

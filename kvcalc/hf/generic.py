@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import IMPORTERS, LAYER_TYPES, decoder, get, show
+from kvcalc.hf.common import IMPORTERS, LAYER_TYPES, decoder, flag, get, show
 
 # The keys a plain decoder is built from (kvcalc.hf.common.decoder reads these and nothing else).
 DECODER_KEYS = frozenset({
@@ -90,10 +90,11 @@ def check(cfg: dict, origin: str) -> None:
         raise _refuse(cfg, origin, "layer_types has sliding_attention layers but sliding_window is not set")
 
 
-def _window_rule(cfg: dict) -> tuple[Callable[[int], bool], str | None]:
+def _window_rule(cfg: dict, origin: str) -> tuple[Callable[[int], bool], str | None]:
     """Which layers slide when there is no layer_types, and the assumption in words (None: no window assumed)."""
     window, types = cfg.get("sliding_window"), cfg.get("layer_types")
-    if not window or cfg.get("use_sliding_window") is False or types is not None:
+    # use_sliding_window: Qwen2's switch; absent, a given sliding_window applies (Mistral and most others)
+    if not _use_window(cfg, origin) or not window or types is not None:
         return (lambda i: True), None
     limit = cfg.get("max_position_embeddings")
     if isinstance(window, int) and isinstance(limit, int) and window >= limit:
@@ -105,13 +106,19 @@ def _window_rule(cfg: dict) -> tuple[Callable[[int], bool], str | None]:
     return (lambda i: True), f"sliding_window {window} on every layer (no layer_types)"
 
 
-def assumption(cfg: dict) -> str:
-    """The one-line statement of what a generic import assumes (a note in the spec and a warning for the user)."""
+def _use_window(cfg: dict, origin: str) -> bool:
+    """use_sliding_window read as a JSON boolean (absent or null: true), never by truthiness ("false" is refused)."""
+    return flag(cfg, "use_sliding_window", origin, True)
+
+
+def assumption(cfg: dict, origin: str = "config.json") -> str:
+    """The one-line statement of what a generic import assumes (a note in the spec and a warning for the user); `cfg`
+    has been imported, so its keys are valid (`origin` names the file should one not be)."""
     parts = ["the same attention in every layer", "a gated FFN of intermediate_size",
              "LayerNorm (layer_norm_eps)" if "layer_norm_eps" in cfg and "rms_norm_eps" not in cfg else "RMSNorm"]
     if "tie_word_embeddings" not in cfg:
         parts.append("tied embeddings (tie_word_embeddings absent: the transformers default)")
-    window = _window_rule(cfg)[1]
+    window = _window_rule(cfg, origin)[1]
     if window:
         parts.append(window)
     return (f"model_type {show(cfg.get('model_type'))} is not known to kvcalc: imported as a plain Llama-style decoder "
@@ -123,9 +130,9 @@ def plain_decoder(cfg: dict, origin: str, notes: list[str]) -> dict:
     check(cfg, origin)
     cfg = dict(cfg)
     get(cfg, "max_window_layers", origin, minimum=0)  # a whole number, checked before the window rule uses it
-    sliding, _ = _window_rule(cfg)
-    notes.append(assumption(cfg))
-    if cfg.get("sliding_window") and cfg.get("use_sliding_window") is False:
+    sliding, _ = _window_rule(cfg, origin)
+    notes.append(assumption(cfg, origin))
+    if cfg.get("sliding_window") and not _use_window(cfg, origin):
         notes.append(f"use_sliding_window is false: sliding_window {show(cfg['sliding_window'])} does not apply")
         cfg["sliding_window"] = None
     body = decoder(cfg, origin, str(cfg["model_type"]), notes, tie_default=True, sliding=sliding)

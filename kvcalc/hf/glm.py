@@ -25,7 +25,7 @@ GlmMoeDsaIndexer), which builds on models/deepseek_v3 and models/deepseek_v32:
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import get, importer, show
+from kvcalc.hf.common import get, importer, show, whole
 from kvcalc.hf.deepseek import _deepseek
 
 
@@ -37,7 +37,7 @@ def _indexer_types(cfg: dict, origin: str, n_layers: int) -> list[str]:
             types = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern] if isinstance(pattern, str) else list(pattern)
         else:
             freq = max(get(cfg, "index_topk_freq", origin) or 1, 1)
-            offset = cfg.get("index_skip_topk_offset", 2)
+            offset = whole(cfg.get("index_skip_topk_offset", 2), "index_skip_topk_offset", origin, minimum=0)  # default 2
             types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n_layers)]
     if not isinstance(types, list) or len(types) != n_layers or any(t not in ("full", "shared") for t in types):
         raise SpecError(f"{origin}: indexer_types: must list 'full' or 'shared' for each of {n_layers} layers, got {show(types)}")

@@ -75,7 +75,7 @@ def _falcon_h1(cfg, origin, notes):
     if cfg.get("attn_layer_indices") is not None:
         raise SpecError(f"{origin}: attn_layer_indices: FalconH1DecoderLayer runs attention in every layer; a list of "
                         f"attention layers ({show(cfg['attn_layer_indices'])}) is not supported")
-    if cfg.get("mamba_use_mlp", True) is not True:
+    if not flag(cfg, "mamba_use_mlp", origin, True):
         raise SpecError(f"{origin}: mamba_use_mlp: FalconH1DecoderLayer always has its MLP; false is not supported")
     if cfg.get("sliding_window"):
         raise SpecError(f"{origin}: sliding_window: FalconH1Attention has no window")

@@ -19,7 +19,11 @@ MiMoV2FlashSparseMoeBlock, MiMoV2FlashTopkRouter), reading the vendor's config k
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, flag, group_layers, heads_attention, importer, need, show
+from kvcalc.hf.common import base_fields, dense_ffn, flag, group_layers, heads_attention, importer, need, show, whole
+
+# The keys of each layer kind's attention: n_heads, n_kv_heads, head_dim (q and k), v_head_dim.
+FULL_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "v_head_dim")
+SWA_KEYS = ("swa_num_attention_heads", "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim")
 
 
 def _pattern(cfg: dict, key: str, origin: str, n: int) -> list[int]:
@@ -36,13 +40,16 @@ def _mimo_v2_flash(cfg: dict, origin: str, notes: list[str]) -> dict:
     bias = flag(cfg, "attention_bias", origin, False)
     v_dim = need(cfg, "v_head_dim", origin)
 
-    def heads(prefix: str, sinks: bool) -> dict:
-        return heads_attention(need(cfg, f"{prefix}num_attention_heads", origin), need(cfg, f"{prefix}num_key_value_heads", origin),
-                               need(cfg, f"{prefix}head_dim", origin), qkv_bias=bias,
-                               v_head_dim=cfg.get(f"{prefix}v_head_dim", v_dim), sinks=sinks)
+    def heads(keys: tuple[str, str, str, str], sinks: bool) -> dict:
+        heads_key, kv_key, dim_key, v_key = keys
+        # MiMoV2FlashAttention: getattr(config, "swa_v_head_dim", v_head_dim), so only an absent key means v_head_dim;
+        # a null, 0 or false one is refused (it would otherwise pass for head_dim 192 unnoticed)
+        v_head = whole(cfg[v_key], v_key, origin) if v_key in cfg else v_dim
+        return heads_attention(need(cfg, heads_key, origin), need(cfg, kv_key, origin), need(cfg, dim_key, origin),
+                               qkv_bias=bias, v_head_dim=v_head, sinks=sinks)
 
-    full = heads("", flag(cfg, "add_full_attention_sink_bias", origin, False))
-    swa = heads("swa_", flag(cfg, "add_swa_attention_sink_bias", origin, False))
+    full = heads(FULL_KEYS, flag(cfg, "add_full_attention_sink_bias", origin, False))
+    swa = heads(SWA_KEYS, flag(cfg, "add_swa_attention_sink_bias", origin, False))
     window = need(cfg, "sliding_window", origin)
     sliding = _pattern(cfg, "hybrid_layer_pattern", origin, n)
     moe_layers = _pattern(cfg, "moe_layer_freq", origin, n)

@@ -29,7 +29,7 @@ def _minicpm3(cfg, origin, notes):
                             f"{nope} in openbmb's MiniCPM3Config, hidden_size // num_attention_heads {other} in "
                             "transformers'): give v_head_dim")
         v_head = nope
-    if cfg.get("attention_bias"):
+    if flag(cfg, "attention_bias", origin):
         raise SpecError(f"{origin}: attention_bias: biases on q_a_proj, kv_a_proj_with_mqa and o_proj are not supported")
     att: dict = {
         "kind": "mla",

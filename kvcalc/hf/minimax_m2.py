@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import decoder, get, importer, need, show, with_defaults
+from kvcalc.hf.common import decoder, flag, get, importer, need, show, with_defaults
 
 
 @importer("minimax_m2", keys={"n_routed_experts": "num_local_experts", "moe_d_ff": "intermediate_size"})
@@ -32,8 +32,9 @@ def _minimax_m2(cfg: dict, origin: str, notes: list[str]) -> dict:
     if cfg.get("sliding_window"):
         notes.append(f"sliding_window {show(cfg['sliding_window'])} ignored: MiniMaxM2Model applies no window")
         cfg["sliding_window"] = None
-    qk = {"qk_norm": True, "qk_norm_width": "projection"} if cfg.get("use_qk_norm", True) else {}
-    if cfg.get("use_mtp"):
+    # MiniMaxM2Config: use_qk_norm defaults to true
+    qk = {"qk_norm": True, "qk_norm_width": "projection"} if flag(cfg, "use_qk_norm", origin, True) else {}
+    if flag(cfg, "use_mtp", origin):
         notes.append("multi-token-prediction modules not counted (not used in plain decoding)")
     moe: dict[str, Any] = {
         "kind": "moe",

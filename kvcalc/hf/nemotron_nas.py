@@ -16,8 +16,10 @@ Rules, from the vendor's remote code (nvidia/Llama-3_3-Nemotron-Super-49B-v1 mod
 
 from __future__ import annotations
 
+import math
+
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, group_layers, heads_attention, importer, need, show
+from kvcalc.hf.common import base_fields, dense_ffn, flag, group_layers, heads_attention, importer, need, show
 
 
 def ffn_size(ffn_mult: float, d: int) -> int:
@@ -30,24 +32,25 @@ def _block(block: object, i: int, origin: str, n_heads: int, d: int, notes: list
     if not isinstance(block, dict) or not isinstance(block.get("attention"), dict) or not isinstance(block.get("ffn"), dict):
         raise SpecError(f"{origin}: block_configs[{i}]: must be a mapping with `attention` and `ffn` mappings")
     att, ffn = block["attention"], block["ffn"]
-    if ffn.get("replace_with_linear"):
+    att_origin, ffn_origin = f"{origin}: block_configs[{i}].attention", f"{origin}: block_configs[{i}].ffn"
+    if flag(ffn, "replace_with_linear", ffn_origin):
         raise SpecError(f"{origin}: block_configs[{i}].ffn.replace_with_linear: a d × d linear layer in place of the "
                         "FFN has no FFN kind in kvcalc")
     if att.get("window_length") or att.get("num_sink_tokens"):
         raise SpecError(f"{origin}: block_configs[{i}].attention: windowed or sink attention is not imported")
-    if ffn.get("no_op"):
+    if flag(ffn, "no_op", ffn_origin):
         raise SpecError(f"{origin}: block_configs[{i}].ffn.no_op: a layer without an FFN is not imported")
     mult = ffn.get("ffn_mult")
-    if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult <= 0:
+    if isinstance(mult, bool) or not isinstance(mult, (int, float)) or not 0 < mult < math.inf:  # NaN fails too
         raise SpecError(f"{origin}: block_configs[{i}].ffn.ffn_mult: must be a positive number, got {show(mult)}")
     layer: dict = {"ffn": dense_ffn(ffn_size(mult, d))}
-    if att.get("no_op"):  # no attention and no input_layernorm: the layer is its FFN and one norm
+    if flag(att, "no_op", att_origin):  # no attention and no input_layernorm: the layer is its FFN and one norm
         layer["attention"] = {"kind": "none"}
         layer["norms_per_layer"] = 1
-    elif att.get("replace_with_linear"):  # DeciLMDecoderLayer: self_attn is a d × d linear (linear_attn), no cache
+    elif flag(att, "replace_with_linear", att_origin):  # DeciLMDecoderLayer: self_attn is a d × d linear (linear_attn), no cache
         layer["attention"] = {"kind": "projection"}
     else:
-        group = need(att, "n_heads_in_group", f"{origin}: block_configs[{i}].attention")
+        group = need(att, "n_heads_in_group", att_origin)
         if n_heads % group:
             raise SpecError(f"{origin}: block_configs[{i}].attention.n_heads_in_group: {group} does not divide "
                             f"num_attention_heads ({n_heads})")
@@ -63,7 +66,7 @@ def _nemotron_nas(cfg: dict, origin: str, notes: list[str]) -> dict:
     blocks = cfg.get("block_configs")
     if not isinstance(blocks, list) or len(blocks) != n:
         raise SpecError(f"{origin}: block_configs: must have one entry per layer (num_hidden_layers {n})")
-    if cfg.get("attention_bias") or cfg.get("mlp_bias"):
+    if flag(cfg, "attention_bias", origin) or flag(cfg, "mlp_bias", origin):
         raise SpecError(f"{origin}: attention_bias / mlp_bias: biases are not imported for nemotron-nas")
     layers = [_block(b, i, origin, n_heads, d, notes) for i, b in enumerate(blocks)]
     groups = group_layers(layers, n)

@@ -76,7 +76,7 @@ def _qwen3_next(cfg, origin, notes):
     if filled:
         notes.append("Qwen3NextConfig defaults filled in for: " + ", ".join(filled))
     cfg = {**QWEN3_NEXT_DEFAULTS, **cfg}
-    if cfg.get("sliding_window") or cfg.get("use_sliding_window"):
+    if cfg.get("sliding_window") or flag(cfg, "use_sliding_window", origin):
         notes.append("sliding_window does not apply: Qwen3NextAttention has no window")
     ssm_dtype = torch_dtype(cfg, "mamba_ssm_dtype", origin)  # Qwen3.5 (absent in Qwen3-Next)
     if ssm_dtype:

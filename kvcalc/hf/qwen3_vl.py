@@ -16,7 +16,7 @@ Rules, from transformers' models/qwen3_vl and models/qwen3_vl_moe (configuration
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import importer, show, with_defaults
+from kvcalc.hf.common import flag, importer, show, with_defaults
 from kvcalc.hf.dense import _qwen3, _qwen3_moe
 
 
@@ -27,8 +27,8 @@ def _text(cfg: dict, origin: str, notes: list[str]) -> dict:
     if not isinstance(text, dict):
         raise SpecError(f"{origin}: text_config: required for model_type {show(cfg.get('model_type'))}, got {show(text)}")
     notes.append("text model read from text_config (vision tower not counted)")
-    tie = cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
-    if text.get("use_sliding_window"):
+    tie = flag(cfg, "tie_word_embeddings", origin, flag(text, "tie_word_embeddings", origin, False))
+    if flag(text, "use_sliding_window", origin):
         notes.append("use_sliding_window ignored: Qwen3-VL's text model applies no window")
     text = with_defaults(text, cfg["model_type"], notes)
     return {**text, "tie_word_embeddings": tie, "use_sliding_window": False}
