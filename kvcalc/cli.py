@@ -393,6 +393,7 @@ def approx(
     spectrum: Annotated[bool, typer.Option("--spectrum", help="Also the singular values of the attention matrix and of QKᵀ: the rank for 90%, 99% and 99.9% of the energy.")] = False,
     plot_file: Annotated[Path | None, typer.Option("--plot", metavar="FILE", parser=path_value, help="Also a Pareto plot of error against FLOPs (.png .pdf .svg .pgf; needs matplotlib).")] = None,
     transmla: Annotated[list[str] | None, typer.Option("--transmla", metavar="MODEL", help="Instead: the cache saving of converting a GQA model to TransMLA's 512 + 64 latent (repeatable; the cache at --n tokens).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar (shown on a terminal once the runs take a second).")] = False,
     fmt: FormatOpt = "table",
     units: UnitsOpt = "binary",
 ) -> None:
@@ -439,7 +440,10 @@ def approx(
 
         figure_format(plot_file)
         require_matplotlib()
-    rows = evaluate(parse_methods(method), length, d, d_v or d, scales, data, seeds, causal)
+    from kvcalc.progress import progress_hooks
+
+    with progress_hooks(quiet) as progress:
+        rows = evaluate(parse_methods(method), length, d, d_v or d, scales, data, seeds, causal, progress)
     spec_rows = spectrum_rows(length, d, scales, data, 0, causal) if spectrum else None
     if plot_file is not None:
         from kvcalc.present.plot import pareto_figure, save_figure

@@ -245,3 +245,24 @@ def test_transmla_past_the_trained_context_warns_or_flags():
     rows = approx("--transmla", "llama3-8b", "--transmla", "llama3.1-8b", "--n", "128k")
     assert [r["exceeds_max_context"] for r in rows] == [True, False]
     assert "exceeds" not in run("approx", "--transmla", "llama3-8b", "--n", "8k").stderr
+
+
+def test_approx_tells_a_progress_bar_of_each_run():
+    # a 16k measurement runs for minutes: the CLI's bar hears of every (method, scale, seed) run
+    from kvcalc.approx.evaluate import evaluate, parse_methods
+
+    heard: list[tuple] = []
+
+    class Hooks:
+        def start(self, name: str, total: int) -> None:
+            heard.append(("start", name, total))
+
+        def advance(self, name: str, steps: int = 1) -> None:
+            heard.append(("advance", name, steps))
+
+    rows = evaluate(parse_methods("exact,window:w=8"), 32, 8, 8, [0.5, 1.0], "gaussian", 3, True, Hooks())
+    assert len(rows) == 4 and heard[0] == ("start", "approx runs", 2 * 2 * 3)
+    assert heard[1:] == [("advance", "approx runs", 1)] * 12
+    quiet = run("approx", "--n", "32", "--d", "8", "--method", "exact", "--scale", "1", "--seeds", "1", "-q", "-f", "json")
+    (row,) = json.loads(quiet.stdout)
+    assert (row["method"], row["rel_error_output"]) == ("exact", 0)

@@ -285,8 +285,9 @@ def _analytic(method: Method, n: int, d: int, d_v: int, causal: bool):
 
 
 def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float], data: str, seeds: int,
-             causal: bool) -> list[dict]:
-    """One row per method and scale: costs against exact and the errors, averaged over `seeds`."""
+             causal: bool, hooks: Any = None) -> list[dict]:
+    """One row per method and scale: costs against exact and the errors, averaged over `seeds`; `hooks` (start and
+    advance, as the runner's: kvcalc.progress.BarHooks) hear of each run."""
     from statistics import fmean
 
     import numpy as np
@@ -308,6 +309,8 @@ def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float
             raise KvcalcError(f"{m.name} has no {mode} form here ({'drop' if causal else 'add'} --causal)")
     exact = cost("exact", n, d, d_v, causal=causal)
     rows = []
+    if hooks is not None:
+        hooks.start("approx runs", len(methods) * len(scales) * seeds)
     for m in methods:
         flops, c = _analytic(m, n, d, d_v, causal)
         # what decoding keeps: the method's causal form, whatever mode is measured (None: it cannot decode)
@@ -323,6 +326,8 @@ def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float
                 except MemoryError:  # numpy's _ArrayMemoryError among them
                     raise KvcalcError(f"--method {m.option}: ran out of memory at n = {n:,}; use a smaller n or "
                                       "parameter") from None
+                if hooks is not None:
+                    hooks.advance("approx runs")
                 if not np.all(np.isfinite(out)):
                     raise KvcalcError(f"--method {m.option} at --scale {scale:g}: its output is not finite (its "
                                       "float64 arithmetic under- or overflows at this scale); use a smaller --scale")
