@@ -413,7 +413,8 @@ def approx(
         from kvcalc.present.outputs import transmla_output
 
         given = written({"method": "--method", "d": "--d", "d_v": "--dv", "scale": "--scale", "data": "--data",
-                         "seeds": "--seeds", "causal": "--causal", "spectrum": "--spectrum", "plot_file": "--plot"})
+                         "seeds": "--seeds", "causal": "--causal", "spectrum": "--spectrum", "plot_file": "--plot",
+                         "quiet": "--quiet"})
         if given:  # the options of a measurement, which --transmla does not make
             raise typer.BadParameter(f"--transmla gives a model's cache saving, not a measurement: leave out "
                                      f"{', '.join(given)}", param_hint="'--transmla'")

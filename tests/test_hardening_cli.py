@@ -121,6 +121,7 @@ def test_numbers_beyond_the_bounds(args, message):
     (["approx", "--n", "64", "-m", "exact", "--plot", "x.foo"], "x.foo: cannot tell the figure format from '.foo'"),
     (["approx", "--transmla", "gpt2", "-m", "exact", "--causal"],
      "--transmla gives a model's cache saving, not a measurement: leave out --method, --causal"),
+    (["approx", "--transmla", "gpt2", "-q"], "not a measurement: leave out --quiet"),  # no runs, no bar to quiet
     # the row bound names the options that multiply the rows (it said --points, not given)
     (["sweep", "gpt2", "--ctx", "1..1M", "--batch", ",".join(map(str, range(1, 101))), "--tp", ",".join(map(str, range(1, 101))),
       "-f", "csv"], "Invalid value for '--ctx' / '--batch' / '--tp': 1 model(s) × 21 contexts × 10,000 settings"),
