@@ -35,11 +35,12 @@ def derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | N
 def gpu_derivation(report: CacheReport, spec: ModelSpec, s: Settings) -> dict:
     """The busiest GPU's cache under a parallel layout, group by group, as kvcalc.costs.parallel counts it: the layers
     its stage holds, one tp rank's share of each layer (the symbols the split changes), and the sequences it serves."""
-    from kvcalc.costs.parallel import busiest_gpu, check_layout, gpu_groups, stages
+    from kvcalc.costs.parallel import busiest_gpu, check_layout, gpu_groups, mtp_layers_on, stages
 
     check_layout(spec, s)
     plans = stages(spec, s)
     gpu = busiest_gpu(s, plans)
+    mtp = mtp_layers_on(spec, s, gpu.stage)
     whole = {gc.group.label: {x.name: x.value for x in gc.formula.symbols} for gc in report.groups}
     groups = []
     for part in gpu_groups(s, plans[gpu.stage]):
@@ -55,7 +56,8 @@ def gpu_derivation(report: CacheReport, spec: ModelSpec, s: Settings) -> dict:
             "bytes_per_layer": part.kv_bytes_per_layer, "bytes": part.kv_bytes, "state_bytes": part.state_bytes,
             **({"padding_layers": part.padding_layers} if part.padding_layers else {})})
     return {"gpus": gpu.gpus, "tp": s.tp, "pp": s.pp, "dp": s.dp, "ep": s.ep, "stage": gpu.stage,
-            "layers": list(gpu.layers), "groups": groups, "kv_cache_bytes": gpu.kv_cache_bytes,
+            "layers": list(gpu.layers), **({"mtp_layers": list(mtp)} if mtp else {}),
+            "groups": groups, "kv_cache_bytes": gpu.kv_cache_bytes,
             "state_bytes": gpu.state_bytes, "weights_bytes": gpu.weights_bytes}
 
 
@@ -249,10 +251,12 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
 
 def _gpu_lines(d: dict, units: str) -> list[str]:
     """The busiest GPU's cache under a parallel layout, group by group (see gpu_derivation)."""
+    from kvcalc.costs.parallel import held_layers_text
+
     p = d["per_gpu"]
     ep = f", ep {p['ep']}" if p["ep"] > 1 else ""
     lines = [f"  per GPU: tp {p['tp']} × pp {p['pp']} × dp {p['dp']} = {p['gpus']:,} GPUs{ep}; the busiest holds stage"
-             f" {p['stage']}, layers {_span(p['layers'])}"]
+             f" {p['stage']}, {held_layers_text(p['layers'], p.get('mtp_layers', []))}"]
     for g in p["groups"]:
         split = ", ".join(f"{x['symbol']} {x['whole']:,} → {x['per_rank']:,}" for x in g["split"])
         share = f"one of {p['tp']} tp ranks: {split}" if split else f"the same on each of {p['tp']} tp ranks"

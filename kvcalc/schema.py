@@ -144,7 +144,10 @@ def _derivation() -> dict[str, Any]:
                          "tokens_held", "sequences", "sequences_rule", "bytes_per_layer", "bytes", "state_bytes"))
     per_gpu = _object({"gpus": INT, "tp": INT, "pp": INT, "dp": INT, "ep": INT,
                        "stage": {**INT, "description": "the busiest GPU's pipeline stage"},
-                       "layers": {"type": "array", "items": INT}, "groups": {"type": "array", "items": gpu_group},
+                       "layers": {"type": "array", "items": INT},
+                       "mtp_layers": {"type": "array", "items": INT,
+                                      "description": "--mtp: the multi-token-prediction layers it holds too"},
+                       "groups": {"type": "array", "items": gpu_group},
                        "kv_cache_bytes": INT, "state_bytes": INT, "weights_bytes": INT},
                       ("gpus", "tp", "pp", "dp", "ep", "stage", "layers", "groups", "kv_cache_bytes", "state_bytes",
                        "weights_bytes"), description="--tp/--pp/--dp: what the busiest GPU holds, group by group")

@@ -122,3 +122,17 @@ def test_a_plot_of_engine_pages_says_so():
     assert fig.axes[0].get_ylabel() == "KV cache, vllm pages (bytes)"
     fig = plot_figure([("llama3-70b", spec("llama3-70b"))], [1024, 8192], ["cache"], Settings(ctx=1))
     assert fig.axes[0].get_ylabel() == "KV cache (bytes)"
+
+
+def test_the_busiest_gpu_names_the_mtp_layer_it_holds():
+    # DeepSeek-V3 under --mtp: its one MTP layer (index 61) sits on the last pipeline stage with layers 31-60
+    import json
+
+    args = ("show", "deepseek-v3", "--ctx", "5000", "--mtp", "--engine", "vllm", "--pp", "2")
+    out = run(*args, "--explain").stdout
+    assert "the busiest GPU: stage 1, layers 31-60 and the MTP layer 61" in out
+    assert "the busiest holds stage 1, layers 31-60 and the MTP layer 61" in out
+    per_gpu = json.loads(run(*args, "--explain", "-f", "json").stdout)["derivation"]["per_gpu"]
+    assert per_gpu["layers"] == list(range(31, 61)) and per_gpu["mtp_layers"] == [61]
+    plain = run("show", "deepseek-v3", "--ctx", "5000", "--pp", "2", "--explain").stdout
+    assert "stage 1, layers 31-60" in plain and "MTP" not in plain

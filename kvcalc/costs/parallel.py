@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple
@@ -139,6 +140,23 @@ class Stage:
     layers: range
     groups: tuple[_StageGroup, ...]
     weights_bytes: int
+
+
+def mtp_layers_on(spec: ModelSpec, s: Settings, stage: int) -> tuple[int, ...]:
+    """The multi-token-prediction layers `stage` holds: under --mtp all of them on the last stage (the module's rules),
+    none elsewhere; PerGpu.layers is the stage's decoder layers alone."""
+    group = spec.mtp_group() if s.mtp else None
+    last = len(pp_stages(spec.n_layers, s.pp, s.engine)) - 1
+    return group.layers if group is not None and stage == last else ()
+
+
+def held_layers_text(layers: Sequence[int], mtp: Sequence[int]) -> str:
+    """'layers 31-60 and the MTP layer 61': a stage's layers for a reader, its multi-token-prediction layers named."""
+    from kvcalc.spec import layer_text
+
+    whole = isinstance(layers, range) and len(layers) > 1  # a stage's range: its ends, not 10⁶ indices walked
+    text = f"layers {layers[0]}-{layers[-1]}" if whole else f"layers {layer_text(list(layers))}"
+    return text + (f" and the MTP layer{'s' if len(mtp) > 1 else ''} {layer_text(list(mtp))}" if mtp else "")
 
 
 def stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:

@@ -116,13 +116,15 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
         if report.state_bytes and report.engine_state_bytes is not None:
             items.append(("engine_state_bytes", report.engine_state_bytes, b(report.engine_state_bytes),
                           f"{report.engine}: constant states as it stores them"
-                          + (" (one page each, padded)" if report.engine == "vllm" else "")))
+                          + (" (a state two pages in a hybrid, one in a model of states alone, each padded)"
+                             if report.engine == "vllm" else "")))
     if settings is not None and settings.gpus > 1:
-        from kvcalc.costs.parallel import per_gpu, rank_block_size, stages
+        from kvcalc.costs.parallel import held_layers_text, mtp_layers_on, per_gpu, rank_block_size, stages
 
         gpu = per_gpu(spec, settings)
+        mtp = mtp_layers_on(spec, settings, gpu.stage)
         layout = (f"tp {settings.tp} × pp {settings.pp} × dp {settings.dp}; the busiest GPU: stage {gpu.stage}, "
-                 f"layers {gpu.layers.start}-{gpu.layers.stop - 1}")
+                  f"{held_layers_text(gpu.layers, mtp)}")
         block = rank_block_size(stages(spec, settings)) if report.engine_bytes is not None else None
         items += [("gpus", gpu.gpus, f"{gpu.gpus}", layout),
                   ("kv_cache_bytes_per_gpu", gpu.kv_cache_bytes, b(gpu.kv_cache_bytes),
