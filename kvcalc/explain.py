@@ -54,7 +54,8 @@ def gpu_derivation(report: CacheReport, spec: ModelSpec, s: Settings) -> dict:
             "tokens_held": part.tokens_held, "sequences": part.sequences,
             "sequences_rule": "ceil(ceil(batch / dp) / tp)" if part.split_over_tp else "ceil(batch / dp)",
             "bytes_per_layer": part.kv_bytes_per_layer, "bytes": part.kv_bytes, "state_bytes": part.state_bytes,
-            **({"padding_layers": part.padding_layers} if part.padding_layers else {})})
+            **({"padding_layers": part.padding_layers} if part.padding_layers else {}),
+            **({"pages": part.pages, "block_size": part.block} if part.pages is not None else {})})
     return {"gpus": gpu.gpus, "tp": s.tp, "pp": s.pp, "dp": s.dp, "ep": s.ep, "stage": gpu.stage,
             "layers": list(gpu.layers), **({"mtp_layers": list(mtp)} if mtp else {}),
             "groups": groups, "kv_cache_bytes": gpu.kv_cache_bytes,
@@ -263,7 +264,8 @@ def _gpu_lines(d: dict, units: str) -> list[str]:
         lines.append(f"    {g['group']}: {g['layers_here']} of its layers here; a layer per token: {g['formula']} ="
                      f" {g['substituted']} = {g['elements_per_token_per_layer']:,} elements ({share})")
         values = substitute(g["sequences_rule"], {"batch": d["batch"], "dp": p["dp"], "tp": p["tp"]})
-        lines.append(f"      sequences: {g['sequences_rule']} = {values} = {g['sequences']:,}; {g['tokens_held']:,} tokens held;"
+        paged = f" in {g['pages']:,} pages of {g['block_size']:,} tokens a sequence" if "pages" in g else ""
+        lines.append(f"      sequences: {g['sequences_rule']} = {values} = {g['sequences']:,}; {g['tokens_held']:,} tokens held{paged};"
                      f" {g['bytes_per_layer']:,} bytes a layer × "
                      f"{_engine_layers(g['layers_here'], g['padding_layers'], d.get('engine')) if 'padding_layers' in g else g['layers_here']}"
                      f" = {g['bytes']:,}")

@@ -139,7 +139,9 @@ def _derivation() -> dict[str, Any]:
                                    "description": "the symbols tensor parallelism changes, whole and on one rank"},
                          "tokens_held": INT, "sequences": {**INT, "description": "sequences whose cache the GPU holds"},
                          "sequences_rule": TEXT, "bytes_per_layer": INT, "bytes": INT, "state_bytes": INT,
-                         "padding_layers": {**INT, "description": "vLLM's padding slots of the group's spec here, in layers"}},
+                         "padding_layers": {**INT, "description": "vLLM's padding slots of the group's spec here, in layers"},
+                         "pages": {**INT, "description": "--engine: pages one layer holds for one sequence"},
+                         "block_size": {**INT, "description": "--engine: tokens a page of the group on one rank"}},
                         ("group", "layers_here", "formula", "substituted", "elements_per_token_per_layer", "split",
                          "tokens_held", "sequences", "sequences_rule", "bytes_per_layer", "bytes", "state_bytes"))
     per_gpu = _object({"gpus": INT, "tp": INT, "pp": INT, "dp": INT, "ep": INT,

@@ -136,3 +136,18 @@ def test_the_busiest_gpu_names_the_mtp_layer_it_holds():
     assert per_gpu["layers"] == list(range(31, 61)) and per_gpu["mtp_layers"] == [61]
     plain = run("show", "deepseek-v3", "--ctx", "5000", "--pp", "2", "--explain").stdout
     assert "stage 1, layers 31-60" in plain and "MTP" not in plain
+
+
+def test_per_gpu_lines_under_an_engine_name_the_pages():
+    # Qwen3-Next at tp 2 under vLLM: a full-attention layer of one rank holds 1 KV head of 256 dims (512 elements a
+    # token); vLLM's hybrid page is 576 tokens, so 4,096 tokens take ceil(4096 / 576) = 8 pages a sequence:
+    # 8 · 576 · 512 · 2 bytes · 3 sequences = 14,155,776 bytes a layer
+    import json
+
+    args = ("show", "qwen3-next-80b-a3b", "--ctx", "4k", "--batch", "3", "--engine", "vllm", "--tp", "2", "--explain")
+    out = run(*args).stdout
+    assert "4,096 tokens held in 8 pages of 576 tokens a sequence; 14,155,776 bytes a layer × 12" in out
+    (full,) = [g for g in json.loads(run(*args, "-f", "json").stdout)["derivation"]["per_gpu"]["groups"]
+               if g["group"] == "full"]
+    assert (full["pages"], full["block_size"], full["bytes_per_layer"]) == (8, 576, 8 * 576 * 512 * 2 * 3)
+    assert "pages of" not in run("show", "qwen3-next-80b-a3b", "--ctx", "4k", "--tp", "2", "--explain").stdout

@@ -107,13 +107,21 @@ class GroupTerm:
     padded: bool = False  # vLLM pads this group's page to the unified page (GroupCache.padded_page)
     pad_layers: int = 0  # vLLM's padding slots counted with this group (GroupCache.pad_layers)
 
+    def pages_at(self, ctx: int, s: Settings) -> int | None:
+        """Pages one layer's self-attention holds for one sequence at `ctx` under --engine (the engine's rule,
+        kvcalc.costs.paged.layer_pages); None without an engine."""
+        if self.block is None:
+            return None
+        return layer_pages(ctx, self.attention.tokens_held(self.layer, ctx), self.block, self.layer, s.engine,
+                           self.every_token)
+
     def layer_bytes(self, ctx: int, batch: int, s: Settings) -> int:
         """One layer's cache of `batch` sequences at `ctx` (as GroupCache.bytes_per_layer; in the engine's whole pages
         with --engine, as GroupCache.engine_bytes_per_layer)."""
         held = self.attention.tokens_held(self.layer, ctx)
-        if self.block is not None:
-            return batch * (self.pages_bytes(layer_pages(ctx, held, self.block, self.layer, s.engine, self.every_token), s)
-                            + self.fixed_paged)
+        pages = self.pages_at(ctx, s)
+        if pages is not None:
+            return batch * (self.pages_bytes(pages, s) + self.fixed_paged)
         if s.kv_quant == "none":
             return bits_to_bytes(batch * (self.elements * held + self.fixed), self.bits)
         return batch * (entry_bytes(self.formula, self.heads, held, s.kv_dtype, s.kv_quant) + self.fixed_bytes)

@@ -372,6 +372,8 @@ class GroupOnGpu(NamedTuple):
     kv_bytes: int
     state_bytes: int
     padding_layers: int = 0  # vLLM's padding slots of the group's spec on this stage (PoolLayout.pads)
+    pages: int | None = None  # --engine: pages one layer holds for one sequence
+    block: int | None = None  # --engine: tokens a page of this group on one rank
 
 
 def gpu_groups(s: Settings, plan: Stage) -> list[GroupOnGpu]:
@@ -381,7 +383,7 @@ def gpu_groups(s: Settings, plan: Stage) -> list[GroupOnGpu]:
         per_layer = _layer_kv(s, g)
         out.append(GroupOnGpu(g.label, g.n, g.term.formula, g.term.attention.tokens_held(g.term.layer, s.ctx),
                               _sequences(s, g), g.latent_split, per_layer, (g.n + g.pad) * per_layer, _group_state(s, g),
-                              g.pad))
+                              g.pad, g.term.pages_at(s.ctx, s), g.term.block))
     return out
 
 
