@@ -62,9 +62,10 @@ PUBLISHED = {
     # https://www.apple.com/newsroom/2023/06/apple-introduces-m2-ultra/: 800GB/s, up to 192GB;
     # https://www.apple.com/mac-pro/: 76-core GPU up to 27.2 teraflops (FP32; no bf16 figure is published).
     "m2-ultra": (tera("27.2"), giga("800"), 192 * GiB),
-    # https://www.nvidia.com/en-us/data-center/dgx-b200/: 8 GPUs, 1,440GB HBM3e, 64TB/s; NVIDIA's Blackwell brief
-    # (via glennklockwood.com/garden/processors/B200): HGX B200 BF16 matrix 2250 TFLOPS dense (4500 sparse).
-    "b200-180gb": (tera("2250"), tera("64") // 8, 180 * GiB),
+    # https://www.nvidia.com/en-us/data-center/dgx-b200/: 8 GPUs, 1,440GB HBM3e; NVIDIA's Blackwell brief
+    # (via glennklockwood.com/garden/processors/B200): HGX B200 BF16 matrix 2250 TFLOPS dense (4500 sparse);
+    # NVIDIA's Blackwell datasheet (via ai-dynamo/aiconfigurator#1246): HGX B200 7.7 TB/s, not DGX's 64 / 8.
+    "b200-180gb": (tera("2250"), tera("7.7"), 180 * GiB),
     # https://www.nvidia.com/en-us/data-center/gb200-nvl72/: GB200 superchip (2 GPUs) 10 PFLOPS FP16/BF16 with
     # sparsity, so 2.5 dense per GPU; 13.4TB HBM3e for 72 GPUs, 186GB each; 8 TB/s per GPU.
     "gb200-186gb": (tera("10000") // 2 // 2, tera("8"), 186 * GiB),
