@@ -98,6 +98,8 @@ PUBLISHED_INTERCONNECT = {
     # NVLink 5: 1.8 TB/s per GPU (DGX B200: 14.4 TB/s over 8 GPUs; GB200 NVL72: 130 TB/s over 72).
     "b200-180gb": tera("1.8") // 2,
     "gb200-186gb": tera("1.8") // 2,
+    # NVLink 3: "NVIDIA NVLink 600GB/s" in the A100 datasheet (SXM), twelve links.
+    "a100-80gb": giga("600") // 2,
     # NVLink 4: "NVIDIA NVLink: 900GB/s" on the H100 SXM and H200 SXM product pages.
     "h100-80gb": giga("900") // 2,
     "h200-141gb": giga("900") // 2,
