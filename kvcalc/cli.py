@@ -444,8 +444,8 @@ def approx(
     from kvcalc.progress import progress_hooks
 
     with progress_hooks(quiet) as progress:
-        rows = evaluate(parse_methods(method), length, d, d_v or d, scales, data, seeds, causal, progress)
-    spec_rows = spectrum_rows(length, d, scales, data, 0, causal) if spectrum else None
+        rows = evaluate(parse_methods(method), length, d, d_v or d, scales, data, seeds, causal, progress, spectrum)
+        spec_rows = spectrum_rows(length, d, scales, data, 0, causal, progress) if spectrum else None
     if plot_file is not None:
         from kvcalc.present.plot import pareto_figure, save_figure
 

@@ -266,3 +266,47 @@ def test_approx_tells_a_progress_bar_of_each_run():
     quiet = run("approx", "--n", "32", "--d", "8", "--method", "exact", "--scale", "1", "--seeds", "1", "-q", "-f", "json")
     (row,) = json.loads(quiet.stdout)
     assert (row["method"], row["rel_error_output"]) == ("exact", 0)
+
+
+def test_a_measurement_that_would_not_fit_in_memory_is_refused_first(monkeypatch):
+    # exact at n = 2,048: 5 float64 n × n arrays beside exact's own n × n: 8 · 6 · 2048² = 201,326,592 bytes; under a
+    # headroom of 10 MiB the largest n is the largest with 48 · n² <= 10,485,760: 467 (48 · 468² = 10,513,152)
+    from kvcalc.approx import evaluate as ev
+    from kvcalc.backend import memory
+    from kvcalc.errors import KvcalcError
+
+    assert ev.predicted_peak(ev.parse_methods("exact"), 2048, 64, False) == 8 * 6 * 2048**2 == 201_326_592
+    monkeypatch.setattr(memory, "tightest", lambda max_memory=None: memory.Headroom(10 << 20, "a test's 10 MiB"))
+    heard: list[str] = []
+
+    class Hooks:
+        def start(self, name: str, total: int) -> None:
+            heard.append(name)
+
+        def advance(self, name: str, steps: int = 1) -> None:
+            heard.append(name)
+
+    with pytest.raises(KvcalcError, match=r"n = 2,048 needs about 192 MiB .* the 10.0 MiB of a test's 10 MiB; "
+                                          r"use a smaller --n \(n = 467 fits\)"):
+        ev.evaluate(ev.parse_methods("exact"), 2048, 64, 64, [1.0], "gaussian", 1, False, Hooks())
+    assert heard == []  # refused before any run
+    rows = ev.evaluate(ev.parse_methods("exact"), 467, 8, 8, [1.0], "gaussian", 1, False)
+    assert rows[0]["rel_error_output"] == 0
+
+
+def test_spectrum_is_bounded_before_any_run_and_reports_progress():
+    from kvcalc.approx.evaluate import MAX_SPECTRUM, spectrum_rows
+
+    res = run("approx", "--n", str(MAX_SPECTRUM + 1), "--d", "16", "-m", "exact", "--spectrum", "-q", ok=False)
+    assert res.exit_code == 1 and "--spectrum at n = 8,193" in res.stderr and "at most 8,192" in res.stderr
+    heard: list[tuple] = []
+
+    class Hooks:
+        def start(self, name: str, total: int) -> None:
+            heard.append(("start", name, total))
+
+        def advance(self, name: str, steps: int = 1) -> None:
+            heard.append(("advance", name))
+
+    rows = spectrum_rows(64, 8, [0.5, 1.0], "gaussian", 0, False, Hooks())
+    assert len(rows) == 4 and heard == [("start", "spectrum SVDs", 2)] + [("advance", "spectrum SVDs")] * 2

@@ -42,6 +42,11 @@ BYTES_PER_ELEMENT = 2  # bf16 decode state
 MAX_N = 16384  # approx materialises n × n attention matrices
 MAX_INPUT = 2**24  # values of Q, K or V each (n × d, float64: 128 MiB apiece)
 MAX_ARRAY = MAX_N * MAX_N  # elements of the largest array one method holds (exact's n × n at the largest n: 2 GiB)
+MAX_SPECTRUM = 8192  # --spectrum's full SVDs are O(n³): about 30 s each at n = 4k on two cores, 8× per doubling
+# float64 n × n arrays a measurement holds at its peak beside a method's own largest array: exact's scores and
+# probabilities, its output's reference, the method's matrix and its difference (peak RSS at n = 4k measured
+# 4.1-5.5 × n² · 8 bytes over the methods, 2026-12-04)
+PEAK_SQUARES = 5
 NPZ_ARRAYS = ("q", "k", "v")  # the arrays an .npz given to --data holds, and nothing else
 NPZ_SHAPES = "q [n, d], k [n, d], v [n, d_v]"
 
@@ -191,6 +196,38 @@ def check_size(n: int, d: int, d_v: int, what: str) -> None:
                           "values (Q, K and V are held in float64)")
 
 
+def check_spectrum(n: int) -> None:
+    """--spectrum's bound: its full SVDs of n × n matrices take O(n³) time."""
+    if n > MAX_SPECTRUM:
+        raise KvcalcError(f"--spectrum at n = {n:,}: it takes full SVDs of n × n matrices, O(n³) (about 30 s each at "
+                          f"n = 4k on two cores, 8× more per doubling); n may be at most {MAX_SPECTRUM:,} with it")
+
+
+def predicted_peak(methods: list[Method], n: int, d_v: int, causal: bool) -> int:
+    """Bytes a measurement holds at its peak, about: PEAK_SQUARES float64 n × n arrays and the largest array of its
+    methods (at least n × n), each run's arrays freed before the next."""
+    own = max(max(largest_array(m, n, d_v, causal) for m in methods), n * n)
+    return 8 * (PEAK_SQUARES * n * n + own)
+
+
+def check_memory(methods: list[Method], n: int, d_v: int, causal: bool) -> None:
+    """A measurement that would not fit in the memory this process may still take (MemAvailable, ulimits, a cgroup)
+    is refused before it starts, naming the n that fits: past it the kernel kills the process without a word."""
+    from kvcalc.backend.memory import tightest
+    from kvcalc.solve import largest_fitting
+    from kvcalc.units import format_bytes
+
+    need = predicted_peak(methods, n, d_v, causal)
+    room = tightest()
+    if room is None or need <= room.bytes:
+        return
+    fits = largest_fitting(lambda m: predicted_peak(methods, m, d_v, causal) <= room.bytes, n)
+    hint = f"use a smaller --n (n = {fits:,} fits)" if fits else "free some memory"
+    raise KvcalcError(f"approx at n = {n:,} needs about {format_bytes(need)} at its peak ({PEAK_SQUARES} float64 "
+                      f"n × n arrays and its methods' largest), more than the {format_bytes(room.bytes)} of "
+                      f"{room.source}; {hint}")
+
+
 def largest_array(method: Method, n: int, d_v: int, causal: bool) -> int:
     """Elements of the largest array a method's NumPy run holds beside exact's n × n: Reformer's attention matrix
     of each hash round (r × n × n) and the Performer's causal prefix sums of φ(k) ⊗ [v, 1] (n × r × (d_v + 1))."""
@@ -285,9 +322,10 @@ def _analytic(method: Method, n: int, d: int, d_v: int, causal: bool):
 
 
 def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float], data: str, seeds: int,
-             causal: bool, hooks: Any = None) -> list[dict]:
+             causal: bool, hooks: Any = None, spectrum: bool = False) -> list[dict]:
     """One row per method and scale: costs against exact and the errors, averaged over `seeds`; `hooks` (start and
-    advance, as the runner's: kvcalc.progress.BarHooks) hear of each run."""
+    advance, as the runner's: kvcalc.progress.BarHooks) hear of each run; `spectrum`: spectrum_rows follows, so its
+    bound is checked here, before any run."""
     from statistics import fmean
 
     import numpy as np
@@ -307,6 +345,9 @@ def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float
         if causal not in MEASURED[m.name][3]:
             mode = "causal" if causal else "non-causal"
             raise KvcalcError(f"{m.name} has no {mode} form here ({'drop' if causal else 'add'} --causal)")
+    if spectrum:
+        check_spectrum(n)
+    check_memory(methods, n, d_v, causal)
     exact = cost("exact", n, d, d_v, causal=causal)
     rows = []
     if hooks is not None:
@@ -346,12 +387,17 @@ def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float
     return rows
 
 
-def spectrum_rows(n: int, d: int, scales: list[float], data: str, seed: int, causal: bool) -> list[dict]:
-    """The singular values of the attention matrix and of QKᵀ at each scale, and the ranks for 90/99/99.9% energy."""
+def spectrum_rows(n: int, d: int, scales: list[float], data: str, seed: int, causal: bool,
+                  hooks: Any = None) -> list[dict]:
+    """The singular values of the attention matrix and of QKᵀ at each scale, and the ranks for 90/99/99.9% energy;
+    `hooks` hear of each scale's SVDs."""
     from kvcalc.approx import numeric
 
     n, d, d_v = _shape(data, n, d, d)
+    check_spectrum(n)
     rows = []
+    if hooks is not None:
+        hooks.start("spectrum SVDs", len(scales))
     for scale in scales:
         q, k, _ = _data(data, n, d, d_v, scale, seed)
         sp = numeric.spectrum(q, k, causal)
@@ -359,6 +405,8 @@ def spectrum_rows(n: int, d: int, scales: list[float], data: str, seed: int, cau
             rows.append(as_row(SpectrumRow(matrix=name, scale=scale, n=n, d=d, s_1=float(svals[0]), rank_90=ranks[0.9],
                                            rank_99=ranks[0.99], rank_999=ranks[0.999],
                                            singular_values=[float(x) for x in svals[:16]])))
+        if hooks is not None:
+            hooks.advance("spectrum SVDs")
     return rows
 
 
