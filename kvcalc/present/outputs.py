@@ -412,16 +412,17 @@ def with_chart(out: Output, key: str, fmt: str, units: str) -> Output:
 
         need = " needs --hardware NAME (see 'kvcalc hardware')" if key in HARDWARE_KEYS else ": no row has this figure"
         raise KvcalcError(f"--chart {key}{need}")
-    varying = [k for k in VARIED_LABELS if len({row.get(k) for row in rows}) > 1]  # a sweep's lists: in each label
-    texts = [f"{row['model']} @ {format_tokens(row['ctx'])}" + "".join(f", {VARIED_LABELS[k](row[k])}" for k in varying)
-             for row in rows]
+    # a sweep's settings that vary across its rows, named in each label
+    varying = [(name, key) for name, key in VARIED_KEYS.items() if len({row.get(key) for row in rows}) > 1]
+    texts = [f"{row['model']} @ {format_tokens(row['ctx'])}"
+             + "".join(f", {VARIED_LABELS[name](row[key])}" for name, key in varying) for row in rows]
     return replace(out, chart=bar_chart(rows, column, texts, units))
 
 
-# How a bar's label names a setting that varies across a sweep's rows (VARIED_KEYS' keys in the rows).
+# How a bar's label names each setting of VARIED_KEYS, from its key's value in the row.
 VARIED_LABELS: dict[str, Callable[[Any], str]] = {
     "batch": lambda v: f"batch {v:,}", "gen": lambda v: f"gen {v:,}", "kv_dtype": lambda v: f"kv {v}",
-    "gpus": lambda v: f"{v:,} GPU{'s' if v != 1 else ''}"}
+    "tp": lambda gpus: f"{gpus:,} GPU{'s' if gpus != 1 else ''}"}
 
 
 def paper_tables(loaded: list[LoadedModel], s: Settings) -> tuple[dict[str, str], list[str]]:
