@@ -130,3 +130,19 @@ def test_engines_refuse_pipeline_stages_for_an_encoder_decoder_model():
     row = json.loads(run("compare", "whisper-large-v3", "--ctx", "448", "--pp", "2", "-f", "json").stdout)[0]
     assert row["kv_cache_bytes_per_gpu"] == 16 * (448 + 1500) * 2 * 20 * 64 * 2
 
+
+
+def test_engines_pad_whisper_to_its_source_length_so_another_enc_ctx_is_refused():
+    # vLLM 0.34.0 (whisper.py: get_num_audio_tokens = max_source_positions, "the encoder prompt is padded") and SGLang
+    # hold Whisper's cross-attention for 1,500 positions whatever the audio: an engine count at --enc-ctx 750 would
+    # be one the engine never allocates
+    for engine in ("vllm", "sglang"):
+        res = run("compare", "whisper-large-v3", "--ctx", "448", "--enc-ctx", "750", "--engine", engine, ok=False)
+        assert res.exit_code == 1 and f"--enc-ctx 750 --engine {engine}: {engine} pads every whisper input to its " \
+                                      "1,500 encoder positions" in res.stderr
+    # its own source length is accepted under an engine, and any --enc-ctx without one or under ideal pages:
+    # 32 layers · 2 · 1280 · 2 bytes = 163,840 bytes a position; (448 + 750) positions = 196,280,320 bytes
+    run("compare", "whisper-large-v3", "--ctx", "448", "--enc-ctx", "1500", "--engine", "vllm")
+    row = json.loads(run("compare", "whisper-large-v3", "--ctx", "448", "--enc-ctx", "750", "--engine", "ideal",
+                         "-f", "json").stdout)[0]
+    assert row["kv_cache_bytes"] == row["engine_kv_bytes"] == (448 + 750) * 32 * 2 * 1280 * 2 == 196_280_320

@@ -24,6 +24,7 @@ from kvcalc.costs.paged import (
     GroupPages,
     PoolLayout,
     block_tokens,
+    check_encoder_positions,
     keeps_every_token,
     layer_pages,
     page_bytes,
@@ -347,7 +348,9 @@ def read_at(plan: CachePlan, s: Settings) -> int:
 
 
 def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
-    enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
+    source = spec.encoder.source_len if spec.encoder else None
+    check_encoder_positions(spec.family, source, s.enc_ctx, s.engine)
+    enc = s.encoder_tokens(source)
     groups = spec.groups
     mtp = spec.mtp_group() if s.mtp else None
     if mtp is not None:  # --mtp: the multi-token-prediction layers keep a cache like the last layer's

@@ -60,6 +60,7 @@ from math import gcd
 from kvcalc.attention import MLA, AttentionKind, Formula, Layer
 from kvcalc.costs.quant import component_bytes, group_size
 from kvcalc.costs.state import parts_bytes, state_parts
+from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
 from kvcalc.spec import ResolvedGroup
 
@@ -81,6 +82,22 @@ def keeps_every_token(family: str, engine: str | None) -> bool:
     """Whether the engine pages every token of a windowed or chunked layer of a model of `family` (SGLang outside
     its hybrid-SWA models)."""
     return engine == "sglang" and family not in SGLANG_HYBRID_SWA
+
+# Models whose encoder input the engines pad to its full source length whatever the input: Whisper's 30 s of audio,
+# 1,500 positions (vLLM 0.34.0 whisper.py: WhisperProcessingInfo.get_num_audio_tokens is max_source_positions and
+# "the encoder prompt is padded"; SGLang's whisper pad_input_ids)
+PADDED_ENCODER = frozenset({"whisper"})
+
+
+def check_encoder_positions(family: str, source_len: int | None, enc_ctx: int | None, engine: str | None) -> None:
+    """A KvcalcError for an --enc-ctx the engine would not hold: vLLM and SGLang pad a Whisper input to its source
+    length, so its cross-attention pages hold that many positions whatever --enc-ctx says."""
+    if engine in ("vllm", "sglang") and family in PADDED_ENCODER and enc_ctx not in (None, source_len):
+        raise KvcalcError(f"--enc-ctx {enc_ctx:,} --engine {engine}: {engine} pads every {family} input to its "
+                          f"{source_len:,} encoder positions (30 s of audio), so its cross-attention holds those "
+                          "whatever the audio: leave --enc-ctx out, or drop --engine for the exact cache")
+
+
 VLLM_MLA_BLOCK = 64  # vllm/platforms/cuda.py forces 64 for the FlashMLA and FlashMLASparse backends
 SGLANG_NSA_BLOCK = 64  # sglang server_args.py: "Setting page size to 64 for DeepSeek NSA" (NSATokenToKVPool asserts it)
 
