@@ -135,7 +135,7 @@ class CacheFigures:
     block_size: int | None = figure("Page\ntokens", "tokens", "tokens a page of that engine holds")
     engine_kv_bytes: int | None = figure("Engine\nKV cache", "bytes", "the KV cache in the engine's whole pages, all sequences")
     engine_state_bytes: int | None = figure("Engine\nstate", "bytes",
-                                            "constant states as the engine stores them (vLLM: a padded page each), all sequences")
+                                            "constant states as the engine stores them (vLLM: padded pages, two a state in a hybrid), all sequences")
 
 
 CACHE_KEYS = tuple(f.name for f in fields(CacheFigures))

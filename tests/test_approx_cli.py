@@ -247,22 +247,27 @@ def test_transmla_past_the_trained_context_warns_or_flags():
     assert "exceeds" not in run("approx", "--transmla", "llama3-8b", "--n", "8k").stderr
 
 
+class Heard:
+    """Progress hooks (start, advance: as kvcalc.progress.BarHooks) that record what they hear."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, str, int]] = []
+
+    def start(self, name: str, total: int) -> None:
+        self.heard.append(("start", name, total))
+
+    def advance(self, name: str, steps: int = 1) -> None:
+        self.heard.append(("advance", name, steps))
+
+
 def test_approx_tells_a_progress_bar_of_each_run():
     # a 16k measurement runs for minutes: the CLI's bar hears of every (method, scale, seed) run
     from kvcalc.approx.evaluate import evaluate, parse_methods
 
-    heard: list[tuple] = []
-
-    class Hooks:
-        def start(self, name: str, total: int) -> None:
-            heard.append(("start", name, total))
-
-        def advance(self, name: str, steps: int = 1) -> None:
-            heard.append(("advance", name, steps))
-
-    rows = evaluate(parse_methods("exact,window:w=8"), 32, 8, 8, [0.5, 1.0], "gaussian", 3, True, Hooks())
-    assert len(rows) == 4 and heard[0] == ("start", "approx runs", 2 * 2 * 3)
-    assert heard[1:] == [("advance", "approx runs", 1)] * 12
+    hooks = Heard()
+    rows = evaluate(parse_methods("exact,window:w=8"), 32, 8, 8, [0.5, 1.0], "gaussian", 3, True, hooks)
+    assert len(rows) == 4 and hooks.heard[0] == ("start", "approx runs", 2 * 2 * 3)
+    assert hooks.heard[1:] == [("advance", "approx runs", 1)] * 12
     quiet = run("approx", "--n", "32", "--d", "8", "--method", "exact", "--scale", "1", "--seeds", "1", "-q", "-f", "json")
     (row,) = json.loads(quiet.stdout)
     assert (row["method"], row["rel_error_output"]) == ("exact", 0)
@@ -277,19 +282,11 @@ def test_a_measurement_that_would_not_fit_in_memory_is_refused_first(monkeypatch
 
     assert ev.predicted_peak(ev.parse_methods("exact"), 2048, 64, False) == 8 * 6 * 2048**2 == 201_326_592
     monkeypatch.setattr(memory, "tightest", lambda max_memory=None: memory.Headroom(10 << 20, "a test's 10 MiB"))
-    heard: list[str] = []
-
-    class Hooks:
-        def start(self, name: str, total: int) -> None:
-            heard.append(name)
-
-        def advance(self, name: str, steps: int = 1) -> None:
-            heard.append(name)
-
+    hooks = Heard()
     with pytest.raises(KvcalcError, match=r"n = 2,048 needs about 192 MiB .* the 10.0 MiB of a test's 10 MiB; "
                                           r"use a smaller --n \(n = 467 fits\)"):
-        ev.evaluate(ev.parse_methods("exact"), 2048, 64, 64, [1.0], "gaussian", 1, False, Hooks())
-    assert heard == []  # refused before any run
+        ev.evaluate(ev.parse_methods("exact"), 2048, 64, 64, [1.0], "gaussian", 1, False, hooks)
+    assert hooks.heard == []  # refused before any run
     rows = ev.evaluate(ev.parse_methods("exact"), 467, 8, 8, [1.0], "gaussian", 1, False)
     assert rows[0]["rel_error_output"] == 0
 
@@ -299,14 +296,6 @@ def test_spectrum_is_bounded_before_any_run_and_reports_progress():
 
     res = run("approx", "--n", str(MAX_SPECTRUM + 1), "--d", "16", "-m", "exact", "--spectrum", "-q", ok=False)
     assert res.exit_code == 1 and "--spectrum at n = 8,193" in res.stderr and "at most 8,192" in res.stderr
-    heard: list[tuple] = []
-
-    class Hooks:
-        def start(self, name: str, total: int) -> None:
-            heard.append(("start", name, total))
-
-        def advance(self, name: str, steps: int = 1) -> None:
-            heard.append(("advance", name))
-
-    rows = spectrum_rows(64, 8, [0.5, 1.0], "gaussian", 0, False, Hooks())
-    assert len(rows) == 4 and heard == [("start", "spectrum SVDs", 2)] + [("advance", "spectrum SVDs")] * 2
+    hooks = Heard()
+    rows = spectrum_rows(64, 8, [0.5, 1.0], "gaussian", 0, False, hooks)
+    assert len(rows) == 4 and hooks.heard == [("start", "spectrum SVDs", 2)] + [("advance", "spectrum SVDs", 1)] * 2

@@ -83,6 +83,7 @@ def keeps_every_token(family: str, engine: str | None) -> bool:
     its hybrid-SWA models)."""
     return engine == "sglang" and family not in SGLANG_HYBRID_SWA
 
+
 # Models whose encoder input the engines pad to its full source length whatever the input: Whisper's 30 s of audio,
 # 1,500 positions (vLLM 0.34.0 whisper.py: WhisperProcessingInfo.get_num_audio_tokens is max_source_positions and
 # "the encoder prompt is padded"; SGLang's whisper pad_input_ids)
