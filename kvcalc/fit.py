@@ -13,6 +13,7 @@ startup divides it, and each pool must hold its own part (sglang_fits).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, NamedTuple
@@ -220,6 +221,29 @@ def _kv_bytes(report: CacheReport) -> int:
     return report.bytes if report.engine_bytes is None else report.engine_bytes
 
 
+def _fitter(spec: ModelSpec, budget: int, acts: int) -> Callable[[Settings], bool]:
+    """Whether the cache and states at a setting fit: in the busiest GPU's budget, or under SGLang in the static pools
+    of every stage's GPU."""
+
+    def fits(t: Settings) -> bool:
+        if t.engine == "sglang":
+            return all(sglang_fits(sglang_pools(t, plan), budget - plan.weights_bytes - acts) for plan in stages(spec, t))
+        g = per_gpu(spec, t)
+        return g.weights_bytes + acts + g.kv_cache_bytes + g.state_bytes <= budget
+
+    return fits
+
+
+def binding_context(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int, batch: int) -> int | None:
+    """The context below `s.ctx` that stops one sequence more than `batch`, where that many fit at `s.ctx` itself: the
+    last fall of a window's pages that they pass through (see `_peaks_up_to`); None when `s.ctx` binds."""
+    fits = _fitter(spec, budget_bytes(hw, reserve), activation_bytes(spec, s, chunk))
+    more = replace(s, batch=batch + 1)
+    if not fits(more):
+        return None
+    return max((x for x in _peaks_up_to(s.ctx, _window_falls(spec, s))[1:] if not fits(more.at(x))), default=None)
+
+
 def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int, solve: str,
         max_ctx: int | None = None) -> FitRow:
     """Solve for the longest context at `s.batch` (solve "ctx", up to `max_ctx` or the model's max_context) or the
@@ -229,19 +253,13 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
 
     budget = budget_bytes(hw, reserve)
     acts = activation_bytes(spec, s, chunk)
+    fits = _fitter(spec, budget, acts)
 
     def gpu_at(t: Settings) -> PerGpu:
         return per_gpu(spec, t)
 
     def used(g: PerGpu) -> int:
         return g.weights_bytes + acts + g.kv_cache_bytes + g.state_bytes
-
-    def fits(t: Settings) -> bool:
-        """The cache and states at t fit: in the busiest GPU's budget, or under SGLang in the static pools of every
-        stage's GPU."""
-        if t.engine == "sglang":
-            return all(sglang_fits(sglang_pools(t, plan), budget - plan.weights_bytes - acts) for plan in stages(spec, t))
-        return used(gpu_at(t)) <= budget
 
     def nothing_fits() -> str:
         """What stops even one token of one sequence: the weights, then the activation estimate, else the cache."""

@@ -157,6 +157,31 @@ def test_the_largest_batch_fits_at_every_context_up_to_ctx():
     assert fits(5286, 144) and not fits(5286, 143)  # the old answer: fits at 144 alone
 
 
+def test_a_batch_stopped_below_ctx_is_said():
+    # an audit: mistral-7b (32 layers, 8 KV heads of 128, W = 4,096) in ideal pages of 16 on an h200 at 131,072 tokens
+    # showed 225 sequences with 757 MiB left, more than a sequence's 512 MiB there: at 131,072 the window's 4,096
+    # positions start on a page (256 pages of 16 · 32 · 2 · 8 · 128 · 2 = 2,097,152 bytes), at 131,071 they span 257,
+    # and the sequences pass through 131,071. The figures stay at --ctx; a note on stderr (in the human formats, as
+    # every warning) says where 226 fail.
+    args = ("fit", "mistral-7b", "--hardware", "h200-141gb", "--engine", "ideal", "--block-size", "16", "--ctx",
+            "3000,131072")
+    rows, res = json.loads(run(*args, "-f", "json").stdout), run(*args)
+    page = 16 * 32 * 2 * 8 * 128 * 2
+    room = _room(rows[1])
+    assert rows[1]["max_batch"] == 225 and rows[1]["kv_cache_bytes"] == 225 * 256 * page
+    assert 226 * 256 * page <= room and 225 * 257 * page <= room < 226 * 257 * page
+    assert ("note: mistral-7b: 226 sequences fit at 131,072 tokens but not at 131,071, which they pass through"
+            in res.stderr)
+    # at 3,000 tokens the window is not reached: 188 pages of 16, and 3,000 itself binds (no note for that row)
+    assert rows[0]["max_batch"] * 188 * page <= room < (rows[0]["max_batch"] + 1) * 188 * page
+    assert res.stderr.count("note:") == 1
+    # gpt-oss-20b at 144 (the README's example): 4,993 fit at 144, not at 143; without pages (B = 1) nothing falls
+    res = run("fit", "gpt-oss-20b", "--hardware", "h100-80gb", "--engine", "ideal", "--block-size", "16",
+              "--ctx", "144")
+    assert "note: gpt-oss-20b: 4,993 sequences fit at 144 tokens but not at 143" in res.stderr
+    assert "note:" not in run("fit", "gpt-oss-20b", "--hardware", "h100-80gb", "--engine", "ideal", "--ctx", "144").stderr
+
+
 def test_where_nothing_fits_the_binding_names_what_does_not():
     # at ctx 1M one sequence of deepseek-v2 (60 layers × 576 elements × 2 bytes × 2^20 tokens = 72,477,573,120 bytes,
     # on each of 8 GPUs: the latent is not split) passes an h100's budget while its weights fit: 'memory', not 'weights'

@@ -278,7 +278,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
 
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
-    from kvcalc.fit import FitRow, batch_cap, default_prefill_chunk, default_reserve, fit
+    from kvcalc.fit import FitRow, batch_cap, binding_context, default_prefill_chunk, default_reserve, fit
 
     if opts.hardware_name is None:
         raise KvcalcError("fit needs --hardware NAME (see 'kvcalc hardware') or a hardware YAML file")
@@ -305,6 +305,14 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     rows = [as_row(fit(spec, s.at(c), s.hardware, frac, chunk, "batch")) for c in ctxs] if ctxs else \
         [as_row(fit(spec, s, s.hardware, frac, chunk, "ctx"))]
     warnings: list[str] = []
+    for row in rows if ctxs else []:
+        # the figures are at --ctx; say where one more sequence fails when that is a context below it
+        if row["binding"] == "memory" and (x := binding_context(spec, s.at(row["ctx"]), s.hardware, frac, chunk,
+                                                                row["max_batch"])) is not None:
+            more = row["max_batch"] + 1
+            warnings.append(f"note: {spec.name}: {more:,} {'sequence fits' if more == 1 else 'sequences fit'} at "
+                            f"{row['ctx']:,} tokens but not at {x:,}, which they pass through: a window's pages rise "
+                            "and fall by one as the context grows, and fit counts every context up to --ctx")
     if not ctxs and (cap := batch_cap(spec, s, s.hardware, frac, chunk)) is not None and s.batch > cap[0]:
         warnings.append(f"warning: --batch {s.batch:,}: {s.engine} runs at most {cap[0]:,} sequences at once by default "
                         f"({cap[1]}); the rest wait, or raise it")
