@@ -221,6 +221,11 @@ def _kv_bytes(report: CacheReport) -> int:
     return report.bytes if report.engine_bytes is None else report.engine_bytes
 
 
+def _used(g: PerGpu, acts: int) -> int:
+    """What the busiest GPU spends: its weights, the activation estimate, its cache and states."""
+    return g.weights_bytes + acts + g.kv_cache_bytes + g.state_bytes
+
+
 def _fitter(spec: ModelSpec, budget: int, acts: int) -> Callable[[Settings], bool]:
     """Whether the cache and states at a setting fit: in the busiest GPU's budget, or under SGLang in the static pools
     of every stage's GPU."""
@@ -228,8 +233,7 @@ def _fitter(spec: ModelSpec, budget: int, acts: int) -> Callable[[Settings], boo
     def fits(t: Settings) -> bool:
         if t.engine == "sglang":
             return all(sglang_fits(sglang_pools(t, plan), budget - plan.weights_bytes - acts) for plan in stages(spec, t))
-        g = per_gpu(spec, t)
-        return g.weights_bytes + acts + g.kv_cache_bytes + g.state_bytes <= budget
+        return _used(per_gpu(spec, t), acts) <= budget
 
     return fits
 
@@ -257,9 +261,6 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
 
     def gpu_at(t: Settings) -> PerGpu:
         return per_gpu(spec, t)
-
-    def used(g: PerGpu) -> int:
-        return g.weights_bytes + acts + g.kv_cache_bytes + g.state_bytes
 
     def nothing_fits() -> str:
         """What stops even one token of one sequence: the weights, then the activation estimate, else the cache."""
@@ -290,5 +291,5 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
         weights_bytes_per_gpu=g.weights_bytes, activation_bytes=acts, batch=at.batch, ctx=at.ctx,
         max_ctx=best if solve == "ctx" else None, max_batch=best if solve == "batch" else None,
         kv_cache_bytes=_kv_bytes(kv_cache(spec, at)), kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
-        free_bytes_per_gpu=budget - used(g), binding=binding, exceeds_max_context=at.ctx > spec.max_context,
+        free_bytes_per_gpu=budget - _used(g, acts), binding=binding, exceeds_max_context=at.ctx > spec.max_context,
     )
