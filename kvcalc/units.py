@@ -70,9 +70,12 @@ def format_bytes(n: int | Fraction, units: str = "binary") -> str:
 
 
 def aside_bytes(n: int, units: str = "binary") -> str:
-    """' (40.0 GiB)': the human size written beside an exact byte count; nothing under units 'bytes', where it would
-    repeat the count."""
-    return "" if units == "bytes" else f" ({format_bytes(n, units)})"
+    """' (40.0 GiB)': the human size written beside an exact byte count; nothing where it would repeat the count
+    (units 'bytes', or a count below one KiB or kB: '0 B', not '0 B (0 B)')."""
+    if units == "bytes":
+        return ""
+    text = format_bytes(n, units)
+    return "" if text.replace(",", "") == f"{n} B" else f" ({text})"
 
 
 def _three_digits(value: Fraction) -> str:

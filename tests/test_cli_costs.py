@@ -252,3 +252,23 @@ def test_cost_summary_writes_tokens_per_second_with_three_significant_digits():
     assert line.split()[1] == "0.0380"
     out = run("cost", "llama3-8b", "--ctx", "4k", "--batch", "8", "--hardware", "h100-80gb").stdout
     assert next(x for x in out.splitlines() if x.startswith("tokens_per_second")).split()[1] == "1,388"
+
+
+def test_cost_lists_the_busiest_gpus_share_under_a_layout():
+    # an audit: under --tp, cost's fits_in_memory judged the busiest GPU but printed none of the figures behind it.
+    # llama3-70b at 32k, tp 8 on h100-80gb: each rank holds 1 of the 8 KV heads (d_h 128) of 80 layers, bf16
+    out = json.loads(run("cost", "llama3-70b", "--ctx", "32k", "--tp", "8", "--hardware", "h100-80gb", "-f", "json").stdout)
+    summary = out["summary"]
+    assert summary["gpus"] == 8 and summary["state_bytes_per_gpu"] == 0
+    assert summary["kv_cache_bytes_per_gpu"] == 80 * 2 * 1 * 128 * 2 * 32768 == 1_342_177_280
+    (row,) = json.loads(run("compare", "llama3-70b", "--ctx", "32k", "--tp", "8", "-f", "json").stdout)
+    assert summary["weights_bytes_per_gpu"] == row["weights_bytes_per_gpu"]
+    assert summary["fits_in_memory"] == (summary["weights_bytes_per_gpu"] + summary["kv_cache_bytes_per_gpu"] <= 80 << 30)
+    text = run("cost", "llama3-70b", "--ctx", "32k", "--tp", "8", "--hardware", "h100-80gb").stdout
+    assert "the busiest GPU: its weights + KV cache vs h100-80gb memory" in text
+    # a model of constant states at tp 4: each rank holds a quarter of Qwen3-Next's 36 DeltaNet states
+    out = json.loads(run("cost", "qwen3-next-80b-a3b", "--ctx", "4k", "--tp", "4", "-f", "json").stdout)["summary"]
+    assert out["state_bytes_per_gpu"] * 4 == out["state_bytes"] and out["gpus"] == 4
+    # on one GPU there is nothing to split: no per-GPU keys, as before
+    one = json.loads(run("cost", "llama3-70b", "--ctx", "32k", "--hardware", "h100-80gb", "-f", "json").stdout)["summary"]
+    assert not {"gpus", "kv_cache_bytes_per_gpu", "weights_bytes_per_gpu"} & one.keys()

@@ -151,3 +151,12 @@ def test_per_gpu_lines_under_an_engine_name_the_pages():
                if g["group"] == "full"]
     assert (full["pages"], full["block_size"], full["bytes_per_layer"]) == (8, 576, 8 * 576 * 512 * 2 * 3)
     assert "pages of" not in run("show", "qwen3-next-80b-a3b", "--ctx", "4k", "--tp", "2", "--explain").stdout
+
+
+def test_a_byte_count_below_one_unit_is_not_repeated():
+    # '0 B (0 B)' where a layout holds no states: the human size is left out where it would repeat the count
+    assert aside_bytes(0) == aside_bytes(1023) == aside_bytes(999, "si") == ""
+    assert aside_bytes(1024) == " (1.00 KiB)" and aside_bytes(1000, "si") == " (1.00 kB)"
+    line = next(x for x in run("show", "llama3-8b", "--ctx", "4k", "--tp", "2").stdout.splitlines()
+                if x.startswith("state_bytes_per_gpu"))
+    assert line.split()[1:4] == ["0", "B", "its"]

@@ -41,7 +41,8 @@ SHOW_SUMMARY = SHOW_SUMMARY_REQUIRED + ("source", "encoder", "engine_kv_bytes", 
                                         "state_bytes", "cache_bytes")
 COST_SUMMARY_REQUIRED = ("params_total", "params_active", "weights_bytes", "kv_cache_bytes", "decode_bytes_read",
                          "decode_intensity")
-COST_SUMMARY = COST_SUMMARY_REQUIRED + ("state_bytes", "mla_crossover", "prefill_seconds", "decode_seconds_per_token", "tokens_per_second",
+COST_SUMMARY = COST_SUMMARY_REQUIRED + ("state_bytes", "gpus", "kv_cache_bytes_per_gpu", "state_bytes_per_gpu",
+                                        "weights_bytes_per_gpu", "mla_crossover", "prefill_seconds", "decode_seconds_per_token", "tokens_per_second",
                                         "fits_in_memory", "tp_allreduce_bytes", "comm_seconds_per_token")
 
 
@@ -118,19 +119,8 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
                           f"{report.engine}: constant states as it stores them"
                           + (" (a state two pages in a hybrid, one in a model of states alone, each padded)"
                              if report.engine == "vllm" else "")))
-    if settings is not None and settings.gpus > 1:
-        from kvcalc.costs.parallel import held_layers_text, mtp_layers_on, per_gpu, rank_block_size, stages
-
-        gpu = per_gpu(spec, settings)
-        mtp = mtp_layers_on(spec, settings, gpu.stage)
-        layout = (f"tp {settings.tp} × pp {settings.pp} × dp {settings.dp}; the busiest GPU: stage {gpu.stage}, "
-                  f"{held_layers_text(gpu.layers, mtp)}")
-        block = rank_block_size(stages(spec, settings)) if report.engine_bytes is not None else None
-        items += [("gpus", gpu.gpus, f"{gpu.gpus}", layout),
-                  ("kv_cache_bytes_per_gpu", gpu.kv_cache_bytes, b(gpu.kv_cache_bytes),
-                   "its KV cache" + (f", whole pages of {block} tokens" if block is not None else "")),
-                  ("state_bytes_per_gpu", gpu.state_bytes, b(gpu.state_bytes), "its constant states"),
-                  ("weights_bytes_per_gpu", gpu.weights_bytes, b(gpu.weights_bytes), f"its weights in {settings.weights_dtype}")]
+    if settings is not None:
+        items += per_gpu_items(spec, settings, report, units)
     if report.state_elements:
         items += [
             ("state_bytes", report.state_bytes, f"{report.state_bytes:,} B{aside_bytes(report.state_bytes, units)}",
@@ -141,9 +131,31 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
     return _rows(items)
 
 
-def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binary", state_bytes: int = 0) -> list[dict]:
-    """Key/value rows of `cost`: parameters, memory (the constant states too, where the model has them), decode
-    traffic, and (with hardware) roofline times."""
+def per_gpu_items(spec: ModelSpec, settings: Settings, report: CacheReport, units: str) -> list[tuple[str, Any, str, str]]:
+    """What the busiest GPU holds under a parallel layout (gpus > 1; none on one GPU): its layers, KV cache (in the
+    engine's pages under --engine), states and weights, as show and cost list them."""
+    if settings.gpus == 1:
+        return []
+    from kvcalc.costs.parallel import held_layers_text, mtp_layers_on, per_gpu, rank_block_size, stages
+
+    b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
+    gpu = per_gpu(spec, settings)
+    mtp = mtp_layers_on(spec, settings, gpu.stage)
+    layout = (f"tp {settings.tp} × pp {settings.pp} × dp {settings.dp}; the busiest GPU: stage {gpu.stage}, "
+              f"{held_layers_text(gpu.layers, mtp)}")
+    block = rank_block_size(stages(spec, settings)) if report.engine_bytes is not None else None
+    return [("gpus", gpu.gpus, f"{gpu.gpus}", layout),
+            ("kv_cache_bytes_per_gpu", gpu.kv_cache_bytes, b(gpu.kv_cache_bytes),
+             "its KV cache" + (f", whole pages of {block} tokens" if block is not None else "")),
+            ("state_bytes_per_gpu", gpu.state_bytes, b(gpu.state_bytes), "its constant states"),
+            ("weights_bytes_per_gpu", gpu.weights_bytes, b(gpu.weights_bytes), f"its weights in {settings.weights_dtype}")]
+
+
+def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binary", state_bytes: int = 0,
+                      per_gpu: list[tuple[str, Any, str, str]] | None = None) -> list[dict]:
+    """Key/value rows of `cost`: parameters, memory (the constant states too, where the model has them; under a
+    parallel layout `per_gpu`, what the busiest GPU holds, from per_gpu_items), decode traffic, and (with hardware)
+    roofline times."""
     b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
     states = " + states read and written back" if state_bytes else ""
     items: list[tuple[str, Any, str, str]] = [
@@ -156,6 +168,7 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
     if state_bytes:
         items.append(("state_bytes", state_bytes, b(state_bytes),
                       "constant states of linear-attention and SSM layers, any ctx"))
+    items += per_gpu or []
     items += [
         ("decode_bytes_read", fig.decode_bytes_read, b(fig.decode_bytes_read),
          f"one decode step at ctx: active weights + KV cache{states} (MoE: a lower bound when batch exceeds 1)"),
@@ -175,7 +188,8 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
             ("tokens_per_second", fig.tokens_per_second, cell(fig.tokens_per_second or 0, "rate"),
              "batch / decode time, upper bound"),
             ("fits_in_memory", fig.fits_in_memory, _yes(bool(fig.fits_in_memory)),
-             f"weights + KV cache{' + states' if state_bytes else ''} vs {hw} memory"),
+             f"{'the busiest GPU: its ' if per_gpu else ''}weights + KV cache{' + states' if state_bytes else ''} "
+             f"vs {hw} memory"),
         ]
     if fig.tp_allreduce_bytes is not None:
         items.append(("tp_allreduce_bytes", fig.tp_allreduce_bytes, b(fig.tp_allreduce_bytes),
