@@ -31,10 +31,8 @@ import time
 
 KVCALC_ARGS = ["compare", "llama3-70b", "deepseek-v2", "--ctx", "128k"]
 BARE_IMPORTS = "import typer, rich, pydantic, yaml"
-# A typer app of one command that prints its arguments, run as kvcalc is: what running any typer command costs on
-# top of the imports (typer parses through its parameter adapters, typer._adapters, which import pydantic.main).
-# Shown for reference; the target stays against the bare imports.
-TYPER_FLOOR = """
+# A typer app of one command, run as kvcalc is, with the command's body to fill in.
+TYPER_APP = """
 import typer, rich, pydantic, yaml
 app = typer.Typer(add_completion=False)
 @app.callback()
@@ -42,20 +40,17 @@ def root() -> None:
     pass
 @app.command()
 def compare(models: list[str], ctx: str = "4k") -> None:
-    print(models, ctx)
+{body}
 app()
 """
-# The same app doing the least of what the design card asks of a kvcalc command: a YAML text parsed, a pydantic
-# model (frozen, unknown keys forbidden) validated from it, and a rich table of one exact integer per model printed.
-# The floor of any command line built on typer, pydantic, PyYAML and rich; shown for reference, as the line above.
-CARD_FLOOR = """
-import typer, rich, pydantic, yaml
-app = typer.Typer(add_completion=False)
-@app.callback()
-def root() -> None:
-    pass
-@app.command()
-def compare(models: list[str], ctx: str = "4k") -> None:
+# The app printing its arguments: what running any typer command costs on top of the imports (typer parses through
+# its parameter adapters, typer._adapters, which import pydantic.main). Shown for reference; the target stays against
+# the bare imports.
+TYPER_FLOOR = TYPER_APP.format(body="    print(models, ctx)")
+# The app doing the least of what the design card asks of a kvcalc command: a YAML text parsed, a pydantic model
+# (frozen, unknown keys forbidden) validated from it, and a rich table of one exact integer per model printed. The
+# floor of any command line built on typer, pydantic, PyYAML and rich; shown for reference, as the line above.
+CARD_FLOOR = TYPER_APP.format(body="""\
     from pydantic import BaseModel, ConfigDict
     from rich.console import Console
     from rich.table import Table
@@ -71,10 +66,7 @@ def compare(models: list[str], ctx: str = "4k") -> None:
     for m in models:
         s = Spec(**yaml.safe_load(f"{{name: {m}, n_layers: 80, n_kv_heads: 8, head_dim: 128}}"))
         table.add_row(s.name, f"{2 * s.n_layers * s.n_kv_heads * s.head_dim * 2 * 131072:,}")
-    Console().print(table)
-app()
-"""
-
+    Console().print(table)""")
 
 def commands() -> dict[str, list[str]]:
     """The commands to time, by label: bare imports, a one-command typer app, that app with a YAML text, a pydantic
