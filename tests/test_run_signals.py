@@ -42,7 +42,8 @@ layer_groups:
 @pytest.mark.parametrize("shapes", [((3, 700, 64), (64, 50)), ((2, 1, 1, 300), (2, 300, 900)),
                                     ((5, 40), (40, 7)), ((2, 3, 130, 17), (3, 17, 20))])
 def test_product_in_pieces_is_the_same_product(monkeypatch, dtype, shapes):
-    monkeypatch.setitem(ops.PIECE_FLOPS, 2, 4096)  # force many pieces: rows, or columns for one row
+    monkeypatch.setattr(ops, "HALF_TILE", 64)  # force many pieces: tiles of float16, rows (or columns) of BLAS
+    monkeypatch.setattr(ops, "HALF_DEPTH", 8)  # float16: sums over several tiles of k
     monkeypatch.setattr(ops, "PIECE_FLOPS_BLAS", 4096)
     monkeypatch.setattr(ops, "PIECE_ROWS", 1)
     rng = np.random.default_rng(0)
@@ -51,6 +52,24 @@ def test_product_in_pieces_is_the_same_product(monkeypatch, dtype, shapes):
     assert got.shape == want.shape and got.dtype == want.dtype
     tol = {np.float16: 1e-2, np.float32: 1e-4, np.float64: 1e-12}[dtype]
     assert np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("tile,depth", [(1 << 20, 1 << 11), (64, 8), (5, 3)])
+@pytest.mark.parametrize("shapes", [((3, 37, 20), (20, 11)), ((1, 500), (500, 3)), ((2, 1, 1, 30), (2, 30, 90)),
+                                    ((40, 3, 1, 41), (3, 41, 2)), ((2, 3, 13, 17), (3, 17, 20)), ((1, 7), (7, 1))])
+def test_float16_product_is_the_float64_sum_rounded_once(monkeypatch, tile, depth, shapes):
+    # float16 runs on the float64 BLAS by tiles (NumPy's float16 matmul has no BLAS: a nemotron-h run at ctx 40 took
+    # over 10 minutes); each element is its float64 dot product rounded once, however the product was tiled: across
+    # rows and columns, over k (depth), and one leading batch index at a time (tile below batch·depth)
+    monkeypatch.setattr(ops, "HALF_TILE", tile)
+    monkeypatch.setattr(ops, "HALF_DEPTH", depth)
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal(s).astype(np.float16) for s in shapes)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.float16)
+    for got in (ops.product(a, b), _in_thread(lambda: ops.product(a, b))):
+        assert got.dtype == np.float16 and np.array_equal(got, want)
+    out = np.full(want.shape, np.nan, dtype=np.float16)  # into a given array, as the prefill writes its tiles
+    assert ops.product(a, b, out=out) is out and np.array_equal(out, want)
 
 
 def _in_thread(f):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from kvcalc.backend.attention import LayerPlan, layer_entry
 from kvcalc.backend.causal import SCORE_CHUNK, prefill_tiling
+from kvcalc.backend.ops import HALF_SCRATCH
 from kvcalc.backend.recurrent import StatePlan, plan_layer, state_activations
 from kvcalc.errors import KvcalcError
 from kvcalc.solve import largest_fitting
@@ -54,6 +55,7 @@ def _prefill_threads_bytes(group: ResolvedGroup, p: LayerPlan, tokens: int, batc
     block = query_block(window)  # what the runner passes the layer
     tiling = prefill_tiling(batch, p.kv_heads, p.g, tokens, window, block)
     per_thread = tiling.band(batch, p.g) * (itemsize + (12 if itemsize == 2 else 0))
+    per_thread += HALF_SCRATCH if itemsize == 2 else 0  # its float16 products' float64 tiles (ops._half_product)
     per_thread += batch * tiling.chunk * tiling.block * p.g * p.value_dim * itemsize
     per_thread += batch * tiling.chunk * tokens * p.chunk_width * itemsize
     return min(workers, -(-p.kv_heads // tiling.chunk)) * per_thread
@@ -118,6 +120,8 @@ def plan(spec: ModelSpec, layers: list[int], ctx: int, decode: int, batch: int, 
                       + batch * total * spec.d_model * itemsize)
     if enc and any(by_layer[i].cross is not None for i in layers):  # the random encoder output the run attends
         act += batch * enc * spec.d_model * itemsize
+    if itemsize == 2:  # the main thread's float16 products' float64 tiles (ops._half_product)
+        act += HALF_SCRATCH
     return MemoryPlan(weights=weights, cache=cache + largest, activations=act)
 
 

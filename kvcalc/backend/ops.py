@@ -12,21 +12,24 @@ counts each term it computes, and `count` records work the caller states (its co
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter
 from functools import lru_cache
 
 import numpy as np
 
-# FLOPs of one uninterrupted product at most: Ctrl-C (and a stopping thread) is seen between pieces. NumPy has no
-# BLAS for float16 (about 0.1-0.3 GFLOP/s here), so its pieces are 2^25 FLOPs. A float32/64 BLAS product is not cut
-# in the main thread (pieces of a few hundred rows cost the prefill a quarter of its speed): one over 2^31 FLOPs runs
-# in a helper thread that the main thread waits on in short joins, where Ctrl-C lands. In a prefill thread a piece
-# is 2^35 FLOPs and at least PIECE_ROWS rows.
-PIECE_FLOPS = {2: 1 << 25}
+# FLOPs of one uninterrupted product at most: Ctrl-C (and a stopping thread) is seen between pieces. A float32/64
+# BLAS product is not cut in the main thread (pieces of a few hundred rows cost the prefill a quarter of its speed):
+# one over 2^31 FLOPs runs in a helper thread that the main thread waits on in short joins, where Ctrl-C lands. In a
+# prefill thread a piece is 2^35 FLOPs and at least PIECE_ROWS rows. NumPy has no BLAS for float16 (0.1-0.3 GFLOP/s
+# here), so float16 products run on the float64 BLAS in tiles of at most HALF_TILE elements (`_half_product`).
 PIECE_FLOPS_BLAS = 1 << 35
 PIECE_ROWS = 256
 WAIT_FLOPS = 1 << 31
+HALF_TILE = 1 << 20  # float64 elements of a float16 product's upcast piece of a or b, or of its sums (8 MiB)
+HALF_DEPTH = 1 << 11  # terms a float16 product's tile sums per element (a longer sum adds up several tiles)
+HALF_SCRATCH = 4 * HALF_TILE * 8  # bytes a float16 product holds beside its operands: pieces of a and b, two sums
 ABORT = threading.Event()  # set when a run is interrupted: prefill threads stop at their next piece
 
 
@@ -36,8 +39,8 @@ class Aborted(Exception):
 
 def product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """np.matmul(a, b, out=out), interruptible: a large BLAS product in the main thread waited on in a helper thread,
-    otherwise in pieces of rows (or, for one row, of columns) of at most PIECE_FLOPS each; each element is the same
-    dot product as in one call."""
+    in a prefill thread in pieces of rows (or, for one row, of columns) of at most PIECE_FLOPS_BLAS each, each element
+    the same dot product as in one call; float16 by float64 tiles (`_half_product`)."""
     if a.ndim < 2 or b.ndim < 2:
         return np.matmul(a, b, out=out)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
@@ -45,17 +48,21 @@ def product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.n
     for d in np.broadcast_shapes(a.shape[:-2], b.shape[:-2]):
         batch *= d
     dtype = np.result_type(a, b)
+    if dtype == np.float16:
+        if out is None:
+            out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), dtype=dtype)
+        _half_product(a, b, out)
+        return out
     flops = 2 * batch * m * n * k
-    main = threading.current_thread() is threading.main_thread()
-    if dtype.itemsize != 2 and main:
+    if threading.current_thread() is threading.main_thread():
         return _waited(a, b, out) if flops > WAIT_FLOPS else np.matmul(a, b, out=out)
-    budget = PIECE_FLOPS.get(dtype.itemsize, PIECE_FLOPS_BLAS)
+    budget = PIECE_FLOPS_BLAS
     if flops <= budget:
         return np.matmul(a, b, out=out)
     if out is None:
         out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), dtype=dtype)
     if m > 1:  # pieces of rows: a[..., i:j, :] @ b
-        step = max(1 if dtype.itemsize == 2 else PIECE_ROWS, budget // (2 * batch * n * k))
+        step = max(PIECE_ROWS, budget // (2 * batch * n * k))
         if step >= m:
             return np.matmul(a, b, out=out)
         for i in range(0, m, step):
@@ -67,6 +74,63 @@ def product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.n
             check_abort()
             np.matmul(a, b[..., :, i : i + step], out=out[..., :, i : i + step])
     return out
+
+
+def _half_product(a: np.ndarray, b: np.ndarray, out: np.ndarray, scratch: dict | None = None) -> None:
+    """out[...] = a @ b for float16 operands, by tiles upcast to float64 on the BLAS: each element is a float64 sum of
+    exact products (a float16 product has 22 significant bits) rounded once to float16, so however the product is
+    tiled it rounds as one call would (barring a sum within 2^-40 of a float16 rounding boundary), and the run takes
+    float32's time instead of NumPy's BLAS-less float16 loop's (100-1000x more). A tile sums at most HALF_DEPTH terms
+    per element, and its pieces of a and b and its float64 sums hold at most HALF_TILE elements each, in buffers
+    the call reuses; Ctrl-C and a stopping prefill thread are seen between tiles."""
+    scratch = {} if scratch is None else scratch
+    lead = out.shape[:-2]
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    depth = min(k, HALF_DEPTH)
+    batch = math.prod(lead)
+    if batch > 1 and batch * depth > HALF_TILE:  # a row of every batch element is over a tile: one index at a time
+        for i in range(lead[0]):
+            _half_product(_leading(a, len(lead), i), _leading(b, len(lead), i), out[i], scratch)
+        return
+    a_batch, b_batch = math.prod(a.shape[:-2]), math.prod(b.shape[:-2])
+    cols = min(n, max(1, min(HALF_TILE // (b_batch * depth), HALF_TILE // batch)))
+    rows = min(m, max(1, min(HALF_TILE // (a_batch * depth), HALF_TILE // (batch * cols))))
+    for j in range(0, n, cols):
+        for i in range(0, m, rows):
+            target = out[..., i : i + rows, j : j + cols]
+            total = _wide(scratch, "total", target.shape)
+            for t in range(0, k, depth):
+                check_abort()
+                a_tile, b_tile = a[..., i : i + rows, t : t + depth], b[..., t : t + depth, j : j + cols]
+                if t == 0 or depth == k:
+                    np.matmul(_upcast(scratch, "a", a_tile), _upcast(scratch, "b", b_tile), out=total)
+                else:
+                    total += np.matmul(_upcast(scratch, "a", a_tile), _upcast(scratch, "b", b_tile),
+                                       out=_wide(scratch, "part", target.shape))
+            np.copyto(target, total, casting="same_kind")
+
+
+def _wide(scratch: dict, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A float64 array of `shape` in the call's buffer `name` (made, or made larger, on first need)."""
+    size = math.prod(shape)
+    if scratch.get(name) is None or scratch[name].size < size:
+        scratch[name] = np.empty(size, dtype=np.float64)
+    return scratch[name][:size].reshape(shape)
+
+
+def _upcast(scratch: dict, name: str, x: np.ndarray) -> np.ndarray:
+    """x in float64, copied into the call's buffer `name` (no fresh pages for each tile)."""
+    wide = _wide(scratch, name, x.shape)
+    np.copyto(wide, x)
+    return wide
+
+
+def _leading(x: np.ndarray, axes: int, i: int) -> np.ndarray:
+    """x's slice at index i of the first of `axes` broadcast batch axes (x itself where it has no such axis, x[0]
+    where it broadcasts along it)."""
+    if x.ndim - 2 < axes:
+        return x
+    return x[0] if x.shape[0] == 1 else x[i]
 
 
 def _waited(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
