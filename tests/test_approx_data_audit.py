@@ -191,3 +191,69 @@ def test_a_valid_npz_gives_the_same_rows_however_it_is_stored(tmp_path):
     exact = rows["plain"][0]
     assert (exact["n"], exact["d"], exact["d_v"]) == (64, 8, 6) and exact["rel_error_output"] == 0
     assert exact["flops_exact"] == 2 * 64 * 64 * (8 + 6)  # non-causal exact: 2·n²·(d + d_v)
+
+
+# a second fuzz audit: a header that is not Python gave tokenize's traceback; exact attention overflowing on the data
+# was printed as a NaN error (exit 0) or crashed recall@k with a traceback; an exact output of zeros gave Infinity in
+# the JSON; a zero query row sent LSH's user to a smaller --scale, which cannot help
+
+
+def write_raw_header(path: Path, header: str) -> None:
+    """An .npz whose q.npy has `header` verbatim (padded as np.save pads it), k and v valid."""
+    raw = header.encode("latin1")
+    raw += b" " * (64 - (10 + len(raw) + 1) % 64) + b"\n"
+    q = b"\x93NUMPY\x01\x00" + len(raw).to_bytes(2, "little") + raw + np.zeros((16, 4)).tobytes()
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("q.npy", q)
+        for name, a in arrays().items():
+            if name != "q":
+                blob = io.BytesIO()
+                np.save(blob, a)
+                z.writestr(f"{name}.npy", blob.getvalue())
+
+
+@pytest.mark.parametrize("header, detail", [
+    ("{'descr': '<f8', 'fortran_order': False, 'shape': (16, 4),", "EOF in multi-line statement"),
+    ("'" * 3, "EOF in multi-line string"),
+    ("{'descr': '<f8', 'fortran_order': False, 'shape': (10**9, 4), }", "malformed node or string on line 1: an expression"),
+])
+def test_a_header_that_is_not_a_literal_is_named(tmp_path, header, detail):
+    path = tmp_path / "hdr.npz"
+    write_raw_header(path, header)
+    refused(path, f"q.npy: not a readable .npy array ({detail})")
+
+
+def measured(path: Path, method: str, *extra: str):
+    return run("approx", "--data", str(path), "--method", method, "--scale", "1", "--seeds", "1", "-q", *extra, ok=False)
+
+
+@pytest.mark.parametrize("q, k, method", [
+    ([[-1e200], [1.0]], [[-1e200], [1.0]], "cosformer"),  # exact's score 1e400: NaN rows, cosFormer finite
+    ([[1e-200], [1e200]], [[1e200], [1e-200]], "window:w=1"),  # recall@k met the NaN matrix
+])
+def test_exact_attention_that_overflows_is_refused(tmp_path, q, k, method):
+    path = tmp_path / "ovf.npz"
+    np.savez(path, q=np.array(q), k=np.array(k), v=np.array([[1.0], [2.0]]))
+    res = measured(path, method, "--causal")
+    assert res.exit_code == 1 and "Traceback" not in res.stderr and isinstance(res.exception, SystemExit), str(res)
+    assert f"error: --method {method} at --scale 1: exact attention itself is not finite on this data" in res.stderr
+    assert "nan" not in res.stdout.lower()
+    # at a scale where the scores fit, the same data measures
+    ok = run("approx", "--data", str(path), "--method", method, "--scale", "1e-150", "--seeds", "1", "-q", "--causal")
+    assert ok.exit_code == 0
+
+
+def test_an_exact_output_of_zeros_is_refused(tmp_path):
+    path = tmp_path / "zero.npz"
+    np.savez(path, q=np.zeros((2, 1)), k=np.zeros((2, 1)), v=np.array([[1.0], [-1.0]]))  # uniform weights: mean 0
+    res = measured(path, "topk:k=1", "-f", "json")
+    assert res.exit_code == 1 and "Infinity" not in res.stdout, str(res)
+    assert "exact attention's output is all zeros on this data" in res.stderr
+
+
+def test_lsh_names_a_zero_query_row(tmp_path):
+    path = tmp_path / "zrow.npz"
+    np.savez(path, q=np.array([[1.0, 2.0], [0.0, 0.0], [1.0, 2.0], [3.0, 4.0]]), k=np.ones((4, 2)),
+             v=np.arange(4.0).reshape(4, 1))
+    res = measured(path, "lsh:c=1")
+    assert res.exit_code == 1 and "q's row 1 is all zeros" in res.stderr and "--scale" not in res.stderr, str(res)

@@ -267,7 +267,12 @@ def _run(method: Method, q, k, v, causal: bool, seed: int):
     rng = np.random.default_rng(10_000 + seed)
     p = method.params
     if method.name == "lsh":
-        qn = q / np.linalg.norm(q, axis=1, keepdims=True)  # shared QK: the keys are the unit queries (Reformer §3)
+        norms = np.linalg.norm(q, axis=1, keepdims=True)
+        if not np.all(norms > 0):
+            row = int(np.argmin(norms[:, 0] > 0))
+            raise KvcalcError(f"--method {method.option}: q's row {row} is all zeros, and LSH's keys are the unit "
+                              "queries q/‖q‖ (Reformer's shared QK), which a zero row has none of")
+        qn = q / norms  # shared QK: the keys are the unit queries (Reformer §3)
         ref, ref_p = numeric.exact(q, qn, v, causal)
         n = q.shape[0]
         out, mat = numeric.lsh(q, v, n_buckets=max(1, n // p["c"]), n_rounds=p["r"], chunk=p["c"], rng=rng)
@@ -369,9 +374,17 @@ def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float
                                       "parameter") from None
                 if hooks is not None:
                     hooks.advance("approx runs")
+                if not (np.all(np.isfinite(ref)) and np.all(np.isfinite(ref_p))):  # q·k past float64's range
+                    raise KvcalcError(f"--method {m.option} at --scale {scale:g}: exact attention itself is not "
+                                      "finite on this data (a score q·k overflows float64), so there is nothing to "
+                                      "measure against; use a smaller --scale")
                 if not np.all(np.isfinite(out)):
                     raise KvcalcError(f"--method {m.option} at --scale {scale:g}: its output is not finite (its "
                                       "float64 arithmetic under- or overflows at this scale); use a smaller --scale")
+                if not np.any(ref):  # v's rows cancel under the weights: ‖exact‖ = 0 divides the error
+                    raise KvcalcError(f"--method {m.option} at --scale {scale:g}: exact attention's output is all "
+                                      "zeros on this data (v's rows cancel under its weights), so a relative error "
+                                      "has no meaning")
                 out_err.append(numeric.rel_frobenius(out, ref))
                 if mat is not None:
                     mat_err.append(numeric.rel_frobenius(mat, ref_p))

@@ -6,7 +6,9 @@ zipfile or numpy raise (BadZipFile, EOFError, _ArrayMemoryError)."""
 from __future__ import annotations
 
 import math
+import re
 import struct
+import tokenize
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -16,9 +18,11 @@ from kvcalc.errors import KvcalcError
 
 # What zipfile and numpy.lib.format raise on a damaged or hostile file: a bad CRC or a truncated zip (BadZipFile,
 # EOFError), an encrypted member (RuntimeError), an unknown compression (NotImplementedError), a bad magic string or
-# header (ValueError, numpy's word; RecursionError from ast.literal_eval), a bad deflate stream (zlib.error)
+# header (ValueError, numpy's word; RecursionError from ast.literal_eval; tokenize's TokenError, and SyntaxError, for a
+# header that is not Python: an unclosed brace), a bad deflate stream (zlib.error)
 READ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, TypeError, ArithmeticError,
-               LookupError, NotImplementedError, RuntimeError, struct.error, zlib.error)
+               LookupError, NotImplementedError, RuntimeError, struct.error, zlib.error, tokenize.TokenError,
+               SyntaxError)
 ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error)  # the archive's fault, not the .npy's
 REAL_KINDS = "iuf"  # signed and unsigned integers, floats: what converts to float64 without losing a part
 MAX_DIRECTORY = 2**16  # bytes of zip directory: about 46 + the name's length an entry (APPNOTE 4.3.12)
@@ -44,7 +48,9 @@ class Header:
 
 
 def _detail(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    raw = exc.args[0] if isinstance(exc, tokenize.TokenError) and exc.args else exc  # ('EOF in ...', (2, 0))
+    text = " ".join(str(raw).split()) or type(exc).__name__
+    text = re.sub(r"<ast\.\w+ object at 0x[0-9a-fA-F]+>", "an expression", text)  # ast.literal_eval's word for 10**9
     return text if len(text) <= DETAIL else text[:DETAIL] + "…"
 
 
