@@ -550,7 +550,7 @@ def table_models(
 @app.command("import")
 @guarded
 def import_config(
-    config: Annotated[Path, typer.Argument(metavar="CONFIG", help="A Hugging Face config.json.")],
+    config: Annotated[Path, typer.Argument(metavar="CONFIG", parser=path_value, help="A Hugging Face config.json.")],
     output: Annotated[Path | None, typer.Option("--output", "-o", metavar="FILE", parser=path_value, help="Write the YAML spec here instead of stdout.")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Name of the spec (default: the config's folder or file name).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --output if it exists (never the config itself).")] = False,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import os
 import sys
 import typing
 from collections.abc import Callable
@@ -43,7 +44,14 @@ def path_value(value: str | Path) -> Path:
         return value
     if not value.strip():
         raise typer.BadParameter("an empty file name: give a file")
+    refuse_folder_form(value)
     return Path(value)
+
+
+def refuse_folder_form(value: str) -> None:
+    """A file name ending in '/' names a folder: refused, since Path('x.csv/') is quietly the file x.csv."""
+    if value.endswith(("/", os.sep)):
+        raise typer.BadParameter(f"{value!r} ends in '/', which names a folder; give a file name")
 
 
 def whole(lo: int, hi: int | None = None) -> Callable[[str | int], int]:
@@ -272,6 +280,12 @@ def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         if dest.output is not None and not dest.output.strip():
             raise typer.BadParameter("an empty file name: give a file, or leave --output out for stdout",
                                      param_hint="'--output'")
+        if dest.output is not None:
+            try:
+                refuse_folder_form(dest.output)
+            except typer.BadParameter as exc:
+                exc.param_hint = "'--output'"
+                raise
         if dest.output == "-":  # the Unix convention: stdout, not a file named '-'
             dest = dataclasses.replace(dest, output=None)
         token = DESTINATION.set(dest)

@@ -251,3 +251,23 @@ def test_a_context_past_the_trained_maximum_is_flagged_in_every_command():
     rows = json.loads(run("fit", "gpt2", "--hardware", "h100-80gb", "--ctx", "1k,4k", "-f", "json").stdout)
     assert [r["exceeds_max_context"] for r in rows] == [False, True]
     assert "Over" not in fit.stdout  # the tables keep their columns: stderr says it
+
+
+@pytest.mark.parametrize("args, option", [
+    (("compare", "llama3-8b", "-o", "{tmp}/x.csv/"), "'--output'"),
+    (("plot", "llama3-8b", "-o", "{tmp}/x.png/"), "'--output' / '-o'"),
+    (("import", str(ROOT / "tests/data/reference/models-2026/gpt-oss-20b.json"), "-o", "{tmp}/y.yaml/"), "'--output' / '-o'"),
+    (("approx", "--n", "64", "-q", "--plot", "{tmp}/z.png/"), "'--plot'"),
+])
+def test_a_file_name_ending_in_a_slash_is_refused(tmp_path, args, option):
+    # a fuzz audit: Path('x.csv/') is Path('x.csv'), so `-o x.csv/` quietly wrote the file x.csv
+    res = run(*(a.format(tmp=tmp_path) for a in args), ok=False)
+    assert res.exit_code == 2 and f"Invalid value for {option}" in res.stderr, str(res)
+    assert "ends in '/', which names a folder; give a file name" in res.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_import_of_an_empty_path_says_so():
+    # a fuzz audit: `kvcalc import ""` said '.: is a folder', a folder the user never named
+    res = run("import", "", ok=False)
+    assert res.exit_code == 2 and "an empty file name: give a file" in res.stderr and "folder" not in res.stderr
