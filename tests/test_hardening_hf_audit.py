@@ -294,3 +294,31 @@ def test_a_number_too_large_for_a_float_is_named_as_such(tmp_path):
 def test_not_a_number_is_named_as_such(tmp_path):
     text = json.dumps(reference(LLAMA32_1B)).replace('"hidden_size": 2048', '"hidden_size": NaN')
     refused(tmp_path, text, "hidden_size: must be a whole number, got NaN (not a number)")
+
+
+# --- a second fuzz audit ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["models/deepseek-v2.json", "configs-extra-3/kimi-linear-48b-a3b-instruct.json"])
+def test_moe_layer_freq_zero_is_refused(tmp_path, name):
+    # `or 1` made 0 the same as 1 (235,741,434,880 parameters for DeepSeek-V2, as freq 1); transformers' i % 0 fails
+    refused(tmp_path, {**reference(name), "moe_layer_freq": 0}, "moe_layer_freq: must be at least 1, got 0")
+
+
+@pytest.mark.parametrize("text, ok", [("32.000000000000001", False), ("4096.00000000000001", False), ("32.0", True),
+                                      ("3.2e1", True), ("32", True)])
+def test_a_fraction_that_rounds_to_a_whole_float_is_refused(tmp_path, text, ok):
+    # JSON 32.000000000000001 reads as the float 32.0: only its text says it was not 32
+    cfg = json.dumps(reference(LLAMA32_1B)).replace('"num_hidden_layers": 16', f'"num_hidden_layers": {text}')
+    assert text in cfg
+    if ok:
+        assert imported(tmp_path, json.loads(cfg))["n_layers"] == 32
+    else:
+        refused(tmp_path, cfg, f"num_hidden_layers: must be a whole number, got {text} (a fraction that only rounds "
+                               f"to {round(float(text))} as a float)")
+
+
+def test_sliding_window_zero_is_no_window_and_says_so(tmp_path):
+    spec = imported(tmp_path, {**reference("models/mistral-7b-v0.1.json"), "sliding_window": 0})
+    assert "sliding_window 0 read as no window" in spec["notes"]
+    assert all("sliding_window" not in g for g in spec["layer_groups"])

@@ -177,6 +177,12 @@ def whole(value: Any, key: str, origin: str, minimum: int = 1) -> int:
     if isinstance(value, float) and not math.isfinite(value):
         raise SpecError(f"{origin}: {key}: must be a whole number, got {_non_finite(value)}")
     if isinstance(value, float) and value.is_integer():
+        text = getattr(value, "text", None)  # a JsonFloat's own digits: 32.000000000000001 reads as 32.0
+        from decimal import Decimal
+
+        if text is not None and Decimal(text) != int(value):
+            raise SpecError(f"{origin}: {key}: must be a whole number, got {text[:MESSAGE_WIDTH]} (a fraction that "
+                            f"only rounds to {int(value)} as a float)")
         value = int(value)  # JSON 32.0 is the whole number 32 (exact; a YAML spec, strict, writes 32)
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(f"{origin}: {key}: must be a whole number, got {show(value)}")
@@ -358,6 +364,8 @@ def decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_defaul
     flags = {"qkv_bias": qkv_bias or bias, "o_bias": bias, "qk_norm": qk_norm, **(attention or {})}
     att = heads_attention(n_heads, n_kv, get(cfg, "head_dim", origin), **flags)
     window = get(cfg, "sliding_window", origin, minimum=0)  # 0 or null: no window
+    if window == 0:
+        notes.append("sliding_window 0 read as no window: every layer attends its whole context")
     if window and window >= base["max_context"]:
         notes.append(f"sliding_window {window} >= max_position_embeddings {base['max_context']}: it never applies, left out")
         window = None

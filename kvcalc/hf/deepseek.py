@@ -55,7 +55,7 @@ def _deepseek(cfg, origin, notes):
     }
     if router_bias(cfg, origin):  # DeepSeek-V3: a learned per-expert bias steers routing
         moe["router_bias"] = True
-    freq = get(cfg, "moe_layer_freq", origin, minimum=0) or 1
+    freq = get(cfg, "moe_layer_freq", origin) or 1  # i % 0 fails in transformers: 0 is refused, absent is 1
     if first_k or freq != 1:
         moe["dense_d_ff"] = need(cfg, "intermediate_size", origin)
     layers = []

@@ -27,6 +27,18 @@ def _parse_int(text: str) -> int | _LongInt:
     return _LongInt(digits) if digits > MAX_DIGITS else int(text)
 
 
+class JsonFloat(float):
+    """A JSON number with a fraction or exponent, keeping its text: 32.000000000000001 reads as the float 32.0, and
+    only the text tells that it was not the whole number 32 (`kvcalc.hf.common.whole`)."""
+
+    text: str
+
+    def __new__(cls, text: str) -> JsonFloat:
+        value = super().__new__(cls, text)
+        value.text = text
+        return value
+
+
 def _long_int_in(value: Any) -> tuple[str, _LongInt] | None:
     """The first over-long integer directly in `value` or in its (nested) lists, with its index path (`[2][0]`);
     objects inside were checked when they were built. Iterative, so deep lists cost no recursion."""
@@ -59,7 +71,7 @@ def _object(origin: str) -> Any:
 def loads(text: str, origin: str) -> Any:
     """The parsed JSON document `text`, or a SpecError starting with `origin` (the file, for messages)."""
     try:
-        data = json.loads(text, parse_int=_parse_int, object_pairs_hook=_object(origin))
+        data = json.loads(text, parse_int=_parse_int, parse_float=JsonFloat, object_pairs_hook=_object(origin))
     except json.JSONDecodeError as exc:
         raise SpecError(f"{origin}: malformed JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except RecursionError:

@@ -59,7 +59,7 @@ def _kimi_linear(cfg: dict, origin: str, notes: list[str]) -> dict:
            "qk_rope_head_dim": need(cfg, "qk_rope_head_dim", origin), "v_head_dim": need(cfg, "v_head_dim", origin)}
     is_kda = _kda_layers(linear, origin, n)
     first_k = get(cfg, "first_k_dense_replace", origin, minimum=0) or 0
-    freq = get(cfg, "moe_layer_freq", origin, minimum=0) or 1
+    freq = get(cfg, "moe_layer_freq", origin) or 1  # i % 0 fails in transformers: 0 is refused, absent is 1
     experts = get(cfg, "num_experts", origin, minimum=0)
     moe_layer = [bool(experts) and i >= first_k and i % freq == 0 for i in range(n)]
     dense = dense_ffn(need(cfg, "intermediate_size", origin))
