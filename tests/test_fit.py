@@ -269,3 +269,13 @@ def test_engines_cap_the_sequences_they_run_at_once():
     # solving for the context, a batch past the cap is computed, with a warning
     res = run("fit", "llama3.2-1b", "--hardware", "h100-80gb", "--engine", "vllm", "--batch", "2000")
     assert "vllm runs at most 1,024 sequences at once by default (max_num_seqs)" in res.stderr
+
+
+def test_a_layout_from_gpus_is_named_as_gpus():
+    # a fuzz audit: `fit --gpus 3` was refused as '--tp 3: ...', an option the user never gave
+    res = run("fit", "llama3-8b", "--hardware", "h100-80gb", "--gpus", "3", ok=False)
+    assert res.exit_code == 1 and res.stderr.startswith("error: --gpus 3 (tensor parallelism over 3; --tp, --pp and "
+                                                        "--dp give another layout): every layer of llama3-8b has 32 "
+                                                        "query heads, which 3 ranks cannot split evenly"), str(res)
+    res = run("fit", "llama3-8b", "--hardware", "h100-80gb", "--tp", "3", ok=False)
+    assert res.stderr.startswith("error: --tp 3: every layer of llama3-8b has 32 query heads")

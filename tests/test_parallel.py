@@ -46,11 +46,11 @@ def test_mla_latent_is_replicated_and_dp_attention_splits_the_batch():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model, tp, message", [
-    ("llama3-70b", 3, "--tp 3: llama3-70b's all layers have 64 query heads, which 3 ranks cannot split evenly"),
-    ("llama3-70b", 128, "--tp 128: llama3-70b's all layers have 64 query heads"),
-    ("falcon-7b", 2, "--tp 2: falcon-7b's all layers have 71 query heads"),
+    ("llama3-70b", 3, "--tp 3: every layer of llama3-70b has 64 query heads, which 3 ranks cannot split evenly"),
+    ("llama3-70b", 128, "--tp 128: every layer of llama3-70b has 64 query heads"),
+    ("falcon-7b", 2, "--tp 2: every layer of falcon-7b has 71 query heads"),
     ("qwen3-next-80b-a3b", 32, "--tp 32: qwen3-next-80b-a3b's full layers have 16 query heads"),
-    ("whisper-large-v3", 8, "--tp 8: whisper-large-v3's all layers have 20 query heads"),
+    ("whisper-large-v3", 8, "--tp 8: every layer of whisper-large-v3 has 20 query heads"),
 ])
 def test_a_tp_that_does_not_split_the_heads_is_refused(model, tp, message):
     # an audit: ceil(n / tp) heads a rank was reported for layouts vLLM refuses (ModelConfig.verify_with_parallel_config:
@@ -67,7 +67,7 @@ def test_kv_heads_that_neither_split_nor_replicate_are_refused(tmp_path):
                     "ffn: {kind: dense, d_ff: 1024}\nlayer_groups:\n"
                     "  - layers: all\n    attention: {kind: gqa, n_heads: 12, n_kv_heads: 3, head_dim: 64}\n")
     res = run("compare", str(path), "--tp", "2", ok=False)
-    assert "--tp 2: kv3's all layers have 3 K/V heads, which 2 ranks can neither split evenly nor replicate" in res.stderr
+    assert "--tp 2: every layer of kv3 has 3 K/V heads, which 2 ranks can neither split evenly nor replicate" in res.stderr
     # tp 3: one K/V head a rank, 2 layers × (K, V) × 64 × 4096 tokens × 2 bytes
     assert row(str(path), "--tp", "3", "--ctx", "4k")["kv_cache_bytes_per_gpu"] == 2 * 2 * 1 * 64 * 4096 * 2
 

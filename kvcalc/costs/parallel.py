@@ -444,19 +444,25 @@ def _check_heads_split(spec: ModelSpec, tp: int) -> None:
     replicates them)."""
     from kvcalc.attention import Layer
 
-    named = {g.index: g.label if g.label.endswith("layers") else f"{g.label} layers" for g in spec.groups}
-    blocks = [(named[g.index], g.attention, g.layer) for g in spec.groups]
-    blocks += [(f"{named[g.index]}' cross-attention blocks", g.cross, g.cross_layer) for g in spec.groups if g.cross]
+    def subject(g: ResolvedGroup, part: str = "") -> str:
+        """Who has the heads, in words: 'every layer of M has', "M's local layers' cross-attention blocks have"."""
+        if g.label in ("all", "all layers"):
+            return f"every {part or 'layer'} of {spec.name} has"
+        label = g.label if g.label.endswith("layers") else f"{g.label} layers"
+        return f"{spec.name}'s {label}{chr(39) + ' ' + part + 's' if part else ''} have"
+
+    blocks = [(subject(g), g.attention, g.layer) for g in spec.groups]
+    blocks += [(subject(g, "cross-attention block"), g.cross, g.cross_layer) for g in spec.groups if g.cross]
     if spec.encoder is not None:
-        blocks.append(("encoder", spec.encoder.attention, Layer(spec.d_model, None, "encoder.attention")))
-    for where, att, layer in blocks:
+        blocks.append((f"{spec.name}'s encoder has", spec.encoder.attention, Layer(spec.d_model, None, "encoder.attention")))
+    for who, att, layer in blocks:
         n, kv = att.query_heads, att.kv_heads(layer)
         if n and n % tp:
-            raise KvcalcError(f"--tp {tp}: {spec.name}'s {where} have {n} query heads, which {tp} ranks cannot split "
-                              "evenly (vLLM requires the attention heads divisible by the tensor-parallel size)")
+            raise KvcalcError(f"--tp {tp}: {who} {n} query heads, which {tp} ranks cannot split evenly (vLLM requires "
+                              "the attention heads divisible by the tensor-parallel size)")
         if kv and kv % tp and tp % kv:
-            raise KvcalcError(f"--tp {tp}: {spec.name}'s {where} have {kv} K/V heads, which {tp} ranks can neither "
-                              "split evenly nor replicate evenly (vLLM's QKVParallelLinear needs one to divide the other)")
+            raise KvcalcError(f"--tp {tp}: {who} {kv} K/V heads, which {tp} ranks can neither split evenly nor "
+                              "replicate evenly (vLLM's QKVParallelLinear needs one to divide the other)")
 
 
 def rank_block_size(plans: tuple[Stage, ...]) -> int | None:

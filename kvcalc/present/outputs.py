@@ -303,8 +303,14 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     assert s.hardware is not None  # loaded from --hardware above
     chunk = chunk or default_prefill_chunk(s.engine, s.hardware)
     spec = lm.spec
-    rows = [as_row(fit(spec, s.at(c), s.hardware, frac, chunk, "batch")) for c in ctxs] if ctxs else \
-        [as_row(fit(spec, s, s.hardware, frac, chunk, "ctx"))]
+    try:
+        rows = [as_row(fit(spec, s.at(c), s.hardware, frac, chunk, "batch")) for c in ctxs] if ctxs else \
+            [as_row(fit(spec, s, s.hardware, frac, chunk, "ctx"))]
+    except KvcalcError as exc:  # a layout from --gpus alone: named as the user wrote it, not as --tp
+        if gpus is None or opts.settings(1).gpus != 1 or not str(exc).startswith(f"--tp {gpus}:"):
+            raise
+        raise KvcalcError(f"--gpus {gpus} (tensor parallelism over {gpus}; --tp, --pp and --dp give another layout):"
+                          + str(exc)[len(f"--tp {gpus}:"):]) from None
     warnings: list[str] = []
     for row in rows if ctxs else []:
         # the figures are at --ctx; say where one more sequence fails when that is a context below it
