@@ -185,8 +185,10 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, room: dict[int,
     """The most sequences the engine runs at once by default, and its name: vLLM's max_num_seqs (get_batch_defaults:
     1024 on a GPU of 70 GiB or more that is not an A100, else 256), SGLang's max_running_requests
     (kv_cache_configurator.resolve_max_num_reqs: min(clamp(tokens / context_len · 512, 2048, 4096), tokens // 2),
-    and with states min(that, K // 3, or // 5 with its extra buffer)); per data-parallel replica, so times dp.
-    `room`: each stage's bytes for the cache (SGLang's pools). None without an engine."""
+    and with states min(that, K // 3, or // 5 with its extra buffer)); per data-parallel replica, so times dp, and
+    SGLang's per attention-DP worker ("per dp worker": under --dp-attention each of a replica's tp ranks runs its own
+    scheduler over its own pool), so times tp there too. `room`: each stage's bytes for the cache (SGLang's pools).
+    None without an engine."""
     if s.engine == "vllm":
         large = hw.memory_bytes >= VLLM_LARGE_GPU and ("a100" not in hw.name.lower() or hw.memory_bytes >= VLLM_LARGEST_GPU)
         return VLLM_MAX_NUM_SEQS[0 if large else 1] * s.dp, "max_num_seqs"
@@ -201,7 +203,7 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, room: dict[int,
         if c.slots is not None:
             cap = min(cap, c.slots // (5 if spec.family in SGLANG_EXTRA_BUFFER_FAMILIES else 3))
         caps.append(cap)
-    return min(caps) * s.dp, "max_running_requests"
+    return min(caps) * s.dp * (s.tp if s.dp_attention else 1), "max_running_requests"
 
 
 def budget_bytes(hw: Hardware, reserve: Fraction) -> int:
