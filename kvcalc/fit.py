@@ -8,7 +8,8 @@ function, never a division: with sliding-window, chunked or constant-state layer
 A context fits when every context up to it does (a sequence grows through each): a window's pages under an engine
 other than vLLM rise and fall by one page as ctx grows, so each step of the search also checks the last fall.
 Under SGLang the memory is divided into its static pools (states, full-attention and sliding-window tokens) as its
-startup divides it, and each pool must hold its own part (sglang_fits).
+startup divides it, and each pool must hold its own part (sglang_fits). Under vLLM each stage's GPU keeps one block of
+its pool back (the null block: Stage.held_back).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, NamedTuple
 
-from kvcalc.costs.parallel import PerGpu, SGLangPools, per_gpu, sglang_pools, stages
+from kvcalc.costs.parallel import PerGpu, SGLangPools, check_layout, per_gpu, sglang_pools, stage_gpu, stages
 from kvcalc.fields import figure
 from kvcalc.settings import Settings
 from kvcalc.solve import largest_fitting
@@ -235,6 +236,9 @@ def _fitter(spec: ModelSpec, budget: int, acts: int) -> Callable[[Settings], boo
     def fits(t: Settings) -> bool:
         if t.engine == "sglang":
             return all(sglang_fits(sglang_pools(t, plan), budget - plan.weights_bytes - acts) for plan in stages(spec, t))
+        if t.engine == "vllm":  # every stage's GPU, each with its pool's null block held back
+            check_layout(spec, t)
+            return all(_used(stage_gpu(t, plan), acts) + plan.held_back <= budget for plan in stages(spec, t))
         return _used(per_gpu(spec, t), acts) <= budget
 
     return fits
@@ -293,5 +297,5 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
         weights_bytes_per_gpu=g.weights_bytes, activation_bytes=acts, batch=at.batch, ctx=at.ctx,
         max_ctx=best if solve == "ctx" else None, max_batch=best if solve == "batch" else None,
         kv_cache_bytes=_kv_bytes(kv_cache(spec, at)), kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
-        free_bytes_per_gpu=budget - _used(g, acts), binding=binding, exceeds_max_context=at.ctx > spec.max_context,
+        free_bytes_per_gpu=budget - _used(g, acts) - stages(spec, at)[g.stage].held_back, binding=binding, exceeds_max_context=at.ctx > spec.max_context,
     )

@@ -297,3 +297,22 @@ def test_sglang_caps_each_attention_dp_worker():
     # at 128 tokens memory would hold 8 · 4,597 sequences; each worker runs at most 2,048 (clamp's floor)
     row = json.loads(run("fit", *args, "--ctx", "128", "-f", "json").stdout)[0]
     assert (row["max_batch"], row["binding"]) == (8 * 2048, "max_running_requests")
+
+
+def test_vllm_holds_one_block_of_its_pool_back():
+    # an audit: vLLM's BlockPool takes block 0 out of its free queue as the null block (vllm/v1/core/block_pool.py,
+    # 0.34.0), so num_blocks − 1 blocks hold sequences. Llama 3.1 8B on an RTX 4090: budget ⌊24 GiB · 0.92⌋, less
+    # the weights and one chunk's activations; a block is a 64-token page of each of the 32 layers, 64 · 32 ·
+    # (2 · 8 · 128 · 2) = 8,388,608 bytes; 889 blocks fit, 888 are the sequence's: 56,832 tokens, not 56,896
+    row = json.loads(run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "vllm", "--batch", "1",
+                         "-f", "json").stdout)[0]
+    room = 24 * 2**30 * 92 // 100 - row["weights_bytes_per_gpu"] - row["activation_bytes"]
+    assert (row["weights_bytes_per_gpu"], row["activation_bytes"]) == (16_060_522_496, 184_549_376)
+    block = 64 * 32 * 2 * 8 * 128 * 2
+    assert room // block == 889
+    assert (row["max_ctx"], row["binding"]) == ((889 - 1) * 64, "memory") == (56_832, "memory")
+    assert row["free_bytes_per_gpu"] == room - 889 * block  # the null block is not left over
+    # without an engine (or under ideal pages) nothing is held back: the same budget takes 889 · 64 tokens and more
+    ideal = json.loads(run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "ideal", "--batch", "1",
+                           "--reserve", "0.08", "-f", "json").stdout)[0]
+    assert ideal["max_ctx"] == room // (32 * 2 * 8 * 128 * 2) >= 889 * 64

@@ -479,8 +479,11 @@ def test_a_chunked_layer_holds_its_current_aligned_chunk_in_pages():
     # vLLM's 8,192-token chunk; the widest FFN: the top-1 routed expert and the shared one, 8,192 + 8,192, over tp 8
     assert out["activation_bytes"] == 8192 * (4 * 5120 + 2 * (8192 + 8192) // 8) * 2
     best = out["max_ctx"]
-    assert fixed + per_gpu_at(best, 16) <= budget < fixed + per_gpu_at(best + 1, 16)
-    assert best == 483_600 and out["free_bytes_per_gpu"] == budget - fixed - per_gpu_at(best, 16) == 808_960
+    # vLLM's pool holds one block back (BlockPool's null block): a page in each of its 12 tensors (the 36 chunked
+    # layers dealt into 3 groups of the 12 global layers' size)
+    null = 12 * page
+    assert fixed + per_gpu_at(best, 16) + null <= budget < fixed + per_gpu_at(best + 1, 16) + null
+    assert best == 483_600 and out["free_bytes_per_gpu"] == budget - fixed - per_gpu_at(best, 16) - null == 710_656
 
 
 def test_vllm_keeps_states_at_the_model_dtype_under_an_fp8_kv_cache():

@@ -286,13 +286,22 @@ class PoolLayout:
     pages: tuple[GroupPages, ...]  # per layer group
     buckets: tuple[tuple[int, str], ...]  # per spec: the (layer group, part) its padding slots are counted with
     groups: tuple[tuple[int, tuple[int, ...]], ...]  # vLLM's groups: (spec, its layer indices)
+    page: int = 0  # bytes of every page of the pool (unify_kv_cache_spec_page_size: the largest spec's)
+
+    def _counts(self, here: range | frozenset[int] | None) -> list[int]:
+        return [len(layers) if here is None else sum(1 for i in layers if i in here) for _, layers in self.groups]
+
+    def slots(self, here: range | frozenset[int] | None = None) -> int:
+        """Tensors of the pool on a GPU holding the layers `here`: a block is one page in each, as many as the busiest
+        group has layers (get_kv_cache_config_from_groups)."""
+        return max(self._counts(here), default=0)
 
     def pads(self, here: range | frozenset[int] | None = None) -> dict[tuple[int, str], int]:
         """Padding slots of each spec on a GPU holding the layers `here` (None: all), counted with the spec's first
         (layer group, part): a block of the pool is one page in each of the busiest group's layer count of tensors
         (get_kv_cache_config_from_groups), so every group of a spec costs that many pages a block, layers or not
         (kv_cache_utils._project_kv_cache_groups_to_worker keeps a stage's empty groups)."""
-        counts = [len(layers) if here is None else sum(1 for i in layers if i in here) for _, layers in self.groups]
+        counts = self._counts(here)
         slots = max(counts, default=0)
         out: dict[tuple[int, str], int] = {}
         for (bucket, _), n in zip(self.groups, counts):
@@ -373,4 +382,4 @@ def vllm_layout(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s: Sett
         split += [(b, tuple(layers[k::n])) for k in range(n)]
     default = GroupPages(hybrid.block if hybrid is not None else None)
     return PoolLayout(tuple(pages.get(i, default) for i in range(len(groups))),
-                      tuple(members[0] for members in buckets.values()), tuple(split))
+                      tuple(members[0] for members in buckets.values()), tuple(split), top)

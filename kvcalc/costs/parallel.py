@@ -53,7 +53,7 @@ from typing import NamedTuple
 
 from kvcalc.attention import MLA, Formula
 from kvcalc.costs.cache import GroupTerm, group_cache, group_term
-from kvcalc.costs.paged import keeps_every_token, sglang_buffers, vllm_layout
+from kvcalc.costs.paged import PoolLayout, keeps_every_token, sglang_buffers, vllm_layout
 from kvcalc.costs.state import parts_bytes
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
@@ -140,6 +140,7 @@ class Stage:
     layers: range
     groups: tuple[_StageGroup, ...]
     weights_bytes: int
+    held_back: int = 0  # bytes of the pool no sequence gets (vLLM: BlockPool's null block, one block of the pool)
 
 
 def mtp_layers_on(spec: ModelSpec, s: Settings, stage: int) -> tuple[int, ...]:
@@ -204,8 +205,22 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         params = _stage_params(spec, s, i, layers, len(ranges), weighed[:len(spec.groups)])
         if last and mtp is not None:
             params += _mtp_params_per_rank(spec, s, weighed[-1])
-        out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype)))
+        out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype),
+                         null_block_bytes(s, layout, here, groups)))
     return tuple(out)
+
+
+def null_block_bytes(s: Settings, layout: PoolLayout | None, here: frozenset[int], groups: list[_StageGroup]) -> int:
+    """Bytes of the one block vLLM's pool holds back on a stage's GPU: BlockPool.__init__ takes block 0 out of its free
+    queue as the null block (vllm/v1/core/block_pool.py, 0.34.0), so num_blocks − 1 blocks hold sequences. A block is
+    one page in each of the pool's tensors: the hybrid pool's slots of its unified page, or else one page of every
+    layer (kv_cache_planning: bytes_per_block, the group's page sizes summed). 0 under other engines."""
+    if s.engine != "vllm":
+        return 0
+    if layout is not None:
+        return layout.slots(here) * layout.page
+    kv = sum((g.n + g.pad) * g.term.page_bytes for g in groups if g.term.block is not None)
+    return kv + sum((g.n + g.pad_state) * (g.engine_state_bytes or 0) for g in groups)
 
 
 def _mtp_params_per_rank(spec: ModelSpec, s: Settings, rank: ResolvedGroup) -> int:
@@ -299,7 +314,7 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
     return params
 
 
-def _stage(s: Settings, plan: Stage) -> PerGpu:
+def stage_gpu(s: Settings, plan: Stage) -> PerGpu:
     """One stage's GPU at the settings' context and batch: the cache and states of its share of the sequences."""
     kv = state = 0
     for g in plan.groups:
@@ -483,6 +498,6 @@ def busiest_gpu(s: Settings, plans: tuple[Stage, ...]) -> PerGpu:
     """per_gpu from the layout's stages(spec, s), for settings the layout was checked for (a sweep makes them once
     per model and settings)."""
     if len(plans) == 1:
-        return _stage(s, plans[0])
-    figures = [_stage(s, stage) for stage in plans]
+        return stage_gpu(s, plans[0])
+    figures = [stage_gpu(s, stage) for stage in plans]
     return max(figures, key=lambda f: (f.kv_cache_bytes + f.state_bytes + f.weights_bytes, -f.stage))
