@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, Discriminator, Field, PrivateAttr, Tag, model_validator
 
 from kvcalc.attention import AttentionField, AttentionKind, Layer
 from kvcalc.attention.base import (
@@ -99,7 +99,23 @@ class Every(Strict):
     start: LayerIndex = 0
 
 
-LayerSelector = str | list[LayerIndex] | Every
+def _selector_form(value: Any) -> str | None:
+    """Which form a `layers` value takes, so a wrong value meets one rule, not one per form (a discriminated union)."""
+    if isinstance(value, str):
+        return "range-text"
+    if isinstance(value, (list, tuple)):
+        return "index-list"
+    if isinstance(value, (dict, Every)):
+        return "every-mapping"
+    return None
+
+
+SELECTOR_RULE = "expected 'all', 'rest', a range string such as '0-4,6', a list of layer indices, or {every: N, start: S}"
+SELECTOR_TAGS = ("range-text", "index-list", "every-mapping")  # left out of a field's path in messages
+LayerSelector = Annotated[
+    Annotated[str, Tag("range-text")] | Annotated[list[LayerIndex], Tag("index-list")] | Annotated[Every, Tag("every-mapping")],
+    Discriminator(_selector_form, custom_error_type="layer_selector", custom_error_message=SELECTOR_RULE),
+]
 
 _RANGE = re.compile(r"^\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?$")  # ASCII digits (\d takes other scripts')
 
@@ -482,7 +498,7 @@ def _loc(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("dense", "moe", "none") or part in ("function-after[_resolve(), ModelSpec]",):
+        elif part in ("dense", "moe", "none", *SELECTOR_TAGS) or part in ("function-after[_resolve(), ModelSpec]",):
             continue  # the FFN's discriminator tag: the kind is already named in the message context
         else:
             out += ("." if out else "") + str(part)
@@ -492,6 +508,22 @@ def _loc(loc: tuple) -> str:
 # Strict fields: what a field wanted, for "n_layers: expected an integer, got true".
 _EXPECTED = {"int_type": "an integer", "bool_type": "true or false", "string_type": "a string", "float_type": "a number",
              "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping"}
+
+
+# pydantic's bound errors, worded as kvcalc's own rules: "must be at least 1, got 0"
+_BOUND = {"greater_than_equal": "ge", "greater_than": "gt", "less_than_equal": "le", "less_than": "lt"}
+
+
+def _bound_rule(kind: str, ctx: dict, value: object) -> str:
+    """'n_layers: must be at most 1,000,000, got 1000001' rather than pydantic's 'Input should be less than or equal
+    to 1000000'."""
+    limit = ctx.get(_BOUND[kind])
+    if not isinstance(limit, (int, float)) or isinstance(limit, bool):
+        return f"out of range, got {_shown(value)}"
+    shown = f"{limit:,}" if isinstance(limit, int) else f"{limit:g}"
+    rule = {"greater_than_equal": "at least", "greater_than": "greater than", "less_than_equal": "at most",
+            "less_than": "less than"}[kind]
+    return f"must be {rule} {shown}, got {_shown(value)}"
 
 
 def _shown(value: object) -> str:
@@ -512,6 +544,10 @@ def format_validation_error(exc, origin: str) -> str:
         where = _loc(tuple(err["loc"]))
         if err["type"] in _EXPECTED:
             msg = f"expected {_EXPECTED[err['type']]}, got {_shown(err['input'])}"
+        elif err["type"] == "layer_selector":
+            msg = f"{SELECTOR_RULE}, got {_shown(err['input'])}"
+        elif err["type"] in _BOUND:
+            msg = _bound_rule(err["type"], err.get("ctx", {}), err["input"])
         elif err["type"] == "extra_forbidden":
             msg = "unknown key (check its spelling; unknown keys are errors)"
         elif err["type"] == "missing":

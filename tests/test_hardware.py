@@ -398,7 +398,7 @@ def test_unknown_key_names_the_field(tmp_path):
 
 def test_negative_bandwidth_names_field_and_rule(tmp_path):
     path = write(tmp_path, USER_YAML.replace("memory_bandwidth: 1_000_000_000_000", "memory_bandwidth: -5"))
-    assert error_of(path) == f"{path}: memory_bandwidth: Input should be greater than 0"
+    assert error_of(path) == f"{path}: memory_bandwidth: must be greater than 0, got -5"
 
 
 def test_fractional_figure_names_field_and_rule(tmp_path):

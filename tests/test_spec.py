@@ -136,7 +136,7 @@ def test_missing_field():
 
 @pytest.mark.parametrize("field, value", [("n_layers", 0), ("d_model", -4), ("max_context", 0)])
 def test_positive_integers(field, value):
-    assert f"toy.yaml: {field}: Input should be greater than 0" in error_of(with_(**{field: value}))
+    assert f"toy.yaml: {field}: must be greater than 0, got {value}" in error_of(with_(**{field: value}))
 
 
 def test_n_heads_divisible_by_n_kv_heads():
@@ -203,3 +203,18 @@ def test_round_trip_through_yaml_dump(tmp_path):
     path.write_text(yaml.safe_dump(s.model_dump(exclude_none=True)))
     again = load_spec(path)
     assert again.groups[0].layers == s.groups[0].layers and again == s
+
+
+@pytest.mark.parametrize("layers, message", [
+    (0, "layer_groups[0].layers: expected 'all', 'rest', a range string such as '0-4,6', a list of layer indices, or "
+        "{every: N, start: S}, got 0"),
+    ({"every": 2.0}, "layer_groups[0].layers.every: expected an integer, got 2.0"),
+    ({"every": 0}, "layer_groups[0].layers.every: must be greater than 0, got 0"),
+    ([0, -1], "layer_groups[0].layers[1]: must be at least 0, got -1"),
+])
+def test_a_wrong_layers_value_meets_one_rule(layers, message):
+    # a fuzz audit: `layers: 0` gave three lines, one per form of the union (layers.str, layers.list[constrained-int],
+    # layers.Every), and bounds came in pydantic's words ('Input should be greater than 0')
+    data = with_()
+    data["layer_groups"][0]["layers"] = layers
+    assert error_of(data) == f"toy.yaml: {message}"
