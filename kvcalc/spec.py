@@ -544,6 +544,9 @@ def format_validation_error(exc, origin: str) -> str:
         where = _loc(tuple(err["loc"]))
         if err["type"] in _EXPECTED:
             msg = f"expected {_EXPECTED[err['type']]}, got {_shown(err['input'])}"
+        elif err["type"] == "invalid_key":  # YAML's `~: 3` or `1: 2` at the top: a key that is no name
+            where = _loc(tuple(err["loc"])[:-1])
+            msg = f"a key must be a name (a string), got {_shown(err['input'])}"
         elif err["type"] == "layer_selector":
             msg = f"{SELECTOR_RULE}, got {_shown(err['input'])}"
         elif err["type"] in _BOUND:

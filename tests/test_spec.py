@@ -218,3 +218,11 @@ def test_a_wrong_layers_value_meets_one_rule(layers, message):
     data = with_()
     data["layer_groups"][0]["layers"] = layers
     assert error_of(data) == f"toy.yaml: {message}"
+
+
+@pytest.mark.parametrize("key, shown", [(None, "null"), (1, "1")])
+def test_a_key_that_is_not_a_name_is_said_so(key, shown):
+    # a fuzz audit: YAML's `~: 3` and `1: 2` read as pydantic's "None: Keys should be strings" and "[1]: ..."
+    data = with_()
+    data[key] = 3
+    assert error_of(data) == f"toy.yaml: a key must be a name (a string), got {shown}"
