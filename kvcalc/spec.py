@@ -571,7 +571,30 @@ def validate_mapping(model: type[BaseModel], data: object, origin: str, noun: st
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(format_validation_error(exc, origin)) from None
+        other = _other_kind(data, noun)
+        raise SpecError(f"{origin}: {other}" if other else format_validation_error(exc, origin)) from None
+
+
+# Keys that only one kind of file has: a model spec, a hardware preset, a Hugging Face config.json
+_KIND_KEYS = {
+    "spec": ("model spec", ("d_model", "layer_groups", "n_layers"), "give it as a MODEL"),
+    "hardware spec": ("hardware preset", ("peak_flops_bf16", "memory_bandwidth", "memory_bytes"), "give it to --hardware"),
+    "config.json": ("Hugging Face config.json", ("model_type", "num_hidden_layers", "hidden_size", "architectures"),
+                    "give it as a MODEL, or convert it with kvcalc import"),
+}
+
+
+def _other_kind(data: dict, noun: str) -> str | None:
+    """Where a file that fails as a `noun` is plainly another kind of kvcalc input (two or more of that kind's own keys
+    and none of the `noun`'s), the one message saying so; else None (its fields' errors are the message)."""
+    own = _KIND_KEYS[noun][1] if noun in _KIND_KEYS else ()
+    if any(k in data for k in own):
+        return None
+    for kind, (name, keys, advice) in _KIND_KEYS.items():
+        found = [k for k in keys if k in data]
+        if kind != noun and len(found) >= 2:
+            return f"a {name} (it has {', '.join(found)}), not a {_KIND_KEYS.get(noun, (noun,))[0]}; {advice}"
+    return None
 
 
 def spec_from_dict(data: object, origin: str) -> ModelSpec:

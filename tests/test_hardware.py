@@ -459,3 +459,21 @@ def test_readme_table_shows_every_preset_as_it_loads():
         assert (figure(peak), figure(bandwidth), figure(memory)) == (hw.peak_flops_bf16, hw.memory_bandwidth,
                                                                      hw.memory_bytes), name
         assert (figure(link) if link else None) == hw.interconnect_bandwidth, name
+
+
+def test_a_file_of_another_kind_is_named_in_one_line():
+    # a fuzz audit: a hardware preset given as a MODEL listed 13 missing and unknown keys (26 lines for a config.json
+    # as --hardware), never saying what the file was
+    from conftest import ROOT
+
+    hw, spec = ROOT / "hardware_specs/h100-80gb.yaml", ROOT / "model_specs/llama3-8b.yaml"
+    config = ROOT / "tests/data/reference/models/llama-3-8b.json"
+    res = run("compare", str(hw), ok=False)
+    assert res.exit_code == 1 and res.stderr.strip().splitlines() == [
+        f"error: {hw}: a hardware preset (it has peak_flops_bf16, memory_bandwidth, memory_bytes), not a model spec; "
+        "give it to --hardware"]
+    res = run("cost", "llama3-8b", "--hardware", str(spec), ok=False)
+    assert res.stderr.strip().splitlines() == [
+        f"error: {spec}: a model spec (it has d_model, layer_groups, n_layers), not a hardware preset; give it as a MODEL"]
+    res = run("cost", "llama3-8b", "--hardware", str(config), ok=False)
+    assert len(res.stderr.strip().splitlines()) == 1 and "a Hugging Face config.json (it has model_type" in res.stderr
