@@ -22,6 +22,7 @@ from kvcalc.options import (
     ModelArg,
     ModelsArg,
     NoWindowsOpt,
+    OnceEachGroup,
     OneCtxOpt,
     ScheduleOpt,
     UnitsOpt,
@@ -47,6 +48,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    cls=OnceEachGroup,
 )
 
 
@@ -489,7 +491,7 @@ def check_rows(n_models: int, n_ctxs: int, fmt: str, n_settings: int = 1, comman
 
 MAX_FIT_CONTEXTS = 2_000  # fit solves a batch for each context (a bisection each): 20,000 took 90 s
 
-table_app = typer.Typer(help="The papers' reference tables: dimensions by attention kind, and models side by side.",
+table_app = typer.Typer(cls=OnceEachGroup, help="The papers' reference tables: dimensions by attention kind, and models side by side.",
                         no_args_is_help=True)
 app.add_typer(table_app, name="table")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from kvcalc.dtypes import DTYPES
 from kvcalc.errors import KvcalcError, interrupted
@@ -36,6 +37,57 @@ def choice(values: tuple[str, ...]) -> dict[str, Any]:
         raise typer.BadParameter(f"{value!r} is not one of {', '.join(values)}")
 
     return {"metavar": "[" + "|".join(values) + "]", "callback": check}
+
+
+class OnceEachGroup(TyperGroup):
+    """The group kvcalc's commands run under: an option given twice is refused before its command runs, since click
+    would let the later value silently win (`--batch 2 --batch 3` computed batch 3)."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and not isinstance(cmd, TyperGroup):  # a nested group checks its own commands
+            refuse_repeats(cmd, rest)
+        return name, cmd, rest
+
+
+def refuse_repeats(cmd: Any, args: list[str]) -> None:
+    """A BadParameter naming the first option `args` give more than once (one that takes several values, such as a
+    repeatable --transmla, may repeat); long options with or without '=', short ones clustered (-qf json) or with
+    their value attached (-c4k); nothing after '--'."""
+    takes: dict[str, tuple[str, bool]] = {}  # an option string -> its parameter's name, whether it takes a value
+    longest: dict[str, str] = {}
+    for p in cmd.params:
+        if getattr(p, "param_type_name", "") == "option" and not p.multiple and not getattr(p, "count", False):
+            for opt in (*p.opts, *p.secondary_opts):
+                takes[opt] = (p.name, not p.is_flag)
+            longest[p.name] = max(p.opts, key=len)
+    seen: dict[str, list[str]] = {}
+    i = 0
+    while i < len(args):
+        token, i = args[i], i + 1
+        if token == "--":
+            break
+        if token.startswith("--"):
+            opt, eq, _ = token.partition("=")
+            if opt in takes:
+                seen.setdefault(takes[opt][0], []).append(opt)
+                i += 1 if takes[opt][1] and not eq else 0  # its value is the next argument
+        elif token.startswith("-") and len(token) > 1:
+            for j in range(1, len(token)):  # -qf json: flags, then at most one option taking a value
+                opt = "-" + token[j]
+                if opt not in takes:
+                    break
+                seen.setdefault(takes[opt][0], []).append(opt)
+                if takes[opt][1]:
+                    i += 1 if j == len(token) - 1 else 0
+                    break
+    for name, opts in seen.items():
+        value = takes[opts[0]][1]
+        if len(opts) > 1 and (value or len(set(opts)) > 1):  # a flag may repeat itself (-q -q), not its opposite
+            times = "twice" if len(opts) == 2 else f"{len(opts)} times"
+            spelled = f" (as {', '.join(opts[:-1])} and {opts[-1]})" if len(set(opts)) > 1 else ""
+            what = "a later value would silently replace the earlier" if value else "the last would silently win"
+            raise typer.BadParameter(f"given {times}{spelled}: give it once ({what})", param_hint=f"'{longest[name]}'")
 
 
 def path_value(value: str | Path) -> Path:

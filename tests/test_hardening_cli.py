@@ -271,3 +271,26 @@ def test_import_of_an_empty_path_says_so():
     # a fuzz audit: `kvcalc import ""` said '.: is a folder', a folder the user never named
     res = run("import", "", ok=False)
     assert res.exit_code == 2 and "an empty file name: give a file" in res.stderr and "folder" not in res.stderr
+
+
+@pytest.mark.parametrize("args, hint, said", [
+    (("compare", "llama3-8b", "--batch", "2", "--batch", "3"), "'--batch'", "given twice: give it once"),
+    (("compare", "llama3-8b", "-c4k", "--ctx", "8k"), "'--ctx'", "given twice (as -c and --ctx)"),
+    (("compare", "llama3-8b", "--ctx=4k", "-c", "8k"), "'--ctx'", "given twice (as --ctx and -c)"),
+    (("sweep", "llama3-8b", "--gen", "1", "--gen", "2", "--gen", "3"), "'--gen'", "given 3 times"),
+    (("table", "models", "llama3-8b", "-f", "csv", "--format", "json"), "'--format'", "given twice (as -f and --format)"),
+    (("approx", "--n", "64", "--scale", "-1", "--scale", "2"), "'--scale'", "given twice"),
+    (("approx", "--n", "64", "-qf", "csv", "-f", "json"), "'--format'", "given twice: give it once"),  # a cluster
+])
+def test_an_option_given_twice_is_refused(args, hint, said):
+    # a fuzz audit: `--batch 2 --batch 3` computed batch 3 without a word (click lets the last value win)
+    res = run(*args, ok=False)
+    assert res.exit_code == 2 and f"Invalid value for {hint}: {said}" in res.stderr, str(res)
+
+
+def test_what_may_repeat_still_does():
+    # a flag repeating itself changes nothing; a value that looks like an option is a value; '--' ends the options
+    assert run("list", "-f", "csv").exit_code == 0
+    assert run("compare", "llama3-8b", "--caption", "--batch", "-f", "latex").exit_code == 0  # the caption '--batch'
+    res = run("approx", "--n", "64", "-q", "-q", "--seeds", "1", "--scale", "1", "-m", "exact")
+    assert res.exit_code == 0, str(res)
