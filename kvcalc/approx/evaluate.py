@@ -258,8 +258,9 @@ def _shape(kind: str, n: int, d: int, d_v: int) -> tuple[int, int, int]:
     return q.shape[0], q.shape[1], v.shape[1]
 
 
-def _run(method: Method, q, k, v, causal: bool, seed: int):
-    """(output, attention matrix or None, reference output, reference matrix, kept count or None)."""
+def _run(method: Method, q, k, v, causal: bool, seed: int, reference: tuple | None = None):
+    """(output, attention matrix or None, reference output, reference matrix, kept count or None); `reference`: exact
+    attention on (q, k, v) when already computed (every method but LSH, whose keys are the unit queries, shares it)."""
     import numpy as np
 
     from kvcalc.approx import numeric
@@ -277,7 +278,7 @@ def _run(method: Method, q, k, v, causal: bool, seed: int):
         n = q.shape[0]
         out, mat = numeric.lsh(q, v, n_buckets=max(1, n // p["c"]), n_rounds=p["r"], chunk=p["c"], rng=rng)
         return out, mat, ref, ref_p, None
-    ref, ref_p = numeric.exact(q, k, v, causal)
+    ref, ref_p = reference if reference is not None else numeric.exact(q, k, v, causal)
     if method.name == "exact":
         out, mat = numeric.exact(q, k, v, causal)
         return out, mat, ref, ref_p, None
@@ -357,18 +358,23 @@ def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float
     rows = []
     if hooks is not None:
         hooks.start("approx runs", len(methods) * len(scales) * seeds)
+    costs = []  # per method: its FLOPs and the bytes its decoding keeps (None: it cannot decode)
     for m in methods:
         flops, c = _analytic(m, n, d, d_v, causal)
-        # what decoding keeps: the method's causal form, whatever mode is measured (None: it cannot decode)
+        # what decoding keeps: the method's causal form, whatever mode is measured
         state = c if c.state_kind != "none" or True not in MEASURED[m.name][3] else _analytic(m, n, d, d_v, True)[1]
-        state_bytes = state.state_elements * BYTES_PER_ELEMENT if state.state_kind != "none" else None
-        for scale in scales:
-            out_err, mat_err, mass, recall = [], [], [], []
-            for seed in range(seeds):
-                q, k, v = _data(data, n, d, d_v, scale, seed)
+        costs.append((flops, state.state_elements * BYTES_PER_ELEMENT if state.state_kind != "none" else None))
+    # errors per (method, scale): output, matrix, captured mass, recall@k, over the seeds
+    errors: dict[tuple[int, int], tuple[list, list, list, list]] = {}
+    for si, scale in enumerate(scales):  # each seed's data and exact attention once, shared by the methods (not LSH's own)
+        for seed in range(seeds):
+            q, k, v = _data(data, n, d, d_v, scale, seed)
+            reference = None
+            for i, m in enumerate(methods):
+                out_err, mat_err, mass, recall = errors.setdefault((i, si), ([], [], [], []))
                 try:
                     with np.errstate(all="ignore"):  # a non-finite output is refused below, with one message
-                        out, mat, ref, ref_p, kept = _run(m, q, k, v, causal, seed)
+                        out, mat, ref, ref_p, kept = _run(m, q, k, v, causal, seed, None if m.name == "lsh" else reference)
                 except MemoryError:  # numpy's _ArrayMemoryError among them
                     raise KvcalcError(f"--method {m.option}: ran out of memory at n = {n:,}; use a smaller n or "
                                       "parameter") from None
@@ -385,12 +391,19 @@ def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float
                     raise KvcalcError(f"--method {m.option} at --scale {scale:g}: exact attention's output is all "
                                       "zeros on this data (v's rows cancel under its weights), so a relative error "
                                       "has no meaning")
+                if m.name != "lsh":
+                    reference = (ref, ref_p)
                 out_err.append(numeric.rel_frobenius(out, ref))
                 if mat is not None:
                     mat_err.append(numeric.rel_frobenius(mat, ref_p))
                 if kept is not None and mat is not None:
                     mass.append(numeric.captured_mass(mat, ref_p))
                     recall.append(numeric.recall_at_k(mat != 0, ref_p, kept))
+                del out, mat  # before the next method's run allocates its own
+    for i, m in enumerate(methods):
+        flops, state_bytes = costs[i]
+        for si, scale in enumerate(scales):
+            out_err, mat_err, mass, recall = errors[(i, si)]
             rows.append(as_row(ApproxRow(
                 method=m.name, params=m.label, n=n, d=d, d_v=d_v, scale=scale, data=data, causal=causal, seeds=seeds,
                 flops=flops, flops_exact=exact.prefill_flops, flops_ratio=flops / exact.prefill_flops,
