@@ -56,7 +56,8 @@ class FitRow:
     kv_cache_bytes: int = figure("KV\ncache", "bytes", "the KV cache at that maximum, all sequences (--engine: in its pages); "
                                  "where nothing fits, at the row's ctx and batch (1), as the per-GPU figures")
     kv_cache_bytes_per_gpu: int = figure("KV cache\nper GPU", "bytes", "its share on the busiest GPU, states included")
-    free_bytes_per_gpu: int = figure("Left\nper GPU", "bytes", "budget left on the busiest GPU at that maximum")
+    free_bytes_per_gpu: int = figure("Left\nper GPU", "bytes", "budget left on the busiest GPU at that maximum (the "
+                                     "one with the least left; under --engine vllm its pool's null block counted)")
     binding: str = figure("Binding", "text", "what limits the maximum: memory, max_context (the model's), batch_limit, "
                           "the engine's default cap on sequences at once (max_num_seqs, max_running_requests), "
                           "or, where nothing fits, weights or activations (what alone passes the budget)")
@@ -291,11 +292,14 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
             best, binding = cap
         at = replace(s, batch=max(best, 1))
     g = gpu_at(at)
+    plans = stages(spec, at)
+    if any(p.held_back for p in plans):  # vLLM: the GPU with the least left, its null block counted, is the one shown
+        g = min((stage_gpu(at, p) for p in plans), key=lambda x: (budget - _used(x, acts) - plans[x.stage].held_back, x.stage))
     return FitRow(
         model=spec.name, hardware=hw.name, gpus=s.gpus, memory_bytes=s.gpus * hw.memory_bytes,
         reserved_bytes=s.gpus * (hw.memory_bytes - budget), weights_bytes=weights_bytes(param_counts(spec, s.mtp).total, s.weights_dtype),
         weights_bytes_per_gpu=g.weights_bytes, activation_bytes=acts, batch=at.batch, ctx=at.ctx,
         max_ctx=best if solve == "ctx" else None, max_batch=best if solve == "batch" else None,
         kv_cache_bytes=_kv_bytes(kv_cache(spec, at)), kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
-        free_bytes_per_gpu=budget - _used(g, acts) - stages(spec, at)[g.stage].held_back, binding=binding, exceeds_max_context=at.ctx > spec.max_context,
+        free_bytes_per_gpu=budget - _used(g, acts) - plans[g.stage].held_back, binding=binding, exceeds_max_context=at.ctx > spec.max_context,
     )

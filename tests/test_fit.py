@@ -316,3 +316,15 @@ def test_vllm_holds_one_block_of_its_pool_back():
     ideal = json.loads(run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "ideal", "--batch", "1",
                            "--reserve", "0.08", "-f", "json").stdout)[0]
     assert ideal["max_ctx"] == room // (32 * 2 * 8 * 128 * 2) >= 889 * 64
+
+
+def test_under_vllm_the_gpu_shown_is_the_one_with_least_left():
+    # an audit: Llama 3.1 8B in 5 stages of 6, 6, 7, 7, 6 layers; the last is the busiest by cache and weights (the
+    # embedding beside the head), but the 7-layer stages hold a null block one layer's page larger. The answer was
+    # right (every stage is checked) but the row showed the last stage, with 8,192 bytes left, while stages 2 and 3
+    # had none: the row now shows the GPU that binds
+    row = json.loads(run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "vllm", "--pp", "5", "--batch", "3",
+                         "--reserve", "370899/524288", "-f", "json").stdout)[0]
+    page = 64 * 2 * 8 * 128 * 2  # one layer's 64-token page
+    assert row["max_ctx"] == 49_984 and row["free_bytes_per_gpu"] == 0
+    assert row["kv_cache_bytes_per_gpu"] == 3 * 7 * -(-49_984 // 64) * page == 4_299_423_744
