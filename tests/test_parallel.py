@@ -453,3 +453,12 @@ def test_named_columns_are_shown_alone_under_a_layout():
     preset = columns_of()
     assert "GPUs" in preset and "KV cache per GPU" in preset.replace("<br>", " ") and "Engine" in preset
     assert header() == header("--columns", "model,ctx,kv_cache_bytes")  # csv carries every key either way
+
+
+def test_dp_attention_is_refused_under_vllm():
+    # an audit: --dp-attention (SGLang's) was accepted under --engine vllm, which has no such mode: its data-parallel
+    # attention is --dp with expert parallelism
+    res = run("fit", "deepseek-v3", "--engine", "vllm", "--dp-attention", "--tp", "8", "-c", "100", "--hardware",
+              "h200-141gb", ok=False)
+    assert res.exit_code == 1 and "--dp-attention --engine vllm: DP attention is SGLang's" in res.stderr
+    assert run("compare", "deepseek-v3", "--engine", "sglang", "--dp-attention", "--tp", "8").exit_code == 0

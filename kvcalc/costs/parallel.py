@@ -449,6 +449,11 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
                           f"{s.engine} runs none with pipeline parallelism (give --pp 1, or no --engine)")
     if s.dp_attention and not spec.has_layouts():
         raise KvcalcError(f"--dp-attention: {spec.name} has no MLA layer (SGLang's DP attention splits a latent cache)")
+    if s.dp_attention and s.engine == "vllm":
+        # vLLM has no such flag: its attention runs data-parallel across --data-parallel-size ranks, each a replica
+        # of the attention, with the experts shared by expert parallelism, which kvcalc computes as --dp N --ep M
+        raise KvcalcError("--dp-attention --engine vllm: DP attention is SGLang's (--enable-dp-attention); vLLM runs "
+                          "attention data-parallel as replicas with shared experts, --dp N --ep M here")
     if s.tp > 1:
         _check_heads_split(spec, s.tp)
 
