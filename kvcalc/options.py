@@ -52,15 +52,20 @@ class OnceEachGroup(TyperGroup):
 
 def refuse_repeats(cmd: Any, args: list[str]) -> None:
     """A BadParameter naming the first option `args` give more than once (one that takes several values, such as a
-    repeatable --transmla, may repeat); long options with or without '=', short ones clustered (-qf json) or with
-    their value attached (-c4k); nothing after '--'."""
-    takes: dict[str, tuple[str, bool]] = {}  # an option string -> its parameter's name, whether it takes a value
+    repeatable --transmla, may repeat, and so may a flag in any of its spellings: -q --quiet; not a flag and its
+    opposite); long options with or without '=', short ones clustered (-qf json) or with their value attached (-c4k);
+    the value an option takes is never read as an option (--caption --batch, --transmla --); nothing after '--'."""
+    takes: dict[str, tuple[str, bool, bool, bool]] = {}  # option -> name, takes a value, may repeat, a flag's sense
     longest: dict[str, str] = {}
     for p in cmd.params:
-        if getattr(p, "param_type_name", "") == "option" and not p.multiple and not getattr(p, "count", False):
-            for opt in (*p.opts, *p.secondary_opts):
-                takes[opt] = (p.name, not p.is_flag)
-            longest[p.name] = max(p.opts, key=len)
+        if getattr(p, "param_type_name", "") != "option":
+            continue
+        repeats = bool(p.multiple or getattr(p, "count", False))
+        for opt in p.opts:
+            takes[opt] = (p.name, not p.is_flag, repeats, True)
+        for opt in p.secondary_opts:
+            takes[opt] = (p.name, not p.is_flag, repeats, False)
+        longest[p.name] = max(p.opts, key=len)
     seen: dict[str, list[str]] = {}
     i = 0
     while i < len(args):
@@ -82,12 +87,14 @@ def refuse_repeats(cmd: Any, args: list[str]) -> None:
                     i += 1 if j == len(token) - 1 else 0
                     break
     for name, opts in seen.items():
-        value = takes[opts[0]][1]
-        if len(opts) > 1 and (value or len(set(opts)) > 1):  # a flag may repeat itself (-q -q), not its opposite
-            times = "twice" if len(opts) == 2 else f"{len(opts)} times"
-            spelled = f" (as {', '.join(opts[:-1])} and {opts[-1]})" if len(set(opts)) > 1 else ""
-            what = "a later value would silently replace the earlier" if value else "the last would silently win"
-            raise typer.BadParameter(f"given {times}{spelled}: give it once ({what})", param_hint=f"'{longest[name]}'")
+        _, value, repeats, _ = takes[opts[0]]
+        senses = {takes[o][3] for o in opts}
+        if len(opts) < 2 or repeats or (not value and len(senses) == 1):
+            continue
+        times = "twice" if len(opts) == 2 else f"{len(opts)} times"
+        spelled = f" (as {', '.join(opts[:-1])} and {opts[-1]})" if len(set(opts)) > 1 else ""
+        what = "a later value would silently replace the earlier" if value else "the last would silently win"
+        raise typer.BadParameter(f"given {times}{spelled}: give it once ({what})", param_hint=f"'{longest[name]}'")
 
 
 def path_value(value: str | Path) -> Path:

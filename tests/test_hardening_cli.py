@@ -294,3 +294,18 @@ def test_what_may_repeat_still_does():
     assert run("compare", "llama3-8b", "--caption", "--batch", "-f", "latex").exit_code == 0  # the caption '--batch'
     res = run("approx", "--n", "64", "-q", "-q", "--seeds", "1", "--scale", "1", "-m", "exact")
     assert res.exit_code == 0, str(res)
+
+
+def test_the_value_of_a_repeatable_option_is_not_read_as_an_option(tmp_path, monkeypatch):
+    # a second fuzz audit: --transmla (repeatable) took '--' or '-fx.yaml' as its value, but the repeat check read it
+    # as the end of options (so `--n 1k --n 2k` after it went through) or as -f (refusing a valid line); and a flag in
+    # two spellings (-q --quiet) was refused although both set the same value
+    spec = (ROOT / "model_specs/llama3-8b.yaml").read_text(encoding="utf-8")
+    (tmp_path / "--").write_text(spec, encoding="utf-8")
+    (tmp_path / "-fx.yaml").write_text(spec, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    res = run("approx", "--transmla", "--", "--n", "1k", "--n", "2k", "-f", "csv", ok=False)
+    assert res.exit_code == 2 and "Invalid value for '--n': given twice" in res.stderr, str(res)
+    assert run("approx", "--transmla", "-fx.yaml", "-f", "json").exit_code == 0
+    res = run("approx", "--n", "64", "-q", "--quiet", "--seeds", "1", "-m", "exact", "--scale", "1", "-f", "csv")
+    assert res.exit_code == 0, str(res)
