@@ -469,7 +469,8 @@ def _check_heads_split(spec: ModelSpec, tp: int) -> None:
         if g.label in ("all", "all layers"):
             return f"every {part or 'layer'} of {spec.name} has"
         label = g.label if g.label.endswith("layers") else f"{g.label} layers"
-        return f"{spec.name}'s {label}{chr(39) + ' ' + part + 's' if part else ''} have"
+        whose = f"' {part}s" if part else ""  # the local layers' cross-attention blocks
+        return f"{spec.name}'s {label}{whose} have"
 
     blocks = [(subject(g), g.attention, g.layer) for g in spec.groups]
     blocks += [(subject(g, "cross-attention block"), g.cross, g.cross_layer) for g in spec.groups if g.cross]
