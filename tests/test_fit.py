@@ -328,3 +328,15 @@ def test_under_vllm_the_gpu_shown_is_the_one_with_least_left():
     page = 64 * 2 * 8 * 128 * 2  # one layer's 64-token page
     assert row["max_ctx"] == 49_984 and row["free_bytes_per_gpu"] == 0
     assert row["kv_cache_bytes_per_gpu"] == 3 * 7 * -(-49_984 // 64) * page == 4_299_423_744
+
+
+def test_the_title_names_the_null_block_no_column_shows():
+    # the table's Left, KV cache, weights and activations leave vLLM's null block out: the title says it, a 64-token
+    # page of each of Llama 3.1 8B's 32 layers (8 K/V heads of 128, bf16): 8,388,608 bytes, 8.00 MiB
+    res = run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "vllm", "--batch", "1")
+    assert "vllm pages (8.00 MiB a GPU held back: the pool's null block), 8% reserved" in res.stdout.splitlines()[0]
+    assert 64 * 32 * 2 * 8 * 128 * 2 == 8 * 2**20
+    # with stages of 26, 27 and 27 layers at tp 2 the blocks differ: the largest, 27 · 64 · 2 · 4 · 128 · 2 bytes
+    res = run("fit", "llama3-70b", "--hardware", "h100-80gb", "--engine", "vllm", "--pp", "3", "--tp", "2", "--batch", "1")
+    assert "(up to 3.38 MiB a GPU held back" in res.stdout and 27 * 64 * 2 * 4 * 128 * 2 == 3_538_944
+    assert "held back" not in run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--batch", "1").stdout

@@ -327,8 +327,15 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     hide = ({"max_ctx", "batch"} if ctxs else {"max_batch", "ctx"}) | {"exceeds_max_context"}  # stderr says it
     cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
     cols = [Column.of(figs[0])] + cols
+    from kvcalc.costs.parallel import stages
+    from kvcalc.units import format_bytes
+
+    held = {p.held_back for p in stages(spec, s)}  # vLLM's null block: no column shows it, so the title says it
     title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}), weights "
-             f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}, {float(frac):.0%} reserved")
+             f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}"
+             + (f" ({'up to ' if len(held) > 1 else ''}{format_bytes(max(held))} a GPU held back: the pool's null "
+                "block)" if max(held) else "")
+             + f", {float(frac):.0%} reserved")
     keys = [f.key for f in figs]
     return Output([Table("fit", cols, rows, title, keys)],
                   warnings=_load_warnings([lm]) + (_ctx_warnings([spec], ctxs) if ctxs else []) + option_warnings([spec], s) + warnings)
