@@ -19,14 +19,14 @@ LINUX = sys.platform.startswith("linux")
 
 
 def _python(code: str, limit_as: int | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
-    """Run `code` in a fresh interpreter (optionally under an address-space limit, as `ulimit -v` sets it)."""
-    def limit() -> None:
-        if limit_as is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))
-
+    """Run `code` in a fresh interpreter (optionally under an address-space limit, as `ulimit -v` sets it). The limit
+    is set by the child's first line, not by a preexec_fn: Python code between fork and exec can deadlock on a lock
+    another thread of this process held at the fork (an earlier test's abandoned product thread in a BLAS call)."""
+    code = textwrap.dedent(code)
+    if limit_as is not None:
+        code = f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({limit_as}, {limit_as}))\n" + code
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200", NO_COLOR="1")
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=limit, env=env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def test_max_memory_counts_what_the_process_holds():
