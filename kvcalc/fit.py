@@ -226,8 +226,22 @@ def _kv_bytes(report: CacheReport) -> int:
 
 
 def _used(g: PerGpu, acts: int) -> int:
-    """What the busiest GPU spends: its weights, the activation estimate, its cache and states."""
+    """What a GPU spends: its weights, the activation estimate, its cache and states."""
     return g.weights_bytes + acts + g.kv_cache_bytes + g.state_bytes
+
+
+def _tightest(spec: ModelSpec, t: Settings, budget: int, acts: int) -> tuple[PerGpu, int]:
+    """The busiest GPU at a setting, the one with the least budget left (its pool's held-back block counted: vLLM's
+    null block), and what it has left; the first stage of those that tie."""
+    check_layout(spec, t)
+    tightest: tuple[PerGpu, int] | None = None
+    for plan in stages(spec, t):
+        g = stage_gpu(t, plan)
+        left = budget - _used(g, acts) - plan.held_back
+        if tightest is None or left < tightest[1]:
+            tightest = (g, left)
+    assert tightest is not None  # a layout has a stage
+    return tightest
 
 
 def _fitter(spec: ModelSpec, budget: int, acts: int) -> Callable[[Settings], bool]:
@@ -237,10 +251,7 @@ def _fitter(spec: ModelSpec, budget: int, acts: int) -> Callable[[Settings], boo
     def fits(t: Settings) -> bool:
         if t.engine == "sglang":
             return all(sglang_fits(sglang_pools(t, plan), budget - plan.weights_bytes - acts) for plan in stages(spec, t))
-        if t.engine == "vllm":  # every stage's GPU, each with its pool's null block held back
-            check_layout(spec, t)
-            return all(_used(stage_gpu(t, plan), acts) + plan.held_back <= budget for plan in stages(spec, t))
-        return _used(per_gpu(spec, t), acts) <= budget
+        return _tightest(spec, t, budget, acts)[1] >= 0
 
     return fits
 
@@ -291,15 +302,12 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
         if cap is not None and best > cap[0]:  # the engine runs no more at once by default
             best, binding = cap
         at = replace(s, batch=max(best, 1))
-    g = gpu_at(at)
-    plans = stages(spec, at)
-    if any(p.held_back for p in plans):  # vLLM: the GPU with the least left, its null block counted, is the one shown
-        g = min((stage_gpu(at, p) for p in plans), key=lambda x: (budget - _used(x, acts) - plans[x.stage].held_back, x.stage))
+    g, left = _tightest(spec, at, budget, acts)
     return FitRow(
         model=spec.name, hardware=hw.name, gpus=s.gpus, memory_bytes=s.gpus * hw.memory_bytes,
         reserved_bytes=s.gpus * (hw.memory_bytes - budget), weights_bytes=weights_bytes(param_counts(spec, s.mtp).total, s.weights_dtype),
         weights_bytes_per_gpu=g.weights_bytes, activation_bytes=acts, batch=at.batch, ctx=at.ctx,
         max_ctx=best if solve == "ctx" else None, max_batch=best if solve == "batch" else None,
         kv_cache_bytes=_kv_bytes(kv_cache(spec, at)), kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
-        free_bytes_per_gpu=budget - _used(g, acts) - plans[g.stage].held_back, binding=binding, exceeds_max_context=at.ctx > spec.max_context,
+        free_bytes_per_gpu=left, binding=binding, exceeds_max_context=at.ctx > spec.max_context,
     )
