@@ -4,7 +4,8 @@ Conventions (also in the README):
 - Constant states (linear attention, SSM layers) are read and written back at every decode step; a prefill writes
   them once.
 - A decode step reads every weight a token uses once for the whole batch (MoE: the top-k routed and shared experts,
-  a lower bound: with a batch, different tokens pick different experts, up to all of them) and, of every sequence's
+  a lower bound: with a batch, different tokens pick different experts, up to all of them; encoder–decoder: not the
+  encoder's nor the cross-attention's K and V projections, which run once per input) and, of every sequence's
   KV cache at context t, what its query attends: the keys each layer's query sees (min(t, W) under a window, the
   keys of its own chunk under a chunk, an earlier layer's cache for a KV-shared layer), and under DSA every index
   key and the top-k latents (kvcalc.costs.cache.read_at; by token, not by page). The input embedding is a lookup:
@@ -39,13 +40,21 @@ def _lookup_rows(spec: ModelSpec, tokens: int) -> int:
     return rows + sum(min(x.table, tokens * x.row) for x in spec.extra_weights.values())
 
 
+def _per_input(component: str) -> bool:
+    """Weights that run once per input, in the prefill, and that a cached decode step never reads: the encoder's, and
+    the K and V projections of each decoder layer's cross-attention, whose outputs (the encoder positions' K/V) are
+    cached (vLLM's WhisperCrossAttention projects them only when given the encoder's output, at prefill; transformers
+    reuses its EncoderDecoderCache alike)."""
+    return component.startswith("encoder/") or component in ("cross/k", "cross/v")
+
+
 def _read_once(spec: ModelSpec, mtp: bool) -> tuple[int, int]:
-    """Parameters a decode step reads whatever the batch (active, less the encoder's and the lookup tables) and those
-    a prefill reads (all, less the lookup tables): once per spec."""
+    """Parameters a decode step reads whatever the batch (active, less the weights run once per input and the lookup
+    tables) and those a prefill reads (all, less the lookup tables): once per spec."""
     params = param_counts(spec, mtp)
-    encoder = sum(v for k, v in params.active_breakdown.items() if k.startswith("encoder/"))  # runs once per input
+    per_input = sum(v for k, v in params.active_breakdown.items() if _per_input(k))
     tables = _lookup_tables(spec)
-    return params.active - encoder - tables, params.total - tables
+    return params.active - per_input - tables, params.total - tables
 
 
 def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,

@@ -57,6 +57,10 @@ HW = ("--hardware", "h100-80gb")
 # SGLang's DP attention the MLA attention and the embedding run whole on each rank and reduce nothing): a script
 # checked that only tp_allreduce_bytes and comm_seconds_per_token changed, each by the ratio of the all-reduce counts
 # (DeepSeek-V3: 61 / 123).
+# 2026-12-05: the 26 lines with Whisper's decode figures were regenerated (a decode step no longer reads the
+# cross-attention's k_proj and v_proj, which project the encoder's output once, into the cache): a script checked that
+# only decode_bytes_read, decode_intensity and the decode roofline figures changed, decode_bytes_read by exactly
+# 32 · (2 · 1,280² + 1,280) weights (2 bytes each in bf16, half a byte in int4), and only in Whisper's rows.
 SERVING = (
     ("--tp", "8"), ("--tp", "4", "--pp", "3", "--dp", "2"), ("--tp", "2", "--dp", "4", "--ep", "8"), ("--engine", "vllm"),
     ("--engine", "sglang", "--block-size", "16"), ("--kv-dtype", "int4", "--kv-quant", "g64"),
