@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import run, spec
+from conftest import REFERENCE, run, spec
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.parallel import per_gpu, pp_stages, stages
 from kvcalc.errors import KvcalcError
@@ -49,7 +49,13 @@ def test_mla_latent_is_replicated_and_dp_attention_splits_the_batch():
     ("llama3-70b", 3, "--tp 3: every layer of llama3-70b has 64 query heads, which 3 ranks cannot split evenly"),
     ("llama3-70b", 128, "--tp 128: every layer of llama3-70b has 64 query heads"),
     ("falcon-7b", 2, "--tp 2: every layer of falcon-7b has 71 query heads"),
-    ("qwen3-next-80b-a3b", 32, "--tp 32: qwen3-next-80b-a3b's full layers have 16 query heads"),
+    # its Gated DeltaNet layers come first: 16 key heads (its full layers' 16 query heads fail too)
+    ("qwen3-next-80b-a3b", 32, "--tp 32: qwen3-next-80b-a3b's linear layers have 16 key heads (linear_num_key_heads), "
+                               "which 32 ranks cannot split evenly"),
+    # an audit: Mamba-2's 8 groups over 16 ranks were reported as one a rank (vLLM 0.34.0's MambaMixer2 asserts
+    # n_groups % tp == 0 or n_groups == 1); its 64 attention heads alone allowed tp 64
+    ("nemotron-h-56b", 16, "--tp 16: nemotron-h-56b's mamba2 layers have 8 groups (n_groups), which 16 ranks can "
+                           "neither split evenly nor replicate"),
     ("whisper-large-v3", 8, "--tp 8: every layer of whisper-large-v3 has 20 query heads"),
 ])
 def test_a_tp_that_does_not_split_the_heads_is_refused(model, tp, message):
@@ -70,6 +76,51 @@ def test_kv_heads_that_neither_split_nor_replicate_are_refused(tmp_path):
     assert "--tp 2: every layer of kv3 has 3 K/V heads, which 2 ranks can neither split evenly nor replicate" in res.stderr
     # tp 3: one K/V head a rank, 2 layers × (K, V) × 64 × 4096 tokens × 2 bytes
     assert row(str(path), "--tp", "3", "--ctx", "4k")["kv_cache_bytes_per_gpu"] == 2 * 2 * 1 * 64 * 4096 * 2
+
+
+MAMBA2 = ("name: m2\nfamily: test\nd_model: 256\nn_layers: 2\nvocab_size: 100\nmax_context: 4096\n"
+          "ffn: {kind: dense, d_ff: 512}\nlayer_groups:\n  - layers: all\n    attention: {kind: mamba2, "
+          "mamba_num_heads: %d, mamba_head_dim: 16, ssm_state_size: 32, n_groups: %d, conv_kernel: 4}\n")
+
+
+def test_mamba2_heads_split_and_its_groups_split_or_one_is_replicated(tmp_path):
+    # vLLM 0.34.0 MambaMixer2: num_heads % tp == 0, and n_groups % tp == 0 or n_groups == 1 (then every rank holds
+    # the one group: conv state (K − 1)·(H/tp·P + 2·N))
+    one = tmp_path / "one.yaml"
+    one.write_text(MAMBA2 % (8, 1))
+    per_seq = 2 * ((8 // 4) * 16 * 32 + 3 * ((8 // 4) * 16 + 2 * 1 * 32))  # layers × (H/tp·P·N + (K − 1)·conv dim)
+    assert row(str(one), "--tp", "4", "--ctx", "1k")["state_bytes_per_gpu"] == per_seq * 2 == 5_248  # bf16
+    res = run("compare", str(one), "--tp", "16", ok=False)
+    assert "--tp 16: every layer of m2 has 8 SSM heads (mamba_num_heads), which 16 ranks cannot split evenly" in res.stderr
+    two = tmp_path / "two.yaml"
+    two.write_text(MAMBA2 % (8, 2))
+    res = run("compare", str(two), "--tp", "4", ok=False)
+    assert "every layer of m2 has 2 groups (n_groups), which 4 ranks can neither split evenly nor replicate" in res.stderr
+    assert row(str(two), "--tp", "2")["gpus"] == 2
+
+
+@pytest.mark.slow
+def test_jamba_mamba_layers_split_d_inner_over_tp():
+    # an audit: Mamba-1's weights and state were whole on every rank; vLLM's MambaMixer shards in_proj, conv1d,
+    # x_proj, dt_proj, A, D, out_proj and the state along d_inner (mamba1_state_shape: divide(intermediate_size, tp))
+    jamba = str(REFERENCE / "models-2026" / "jamba-v0.1.json")
+    d, d_inner, n, k, r, mamba_layers = 4096, 8192, 16, 4, 256, 28
+    for tp in (1, 2, 8):
+        state = mamba_layers * (d_inner // tp) * (n + k - 1) * 2  # SSM d_inner·N + conv (K − 1)·d_inner, bf16
+        assert row(jamba, "--tp", str(tp), "--ctx", "4k")["state_bytes_per_gpu"] == state
+    assert state == 1_089_536
+    from kvcalc.attention import Layer
+    from kvcalc.registry import load_model
+    group = next(g for g in load_model(jamba).spec.groups if g.attention.kind == "mamba")
+    layer = group.layer
+    whole = sum(w.size for w in group.attention.weights(layer))
+    for tp in (2, 4):
+        rank = sum(w.size for w in group.attention.per_rank(layer, tp).weights(layer))
+        # every weight split but Jamba's three inner RMSNorms (dt: R, B and C: N each), whole on every rank
+        assert tp * rank == whole + (tp - 1) * (r + 2 * n)
+    assert isinstance(layer, Layer) and layer.d_model == d
+    res = run("compare", jamba, "--tp", "3", ok=False)
+    assert "--tp 3: jamba-v0.1's group 0 layers have 8192 Mamba channels (d_inner), which 3 ranks cannot split" in res.stderr
 
 
 def test_pipeline_stages_split_as_vllm_does():

@@ -303,6 +303,19 @@ class AttentionKind(Strict):
         """One line of dims for `show`'s summary."""
         return ", ".join(f"{k} {v}" for k, v in self.model_dump(exclude={"kind"}, exclude_none=True).items())
 
+    def tp_rule(self, layer: Layer, tp: int) -> str | None:
+        """Why `tp` tensor-parallel ranks cannot hold this block as vLLM builds it (what it has, 'N query heads, which
+        ...'), or None where they can. Softmax heads: query heads divisible by tp (ModelConfig.verify_with_parallel_config),
+        K/V heads divisible by tp or dividing it (QKVParallelLinear splits or replicates them)."""
+        n, kv = self.query_heads, self.kv_heads(layer)
+        if n and n % tp:
+            return (f"{n} query heads, which {tp} ranks cannot split evenly (vLLM requires the attention heads divisible "
+                    "by the tensor-parallel size)")
+        if kv and kv % tp and tp % kv:
+            return (f"{kv} K/V heads, which {tp} ranks can neither split evenly nor replicate evenly (vLLM's "
+                    "QKVParallelLinear needs one to divide the other)")
+        return None
+
     def per_rank(self, layer: Layer, tp: int) -> AttentionKind:
         """This block as one of `tp` tensor-parallel ranks holds it: its heads split (rounded up: a K/V head is
         replicated when there are fewer heads than ranks), what is not split replicated. Default: all of it on every
@@ -312,6 +325,14 @@ class AttentionKind(Strict):
     def problems(self, layer: Layer) -> list[str]:
         """Rules that need the model's dims (`path: rule` lines); the spec reports them with the rest."""
         return []
+
+
+def split_rule(count: int, what: str, tp: int, where: str) -> str | None:
+    """tp_rule's words for a recurrent block's `count` heads (or channels) that `tp` ranks must split evenly, as
+    `where` (the engine's class) requires; None when they do."""
+    if count % tp == 0:
+        return None
+    return f"{count} {what}, which {tp} ranks cannot split evenly ({where} requires them divisible by the tensor-parallel size)"
 
 
 def matrix_flops(weights: tuple[Weight, ...], tokens: int, names: tuple[str, ...]) -> dict[str, int]:

@@ -15,7 +15,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
+from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops, split_rule
 from kvcalc.attention.recurrent import RecurrentState, conv_state
 
 
@@ -129,6 +129,12 @@ class GatedDeltaNet(RecurrentState):
         """None: no softmax heads (H_v value heads read the state; `describe` names them), so the model's n_heads
         column keeps its attention layers' n_h."""
         return None
+
+    def tp_rule(self, layer: Layer, tp: int) -> str | None:
+        # vLLM 0.34.0 qwen_gdn_linear_attn: divide(num_v_heads, tp_size), and num_k_heads // tp_size key heads a rank
+        return (split_rule(self.linear_num_key_heads, "key heads (linear_num_key_heads)", tp, "vLLM's Gated DeltaNet")
+                or split_rule(self.linear_num_value_heads, "value heads (linear_num_value_heads)", tp,
+                              "vLLM's Gated DeltaNet"))
 
     def per_rank(self, layer: Layer, tp: int) -> GatedDeltaNet:
         # vLLM's Qwen3NextGatedDeltaNet under TP: key and value heads split (in_proj_qkvz, conv1d, recurrent state)

@@ -15,7 +15,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
+from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops, split_rule
 from kvcalc.attention.recurrent import RecurrentState, conv_state
 
 
@@ -114,6 +114,10 @@ class KDA(RecurrentState):
     def query_heads(self) -> None:
         """None: no softmax heads, so the model's n_heads column keeps its attention layers' n_h."""
         return None
+
+    def tp_rule(self, layer: Layer, tp: int) -> str | None:
+        # vLLM 0.34.0 kimi_gdn_linear_attn: assert self.num_heads % self.tp_size == 0
+        return split_rule(self.n_heads, "KDA heads", tp, "vLLM's KimiDeltaAttention")
 
     def per_rank(self, layer: Layer, tp: int) -> KDA:
         # vLLM's KimiDeltaAttention under TP: heads split (projections, short convolutions, recurrent state)

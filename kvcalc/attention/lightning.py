@@ -17,7 +17,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
+from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops, split_rule
 from kvcalc.attention.recurrent import RecurrentState
 
 REFERENCE = "MiniMaxM1LightningAttention (MiniMax-AI/MiniMax-M1 modeling_minimax_m1.py): kv state [h, d_h, d_h]"
@@ -81,6 +81,10 @@ class Lightning(RecurrentState):
 
     def head_dim_label(self, layer: Layer) -> str:
         return str(self.d_k(layer))
+
+    def tp_rule(self, layer: Layer, tp: int) -> str | None:
+        # vLLM 0.34.0 MiniMaxText01LinearAttention: num_heads // tp_size heads a rank, qkv_proj a ColumnParallelLinear
+        return split_rule(self.n_heads, "linear-attention heads", tp, "vLLM's MiniMaxText01LinearAttention")
 
     def per_rank(self, layer: Layer, tp: int) -> Lightning:
         # heads split across tensor-parallel ranks, each with its d_h × d_h state

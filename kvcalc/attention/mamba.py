@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
-from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
+from kvcalc.attention.base import Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops, split_rule
 from kvcalc.attention.recurrent import Recurrent, RecurrentState, conv_state
 
 CONV_NOTE = "conv state (K − 1)·channels as vLLM allocates it (transformers' cache keeps all K inputs: K·channels)"
@@ -45,9 +45,22 @@ class Mamba(RecurrentState):
     )
 
     label: ClassVar[str] = "MAMBA"
+    _ranks: int = PrivateAttr(default=1)  # tensor-parallel ranks sharing d_inner (per_rank); not a spec field
 
     def d_inner(self, layer: Layer) -> int:
-        return self.mamba_expand * layer.d_model  # JambaMambaMixer.intermediate_size
+        # JambaMambaMixer.intermediate_size; on one of tp ranks its share (vLLM's MambaMixer shards every d_inner dim)
+        return self.mamba_expand * layer.d_model // self._ranks
+
+    def tp_rule(self, layer: Layer, tp: int) -> str | None:
+        # vLLM's MambaMixer: in_proj, conv1d, x_proj, dt_proj, A, D, out_proj and the state split along d_inner
+        # (mamba1_state_shape: divide(intermediate_size, tp_world_size))
+        return split_rule(self.d_inner(layer), "Mamba channels (d_inner)", tp, "vLLM's MambaMixer")
+
+    def per_rank(self, layer: Layer, tp: int) -> Mamba:
+        # d_inner split (tp_rule: evenly); Δ's rank R, the state size N and Jamba's inner norms whole on every rank
+        rank = self.model_copy()
+        rank._ranks = self._ranks * tp
+        return rank
 
     def dt_rank(self, layer: Layer) -> int:
         # JambaConfig: mamba_dt_rank "auto" is math.ceil(hidden_size / 16)
@@ -201,8 +214,17 @@ class Mamba2(RecurrentState):
             "mamba/out_proj": proj["mamba/out_proj"],
         }
 
+    def tp_rule(self, layer: Layer, tp: int) -> str | None:
+        # vLLM 0.34.0 MambaMixer2.__init__ asserts num_heads % tp_size == 0 and (n_groups % tp_size == 0 or
+        # n_groups == 1): "If tensor parallel world size does not divide num_groups, then num_groups must equal 1"
+        heads = split_rule(self.mamba_num_heads, "SSM heads (mamba_num_heads)", tp, "vLLM's MambaMixer2")
+        if heads is None and self.n_groups % tp and self.n_groups != 1:
+            return (f"{self.n_groups} groups (n_groups), which {tp} ranks can neither split evenly nor replicate (vLLM's "
+                    "MambaMixer2 needs n_groups divisible by the tensor-parallel size, or 1)")
+        return heads
+
     def per_rank(self, layer: Layer, tp: int) -> Mamba2:
-        # vLLM's MambaMixer2 under TP: heads split; groups split, replicated when fewer than ranks (ceil)
+        # vLLM's MambaMixer2 under TP: heads split; groups split, or the one group replicated (tp_rule)
         return self.model_copy(update={"mamba_num_heads": -(-self.mamba_num_heads // tp),
                                        "n_groups": -(-self.n_groups // tp)})
 

@@ -459,9 +459,8 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
 
 
 def _check_heads_split(spec: ModelSpec, tp: int) -> None:
-    """A tp that splits every attention block's heads evenly, as vLLM requires: query heads divisible by tp
-    (ModelConfig.verify_with_parallel_config), K/V heads divisible by tp or dividing it (QKVParallelLinear splits or
-    replicates them)."""
+    """A tp that splits every block as vLLM builds it (each kind's tp_rule: softmax heads, SSM heads and groups,
+    linear-attention heads)."""
     from kvcalc.attention import Layer
 
     def subject(g: ResolvedGroup, part: str = "") -> str:
@@ -477,13 +476,9 @@ def _check_heads_split(spec: ModelSpec, tp: int) -> None:
     if spec.encoder is not None:
         blocks.append((f"{spec.name}'s encoder has", spec.encoder.attention, Layer(spec.d_model, None, "encoder.attention")))
     for who, att, layer in blocks:
-        n, kv = att.query_heads, att.kv_heads(layer)
-        if n and n % tp:
-            raise KvcalcError(f"--tp {tp}: {who} {n} query heads, which {tp} ranks cannot split evenly (vLLM requires "
-                              "the attention heads divisible by the tensor-parallel size)")
-        if kv and kv % tp and tp % kv:
-            raise KvcalcError(f"--tp {tp}: {who} {kv} K/V heads, which {tp} ranks can neither split evenly nor "
-                              "replicate evenly (vLLM's QKVParallelLinear needs one to divide the other)")
+        rule = att.tp_rule(layer, tp)
+        if rule:
+            raise KvcalcError(f"--tp {tp}: {who} {rule}")
 
 
 def rank_block_size(plans: tuple[Stage, ...]) -> int | None:
