@@ -216,7 +216,7 @@ def fit(
     if ctxs is not None and len(ctxs) > MAX_FIT_CONTEXTS:
         raise typer.BadParameter(f"{len(ctxs):,} contexts: fit solves a batch for each, at most {MAX_FIT_CONTEXTS:,}",
                                  param_hint="'--ctx'")
-    emit(fit_output(load(model), opts, ctxs, gpus, reserve, chunk), fmt, units)
+    emit(fit_output(load(model), opts, ctxs, gpus, reserve, chunk, units), fmt, units)
 
 
 @app.command("run")

@@ -340,3 +340,14 @@ def test_the_title_names_the_null_block_no_column_shows():
     res = run("fit", "llama3-70b", "--hardware", "h100-80gb", "--engine", "vllm", "--pp", "3", "--tp", "2", "--batch", "1")
     assert "(up to 3.38 MiB a GPU held back" in res.stdout and 27 * 64 * 2 * 4 * 128 * 2 == 3_538_944
     assert "held back" not in run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--batch", "1").stdout
+    # the block in the table's --units: 8,388,608 bytes are 8.39 MB
+    res = run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "vllm", "--batch", "1", "--units", "si")
+    assert "(8.39 MB a GPU held back" in res.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("reserve, says", [("0.005", "0.5%"), ("0.995", "99.5%"), ("0.125", "12.5%"), ("0.1", "10%"),
+                                           ("1/3", "33.3%"), ("0", "0%"), ("0.00012345", "0.0123%")])
+def test_the_title_says_the_reserve_exactly_or_to_three_digits(reserve, says):
+    # an audit: the title rounded to a whole percent ('0% reserved' for 0.005, whose Reserved column was 410 MiB)
+    res = run("fit", "llama3-8b", "--hardware", "h100-80gb", "--reserve", reserve)
+    assert res.stdout.splitlines()[0].endswith(f", {says} reserved")

@@ -3,6 +3,8 @@ be ignored, and files that must not be overwritten — one message and a non-zer
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import subprocess
@@ -244,6 +246,16 @@ def test_a_context_past_the_trained_maximum_is_flagged_in_every_command():
     cost = json.loads(run("cost", "gpt2", "--ctx", "4k", "-f", "json").stdout)
     assert cost["exceeds_max_context"] is True  # 4,096 + 1,024 generated
     assert json.loads(run("cost", "gpt2", "--ctx", "512", "--gen", "512", "-f", "json").stdout)["exceeds_max_context"] is False
+    # an audit: show's and cost's csv dropped it (their json has it in the document): every group or FLOPs row has it
+    for args, flag in ((("show", "gpt2", "--ctx", "1025"), "true"), (("show", "gpt2", "--ctx", "1024"), "false"),
+                       (("show", "gpt2", "--ctx", "1025", "--per-layer"), "true"),
+                       (("cost", "gpt2", "--ctx", "513", "--gen", "512"), "true"),
+                       (("cost", "gpt2", "--ctx", "512", "--gen", "512"), "false")):
+        table = list(csv.DictReader(io.StringIO(run(*args, "-f", "csv").stdout)))
+        rows = [r for r in table if r["table"] in ("groups", "layers", "flops")]
+        assert len(rows) >= (12 if "--per-layer" in args else 1)
+        assert {r["exceeds_max_context"] for r in rows} == {flag}, args
+        assert {r["exceeds_max_context"] for r in table if r not in rows} == {""}
     models = run("table", "models", "gpt2", "llama3-8b", "--ctx", "4k", "-f", "csv").stdout.splitlines()
     assert models[0].endswith(",exceeds_max_context") and models[1].endswith(",true") and models[2].endswith(",false")
     fit = run("fit", "gpt2", "--hardware", "h100-80gb", "--ctx", "1k,4k")

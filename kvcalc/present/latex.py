@@ -157,7 +157,7 @@ def to_latex(columns: list[Any], cells: list[list[str]], caption: str | None, la
         long = any(len(row[i]) > LONG_TEXT for row in cells)
         spec.append("r" if c.numeric else PARAGRAPH if long else "l")
     body = [rf"\begin{{tabular}}{{{''.join(spec)}}}", r"\toprule",
-            " & ".join(tex(h) for h in headers) + r" \\", r"\midrule"]
+            _row([tex(h) for h in headers]), r"\midrule"]
     for row in cells:
         out = []
         for c, text in zip(columns, row):
@@ -169,7 +169,7 @@ def to_latex(columns: list[Any], cells: list[list[str]], caption: str | None, la
                 out.append(numeric_cell(text))
             else:
                 out.append(tex(text))
-        body.append(" & ".join(out) + r" \\")
+        body.append(_row(out))
     body += [r"\bottomrule", r"\end{tabular}"]
     if bare:
         return "\n".join([PACKAGES] + body)
@@ -179,6 +179,15 @@ def to_latex(columns: list[Any], cells: list[list[str]], caption: str | None, la
     if label:
         head.append(rf"\label{{{label}}}")
     return "\n".join(head + body + [r"\end{table}"])
+
+
+def _row(cells: list[str]) -> str:
+    """One row of LaTeX cells. A first cell that opens with '[' or '*' (a user's group name) is braced: after the
+    previous row's \\\\ or a booktabs rule, LaTeX would read '[...]' as their optional argument and '*' as \\\\*."""
+    first = cells[0] if cells else ""
+    if first.startswith(("[", "*")):
+        cells = ["{}" + first] + cells[1:]
+    return " & ".join(cells) + r" \\"
 
 
 def comment_block(lines: list[str]) -> str:

@@ -12,6 +12,8 @@ from kvcalc.present.emit import Output, Table
 from kvcalc.present.render import Column, only
 
 if TYPE_CHECKING:
+    from fractions import Fraction
+
     from kvcalc.backend.runner import RunReport
     from kvcalc.registry import LoadedModel
     from kvcalc.settings import Settings
@@ -204,9 +206,10 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
     columns = [c for c in GROUP_COLUMNS if chunked or c.key != "attention_chunk_size"]
     columns += [STATE_COLUMN] if report.state_elements else []
     columns += PAGE_COLUMNS if s.engine else []
+    over = {"exceeds_max_context": payload["exceeds_max_context"]}  # csv's flag on every group row (stderr says it)
     tables = [Table("summary", SUMMARY_COLUMNS, summary, f"{spec.name} ({lm.origin})", SUMMARY_KEYS),
-              Table("layers" if per_layer else "groups", columns, breakdown, title,
-                    (["layer"] if per_layer else []) + [k for k in GROUP_KEYS if k != "layer"])]
+              Table("layers" if per_layer else "groups", columns, [{**r, **over} for r in breakdown], title,
+                    (["layer"] if per_layer else []) + [k for k in GROUP_KEYS if k != "layer"] + list(over))]
     return Output(tables, payload, derivation_lines(d, units) if explain else [],
                   _load_warnings([lm]) + over_max(spec, s.ctx, f"ctx {s.ctx:,}") + option_warnings([spec], s))
 
@@ -241,8 +244,9 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     warnings = _load_warnings([lm]) + over_max(spec, s.ctx + s.gen,
                                                f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
     warnings += option_warnings([spec], s)
-    return Output([Table("flops", cols, rows, title), Table("summary", SUMMARY_COLUMNS, summary,
-                                                              "Memory, traffic and time", SUMMARY_KEYS)],
+    over = {"exceeds_max_context": payload["exceeds_max_context"]}  # csv's flag on every FLOPs row (stderr says it)
+    flops = Table("flops", cols, [{**r, **over} for r in rows], title, [c.key for c in cols] + list(over))
+    return Output([flops, Table("summary", SUMMARY_COLUMNS, summary, "Memory, traffic and time", SUMMARY_KEYS)],
                   payload, warnings=warnings)
 
 
@@ -272,7 +276,7 @@ def run_output(report: RunReport, lm: LoadedModel | None = None) -> Output:
 
 
 def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | None, reserve: str | None,
-               chunk: int | None) -> Output:
+               chunk: int | None, units: str = "binary") -> Output:
     """`fit`: one row per context (largest batch), or one row (longest context for the batch)."""
     from dataclasses import replace
     from fractions import Fraction
@@ -328,17 +332,28 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
     cols = [Column.of(figs[0])] + cols
     from kvcalc.costs.parallel import stages
-    from kvcalc.units import format_bytes
+    from kvcalc.units import format_bytes, format_number
 
     held = {p.held_back for p in stages(spec, s)}  # vLLM's null block: no column shows it, so the title says it
     title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}), weights "
              f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}"
-             + (f" ({'up to ' if len(held) > 1 else ''}{format_bytes(max(held))} a GPU held back: the pool's null "
-                "block)" if max(held) else "")
-             + f", {float(frac):.0%} reserved")
+             + (f" ({'up to ' if len(held) > 1 else ''}{format_bytes(max(held), units)} a GPU held back: the pool's "
+                "null block)" if max(held) else "")
+             + f", {_percent(frac, format_number)}% reserved")
     keys = [f.key for f in figs]
     return Output([Table("fit", cols, rows, title, keys)],
                   warnings=_load_warnings([lm]) + (_ctx_warnings([spec], ctxs) if ctxs else []) + option_warnings([spec], s) + warnings)
+
+
+def _percent(frac: Fraction, three_digits: Callable[[Fraction], str]) -> str:
+    """A fraction as a percentage: exact where 3 significant digits hold it, trailing zeros dropped (10, 12.5, 0.5),
+    else 3 significant digits, half to even (33.3)."""
+    from fractions import Fraction
+
+    text = three_digits(frac * 100)
+    if Fraction(text.replace(",", "")) == frac * 100 and "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
 
 
 def import_spec(config: Path, output: Path | None, name: str | None, force: bool = False) -> None:
