@@ -187,3 +187,11 @@ def test_selection_shortfall_flags_missing_duplicate_and_near_tie_selections():
     assert selection_shortfall(layer, x, future)[0] == float("inf")
     order = {t: c[:, ::-1] for t, c in chosen.items()}  # the same sets in another order
     assert selection_shortfall(layer, x, order) == (0.0, 10)
+
+
+def test_report_rates_have_three_significant_digits_as_every_rate():
+    # an audit: run's GFLOP/s were written with one decimal (7.6, two digits; 0.04 one), unlike tokens/s
+    from kvcalc.backend.report import _text
+
+    assert [_text(v, "rate") for v in (7.6, 0.04123, 65.25, 999.4, 1234.5, 123456.0)] == \
+        ["7.60", "0.0412", "65.2", "999", "1,234", "123,456"]

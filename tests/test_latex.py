@@ -100,6 +100,9 @@ def test_ratios_in_math_mode_keep_their_digits_together():
     assert numeric_cell("9.46e-10×") == r"$9.46 \cdot 10^{-10}\times$"
     out = run("compare", "mistral-7b", "llama3.1-405b", "--ctx", "1M", "-f", "latex").stdout
     assert r"$1{,}008\times$" in out and r"$1,008\times$" not in out  # 516,096 B × 1M over 32 × 4,096 × 4,096 B (windows of 4,096): 1,008
+    # an audit: errors in powers of ten stayed as text (1.23e+03) beside ratios written as powers of ten
+    assert [numeric_cell(cell(v, "sig")) for v in (1234.5, 9.46e-10, -2e5, 0.23)] == [
+        r"$1.23 \cdot 10^{3}$", r"$9.46 \cdot 10^{-10}$", r"$-2.00 \cdot 10^{5}$", "0.230"]
 
 
 def test_output_file_takes_its_format_from_the_extension(tmp_path):

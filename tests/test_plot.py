@@ -182,6 +182,23 @@ def test_unknown_extension(models, tmp_path):
 
 
 @pytest.mark.slow
+def test_pgf_takes_the_latex_there_is_and_leaves_no_file_without_one(models, tmp_path, monkeypatch):
+    # an audit: .pgf asked for xelatex alone (pdflatex and lualatex installed: "'xelatex' not found"), and with a
+    # LaTeX found matplotlib's pgf backend refused the metadata argument (a traceback, an empty file left)
+    import shutil
+
+    fig = plot_figure(models, [1024, 4096], ["cache"], Settings(ctx=1))
+    if any(shutil.which(t) for t in ("xelatex", "pdflatex")):
+        save_figure(fig, tmp_path / "fig.pgf")
+        text = (tmp_path / "fig.pgf").read_text()
+        assert text.startswith("%% Creator: Matplotlib, PGF backend") and "\\begin{pgfpicture}" in text
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # no LaTeX: matplotlib's default, xelatex, is not found
+    with pytest.raises(KvcalcError, match=r"none\.pgf: writing \.pgf needs a LaTeX installation"):
+        save_figure(fig, tmp_path / "none.pgf")
+    assert not (tmp_path / "none.pgf").exists()
+
+
+@pytest.mark.slow
 def test_import_kvcalc_does_not_import_matplotlib():
     code = "import sys, kvcalc, kvcalc.present.plot; assert 'matplotlib' not in sys.modules, 'imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

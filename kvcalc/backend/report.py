@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from kvcalc.present.render import Column
+from kvcalc.present.render import Column, cell
 from kvcalc.units import format_seconds
 
 RESULT_COLUMNS = [
@@ -31,8 +31,8 @@ def _text(value, kind: str) -> str:
         return "×".join(str(n) for n in value)
     if kind == "seconds":
         return format_seconds(value)
-    if kind == "rate":
-        return f"{value:,.1f}"
+    if kind == "rate":  # GFLOP/s as every rate is shown: three significant digits, whole and grouped from 1,000
+        return cell(value, "rate")
     return f"{value:,}"
 
 

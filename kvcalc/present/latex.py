@@ -31,6 +31,7 @@ _BEFORE = {"|": r"\textbar{}", "ᵀ": r"\textsuperscript{T}"}  # what pylatexenc
 _GROUPED = re.compile(r"(?<=\d),(?=\d{3}\b)")
 # "40.0 GiB" -> ("40.0", "GiB"): a whole number, one space, a unit; "8,192", "512+64" and "192/128" have none
 _UNIT = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?) ([^\d\s]\S*)$")
+_POWER = re.compile(r"(-?\d\.\d+)e([+-]\d+)")  # '9.46e-10' -> ('9.46', '-10')
 
 
 # Macros pylatexenc writes that compile under \documentclass{article} with booktabs and array alone: each checked with
@@ -129,6 +130,8 @@ def numeric_cell(text: str) -> str:
             mantissa, exponent = number.split("e")
             number = f"{mantissa} \\cdot 10^{{{int(exponent)}}}"
         return f"${number}\\times$"
+    if power := _POWER.fullmatch(text):  # an error in powers of ten (format_sig's 1.23e+03), as the ratios have them
+        return f"${power[1]} \\cdot 10^{{{int(power[2])}}}$"
     text = _GROUPED.sub(r"\\,", tex(text))
     return f"$-${text[1:]}" if text.startswith("-") else text  # a minus sign, not a hyphen
 
