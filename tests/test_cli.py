@@ -94,7 +94,7 @@ def test_every_format_carries_the_figures(fmt):
     if fmt in ("csv", "json"):
         assert "42949672960" in out and "9059696640" in out and "69120" in out
     elif fmt == "latex":  # one unit per column: it moves to the header
-        assert "KV cache (GiB)" in out and "KV per token (KiB)" in out
+        assert r"KV \\ cache (GiB)" in out and r"KV per \\ token (KiB)" in out  # two-line headers
         assert "& 40.0 &" in out and "& 8.44 &" in out and "& 67.5 &" in out
     else:
         assert "40.0 GiB" in out and "8.44 GiB" in out and "67.5 KiB" in out

@@ -9,15 +9,17 @@ import pytest
 from pylatexenc import latexwalker
 
 from conftest import run, splitting_tp
-from kvcalc.present.latex import math_formula, tex
+from kvcalc.present.latex import SHRINK, math_formula, tex
 from kvcalc.registry import bundled_names
 
 FORBIDDEN = set("<>|_^")
 
 
 def check_pasteable(text: str) -> list:
-    """Parse `text` strictly and check it; return the parsed nodes."""
+    """Parse `text` strictly and check it; return the parsed nodes. The shrink-to-fit wrapper's dimension test
+    (`\\width>\\linewidth`, a comparison, not text) is taken as the group it opens."""
     assert text.isascii(), [ch for ch in text if not ch.isascii()]
+    text = text.replace(SHRINK, "{")
     walker = latexwalker.LatexWalker(text, tolerant_parsing=False)
     nodes, _, _ = walker.get_latex_nodes()  # raises on unbalanced braces or environments
 
@@ -38,6 +40,14 @@ def check_pasteable(text: str) -> list:
     return nodes
 
 
+STACKED = re.compile(r"\\begin\{tabular\}\[b\]\{@\{\}[rl]@\{\}\}(.*?)\\end\{tabular\}")
+
+
+def flat(out: str) -> str:
+    """`out` with each stacked header (a nested tabular of its lines) as one line of text, as a reader sees it."""
+    return STACKED.sub(lambda m: m[1].replace(r" \\ ", " "), out)
+
+
 def environments(nodes) -> list[str]:
     return [n.environmentname for n in nodes if n is not None and n.isNodeType(latexwalker.LatexEnvironmentNode)]
 
@@ -53,13 +63,18 @@ def test_compare_wraps_in_a_table_with_caption_and_label():
     out = run("compare", "llama3-70b", "deepseek-v2", "--ctx", "128k", "-f", "latex", "--caption", "KV caches at 128k",
               "--label", "tab:kv").stdout
     nodes = check_pasteable(out)
-    assert out.splitlines()[0] == r"% kvcalc table: needs \usepackage{booktabs,array}"
+    assert out.splitlines()[0] == r"% kvcalc table: needs \usepackage{booktabs,array,graphicx}"
     assert environments(nodes) == ["table"]
+    # a header of two lines on two lines; a table wider than the line scaled down to it (graphicx), never up
+    assert r"& \begin{tabular}[b]{@{}r@{}}KV \\ cache (GiB)\end{tabular} &" in out
+    assert r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%" in out.splitlines()
+    out = flat(out)
     assert r"\caption{KV caches at 128k}" in out and r"\label{tab:kv}" in out
     assert r"llama3-70b & GQA & 80 & 64 & 8 & 128 & 128k & 320 & 40.0 & $1.00\times$ \\" in out
     assert "KV per token (KiB) & KV cache (GiB)" in out  # every cell's unit the same: it moves to the header
     bare = run("compare", "llama3-70b", "--ctx", "128k", "-f", "latex", "--bare").stdout
-    assert environments(check_pasteable(bare)) == ["tabular"] and r"\caption" not in bare
+    assert environments(check_pasteable(bare)) == ["tabular"] and r"\caption" not in bare and "resizebox" not in bare
+    assert bare.splitlines()[0] == r"% kvcalc table: needs \usepackage{booktabs,array}"
 
 
 def headers(out: str) -> list[str]:
@@ -72,21 +87,21 @@ def headers(out: str) -> list[str]:
 def test_a_number_is_never_cut_into_a_header_unit():
     # the unit pattern took ",192" of "8,192", "+64" of "512+64" and "/128" of "192/128" for units every cell shared,
     # moved them to the header and left "8", "512" and "192" in the cells (an audit found it)
-    out = run("table", "models", "llama3-70b", "-f", "latex").stdout
+    out = flat(run("table", "models", "llama3-70b", "-f", "latex").stdout)
     assert "Model & Hidden size & Query heads &" in out and r"llama3-70b & 8\,192 & 64 & 8 & 128 & 80 & GQA" in out
-    out = run("compare", "deepseek-v2", "kimi-k2", "--ctx", "128k", "-f", "latex").stdout
+    out = flat(run("compare", "deepseek-v2", "kimi-k2", "--ctx", "128k", "-f", "latex").stdout)
     assert r"deepseek-v2 & MLA (latent) & 60 & 128 & 512+64 & 192/128 & 128k & 67.5 & 8.44 &" in out
     assert "KV heads or latent & Head dim & Ctx & KV per token (KiB) & KV cache (GiB)" in out
-    out = run("compare", "llama3-70b", "--ctx", "128k", "--units", "bytes", "-f", "latex").stdout
+    out = flat(run("compare", "llama3-70b", "--ctx", "128k", "--units", "bytes", "-f", "latex").stdout)
     assert r"& 128k & 327\,680 & 42\,949\,672\,960 & $1.00\times$ \\" in out
     # an audit: --units bytes left the byte columns with no unit anywhere; the header carries it, as for KiB
     assert "KV per token (B) & KV cache (B)" in out
-    out = run("show", "gemma3-27b", "--per-layer", "-f", "latex").stdout
+    out = flat(run("show", "gemma3-27b", "--per-layer", "-f", "latex").stdout)
     assert r"& 4\,096 &" in out and "(,024)" not in out and "(,096)" not in out
     # window and tokens held are token counts: 1,024 is 1k there, as every token count (an audit)
     assert r"& gqa & 1k & $2 \cdot n_{kv} \cdot d_{h}$ & 4\,096 & 8.00 & 1k &" in out
     for args in (("show", "deepseek-v2"), ("show", "llama4-scout", "--per-layer")):
-        assert not any(re.search(r"\([,+/.0-9]", h) for h in headers(run(*args, "-f", "latex").stdout)), args
+        assert not any(re.search(r"\([,+/.0-9]", h) for h in headers(flat(run(*args, "-f", "latex").stdout))), args
 
 
 def test_ratios_in_math_mode_keep_their_digits_together():
@@ -273,4 +288,7 @@ def test_output_compiles_with_pdflatex(tmp_path, args):
     if "--caption" in args:  # ℝ is refused, the rest kept
         assert res.exit_code == 2 and "ℝ (U+211D)" in res.stderr
         res = run(*[a.replace(" ℝ?", "") for a in args], "-f", "latex")
-    _compile(tmp_path, res.stdout)
+    log = _compile(tmp_path, res.stdout)
+    # an audit: most tables ran past the text width (compare's default by 325 pt, fit's by 626 pt): scaled to it now,
+    # and a long address in a paragraph column breaks after a slash
+    assert "Overfull \\hbox" not in log, log[-3000:]

@@ -33,7 +33,7 @@ def test_markdown_pipe_table():
 def test_latex_booktabs_and_escaping():
     text = render(COLUMNS, ROWS, "latex", title="KV 100% & more", label="tab:kv")
     lines = text.splitlines()
-    assert lines[0] == r"% kvcalc table: needs \usepackage{booktabs,array}"  # a comment: the packages it needs
+    assert lines[0] == r"% kvcalc table: needs \usepackage{booktabs,array,graphicx}"  # a comment: the packages it needs
     assert lines[1:5] == [r"\begin{table}[htbp]", r"\centering", r"\caption{KV 100\% \& more}", r"\label{tab:kv}"]
     assert r"\begin{tabular}{lrrr}" in lines
     assert [line for line in lines if line in (r"\toprule", r"\midrule", r"\bottomrule")] == [r"\toprule", r"\midrule", r"\bottomrule"]
@@ -41,7 +41,7 @@ def test_latex_booktabs_and_escaping():
     assert r"m\textbar{}x & 60 & 8.44 & $0.211\times$ \\" in lines
     mixed = render(COLUMNS, [{**ROWS[0], "b": 1024}, ROWS[1]], "latex")
     assert r"& 1.00 KiB &" in mixed and r"& 8.44 GiB &" in mixed  # units differ: they stay in the cells
-    assert lines[-2:] == [r"\end{tabular}", r"\end{table}"]
+    assert lines[-2:] == [r"\end{tabular}}", r"\end{table}"]  # the shrink-to-fit \resizebox's group closed
 
 
 def test_latex_escape_all_specials():

@@ -187,8 +187,8 @@ def test_paper_bundle_regenerates_identically(tmp_path):
     assert command == f"kvcalc paper llama3-70b deepseek-v2 -o {shlex.quote(str(out))} --ctx 32k --kv-dtype bf16"
     assert all(f"`{name}`" in readme for name in tables) and "Made by kvcalc " in readme
     # the packages a document needs: the tables' (their first line) and, where the bundle has figures, graphicx
-    assert "`\\usepackage{booktabs,array}`" in readme
-    assert ("`\\usepackage{graphicx}`" in readme) == (out / "cache.pdf").exists()
+    assert "`\\usepackage{booktabs,array,graphicx}`" in readme
+    assert ("`\\includegraphics{cache.pdf}`" in readme) == (out / "cache.pdf").exists()
     before = {name: (out / name).read_bytes() for name in tables}
     run(*shlex.split(command)[1:])  # the recorded command, run again
     assert {name: (out / name).read_bytes() for name in tables} == before

@@ -13,7 +13,9 @@ Choices (also in the README):
   token counts (128k) and parameter counts (70.6B) keep theirs.
 - Text columns whose cells run past 40 characters become 5 cm paragraph columns.
 - `bare` gives the tabular alone; otherwise `\\caption` and `\\label` wrap it (default `tab:<first table's name>`,
-  later tables of the output `-<name>` after it: distinct across commands).
+  later tables of the output `-<name>` after it: distinct across commands), and a table wider than the line is
+  scaled down to it, never up (graphicx's `\\resizebox`, its `\\width` the tabular's natural width).
+- A header of several lines (the terminal's `KV\\ncache`) is a nested tabular of those lines, bottom-aligned.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ import re
 import unicodedata
 from typing import Any
 
-PACKAGES = r"% kvcalc table: needs \usepackage{booktabs,array}"
+PACKAGES = r"% kvcalc table: needs \usepackage{booktabs,array}"  # a tabular alone (--bare)
+PACKAGES_FITTED = r"% kvcalc table: needs \usepackage{booktabs,array,graphicx}"  # graphicx: \resizebox
+# scaled down to the line's width when wider (graphicx's \width is the tabular's natural width), never up
+SHRINK = r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%" + "\n"
 LONG_TEXT = 40  # characters: a text column with a longer cell is typeset as a paragraph column
 PARAGRAPH = r">{\raggedright\arraybackslash}p{5cm}"
 _NAME = re.compile(r"([A-Za-z]+)(?:_([A-Za-z0-9]+))?(')?")
@@ -146,7 +151,7 @@ def _common_unit(texts: list[str]) -> str | None:
 def to_latex(columns: list[Any], cells: list[list[str]], caption: str | None, label: str | None,
              bare: bool = False) -> str:
     """A booktabs table from `columns` (with .header, .numeric, .kind) and their formatted `cells`."""
-    headers = [" ".join(c.header.split()) for c in columns]
+    headers = ["\n".join(" ".join(line.split()) for line in c.header.splitlines()) for c in columns]
     cells = [list(row) for row in cells]
     for i, c in enumerate(columns):  # a unit every cell shares moves to the header
         movable = c.numeric and c.kind not in ("tokens", "count")  # 128k and 70.6B read as they are
@@ -160,28 +165,48 @@ def to_latex(columns: list[Any], cells: list[list[str]], caption: str | None, la
         long = any(len(row[i]) > LONG_TEXT for row in cells)
         spec.append("r" if c.numeric else PARAGRAPH if long else "l")
     body = [rf"\begin{{tabular}}{{{''.join(spec)}}}", r"\toprule",
-            _row([tex(h) for h in headers]), r"\midrule"]
+            _row([_stacked(h, s[0]) for h, s in zip(headers, spec)]), r"\midrule"]
     for row in cells:
         out = []
-        for c, text in zip(columns, row):
+        for c, text, align in zip(columns, row, spec):
             if text == "–":
                 out.append("--")
             elif c.kind == "formula":
                 out.append(math_formula(text))
             elif c.numeric:
                 out.append(numeric_cell(text))
+            elif align == PARAGRAPH:
+                out.append(_breakable(tex(text)))
             else:
                 out.append(tex(text))
         body.append(_row(out))
     body += [r"\bottomrule", r"\end{tabular}"]
     if bare:
         return "\n".join([PACKAGES] + body)
-    head = [PACKAGES, r"\begin{table}[htbp]", r"\centering"]
+    head = [PACKAGES_FITTED, r"\begin{table}[htbp]", r"\centering"]
     if caption:
         head.append(rf"\caption{{{tex(caption)}}}")
     if label:
         head.append(rf"\label{{{label}}}")
+    body[0] = SHRINK + body[0]
+    body[-1] += "}"
     return "\n".join(head + body + [r"\end{table}"])
+
+
+def _breakable(text: str) -> str:
+    """A paragraph cell whose words longer than a short number (an address, a list of layers '[0,2,4,...]') may
+    break after a slash or a comma: otherwise they run out of their column."""
+    return re.sub(r"\S{21,}", lambda m: re.sub(r"([/,])", r"\1\\allowbreak{}", m[0]), text)
+
+
+def _stacked(header: str, align: str) -> str:
+    """A header of several lines (the terminal's 'KV\\ncache') as a column of its lines, bottom-aligned with the
+    row (a nested tabular: core LaTeX), aligned as its column; one line as it is."""
+    lines = [tex(line) for line in header.splitlines()]
+    if len(lines) == 1:
+        return lines[0]
+    inner = "r" if align == "r" else "l"
+    return rf"\begin{{tabular}}[b]{{@{{}}{inner}@{{}}}}" + r" \\ ".join(lines) + r"\end{tabular}"
 
 
 def _row(cells: list[str]) -> str:

@@ -495,8 +495,9 @@ def paper_readme(files: dict[str, str], command: str, version: str) -> str:
         stem, ext = name.rsplit(".", 1)
         lines.append(f"| `{name}` | {what.get(stem, stem)} ({ext}) |")
     figures = any(name.endswith(".pdf") for name in files)
-    lines += ["", "The .tex files need `\\usepackage{booktabs,array}` (their first line says so)"
-              + ("; the figures, `\\usepackage{graphicx}` for `\\includegraphics{cache.pdf}`." if figures else ".")]
+    lines += ["", "The .tex files need `\\usepackage{booktabs,array,graphicx}` (their first line says so; graphicx scales a "
+              "table wider than the line down to it)"
+              + ("; the figures, graphicx too, for `\\includegraphics{cache.pdf}`." if figures else ".")]
     return "\n".join(lines) + "\n"
 
 
