@@ -92,7 +92,7 @@ def model_facts(spec: ModelSpec, layout: str | None = None) -> ModelFacts:
         max_context=spec.max_context,
         attention_chunk_size=_uniform([g.layer.chunk for g in groups if g.layer.chunk]),
         attention_label=attention_label(spec, layout),
-        heads_label=_joined(heads),
+        heads_label=_joined(heads) or "–",  # no softmax heads (a pure SSM stack): the dash of every missing figure
         kv_label=_joined(g.attention.kv_label(g.layer, layout) for g in groups if g.attention.mixer),
         head_dim_label=_joined(g.attention.head_dim_label(g.layer) for g in groups if g.attention.mixer),
     )

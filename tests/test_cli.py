@@ -444,3 +444,22 @@ def test_explain_derives_the_engine_pages():
     # Llama 4 Scout at 10,001 tokens: a chunked layer past its first chunk reserves a whole chunk, 8,192 / 16 pages
     out = run("compare", "llama4-scout", "--ctx", "10001", "--engine", "vllm", "--block-size", "16", "--explain").stdout
     assert "vllm pages: 512 of 16 tokens a layer and sequence (a whole chunk: (B − gcd(B, C) + C − 1) // B + 1)" in out
+
+
+def test_a_model_without_softmax_heads_shows_a_dash_for_them(tmp_path):
+    # an audit: a pure Mamba-2 stack left the Q heads cell blank, where every other missing figure shows a dash
+    path = tmp_path / "m.yaml"
+    path.write_text("name: pure-mamba\nfamily: test\nd_model: 1024\nn_layers: 4\nvocab_size: 1000\nmax_context: 8192\n"
+                    "ffn: {kind: none}\nlayer_groups:\n  - layers: all\n    attention: {kind: mamba2, mamba_num_heads: 32, "
+                    "mamba_head_dim: 64, ssm_state_size: 128, n_groups: 1, conv_kernel: 4}\n")
+    row = run("compare", str(path), "--ctx", "4k", "-f", "markdown").stdout.splitlines()[4]
+    assert row.startswith("| pure-mamba | MAMBA2 | 4 | – | state | – | 4k | 0 B | 0 B |"), row
+
+
+def test_show_gives_the_short_form_of_max_context_only_where_it_differs():
+    # an audit: Whisper's 448 was written '448 (448)'
+    def line(model: str) -> str:
+        return next(x for x in run("show", model, "--ctx", "1k").stdout.splitlines() if x.startswith("max_context"))
+
+    assert line("whisper-large-v3").split()[:2] == ["max_context", "448"] and "(" not in line("whisper-large-v3")
+    assert line("llama3-70b").split()[:3] == ["max_context", "8,192", "(8k)"]

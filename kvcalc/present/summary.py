@@ -46,6 +46,12 @@ COST_SUMMARY = COST_SUMMARY_REQUIRED + ("state_bytes", "gpus", "kv_cache_bytes_p
                                         "fits_in_memory", "tp_allreduce_bytes", "comm_seconds_per_token")
 
 
+
+def _tokens_aside(n: int) -> str:
+    """A token count exact, with its k/M form where that differs ('131,072 (128k)'; '448' alone)."""
+    short = format_tokens(n)
+    return f"{n:,}" if short == f"{n:,}" else f"{n:,} ({short})"
+
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
@@ -84,7 +90,7 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
         ("n_layers", spec.n_layers, f"{spec.n_layers:,}", where("n_layers")),
         ("vocab_size", spec.vocab_size, f"{spec.vocab_size:,}", where("vocab_size")),
         ("tie_embeddings", spec.tie_embeddings, _yes(spec.tie_embeddings), "tie_embeddings"),
-        ("max_context", spec.max_context, f"{spec.max_context:,} ({format_tokens(spec.max_context)})", where("max_context")),
+        ("max_context", spec.max_context, _tokens_aside(spec.max_context), where("max_context")),
         ("ffn", ffn_text(spec), ffn_text(spec), "ffn"),
     ]
     for g in spec.groups:
