@@ -237,6 +237,8 @@ class GroupRow:
                                             "those elements in kv_dtype, with the --kv-quant scheme's scales")
     state_elements_per_layer: int | None = figure("State", "int", "constant state per sequence and layer")
     tokens_held: int = figure("Tokens\nheld", "tokens", "tokens each layer keeps per sequence: min(ctx, W) under a window")
+    cross_tokens_held: int | None = figure("Encoder\npositions", "tokens", "encoder positions each layer's cross-attention "
+                                           "keeps per sequence, beside tokens_held (encoder–decoder models: enc_ctx)")
     elements_per_layer: int = figure("Elements\nper layer", "int", "cache elements of one layer, all sequences")
     bytes_per_layer: int = figure("Cache per\nlayer", "bytes", "cache bytes of one layer, all sequences")
     elements: int = figure("Elements,\nall layers", "int", "cache elements of all its layers")
@@ -261,6 +263,7 @@ def _group_row(gc: GroupCache) -> GroupRow:
         bytes_per_token_per_layer=gc.bytes_per_token_per_layer,
         state_elements_per_layer=gc.state_elements_per_layer or None,
         tokens_held=gc.tokens_held,
+        cross_tokens_held=gc.cross_tokens if gc.cross_formula is not None else None,
         elements_per_layer=gc.elements_per_layer,
         bytes_per_layer=gc.bytes_per_layer,
         elements=gc.elements,
@@ -291,6 +294,7 @@ def group_rows(report: CacheReport, per_layer: bool = False) -> list[dict]:
         extra = "buffers" if report.settings.engine == "sglang" else "padding"
         rows += [{**as_row(_group_row(gc)), "layer": None, "layers": extra, "n_layers": gc.pad_layers, "bytes": 0,
                   "elements": 0, "tokens_held": 0, "elements_per_layer": 0, "bytes_per_layer": 0,
+                  "cross_tokens_held": 0 if gc.cross_formula is not None else None,
                   "engine_bytes": gc.pad_layers * gc.engine_bytes_per_layer, "state_bytes": None}
                  for gc in report.groups if gc.pad_layers and gc.engine_bytes_per_layer is not None]
     return rows

@@ -31,6 +31,17 @@ def test_whisper_cache_is_self_plus_cross_attention():
     assert row[0]["kv_bytes_per_token"] == 32 * 2 * 1280 * 2
 
 
+def test_show_says_the_encoder_positions_each_layer_keeps():
+    # an audit: show's group row gave 5.00 KiB a token and 448 tokens held beside 9.51 MiB a layer: the 1,500 encoder
+    # positions of the cross-attention were in the bytes but in no column
+    out = json.loads(run("show", "whisper-large-v3", "--ctx", "448", "-f", "json").stdout)["groups"][0]
+    assert (out["tokens_held"], out["cross_tokens_held"]) == (448, 1500)
+    assert out["bytes_per_layer"] == out["bytes_per_token_per_layer"] * (448 + 1500) == 2 * D * 2 * 1948 == 9_973_760
+    table = run("show", "whisper-large-v3", "--ctx", "448").stdout
+    assert "positions" in table and "1,500" in table.splitlines()[-1]
+    assert "positions" not in run("show", "llama3-70b", "--ctx", "4k").stdout  # no cross-attention: no column
+
+
 def test_whisper_parameters_written_out():
     attention = 4 * D * D + 3 * D  # q, k, v, out_proj; biases on q, v and out_proj (k_proj has none)
     ffn = 2 * D * FFN + FFN + D  # fc1, fc2 with biases (GELU: not gated)

@@ -73,7 +73,7 @@ LIST_COLUMNS = _columns(ListRow, ("model", "attention_label", "n_layers", "d_mod
 LIST_KEYS = [f.key for f in figures_of(ListRow) if f.raw]
 GROUP_COLUMNS = _columns(GroupRow, ("group", "layers", "n_layers", "kind", "sliding_window", "attention_chunk_size", "formula",
                                     "elements_per_token_per_layer", "bytes_per_token_per_layer", "tokens_held",
-                                    "bytes_per_layer", "bytes"))
+                                    "cross_tokens_held", "bytes_per_layer", "bytes"))
 GROUP_KEYS = [f.key for f in figures_of(GroupRow) if f.raw]
 STATE_COLUMN = _columns(GroupRow, ("state_bytes",))[0]  # shown when a group holds a constant state
 PAGE_COLUMNS = _columns(GroupRow, ("pages", "engine_bytes"))  # shown with --engine

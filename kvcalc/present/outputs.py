@@ -203,7 +203,9 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
     title = (f"KV cache by {'layer' if per_layer else 'layer group'} at ctx {s.ctx:,}, batch {s.batch}, {s.kv_dtype}"
              + serving_note(s))
     chunked = any(g.layer.chunk for g in spec.groups)  # the Chunk column only where some layer has one
-    columns = [c for c in GROUP_COLUMNS if chunked or c.key != "attention_chunk_size"]
+    crossed = spec.encoder is not None  # the Encoder positions column only where a layer has cross-attention
+    columns = [c for c in GROUP_COLUMNS if (chunked or c.key != "attention_chunk_size")
+               and (crossed or c.key != "cross_tokens_held")]
     columns += [STATE_COLUMN] if report.state_elements else []
     columns += PAGE_COLUMNS if s.engine else []
     over = {"exceeds_max_context": payload["exceeds_max_context"]}  # csv's flag on every group row (stderr says it)

@@ -61,6 +61,9 @@ HW = ("--hardware", "h100-80gb")
 # cross-attention's k_proj and v_proj, which project the encoder's output once, into the cache): a script checked that
 # only decode_bytes_read, decode_intensity and the decode roofline figures changed, decode_bytes_read by exactly
 # 32 · (2 · 1,280² + 1,280) weights (2 bytes each in bf16, half a byte in int4), and only in Whisper's rows.
+# 2026-12-05 (later): the 11 'show whisper-large-v3' lines were regenerated (each group or layer row carries
+# cross_tokens_held, the encoder positions its cross-attention keeps): a script checked that it is the only change, the
+# key added to every row with the value 1,500.
 SERVING = (
     ("--tp", "8"), ("--tp", "4", "--pp", "3", "--dp", "2"), ("--tp", "2", "--dp", "4", "--ep", "8"), ("--engine", "vllm"),
     ("--engine", "sglang", "--block-size", "16"), ("--kv-dtype", "int4", "--kv-quant", "g64"),
