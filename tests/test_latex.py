@@ -126,6 +126,9 @@ def test_output_file_takes_its_format_from_the_extension(tmp_path):
         path = tmp_path / f"kv{suffix}"
         res = run("compare", "llama3-70b", "--ctx", "4k", "--output", str(path))
         assert res.stdout == "" and marker in path.read_text(encoding="utf-8"), suffix
+    # an audit: the text table's title line kept rich's padding to the page width
+    text = (tmp_path / "kv.txt").read_text(encoding="utf-8")
+    assert text.splitlines()[0] == "KV cache, bf16, batch 1" and not any(line.endswith(" ") for line in text.splitlines())
     res = run("compare", "llama3-70b", "--ctx", "4k", "-o", str(tmp_path / "missing" / "x.tex"), ok=False)
     assert res.exit_code == 1 and "--output" in res.stderr and "Traceback" not in res.stderr
 

@@ -253,7 +253,7 @@ def table_text(t: Table, units: str) -> str:
     table, page = fit(t, units, terminal_width())
     buf = io.StringIO()
     Console(file=buf, width=page, no_color=True, highlight=False).print(table)
-    return buf.getvalue().rstrip("\n")
+    return "\n".join(line.rstrip() for line in buf.getvalue().rstrip("\n").splitlines())  # rich pads the title
 
 
 def csv_text(tables: list[Table]) -> str:
