@@ -341,3 +341,35 @@ def test_run_warns_when_a_constant_state_group_is_left_out():
             in " ".join(res.stderr.split()))
     res = cli("run", "minimax-m1", "--ctx", "8", "--decode", "1", "--layers", "2", "-q")
     assert "predicted, not measured" not in res.stderr
+
+
+def test_a_windowed_cache_holds_only_its_window_at_batch_1(tmp_path):
+    # an audit: at batch 1 the last W positions of a [1, t, ...] cache are a contiguous slice, which
+    # np.ascontiguousarray returned as a view: each windowed layer kept its whole prompt's K/V alive (16 layers of
+    # W = 4 at ctx 64: 78.3 MiB traced against the plan's 20.3) while nbytes reported the window
+    import tracemalloc
+
+    from kvcalc.backend.attention import _keep
+    from kvcalc.backend.ops import held
+    from kvcalc.backend.recurrent import causal_conv
+    from kvcalc.spec import load_spec
+
+    prompt = np.zeros((1, 64, 2, 8))
+    kept = _keep(prompt, 4)
+    assert kept.base is None and kept.nbytes == 4 * 2 * 8 * 8 and np.shares_memory(kept, prompt) is False
+    whole = np.zeros((1, 64, 16)).reshape(1, 64, 2, 8)  # a reshape of all its memory is kept as it is, not copied
+    assert held(whole) is whole
+    # a convolution of kernel 2 keeps one input: not the padded prompt it slices
+    _, state = causal_conv(FlopCounter(), "conv", np.ones((1, 64, 3)), np.zeros((1, 3, 1)), np.ones((3, 2)), None)
+    assert state.base is None and state.shape == (1, 3, 1)
+    path = tmp_path / "w.yaml"
+    path.write_text("name: wide-windows\nfamily: test\nd_model: 8\nn_layers: 16\nvocab_size: 100\nmax_context: 100000\n"
+                    "ffn: {kind: dense, d_ff: 16}\nlayer_groups:\n  - layers: all\n    attention: {kind: mha, n_heads: 64, "
+                    "head_dim: 64}\n    sliding_window: 4\n")
+    tracemalloc.start()
+    try:
+        report = run(load_spec(path), RunSettings(ctx=64, decode=1, batch=1, layers=16, dtype="float32", threads=1))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert report.ok and peak <= report.predicted_peak_bytes, (peak, report.predicted_peak_bytes)

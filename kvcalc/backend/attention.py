@@ -26,7 +26,7 @@ from kvcalc.backend.causal import (
     query_rows,
     top_keys,
 )
-from kvcalc.backend.ops import FlopCounter, apply_rope, apply_rope_, random_weight, rms_norm, rope_span, softmax
+from kvcalc.backend.ops import FlopCounter, apply_rope, apply_rope_, held, random_weight, rms_norm, rope_span, softmax
 from kvcalc.backend.recurrent import build_layer as state_layer
 from kvcalc.backend.recurrent import plan_layer as state_plan
 from kvcalc.backend.threads import run_tasks
@@ -42,8 +42,9 @@ def _layer_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
 
 
 def _keep(x: np.ndarray, window: int | None) -> np.ndarray:
-    """The last W positions of a cache tensor [b, t, ...] (a copy, so its nbytes is what is held)."""
-    return np.ascontiguousarray(x[:, -window:] if window and x.shape[1] > window else x)
+    """The last W positions of a cache tensor [b, t, ...], holding only its own memory (ops.held), so its nbytes is
+    what is held: a slice alone kept the whole prompt's K/V alive at batch 1, where it is contiguous."""
+    return held(x[:, -window:] if window and x.shape[1] > window else x)
 
 
 @dataclass

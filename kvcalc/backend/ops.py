@@ -37,6 +37,18 @@ class Aborted(Exception):
     """Raised in a prefill thread whose run was interrupted (ABORT set), so it ends at its next product piece."""
 
 
+
+def held(x: np.ndarray) -> np.ndarray:
+    """`x` as an array that holds only its own elements: `x` itself where it is contiguous and all of the memory it
+    views, else a copy. A contiguous slice of a larger array (a window's last W positions at batch 1, a convolution's
+    last K − 1 inputs) would keep the whole parent alive while its nbytes counts only the slice."""
+    root = x
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if x.flags.c_contiguous and root.nbytes == x.nbytes:
+        return x
+    return np.array(x, order="C", copy=True)
+
 def product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """np.matmul(a, b, out=out), interruptible: a large BLAS product in the main thread waited on in a helper thread,
     in a prefill thread in pieces of rows (or, for one row, of columns) of at most PIECE_FLOPS_BLAS each, each element

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from kvcalc.backend.ops import FlopCounter, random_weight, rms_norm
+from kvcalc.backend.ops import FlopCounter, held, random_weight, rms_norm
 
 PROGRESS_TOKENS = 256  # prefill tokens per progress-bar step
 
@@ -53,7 +53,7 @@ def causal_conv(fc: FlopCounter, component: str, x: np.ndarray, state: np.ndarra
     y = fc.einsum(component, "bscw,cw->bsc", windows, w)  # K multiply-adds per channel and token
     if bias is not None:
         y += bias
-    return y, np.ascontiguousarray(padded[:, s:].transpose(0, 2, 1))
+    return y, held(padded[:, s:].transpose(0, 2, 1))  # not a view keeping all of `padded` alive
 
 
 def _segsum(cum: np.ndarray) -> np.ndarray:
