@@ -226,7 +226,8 @@ class GroupRow:
     """The cache of one layer group (or one layer) at a setting, as `show` breaks it down."""
 
     group: str = figure("Group", "text", "the group's name")
-    layers: str = figure("Layers", "text", "its layers (0-based ranges)")
+    layers: str = figure("Layers", "text", "its layers (0-based ranges); 'padding' or 'buffers' for an engine's pages "
+                         "that hold no layer's tokens (--per-layer --engine)")
     n_layers: int = figure("Count", "int", "number of layers")
     kind: str = figure("Kind", "text", "attention kind")
     sliding_window: int | None = figure("Window", "tokens", "window W, if any")

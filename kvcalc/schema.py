@@ -227,8 +227,11 @@ def _show() -> dict[str, Any]:
              "spec": {"$ref": "#/$defs/ModelSpec"},
              "summary": _summary(SHOW_SUMMARY, SHOW_SUMMARY_REQUIRED, SHOW_FIGURES, group_line),
              "groups": {"type": "array", "items": {"$ref": "#/$defs/group_row"}, "description": "the cache by layer group"},
-             "layers": {"type": "array", "items": {"$ref": "#/$defs/group_row", "required": ["layer"]},
-                        "description": "--per-layer: the cache by layer"},
+             "layers": {"type": "array", "items": {"$ref": "#/$defs/group_row", "if": {"properties": {"layers": {
+                            "enum": ["padding", "buffers"]}}}, "else": {"required": ["layer"]}},
+                        "description": "--per-layer: the cache by layer, each row with its `layer`; under --engine also "
+                        "a row for each group's pages that hold no layer's tokens (vLLM's padding slots, SGLang's "
+                        "other buffers: `layers` 'padding' or 'buffers', no `layer`)"},
              "derivation": {"$ref": "#/$defs/derivation"}}
     body = _object(props, ("model", "origin", "exceeds_max_context", "spec", "summary"),
                    oneOf=[{"required": ["groups"]}, {"required": ["layers"]}])
@@ -275,19 +278,32 @@ CHECK_MEANINGS = {
 }
 
 
+RUN_SETTINGS = {  # what each of RunSettings' fields is, as the run's JSON `settings` carries it
+    "ctx": "--ctx: prompt tokens prefilled", "decode": "--decode: decode steps after the prompt",
+    "batch": "--batch: sequences", "layers": "--layers: layers run (left out: every layer)",
+    "dtype": "--dtype: the NumPy dtype of weights, activations and cache", "mla_cache": "--mla-cache: MLA cache layout",
+    "mla_schedule": "--mla-schedule: MLA decode schedule (left out: the layout's default)",
+    "seed": "--seed: seed of the random weights and inputs",
+    "max_memory": "--max-memory, in bytes (left out: the memory available)",
+    "rope_demo": "--rope-demo: the RoPE demonstration was added",
+    "threads": "--threads: prefill attention threads (left out: every core the process may use)",
+    "enc_ctx": "--enc-ctx: encoder positions cross-attention attends (left out: the model's source length)",
+}
+
+
 def _run() -> dict[str, Any]:
     from kvcalc.backend.checks import Check
-    from kvcalc.backend.runner import Row, RunSettings
+    from kvcalc.backend.runner import RunSettings
 
     value = {"type": ["integer", "number", "array"], "items": INT}
-    keys = [f.name for f in dataclasses.fields(Row)]
-    row_props: dict[str, Any] = {k: TEXT for k in keys}
+    row_props: dict[str, Any] = {"section": {**TEXT, "description": "what part of the run (cache, flops, time, ...)"},
+                                 "quantity": {**TEXT, "description": "what is predicted and measured"}}
     row_props.update(predicted=value, measured=value, kind={"enum": list(RUN_VALUES)},
                      match={"type": "boolean", "description": "predicted equals measured (left out: nothing to compare)"})
     by_kind = [{"if": {"properties": {"kind": {"const": kind}}},
                 "then": {"properties": {"predicted": v, "measured": v}}} for kind, v in RUN_VALUES.items()]
     row = _object(row_props, ("section", "quantity", "kind"), allOf=by_kind)
-    settings = _typed(RunSettings, lambda name: f"the run's --{name.replace('_', '-')}, parsed (a size in bytes)")
+    settings = _typed(RunSettings, RUN_SETTINGS.__getitem__)
     props = {"model": TEXT, "settings": settings,
              "layers": {"type": "array", "items": INT, "description": "the layers run"},
              "ok": {"type": "boolean", "description": "every predicted figure matched and every check passed"},

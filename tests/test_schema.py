@@ -179,6 +179,14 @@ def test_show_schema_per_layer_and_mutations():
                                                                      "attention": {**attention, "kv_lora_rank": 512}}]}}, s)
     assert rejects({**doc, "summary": {**doc["summary"], "norm": "rmsnorm"}}, s)  # not a layer group's line
     assert rejects({**doc, "summary": {**doc["summary"], "kv_cache_bytes": 1.5}}, s)
+    # an audit: under --engine vLLM's padding slots (SGLang's other buffers) have a row with no layer, which the
+    # schema refused; a layer's row still needs its layer
+    for args in (("gemma3-1b", "--engine", "vllm"), ("whisper-large-v3", "--engine", "sglang")):
+        doc = output("show", *args, "--per-layer", "--ctx", "4k")
+        extra = [r for r in doc["layers"] if "layer" not in r]
+        assert extra and {r["layers"] for r in extra} <= {"padding", "buffers"}
+        validate(doc, s)
+        assert rejects({**doc, "layers": [{**r, "layers": "0"} for r in extra]}, s)
 
 
 @pytest.mark.slow
@@ -216,6 +224,13 @@ def test_run_schema_validates_a_tiny_run():
     assert rejects({**doc, "settings": {**doc["settings"], "ctx": "64"}}, s)
     assert rejects({**doc, "checks": [{**doc["checks"][0], "error": "small"}]}, s)
     assert rejects({**doc, "checks": [{k: v for k, v in doc["checks"][0].items() if k != "passed"}]}, s)
+    # an audit: every setting was described as 'parsed (a size in bytes)', and rows declared a `compared` string
+    # the output never has (it has `match`)
+    described = s["properties"]["settings"]["properties"]
+    assert set(doc["settings"]) <= set(described) and described["ctx"]["description"].startswith("--ctx: prompt tokens")
+    assert [k for k, v in described.items() if "bytes" in v["description"]] == ["max_memory"]
+    row_keys = set(s["properties"]["rows"]["items"]["properties"])
+    assert row_keys == {k for r in doc["rows"] for k in r} | {"match"} and "compared" not in row_keys
 
 
 @pytest.mark.slow
