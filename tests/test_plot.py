@@ -68,6 +68,24 @@ def test_panels_are_log_log_with_one_line_per_model(models, metrics):
     assert set(MODELS) <= set(legend)
 
 
+@pytest.mark.slow
+def test_every_model_has_its_own_line_and_legend_entry():
+    # an audit: the ninth model repeated the first's colour and dash (black, solid); two models of one name shared a
+    # legend entry and an SVG id; a metric given twice drew two panels with the same ids
+    nine = [(n, load_model(n).spec) for n in ("gemma3-27b", "llama4-scout", "qwen3-next-80b-a3b", "whisper-large-v3",
+                                                "deepseek-v2", "gpt-oss-20b", "mistral-7b", "nemotron-h-56b", "minimax-m1")]
+    ax = plot_figure(nine, CTXS, ["cache"], Settings(ctx=1)).axes[0]
+    # colour and dash as drawn (the dash pattern matplotlib resolved from the style, scaled by the line width)
+    drawn = {line.get_label(): (line.get_color(), tuple(line._dash_pattern[1] or ())) for line in ax.lines
+             if line.get_label() in dict(nine)}
+    assert len(drawn) == 9 and len(set(drawn.values())) == 9 and drawn["minimax-m1"][0] == drawn["gemma3-27b"][0]
+    spec = load_model("llama3-8b").spec
+    with pytest.raises(KvcalcError, match=r"two models are named 'llama3-8b'"):
+        plot_figure([("llama3-8b", spec), ("llama3-8b", spec)], CTXS, ["cache"], Settings(ctx=1))
+    with pytest.raises(KvcalcError, match=r"--metric cache given twice"):
+        plot_figure([("llama3-8b", spec)], CTXS, ["cache", "cache"], Settings(ctx=1))
+
+
 def test_plotted_values_are_the_exact_figures(models):
     fig = plot_figure(models, CTXS, ["cache", "flops-decode"], Settings(ctx=1))
     cache, flops = (model_lines(ax) for ax in fig.axes)
@@ -223,11 +241,19 @@ def test_the_legend_fits_the_figure():
         box = legend.get_window_extent(fig.canvas.get_renderer())
         assert 0 <= box.x0 and box.x1 <= fig.bbox.width
         assert "qwen3-next-80b-a3b" in [t.get_text() for t in legend.get_texts()]
-    # the default three models' legend (with the window marker's entry) was cut off too in one panel: 2 columns
-    # now; two panels are wide enough for 3
+    # the default three models' legend (with the window marker's entry) was cut off too in one panel; it fits now,
+    # models first, then what the markers mean
     models3 = [(n, load_model(n).spec) for n in MODELS]
-    assert plot_figure(models3, CTXS, ["cache"], Settings(ctx=1)).legends[0]._ncols == 2
-    assert plot_figure(models3, CTXS, ["cache", "flops-decode"], Settings(ctx=1)).legends[0]._ncols == 3
+    for metrics in (["cache"], ["cache", "flops-decode"]):
+        fig = plot_figure(models3, CTXS, metrics, Settings(ctx=1))
+        fig.canvas.draw()
+        box = fig.legends[0].get_window_extent(fig.canvas.get_renderer())
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width
+        assert [t.get_text() for t in fig.legends[0].get_texts()] == [*MODELS, "window reached"]
+    # a chunk (Llama 4's C = 8,192) is marked as a window is: the cache stops growing there
+    scout = [("llama4-scout", load_model("llama4-scout").spec)]
+    fig = plot_figure(scout, CTXS, ["cache"], Settings(ctx=1))
+    assert [t.get_text() for t in fig.axes[0].texts] == ["C=8k"] and fig.legends[0].get_texts()[-1].get_text() == "chunk reached"
 
 
 def test_engine_pages_on_one_gpu_as_memory_crossing_counts_them():

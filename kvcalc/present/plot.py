@@ -132,9 +132,15 @@ def metric_values(spec: ModelSpec, ctxs: Sequence[int], metric: str, s: Settings
 
 
 def window_start(spec: ModelSpec) -> int | None:
-    """The smallest sliding window of the model's windowed layer groups: from this context on it caps their cache."""
-    windows = [g.sliding_window for g in spec.groups if g.sliding_window]
-    return min(windows) if windows else None
+    """The smallest sliding window or attention chunk of the model's layer groups: from this context on it caps
+    their cache (a chunked layer holds min(ctx, C) tokens) and the keys their queries meet."""
+    caps = [g.sliding_window for g in spec.groups if g.sliding_window] + [g.layer.chunk for g in spec.groups if g.layer.chunk]
+    return min(caps) if caps else None
+
+
+def _cap_letter(spec: ModelSpec, tokens: int) -> str:
+    """'W' where window_start's `tokens` is a sliding window, 'C' where it is only a chunk."""
+    return "W" if any(g.sliding_window == tokens for g in spec.groups) else "C"
 
 
 def memory_crossing(spec: ModelSpec, lo: int, hi: int, s: Settings) -> int | None:
@@ -190,7 +196,9 @@ def _panel(ax: Axes, models: list[tuple[str, ModelSpec]], ctxs: list[int], metri
     panel = f"@{metric.name}"  # in each id: an SVG's ids are unique across panels
     plotted = 0
     for i, (name, spec) in enumerate(models):
-        colour, style = PALETTE[i % len(PALETTE)], LINESTYLES[i % len(LINESTYLES)]
+        # colour and dash advance together for 8 models, then the dash one step further each round: a distinct pair
+        # for each of 64 models (the ninth was the first's black solid line)
+        colour, style = PALETTE[i % len(PALETTE)], LINESTYLES[(i + i // len(PALETTE)) % len(LINESTYLES)]
         window = window_start(spec) if metric.windowed else None
         window = window if window is not None and lo <= window <= hi else None
         crossing = memory_crossing(spec, lo, hi, s) if memory_panel else None
@@ -204,10 +212,12 @@ def _panel(ax: Axes, models: list[tuple[str, ModelSpec]], ctxs: list[int], metri
         if window is not None and at[window] > 0:
             ax.plot([window], [float(at[window])], marker="o", markersize=4, markerfacecolor="white",
                     markeredgecolor=colour, linestyle="none", label="_window", gid=f"window:{name}{panel}", zorder=3)
-            ax.annotate(f"W={format_tokens(window)}", (window, float(at[window])), xytext=(3, -9),
+            letter = _cap_letter(spec, window)
+            ax.annotate(f"{letter}={format_tokens(window)}", (window, float(at[window])), xytext=(3, -9),
                         textcoords="offset points", fontsize=6.5, color=colour, gid=f"window-note:{name}{panel}")
-            handles.setdefault("window", Line2D([], [], marker="o", markersize=4, markerfacecolor="white",
-                                                markeredgecolor="0.3", linestyle="none", label="window caps the cache"))
+            what = "window" if letter == "W" else "chunk"  # reached: the cache and the keys met stop growing there
+            handles.setdefault(what, Line2D([], [], marker="o", markersize=4, markerfacecolor="white",
+                                            markeredgecolor="0.3", linestyle="none", label=f"{what} reached"))
         if crossing is not None and at[crossing] > 0:
             ax.plot([crossing], [float(at[crossing])], marker="X", markersize=5, color=colour, linestyle="none",
                     label="_memory", gid=f"out-of-memory:{name}{panel}", zorder=3)
@@ -253,6 +263,12 @@ def plot_figure(models: list[tuple[str, ModelSpec]], ctxs: list[int], metrics: l
         raise KvcalcError(f"plot: give at least one metric ({', '.join(METRICS)})")
     if not ctxs:
         raise KvcalcError("plot: give at least one context")
+    names = [name for name, _ in models]
+    if twice := next((n for i, n in enumerate(names) if n in names[:i]), None):
+        raise KvcalcError(f"plot: two models are named {twice!r}, which the legend could not tell apart: give one "
+                          "another name (its spec's `name:`)")
+    if twice := next((m for i, m in enumerate(metrics) if m in metrics[:i]), None):
+        raise KvcalcError(f"plot: --metric {twice} given twice (one panel each)")
     chosen = [_metric(m, s) for m in metrics]
     points = sorted(set(ctxs))
     with rc_context(STYLE):
@@ -262,7 +278,9 @@ def plot_figure(models: list[tuple[str, ModelSpec]], ctxs: list[int], metrics: l
         handles: dict[str, Any] = {}
         for ax, metric in zip(axes, chosen):
             _panel(ax, models, points, metric, s, handles)
-        shown = list(handles.values())
+        # the models in their order, then the markers' meanings
+        shown = [h for k, h in handles.items() if k.startswith("model:")] + \
+                [h for k, h in handles.items() if not k.startswith("model:")]
         _legend_below(fig, shown)
     return fig
 
