@@ -55,7 +55,11 @@ class FitRow:
     max_batch: int | None = figure("Max\nbatch", "int", "the largest batch that fits the context (when solving for batch)")
     kv_cache_bytes: int = figure("KV\ncache", "bytes", "the KV cache at that maximum, all sequences (--engine: in its pages); "
                                  "where nothing fits, at the row's ctx and batch (1), as the per-GPU figures")
-    kv_cache_bytes_per_gpu: int = figure("KV cache\nper GPU", "bytes", "its share on the busiest GPU, states included")
+    kv_cache_bytes_per_gpu: int = figure("KV cache\nper GPU", "bytes", "its share on the busiest GPU, states included (so "
+                                         "the budget adds up; compare's key of this name leaves them to "
+                                         "state_bytes_per_gpu)")
+    state_bytes_per_gpu: int | None = figure("States\nper GPU", "bytes", "of kv_cache_bytes_per_gpu, the constant "
+                                             "states (hybrid models; left out without any)")
     free_bytes_per_gpu: int = figure("Left\nper GPU", "bytes", "budget left on the busiest GPU at that maximum (the "
                                      "one with the least left; under --engine vllm its pool's null block counted)")
     binding: str = figure("Binding", "text", "what limits the maximum: memory, max_context (the model's), batch_limit, "
@@ -309,5 +313,5 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
         weights_bytes_per_gpu=g.weights_bytes, activation_bytes=acts, batch=at.batch, ctx=at.ctx,
         max_ctx=best if solve == "ctx" else None, max_batch=best if solve == "batch" else None,
         kv_cache_bytes=_kv_bytes(kv_cache(spec, at)), kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
-        free_bytes_per_gpu=left, binding=binding, exceeds_max_context=at.ctx > spec.max_context,
+        state_bytes_per_gpu=g.state_bytes or None, free_bytes_per_gpu=left, binding=binding, exceeds_max_context=at.ctx > spec.max_context,
     )

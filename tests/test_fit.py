@@ -351,3 +351,16 @@ def test_the_title_says_the_reserve_exactly_or_to_three_digits(reserve, says):
     # an audit: the title rounded to a whole percent ('0% reserved' for 0.005, whose Reserved column was 410 MiB)
     res = run("fit", "llama3-8b", "--hardware", "h100-80gb", "--reserve", reserve)
     assert res.stdout.splitlines()[0].endswith(f", {says} reserved")
+
+
+def test_the_states_in_a_rows_per_gpu_cache_are_given_apart():
+    # an audit: fit's kv_cache_bytes_per_gpu counts the states (so the budget adds up) where compare's leaves them to
+    # state_bytes_per_gpu: on one GPU it read above the whole kv_cache_bytes. The row now says how much is states.
+    row = json.loads(run("fit", "nemotron-h-56b", "--hardware", "h200-141gb", "--batch", "4", "-f", "json").stdout)[0]
+    same = json.loads(run("compare", "nemotron-h-56b", "--ctx", str(row["ctx"]), "--batch", "4", "--columns", "all",
+                          "-f", "json").stdout)[0]
+    assert row["state_bytes_per_gpu"] == same["state_bytes_per_gpu"] > 0
+    assert row["kv_cache_bytes_per_gpu"] == same["kv_cache_bytes_per_gpu"] + same["state_bytes_per_gpu"]
+    assert row["kv_cache_bytes"] == same["kv_cache_bytes"]
+    plain = json.loads(run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "-f", "json").stdout)[0]
+    assert "state_bytes_per_gpu" not in plain  # no states: left out

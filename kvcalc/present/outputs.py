@@ -331,6 +331,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
                         f"({cap[1]}); the rest wait, or raise it")
     figs = figures_of(FitRow)
     hide = ({"max_ctx", "batch"} if ctxs else {"max_batch", "ctx"}) | {"exceeds_max_context"}  # stderr says it
+    hide |= {"state_bytes_per_gpu"}  # in the KV cache column already (csv and json carry it apart)
     cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
     cols = [Column.of(figs[0])] + cols
     from kvcalc.costs.parallel import stages

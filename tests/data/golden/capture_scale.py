@@ -64,6 +64,9 @@ HW = ("--hardware", "h100-80gb")
 # 2026-12-05 (later): the 11 'show whisper-large-v3' lines were regenerated (each group or layer row carries
 # cross_tokens_held, the encoder positions its cross-attention keeps): a script checked that it is the only change, the
 # key added to every row with the value 1,500.
+# 2026-12-05 (later): the 6 fit lines of the hybrid models (MiniMax-M1, Nemotron-H, Qwen3-Next) were regenerated (each
+# row carries state_bytes_per_gpu, the states within kv_cache_bytes_per_gpu): a script checked it is the only change,
+# positive and at most kv_cache_bytes_per_gpu.
 SERVING = (
     ("--tp", "8"), ("--tp", "4", "--pp", "3", "--dp", "2"), ("--tp", "2", "--dp", "4", "--ep", "8"), ("--engine", "vllm"),
     ("--engine", "sglang", "--block-size", "16"), ("--kv-dtype", "int4", "--kv-quant", "g64"),
