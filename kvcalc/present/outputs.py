@@ -335,25 +335,27 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
     cols = [Column.of(figs[0])] + cols
     from kvcalc.costs.parallel import stages
-    from kvcalc.units import format_bytes, format_number
+    from kvcalc.units import format_bytes
 
     held = {p.held_back for p in stages(spec, s)}  # vLLM's null block: no column shows it, so the title says it
     title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}), weights "
              f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}"
              + (f" ({'up to ' if len(held) > 1 else ''}{format_bytes(max(held), units)} a GPU held back: the pool's "
                 "null block)" if max(held) else "")
-             + f", {_percent(frac, format_number)}% reserved")
+             + f", {_percent(frac)}% reserved")
     keys = [f.key for f in figs]
     return Output([Table("fit", cols, rows, title, keys)],
                   warnings=_load_warnings([lm]) + (_ctx_warnings([spec], ctxs) if ctxs else []) + option_warnings([spec], s) + warnings)
 
 
-def _percent(frac: Fraction, three_digits: Callable[[Fraction], str]) -> str:
+def _percent(frac: Fraction) -> str:
     """A fraction as a percentage: exact where 3 significant digits hold it, trailing zeros dropped (10, 12.5, 0.5),
     else 3 significant digits, half to even (33.3)."""
     from fractions import Fraction
 
-    text = three_digits(frac * 100)
+    from kvcalc.units import format_number
+
+    text = format_number(frac * 100)
     if Fraction(text.replace(",", "")) == frac * 100 and "." in text:
         text = text.rstrip("0").rstrip(".")
     return text
