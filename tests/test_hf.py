@@ -253,3 +253,18 @@ def test_missing_required_config_field():
 def test_wrong_type_in_config_is_a_clear_error():
     with pytest.raises(SpecError, match="config.json: "):
         imported({**LLAMA, "num_key_value_heads": "eight"})
+
+
+def test_a_llama_config_slides_only_where_layer_types_says():
+    # an audit: a Llama config with a sliding_window key and no layer_types was imported with every layer windowed;
+    # LlamaConfig has no such field, and vLLM 0.34.0's LlamaAttention slides only a 'sliding_attention' layer
+    cfg = {"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 6, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "intermediate_size": 1024, "vocab_size": 1000, "max_position_embeddings": 131072,
+           "sliding_window": 1024}
+    model, imported = spec_from_config(cfg, "config.json", "stray")
+    # 6 layers · 2 (K, V) · 2 KV heads · 64 dims · 2 bytes, every layer over all 65,536 tokens
+    assert kv_cache(model, Settings(ctx=65536)).bytes == 6 * 2 * 2 * 64 * 2 * 65536 == 201_326_592
+    assert "sliding_window 1024 without layer_types does not apply to a Llama model" in imported.data["notes"]
+    typed = {**cfg, "layer_types": ["sliding_attention", "full_attention"] * 3}
+    model = spec_from_config(typed, "config.json", "typed")[0]  # layer_types: its sliding layers hold 1,024
+    assert kv_cache(model, Settings(ctx=65536)).bytes == 3 * 512 * 65536 + 3 * 512 * 1024

@@ -29,6 +29,13 @@ from kvcalc.hf.common import (
 
 @importer("llama")
 def _llama(cfg, origin, notes):
+    # LlamaConfig has no sliding_window: Llama's attention slides only where layer_types names sliding layers (vLLM
+    # 0.34.0 llama.py, LlamaAttention: sliding_window = config.sliding_window only for a 'sliding_attention' layer)
+    window = get(cfg, "sliding_window", origin, minimum=0)  # read (its bounds checked) even where it does not apply
+    if window and not cfg.get("layer_types"):
+        notes.append(f"sliding_window {window} without layer_types does not apply to a Llama model: "
+                     "every layer attends its whole context")
+        cfg = {**cfg, "sliding_window": None}
     return decoder(cfg, origin, "llama", notes)
 
 
