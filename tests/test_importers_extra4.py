@@ -45,10 +45,12 @@ def test_cohere2_parallel_block_one_layernorm_without_bias():
     assert compare(R7B)[0]["params_total"] == v * d + 32 * layer + d  # tied LM head (tie_word_embeddings default)
 
 
-def test_cohere2_head_dim_is_hidden_over_heads():
-    # Cohere2Config.__post_init__ sets head_dim = hidden_size // num_attention_heads, overriding the file's key
+def test_cohere2_head_dim_is_the_files_else_hidden_over_heads():
+    # Cohere2Config sets head_dim = hidden_size // num_attention_heads, but a head_dim in the file is set after it and
+    # wins (an audit built the model with transformers 5.25: k_proj 256 wide per head; vLLM's commandr.py reads it)
     cfg = {**config(R7B), "head_dim": 256}
-    assert {g.head_dim for g in imported(cfg).groups} == {128}
+    assert {g.head_dim for g in imported(cfg).groups} == {256}
+    assert {g.head_dim for g in imported(config(R7B)).groups} == {128}  # none in the file: 4,096 / 32
 
 
 # ---------------------------------------------------------------- openelm (OpenELM-270M)

@@ -2,7 +2,8 @@
 layer without positions, each layer's attention and FFN run in parallel on one LayerNorm.
 
 Rules, from transformers' models/cohere2 (modular_cohere2.py):
-- Cohere2Config.__post_init__: head_dim = hidden_size // num_attention_heads, whatever the file's head_dim says;
+- Cohere2Config.__post_init__ sets head_dim = hidden_size // num_attention_heads, but a head_dim in the file is set
+  after it and wins (configuration_utils sets the file's other keys last; vLLM's commandr.py reads config.head_dim);
   without `layer_types`, layer i slides when (i + 1) % sliding_window_pattern != 0 (default pattern 4), else it is
   a full-attention layer. Cohere2Attention applies RoPE on sliding layers only: the global layers are NoPE, but
   they still cache K and V of every token.
@@ -18,15 +19,13 @@ from __future__ import annotations
 from kvcalc.hf.common import decoder, get, importer, need, with_defaults
 
 
-@importer("cohere2", keys={"head_dim": "hidden_size / num_attention_heads (Cohere2Config ignores head_dim)",
+@importer("cohere2", keys={"head_dim": "head_dim, else hidden_size / num_attention_heads",
                            "sliding_window": "sliding_window (layer_types, or sliding_window_pattern)"})
 def _cohere2(cfg: dict, origin: str, notes: list[str]) -> dict:
     cfg = with_defaults(cfg, "cohere2", notes)
     heads = need(cfg, "num_attention_heads", origin)
-    head_dim = need(cfg, "hidden_size", origin) // heads
     given = get(cfg, "head_dim", origin)
-    if given is not None and given != head_dim:
-        notes.append(f"head_dim {given} ignored: Cohere2Config sets hidden_size // num_attention_heads = {head_dim}")
+    head_dim = given if given is not None else need(cfg, "hidden_size", origin) // heads
     pattern = get(cfg, "sliding_window_pattern", origin) or 4
     notes.append("global layers are NoPE (no rotary) but cache K/V of every token; CohereLayerNorm has no bias")
     return decoder({**cfg, "head_dim": head_dim}, origin, "cohere2", notes, tie_default=True, norms_per_layer=1,

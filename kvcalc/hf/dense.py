@@ -149,6 +149,10 @@ def _falcon(cfg, origin, notes):
     if cfg.get("max_position_embeddings") is None:
         cfg["max_position_embeddings"] = FALCON_DEFAULT_MAX_POSITIONS
         notes.append(f"no max_position_embeddings in the config: FalconConfig default {FALCON_DEFAULT_MAX_POSITIONS} used")
+    if cfg.get("head_dim") is not None:  # FalconAttention: head_dim = hidden_size // num_heads, always (the config's
+        # head_dim is a read-only property of those two; vLLM's falcon.py alike)
+        notes.append(f"head_dim {show(cfg['head_dim'])} ignored: Falcon's heads are hidden_size / num_attention_heads wide")
+        cfg["head_dim"] = None
     base = base_fields(cfg, origin, "falcon", True)
     base["norm"] = "layernorm"
     parallel, new_arch = flag(cfg, "parallel_attn", origin, True), flag(cfg, "new_decoder_architecture", origin)

@@ -67,7 +67,12 @@ def _layer_types(cfg: dict, origin: str, n: int, notes: list[str]) -> list[str]:
 
 
 def _refuse_unmodelled(cfg: dict, origin: str) -> None:
-    """Per-layer embeddings and KV-shared layers change sizes in ways no kvcalc field expresses yet."""
+    """Per-layer embeddings and KV-shared layers change sizes in ways no kvcalc field expresses yet; transformers
+    5.25's per_layer_config form (which drops global_head_dim and num_global_key_value_heads) is not read yet."""
+    if "per_layer_config" in cfg:
+        raise SpecError(f"{origin}: per_layer_config: the per-layer form of a Gemma 4 config (saved by transformers 5.25, "
+                        "without global_head_dim and num_global_key_value_heads) is not read yet; give the config as "
+                        "published")
     if get(cfg, "hidden_size_per_layer_input", origin, minimum=0):
         raise SpecError(f"{origin}: hidden_size_per_layer_input: {show(cfg['hidden_size_per_layer_input'])}: per-layer "
                         "embeddings (Gemma 4 E2B/E4B) are not modelled; kvcalc imports Gemma 4 configs with 0")
