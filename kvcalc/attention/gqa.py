@@ -104,6 +104,7 @@ class Heads(AttentionKind):
             out.append(Weight("b_Q", "attn/q", (n_h * d_h,), "bias"))
             out += [Weight("b_K", "attn/k", (n_kv * d_h,), "bias")] if self.k_bias else []
             out += [] if self.k_eq_v else [Weight("b_V", "attn/v", (n_kv * d_v,), "bias")]
+            out += [Weight("b_G", "attn/q", (n_h * d_h,), "bias")] if self.output_gate else []  # q_proj's gate half
         if self.o_bias:
             out.append(Weight("b_O", "attn/o", (d,), "bias"))
         if self.qk_norm:  # q_norm and k_norm over head_dim (Gemma 3, Qwen3), or over the whole projection (OLMo 2)

@@ -348,19 +348,37 @@ def base_fields(cfg: dict, origin: str, family: str, tie_default: bool) -> dict:
     }
 
 
+# The config's bias switches of a Llama-style decoder: attention_bias (q, k, v and o) and mlp_bias (gate, up, down).
+BIAS_SWITCHES = ("attention_bias", "mlp_bias")
+
+
+def bias_switches(cfg: dict, origin: str, family: str, reads: tuple[str, ...], notes: list[str]) -> dict[str, bool]:
+    """Which bias switches are on, of those the family's modules read (`reads`, from its transformers modeling file);
+    one they do not read is checked to be a boolean, then ignored with a note (a checkpoint has no such bias)."""
+    out = {}
+    for key in BIAS_SWITCHES:
+        on = flag(cfg, key, origin, False)
+        if on and key not in reads:
+            notes.append(f"{key} true ignored: the {family} modules do not read it (their biases are fixed by the architecture)")
+        out[key] = on and key in reads
+    return out
+
+
 def decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_default=False, qkv_bias=False,
-             qk_norm=False, norms_per_layer: int = 2, sliding: Callable[[int], bool] = lambda i: True,
-             ffn: dict | None = None, layer_ffn: Callable[[int], dict | None] = lambda i: None,
-             attention: dict | None = None) -> dict:
+             reads: tuple[str, ...] = ("attention_bias",), qk_norm=False, norms_per_layer: int = 2,
+             sliding: Callable[[int], bool] = lambda i: True, ffn: dict | None = None,
+             layer_ffn: Callable[[int], dict | None] = lambda i: None, attention: dict | None = None) -> dict:
     """The common Llama-style decoder: every layer the same attention (`attention`: more of its fields), windows per
-    `sliding` or `layer_types`."""
+    `sliding` or `layer_types`; `reads`: the bias switches the family's modules take (Llama: both, most: attention_bias
+    only, Mistral: none), `qkv_bias`: q/k/v biases whatever the config says (Qwen2)."""
     base = base_fields(cfg, origin, family, tie_default)
     if norms_per_layer != 2:
         base["norms_per_layer"] = norms_per_layer
     n_heads = need(cfg, "num_attention_heads", origin)
     n_kv = get(cfg, "num_key_value_heads", origin) or n_heads
-    # Llama-style attention_bias puts a bias on q, k, v and o; Qwen2 has q/k/v biases only.
-    bias = flag(cfg, "attention_bias", origin, False)
+    # Llama-style attention_bias puts a bias on q, k, v and o (LlamaAttention); Qwen2's q/k/v always have one.
+    biases = bias_switches(cfg, origin, family, reads, notes)
+    bias = biases["attention_bias"]
     flags = {"qkv_bias": qkv_bias or bias, "o_bias": bias, "qk_norm": qk_norm, **(attention or {})}
     att = heads_attention(n_heads, n_kv, get(cfg, "head_dim", origin), **flags)
     window = get(cfg, "sliding_window", origin, minimum=0)  # 0 or null: no window
@@ -378,7 +396,7 @@ def decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_defaul
         if layer_ffn(i) is not None:
             layer["ffn"] = layer_ffn(i)
         layers.append(layer)
-    base["ffn"] = ffn if ffn is not None else dense_ffn(need(cfg, "intermediate_size", origin), bias=flag(cfg, "mlp_bias", origin))
+    base["ffn"] = ffn if ffn is not None else dense_ffn(need(cfg, "intermediate_size", origin), bias=biases["mlp_bias"])
     base["layer_groups"] = group_layers(layers, base["n_layers"])
     return base
 

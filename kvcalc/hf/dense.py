@@ -36,13 +36,15 @@ def _llama(cfg, origin, notes):
         notes.append(f"sliding_window {window} without layer_types does not apply to a Llama model: "
                      "every layer attends its whole context")
         cfg = {**cfg, "sliding_window": None}
-    return decoder(cfg, origin, "llama", notes)
+    # LlamaAttention: q/k/v/o bias=attention_bias; LlamaMLP: gate/up/down bias=mlp_bias
+    return decoder(cfg, origin, "llama", notes, reads=("attention_bias", "mlp_bias"))
 
 
 @importer("mistral")
 def _mistral(cfg, origin, notes):
     cfg = with_defaults(cfg, "mistral", notes)
-    return decoder(cfg, origin, "mistral", notes)
+    # MistralAttention and MistralMLP: bias=False on every projection, whatever the config says
+    return decoder(cfg, origin, "mistral", notes, reads=())
 
 
 @importer("mixtral")
@@ -54,7 +56,8 @@ def _mixtral(cfg, origin, notes):
         "n_experts_per_tok": need(cfg, "num_experts_per_tok", origin),
         "moe_d_ff": need(cfg, "intermediate_size", origin),  # Mixtral: intermediate_size is per expert
     }
-    return decoder(cfg, origin, "mixtral", notes, ffn=moe)
+    # MixtralAttention: q/k/v/o bias=False (MixtralConfig has no attention_bias)
+    return decoder(cfg, origin, "mixtral", notes, reads=(), ffn=moe)
 
 
 def _qwen(cfg: dict, model_type: str, origin: str, notes: list[str]) -> tuple[dict, Callable[[int], bool]]:
@@ -84,9 +87,9 @@ def _qwen(cfg: dict, model_type: str, origin: str, notes: list[str]) -> tuple[di
 
 @importer("qwen2")
 def _qwen2(cfg, origin, notes):
-    # Qwen2 always has biases on q, k and v (Qwen2Attention: bias=True).
+    # Qwen2Attention: q/k/v bias=True and o_proj bias=False, whatever attention_bias says; Qwen2MLP: no bias
     cfg, sliding = _qwen(cfg, "qwen2", origin, notes)
-    return decoder(cfg, origin, "qwen2", notes, qkv_bias=True, sliding=sliding)
+    return decoder(cfg, origin, "qwen2", notes, qkv_bias=True, reads=(), sliding=sliding)
 
 
 @importer("qwen3")

@@ -135,7 +135,8 @@ def plain_decoder(cfg: dict, origin: str, notes: list[str]) -> dict:
     if cfg.get("sliding_window") and not _use_window(cfg, origin):
         notes.append(f"use_sliding_window is false: sliding_window {show(cfg['sliding_window'])} does not apply")
         cfg["sliding_window"] = None
-    body = decoder(cfg, origin, str(cfg["model_type"]), notes, tie_default=True, sliding=sliding)
+    body = decoder(cfg, origin, str(cfg["model_type"]), notes, tie_default=True, sliding=sliding,
+                   reads=("attention_bias", "mlp_bias"))  # Llama's rule, as the assumption says
     if "layer_norm_eps" in cfg and "rms_norm_eps" not in cfg:
         body["norm"] = "layernorm"
     return body

@@ -43,5 +43,5 @@ def _minimax_m2(cfg: dict, origin: str, notes: list[str]) -> dict:
         "moe_d_ff": need(cfg, "intermediate_size", origin),  # per expert (MixtralExperts)
         "router_bias": True,  # MiniMaxM2SparseMoeBlock.e_score_correction_bias
     }
-    cfg["attention_bias"] = False
-    return decoder(cfg, origin, "minimax-m2", notes, ffn=moe, attention=qk)
+    # MiniMaxM2Attention: q/k/v/o bias=False
+    return decoder(cfg, origin, "minimax-m2", notes, reads=(), ffn=moe, attention=qk)

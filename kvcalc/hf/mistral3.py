@@ -45,7 +45,7 @@ def _ministral3_text(cfg: dict, notes: list[str]) -> dict:
 
 @importer("ministral3")
 def _ministral3(cfg: dict, origin: str, notes: list[str]) -> dict:
-    return decoder(_ministral3_text(cfg, notes), origin, "ministral3", notes)
+    return decoder(_ministral3_text(cfg, notes), origin, "ministral3", notes, reads=())  # no biases (Ministral3)
 
 
 @importer("mistral3", keys={"d_model": "text_config.hidden_size", "n_layers": "text_config.num_hidden_layers",
@@ -64,5 +64,5 @@ def _mistral3(cfg: dict, origin: str, notes: list[str]) -> dict:
     if "tie_word_embeddings" in cfg:
         text = {**text, "tie_word_embeddings": cfg["tie_word_embeddings"]}
     if kind == "ministral3":
-        return decoder(_ministral3_text(text, notes), origin, "ministral3", notes)
-    return decoder(with_defaults(text, "mistral", notes), origin, "mistral", notes)
+        return decoder(_ministral3_text(text, notes), origin, "ministral3", notes, reads=())
+    return decoder(with_defaults(text, "mistral", notes), origin, "mistral", notes, reads=())

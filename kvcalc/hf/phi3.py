@@ -15,13 +15,10 @@ Rules, from transformers' models/phi3 (configuration_phi3.py, modeling_phi3.py):
 
 from __future__ import annotations
 
-from kvcalc.hf.common import decoder, flag, importer
+from kvcalc.hf.common import decoder, importer
 
 
 @importer("phi3")
 def _phi3(cfg: dict, origin: str, notes: list[str]) -> dict:
-    cfg = dict(cfg)
-    if flag(cfg, "attention_bias", origin):
-        notes.append("attention_bias ignored: Phi3Attention's qkv_proj and o_proj have no bias")
-    cfg["attention_bias"] = False
-    return decoder(cfg, origin, "phi3", notes)
+    # Phi3Attention's qkv_proj and o_proj and Phi3MLP's gate_up_proj and down_proj: bias=False
+    return decoder(cfg, origin, "phi3", notes, reads=())

@@ -95,6 +95,9 @@ def _nemotron_blocks(cfg: dict, origin: str) -> list[str]:
 def _nemotron_moe(cfg: dict, origin: str) -> dict:
     # NemotronHMoE: routed NemotronHExperts (up and down, no gate), one shared NemotronHMLP of
     # moe_shared_expert_intermediate_size, and NemotronHTopkRouter (DeepseekV3TopkRouter: e_score_correction_bias)
+    if flag(cfg, "mlp_bias", origin, False):  # the shared expert is a NemotronHMLP: up/down bias=mlp_bias
+        raise SpecError(f"{origin}: mlp_bias: biases on an MoE block's shared expert are not supported (its MLP blocks "
+                        "take them)")
     if cfg.get("moe_latent_size") is not None:
         raise SpecError(f"{origin}: moe_latent_size: the latent expert projections (fc1/fc2_latent_proj) are not supported")
     return {"kind": "moe", "n_routed_experts": need(cfg, "n_routed_experts", origin),
@@ -146,9 +149,10 @@ def _nemotron_h(cfg, origin, notes):
         n_heads = need(cfg, "num_attention_heads", origin)
         # neither key: NemotronHConfig's head_dim default, 128
         head_dim = get(cfg, "head_dim", origin) or get(cfg, "attention_head_dim", origin) or 128
-        bias = flag(cfg, "attention_bias", origin, False)
-        kinds["attention"] = heads_attention(n_heads, get(cfg, "num_key_value_heads", origin) or n_heads, head_dim,
-                                             qkv_bias=bias, o_bias=bias)
+        # q/k/v/o bias=False whatever attention_bias says (transformers 5.25 NemotronHAttention, vLLM 0.34.0 likewise)
+        if flag(cfg, "attention_bias", origin, False):
+            notes.append("attention_bias true ignored: Nemotron-H's attention projections have no bias")
+        kinds["attention"] = heads_attention(n_heads, get(cfg, "num_key_value_heads", origin) or n_heads, head_dim)
     layers: list[dict] = []
     for block in blocks:
         if block in ("mamba", "attention"):

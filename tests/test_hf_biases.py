@@ -1,0 +1,117 @@
+"""Bias parameters of imported configs follow each family's modules (transformers 5.25 modeling_<family>.py; vLLM
+0.34.0 agrees where it has the model): a bias switch the modules do not read is ignored with a note, not counted.
+Each count is written out from a small config's numbers, beside the same config without the switch."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcalc.costs.params import param_totals
+from kvcalc.errors import SpecError
+from kvcalc.hf import spec_from_config
+
+D, N_H, N_KV, D_H, D_FF, LAYERS, VOCAB = 512, 8, 2, 64, 1024, 6, 1000
+
+BASE = {"hidden_size": D, "num_attention_heads": N_H, "num_key_value_heads": N_KV, "head_dim": D_H,
+        "intermediate_size": D_FF, "num_hidden_layers": LAYERS, "vocab_size": VOCAB,
+        "max_position_embeddings": 65536, "tie_word_embeddings": False, "sliding_window": None}
+QKV_BIAS = N_H * D_H + 2 * N_KV * D_H  # b_Q, b_K, b_V of one layer
+O_BIAS = D  # b_O
+MLP_BIAS = 2 * D_FF + D  # gate and up (d_ff each), down (d)
+
+
+def imported(**cfg):
+    spec, imp = spec_from_config(cfg, "config.json", "m")
+    return param_totals(spec)[0], imp.data.get("notes", "")
+
+
+def total(model_type: str, **switches) -> tuple[int, str]:
+    return imported(**BASE, model_type=model_type, **switches)
+
+
+def test_llama_reads_both_switches():
+    # LlamaAttention: q/k/v/o bias=attention_bias; LlamaMLP: gate/up/down bias=mlp_bias
+    plain, _ = total("llama")
+    assert total("llama", attention_bias=True)[0] - plain == LAYERS * (QKV_BIAS + O_BIAS)
+    assert total("llama", mlp_bias=True)[0] - plain == LAYERS * MLP_BIAS
+
+
+@pytest.mark.parametrize("model_type", ["mistral", "ministral3"])
+@pytest.mark.parametrize("switch", ["attention_bias", "mlp_bias"])
+def test_mistral_has_no_bias_whatever_the_config_says(model_type, switch):
+    # MistralAttention, MistralMLP (and Ministral3's): bias=False on every projection
+    plain, _ = total(model_type)
+    count, notes = total(model_type, **{switch: True})
+    assert count == plain
+    assert f"{switch} true ignored: the {model_type} modules do not read it" in notes
+
+
+def test_mixtral_attention_has_no_bias():
+    cfg = {"num_local_experts": 4, "num_experts_per_tok": 2}
+    plain, _ = total("mixtral", **cfg)
+    count, notes = total("mixtral", attention_bias=True, **cfg)
+    assert count == plain and "attention_bias true ignored" in notes
+
+
+def test_qwen2_biases_are_q_k_v_only_whatever_the_switches():
+    # Qwen2Attention: q/k/v bias=True, o_proj bias=False; Qwen2MLP: no bias. attention_bias used to add b_O (d per
+    # layer) and mlp_bias the MLP's biases
+    plain, _ = total("qwen2")
+    llama, _ = total("llama")
+    assert plain - llama == LAYERS * QKV_BIAS
+    assert total("qwen2", attention_bias=True)[0] == total("qwen2", mlp_bias=True)[0] == plain
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "gemma2", "gemma3_text", "olmo2", "cohere2"])
+def test_families_reading_attention_bias_only(model_type):
+    # q/k/v/o bias=config.attention_bias, MLP bias=False (modeling_qwen3, _gemma2, _gemma3, _olmo2, _cohere2)
+    plain, _ = total(model_type)
+    assert total(model_type, attention_bias=True)[0] - plain == LAYERS * (QKV_BIAS + O_BIAS)
+    count, notes = total(model_type, mlp_bias=True)
+    assert count == plain and "mlp_bias true ignored" in notes
+
+
+def test_a_switch_the_family_ignores_is_still_checked_to_be_a_boolean():
+    with pytest.raises(SpecError, match="mlp_bias: must be true or false, got 'yes'"):
+        total("mistral", mlp_bias="yes")
+
+
+def test_an_unknown_model_type_follows_llamas_rule():
+    plain, _ = total("acme")
+    assert total("acme", mlp_bias=True)[0] - plain == LAYERS * MLP_BIAS
+
+
+def test_qwen3_next_attention_bias_covers_the_gate_half_of_q_proj():
+    # Qwen3NextAttention: q_proj is d × 2·n_h·d_h with bias=attention_bias, so its bias is 2·n_h·d_h (query and
+    # output gate); k, v (n_kv·d_h each) and o (d) as usual. One full-attention layer of four here.
+    cfg = {**BASE, "model_type": "qwen3_next", "num_hidden_layers": 4, "full_attention_interval": 4,
+           "linear_num_value_heads": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 32, "linear_value_head_dim": 32,
+           "linear_conv_kernel_dim": 4, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+           "shared_expert_intermediate_size": 128, "decoder_sparse_step": 1}
+    plain, _ = imported(**cfg)
+    with_bias, _ = imported(**{**cfg, "attention_bias": True})
+    assert with_bias - plain == 2 * N_H * D_H + 2 * N_KV * D_H + D
+
+
+NEMOTRON_H = {"model_type": "nemotron_h", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1000, "max_position_embeddings": 65536,
+              "hybrid_override_pattern": "M-M*-", "mamba_num_heads": 8, "mamba_head_dim": 32, "ssm_state_size": 16,
+              "n_groups": 2, "conv_kernel": 4}
+
+
+def test_nemotron_h_attention_has_no_bias():
+    # NemotronHAttention: q/k/v/o bias=False (transformers 5.25; vLLM 0.34.0's nemotron_h.py likewise)
+    plain, _ = imported(**NEMOTRON_H)
+    count, notes = imported(**{**NEMOTRON_H, "attention_bias": True})
+    assert count == plain and "attention_bias true ignored" in notes
+
+
+def test_nemotron_h_mlp_bias_counts_on_mlp_blocks_and_is_refused_with_moe_blocks():
+    # NemotronHMLP: up and down bias=mlp_bias (d_ff + d per MLP block, two blocks here); an MoE block's shared expert
+    # is a NemotronHMLP too, whose biases kvcalc has no field for: refused rather than left out
+    plain, _ = imported(**NEMOTRON_H)
+    assert imported(**{**NEMOTRON_H, "mlp_bias": True})[0] - plain == 2 * (512 + 256)
+    moe = {**NEMOTRON_H, "hybrid_override_pattern": "M-M*-E", "n_routed_experts": 4, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 128, "moe_shared_expert_intermediate_size": 256, "mlp_bias": True}
+    with pytest.raises(SpecError, match="mlp_bias: biases on an MoE block's shared expert are not supported"):
+        imported(**moe)
