@@ -421,12 +421,28 @@ def importer(*model_types: str, keys: dict[str, str] | None = None) -> Callable[
     return register
 
 
+def text_tie(cfg: dict, text: dict, origin: str) -> dict:
+    """`text` (a multimodal config's text_config) with the tie_word_embeddings the file gives: transformers 4.x reads
+    text_config's, 5.x the top level's, so the one given is meant; both must agree; neither: the text class default."""
+    top, inner = cfg.get("tie_word_embeddings"), text.get("tie_word_embeddings")
+    if top is not None and not isinstance(top, bool):
+        raise SpecError(f"{origin}: tie_word_embeddings: must be true or false, got {show(top)}")
+    if inner is not None and not isinstance(inner, bool):
+        raise SpecError(f"{origin}: text_config.tie_word_embeddings: must be true or false, got {show(inner)}")
+    if top is not None and inner is not None and top != inner:
+        word = {True: "true", False: "false"}
+        raise SpecError(f"{origin}: tie_word_embeddings: {word[top]} at the top level but {word[inner]} in text_config "
+                        "(transformers 4.x reads text_config's, 5.x the top level's): give them alike")
+    value = inner if inner is not None else top
+    return {**text, "tie_word_embeddings": value} if value is not None else dict(text)
+
+
 def text_part(cfg: dict, origin: str) -> dict | None:
-    """The text model's fields under a multimodal config's text_config (None: the config is the text model's own);
-    a text_config that is not an object is refused, not passed over for the outer fields."""
+    """The text model's fields under a multimodal config's text_config, with its tie_word_embeddings (`text_tie`; None:
+    the config is the text model's own); a text_config that is not an object is refused, not passed over."""
     if "text_config" not in cfg:
         return None
     text = cfg["text_config"]
     if not isinstance(text, dict):
         raise SpecError(f"{origin}: text_config: must be an object of the text model's fields, got {show(text)}")
-    return text
+    return text_tie(cfg, text, origin)

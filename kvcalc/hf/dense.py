@@ -122,8 +122,17 @@ def _qwen3_moe(cfg, origin, notes):
     return decoder(cfg, origin, "qwen3", notes, qk_norm=True, sliding=sliding, ffn=moe, layer_ffn=layer_ffn)
 
 
+def _causal(cfg: dict, origin: str) -> None:
+    """Refuse a Gemma 2/3 config with use_bidirectional_attention true (EmbeddingGemma): its attention is not causal
+    (Gemma2Attention/Gemma3Attention: is_causal = not use_bidirectional_attention), an encoder with no KV cache."""
+    if flag(cfg, "use_bidirectional_attention", origin, False):
+        raise SpecError(f"{origin}: use_bidirectional_attention: true makes a bidirectional encoder (an embedding model "
+                        "such as EmbeddingGemma), not a causal decoder with a KV cache")
+
+
 @importer("gemma2")
 def _gemma2(cfg, origin, notes):
+    _causal(cfg, origin)
     cfg = with_defaults(cfg, "gemma2", notes)
     # Gemma2: even layers are local (sliding), odd layers global.
     # Gemma 2/3 layers have four norms: before and after attention, before and after the FFN.
@@ -135,6 +144,7 @@ def _gemma3(cfg, origin, notes):
     if (text := text_part(cfg, origin)) is not None:
         cfg = {**text}
         notes.append("text model read from text_config (vision tower not counted)")
+    _causal(cfg, origin)
     cfg = fill_defaults(cfg, GEMMA3_TEXT_DEFAULTS, "Gemma3TextConfig", notes)
     # null: the other spelling, then Gemma3TextConfig's 6; 0 is refused (no layer would be global: (i + 1) % 0 fails)
     pattern = get(cfg, "sliding_window_pattern", origin) or get(cfg, "_sliding_window_pattern", origin) or 6

@@ -123,9 +123,8 @@ def unmodelled_params(cfg: dict, origin: str) -> dict[str, int]:
 
 @importer("gemma3n", "gemma3n_text")
 def _gemma3n(cfg, origin, notes):
-    tie = flag(cfg, "tie_word_embeddings", origin, True)  # Gemma3nConfig keeps it at the top level (default true)
-    if (text := text_part(cfg, origin)) is not None:
-        cfg = {"tie_word_embeddings": tie, **text}
+    if (text := text_part(cfg, origin)) is not None:  # tie_word_embeddings default true, at either level
+        cfg = text
         notes.append("text model read from text_config (vision and audio towers and their embedders not counted)")
     cfg = fill_defaults(cfg, GEMMA3N_TEXT_DEFAULTS, "Gemma3nTextConfig", notes)
     base = base_fields(cfg, origin, "gemma3n", True)

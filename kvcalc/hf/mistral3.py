@@ -11,7 +11,7 @@ Rules, from transformers' models/mistral3 and models/ministral3 (configuration_*
   temperature (llama_4_scaling_beta) applied before the cache: it changes no size.
 - Ministral3Config defaults differ from MistralConfig's: head_dim 128 (used as is when the key is absent, not
   hidden_size // num_attention_heads), vocab 131072, max_position_embeddings 262144, 8 K/V heads; both untie the
-  LM head by default (tie_word_embeddings false). A top-level tie_word_embeddings wins over text_config's.
+  LM head by default (tie_word_embeddings false, at either level: kvcalc.hf.common.text_tie).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import decoder, importer, show, with_defaults
+from kvcalc.hf.common import decoder, importer, show, text_tie, with_defaults
 
 # Ministral3Config field defaults (configuration_ministral3.py): the keys a text config may omit.
 MINISTRAL3_DEFAULTS: dict[str, Any] = {
@@ -61,8 +61,7 @@ def _mistral3(cfg: dict, origin: str, notes: list[str]) -> dict:
         raise SpecError(f"{origin}: text_config.model_type: {show(kind)} is not supported under mistral3 "
                         f"(use {' or '.join(TEXT_MODEL_TYPES)})")
     notes.append("text model read from text_config (Pixtral vision tower and projector not counted)")
-    if "tie_word_embeddings" in cfg:
-        text = {**text, "tie_word_embeddings": cfg["tie_word_embeddings"]}
+    text = text_tie(cfg, text, origin)
     if kind == "ministral3":
         return decoder(_ministral3_text(text, notes), origin, "ministral3", notes, reads=())
     return decoder(with_defaults(text, "mistral", notes), origin, "mistral", notes, reads=())

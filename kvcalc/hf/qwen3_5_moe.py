@@ -3,7 +3,7 @@ DeltaNet layers and gated full attention, with the text model nested under `text
 
 Rules, from transformers' models/qwen3_5_moe (modular_qwen3_5_moe.py):
 - Qwen3_5MoeConfig (a Qwen3VLConfig): the text model's keys are under `text_config`; tie_word_embeddings is read at
-  the top level (default False). The vision tower (vision_config) and the MTP layers (mtp_num_hidden_layers;
+  the top level or in text_config (default False; two that differ are refused, kvcalc.hf.common.text_tie). The vision tower (vision_config) and the MTP layers (mtp_num_hidden_layers;
   Qwen3_5MoeForCausalLM ignores `^mtp.*`) are not counted.
 - Qwen3_5MoeTextConfig is Qwen3NextConfig minus intermediate_size, decoder_sparse_step and mlp_only_layers (deleted
   in __init__): Qwen3_5MoeDecoderLayer builds a Qwen3_5MoeSparseMoeBlock in every layer, so an `mlp_only_layers`
@@ -17,7 +17,7 @@ Rules, from transformers' models/qwen3_5_moe (modular_qwen3_5_moe.py):
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import flag, importer, show
+from kvcalc.hf.common import flag, importer, show, text_tie
 from kvcalc.hf.qwen3_next import LINEAR_KEYS, _qwen3_next
 
 # Qwen3_5MoeTextConfig defaults that differ from Qwen3NextConfig's (the rest are inherited).
@@ -31,7 +31,7 @@ def _qwen3_5_moe(cfg: dict, origin: str, notes: list[str]) -> dict:
         raise SpecError(f"{origin}: text_config: must be a mapping of the text model's fields, got {show(text)}")
     text = {k: v for k, v in text.items() if k not in ("mlp_only_layers", "decoder_sparse_step", "intermediate_size")}
     text = {**QWEN3_5_MOE_DEFAULTS, **text, "decoder_sparse_step": 1}
-    text["tie_word_embeddings"] = flag(cfg, "tie_word_embeddings", origin, False)
+    text["tie_word_embeddings"] = flag(text_tie(cfg, text, origin), "tie_word_embeddings", origin, False)
     if "vision_config" in cfg:
         notes.append("vision tower (vision_config) not counted")
     if text.get("mtp_num_hidden_layers"):

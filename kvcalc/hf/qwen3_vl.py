@@ -7,8 +7,9 @@ Rules, from transformers' models/qwen3_vl and models/qwen3_vl_moe (configuration
   RMSNorms of head_dim per head, head_dim from the config, every layer full attention (no sliding window keys).
 - Qwen3VLMoeTextSparseMoeBlock: num_experts experts of moe_intermediate_size, top num_experts_per_tok, a bias-free
   router; layers in mlp_only_layers or off the decoder_sparse_step grid are dense of intermediate_size (Qwen3-MoE).
-- tie_word_embeddings lives at the top level (Qwen3VLConfig; the 8B file: false, none inside text_config): the
-  top-level key wins, then text_config's, else untied.
+- tie_word_embeddings lives at the top level (Qwen3VLConfig; the 8B file: false, none inside text_config); one in
+  text_config is read too (transformers 4.x's place), and two that differ are refused (kvcalc.hf.common.text_tie);
+  neither: untied.
 - DeepStack feeds visual features into the first layers' hidden states and M-RoPE splits the rotary dims: neither
   changes a size.
 """
@@ -16,7 +17,7 @@ Rules, from transformers' models/qwen3_vl and models/qwen3_vl_moe (configuration
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import flag, importer, show, with_defaults
+from kvcalc.hf.common import flag, importer, show, text_tie, with_defaults
 from kvcalc.hf.dense import _qwen3, _qwen3_moe
 
 
@@ -27,7 +28,8 @@ def _text(cfg: dict, origin: str, notes: list[str]) -> dict:
     if not isinstance(text, dict):
         raise SpecError(f"{origin}: text_config: required for model_type {show(cfg.get('model_type'))}, got {show(text)}")
     notes.append("text model read from text_config (vision tower not counted)")
-    tie = flag(cfg, "tie_word_embeddings", origin, flag(text, "tie_word_embeddings", origin, False))
+    text = text_tie(cfg, text, origin)
+    tie = flag(text, "tie_word_embeddings", origin, False)
     if flag(text, "use_sliding_window", origin):
         notes.append("use_sliding_window ignored: Qwen3-VL's text model applies no window")
     text = with_defaults(text, cfg["model_type"], notes)

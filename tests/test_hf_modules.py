@@ -1,8 +1,11 @@
-"""Bias parameters of imported configs follow each family's modules (transformers 5.25 modeling_<family>.py; vLLM
-0.34.0 agrees where it has the model): a bias switch the modules do not read is ignored with a note, not counted.
-Each count is written out from a small config's numbers, beside the same config without the switch."""
+"""Imported configs follow what each family's modules build (transformers 5.25 modeling_<family>.py; vLLM 0.34.0
+agrees where it has the model): a bias switch the modules do not read is ignored with a note, not counted; a
+bidirectional Gemma is refused; a multimodal tie_word_embeddings is read at either level. Each count is written out
+from a small config's numbers, beside the same config without the switch."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -115,3 +118,44 @@ def test_nemotron_h_mlp_bias_counts_on_mlp_blocks_and_is_refused_with_moe_blocks
            "moe_intermediate_size": 128, "moe_shared_expert_intermediate_size": 256, "mlp_bias": True}
     with pytest.raises(SpecError, match="mlp_bias: biases on an MoE block's shared expert are not supported"):
         imported(**moe)
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "gemma3_text"])
+def test_a_bidirectional_gemma_is_refused(model_type):
+    # EmbeddingGemma (gemma3_text, use_bidirectional_attention true): Gemma3Attention.is_causal is false and
+    # Gemma3TextConfig halves the window: an encoder without a KV cache, which used to be read as a causal decoder
+    with pytest.raises(SpecError, match="use_bidirectional_attention: true makes a bidirectional encoder"):
+        total(model_type, use_bidirectional_attention=True)
+    assert total(model_type, use_bidirectional_attention=False)[0] == total(model_type)[0]
+
+
+GEMMA3_MM = {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text", "hidden_size": 640,
+                                                     "intermediate_size": 2048, "num_hidden_layers": 8}}
+GEMMA3_VOCAB, GEMMA3_D = 262208, 640  # Gemma3TextConfig's vocab_size default; the config's hidden_size
+
+
+def gemma3_mm(top=None, inner=None) -> int:
+    cfg = json.loads(json.dumps(GEMMA3_MM))
+    if top is not None:
+        cfg["tie_word_embeddings"] = top
+    if inner is not None:
+        cfg["text_config"]["tie_word_embeddings"] = inner
+    return imported(**cfg)[0]
+
+
+def test_a_multimodal_tie_is_read_at_either_level():
+    # transformers 4.x ties by text_config's tie_word_embeddings, 5.x by the top level's: the one a file gives is meant.
+    # The top-level false of a 5.x re-save used to be passed over (tied: one vocab × d table short)
+    tied = gemma3_mm()
+    untied = tied + GEMMA3_VOCAB * GEMMA3_D
+    assert gemma3_mm(top=False) == gemma3_mm(inner=False) == gemma3_mm(top=False, inner=False) == untied
+    assert gemma3_mm(top=True) == gemma3_mm(inner=True) == tied
+
+
+@pytest.mark.parametrize("model_type, text_type", [("gemma3", "gemma3_text"), ("mistral3", "mistral"),
+                                                   ("qwen3_vl", "qwen3_vl_text"), ("llama4", "llama4_text")])
+def test_a_multimodal_tie_that_differs_between_levels_is_refused(model_type, text_type):
+    cfg = {"model_type": model_type, "tie_word_embeddings": True,
+           "text_config": {**BASE, "model_type": text_type, "tie_word_embeddings": False}}
+    with pytest.raises(SpecError, match="tie_word_embeddings: true at the top level but false in text_config"):
+        imported(**cfg)
