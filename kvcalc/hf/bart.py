@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcalc.hf.common import dense_ffn, flag, importer, need
+from kvcalc.hf.common import aliased, dense_ffn, flag, importer, need
 
 KEYS = {"d_model": "d_model", "n_layers": "decoder_layers", "n_heads": "decoder_attention_heads",
         "max_context": "max_position_embeddings"}
@@ -31,8 +31,14 @@ def _attention(n_heads: int) -> dict:
     return {"kind": "mha", "n_heads": n_heads, "qkv_bias": True, "o_bias": True}
 
 
+# BartConfig.attribute_map: the standard names of this config's own fields
+BART_ALIASES = {"d_model": "hidden_size", "encoder_attention_heads": "num_attention_heads",
+                "encoder_layers": "num_hidden_layers"}
+
+
 @importer("bart", keys=KEYS)
 def _bart(cfg: dict, origin: str, notes: list[str]) -> dict:
+    cfg = aliased(cfg, origin, BART_ALIASES)
     d = need(cfg, "d_model", origin)
     positions = need(cfg, "max_position_embeddings", origin)
     # the encoder's position table ((positions + 2) × d) and its layernorm_embedding (weight and bias); the decoder's

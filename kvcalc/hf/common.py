@@ -421,6 +421,21 @@ def importer(*model_types: str, keys: dict[str, str] | None = None) -> Callable[
     return register
 
 
+def aliased(cfg: dict, origin: str, aliases: dict[str, str]) -> dict:
+    """`cfg` with each key of `aliases` taken from its alias when only the alias is given (a config class's
+    attribute_map, e.g. GPT2Config's hidden_size for n_embd, sets the one through the other); both given must agree."""
+    out = dict(cfg)
+    for key, alias in aliases.items():
+        if out.get(alias) is None:
+            continue
+        if out.get(key) is None:
+            out[key] = out[alias]
+        elif out[key] != out[alias]:
+            raise SpecError(f"{origin}: {alias}: {show(out[alias])}, but {key} is {show(out[key])} (two names of one "
+                            "field): give them alike or only one")
+    return out
+
+
 def text_tie(cfg: dict, text: dict, origin: str) -> dict:
     """`text` (a multimodal config's text_config) with the tie_word_embeddings the file gives: transformers 4.x reads
     text_config's, 5.x the top level's, so the one given is meant; both must agree; neither: the text class default."""

@@ -11,6 +11,7 @@ from kvcalc.hf.common import (
     FALCON_DEFAULT_MAX_POSITIONS,
     GEMMA3_TEXT_DEFAULTS,
     QWEN_WINDOW_DEFAULTS,
+    aliased,
     base_fields,
     decoder,
     dense_ffn,
@@ -155,10 +156,8 @@ def _gemma3(cfg, origin, notes):
 
 @importer("falcon", keys={"n_kv_heads": "multi_query / num_kv_heads"})
 def _falcon(cfg, origin, notes):
-    cfg = dict(cfg)
-    cfg.setdefault("hidden_size", get(cfg, "n_embed", origin))
-    cfg.setdefault("num_hidden_layers", get(cfg, "n_layer", origin))
-    cfg.setdefault("num_attention_heads", get(cfg, "n_head", origin))
+    # FalconConfig reads the legacy n_embed (over hidden_size); n_layer and n_head are the RefinedWeb names
+    cfg = aliased(cfg, origin, {"hidden_size": "n_embed", "num_hidden_layers": "n_layer", "num_attention_heads": "n_head"})
     if cfg.get("max_position_embeddings") is None:
         cfg["max_position_embeddings"] = FALCON_DEFAULT_MAX_POSITIONS
         notes.append(f"no max_position_embeddings in the config: FalconConfig default {FALCON_DEFAULT_MAX_POSITIONS} used")
@@ -193,8 +192,13 @@ def _falcon(cfg, origin, notes):
     return base
 
 
+GPT2_ALIASES = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
+                "n_positions": "max_position_embeddings"}  # GPT2Config.attribute_map
+
+
 @importer("gpt2", keys={"d_model": "n_embd", "n_layers": "n_layer", "n_heads": "n_head", "max_context": "n_positions"})
 def _gpt2(cfg, origin, notes):
+    cfg = aliased(cfg, origin, GPT2_ALIASES)
     base: dict[str, Any] = {
         "family": "gpt2",
         "d_model": need(cfg, "n_embd", origin),

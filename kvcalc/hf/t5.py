@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import dense_ffn, flag, get, importer, need, show
+from kvcalc.hf.common import aliased, dense_ffn, flag, get, importer, need, show
 
 # T5's pre-training input length (the original configs' n_positions): the default --enc-ctx and decoder context.
 T5_DEFAULT_LENGTH = 512
@@ -38,8 +38,14 @@ def _ffn(cfg: dict, origin: str) -> dict:
     return dense_ffn(need(cfg, "d_ff", origin), gated=parts[0] == "gated")
 
 
+# T5Config.attribute_map: the standard names of this config's own fields
+T5_ALIASES = {"d_model": "hidden_size", "num_heads": "num_attention_heads",
+              "num_layers": "num_hidden_layers", "d_kv": "head_dim"}
+
+
 @importer("t5", keys=KEYS)
 def _t5(cfg: dict, origin: str, notes: list[str]) -> dict:
+    cfg = aliased(cfg, origin, T5_ALIASES)
     d, heads, d_kv = need(cfg, "d_model", origin), need(cfg, "num_heads", origin), need(cfg, "d_kv", origin)
     enc_layers = need(cfg, "num_layers", origin)
     dec_layers = get(cfg, "num_decoder_layers", origin) or enc_layers

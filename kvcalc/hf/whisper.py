@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcalc.hf.common import dense_ffn, flag, importer, need
+from kvcalc.hf.common import aliased, dense_ffn, flag, importer, need
 
 KEYS = {"d_model": "d_model", "n_layers": "decoder_layers", "n_heads": "decoder_attention_heads",
         "max_context": "max_target_positions"}
@@ -27,8 +27,14 @@ def _attention(n_heads: int) -> dict:
     return {"kind": "mha", "n_heads": n_heads, "qkv_bias": True, "o_bias": True, "k_bias": False}
 
 
+# WhisperConfig.attribute_map: the standard names of this config's own fields
+WHISPER_ALIASES = {"d_model": "hidden_size", "encoder_attention_heads": "num_attention_heads",
+                   "encoder_layers": "num_hidden_layers"}
+
+
 @importer("whisper", keys=KEYS)
 def _whisper(cfg: dict, origin: str, notes: list[str]) -> dict:
+    cfg = aliased(cfg, origin, WHISPER_ALIASES)
     d = need(cfg, "d_model", origin)
     source = need(cfg, "max_source_positions", origin)
     mels = need(cfg, "num_mel_bins", origin)
