@@ -10,10 +10,12 @@ import re
 
 import pytest
 
+from conftest import ConfigFolder
 from kvcalc.costs.params import param_totals
 from kvcalc.errors import SpecError
 from kvcalc.hf import spec_from_config
 
+CONFIGS = ConfigFolder("configs-extra-6")
 D, N_H, N_KV, D_H, D_FF, LAYERS, VOCAB = 512, 8, 2, 64, 1024, 6, 1000
 
 BASE = {"hidden_size": D, "num_attention_heads": N_H, "num_key_value_heads": N_KV, "head_dim": D_H,
@@ -193,3 +195,15 @@ def test_two_names_of_one_field_must_agree(cfg, message):
         return
     with pytest.raises(SpecError, match=re.escape(message)):
         imported(**cfg)
+
+
+def test_granite_hybrid_layer_types_under_transformers_5_names():
+    # transformers 5.25's GraniteMoeHybridConfig names the layers linear_attention (Mamba-2) and full_attention; the
+    # published granite-4.0-h-small (4.x) names them mamba and attention (4 attention layers of 40): the same model
+    cfg = CONFIGS.config("granite-4.0-h-small")
+    renamed = {**cfg, "layer_types": [{"mamba": "linear_attention", "attention": "full_attention"}[t]
+                                      for t in cfg["layer_types"]]}
+    old, new = spec_from_config(cfg, "c", "m")[0], spec_from_config(renamed, "c", "m")[0]
+    assert param_totals(new) == param_totals(old)
+    assert [(g.layers, g.attention.kind) for g in new.layer_groups] == [(g.layers, g.attention.kind) for g in old.layer_groups]
+    assert cfg["layer_types"].count("attention") == 4

@@ -40,7 +40,9 @@ GRANITE_DEFAULTS: dict[str, Any] = {
     "mamba_expand": 2, "mamba_conv_bias": True, "mamba_proj_bias": False, "num_local_experts": 8,
     "num_experts_per_tok": 2, "shared_intermediate_size": 1024, "max_position_embeddings": 2048,
 }
-GRANITE_LAYER_TYPES = ("mamba", "attention")
+GRANITE_LAYER_TYPES = ("mamba", "attention", "linear_attention", "full_attention")
+# transformers 5.x names the layer types linear_attention (the Mamba-2 mixer) and full_attention (4.x: mamba, attention)
+GRANITE_V5_NAMES = {"linear_attention": "mamba", "full_attention": "attention"}
 
 
 def _mamba2(cfg: dict, origin: str, d_inner: int, inner_key: str, *, use_bias: bool, gated_norm: bool) -> dict:
@@ -108,9 +110,10 @@ def _falcon_h1(cfg, origin, notes):
 
 
 def _granite_layers(cfg: dict, origin: str, n_layers: int) -> list[str]:
-    """GraniteMoeHybridConfig.layers_block_type: `layer_types` (mamba or attention per layer), all mamba when absent."""
+    """GraniteMoeHybridConfig.layers_block_type: `layer_types` (mamba or attention per layer; transformers 5.x:
+    linear_attention or full_attention), all mamba when absent."""
     types = layer_types(cfg, origin, n_layers, GRANITE_LAYER_TYPES)
-    return types if types is not None else ["mamba"] * n_layers
+    return [GRANITE_V5_NAMES.get(t, t) for t in types] if types is not None else ["mamba"] * n_layers
 
 
 @importer("granitemoehybrid", keys={"head_dim": "hidden_size / num_attention_heads"})
