@@ -16,6 +16,7 @@ from kvcalc.errors import SpecError
 from kvcalc.hf import spec_from_config
 
 CONFIGS = ConfigFolder("configs-extra-6")
+REFERENCE_2026 = ConfigFolder("models-2026")
 D, N_H, N_KV, D_H, D_FF, LAYERS, VOCAB = 512, 8, 2, 64, 1024, 6, 1000
 
 BASE = {"hidden_size": D, "num_attention_heads": N_H, "num_key_value_heads": N_KV, "head_dim": D_H,
@@ -207,3 +208,18 @@ def test_granite_hybrid_layer_types_under_transformers_5_names():
     assert param_totals(new) == param_totals(old)
     assert [(g.layers, g.attention.kind) for g in new.layer_groups] == [(g.layers, g.attention.kind) for g in old.layer_groups]
     assert cfg["layer_types"].count("attention") == 4
+
+
+def test_deepseek_v32_mlp_layer_types_must_match_the_dense_layers():
+    # transformers 5.25's DeepseekV32Config/GlmMoeDsaConfig pick each layer's MLP by mlp_layer_types (derived from
+    # first_k_dense_replace when absent); DeepSeek's code and vLLM read first_k_dense_replace (3 on V3.2). One that
+    # agrees changes nothing; one that differs used to be passed over and is refused
+    cfg = REFERENCE_2026.config("deepseek-v3.2")
+    n = cfg["num_hidden_layers"]
+    agreeing = {**cfg, "mlp_layer_types": ["dense"] * 3 + ["sparse"] * (n - 3)}
+    assert param_totals(spec_from_config(agreeing, "c", "m")[0]) == param_totals(spec_from_config(cfg, "c", "m")[0])
+    with pytest.raises(SpecError, match=re.escape("mlp_layer_types[3]: 'dense', but first_k_dense_replace 3 and "
+                                                  "moe_layer_freq 1 make layer 3 'sparse'")):
+        spec_from_config({**cfg, "mlp_layer_types": ["dense"] * 4 + ["sparse"] * (n - 4)}, "c", "m")
+    with pytest.raises(SpecError, match="mlp_layer_types: must list 'dense' or 'sparse' for each of the 61 layers"):
+        spec_from_config({**cfg, "mlp_layer_types": ["dense"] * 3}, "c", "m")

@@ -54,10 +54,5 @@ def _glm_moe_dsa(cfg: dict, origin: str, notes: list[str]) -> dict:
         raise SpecError(
             f"{origin}: indexer_types: {len(shared)} 'shared' layers reuse another layer's top-k without an indexer of "
             "their own; kvcalc's MLA cannot state that yet (it needs a per-layer flag for a shared indexer)")
-    kinds = cfg.get("mlp_layer_types")
-    first_k = base["ffn"]["first_k_dense"]
-    if kinds is not None and kinds != ["dense"] * first_k + ["sparse"] * (n - first_k):
-        raise SpecError(f"{origin}: mlp_layer_types: only {first_k} leading dense layers then sparse ones are read, "
-                        f"got {show(kinds)}")
     base["family"] = "glm"
     return base
