@@ -235,8 +235,9 @@ def test_no_reference_config_has_a_near_miss(path):
 MIMO_FULL = 9 * 4 * (192 + 128) * 4096 * 2
 
 
-@pytest.mark.parametrize("value, sliding", [(128, 39 * 8 * (192 + 128) * 128 * 2), (None, 39 * 8 * (192 + 128) * 128 * 2),
-                                            (64, 39 * 8 * (192 + 64) * 128 * 2)])
+# 39 sliding layers of 8 KV heads holding 129 tokens (sliding_window_size 128 previous tokens and the query)
+@pytest.mark.parametrize("value, sliding", [(128, 39 * 8 * (192 + 128) * 129 * 2), (None, 39 * 8 * (192 + 128) * 129 * 2),
+                                            (64, 39 * 8 * (192 + 64) * 129 * 2)])
 def test_mimo_swa_v_head_dim_given_or_absent(tmp_path, value, sliding):
     # absent: v_head_dim (MiMoV2FlashAttention: getattr(config, "swa_v_head_dim", v_head_dim))
     cfg = without(reference(MIMO), "swa_v_head_dim")

@@ -111,18 +111,26 @@ def test_qwen35_text_config_nesting_gate_and_every_layer_moe():
 # ---------------------------------------------------------------- mimo_v2_flash (MiMo-V2-Flash)
 
 
-def test_mimo_v2_flash_cache_keys_192_values_128_window_128():
+def test_mimo_v2_flash_cache_keys_192_values_128_window_129():
     # hybrid_layer_pattern: 9 full layers (0 = full: 0, 5, 11, …, 47) of 4 KV heads, 39 sliding layers of 8 KV heads
-    # holding min(ctx, 128) tokens (128 keys, the query included); each KV head caches a key of 192 and a value of 128
+    # holding min(ctx, 129) tokens (sliding_window_size 128 previous tokens and the query: the reference SGLang code,
+    # transformers' MiMoV2FlashConfig); each KV head caches a key of 192 and a value of 128
     full, swa = 4 * (192 + 128), 8 * (192 + 128)
-    want = [9 * ctx * full * BF16 + 39 * min(ctx, 128) * swa * BF16 for ctx in (4 * K, 128 * K)]
+    want = [9 * ctx * full * BF16 + 39 * min(ctx, 129) * swa * BF16 for ctx in (4 * K, 128 * K)]
     assert kv_bytes(compare("mimo-v2-flash")) == want
+
+
+def test_mimo_v2_flash_window_without_sliding_window_size_is_sliding_window():
+    # no sliding_window_size: the file's sliding_window keys, the query included (kvcalc's window convention as is)
+    cfg = {k: v for k, v in config("mimo-v2-flash").items() if k != "sliding_window_size"}
+    assert {g.sliding_window for g in imported(cfg).layer_groups} == {None, 128}
+    assert {g.sliding_window for g in imported(config("mimo-v2-flash")).layer_groups} == {None, 129}
 
 
 def test_mimo_v2_flash_heads_sinks_and_ffn_per_type():
     s = imported(config("mimo-v2-flash"))
     by = {g.name: g for g in s.layer_groups}
-    assert (by["local"].attention.n_kv_heads, by["local"].attention.sinks, by["local"].sliding_window) == (8, True, 128)
+    assert (by["local"].attention.n_kv_heads, by["local"].attention.sinks, by["local"].sliding_window) == (8, True, 129)
     assert (by["global"].attention.n_kv_heads, by["global"].attention.sinks) == (4, False)
     # moe_layer_freq[0] = 0: layer 0 has the dense MLP of intermediate_size; MoE has no shared expert
     assert s.layer_groups[0].layers == "0" and s.layer_groups[0].ffn.d_ff == 16384

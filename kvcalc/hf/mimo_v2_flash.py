@@ -8,8 +8,12 @@ MiMoV2FlashSparseMoeBlock, MiMoV2FlashTopkRouter), reading the vendor's config k
   sliding layers swa_num_attention_heads / swa_num_key_value_heads (64 / 8); both have head_dim 192 for q and k and
   v_head_dim 128 for v, so a token costs n_kv·(192 + 128) per layer, not 2·n_kv·192. o_proj takes n_h·v_head_dim.
 - q/k/v biases only with attention_bias; o_proj never has one.
-- A sliding layer sees `sliding_window` keys, itself included (masking_utils' sliding window: kv_idx > q_idx − W);
-  the config's `attention_chunk_size` (128, equal to the window) is not a chunked-attention switch here.
+- A sliding layer sees the `sliding_window_size` previous tokens and itself: W = sliding_window_size + 1 keys (129
+  for the published 128; the reference SGLang code passes sliding_window_size as its window of previous tokens, and
+  transformers 5.25's MiMoV2FlashConfig sets sliding_window to it + 1, over the file's `sliding_window`). Without
+  sliding_window_size, `sliding_window` keys, itself included (masking_utils: kv_idx > q_idx − W). vLLM 0.34.0's
+  mimo_v2.py passes 128 as its window, which counts the query: one key fewer. The config's `attention_chunk_size`
+  (128) is not a chunked-attention switch here.
 - add_swa_attention_sink_bias: a learned sink logit per query head on the sliding layers (sinks, num_attention_heads);
   add_full_attention_sink_bias likewise on full layers.
 - moe_layer_freq[i]: 1 = MoE (n_routed_experts of moe_intermediate_size, top num_experts_per_tok, no shared expert,
@@ -50,7 +54,12 @@ def _mimo_v2_flash(cfg: dict, origin: str, notes: list[str]) -> dict:
 
     full = heads(FULL_KEYS, flag(cfg, "add_full_attention_sink_bias", origin, False))
     swa = heads(SWA_KEYS, flag(cfg, "add_swa_attention_sink_bias", origin, False))
-    window = need(cfg, "sliding_window", origin)
+    if cfg.get("sliding_window_size") is not None:  # previous tokens, the query not counted (SGLang's mimo_v2.py)
+        window = whole(cfg["sliding_window_size"], "sliding_window_size", origin, minimum=1) + 1
+        notes.append(f"sliding_window_size {window - 1}: a sliding layer sees the {window - 1} previous tokens and itself, "
+                     f"{window} keys (the reference SGLang code, transformers' MiMoV2FlashConfig; vLLM 0.34.0 uses {window - 1})")
+    else:
+        window = need(cfg, "sliding_window", origin)
     sliding = _pattern(cfg, "hybrid_layer_pattern", origin, n)
     moe_layers = _pattern(cfg, "moe_layer_freq", origin, n)
     dense = dense_ffn(need(cfg, "intermediate_size", origin))
