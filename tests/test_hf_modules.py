@@ -223,3 +223,17 @@ def test_deepseek_v32_mlp_layer_types_must_match_the_dense_layers():
         spec_from_config({**cfg, "mlp_layer_types": ["dense"] * 4 + ["sparse"] * (n - 4)}, "c", "m")
     with pytest.raises(SpecError, match="mlp_layer_types: must list 'dense' or 'sparse' for each of the 61 layers"):
         spec_from_config({**cfg, "mlp_layer_types": ["dense"] * 3}, "c", "m")
+
+
+def test_t5_re_saved_by_transformers_5_keeps_its_untied_head():
+    # transformers 5.25's T5Config turns the file's tie_word_embeddings into scale_decoder_outputs (not false: true)
+    # and writes tie_word_embeddings true; a re-saved T5 v1.1 (untied: lm_head is vocab × d of its own) read the
+    # written true and lost a table
+    cfg = ConfigFolder("configs-extra-4").config("t5-v1_1-small")
+    assert cfg["tie_word_embeddings"] is False
+    resaved = {**cfg, "tie_word_embeddings": True, "scale_decoder_outputs": False, "is_decoder": False}
+    original, again = spec_from_config(cfg, "c", "m")[0], spec_from_config(resaved, "c", "m")[0]
+    assert param_totals(again) == param_totals(original) and not again.tie_embeddings
+    t5_10 = {**cfg, "tie_word_embeddings": True, "scale_decoder_outputs": True}  # T5 1.0 re-saved: tied as before
+    assert spec_from_config(t5_10, "c", "m")[0].tie_embeddings
+    assert param_totals(original)[0] - param_totals(spec_from_config(t5_10, "c", "m")[0])[0] == cfg["vocab_size"] * cfg["d_model"]

@@ -447,7 +447,8 @@ def text_tie(cfg: dict, text: dict, origin: str) -> dict:
     if top is not None and inner is not None and top != inner:
         word = {True: "true", False: "false"}
         raise SpecError(f"{origin}: tie_word_embeddings: {word[top]} at the top level but {word[inner]} in text_config "
-                        "(transformers 4.x reads text_config's, 5.x the top level's): give them alike")
+                        "(transformers 4.x reads text_config's, 5.x the top level's; a transformers 5 re-save writes each level's "
+                        "class default where the file had none): give the model's own value at one level")
     value = inner if inner is not None else top
     return {**text, "tie_word_embeddings": value} if value is not None else dict(text)
 

@@ -12,7 +12,8 @@ Rules, from transformers' models/t5 (configuration_t5.py, modeling_t5.py):
   (wi, wo). T5LayerNorm is an RMSNorm (weight only): 2 per encoder block, 3 per decoder block, and one
   final_layer_norm per stack (the encoder's counted in extra_params, the decoder's as the model's final norm).
 - One shared embedding (vocab × d) for encoder and decoder; lm_head tied per tie_word_embeddings (default true;
-  T5 v1.1 and Flan-T5 untie it). num_decoder_layers defaults to num_layers.
+  T5 v1.1 and Flan-T5 untie it), or per scale_decoder_outputs in a file transformers 5.x re-saved (it keeps the
+  original switch there and writes tie_word_embeddings true). num_decoder_layers defaults to num_layers.
 - No position table and no fixed source length: relative positions work at any length. --enc-ctx defaults to 512,
   the length T5 was pre-trained at (n_positions 512 in the original configs); the decoder's context likewise.
 """
@@ -43,6 +44,20 @@ T5_ALIASES = {"d_model": "hidden_size", "num_heads": "num_attention_heads",
               "num_layers": "num_hidden_layers", "d_kv": "head_dim"}
 
 
+def _tie(cfg: dict, origin: str, notes: list[str]) -> bool:
+    """Whether lm_head is the shared embedding: tie_word_embeddings (default true; T5 v1.1 and Flan-T5: false). A file
+    re-saved by transformers 5.x carries the original switch as scale_decoder_outputs (T5Config.__post_init__: the
+    file's tie_word_embeddings is not false) and writes tie_word_embeddings true whatever it was: that one is read."""
+    tie = flag(cfg, "tie_word_embeddings", origin, True)
+    if cfg.get("scale_decoder_outputs") is None:
+        return tie
+    scaled = flag(cfg, "scale_decoder_outputs", origin)
+    if scaled != tie:
+        notes.append(f"scale_decoder_outputs {str(scaled).lower()} (a transformers 5 re-save of tie_word_embeddings "
+                     f"{str(scaled).lower()}): lm_head {'tied to' if scaled else 'apart from'} the shared embedding")
+    return scaled
+
+
 @importer("t5", keys=KEYS)
 def _t5(cfg: dict, origin: str, notes: list[str]) -> dict:
     cfg = aliased(cfg, origin, T5_ALIASES)
@@ -68,7 +83,7 @@ def _t5(cfg: dict, origin: str, notes: list[str]) -> dict:
         "d_model": d,
         "n_layers": dec_layers,
         "vocab_size": need(cfg, "vocab_size", origin),
-        "tie_embeddings": flag(cfg, "tie_word_embeddings", origin, True),
+        "tie_embeddings": _tie(cfg, origin, notes),
         "max_context": length,
         "norms_per_layer": 3,
         "ffn": ffn,
