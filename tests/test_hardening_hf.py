@@ -170,8 +170,25 @@ def test_llama4_layer_types_must_agree_with_no_rope_layers(tmp_path):
         c["layer_types"] = types
 
     err = _variant(tmp_path, "llama-4-scout-17b-16e-instruct.json", edit)
-    assert ("layer_types[0]: 'full_attention', but no_rope_layers[0] = 1 makes layer 0 'chunked_attention' "
-            "(Llama4TextConfig derives one from the other): give them alike") in err
+    assert ("layer_types[0]: 'full_attention', but no_rope_layers[0] = 1 makes layer 0 'chunked_attention' with "
+            "attention_chunk_size 8192 (Llama4TextConfig derives one from the others): give them alike") in err
+
+
+def test_llama4_layer_types_all_full_with_a_null_chunk_size(tmp_path):
+    # attention_chunk_size null: Llama4TextConfig derives every layer full_attention (transformers 5.25 writes that
+    # list on a re-save); it was refused as disagreeing with no_rope_layers. No layer is chunked: 48 layers of
+    # 8 KV heads of 128 cache every token
+    def edit(c):
+        c["text_config"]["attention_chunk_size"] = None
+        c["text_config"]["layer_types"] = ["full_attention"] * 48
+
+    path = tmp_path / "m" / "config.json"
+    path.parent.mkdir()
+    cfg = json.loads((REFERENCE_MODELS.parent / "models-2026" / "llama-4-scout-17b-16e-instruct.json").read_text())
+    edit(cfg)
+    path.write_text(json.dumps(cfg))
+    rows = json.loads(run("compare", str(path), "--ctx", "64k", "-f", "json").stdout)
+    assert rows[0]["kv_cache_bytes"] == 48 * 2 * 8 * 128 * 65536 * 2
 
 
 def test_llama4_layer_types_that_agree_change_nothing(tmp_path):

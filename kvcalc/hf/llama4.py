@@ -57,13 +57,16 @@ def _llama4(cfg: dict, origin: str, notes: list[str]) -> dict:
     rope = _flags(cfg, "no_rope_layers", origin, n, [int((i + 1) % interval != 0) for i in range(n)])
     types = cfg.get("layer_types")
     if types is not None:  # newer Llama4TextConfig: derived from no_rope_layers, and what the attention mask reads
-        derived = ["chunked_attention" if r else "full_attention" for r in rope]
+        # chunked where RoPE, unless attention_chunk_size is null (Llama4TextConfig.__post_init__: then full everywhere)
+        chunked = cfg.get("attention_chunk_size") is not None
+        derived = ["chunked_attention" if r and chunked else "full_attention" for r in rope]
         if not isinstance(types, list) or len(types) != n:
             raise SpecError(f"{origin}: layer_types: must have one entry per layer (num_hidden_layers {n}), got {show(types)}")
         for i, (given, want) in enumerate(zip(types, derived)):
             if given != want:
                 raise SpecError(f"{origin}: layer_types[{i}]: {show(given)}, but no_rope_layers[{i}] = {rope[i]} makes "
-                                f"layer {i} {want!r} (Llama4TextConfig derives one from the other): give them alike")
+                                f"layer {i} {want!r} with attention_chunk_size {show(cfg.get('attention_chunk_size'))} (Llama4TextConfig "
+                                "derives one from the others): give them alike")
     chunk = get(cfg, "attention_chunk_size", origin)
     if chunk and chunk >= base["max_context"]:
         notes.append(f"attention_chunk_size {chunk} >= max_position_embeddings: it never applies, left out")
