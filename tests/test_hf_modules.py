@@ -237,3 +237,40 @@ def test_t5_re_saved_by_transformers_5_keeps_its_untied_head():
     t5_10 = {**cfg, "tie_word_embeddings": True, "scale_decoder_outputs": True}  # T5 1.0 re-saved: tied as before
     assert spec_from_config(t5_10, "c", "m")[0].tie_embeddings
     assert param_totals(original)[0] - param_totals(spec_from_config(t5_10, "c", "m")[0])[0] == cfg["vocab_size"] * cfg["d_model"]
+
+
+def test_a_bad_value_under_the_second_name_is_named_as_written():
+    standard = {"model_type": "gpt2", "hidden_size": "wide", "n_layer": 3, "n_head": 4, "vocab_size": 1000,
+                "n_positions": 1024}
+    with pytest.raises(SpecError, match="hidden_size: must be a whole number, got 'wide'"):
+        imported(**standard)
+    assert imported(**{**GPT2, "hidden_size": 256.0})[0] == imported(**GPT2)[0]  # JSON 256.0 is 256
+
+
+@pytest.mark.parametrize("folder, name, key, alias", [
+    ("configs-extra", "qwen3-vl-30b-a3b-instruct", "num_experts", "num_local_experts"),  # transformers 5.x re-save
+    ("models", "mixtral-8x7b-v0.1", "num_local_experts", "num_experts"),
+    ("models-2026", "gpt-oss-20b", "num_local_experts", "num_experts"),
+    ("models-2026", "jamba-v0.1", "num_experts", "num_local_experts"),
+    ("models-2026", "deepseek-v3.2", "n_routed_experts", "num_local_experts"),
+])
+def test_an_expert_count_under_its_other_name(folder, name, key, alias):
+    # each config class's attribute_map names the expert count twice; a file (a transformers 5.x re-save writes the
+    # class's own name) may use either: the same spec, and two different counts are refused
+    cfg = ConfigFolder(folder).config(name)
+    inner = cfg.get("text_config", cfg)
+    assert key in inner
+    moved = json.loads(json.dumps(cfg))
+    target = moved.get("text_config", moved)
+    target[alias] = target.pop(key)
+    assert param_totals(spec_from_config(moved, "c", "m")[0]) == param_totals(spec_from_config(cfg, "c", "m")[0])
+    target[key] = inner[key] + 1
+    with pytest.raises(SpecError, match=re.escape(f"{alias}: {inner[key]}, but {key} is {inner[key] + 1}")):
+        spec_from_config(moved, "c", "m")
+
+
+def test_nemotron_h_expert_count_under_its_other_name():
+    moe = {**NEMOTRON_H, "hybrid_override_pattern": "M-M*-E", "n_routed_experts": 4, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 128, "moe_shared_expert_intermediate_size": 256}
+    renamed = {**{k: v for k, v in moe.items() if k != "n_routed_experts"}, "num_local_experts": 4}
+    assert imported(**renamed)[0] == imported(**moe)[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, flag, get, group_layers, importer, need, show, type_defaults
+from kvcalc.hf.common import aliased, base_fields, dense_ffn, flag, get, group_layers, importer, need, show, type_defaults
 
 # MoEGate.topk_method in DeepSeek's remote code and DeepseekV2Config / DeepseekV3Config in transformers: greedy
 # (DeepSeek-V2-Lite, DeepseekV2Config's default) and group_limited_greedy (DeepSeek-V2) route without a bias;
@@ -43,6 +43,11 @@ def _check_mlp_layer_types(cfg: dict, origin: str, plan: list[str]) -> None:
 
 @importer("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 def _deepseek(cfg, origin, notes):
+    # the config classes' attribute_map: DeepseekV2Config's num_experts, V3's (Kimi K2's, V3.2's, GLM-5's)
+    # num_local_experts are n_routed_experts; V3's num_mtp_layers is num_nextn_predict_layers
+    v2 = cfg.get("model_type") == "deepseek_v2"
+    cfg = aliased(cfg, origin, {"n_routed_experts": "num_experts"} if v2 else
+                  {"n_routed_experts": "num_local_experts", "num_nextn_predict_layers": "num_mtp_layers"})
     cfg = type_defaults(cfg, notes)  # the class's q_lora_rank, dense layers, shared experts, router, indexer
     base = base_fields(cfg, origin, "deepseek", False)
     att = {

@@ -50,7 +50,7 @@ def _mistral(cfg, origin, notes):
 
 @importer("mixtral")
 def _mixtral(cfg, origin, notes):
-    cfg = with_defaults(cfg, "mixtral", notes)
+    cfg = with_defaults(aliased(cfg, origin, {"num_local_experts": "num_experts"}), "mixtral", notes)  # attribute_map
     moe: dict[str, Any] = {
         "kind": "moe",
         "n_routed_experts": need(cfg, "num_local_experts", origin),
@@ -101,6 +101,8 @@ def _qwen3(cfg, origin, notes):
 
 @importer("qwen3_moe")
 def _qwen3_moe(cfg, origin, notes):
+    # transformers 5.x's Qwen3MoeConfig (and Qwen3-VL-MoE's text config) store num_experts as num_local_experts
+    cfg = aliased(cfg, origin, {"num_experts": "num_local_experts"})
     cfg, sliding = _qwen(cfg, "qwen3_moe", origin, notes)
     moe: dict[str, Any] = {
         "kind": "moe",

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcalc.hf.common import decoder, importer, need, with_defaults
+from kvcalc.hf.common import aliased, decoder, importer, need, with_defaults
 
 
 @importer("gpt_oss", keys={"n_routed_experts": "num_local_experts"})
 def _gpt_oss(cfg: dict, origin: str, notes: list[str]) -> dict:
-    cfg = with_defaults(cfg, "gpt_oss", notes)
+    cfg = with_defaults(aliased(cfg, origin, {"num_local_experts": "num_experts"}), "gpt_oss", notes)  # attribute_map
     moe: dict[str, Any] = {
         "kind": "moe",
         "n_routed_experts": need(cfg, "num_local_experts", origin),

@@ -20,7 +20,7 @@ vllm/model_executor/layers/kda.py):
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import dense_ffn, flag, get, group_layers, importer, need, show, whole
+from kvcalc.hf.common import aliased, dense_ffn, flag, get, group_layers, importer, need, show, whole
 
 KEYS = {"max_context": "model_max_length", "n_heads": "num_attention_heads (MLA); linear_attn_config.num_heads (KDA)"}
 
@@ -40,8 +40,14 @@ def _kda_layers(linear: dict, origin: str, n: int) -> list[bool]:
     return [i + 1 in kda for i in range(n)]
 
 
+# KimiLinearConfig.attribute_map: the standard names of the fields this config names its own way
+KIMI_ALIASES = {"model_max_length": "max_position_embeddings", "num_experts": "num_local_experts",
+                "num_experts_per_token": "num_experts_per_tok", "num_shared_experts": "n_shared_experts"}
+
+
 @importer("kimi_linear", keys=KEYS)
 def _kimi_linear(cfg: dict, origin: str, notes: list[str]) -> dict:
+    cfg = aliased(cfg, origin, KIMI_ALIASES)
     n = need(cfg, "num_hidden_layers", origin)
     linear = cfg.get("linear_attn_config")
     if not isinstance(linear, dict):

@@ -23,7 +23,7 @@ MiMoV2FlashSparseMoeBlock, MiMoV2FlashTopkRouter), reading the vendor's config k
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, dense_ffn, flag, group_layers, heads_attention, importer, need, show, whole
+from kvcalc.hf.common import aliased, base_fields, dense_ffn, flag, group_layers, heads_attention, importer, need, show, whole
 
 # The keys of each layer kind's attention: n_heads, n_kv_heads, head_dim (q and k), v_head_dim.
 FULL_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "v_head_dim")
@@ -39,6 +39,7 @@ def _pattern(cfg: dict, key: str, origin: str, n: int) -> list[int]:
 
 @importer("mimo_v2_flash", keys={"n_kv_heads": "num_key_value_heads (swa_num_key_value_heads on sliding layers)"})
 def _mimo_v2_flash(cfg: dict, origin: str, notes: list[str]) -> dict:
+    cfg = aliased(cfg, origin, {"n_routed_experts": "num_local_experts"})  # MiMoV2FlashConfig.attribute_map
     base = base_fields(cfg, origin, "mimo_v2_flash", False)
     n = base["n_layers"]
     bias = flag(cfg, "attention_bias", origin, False)

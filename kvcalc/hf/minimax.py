@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import base_fields, get, group_layers, heads_attention, importer, need, show, with_defaults
+from kvcalc.hf.common import aliased, base_fields, get, group_layers, heads_attention, importer, need, show, with_defaults
 
 ATTN_TYPES = {0: "lightning", 1: "softmax"}  # MiniMaxM1Model.__init__: attn_type_list[i] == 0 -> lightning
 
@@ -36,7 +36,7 @@ def _attn_types(cfg: dict, origin: str, n_layers: int) -> list[int]:
 
 @importer("minimax_m1")
 def _minimax_m1(cfg, origin, notes):
-    cfg = with_defaults(cfg, "minimax_m1", notes)
+    cfg = with_defaults(aliased(cfg, origin, {"num_local_experts": "num_experts"}), "minimax_m1", notes)  # MiniMaxConfig
     base = base_fields(cfg, origin, "minimax", False)
     n = base["n_layers"]
     n_heads = need(cfg, "num_attention_heads", origin)

@@ -20,12 +20,13 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import decoder, flag, get, importer, need, show, with_defaults
+from kvcalc.hf.common import aliased, decoder, flag, get, importer, need, show, with_defaults
 
 
 @importer("minimax_m2", keys={"n_routed_experts": "num_local_experts", "moe_d_ff": "intermediate_size"})
 def _minimax_m2(cfg: dict, origin: str, notes: list[str]) -> dict:
-    cfg = with_defaults(cfg, "minimax_m2", notes)
+    # MiniMaxM2Config.attribute_map: num_experts is num_local_experts
+    cfg = with_defaults(aliased(cfg, origin, {"num_local_experts": "num_experts"}), "minimax_m2", notes)
     if get(cfg, "shared_intermediate_size", origin, minimum=0):
         raise SpecError(f"{origin}: shared_intermediate_size: MiniMaxM2SparseMoeBlock has no shared expert, got "
                         f"{show(cfg['shared_intermediate_size'])}")

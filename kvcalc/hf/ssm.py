@@ -7,6 +7,7 @@ from typing import Any
 
 from kvcalc.errors import SpecError
 from kvcalc.hf.common import (
+    aliased,
     base_fields,
     dense_ffn,
     flag,
@@ -32,7 +33,7 @@ def _period(cfg: dict, origin: str, period_key: str, offset_key: str) -> tuple[i
 
 @importer("jamba")
 def _jamba(cfg, origin, notes):
-    cfg = with_defaults(cfg, "jamba", notes)
+    cfg = with_defaults(aliased(cfg, origin, {"num_experts": "num_local_experts"}), "jamba", notes)  # attribute_map
     base = base_fields(cfg, origin, "jamba", False)
     # JambaAttention: head_dim = hidden_size // num_attention_heads, no biases
     n_heads = need(cfg, "num_attention_heads", origin)
@@ -95,6 +96,7 @@ def _nemotron_blocks(cfg: dict, origin: str) -> list[str]:
 def _nemotron_moe(cfg: dict, origin: str) -> dict:
     # NemotronHMoE: routed NemotronHExperts (up and down, no gate), one shared NemotronHMLP of
     # moe_shared_expert_intermediate_size, and NemotronHTopkRouter (DeepseekV3TopkRouter: e_score_correction_bias)
+    cfg = aliased(cfg, origin, {"n_routed_experts": "num_local_experts"})  # NemotronHConfig.attribute_map
     if flag(cfg, "mlp_bias", origin, False):  # the shared expert is a NemotronHMLP: up/down bias=mlp_bias
         raise SpecError(f"{origin}: mlp_bias: biases on an MoE block's shared expert are not supported (its MLP blocks "
                         "take them)")
