@@ -274,3 +274,12 @@ def test_nemotron_h_expert_count_under_its_other_name():
            "moe_intermediate_size": 128, "moe_shared_expert_intermediate_size": 256}
     renamed = {**{k: v for k, v in moe.items() if k != "n_routed_experts"}, "num_local_experts": 4}
     assert imported(**renamed)[0] == imported(**moe)[0]
+
+
+def test_a_zero_count_under_the_second_name_is_read():
+    # KimiLinearConfig.attribute_map: n_shared_experts is num_shared_experts; DeepseekV3Config: num_mtp_layers is
+    # num_nextn_predict_layers. 0 is a count there (no shared expert, no MTP layer), not refused as a size
+    cfg = REFERENCE_2026.config("deepseek-v3.2")
+    moved = {**{k: v for k, v in cfg.items() if k != "num_nextn_predict_layers"}, "num_mtp_layers": 0}
+    spec = spec_from_config(moved, "c", "m")[0]
+    assert spec.mtp_layers == 0 and param_totals(spec) == param_totals(spec_from_config(cfg, "c", "m")[0])

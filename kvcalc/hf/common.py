@@ -428,10 +428,11 @@ def aliased(cfg: dict, origin: str, aliases: dict[str, str]) -> dict:
     for key, alias in aliases.items():
         if out.get(alias) is None:
             continue
-        out[alias] = whole(out[alias], alias, origin)  # every aliased field is a positive whole number
+        # every aliased field is a count; 0 passes here (no MTP layer, no shared expert) and the reader checks the rest
+        out[alias] = whole(out[alias], alias, origin, minimum=0)
         if out.get(key) is None:
             out[key] = out[alias]
-        elif whole(out[key], key, origin) != out[alias]:
+        elif whole(out[key], key, origin, minimum=0) != out[alias]:
             raise SpecError(f"{origin}: {alias}: {show(out[alias])}, but {key} is {show(out[key])} (two names of one "
                             "field): give them alike or only one")
     return out
