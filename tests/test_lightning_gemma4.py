@@ -167,3 +167,14 @@ def test_gemma4_text_model_type_and_default_pattern(tmp_path):
     path.write_text(json.dumps(text))  # model_type gemma4_text, no layer_types: Gemma4TextConfig's 5:1 pattern
     for row, want in zip(compare(path), compare(GEMMA4), strict=True):
         assert row["kv_cache_bytes"] == want["kv_cache_bytes"] and row["params_total"] == want["params_total"]
+
+
+def test_engines_warn_they_do_not_serve_lightning_attention():
+    # vLLM 0.34.0's registry lists MiniMaxM1ForCausalLM (and MiniMaxText01) among the architectures removed after
+    # 0.23.0, and SGLang 0.5.23 has no MiniMax-M1 model: the pages are the engine's rules applied, said as such
+    for engine in ("vllm", "sglang"):
+        err = run("compare", "minimax-m1", "--ctx", "4k", "--engine", engine).stderr
+        assert ("warning: minimax-m1: --engine " + engine + ": neither vLLM nor SGLang serves this lightning-attention "
+                "model (vLLM dropped MiniMax-M1 after 0.23.0)") in err
+    assert "warning" not in run("compare", "minimax-m1", "--ctx", "4k", "--engine", "ideal").stderr
+    assert "warning" not in run("compare", "minimax-m2.5", "--ctx", "4k", "--engine", "vllm").stderr

@@ -71,11 +71,22 @@ def option_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
 
 
 def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
-    """An encoder–decoder model an engine does not serve: vLLM 0.34.0 and SGLang serve Whisper alone of them (vLLM
-    removed the others from V1; SGLang's is_encoder_decoder_model)."""
-    return [f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang serves this encoder–decoder model; its "
-            "pages are counted as the engine's rules would hold them" for spec in specs
-            if s.engine in ("vllm", "sglang") and spec.encoder is not None and spec.family != "whisper"]
+    """A model an engine does not serve: vLLM 0.34.0 and SGLang serve Whisper alone of the encoder–decoder models
+    (vLLM removed the others from V1; SGLang's is_encoder_decoder_model), and neither serves lightning attention
+    (MiniMax-M1: vLLM's registry lists MiniMaxM1ForCausalLM as removed after 0.23.0; SGLang 0.5.23 has no such model)."""
+    if s.engine not in ("vllm", "sglang"):
+        return []
+    out = []
+    for spec in specs:
+        if spec.encoder is not None and spec.family != "whisper":
+            what = "encoder–decoder model"
+        elif any(g.attention.kind == "lightning" for g in spec.layer_groups):
+            what = "lightning-attention model (vLLM dropped MiniMax-M1 after 0.23.0)"
+        else:
+            continue
+        out.append(f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang serves this {what}; its pages "
+                   "are counted as the engine's rules would hold them")
+    return out
 
 
 def list_output() -> Output:
