@@ -6,7 +6,8 @@ Rules (also in the README):
   page beyond their span (vLLM's SlidingWindowManager frees the pages before it). A chunked layer holds its current
   chunk, which starts at a multiple of C (kvcalc.attention.base), reserved whole as its min(ctx, C) tokens are: past
   the first chunk, the most pages a chunk can span, (B − gcd(B, C) + C − 1) // B + 1, which is C / B when B divides
-  C (ChunkedLocalAttentionManager frees the pages of the chunks before). A layer holding no tokens (KV-shared)
+  C (ChunkedLocalAttentionManager frees the pages of the chunks before; vLLM one step late, so under --engine vllm
+  a chunk and the token after it: (B − gcd(B, C) + C) // B + 1, C / B + 1). A layer holding no tokens (KV-shared)
   has no pages, whatever its window or chunk, except under SGLang, whose one pool has a buffer for every layer
   (MHATokenToKVPool layer_num = num_hidden_layers; Gemma 3n's shared layers only skip writing): every token there. Cross-attention holds ceil(enc / B) pages
   of encoder positions. Under a group scheme g<G> a key group runs along the tokens the pages span: ceil(n·B / G)
@@ -139,8 +140,8 @@ def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | Non
         return pages(ctx, ctx, block)
     if rule == "window":
         return min(-(-ctx // block), -(-held // block) + 1)
-    if rule == "chunk":  # a chunk past the first, reserved whole: the most pages one can span
-        return chunk_pages(layer.chunk or 0, block)
+    if rule in ("chunk", "chunk-lag"):  # a chunk past the first, reserved whole: the most pages one can span
+        return chunk_pages(layer.chunk or 0, block, lag=rule == "chunk-lag")
     return pages(ctx, held, block)
 
 
@@ -150,6 +151,8 @@ PAGE_RULES = {"empty": "holds no tokens: 0 pages",
               "every": "SGLang keeps every token outside its hybrid-SWA models: ceil(ctx / B)",
               "window": "vLLM's window rule: min(ceil(ctx / B), ceil(W / B) + 1)",
               "chunk": "a whole chunk: (B − gcd(B, C) + C − 1) // B + 1",
+              "chunk-lag": "a whole chunk and the next token, as vLLM frees a chunk's pages one step late: "
+                           "(B − gcd(B, C) + C) // B + 1",
               "touched": "the pages its held tokens touch: (ctx − 1) // B − (ctx − held) // B + 1"}
 
 
@@ -168,15 +171,19 @@ def _layer_rule(ctx: int, held: int, layer: Layer, engine: str | None, every: bo
     if engine == "vllm" and layer.window is not None and held < ctx:
         return "window"
     if layer.chunk is not None and held < ctx:
-        return "chunk"
+        return "chunk-lag" if engine == "vllm" else "chunk"
     return "touched"
 
 
-def chunk_pages(chunk: int, block: int) -> int:
+def chunk_pages(chunk: int, block: int, lag: bool = False) -> int:
     """Pages a whole chunk of C tokens reserves: chunks start at multiples of C, so a chunk starts r tokens into a page
     for r a multiple of gcd(B, C) below B, and spans (r + C − 1) // B + 1 pages; the most, at r = B − gcd(B, C).
-    C / B when B divides C."""
-    return (block - gcd(block, chunk) + chunk - 1) // block + 1
+    C / B when B divides C. `lag`: vLLM frees the pages before the current chunk only for tokens already computed
+    (async scheduling: KVCacheManager.allocate_slots removes skipped blocks up to the computed tokens less the one in
+    flight), so on a chunk's first step a layer still holds the chunk before it: C + 1 tokens, (r + C) // B + 1
+    pages; C / B + 1 when B divides C, vLLM's own ChunkedLocalAttentionSpec bound cdiv(C + 1, B) there."""
+    span = chunk + 1 if lag else chunk
+    return (block - gcd(block, chunk) + span - 1) // block + 1
 
 
 def window_falls(window: int, block: int) -> int | None:

@@ -67,6 +67,11 @@ HW = ("--hardware", "h100-80gb")
 # 2026-12-05 (later): the 6 fit lines of the hybrid models (MiniMax-M1, Nemotron-H, Qwen3-Next) were regenerated (each
 # row carries state_bytes_per_gpu, the states within kv_cache_bytes_per_gpu): a script checked it is the only change,
 # positive and at most kv_cache_bytes_per_gpu.
+# 2026-12-05 (later): the 6 '--engine vllm' lines of Llama 4 Scout and Maverick were regenerated (vLLM frees a chunk's
+# pages one step late, so a chunked layer past its first chunk reserves C / B + 1 pages, vLLM's own bound): a script
+# checked that only the 1M rows' engine_kv_bytes and kv_cache_bytes_per_gpu and the chunked groups' pages (128 -> 129)
+# and engine_bytes changed, each by 8 (batch) · chunked layers (36: Scout's one group, Maverick's 24 + 12) · one page
+# of 64 tokens at 2 · 8 · 128 bytes a token (bf16; half in fp8); the 4k rows, below the first chunk's end, unchanged.
 SERVING = (
     ("--tp", "8"), ("--tp", "4", "--pp", "3", "--dp", "2"), ("--tp", "2", "--dp", "4", "--ep", "8"), ("--engine", "vllm"),
     ("--engine", "sglang", "--block-size", "16"), ("--kv-dtype", "int4", "--kv-quant", "g64"),
