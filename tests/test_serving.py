@@ -535,3 +535,17 @@ def test_show_per_layer_engine_rows_add_up_with_the_padding_slots():
     assert [(r["layers"], r["n_layers"], r["engine_bytes"], r["bytes"]) for r in padding] == [("padding", 2, 2 * 9 * page, 0)]
     assert sum(r["engine_bytes"] for r in rows) == 4 * 47 * page + (22 + 2) * 9 * page == 79_429_632
     assert sum(r["bytes"] for r in rows) == 4 * 3000 * 1024 * 3 + 22 * 512 * 1024 * 3  # the exact cache, no padding
+
+
+def test_vllm_warns_of_a_cache_scheme_it_does_not_have():
+    # an audit of vLLM 0.34.0's CacheDType (config/cache.py): per-tensor fp8, fp8_ds_mla/nvfp4_ds_mla and
+    # {fp8,int8,int4}_per_token_head (the Triton backend, not MLA): kvcalc's per-token and g<G>, and per-head on MLA,
+    # were paged in silence
+    def err(*args: str) -> str:
+        return run("compare", *args, "--ctx", "4k", "--engine", "vllm").stderr
+    assert "--engine vllm --kv-quant g64: vLLM 0.34.0 has no such cache (" in err("llama3-8b", "--kv-dtype", "int4", "--kv-quant", "g64")
+    assert "--kv-quant per-token: vLLM 0.34.0 has no such cache (" in err("llama3-8b", "--kv-dtype", "fp8", "--kv-quant", "per-token")
+    assert "--kv-quant per-head: vLLM 0.34.0 has no such cache on MLA" in err("deepseek-v3", "--kv-dtype", "fp8", "--kv-quant", "per-head")
+    assert "warning" not in err("llama3-8b", "--kv-dtype", "int8", "--kv-quant", "per-head")  # int8_per_token_head
+    assert "warning" not in err("deepseek-v3.2", "--kv-dtype", "fp8")  # fp8_ds_mla
+    assert "warning" not in run("compare", "llama3-8b", "--ctx", "4k", "--kv-dtype", "int4", "--kv-quant", "g64").stderr

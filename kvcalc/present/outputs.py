@@ -86,7 +86,22 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
             continue
         out.append(f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang serves this {what}; its pages "
                    "are counted as the engine's rules would hold them")
-    return out
+    return out + [_vllm_quant_warning(spec, s) for spec in specs if s.engine == "vllm" and _vllm_lacks_quant(spec, s)]
+
+
+def _vllm_lacks_quant(spec: ModelSpec, s: Settings) -> bool:
+    """A --kv-quant scheme vLLM 0.34.0 has no cache for (config/cache.py CacheDType): per-token and KIVI's g<G> at all,
+    per-head (its {fp8,int8,int4}_per_token_head, Triton backend only) on MLA, which no MLA backend accepts."""
+    if s.kv_quant in ("none", "fp8-ds-mla"):
+        return False
+    return s.kv_quant != "per-head" or any(g.attention.kind == "mla" for g in spec.layer_groups)
+
+
+def _vllm_quant_warning(spec: ModelSpec, s: Settings) -> str:
+    where = " on MLA" if s.kv_quant == "per-head" else ""
+    return (f"warning: {spec.name}: --engine vllm --kv-quant {s.kv_quant}: vLLM 0.34.0 has no such cache{where} (it has "
+            "per-tensor fp8, fp8_ds_mla and per-token-head fp8/int8/int4 on GQA): its pages are counted as the scheme "
+            "would take them")
 
 
 def list_output() -> Output:
