@@ -138,7 +138,7 @@ def _engine(gc, report: CacheReport) -> dict:
     """A group's cache in the engine's pages: each layer's pages of one sequence, the rule, and their bytes."""
     g = gc.group
     return {"block_size": gc.block_size, "pages": gc.pages,
-            "rule": layer_pages_rule(report.ctx, gc.tokens_held, g.layer, report.engine, gc.every_token),
+            "rule": layer_pages_rule(report.ctx, gc.tokens_held, g.layer, report.engine, gc.every_token, report.plan.ahead),
             "bytes_per_layer": gc.engine_bytes_per_layer, "bytes": gc.engine_bytes,
             **({"padding_layers": gc.pad_layers} if gc.pad_layers else {}),
             **({"padded_page": gc.padded_page} if gc.padded_page is not None else {})}

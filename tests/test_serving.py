@@ -549,3 +549,22 @@ def test_vllm_warns_of_a_cache_scheme_it_does_not_have():
     assert "warning" not in err("llama3-8b", "--kv-dtype", "int8", "--kv-quant", "per-head")  # int8_per_token_head
     assert "warning" not in err("deepseek-v3.2", "--kv-dtype", "fp8")  # fp8_ds_mla
     assert "warning" not in run("compare", "llama3-8b", "--ctx", "4k", "--kv-dtype", "int4", "--kv-quant", "g64").stderr
+
+
+def test_mtp_pages_cover_the_slots_a_vllm_step_allocates_ahead():
+    # vLLM 0.34.0 under --mtp (k = 1 MTP layer for DeepSeek-V3): a decode step schedules 1 + k tokens, allocates k
+    # lookahead slots and, under async scheduling, holds the k drafts in flight: 3k slots past ctx, so a layer holds
+    # cdiv(ctx + 3, 64) pages (an audit ran vLLM's AsyncScheduler and block manager: one page more at ctx = 62, 63 and
+    # 0 mod 64). A block is one page of each of the 62 layers (61 + the MTP layer): 64 · 576 · 2 bytes each
+    block = 62 * 64 * (512 + 64) * 2
+    assert block == 4_571_136
+    for ctx in (32_700, 32_701, 32_702, 32_704, 32_705, 32_765, 32_766, 32_768, 32_769):
+        r = row("deepseek-v3", "--ctx", str(ctx), "--mtp", "--engine", "vllm")
+        assert r["engine_kv_bytes"] == -(-(ctx + 3) // 64) * block
+    # no --mtp, or no engine: the pages of ctx tokens, and the exact cache untouched
+    assert row("deepseek-v3", "--ctx", "32768", "--engine", "vllm")["engine_kv_bytes"] == 512 * 61 * 64 * 576 * 2
+    assert row("deepseek-v3", "--ctx", "32768", "--mtp")["kv_cache_bytes"] == 32_768 * 62 * 576 * 2
+    # fit: vLLM's pool at 9,600 tokens, cdiv(9,603, 64) = 151 blocks a sequence (152 without the slots ahead)
+    out = json.loads(run("fit", "deepseek-v3", "--mtp", "--engine", "vllm", "--hardware", "h200-141gb", "--gpus", "8",
+                         "--weights-dtype", "fp8", "--kv-dtype", "fp8", "--ctx", "9600", "-f", "json").stdout)[0]
+    assert out["max_batch"] == 151

@@ -27,6 +27,7 @@ from kvcalc.costs.paged import (
     check_encoder_positions,
     keeps_every_token,
     layer_pages,
+    lookahead,
     page_bytes,
     pages,
     sglang_buffers,
@@ -107,6 +108,7 @@ class GroupTerm:
     every_token: bool = False  # the engine pages every token of a windowed layer (keeps_every_token)
     padded: bool = False  # vLLM pads this group's page to the unified page (GroupCache.padded_page)
     pad_layers: int = 0  # vLLM's padding slots counted with this group (GroupCache.pad_layers)
+    ahead: int = 0  # slots a vLLM step allocates past ctx under --mtp (kvcalc.costs.paged.lookahead)
 
     def pages_at(self, ctx: int, s: Settings) -> int | None:
         """Pages one layer's self-attention holds for one sequence at `ctx` under --engine (the engine's rule,
@@ -114,7 +116,7 @@ class GroupTerm:
         if self.block is None:
             return None
         return layer_pages(ctx, self.attention.tokens_held(self.layer, ctx), self.block, self.layer, s.engine,
-                           self.every_token)
+                           self.every_token, self.ahead)
 
     def layer_bytes(self, ctx: int, batch: int, s: Settings) -> int:
         """One layer's cache of `batch` sequences at `ctx` (as GroupCache.bytes_per_layer; in the engine's whole pages
@@ -178,6 +180,7 @@ class CachePlan:
     reads_held: bool = True  # every layer's decode step reads the tokens it holds (AttentionKind.reads_held)
     every_token: bool = False  # the engine pages every token of a windowed layer (kvcalc.costs.paged.keeps_every_token)
     buffers: dict[tuple[int, str], int] | None = None  # SGLang's encoder–decoder buffers (kvcalc.costs.paged.sglang_buffers)
+    ahead: int = 0  # slots a vLLM step allocates past ctx under --mtp (kvcalc.costs.paged.lookahead)
 
 
 @dataclass(frozen=True)
@@ -235,7 +238,7 @@ class CacheReport:
     def groups(self) -> tuple[GroupCache, ...]:
         """The cache of each layer group."""
         return tuple(group_cache(g, self.settings, self.plan.enc_ctx, self.plan.every_token, self.plan.layout, i,
-                                 self.plan.buffers) for i, g in enumerate(self.plan.groups))
+                                 self.plan.buffers, self.plan.ahead) for i, g in enumerate(self.plan.groups))
 
     @property
     def cache_bytes(self) -> int:
@@ -253,11 +256,12 @@ def token_bytes(formula: Formula, heads: int, s: Settings) -> int:
 
 
 def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, every_token: bool = False,
-                layout: PoolLayout | None = None, index: int = 0, pads: dict[tuple[int, str], int] | None = None) -> GroupCache:
+                layout: PoolLayout | None = None, index: int = 0, pads: dict[tuple[int, str], int] | None = None,
+                ahead: int = 0) -> GroupCache:
     """The cache of one layer group of a model at settings `s`; `enc_tokens`: encoder positions its cross-attention
     holds (encoder–decoder models); `every_token`: the engine pages every token of a windowed layer; `layout`: vLLM's
     pool of a model whose layers' specs differ, this group its `index`-th, with the padding slots `pads` (None: the
-    whole model's; kvcalc.costs.paged)."""
+    whole model's; kvcalc.costs.paged); `ahead`: slots a vLLM step allocates past ctx (kvcalc.costs.paged.lookahead)."""
     att, layer = group.attention, group.layer
     formula = att.cache_formula(layer, s.mla_cache)
     held = att.tokens_held(layer, s.ctx)
@@ -288,7 +292,7 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, every_to
         pad, pad_state = pads.get((index, "kv"), 0), pads.get((index, "state"), 0)
     if s.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
         block = own.block or block_tokens(att, s)
-        n_pages = layer_pages(s.ctx, held, block, layer, s.engine, every_token)
+        n_pages = layer_pages(s.ctx, held, block, layer, s.engine, every_token, ahead)
         paged = (n_pages * own.padded_page if own.padded_page is not None
                  else span_bytes(formula, heads, n_pages, block, att, s))
         if cross is not None and group.cross is not None:
@@ -332,7 +336,7 @@ def cache_at(plan: CachePlan, s: Settings) -> CacheReport:
     if plan.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
         engine_bytes = s.batch * sum(  # vLLM's padding slots hold pages as the layers of their spec do (PoolLayout.pads)
             (t.n_layers + t.pad_layers)
-            * (t.pages_bytes(layer_pages(ctx, h, t.block, t.layer, plan.engine, t.every_token), s) + t.fixed_paged)
+            * (t.pages_bytes(layer_pages(ctx, h, t.block, t.layer, plan.engine, t.every_token, t.ahead), s) + t.fixed_paged)
             for t, h in zip(plan.terms, held) if t.block is not None)
     return CacheReport.at(plan, s, elements, bytes_, engine_bytes)
 
@@ -356,11 +360,12 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     if mtp is not None:  # --mtp: the multi-token-prediction layers keep a cache like the last layer's
         groups = groups + (mtp,)
     layout = vllm_layout(groups, s, spec.mtp_layers if s.mtp else 0)
+    ahead = lookahead(spec.mtp_layers, s)
     one = replace(s, ctx=1, batch=1)
     every = keeps_every_token(spec.family, s.engine)
     extra = sglang_buffers(groups, s, spec.encoder.n_layers if spec.encoder else 0) if layout is None else None
-    rows = tuple(group_cache(g, one, enc, every, layout, i, extra) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx
-    terms = tuple(group_term(r, s, enc) for r in rows)
+    rows = tuple(group_cache(g, one, enc, every, layout, i, extra, ahead) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx
+    terms = tuple(group_term(r, s, enc, ahead) for r in rows)
     # a KV-shared layer (Gemma 3n) adds nothing per token: it reads the cache of the layer it shares
     growing = [r for r in rows if not r.group.layer.kv_shared]
     per_token = sum(r.formula.elements * r.n_layers for r in growing)
@@ -395,11 +400,13 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
         reads_held=all(t.attention.reads_held(t.layer) for t in terms),
         every_token=every,
         buffers=extra or None,
+        ahead=ahead,
     )
 
 
-def group_term(r: GroupCache, s: Settings, enc: int) -> GroupTerm:
-    """A group's GroupTerm, from its cache at ctx 1 for one sequence (`r`) at settings `s`."""
+def group_term(r: GroupCache, s: Settings, enc: int, ahead: int = 0) -> GroupTerm:
+    """A group's GroupTerm, from its cache at ctx 1 for one sequence (`r`) at settings `s`; `ahead`: slots a vLLM step
+    allocates past ctx (kvcalc.costs.paged.lookahead)."""
     g, n = r.group, r.n_layers
     cross = r.cross_formula
     fixed_bytes = fixed_paged = page = 0
@@ -413,7 +420,7 @@ def group_term(r: GroupCache, s: Settings, enc: int) -> GroupTerm:
         page = r.padded_page or page_bytes(r.formula, r.heads, r.block_size, g.attention, s)
     return GroupTerm(g.attention, g.layer, n, r.formula, r.heads, r.formula.elements, cross.elements * enc if cross else 0,
                      fixed_bytes, r.block_size, page, fixed_paged, dtype_bits(s.kv_dtype), r.every_token,
-                     r.padded_page is not None, r.pad_layers)
+                     r.padded_page is not None, r.pad_layers, ahead)
 
 
 def without_windows(spec: ModelSpec) -> ModelSpec:

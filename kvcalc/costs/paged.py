@@ -49,7 +49,8 @@ Rules (also in the README):
   for every group. One spec (is_kv_cache_spec_uniform), or one type of attention at one block size
   (UniformTypeKVCacheSpecs), is one group of each layer's own pages. A layer's cross-attention is counted with its
   self-attention (Whisper: the same pages, as many layers). Under --mtp a state layer holds a page more a speculated
-  token (MambaSpec.num_speculative_blocks; kvcalc speculates one token an MTP layer). Source: vLLM 0.34.0.
+  token (MambaSpec.num_speculative_blocks; kvcalc speculates one token an MTP layer), and an attention layer's pages
+  cover the 3k slots a step allocates past ctx (`lookahead`). Source: vLLM 0.34.0.
 - The pool's free pages and prefix sharing are not modelled.
 """
 
@@ -130,18 +131,30 @@ def pages(ctx: int, held: int, block: int) -> int:
     return (ctx - 1) // block - (ctx - held) // block + 1
 
 
-def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | None, every: bool = False) -> int:
+def lookahead(mtp_layers: int, s: Settings) -> int:
+    """Slots past ctx a vLLM decode step allocates under --mtp, k the MTP layers (num_speculative_tokens' default): it
+    schedules 1 + k tokens (the one verified and k drafts), allocates k more for the drafter (num_lookahead_tokens;
+    KVCacheManager.allocate_slots), and under async scheduling, vLLM's default, holds the k drafts of the step in
+    flight as placeholders: 3k (an audit ran vLLM 0.34.0's AsyncScheduler and block manager: DeepSeek-V3, k = 1,
+    holds a page more at ctx = 62, 63 and 0 mod 64; k = 3, at the 9 positions below a boundary); 0 otherwise."""
+    return 3 * mtp_layers if s.mtp and s.engine == "vllm" else 0
+
+
+def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | None, every: bool = False,
+                ahead: int = 0) -> int:
     """Pages one sequence holds in one layer under the engine's rule (see the module's rules); `every`: the engine
-    keeps every token of a windowed layer (`keeps_every_token`)."""
+    keeps every token of a windowed layer (`keeps_every_token`); `ahead`: slots a step allocates past ctx
+    (`lookahead`), which the layer's pages cover as tokens it holds."""
     rule = _layer_rule(ctx, held, layer, engine, every)
     if rule == "empty":
         return 0
+    ctx, held = ctx + ahead, held + ahead
     if rule in ("every", "shared"):
         return pages(ctx, ctx, block)
     if rule == "window":
         return min(-(-ctx // block), -(-held // block) + 1)
     if rule in ("chunk", "chunk-lag"):  # a chunk past the first, reserved whole: the most pages one can span
-        return chunk_pages(layer.chunk or 0, block, lag=rule == "chunk-lag")
+        return chunk_pages(layer.chunk or 0, block, lag=rule == "chunk-lag", ahead=ahead)
     return pages(ctx, held, block)
 
 
@@ -156,9 +169,10 @@ PAGE_RULES = {"empty": "holds no tokens: 0 pages",
               "touched": "the pages its held tokens touch: (ctx − 1) // B − (ctx − held) // B + 1"}
 
 
-def layer_pages_rule(ctx: int, held: int, layer: Layer, engine: str | None, every: bool = False) -> str:
+def layer_pages_rule(ctx: int, held: int, layer: Layer, engine: str | None, every: bool = False, ahead: int = 0) -> str:
     """The rule `layer_pages` applies, in words (for --explain)."""
-    return PAGE_RULES[_layer_rule(ctx, held, layer, engine, every)]
+    rule = PAGE_RULES[_layer_rule(ctx, held, layer, engine, every)]
+    return rule + (f", ctx and held counting the {ahead} slots a --mtp step allocates ahead" if ahead else "")
 
 
 def _layer_rule(ctx: int, held: int, layer: Layer, engine: str | None, every: bool = False) -> str:
@@ -175,14 +189,15 @@ def _layer_rule(ctx: int, held: int, layer: Layer, engine: str | None, every: bo
     return "touched"
 
 
-def chunk_pages(chunk: int, block: int, lag: bool = False) -> int:
+def chunk_pages(chunk: int, block: int, lag: bool = False, ahead: int = 0) -> int:
     """Pages a whole chunk of C tokens reserves: chunks start at multiples of C, so a chunk starts r tokens into a page
     for r a multiple of gcd(B, C) below B, and spans (r + C − 1) // B + 1 pages; the most, at r = B − gcd(B, C).
     C / B when B divides C. `lag`: vLLM frees the pages before the current chunk only for tokens already computed
     (async scheduling: KVCacheManager.allocate_slots removes skipped blocks up to the computed tokens less the one in
     flight), so on a chunk's first step a layer still holds the chunk before it: C + 1 tokens, (r + C) // B + 1
-    pages; C / B + 1 when B divides C, vLLM's own ChunkedLocalAttentionSpec bound cdiv(C + 1, B) there."""
-    span = chunk + 1 if lag else chunk
+    pages; C / B + 1 when B divides C, vLLM's own ChunkedLocalAttentionSpec bound cdiv(C + 1, B) there. `ahead`: slots
+    a step allocates past the sequence (`lookahead`), spanned too."""
+    span = chunk + (1 if lag else 0) + ahead
     return (block - gcd(block, chunk) + span - 1) // block + 1
 
 

@@ -53,7 +53,7 @@ from typing import NamedTuple
 
 from kvcalc.attention import MLA, Formula
 from kvcalc.costs.cache import GroupTerm, group_cache, group_term
-from kvcalc.costs.paged import PoolLayout, keeps_every_token, sglang_buffers, vllm_layout
+from kvcalc.costs.paged import PoolLayout, keeps_every_token, lookahead, sglang_buffers, vllm_layout
 from kvcalc.costs.state import parts_bytes
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
@@ -181,7 +181,8 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     layout = vllm_layout(held, s, spec.mtp_layers if s.mtp else 0)  # each rank sizes its own pages
     one = dataclasses.replace(s, ctx=1, batch=1, tp=1, pp=1, dp=1, ep=1)
     every = keeps_every_token(spec.family, s.engine)
-    caches = [group_cache(g, one, enc, every, layout, j, {}) for j, g in enumerate(held)]  # padding: by stage, below
+    ahead = lookahead(spec.mtp_layers, s)
+    caches = [group_cache(g, one, enc, every, layout, j, {}, ahead) for j, g in enumerate(held)]  # padding: by stage, below
     ranges = pp_stages(spec.n_layers, s.pp, s.engine)
     out = []
     for i, layers in enumerate(ranges):
@@ -197,7 +198,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
                 n = 0
             pad, pad_state = pads.get((j, "kv"), 0), pads.get((j, "state"), 0)
             if n or pad or pad_state:  # its layers here, or vLLM's padding slots of their spec
-                groups.append(_StageGroup(group.label, n, group_term(gc, one, enc), gc.state_elements_per_layer, gc.state_parts,
+                groups.append(_StageGroup(group.label, n, group_term(gc, one, enc, ahead), gc.state_elements_per_layer, gc.state_parts,
                                           gc.engine_state_bytes_per_layer,
                                           s.dp_attention and isinstance(group.attention, MLA), pad, pad_state))
         # SGLang's DP attention runs attention at attention-tp size 1: every rank holds the whole attention weights
