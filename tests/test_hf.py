@@ -273,7 +273,8 @@ def test_a_llama_config_slides_only_where_layer_types_says():
 def test_head_dim_keys_read_as_each_model_class_reads_them():
     # an audit against transformers 5.25 and vLLM 0.34: Cohere2's file head_dim wins over Cohere2Config's own
     # hidden / heads (kvcalc ignored it), Falcon's attention is always hidden / heads wide (kvcalc read head_dim), and a
-    # Gemma 4 config in transformers 5.25's per_layer_config form lost its global head dim (now refused)
+    # Gemma 4 config in transformers 5.25's per_layer_config form lost its global head dim (read now; one that names
+    # other layers than the full ones is refused: tests/test_hf_modules.py)
     base = {"hidden_size": 512, "num_attention_heads": 8, "vocab_size": 1000, "max_position_embeddings": 131072,
             "intermediate_size": 1024}
     cohere = imported({**base, "model_type": "cohere2", "num_hidden_layers": 8, "num_key_value_heads": 2,
@@ -281,5 +282,6 @@ def test_head_dim_keys_read_as_each_model_class_reads_them():
     assert kv_cache(cohere, Settings(ctx=1)).bytes == 8 * 2 * 2 * 128 * 2  # 8 layers · (K, V) · 2 heads · 128 · bf16
     falcon = imported({**base, "model_type": "falcon", "num_hidden_layers": 4, "head_dim": 128})
     assert kv_cache(falcon, Settings(ctx=1)).bytes == 4 * 2 * 1 * 64 * 2  # multi_query: one head of 512 / 8 = 64
-    with pytest.raises(SpecError, match="per_layer_config: the per-layer form of a Gemma 4 config"):
+    with pytest.raises(SpecError, match=r"per_layer_config: only one head_dim and num_key_value_heads for exactly the "
+                                        r"full_attention layers \[5\] is read, got \{\}"):
         imported({**base, "model_type": "gemma4_text", "num_hidden_layers": 6, "per_layer_config": {}})

@@ -283,3 +283,29 @@ def test_a_zero_count_under_the_second_name_is_read():
     moved = {**{k: v for k, v in cfg.items() if k != "num_nextn_predict_layers"}, "num_mtp_layers": 0}
     spec = spec_from_config(moved, "c", "m")[0]
     assert spec.mtp_layers == 0 and param_totals(spec) == param_totals(spec_from_config(cfg, "c", "m")[0])
+
+
+def test_gemma4_per_layer_config_form_reads_as_published():
+    # transformers 5.25 saves Gemma 4 with per_layer_config ({full layer: head_dim, num_key_value_heads}) in place of
+    # global_head_dim and num_global_key_value_heads (vLLM 0.34.0's gemma4.py reads it); it was refused, and before
+    # that read with the 512 default. gemma-4-26b-a4b re-saved that way is the same model: full layers of 2 KV heads
+    # of 512, sliding ones of 8 of 256
+    cfg = REFERENCE_2026.config("gemma-4-26b-a4b")
+    text = {k: v for k, v in cfg["text_config"].items() if k not in ("global_head_dim", "num_global_key_value_heads")}
+    full = [i for i, t in enumerate(text["layer_types"]) if t == "full_attention"]
+    resaved = {**cfg, "text_config": {**text, "per_layer_config": {f"{i:02d}": {"head_dim": 512, "num_key_value_heads": 2}
+                                                                   for i in full}}}
+    original, again = spec_from_config(cfg, "c", "m")[0], spec_from_config(resaved, "c", "m")[0]
+    assert param_totals(again) == param_totals(original)
+    assert again.model_dump(exclude={"notes", "source"}) == original.model_dump(exclude={"notes", "source"})
+    # both forms given alike: read; unlike, or a per-layer shape kvcalc has no field for: refused
+    both = json.loads(json.dumps(resaved))
+    both["text_config"].update(global_head_dim=512, num_global_key_value_heads=2)
+    assert param_totals(spec_from_config(both, "c", "m")[0]) == param_totals(original)
+    both["text_config"]["global_head_dim"] = 256
+    with pytest.raises(SpecError, match="global_head_dim: 256, but per_layer_config gives the full layers 512"):
+        spec_from_config(both, "c", "m")
+    odd = json.loads(json.dumps(resaved))
+    odd["text_config"]["per_layer_config"]["00"] = {"head_dim": 512}
+    with pytest.raises(SpecError, match="per_layer_config: only one head_dim and num_key_value_heads for exactly the"):
+        spec_from_config(odd, "c", "m")

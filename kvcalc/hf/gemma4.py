@@ -36,6 +36,7 @@ from kvcalc.hf.common import (
     need,
     show,
     text_part,
+    whole,
 )
 
 # Gemma4TextConfig defaults (transformers configuration_gemma4.py): the keys a text_config may omit.
@@ -68,11 +69,7 @@ def _layer_types(cfg: dict, origin: str, n: int, notes: list[str]) -> list[str]:
 
 def _refuse_unmodelled(cfg: dict, origin: str) -> None:
     """Per-layer embeddings and KV-shared layers change sizes in ways no kvcalc field expresses yet; transformers
-    5.25's per_layer_config form (which drops global_head_dim and num_global_key_value_heads) is not read yet."""
-    if "per_layer_config" in cfg:
-        raise SpecError(f"{origin}: per_layer_config: the per-layer form of a Gemma 4 config (saved by transformers 5.25, "
-                        "without global_head_dim and num_global_key_value_heads) is not read yet; give the config as "
-                        "published")
+    5.25's per_layer_config form is read by `_per_layer_config` first."""
     if get(cfg, "hidden_size_per_layer_input", origin, minimum=0):
         raise SpecError(f"{origin}: hidden_size_per_layer_input: {show(cfg['hidden_size_per_layer_input'])}: per-layer "
                         "embeddings (Gemma 4 E2B/E4B) are not modelled; kvcalc imports Gemma 4 configs with 0")
@@ -84,11 +81,52 @@ def _refuse_unmodelled(cfg: dict, origin: str) -> None:
                         "decoder with a KV cache")
 
 
+def _per_layer_config(cfg: dict, origin: str, notes: list[str]) -> dict:
+    """`cfg` in the published form: transformers 5.25's Gemma4TextConfig saves per_layer_config, {layer index: its
+    head_dim and num_key_value_heads}, for the full layers, in place of global_head_dim and
+    num_global_key_value_heads (popped in __post_init__; vLLM 0.34.0's gemma4.py reads per_layer_config). Read back
+    when it names exactly the full layers, all alike; any other per-layer shape is refused, not guessed."""
+    if "per_layer_config" not in cfg:
+        return cfg
+    per = cfg["per_layer_config"]
+    cfg = {k: v for k, v in cfg.items() if k != "per_layer_config"}
+    n = need(cfg, "num_hidden_layers", origin)
+    full = [i for i, t in enumerate(_layer_types(cfg, origin, n, [])) if t == "full_attention"]
+    if not isinstance(per, dict) or not all(isinstance(v, dict) for v in per.values()):
+        raise SpecError(f"{origin}: per_layer_config: must map layer indices to their head_dim and num_key_value_heads, "
+                        f"got {show(per)}")
+    try:
+        listed = sorted(int(k) for k in per)
+    except ValueError:
+        raise SpecError(f"{origin}: per_layer_config: keys must be layer indices, got {show(sorted(per))}") from None
+    shapes = {tuple(sorted(v.items())) for v in per.values()}
+    keys = {k for v in per.values() for k in v}
+    if listed != full or len(shapes) != 1 or not keys <= {"head_dim", "num_key_value_heads"}:
+        raise SpecError(f"{origin}: per_layer_config: only one head_dim and num_key_value_heads for exactly the "
+                        f"full_attention layers {full} is read, got {show(per)}")
+    shape = {k: whole(v, f"per_layer_config's {k}", origin) for k, v in dict(shapes.pop()).items()}
+    read = {"global_head_dim": shape.get("head_dim", cfg.get("head_dim", GEMMA4_TEXT_DEFAULTS["head_dim"]))}
+    if "num_key_value_heads" in shape:
+        if not flag(cfg, "attention_k_eq_v", origin):  # kvcalc's full layers take num_key_value_heads then
+            raise SpecError(f"{origin}: per_layer_config: full layers of their own num_key_value_heads without "
+                            "attention_k_eq_v are not supported")
+        read["num_global_key_value_heads"] = shape["num_key_value_heads"]
+    for key, value in read.items():
+        if cfg.get(key) is not None and cfg[key] != value:
+            raise SpecError(f"{origin}: {key}: {show(cfg[key])}, but per_layer_config gives the full layers {show(value)}: "
+                            "give them alike")
+        cfg[key] = value
+    notes.append("per_layer_config (transformers 5.25's form) read: the full layers' " +
+                 ", ".join(f"{k} {v}" for k, v in read.items()))
+    return cfg
+
+
 @importer("gemma4", "gemma4_text")
 def _gemma4(cfg, origin, notes):
     if (text := text_part(cfg, origin)) is not None:
         cfg = {**text}
         notes.append("text model read from text_config (vision and audio towers not counted)")
+    cfg = _per_layer_config(cfg, origin, notes)
     cfg = fill_defaults(cfg, GEMMA4_TEXT_DEFAULTS, "Gemma4TextConfig", notes)
     _refuse_unmodelled(cfg, origin)
     base = base_fields(cfg, origin, "gemma4", True)
