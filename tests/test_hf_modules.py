@@ -1,7 +1,9 @@
 """Imported configs follow what each family's modules build (transformers 5.25 modeling_<family>.py; vLLM 0.34.0
 agrees where it has the model): a bias switch the modules do not read is ignored with a note, not counted; a
-bidirectional Gemma is refused; a multimodal tie_word_embeddings is read at either level. Each count is written out
-from a small config's numbers, beside the same config without the switch."""
+bidirectional Gemma is refused; a multimodal tie_word_embeddings is read at either level; a field is read under either
+of its config class's names (attribute_map), and the forms transformers 5 re-saves (T5's scale_decoder_outputs,
+Granite's layer names, Gemma 4's per_layer_config) give the published figures. Each count is written out from a small
+config's numbers or compared with the same config in its other form."""
 
 from __future__ import annotations
 

@@ -71,37 +71,38 @@ def option_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
 
 
 def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
-    """A model an engine does not serve: vLLM 0.34.0 and SGLang serve Whisper alone of the encoder–decoder models
-    (vLLM removed the others from V1; SGLang's is_encoder_decoder_model), and neither serves lightning attention
-    (MiniMax-M1: vLLM's registry lists MiniMaxM1ForCausalLM as removed after 0.23.0; SGLang 0.5.23 has no such model)."""
+    """What an engine does not serve, said beside the pages counted by its rules anyway: vLLM 0.34.0 and SGLang serve
+    Whisper alone of the encoder–decoder models (vLLM removed the others from V1; SGLang's is_encoder_decoder_model),
+    neither serves lightning attention (MiniMax-M1: vLLM's registry lists MiniMaxM1ForCausalLM as removed after
+    0.23.0; SGLang 0.5.23 has no such model), and vLLM has no cache for some --kv-quant schemes (_vllm_lacks)."""
     if s.engine not in ("vllm", "sglang"):
         return []
     out = []
     for spec in specs:
+        what = None
         if spec.encoder is not None and spec.family != "whisper":
             what = "encoder–decoder model"
         elif any(g.attention.kind == "lightning" for g in spec.layer_groups):
             what = "lightning-attention model (vLLM dropped MiniMax-M1 after 0.23.0)"
-        else:
-            continue
-        out.append(f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang serves this {what}; its pages "
-                   "are counted as the engine's rules would hold them")
-    return out + [_vllm_quant_warning(spec, s) for spec in specs if s.engine == "vllm" and _vllm_lacks_quant(spec, s)]
+        if what is not None:
+            out.append(f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang serves this {what}; its "
+                       "pages are counted as the engine's rules would hold them")
+        if s.engine == "vllm" and (lack := _vllm_lacks(spec, s)) is not None:
+            out.append(f"warning: {spec.name}: --engine vllm --kv-quant {s.kv_quant}: vLLM 0.34.0 has no such "
+                       f"cache{lack} (it has per-tensor fp8, fp8_ds_mla and per-token-head fp8/int8/int4 on GQA): its "
+                       "pages are counted as the scheme would take them")
+    return out
 
 
-def _vllm_lacks_quant(spec: ModelSpec, s: Settings) -> bool:
-    """A --kv-quant scheme vLLM 0.34.0 has no cache for (config/cache.py CacheDType): per-token and KIVI's g<G> at all,
-    per-head (its {fp8,int8,int4}_per_token_head, Triton backend only) on MLA, which no MLA backend accepts."""
+def _vllm_lacks(spec: ModelSpec, s: Settings) -> str | None:
+    """Where vLLM 0.34.0 has no cache for the --kv-quant scheme (config/cache.py CacheDType): '' for per-token and
+    KIVI's g<G>, which it lacks outright, ' on MLA' for per-head (its {fp8,int8,int4}_per_token_head, Triton backend
+    only) on an MLA model; None where it has one."""
     if s.kv_quant in ("none", "fp8-ds-mla"):
-        return False
-    return s.kv_quant != "per-head" or any(g.attention.kind == "mla" for g in spec.layer_groups)
-
-
-def _vllm_quant_warning(spec: ModelSpec, s: Settings) -> str:
-    where = " on MLA" if s.kv_quant == "per-head" else ""
-    return (f"warning: {spec.name}: --engine vllm --kv-quant {s.kv_quant}: vLLM 0.34.0 has no such cache{where} (it has "
-            "per-tensor fp8, fp8_ds_mla and per-token-head fp8/int8/int4 on GQA): its pages are counted as the scheme "
-            "would take them")
+        return None
+    if s.kv_quant != "per-head":
+        return ""
+    return " on MLA" if any(g.attention.kind == "mla" for g in spec.layer_groups) else None
 
 
 def list_output() -> Output:
