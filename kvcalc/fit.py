@@ -161,10 +161,11 @@ def sglang_capacity(p: SGLangPools, room: int) -> SGLangCapacity | None:
     def whole_pages(tokens: Fraction) -> int:
         return tokens // p.block * p.block
 
-    if p.full_rate and p.swa_rate:
-        full_tokens = whole_pages(room / (p.full_rate + SGLANG_SWA_FULL_TOKENS_RATIO * p.swa_rate))
+    full_rate, swa_rate = p.full_rate + p.sized_full_rate, p.swa_rate + p.sized_swa_rate  # as the sizing counts them
+    if full_rate and swa_rate:
+        full_tokens = whole_pages(room / (full_rate + SGLANG_SWA_FULL_TOKENS_RATIO * swa_rate))
         return SGLangCapacity(slots, full_tokens, whole_pages(full_tokens * SGLANG_SWA_FULL_TOKENS_RATIO))
-    rate = p.full_rate + p.swa_rate
+    rate = full_rate + swa_rate
     return SGLangCapacity(slots, whole_pages(room / rate) if rate else 0, None)
 
 

@@ -568,3 +568,65 @@ def test_mtp_pages_cover_the_slots_a_vllm_step_allocates_ahead():
     out = json.loads(run("fit", "deepseek-v3", "--mtp", "--engine", "vllm", "--hardware", "h200-141gb", "--gpus", "8",
                          "--weights-dtype", "fp8", "--kv-dtype", "fp8", "--ctx", "9600", "-f", "json").stdout)[0]
     assert out["max_batch"] == 151
+
+
+def test_mtp_pages_cover_the_slots_an_sglang_step_allocates_ahead():
+    # an audit of SGLang 0.5.23: with speculative decoding a decode step allocates up to the committed length
+    # + 2 · max(steps · topk, draft tokens) slots (mem_cache/allocation_sizing.py; its EAGLE defaults (3, 1, 4) for
+    # DeepSeek), so at ctx C (C − 1 committed) a sequence holds C + 7 slots; kvcalc counted C. DeepSeek-V3 in pages of
+    # 1: 62 layers (61 + the MTP layer) of 576 bf16 values a token
+    assert row("deepseek-v3", "--ctx", "4k", "--mtp", "--engine", "sglang")["engine_kv_bytes"] == 4103 * 62 * 576 * 2
+    assert 4103 * 62 * 576 * 2 == 293_052_672
+    assert row("deepseek-v3", "--ctx", "4k", "--engine", "sglang")["engine_kv_bytes"] == 4096 * 61 * 576 * 2
+    # DeepSeek-V3.2 in SGLang's NSA pages of 64: a token takes 1,152 latent bytes and 132 of the indexer's a layer;
+    # ctx 4,089 + 7 fills 64 pages, 4,090 + 7 starts the 65th
+    page = 64 * 62 * (1152 + 132)
+    for ctx, n in ((4089, 64), (4090, 65), (4096, 65)):
+        assert row("deepseek-v3.2", "--ctx", str(ctx), "--mtp", "--engine", "sglang")["engine_kv_bytes"] == n * page
+    # fit: 8 H200s, fp8 weights and cache: the pool holds room // (62 · 576) tokens, 1,031 slots a sequence
+    out = json.loads(run("fit", "deepseek-v3", "--mtp", "--engine", "sglang", "--hardware", "h200-141gb", "--gpus", "8",
+                         "--weights-dtype", "fp8", "--kv-dtype", "fp8", "--ctx", "1k", "-f", "json").stdout)[0]
+    room = (out["memory_bytes"] - out["reserved_bytes"]) // 8 - out["weights_bytes_per_gpu"] - out["activation_bytes"]
+    tokens = room // (62 * 576)
+    assert tokens == 1_394_072 and out["max_batch"] == tokens // 1031 == 1352 != tokens // 1024
+
+
+def test_sglang_draft_holds_its_own_embedding_on_the_last_stage():
+    # an audit of SGLang 0.5.23: under pipeline stages the last stage has no target embedding for the draft to share
+    # (speculative/pp_draft_embedding.py), so the draft loads its own VocabParallelEmbedding, split over tp as the
+    # target's (whole under DP attention); kvcalc added it for vLLM only. DeepSeek-V3: 129,280 rows (a multiple of
+    # 64: no padding) of 7,168 bf16 values. Measured as what --mtp adds to the last stage under the engine beyond what
+    # it adds without one (the MTP layer's own weights, the same in both)
+    from kvcalc.costs.parallel import stages
+
+    spec_ = spec("deepseek-v3")
+
+    def last(**kw: object) -> int:
+        return stages(spec_, Settings(ctx=4096, tp=4, pp=2, **kw))[-1].weights_bytes
+
+    for extra, rows in (({}, 129_280 // 4), ({"dp": 2, "dp_attention": True}, 129_280)):
+        engine = last(mtp=True, engine="sglang", **extra) - last(engine="sglang", **extra)
+        ideal = last(mtp=True, **extra) - last(**extra)
+        assert engine - ideal == rows * 7168 * 2
+    assert row("deepseek-v3", "--ctx", "4k", "--tp", "4", "--pp", "2", "--engine", "sglang", "--mtp")[
+        "weights_bytes_per_gpu"] == 186_064_379_904
+
+
+def test_sglang_sizes_every_stage_for_the_draft_layers():
+    # SGLang adds the draft's cell to every target worker's cell size (model_executor/pool_configurator.py), though
+    # only the last stage runs the draft: a stage before the last holds room // (its layers + 1 MTP layer) tokens.
+    # DeepSeek-V3 at tp 4, pp 2 (SGLang's split: 30 and 31 layers), fp8 latent: 576 bytes a token a layer
+    from kvcalc.costs.parallel import sglang_pools, stage_gpu, stages
+    from kvcalc.fit import sglang_capacity
+
+    spec_ = spec("deepseek-v3")
+    room = 40_000_000_000
+    for mtp, sized in ((True, (31, 32)), (False, (30, 31))):
+        s = Settings(ctx=1, tp=4, pp=2, mtp=mtp, engine="sglang", kv_dtype="fp8")
+        plans = stages(spec_, s)
+        assert [len(p.layers) for p in plans] == [30, 31]
+        tokens = [sglang_capacity(sglang_pools(s, p), room) for p in plans]
+        assert [c.tokens for c in tokens if c is not None] == [room // (576 * n) for n in sized]
+    # the first stage holds only its own 30 layers' cache all the same, C + 7 slots each; the last its 31 and the MTP layer
+    s = Settings(ctx=4096, tp=4, pp=2, mtp=True, engine="sglang", kv_dtype="fp8")
+    assert [stage_gpu(s, p).kv_cache_bytes for p in stages(spec_, s)] == [30 * 4103 * 576, 32 * 4103 * 576]

@@ -108,7 +108,7 @@ class GroupTerm:
     every_token: bool = False  # the engine pages every token of a windowed layer (keeps_every_token)
     padded: bool = False  # vLLM pads this group's page to the unified page (GroupCache.padded_page)
     pad_layers: int = 0  # vLLM's padding slots counted with this group (GroupCache.pad_layers)
-    ahead: int = 0  # slots a vLLM step allocates past ctx under --mtp (kvcalc.costs.paged.lookahead)
+    ahead: int = 0  # slots an engine's step allocates past ctx under --mtp (kvcalc.costs.paged.lookahead)
 
     def pages_at(self, ctx: int, s: Settings) -> int | None:
         """Pages one layer's self-attention holds for one sequence at `ctx` under --engine (the engine's rule,
@@ -180,7 +180,7 @@ class CachePlan:
     reads_held: bool = True  # every layer's decode step reads the tokens it holds (AttentionKind.reads_held)
     every_token: bool = False  # the engine pages every token of a windowed layer (kvcalc.costs.paged.keeps_every_token)
     buffers: dict[tuple[int, str], int] | None = None  # SGLang's encoder–decoder buffers (kvcalc.costs.paged.sglang_buffers)
-    ahead: int = 0  # slots a vLLM step allocates past ctx under --mtp (kvcalc.costs.paged.lookahead)
+    ahead: int = 0  # slots an engine's step allocates past ctx under --mtp (kvcalc.costs.paged.lookahead)
 
 
 @dataclass(frozen=True)
@@ -261,7 +261,7 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, every_to
     """The cache of one layer group of a model at settings `s`; `enc_tokens`: encoder positions its cross-attention
     holds (encoder–decoder models); `every_token`: the engine pages every token of a windowed layer; `layout`: vLLM's
     pool of a model whose layers' specs differ, this group its `index`-th, with the padding slots `pads` (None: the
-    whole model's; kvcalc.costs.paged); `ahead`: slots a vLLM step allocates past ctx (kvcalc.costs.paged.lookahead)."""
+    whole model's; kvcalc.costs.paged); `ahead`: slots an engine's step allocates past ctx (kvcalc.costs.paged.lookahead)."""
     att, layer = group.attention, group.layer
     formula = att.cache_formula(layer, s.mla_cache)
     held = att.tokens_held(layer, s.ctx)
@@ -405,7 +405,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
 
 
 def group_term(r: GroupCache, s: Settings, enc: int, ahead: int = 0) -> GroupTerm:
-    """A group's GroupTerm, from its cache at ctx 1 for one sequence (`r`) at settings `s`; `ahead`: slots a vLLM step
+    """A group's GroupTerm, from its cache at ctx 1 for one sequence (`r`) at settings `s`; `ahead`: slots an engine's step
     allocates past ctx (kvcalc.costs.paged.lookahead)."""
     g, n = r.group, r.n_layers
     cross = r.cross_formula

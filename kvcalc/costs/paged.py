@@ -19,7 +19,9 @@ Rules (also in the README):
   sizes a prefill step, W − 1 + max_num_batched_tokens tokens, while kvcalc counts the cache of a sequence at ctx).
 - SGLang frees a windowed or chunked layer's old tokens only in its hybrid-SWA pool, built for Llama4, GptOss,
   MiMoV2Flash, Step3p5 and Gemma4 (srt/configs/model_config.py is_hybrid_swa_model); any other model's layers keep
-  every token in its one pool (`keeps_every_token`: ceil(ctx / B) pages a layer).
+  every token in its one pool (`keeps_every_token`: ceil(ctx / B) pages a layer). Under --mtp a step allocates up to
+  the committed length + 2 · max(steps · topk, draft tokens), its speculative defaults (3, 1, 4): 7 slots past ctx
+  (`lookahead`).
 - Page sizes: `ideal` is exact (B = 1); SGLang's default page_size is 1 (server_args.py); vLLM's default
   block_size is 64 (vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, vLLM 0.34.0; 16 in its earlier releases),
   which FlashAttention keeps (any multiple of 16); MLA layers take --block-size when a backend takes it
@@ -131,13 +133,30 @@ def pages(ctx: int, held: int, block: int) -> int:
     return (ctx - 1) // block - (ctx - held) // block + 1
 
 
+# SGLang's speculative defaults for its MTP (EAGLE) models: steps, top-k, draft tokens
+# (arg_groups/speculative_hook.py _auto_choose_speculative_params: (3, 1, 4) for DeepSeek, GLM, MiMo and the rest)
+SGLANG_SPEC_STEPS, SGLANG_SPEC_TOPK, SGLANG_SPEC_DRAFT_TOKENS = 3, 1, 4
+
+
 def lookahead(mtp_layers: int, s: Settings) -> int:
-    """Slots past ctx a vLLM decode step allocates under --mtp, k the MTP layers (num_speculative_tokens' default): it
-    schedules 1 + k tokens (the one verified and k drafts), allocates k more for the drafter (num_lookahead_tokens;
-    KVCacheManager.allocate_slots), and under async scheduling, vLLM's default, holds the k drafts of the step in
-    flight as placeholders: 3k (an audit ran vLLM 0.34.0's AsyncScheduler and block manager: DeepSeek-V3, k = 1,
-    holds a page more at ctx = 62, 63 and 0 mod 64; k = 3, at the 9 positions below a boundary); 0 otherwise."""
-    return 3 * mtp_layers if s.mtp and s.engine == "vllm" else 0
+    """Slots past ctx a decode step allocates under --mtp (0 without an engine or --mtp).
+
+    vLLM, k the MTP layers (num_speculative_tokens' default): it schedules 1 + k tokens (the one verified and k
+    drafts), allocates k more for the drafter (num_lookahead_tokens; KVCacheManager.allocate_slots), and under async
+    scheduling, its default, holds the k drafts of the step in flight as placeholders: 3k (an audit ran vLLM 0.34.0's
+    AsyncScheduler and block manager: DeepSeek-V3, k = 1, holds a page more at ctx = 62, 63 and 0 mod 64; k = 3, at
+    the 9 positions below a boundary).
+    SGLang (0.5.23): a step allocates up to the committed length + 2 · max(steps · topk, draft tokens), a double
+    buffer for the overlap scheduler's lag (mem_cache/allocation_sizing.py get_alloc_reserve_per_decode,
+    page_aligned_decode_alloc_lens; eagle_utils.eagle_prepare_for_decode), whatever the MTP layers; at ctx the
+    committed length is ctx − 1, so 2 · max(3 · 1, 4) − 1 = 7 slots past ctx."""
+    if not s.mtp:
+        return 0
+    if s.engine == "vllm":
+        return 3 * mtp_layers
+    if s.engine == "sglang":
+        return 2 * max(SGLANG_SPEC_STEPS * SGLANG_SPEC_TOPK, SGLANG_SPEC_DRAFT_TOKENS) - 1
+    return 0
 
 
 def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | None, every: bool = False,

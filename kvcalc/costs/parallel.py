@@ -38,7 +38,9 @@ Rules (also in the README), with the engine behaviour they follow:
 - With --mtp the multi-token-prediction layers sit on the last stage, where the drafter reads the last layer's hidden
   states and shares the output head (vLLM DeepSeekMTP); they split by tp like the last layer, their eh_proj and
   norms whole on every rank (nn.Linear and RMSNorm there). Embedding and head are shared, as in the parameter count,
-  except that under vLLM with pp > 1 the drafter builds its own embedding (maybe_share_target_embed).
+  except that under vLLM and SGLang with pp > 1 the drafter holds its own embedding (vLLM maybe_share_target_embed;
+  SGLang pp_draft_embedding.py), split as the target's. SGLang sizes every stage's token pool with the MTP layers'
+  cell added, though only the last stage holds them (Stage.sized, sglang_pools).
 - GPUs = tp · pp · dp.
 """
 
@@ -141,6 +143,7 @@ class Stage:
     groups: tuple[_StageGroup, ...]
     weights_bytes: int
     held_back: int = 0  # bytes of the pool no sequence gets (vLLM: BlockPool's null block, one block of the pool)
+    sized: tuple[_StageGroup, ...] = ()  # layers the engine's pool sizing counts here but no pool holds (sglang_pools)
 
 
 def mtp_layers_on(spec: ModelSpec, s: Settings, stage: int) -> tuple[int, ...]:
@@ -191,10 +194,12 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         here = frozenset(layers) | (frozenset(mtp.layers) if mtp is not None and last else frozenset())
         pads = (layout.pads(here) if layout is not None
                 else sglang_buffers(everyone, s, spec.encoder.n_layers if spec.encoder and i == 0 else 0, layers))
-        groups = []
+        groups, sized = [], []
         for j, (group, gc) in enumerate(zip(everyone, caches)):
             n = len(group.layers) if group is mtp else bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start)
             if group is mtp and not last:  # the MTP layers on the last stage
+                if s.engine == "sglang":  # SGLang sizes every stage's pool for them (sglang_pools)
+                    sized.append(_StageGroup(group.label, n, group_term(gc, one, enc, ahead), 0, (), None, False))
                 n = 0
             pad, pad_state = pads.get((j, "kv"), 0), pads.get((j, "state"), 0)
             if n or pad or pad_state:  # its layers here, or vLLM's padding slots of their spec
@@ -207,7 +212,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         if last and mtp is not None:
             params += _mtp_params_per_rank(spec, s, weighed[-1])
         out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype),
-                         null_block_bytes(s, layout, here, groups)))
+                         null_block_bytes(s, layout, here, groups), tuple(sized)))
     return tuple(out)
 
 
@@ -232,9 +237,12 @@ def _mtp_params_per_rank(spec: ModelSpec, s: Settings, rank: ResolvedGroup) -> i
 
     attention = sum(w.size for w in rank.attention.weights(rank.layer))
     ffn = ffn_params_per_rank(ffn_of_layer(spec, spec.n_layers - 1), spec.d_model, s.tp, s.ep, moe_tp(s), shared_tp(spec, s))
-    # vLLM's drafter keeps an embedding of its own under pipeline stages (spec_decode eagle utils
-    # maybe_share_target_embed returns early when pp > 1); the head stays shared
-    own_embedding = vocab_rows(spec, s) * spec.d_model if s.engine == "vllm" and s.pp > 1 else 0
+    # under pipeline stages the drafter keeps an embedding of its own, the head stays shared: vLLM's
+    # (spec_decode eagle utils maybe_share_target_embed returns early when pp > 1) and SGLang's, whose last stage has
+    # no target embedding to share (speculative/pp_draft_embedding.py resolve_draft_embed_and_head loads the draft's
+    # own VocabParallelEmbedding, split as the target's: whole under DP attention)
+    engine = s.engine in ("vllm", "sglang")
+    own_embedding = vocab_rows(spec, s, split=not s.dp_attention) * spec.d_model if engine and s.pp > 1 else 0
     return spec.mtp_layers * (attention + ffn + sum(mtp_proj_and_norms(spec))) + own_embedding
 
 
@@ -339,7 +347,8 @@ def _group_state(s: Settings, g: _StageGroup) -> int:
 class SGLangPools(NamedTuple):
     """One stage's GPU as SGLang's static pools divide it (fit): the cache its full-attention layers and its sliding
     (or chunked) layers hold at the settings, the bytes one token takes in each (a token in every such layer), the page
-    size, and one sequence's constant states with the sequences that hold them."""
+    size, one sequence's constant states with the sequences that hold them, and the bytes a token takes in layers the
+    sizing counts here but no pool holds (full, sliding: Stage.sized)."""
 
     full_bytes: int
     swa_bytes: int
@@ -348,21 +357,25 @@ class SGLangPools(NamedTuple):
     block: int
     state_per_sequence: int
     sequences: int
+    sized_full_rate: Fraction = Fraction(0)
+    sized_swa_rate: Fraction = Fraction(0)
 
 
 def sglang_pools(s: Settings, plan: Stage) -> SGLangPools:
     """SGLang's view of one stage's GPU under --engine sglang: a windowed or chunked layer that the engine frees
     (its hybrid-SWA models, kvcalc.costs.paged.keeps_every_token) draws on the SWA pool, every other layer on the full
-    pool (memory_pool.SWAKVPool), and constant states on the mamba pool (MambaPool)."""
+    pool (memory_pool.SWAKVPool), and constant states on the mamba pool (MambaPool). Under --mtp the token pool of a
+    stage before the last is sized as if it held the draft's layers too (model_executor/pool_configurator.py adds
+    the draft's cell to the cell size of every target worker), though only the last stage runs the draft (Stage.sized)."""
     full = swa = state = sequences = 0
-    full_rate = swa_rate = Fraction(0)
+    full_rate = swa_rate = sized_full = sized_swa = Fraction(0)
     block = 1
     for g in plan.groups:
         layers = g.n + g.pad
         kv = layers * _layer_kv(s, g)
-        rate = layers * Fraction(g.term.page_bytes, g.term.block) if g.term.block else Fraction(0)
+        rate = _token_rate(g, layers)
         block = g.term.block or block
-        if g.term.layer.span is not None and not g.term.every_token:
+        if _swa_pool(g):
             swa, swa_rate = swa + kv, swa_rate + rate
         else:
             full, full_rate = full + kv, full_rate + rate
@@ -371,7 +384,22 @@ def sglang_pools(s: Settings, plan: Stage) -> SGLangPools:
         elif g.state_elements:
             state += g.n * parts_bytes(g.state_parts, 1)
         sequences = max(sequences, _sequences(s, g))
-    return SGLangPools(full, swa, full_rate, swa_rate, block, state, sequences)
+    for g in plan.sized:
+        if _swa_pool(g):
+            sized_swa += _token_rate(g, g.n)
+        else:
+            sized_full += _token_rate(g, g.n)
+    return SGLangPools(full, swa, full_rate, swa_rate, block, state, sequences, sized_full, sized_swa)
+
+
+def _token_rate(g: _StageGroup, layers: int) -> Fraction:
+    """Bytes one token takes in `layers` layers of a stage group, in its pages."""
+    return layers * Fraction(g.term.page_bytes, g.term.block) if g.term.block else Fraction(0)
+
+
+def _swa_pool(g: _StageGroup) -> bool:
+    """Whether SGLang keeps a stage group's tokens in its SWA pool: a windowed or chunked layer it frees."""
+    return g.term.layer.span is not None and not g.term.every_token
 
 
 class GroupOnGpu(NamedTuple):
