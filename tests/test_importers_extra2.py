@@ -5,7 +5,9 @@ config's numbers, with the rule it follows; each importer's trap gets its own as
 from __future__ import annotations
 
 from conftest import REFERENCE, ConfigFolder, kv_bytes, spec
+from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.params import param_counts
+from kvcalc.settings import Settings
 
 EXTRA = REFERENCE / "configs-extra-2"
 CONFIGS = ConfigFolder("configs-extra-2")
@@ -31,10 +33,12 @@ def test_glm4_moe_bias_on_qkv_but_not_o():
     assert (att.qkv_bias, att.o_bias, att.qk_norm, att.qk_norm_width) == (True, False, True, "head")
 
 
-def test_glm4_moe_dense_layers_shared_expert_and_mtp_left_out():
+def test_glm4_moe_dense_layers_shared_expert_and_mtp_layer():
     s = imported(config("glm-4.7"))
     assert (s.ffn.first_k_dense, s.ffn.dense_d_ff, s.ffn.n_shared_experts, s.ffn.router_bias) == (3, 12288, 1, True)
-    assert "multi-token-prediction" in s.notes
+    # num_nextn_predict_layers 1: one MTP layer, counted only with --mtp (as DeepSeek-V3's)
+    assert s.mtp_layers == 1 and "counted only with --mtp" in s.notes
+    assert imported({k: v for k, v in config("glm-4.7").items() if k != "num_nextn_predict_layers"}).mtp_layers == 0
     # use_qk_norm absent (GLM-4.5-Air): no q/k norms; first_k_dense_replace absent: Glm4MoeConfig's default 1
     air = imported({k: v for k, v in config("glm-4.7").items() if k not in ("use_qk_norm", "first_k_dense_replace")})
     assert (air.layer_groups[0].attention.qk_norm, air.ffn.first_k_dense) == (False, 1)
@@ -71,6 +75,24 @@ def test_bundled_glm47_equals_the_imported_config():
     total, active = _glm47_params()
     counts = param_counts(spec("glm-4.7"))
     assert (counts.total, counts.active) == (total, active)
+    assert spec("glm-4.7").mtp_layers == imported(config("glm-4.7")).mtp_layers == 1
+
+
+def test_glm47_mtp_layer_with_mtp():
+    # --mtp: the MTP layer (model.layers.92; vLLM glm4_moe_mtp.py, SGLang glm4_moe_nextn.py) is a decoder layer like
+    # the last, an MoE one, with eh_proj (2d × d, no bias), enorm, hnorm and the shared head's norm; it caches as
+    # the 92 others do
+    d, n_h, n_kv, d_h = 5120, 96, 8, 128
+    attn = (d * n_h * d_h + n_h * d_h) + 2 * (d * n_kv * d_h + n_kv * d_h) + n_h * d_h * d + 2 * d_h
+    expert = 3 * d * 1536
+    moe_total, moe_active = 161 * expert + 160 * d + 160, 9 * expert + 160 * d + 160
+    extra = attn + 2 * d + 2 * d * d + 3 * d  # the block (attention, 2 norms) + eh_proj, enorm, hnorm, head norm
+    total, active = _glm47_params()
+    counts = param_counts(spec("glm-4.7"), mtp=True)
+    assert (counts.total, counts.active) == (total + extra + moe_total, active + extra + moe_active)
+    assert abs(counts.total / 355e9 - 1) < 0.02  # the published 355B include the MTP layer
+    for ctx in (4 * K, 128 * K):
+        assert kv_cache(spec("glm-4.7"), Settings(ctx=ctx, mtp=True)).bytes == 93 * ctx * 2 * 8 * 128 * BF16
 
 
 # ---------------------------------------------------------------- qwen3_5_moe (Qwen3.5)

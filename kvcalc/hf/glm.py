@@ -19,7 +19,7 @@ GlmMoeDsaIndexer), which builds on models/deepseek_v3 and models/deepseek_v32:
 - MoE as DeepseekV3MoE: first_k_dense_replace leading dense layers of intermediate_size (mlp_layer_types, when
   given, must agree), then n_routed_experts experts of moe_intermediate_size, top num_experts_per_tok, and
   n_shared_experts shared experts of moe_intermediate_size; the router carries e_score_correction_bias
-  (topk_method noaux_tc). num_nextn_predict_layers (MTP) are not counted.
+  (topk_method noaux_tc). num_nextn_predict_layers: mtp_layers, counted only with --mtp (kvcalc.hf.deepseek).
 """
 
 from __future__ import annotations

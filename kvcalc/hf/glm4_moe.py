@@ -12,13 +12,14 @@ the layers are DeepseekV3DecoderLayer):
   else the MoE: n_routed_experts experts of moe_intermediate_size, top num_experts_per_tok, a shared MLP of
   moe_intermediate_size·n_shared_experts, and the router weight (n_routed_experts × d) with its
   e_score_correction_bias (n_routed_experts, a buffer stored in the checkpoint).
-- num_nextn_predict_layers (the MTP layer, model.layers.92 in GLM-4.6) is not built by Glm4MoeModel
-  (_keys_to_ignore_on_load_unexpected) and not counted.
+- num_nextn_predict_layers: the MTP layers (model.layers.92 in GLM-4.6; Glm4MoeModel does not build them,
+  _keys_to_ignore_on_load_unexpected), a decoder layer with DeepSeek-V3's eh_proj, enorm, hnorm and shared head norm
+  (vLLM glm4_moe_mtp.py, SGLang glm4_moe_nextn.py): mtp_layers, counted only with --mtp as DeepSeek-V3's.
 """
 
 from __future__ import annotations
 
-from kvcalc.hf.common import aliased, decoder, flag, get, importer, need, show
+from kvcalc.hf.common import aliased, decoder, flag, get, importer, need
 
 # Glm4MoeConfig.__init__ defaults of the keys read here when a config leaves them out.
 GLM4_MOE_DEFAULTS = {"first_k_dense_replace": 1, "n_shared_experts": 1, "num_key_value_heads": 8}
@@ -41,8 +42,10 @@ def _glm4_moe(cfg: dict, origin: str, notes: list[str]) -> dict:
     }
     if first_k:
         moe["dense_d_ff"] = need(cfg, "intermediate_size", origin)
-    if get(cfg, "num_nextn_predict_layers", origin, minimum=0):
-        notes.append(f"{show(cfg['num_nextn_predict_layers'])} multi-token-prediction layer(s) not counted (not built by Glm4MoeModel)")
+    mtp = get(cfg, "num_nextn_predict_layers", origin, minimum=0)
+    if mtp:  # as DeepSeek-V3's (kvcalc.hf.deepseek): served by speculative decoding, not by plain decoding
+        notes.append(f"{mtp} multi-token-prediction layer(s): counted only with --mtp (plain decoding does not run them)")
     # o_bias False overrides decoder()'s Llama rule (attention_bias on q, k, v and o): Glm4MoeAttention.o_proj has none.
-    return decoder(cfg, origin, "glm4_moe", notes, qk_norm=flag(cfg, "use_qk_norm", origin, False), ffn=moe,
+    base = decoder(cfg, origin, "glm4_moe", notes, qk_norm=flag(cfg, "use_qk_norm", origin, False), ffn=moe,
                    sliding=lambda i: False, attention={"o_bias": False})
+    return {**base, "mtp_layers": mtp} if mtp else base
