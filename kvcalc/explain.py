@@ -148,7 +148,7 @@ def _engine_layers(n: int, pad: int, engine: str | None = "vllm") -> str:
     """'52 layers', or with vLLM's padding slots of the group's spec '(52 layers + 8 padding slots)' (SGLang: the
     buffers its pool holds for an encoder–decoder model's cross-attention and encoder layers)."""
     if not pad:
-        return f"{n} layers"
+        return f"{n} layer{'s' if n != 1 else ''}"
     if engine == "sglang":
         return f"({n} layers + {pad} buffers of SGLang's pool for the cross-attention and encoder layers)"
     return f"({n} layers + {pad} padding slots of vLLM's groups)"
@@ -179,7 +179,8 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
              f"{d['kv_dtype']} = {d['bits_per_element']} bits/element{mla})"]
     for g in d["groups"]:
         span = {"ctx": "full attention", "min(ctx, W)": "sliding window"}.get(g["tokens_rule"]["rule"], g["tokens_rule"]["rule"])
-        lines.append(f"  {g['group']}: layers {_span(g['layers'])} ({g['n_layers']} layers), {g['kind'].upper()}, {span}")
+        plural = "s" if g["n_layers"] != 1 else ""
+        lines.append(f"  {g['group']}: layer{plural} {_span(g['layers'])} ({g['n_layers']} layer{plural}), {g['kind'].upper()}, {span}")
         lines.append(f"    per token and layer: {g['formula']} = {g['substituted']} = {g['elements_per_token_per_layer']:,} elements"
                      f"   [{g['reference']}]")
         lines += _symbol_lines(g["symbols"])

@@ -351,3 +351,9 @@ def test_parallel_mixer_must_hold_a_constant_state(tmp_path):
                                               "parallel_mixer": {"kind": "mha", "n_heads": 4}}]})
     res = run("show", path, ok=False)
     assert res.exit_code == 1 and "parallel_mixer: must be a constant-state kind" in res.stderr
+
+
+def test_explain_names_one_mtp_layer_in_the_singular():
+    out = run("show", "deepseek-v3", "--mtp", "--explain").stdout
+    assert "  mtp: layer 61 (1 layer), MLA, full attention" in out
+    assert "layers 0-60 (61 layers), MLA" in out
