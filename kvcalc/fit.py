@@ -35,6 +35,8 @@ BATCH_LIMIT = 1 << 20  # the largest batch `fit` searches
 # memory over the KV pools'.
 SGLANG_SWA_FULL_TOKENS_RATIO = Fraction(4, 5)
 SGLANG_MAMBA_FULL_MEMORY_RATIO = Fraction(9, 10)
+# --max-running-requests under speculative decoding when not given (sglang arg_groups/speculative_hook.py)
+SGLANG_SPEC_MAX_RUNNING_REQUESTS = 48
 
 
 @dataclass(frozen=True)
@@ -191,8 +193,10 @@ VLLM_MAX_NUM_SEQS = (1024, 256)  # vllm serve's default max_num_seqs: GPUs of 70
 def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, room: dict[int, int]) -> tuple[int, str] | None:
     """The most sequences the engine runs at once by default, and its name: vLLM's max_num_seqs (get_batch_defaults:
     1024 on a GPU of 70 GiB or more that is not an A100, else 256), SGLang's max_running_requests
-    (kv_cache_configurator.resolve_max_num_reqs: min(clamp(tokens / context_len · 512, 2048, 4096), tokens // 2),
-    and with states min(that, K // 3, or // 5 with its extra buffer)); per data-parallel replica, so times dp, and
+    (kv_cache_configurator.resolve_max_num_reqs: min(clamp(tokens / context_len · 512, 2048, 4096), tokens // 2);
+    under --mtp, speculative decoding, min(max(1, 48 // its attention-DP workers), tokens // 2), as SGLang sets 48
+    (arg_groups/speculative_hook.py _handle_eagle_family); with states min(that, K // 3, or // 5 with its extra
+    buffer)); per data-parallel replica, so times dp, and
     SGLang's per attention-DP worker ("per dp worker": under --dp-attention each of a replica's tp ranks runs its own
     scheduler over its own pool), so times tp there too. `room`: each stage's bytes for the cache (SGLang's pools).
     None without an engine."""
@@ -202,15 +206,19 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, room: dict[int,
     if s.engine != "sglang":
         return None
     caps = []
+    workers = s.tp if s.dp_attention else 1  # a replica's attention-DP workers
     for plan in stages(spec, s.at(1)):
         c = sglang_capacity(sglang_pools(s.at(1), plan), room[plan.stage])
         if c is None:
             return None
-        cap = min(max(min(c.tokens * 512 // spec.max_context, 4096), 2048), c.tokens // 2)
+        if s.mtp and spec.mtp_layers:  # speculative decoding: 48 unless set, split over the workers
+            cap = min(max(1, SGLANG_SPEC_MAX_RUNNING_REQUESTS // workers), c.tokens // 2)
+        else:
+            cap = min(max(min(c.tokens * 512 // spec.max_context, 4096), 2048), c.tokens // 2)
         if c.slots is not None:
             cap = min(cap, c.slots // (5 if spec.family in SGLANG_EXTRA_BUFFER_FAMILIES else 3))
         caps.append(cap)
-    return min(caps) * s.dp * (s.tp if s.dp_attention else 1), "max_running_requests"
+    return min(caps) * s.dp * workers, "max_running_requests"
 
 
 def budget_bytes(hw: Hardware, reserve: Fraction) -> int:

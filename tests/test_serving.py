@@ -583,12 +583,13 @@ def test_mtp_pages_cover_the_slots_an_sglang_step_allocates_ahead():
     page = 64 * 62 * (1152 + 132)
     for ctx, n in ((4089, 64), (4090, 65), (4096, 65)):
         assert row("deepseek-v3.2", "--ctx", str(ctx), "--mtp", "--engine", "sglang")["engine_kv_bytes"] == n * page
-    # fit: 8 H200s, fp8 weights and cache: the pool holds room // (62 · 576) tokens, 1,031 slots a sequence
+    # fit: 8 H200s, fp8 weights, a bf16 cache, batch 8: the pool holds room // (62 · 1,152) tokens, a sequence at ctx
+    # C holds C + 7 of them: the longest context is tokens // 8 − 7
     out = json.loads(run("fit", "deepseek-v3", "--mtp", "--engine", "sglang", "--hardware", "h200-141gb", "--gpus", "8",
-                         "--weights-dtype", "fp8", "--kv-dtype", "fp8", "--ctx", "1k", "-f", "json").stdout)[0]
+                         "--weights-dtype", "fp8", "--batch", "8", "-f", "json").stdout)[0]
     room = (out["memory_bytes"] - out["reserved_bytes"]) // 8 - out["weights_bytes_per_gpu"] - out["activation_bytes"]
-    tokens = room // (62 * 576)
-    assert tokens == 1_394_072 and out["max_batch"] == tokens // 1031 == 1352 != tokens // 1024
+    tokens = room // (62 * 1152)
+    assert (out["max_ctx"], out["binding"]) == (tokens // 8 - 7, "memory") == (87_122, "memory")
 
 
 def test_sglang_draft_holds_its_own_embedding_on_the_last_stage():
@@ -630,3 +631,22 @@ def test_sglang_sizes_every_stage_for_the_draft_layers():
     # the first stage holds only its own 30 layers' cache all the same, C + 7 slots each; the last its 31 and the MTP layer
     s = Settings(ctx=4096, tp=4, pp=2, mtp=True, engine="sglang", kv_dtype="fp8")
     assert [stage_gpu(s, p).kv_cache_bytes for p in stages(spec_, s)] == [30 * 4103 * 576, 32 * 4103 * 576]
+
+
+def test_sglang_runs_48_sequences_under_speculative_decoding():
+    # an audit of SGLang 0.5.23: with speculative decoding on and --max-running-requests not given, SGLang sets it to 48
+    # (arg_groups/speculative_hook.py _handle_eagle_family), split over a replica's attention-DP workers
+    # (resolve_max_num_reqs: max(1, 48 // attn_dp_size)); kvcalc kept its ordinary default (2,048 or more)
+    def fit(*args: str) -> tuple[int, str]:
+        out = json.loads(run("fit", *args, "--engine", "sglang", "--hardware", "h200-141gb", "-f", "json").stdout)[0]
+        return out["max_batch"], out["binding"]
+
+    glm = ("glm-4.7", "--gpus", "8", "--ctx", "4k")
+    assert fit(*glm, "--mtp") == (48, "max_running_requests")
+    plain, binding = fit(*glm)
+    assert binding == "memory" and plain > 48  # memory binds without speculative decoding
+    v3 = ("deepseek-v3", "--weights-dtype", "fp8", "--ctx", "1k", "--mtp")
+    assert fit(*v3, "--tp", "8", "--dp-attention") == (8 * (48 // 8), "max_running_requests")  # 6 a worker
+    assert fit(*v3, "--tp", "8", "--dp", "2") == (2 * 48, "max_running_requests")  # 48 a replica
+    # --mtp on a model without MTP layers runs no speculative decoding: SGLang's ordinary default
+    assert fit("llama3-8b", "--ctx", "128", "--mtp") == fit("llama3-8b", "--ctx", "128")
