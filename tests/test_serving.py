@@ -578,6 +578,10 @@ def test_mtp_pages_cover_the_slots_an_sglang_step_allocates_ahead():
     assert row("deepseek-v3", "--ctx", "4k", "--mtp", "--engine", "sglang")["engine_kv_bytes"] == 4103 * 62 * 576 * 2
     assert 4103 * 62 * 576 * 2 == 293_052_672
     assert row("deepseek-v3", "--ctx", "4k", "--engine", "sglang")["engine_kv_bytes"] == 4096 * 61 * 576 * 2
+    # --mtp on a model without MTP layers runs no speculative decoding: nothing ahead, under either engine
+    for engine in ("sglang", "vllm"):
+        args = ("llama3-8b", "--ctx", "4k", "--engine", engine)
+        assert row(*args, "--mtp")["engine_kv_bytes"] == row(*args)["engine_kv_bytes"] == 32 * 4096 * 2 * 8 * 128 * 2
     # DeepSeek-V3.2 in SGLang's NSA pages of 64: a token takes 1,152 latent bytes and 132 of the indexer's a layer;
     # ctx 4,089 + 7 fills 64 pages, 4,090 + 7 starts the 65th
     page = 64 * 62 * (1152 + 132)

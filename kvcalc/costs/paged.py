@@ -139,7 +139,8 @@ SGLANG_SPEC_STEPS, SGLANG_SPEC_TOPK, SGLANG_SPEC_DRAFT_TOKENS = 3, 1, 4
 
 
 def lookahead(mtp_layers: int, s: Settings) -> int:
-    """Slots past ctx a decode step allocates under --mtp (0 without an engine or --mtp).
+    """Slots past ctx a decode step allocates under --mtp (0 without an engine, --mtp or MTP layers: no speculative
+    decoding then).
 
     vLLM, k the MTP layers (num_speculative_tokens' default): it schedules 1 + k tokens (the one verified and k
     drafts), allocates k more for the drafter (num_lookahead_tokens; KVCacheManager.allocate_slots), and under async
@@ -150,7 +151,7 @@ def lookahead(mtp_layers: int, s: Settings) -> int:
     buffer for the overlap scheduler's lag (mem_cache/allocation_sizing.py get_alloc_reserve_per_decode,
     page_aligned_decode_alloc_lens; eagle_utils.eagle_prepare_for_decode), whatever the MTP layers; at ctx the
     committed length is ctx − 1, so 2 · max(3 · 1, 4) − 1 = 7 slots past ctx."""
-    if not s.mtp:
+    if not s.mtp or not mtp_layers:
         return 0
     if s.engine == "vllm":
         return 3 * mtp_layers
