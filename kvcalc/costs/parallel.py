@@ -199,7 +199,8 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
             n = len(group.layers) if group is mtp else bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start)
             if group is mtp and not last:  # the MTP layers on the last stage
                 if s.engine == "sglang":  # SGLang sizes every stage's pool for them (sglang_pools)
-                    sized.append(_StageGroup(group.label, n, group_term(gc, one, enc, ahead), 0, (), None, False))
+                    sized.append(_StageGroup(group.label, n, group_term(gc, one, enc, ahead), state_elements=0,
+                                             state_parts=(), engine_state_bytes=None, latent_split=False))
                 n = 0
             pad, pad_state = pads.get((j, "kv"), 0), pads.get((j, "state"), 0)
             if n or pad or pad_state:  # its layers here, or vLLM's padding slots of their spec
