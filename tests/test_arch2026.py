@@ -241,8 +241,8 @@ def test_bundled_minimax_m25_equals_its_config():
 
 @pytest.mark.slow
 def test_mtp_on_a_model_without_mtp_layers_says_it_adds_nothing():
-    # Qwen3-Next's checkpoint has an MTP layer (mtp.*, ignored by transformers), which its spec leaves out
-    m = "qwen3-next-80b-a3b"
+    # MiniMax-M2.5's checkpoint has MTP modules (use_mtp, num_mtp_modules), which its spec leaves out
+    m = "minimax-m2.5"
     for args in (["compare", m, "deepseek-v3"], ["show", m], ["cost", m],
                  ["sweep", m, "--ctx", "4k,8k"], ["fit", m, "--hardware", "h100-80gb", "--tp", "8"]):
         plain, mtp = run(*args), run(*args, "--mtp")  # warnings go with the human formats (stderr)

@@ -126,7 +126,7 @@ def test_parameters_against_the_headline():
     # The active 3B cannot be met within 3%: counting both embedding tables (as Qwen's other cards do, e.g.
     # Qwen3-30B-A3B's "3.3B activated") gives 3.87B; without them 3.25B. "A3B" is the name rounded down, and the
     # card gives no finer figure. The multi-token-prediction layer shipped in the checkpoint (mtp.*, which
-    # transformers ignores: _keys_to_ignore_on_load_unexpected) is in neither count.
+    # transformers ignores: _keys_to_ignore_on_load_unexpected) is in neither count (only with --mtp, below).
     assert 3.8e9 < ACTIVE < 3.9e9
     assert 3e9 < ACTIVE - 2 * EMBED < 3.3e9
 
@@ -299,3 +299,78 @@ def test_cost_summary_shows_the_state_and_counts_it_in_the_decode_traffic():
     # a model without states keeps its rows as they were
     dense = json.loads(run("cost", "llama3-70b", "--ctx", "4k", "-f", "json").stdout)["summary"]
     assert "state_bytes" not in dense
+
+
+# ---------------------------------------------------------------- the multi-token-prediction layer (--mtp)
+
+# vLLM's Qwen3NextMultiTokenPredictor (model_executor/models/qwen3_next_mtp.py, 0.34.0): num_nextn_predict_layers
+# layers, 1 when the config leaves it out (as this one does), each a Qwen3NextDecoderLayer of full attention with its 2
+# norms and the MoE block, after fc Linear(2d, d, bias=False) and the RMSNorms pre_fc_norm_hidden, pre_fc_norm_embedding
+# and norm; the embedding and LM head are the model's.
+MTP = FULL_ATTN + 2 * D + EXPERTS * EXPERT + SHARED + ROUTER + 2 * D * D + 3 * D
+MTP_ACTIVE = FULL_ATTN + 2 * D + TOP_K * EXPERT + SHARED + ROUTER + 2 * D * D + 3 * D
+
+
+def test_mtp_layer_read_from_the_config():
+    spec, _ = imported()
+    assert spec.mtp_layers == 1
+    assert "1 multi-token-prediction layer(s) (num_nextn_predict_layers absent: 1, as vLLM builds): counted only " \
+           "with --mtp" in spec.notes
+    assert imported(num_nextn_predict_layers=2)[0].mtp_layers == 2
+    none, _ = imported(num_nextn_predict_layers=0)
+    assert none.mtp_layers == 0 and "multi-token" not in (none.notes or "")
+
+
+@pytest.mark.parametrize("over, why", [
+    # kvcalc's MTP layer copies the last layer; vLLM's is full attention with the FFN Qwen3NextDecoderLayer picks at
+    # layer index 0 ("mtp.layers.0"): where those differ it is left out, said in the notes
+    ({"layer_types": ["full_attention" if i % 4 == 0 else "linear_attention" for i in range(LAYERS)]}, "Gated DeltaNet"),
+    ({"decoder_sparse_step": 2}, "MoE"),  # layer 47 MoE ((47 + 1) % 2 == 0), the MTP layer dense ((0 + 1) % 2)
+    ({"mlp_only_layers": [0]}, "MoE"),
+])
+def test_mtp_layer_left_out_where_the_last_layer_is_not_its_copy(over, why):
+    spec, _ = imported(**over)
+    assert spec.mtp_layers == 0
+    assert f"1 multi-token-prediction layer(s) (num_nextn_predict_layers absent: 1, as vLLM builds) not counted: " \
+           f"kvcalc's copies the last layer, which is {why} here" in spec.notes
+
+
+def test_mtp_layer_counted_only_with_mtp():
+    plain, mtp = compare(BUNDLED, "--ctx", "4k,128k"), compare(BUNDLED, "--ctx", "4k,128k", "--mtp")
+    for p, m in zip(plain, mtp):
+        # a 13th full-attention layer: 13 × 2 KV heads × 256 × (K and V) × ctx × bf16; the states unchanged
+        assert p["kv_cache_bytes"] == N_FULL * N_KV * D_H * 2 * p["ctx"] * 2
+        assert m["kv_cache_bytes"] == (N_FULL + 1) * N_KV * D_H * 2 * p["ctx"] * 2
+        assert m["state_bytes"] == p["state_bytes"] == STATE_BF16
+        assert (p["params_total"], p["params_active"]) == (TOTAL, ACTIVE)
+        assert (m["params_total"] - TOTAL, m["params_active"] - ACTIVE) == (MTP, MTP_ACTIVE) == (1_650_471_424, 71_315_968)
+
+
+def test_mtp_fc_split_over_tp_under_vllm():
+    # qwen3_next_mtp.py: fc is a ColumnParallelLinear(2d, d, gather_output=True), d / tp of its outputs a rank; the
+    # layer splits as every layer does: at tp 8, 16 / 8 query heads, the 2 KV heads one a rank (replicated), each
+    # expert's and the shared expert's width 512 / 8; router, shared gate and norms whole
+    tp = 8
+    layer = (D * 2 * N_H * D_H // tp + 2 * D * D_H + N_H * D_H // tp * D + 2 * D_H
+             + EXPERTS * 3 * D * (MOE_FF // tp) + 3 * D * (SHARED_FF // tp) + D + ROUTER + 2 * D)
+    args = ("--ctx", "4k", "--tp", str(tp))
+    (plain,), (mtp,) = compare(BUNDLED, *args, "--engine", "vllm"), compare(BUNDLED, *args, "--engine", "vllm", "--mtp")
+    assert mtp["weights_bytes_per_gpu"] - plain["weights_bytes_per_gpu"] == 2 * (layer + 2 * D * (D // tp) + 3 * D) \
+        == 416_048_128
+    # without an engine, kvcalc's convention: fc whole on every rank, as DeepSeek's eh_proj (an nn.Linear in vLLM)
+    (plain,), (mtp,) = compare(BUNDLED, *args), compare(BUNDLED, *args, "--mtp")
+    assert mtp["weights_bytes_per_gpu"] - plain["weights_bytes_per_gpu"] == 2 * (layer + 2 * D * D + 3 * D)
+
+
+def test_mtp_refused_where_the_engine_runs_it_by_rules_kvcalc_lacks():
+    # SGLang 0.5.23 leaves a path-less draft layer out of the pool budget and reserves speculative Mamba states
+    r = run("compare", BUNDLED, "--ctx", "4k", "--engine", "sglang", "--mtp", ok=False)
+    assert r.exit_code == 1 and "--mtp --engine sglang: SGLang sizes qwen3-next-80b-a3b's MTP drafter" in r.stderr
+    assert "Traceback" not in r.stderr
+    # vLLM's Qwen3-Next drafter takes its input on the first pipeline rank only (qwen3_next_mtp.py forward)
+    r = run("fit", BUNDLED, "--hardware", "h100-80gb", "--tp", "2", "--pp", "2", "--engine", "vllm", "--mtp", ok=False)
+    assert r.exit_code == 1 and "--mtp --pp 2 --engine vllm: vLLM's Qwen3-Next drafter reads its input" in r.stderr
+    # without --mtp, or with one pipeline stage, both run as before
+    run("compare", BUNDLED, "--ctx", "4k", "--engine", "sglang")
+    run("compare", BUNDLED, "--ctx", "4k", "--engine", "vllm", "--tp", "2", "--pp", "2")
+    run("compare", BUNDLED, "--ctx", "4k", "--engine", "vllm", "--tp", "2", "--mtp")

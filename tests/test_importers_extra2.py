@@ -4,7 +4,7 @@ config's numbers, with the rule it follows; each importer's trap gets its own as
 
 from __future__ import annotations
 
-from conftest import REFERENCE, ConfigFolder, kv_bytes, spec
+from conftest import REFERENCE, ConfigFolder, kv_bytes, run, spec
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.params import param_counts
 from kvcalc.settings import Settings
@@ -128,6 +128,36 @@ def test_qwen35_text_config_nesting_gate_and_every_layer_moe():
     without = imported({**cfg, "text_config": {k: v for k, v in cfg["text_config"].items() if k != "mamba_ssm_dtype"}})
     assert "mamba_ssm_dtype" not in without.notes
     assert next(g for g in without.layer_groups if g.name == "linear").attention.recurrent_dtype is None
+
+
+def test_qwen35_mtp_layer_from_mtp_num_hidden_layers():
+    # vLLM's Qwen3_5MultiTokenPredictor (qwen3_5_mtp.py): mtp_num_hidden_layers layers of full attention and MoE
+    # (Qwen3_5DecoderLayer builds the MoE block in every qwen3_5_moe_text layer), as Qwen3-Next's; counted with --mtp
+    cfg = config("qwen3.5-35b-a3b")
+    s = imported(cfg)
+    assert s.mtp_layers == 1 and "(mtp_num_hidden_layers 1): counted only with --mtp" in s.notes
+    text = {k: v for k, v in cfg["text_config"].items() if k != "mtp_num_hidden_layers"}
+    assert imported({**cfg, "text_config": text}).mtp_layers == 1  # absent: 1, as vLLM builds
+    assert imported({**cfg, "text_config": {**text, "mtp_num_hidden_layers": 0}}).mtp_layers == 0
+    plain, mtp = compare("qwen3.5-35b-a3b"), compare("qwen3.5-35b-a3b", "--mtp")
+    # an 11th full-attention layer: 2 KV heads × 256 × (K and V) a token; the Gated DeltaNet states unchanged
+    assert kv_bytes(mtp) == [11 * ctx * 2 * 2 * 256 * BF16 for ctx in (4 * K, 128 * K)]
+    assert [r["state_bytes"] for r in mtp] == [r["state_bytes"] for r in plain]
+    d, experts, top_k, ff = 2048, 256, 8, 512
+    attn = d * 2 * 16 * 256 + 2 * d * 2 * 256 + 16 * 256 * d + 2 * 256  # gated q_proj, k/v, o, q/k norms
+    moe = 3 * d * ff + d + d * experts  # shared expert, its gate, the router
+    extra = attn + 2 * d + 2 * d * d + 3 * d  # + the layer's 2 norms, fc (2d × d) and 3 norms
+    assert mtp[0]["params_total"] - plain[0]["params_total"] == extra + moe + experts * 3 * d * ff
+    assert mtp[0]["params_active"] - plain[0]["params_active"] == extra + moe + top_k * 3 * d * ff
+
+
+def test_qwen35_mtp_under_vllm_pipeline_stages():
+    # qwen3_5_mtp.py branches on its inputs, not the rank, so its drafter runs on the last stage (unlike Qwen3-Next's,
+    # which kvcalc refuses there): that stage holds the MTP layer and, at pp > 1, the drafter's own embedding
+    path = str(EXTRA / "qwen3.5-35b-a3b.json")
+    run("compare", path, "--ctx", "4k", "--engine", "vllm", "--pp", "2", "--mtp")
+    r = run("compare", path, "--ctx", "4k", "--engine", "sglang", "--mtp", ok=False)
+    assert r.exit_code == 1 and "--mtp --engine sglang: SGLang sizes" in r.stderr
 
 
 # ---------------------------------------------------------------- mimo_v2_flash (MiMo-V2-Flash)

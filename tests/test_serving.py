@@ -14,7 +14,6 @@ from kvcalc.costs.parallel import per_gpu
 from kvcalc.errors import KvcalcError
 from kvcalc.registry import bundled_names
 from kvcalc.settings import Settings
-from kvcalc.spec import ModelSpec
 
 K = 1024
 LLAMA3_8B = 32 * 2 * 8 * 128  # layers · (K + V) · n_kv · d_h: elements a token adds
@@ -342,10 +341,10 @@ def test_vllm_groups_pad_every_spec_to_whole_groups():
     assert r.engine_bytes == 5 * -(-100_001 // 32) * 32 * 4096 + 25 * (1024 // 16 + 1) * 16 * 8192
     assert r.engine_bytes - kv_cache(spec("gemma4-26b-a4b"), Settings(ctx=100_001, engine="ideal", block_size=16)).engine_bytes \
         == 5 * (3126 * 32 - 6251 * 16) * 4096 + 25 * (65 - 65) * 16 * 8192 == 327_680
-    # Qwen3-Next with one MTP layer (like its last, a full one; the drafter's layers join the pool, as the gpt-oss +
+    # Qwen3-Next with its MTP layer (like its last, a full one; the drafter's layers join the pool, as the gpt-oss +
     # EAGLE example of the same function says): 12 + 1 full layers against 36 Gated DeltaNet: groups of 13, 39 slots
-    data = spec("qwen3-next-80b-a3b").model_dump(exclude_none=True)
-    with_mtp = ModelSpec.model_validate({**data, "mtp_layers": 1})
+    with_mtp = spec("qwen3-next-80b-a3b")
+    assert with_mtp.mtp_layers == 1
     q = kv_cache(with_mtp, Settings(ctx=1000, engine="vllm", block_size=16, mtp=True))
     plain = kv_cache(with_mtp, Settings(ctx=1000, engine="vllm", block_size=16))
     # and each state layer holds a page more for the speculated token (MambaSpec.num_speculative_blocks: vLLM's

@@ -37,7 +37,8 @@ Rules (also in the README), with the engine behaviour they follow:
   split by tp (ceil(params / tp)).
 - With --mtp the multi-token-prediction layers sit on the last stage, where the drafter reads the last layer's hidden
   states and shares the output head (vLLM DeepSeekMTP); they split by tp like the last layer, their eh_proj and
-  norms whole on every rank (nn.Linear and RMSNorm there). Embedding and head are shared, as in the parameter count,
+  norms whole on every rank (nn.Linear and RMSNorm there; under vLLM, Qwen3-Next's and Qwen3.5's fc is split over tp,
+  VLLM_MTP_FC_SPLIT). Embedding and head are shared, as in the parameter count,
   except that under vLLM and SGLang with pp > 1 the drafter holds its own embedding (vLLM maybe_share_target_embed;
   SGLang pp_draft_embedding.py), split as the target's. SGLang sizes every stage's token pool with the MTP layers'
   cell added, though only the last stage holds them (Stage.sized, sglang_pools).
@@ -244,7 +245,19 @@ def _mtp_params_per_rank(spec: ModelSpec, s: Settings, rank: ResolvedGroup) -> i
     # own VocabParallelEmbedding, split as the target's: whole under DP attention)
     engine = s.engine in ("vllm", "sglang")
     own_embedding = vocab_rows(spec, s, split=not s.dp_attention) * spec.d_model if engine and s.pp > 1 else 0
-    return spec.mtp_layers * (attention + ffn + sum(mtp_proj_and_norms(spec))) + own_embedding
+    proj, norms = mtp_proj_and_norms(spec)
+    if s.engine == "vllm" and spec.family in VLLM_MTP_FC_SPLIT:  # fc's d outputs split over tp (2·d inputs each)
+        proj = 2 * spec.d_model * _ceil(spec.d_model, s.tp)
+    return spec.mtp_layers * (attention + ffn + proj + norms) + own_embedding
+
+
+# vLLM MTP model files (0.34.0) whose input projection fc (2·d -> d) is a ColumnParallelLinear, split over tp:
+# qwen3_next_mtp.py, qwen3_5_mtp.py (DeepSeek's and GLM's eh_proj is a whole nn.Linear)
+VLLM_MTP_FC_SPLIT = frozenset({"qwen3_next", "qwen3_5_moe"})
+# Families whose MTP drafter SGLang (0.5.23) sizes by rules kvcalc lacks: without a draft model path it leaves the
+# draft layer out of the pool's cell (speculative_hook.py lists no default path for them; spec_aux_hidden_state.py)
+# and reserves speculative_num_draft_tokens intermediate Mamba states per running request (kv_cache_configurator.py)
+SGLANG_MTP_UNMODELLED = frozenset({"qwen3_next", "qwen3_5_moe"})
 
 
 # vLLM model files (0.34.0) that build shared experts whole under sequence-parallel MoE (their MLP takes
@@ -484,8 +497,23 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
         # of the attention, with the experts shared by expert parallelism, which kvcalc computes as --dp N --ep M
         raise KvcalcError("--dp-attention --engine vllm: DP attention is SGLang's (--enable-dp-attention); vLLM runs "
                           "attention data-parallel as replicas with shared experts, --dp N --ep M here")
+    if s.mtp and spec.mtp_layers:
+        _check_mtp(spec, s)
     if s.tp > 1:
         _check_heads_split(spec, s.tp)
+
+
+def _check_mtp(spec: ModelSpec, s: Settings) -> None:
+    """A KvcalcError where the engine runs `spec`'s MTP layers by rules kvcalc does not follow."""
+    if s.engine == "sglang" and spec.family in SGLANG_MTP_UNMODELLED:
+        raise KvcalcError(f"--mtp --engine sglang: SGLang sizes {spec.name}'s MTP drafter outside the pool rules kvcalc "
+                          "follows (its draft layer left out of the pool budget, speculative Mamba states reserved per "
+                          "request): give --engine vllm, or no --engine")
+    if s.engine == "vllm" and s.pp > 1 and spec.family == "qwen3_next":
+        # qwen3_next_mtp.py forward: the input branch runs on the first pipeline rank only, while the drafter sits on
+        # the last, where it asserts intermediate tensors it is not given (qwen3_5_mtp.py branches on the inputs)
+        raise KvcalcError(f"--mtp --pp {s.pp} --engine vllm: vLLM's Qwen3-Next drafter reads its input on the first "
+                          "pipeline stage only but runs on the last, so it does not run with pipeline stages (give --pp 1)")
 
 
 def _check_heads_split(spec: ModelSpec, tp: int) -> None:

@@ -111,7 +111,7 @@ MAX_COUNT = 2**40
 BOUNDS: dict[str, tuple[int, str]] = {
     **dict.fromkeys(("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers",
                      "num_decoder_layers", "num_transformer_layers", "num_nextn_predict_layers",
-                     "num_kv_shared_layers"), (MAX_LAYERS, "layers")),
+                     "mtp_num_hidden_layers", "num_kv_shared_layers"), (MAX_LAYERS, "layers")),
     **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "n_head", "num_heads", "num_kv_heads",
                      "encoder_attention_heads", "decoder_attention_heads", "num_global_key_value_heads",
                      "index_n_heads", "mamba_num_heads", "num_query_heads", "n_heads_in_group", "num_gqa_groups",

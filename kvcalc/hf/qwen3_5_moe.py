@@ -3,8 +3,10 @@ DeltaNet layers and gated full attention, with the text model nested under `text
 
 Rules, from transformers' models/qwen3_5_moe (modular_qwen3_5_moe.py):
 - Qwen3_5MoeConfig (a Qwen3VLConfig): the text model's keys are under `text_config`; tie_word_embeddings is read at
-  the top level or in text_config (default False; two that differ are refused, kvcalc.hf.common.text_tie). The vision tower (vision_config) and the MTP layers (mtp_num_hidden_layers;
-  Qwen3_5MoeForCausalLM ignores `^mtp.*`) are not counted.
+  the top level or in text_config (default False; two that differ are refused, kvcalc.hf.common.text_tie). The vision
+  tower (vision_config) is not counted. The MTP layers (mtp_num_hidden_layers; transformers' Qwen3_5MoeForCausalLM
+  ignores `^mtp.*`, vLLM's qwen3_5_mtp.py runs them) are mtp_layers, counted only with --mtp, as Qwen3-Next's
+  (kvcalc.hf.qwen3_next).
 - Qwen3_5MoeTextConfig is Qwen3NextConfig minus intermediate_size, decoder_sparse_step and mlp_only_layers (deleted
   in __init__): Qwen3_5MoeDecoderLayer builds a Qwen3_5MoeSparseMoeBlock in every layer, so an `mlp_only_layers`
   key in the file changes nothing. Defaults differ from Qwen3-Next's: 256 experts, top 8.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from kvcalc.errors import SpecError
 from kvcalc.hf.common import flag, importer, show, text_tie
-from kvcalc.hf.qwen3_next import LINEAR_KEYS, _qwen3_next
+from kvcalc.hf.qwen3_next import LINEAR_KEYS, qwen3_next_fields
 
 # Qwen3_5MoeTextConfig defaults that differ from Qwen3NextConfig's (the rest are inherited).
 QWEN3_5_MOE_DEFAULTS = {"num_experts": 256, "num_experts_per_tok": 8, "num_key_value_heads": 2, "vocab_size": 248320}
@@ -34,8 +36,6 @@ def _qwen3_5_moe(cfg: dict, origin: str, notes: list[str]) -> dict:
     text["tie_word_embeddings"] = flag(text_tie(cfg, text, origin), "tie_word_embeddings", origin, False)
     if "vision_config" in cfg:
         notes.append("vision tower (vision_config) not counted")
-    if text.get("mtp_num_hidden_layers"):
-        notes.append(f"{text['mtp_num_hidden_layers']} multi-token-prediction layer(s) not counted")
-    base = _qwen3_next(text, origin, notes)
+    base = qwen3_next_fields(text, origin, notes, "mtp_num_hidden_layers")  # vLLM qwen3_5_mtp.py's count
     base["family"] = "qwen3_5_moe"
     return base

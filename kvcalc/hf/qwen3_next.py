@@ -1,6 +1,11 @@
 """Importer of Qwen3-Next (model_type qwen3_next): Gated DeltaNet layers with gated full attention every
 `full_attention_interval`-th layer, and a high-sparsity MoE with a gated shared expert.
 
+The multi-token-prediction layers (mtp.*, which transformers ignores) are mtp_layers, counted only with --mtp: vLLM's
+qwen3_next_mtp.py builds num_nextn_predict_layers of them (1 when absent, as in Qwen3-Next's config), each a
+Qwen3NextDecoderLayer of full attention after fc (2·d × d) and the norms pre_fc_norm_hidden, pre_fc_norm_embedding and
+norm, sharing the embedding and LM head: kvcalc's MTP layer as DeepSeek-V3's, a copy of the last layer.
+
 Sources (transformers, models/qwen3_next/): configuration_qwen3_next.py (Qwen3NextConfig and its defaults) and
 modeling_qwen3_next.py (Qwen3NextDecoderLayer, Qwen3NextAttention, Qwen3NextGatedDeltaNet, Qwen3NextSparseMoeBlock).
 """
@@ -72,6 +77,13 @@ def _sparse_layers(cfg: dict, origin: str, n_layers: int) -> list[bool]:
 
 @importer("qwen3_next", keys={k: k for k in LINEAR_KEYS})
 def _qwen3_next(cfg, origin, notes):
+    # vLLM qwen3_next_mtp.py: num_nextn_predict_layers MTP layers, 1 when the config leaves it out (Qwen3-Next's does)
+    return qwen3_next_fields(cfg, origin, notes, "num_nextn_predict_layers")
+
+
+def qwen3_next_fields(cfg: dict, origin: str, notes: list[str], mtp_key: str) -> dict:
+    """The spec fields of a Qwen3-Next text model (Qwen3.5 MoE's too), its multi-token-prediction layers read from
+    `mtp_key` (1 when absent, as vLLM's MTP model files build: getattr(config, mtp_key, 1))."""
     filled = [k for k in QWEN3_NEXT_DEFAULTS if k not in cfg and not (k == "full_attention_interval" and "layer_types" in cfg)]
     if filled:
         notes.append("Qwen3NextConfig defaults filled in for: " + ", ".join(filled))
@@ -99,6 +111,10 @@ def _qwen3_next(cfg, origin, notes):
     dense = dense_ffn(need(cfg, "intermediate_size", origin)) if not all(sparse) else None
     layers = [{"attention": full if fulls[i] else linear, **({} if sparse[i] else {"ffn": dense})} for i in range(n)]
     groups = group_layers(layers, n)
+    mtp = get(cfg, mtp_key, origin, minimum=0)
+    if mtp != 0:
+        given = f"{mtp_key} {mtp}" if mtp is not None else f"{mtp_key} absent: 1, as vLLM builds"
+        base.update(_mtp_layers(cfg, origin, notes, mtp or 1, given, fulls[-1], sparse[-1]))
     for g in groups:  # name the two mixers; each layer has the 2 default norms (input_ and post_attention_layernorm)
         g.setdefault("name", "full" if g["attention"] is full else "linear")
     base["layer_groups"] = groups
@@ -119,3 +135,19 @@ def _qwen3_next(cfg, origin, notes):
         "shared_gate": True,
     }
     return base
+
+
+def _mtp_layers(cfg: dict, origin: str, notes: list[str], mtp: int, given: str, last_full: bool,
+                last_sparse: bool) -> dict:
+    """{"mtp_layers": mtp} when kvcalc's MTP layer, a copy of the last layer, is the one vLLM builds: a
+    Qwen3NextDecoderLayer of full attention (qwen3_next_mtp.py, qwen3_5_mtp.py: layer_type="full_attention") whose FFN
+    is chosen at layer index 0 (extract_layer_index of "mtp.layers.0"); else nothing, said in the notes."""
+    mtp_sparse = _sparse_layers(cfg, origin, 1)[0]
+    if not last_full or mtp_sparse != last_sparse:
+        why = "Gated DeltaNet" if not last_full else "MoE" if last_sparse else "dense"
+        notes.append(f"{mtp} multi-token-prediction layer(s) ({given}) not counted: kvcalc's copies the last layer, "
+                     f"which is {why} here, unlike the MTP layer's full attention with the FFN of layer 0")
+        return {}
+    notes.append(f"{mtp} multi-token-prediction layer(s) ({given}): counted only with --mtp (plain decoding does not "
+                 "run them)")
+    return {"mtp_layers": mtp}
