@@ -458,6 +458,124 @@ def test_vllm_builds_embedding_and_head_on_every_stage_for_some_models():
         == per_gpu(llama, Settings(ctx=1, tp=4, pp=2)).weights_bytes
 
 
+def _imported(cfg: dict):
+    from kvcalc.hf import spec_from_config
+
+    return spec_from_config(cfg, "config.json", "m")[0]
+
+
+def _reference(path: str):
+    return _imported(json.loads((REFERENCE / path).read_text()))
+
+
+def _stage_delta(model, **at) -> list[int]:
+    """Each stage's weights under vLLM less kvcalc's engine-free figure (with vLLM's vocabulary padding, none where
+    the vocabulary is a multiple of 64)."""
+    vllm = [st.weights_bytes for st in stages(model, Settings(ctx=1, engine="vllm", **at))]
+    return [v - st.weights_bytes for v, st in zip(vllm, stages(model, Settings(ctx=1, **at)))]
+
+
+def test_vllm_builds_the_embedding_on_every_stage_and_the_head_on_the_last_for_qwen35():
+    # an audit: qwen3_5.py and models/qwen3_5/nvidia/model.py (Qwen3_5Model) build embed_tokens with no rank test,
+    # the final norm and lm_head on the last stage only: each stage after the first holds an embedding more,
+    # 248,320 (a multiple of 64) · 2,048 bf16, and the busiest stage at pp 4 becomes the last
+    q = _reference("configs-extra-2/qwen3.5-35b-a3b.json")
+    table = 248_320 * 2048 * 2
+    assert _stage_delta(q, pp=4) == [0, table, table, table]
+    assert _stage_delta(q, pp=2, tp=2) == [0, table // 2]
+    g = per_gpu(q, Settings(ctx=1, pp=4, engine="vllm"))
+    assert (g.stage, g.weights_bytes) == (3, 18_849_531_520)
+    # tied, the last stage's embedding is its head: no second table there (kvcalc's own copy without an engine)
+    tied = _imported({**json.loads((REFERENCE / "configs-extra-2/qwen3.5-35b-a3b.json").read_text()),
+                      "tie_word_embeddings": True})
+    assert _stage_delta(tied, pp=4) == [0, table, table, 0]
+
+
+@pytest.mark.parametrize("path, d, vocab", [
+    ("configs-extra-4/command-r7b-12-2024.json", 4096, 256_000),  # commandr.py: no lm_head, logits from the embedding
+    ("configs-extra-6/minicpm3-4b.json", 2560, 73_448),  # minicpm.py: embedding, norm, head (tied) unconditional
+])
+def test_vllm_builds_embedding_norm_and_head_on_every_stage_for_cohere2_and_minicpm3(path, d, vocab):
+    # an audit: each stage before the last holds the final norm (d) and each middle one the embedding (the tied head),
+    # its vocabulary padded to a multiple of 64 (73,448 -> 73,472) as every vLLM table is
+    model = _reference(path)
+    assert model.tie_embeddings and model.vocab_size == vocab
+    padded = -(-vocab // 64) * 64
+    table, pad, norm = padded * d * 2, (padded - vocab) * d * 2, d * 2
+    assert _stage_delta(model, pp=4) == [pad + norm, table + norm, table + norm, pad]
+
+
+def test_vllm_builds_gemma2s_embedding_and_norm_on_every_stage():
+    # gemma2.py: embed_tokens and norm unconditional, logits from the embedding (no lm_head); Gemma-2-9B's sizes
+    cfg = {"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
+           "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256_000,
+           "max_position_embeddings": 8192, "sliding_window": 4096, "query_pre_attn_scalar": 256}
+    table, norm = 256_000 * 3584 * 2, 3584 * 2
+    model = _imported(cfg)
+    assert _stage_delta(model, pp=4) == [norm, table + norm, table + norm, 0]
+    assert per_gpu(model, Settings(ctx=1, pp=4, engine="vllm")).weights_bytes == 6_195_309_568
+
+
+def test_vllm_sequence_parallel_moe_builds_more_blocks_whole():
+    # an audit: with --ep, tp 2 and dp 2 (sequence-parallel MoE) these vLLM files build blocks whole that kvcalc
+    # splits elsewhere: each rank holds the whole width where it held half
+    at = dict(ctx=1, tp=2, dp=2, ep=4)
+
+    def whole_minus_split(model, **over) -> int:
+        return per_gpu(model, Settings(**{**at, **over}, engine="vllm")).weights_bytes \
+            - per_gpu(model, Settings(**{**at, **over})).weights_bytes
+
+    # Qwen3.5 (Qwen3NextSparseMoeBlock's shared expert, qwen2_moe.Qwen2MoeMLP: disable_tp or is_sequence_parallel),
+    # at any pp: 40 layers · 3 · 2,048 · 512 / 2
+    q = _reference("configs-extra-2/qwen3.5-35b-a3b.json")
+    assert whole_minus_split(q) == 40 * 3 * 2048 * 256 * 2 == 125_829_120
+    # GLM-5 (deepseek_v2.py's DeepseekV2MoE: shared experts whole; 75 MoE layers of 2,048) and DeepSeek-V3.2 on CUDA
+    # (models/deepseek_v32/nvidia/model.py: the 3 dense layers' MLP too, with one pipeline stage)
+    glm = _reference("configs-extra/glm-5.json")
+    assert whole_minus_split(glm) == (75 * 3 * 6144 * 1024 + 3 * 3 * 6144 * 6144) * 2
+    v32 = spec("deepseek-v3.2")  # shared experts whole (58 MoE layers of 2,048) and the 3 dense layers' 18,432
+    assert whole_minus_split(v32) == (58 * 3 * 7168 * 1024 + 3 * 3 * 7168 * 9216) * 2 == 3_743_416_320
+    # use_sequence_parallel needs pipeline_parallel_size == 1: at pp 2 the first stage (layers 0-30) holds the dense
+    # layers split, its 28 MoE layers' shared experts whole still
+    assert _stage_delta(v32, tp=2, dp=2, ep=4, pp=2)[0] == 28 * 3 * 7168 * 1024 * 2
+    # Kimi Linear on CUDA (models/kimi_k3/nvidia/model.py): shared experts (26 MoE layers of 1,024) and dense layer 0
+    # (9,216) whole, with one pipeline stage only
+    kimi = _reference("configs-extra-3/kimi-linear-48b-a3b-instruct.json")
+    assert whole_minus_split(kimi) == (26 * 3 * 2304 * 512 + 3 * 2304 * 4608) * 2 == 247_726_080
+    assert whole_minus_split(kimi, pp=3) == 0
+    # MoE Nemotron-H (NemotronHMoE's shared_experts, NemotronHMLP with disable_tp=is_sequence_parallel): up and down
+    nemotron = _imported({"model_type": "nemotron_h", "hidden_size": 256, "intermediate_size": 512,
+                          "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1024,
+                          "max_position_embeddings": 65536, "hybrid_override_pattern": "M-M*-E", "mamba_num_heads": 8,
+                          "mamba_head_dim": 32, "ssm_state_size": 16, "n_groups": 2, "conv_kernel": 4,
+                          "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+                          "moe_shared_expert_intermediate_size": 256, "n_shared_experts": 1})
+    assert whole_minus_split(nemotron) == 2 * 256 * 128 * 2
+
+
+def test_vllm_pads_kimi_linears_routed_experts_to_256_a_rank():
+    # models/kimi_k3/nvidia/model.py KimiMoE: without expert parallelism, an expert whose tp share would be under
+    # min_moe_intermediate_per_partition (256) is padded to 256 · tp: at tp 8 Kimi Linear's 1,024 becomes 2,048, so
+    # each rank holds 256 of it, not 128, in each of its 26 MoE layers' 256 experts
+    kimi = _reference("configs-extra-3/kimi-linear-48b-a3b-instruct.json")
+
+    def padding(**at) -> int:
+        return per_gpu(kimi, Settings(ctx=1, engine="vllm", **at)).weights_bytes - per_gpu(kimi, Settings(ctx=1, **at)).weights_bytes
+
+    assert padding(tp=8) == 26 * 256 * 3 * 2304 * (256 - 128) * 2 == 11_777_605_632
+    # none at tp 4 (1,024 / 4 = 256), nor with expert parallelism (whole experts), nor under SGLang
+    assert padding(tp=4) == padding(tp=8, ep=8) == 0
+    assert per_gpu(kimi, Settings(ctx=1, tp=8, engine="sglang")).weights_bytes == per_gpu(kimi, Settings(ctx=1, tp=8)).weights_bytes
+
+
+def test_vllm_refuses_pipeline_stages_for_gemma3n():
+    # Gemma3nForCausalLM and Gemma3nForConditionalGeneration do not implement SupportsPP (config/model.py refuses)
+    path = REFERENCE / "configs-gemma3n" / "gemma-3n-e2b.json"
+    r = run("compare", str(path), "--ctx", "4k", "--engine", "vllm", "--pp", "2", ok=False)
+    assert r.exit_code == 1 and "--pp 2 --engine vllm: vLLM runs gemma-3n-e2b without pipeline parallelism" in r.stderr
+    run("compare", str(path), "--ctx", "4k", "--pp", "2")  # no engine: kvcalc's own stages
+
+
 def test_engines_pad_the_vocabulary_to_a_multiple_of_64():
     # VocabParallelEmbedding pads the vocabulary to a multiple of 64 before splitting it (vLLM and SGLang
     # DEFAULT_VOCAB_PADDING_SIZE): gpt2's 50,257 rows are 50,304, 47 · 768 more in bf16 (tied: one table)

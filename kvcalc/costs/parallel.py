@@ -18,7 +18,8 @@ Rules (also in the README), with the engine behaviour they follow:
   SGLang as its get_pp_indices does: one more to each of the last n % pp stages); the first stage holds the
   embedding (and the encoder of an encoder–decoder model), the last the final norm and LM head (its own copy even when
   tied, once pp > 1), except where vLLM's model file builds embedding, norm and head on every stage
-  (VLLM_HEAD_EVERY_STAGE). The largest stage is reported.
+  (VLLM_HEAD_EVERY_STAGE) or the embedding alone (VLLM_EMBED_EVERY_STAGE); vLLM runs some models with one stage
+  only (VLLM_NO_PP: refused). The largest stage is reported.
 - Data parallelism (dp): dp replicas each serve ceil(batch / dp) sequences. With `dp_attention` (SGLang's DP
   attention for MLA models) the tp ranks of a replica split its sequences: each holds ceil(ceil(batch / dp) / tp)
   sequences' latent cache and runs their attention with the whole attention weights (SGLang's attention tp size is
@@ -30,8 +31,8 @@ Rules (also in the README), with the engine behaviour they follow:
   is split over dp · tp ranks (fused_moe/config.py FusedMoEParallelConfig.make, flatten_tp_across_dp), so under
   --engine vllm a rank holds ceil(d_ff / (dp · tp)) of each; otherwise (SGLang, or no engine) a dp replica is a
   whole copy split over its tp ranks. Shared experts and dense FFNs stay split over tp, except under vLLM's
-  sequence-parallel MoE (--ep, tp > 1, dp > 1), where DeepSeek's, Llama 4's and Qwen3-Next's files build the shared
-  experts whole (shared_tp).
+  sequence-parallel MoE (--ep, tp > 1, dp > 1), where some model files build the shared experts, and at pp 1 some
+  the dense FFNs, whole (ffn_split); vLLM pads Kimi Linear's routed experts to 256 a tp rank (KIMI_MOE_PAD).
 - With --engine the KV cache is counted in the engine's whole pages (kvcalc.costs.paged).
 - Extra weights (blocks the schema has no type for, e.g. Gemma 3n's per-layer embeddings) sit on the first stage,
   split by tp (ceil(params / tp)).
@@ -86,24 +87,37 @@ def _rank_group(group: ResolvedGroup, tp: int) -> ResolvedGroup:
                                parallel=group.parallel.per_rank(group.parallel_layer, tp) if group.parallel else None)
 
 
-def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int, moe_tp: int | None = None,
-                        shared_tp: int | None = None) -> int:
-    """Weights of one FFN layer on one rank (see the module's rules); `moe_tp`: the ranks each routed expert is split
-    over without expert parallelism, when not tp (vLLM's dp · tp: moe_tp); `shared_tp`: the ranks each shared expert
-    is split over, when not tp (vLLM's sequence-parallel MoE: 1, shared_tp)."""
+class FfnSplit(NamedTuple):
+    """How an engine splits a model's FFN blocks where it departs from tp (ffn_split): the ranks each routed expert
+    (without expert parallelism), each shared expert and each dense FFN is split over, and the width a routed expert's
+    share is padded up to (0: none)."""
+
+    moe_tp: int
+    shared_tp: int
+    dense_tp: int
+    moe_pad: int = 0
+
+
+def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int, split: FfnSplit | None = None) -> int:
+    """Weights of one FFN layer on one rank (see the module's rules); `split`: the engine's departures from tp
+    (ffn_split), None for none."""
     if isinstance(ffn, NoFFN):
         return 0
+    split = split or FfnSplit(tp, tp, tp)
     mats = 3 if ffn.gated else 2
     up = 2 if ffn.gated else 1
     if isinstance(ffn, DenseFFN):
-        ff = _ceil(ffn.d_ff, tp)
+        ff = _ceil(ffn.d_ff, split.dense_tp)
         return mats * d * ff + ((up * ff + d) if ffn.bias else 0)
     if ep > 1:  # ceil(E / ep) experts; below tp each split over the tp / ep ranks sharing them (SGLang moe_tp_size)
         experts, ff = _ceil(ffn.n_routed_experts, ep), (_ceil(ffn.moe_d_ff, tp // ep) if ep < tp else ffn.moe_d_ff)
     else:
-        experts, ff = ffn.n_routed_experts, _ceil(ffn.moe_d_ff, moe_tp or tp)
+        width = ffn.moe_d_ff
+        if tp > 1 and width // tp < split.moe_pad:  # padded so each tp rank's share is moe_pad wide (KIMI_MOE_PAD)
+            width = split.moe_pad * tp
+        experts, ff = ffn.n_routed_experts, _ceil(width, split.moe_tp)
     routed = experts * (mats * d * ff + ((up * ff + d) if ffn.expert_bias else 0))
-    shared = ffn.n_shared_experts * mats * d * _ceil(ffn.shared_d_ff or ffn.moe_d_ff, shared_tp or tp) + (d if ffn.shared_gate else 0)
+    shared = ffn.n_shared_experts * mats * d * _ceil(ffn.shared_d_ff or ffn.moe_d_ff, split.shared_tp) + (d if ffn.shared_gate else 0)
     router = d * ffn.n_routed_experts + (ffn.n_routed_experts if ffn.router_bias else 0)
     return routed + shared + router
 
@@ -168,7 +182,7 @@ def stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     """Every stage of the settings' layout apart from the context and batch, once per spec and layout (see the module's
     rules)."""
     key = ("stages", s.tp, s.pp, s.ep, s.dp_attention, s.weights_dtype, s.kv_dtype, s.mla_cache, s.kv_quant, s.engine,
-           s.block_size, s.state_dtype, s.enc_ctx, s.mtp, moe_tp(s), shared_tp(spec, s))
+           s.block_size, s.state_dtype, s.enc_ctx, s.mtp, ffn_split(spec, s))
     return spec.memo(key, _plan_stages, spec, s)
 
 
@@ -238,7 +252,7 @@ def _mtp_params_per_rank(spec: ModelSpec, s: Settings, rank: ResolvedGroup) -> i
     from kvcalc.costs.params import ffn_of_layer, mtp_proj_and_norms
 
     attention = sum(w.size for w in rank.attention.weights(rank.layer))
-    ffn = ffn_params_per_rank(ffn_of_layer(spec, spec.n_layers - 1), spec.d_model, s.tp, s.ep, moe_tp(s), shared_tp(spec, s))
+    ffn = ffn_params_per_rank(ffn_of_layer(spec, spec.n_layers - 1), spec.d_model, s.tp, s.ep, ffn_split(spec, s))
     # under pipeline stages the drafter keeps an embedding of its own, the head stays shared: vLLM's
     # (spec_decode eagle utils maybe_share_target_embed returns early when pp > 1) and SGLang's, whose last stage has
     # no target embedding to share (speculative/pp_draft_embedding.py resolve_draft_embed_and_head loads the draft's
@@ -261,27 +275,53 @@ SGLANG_MTP_UNMODELLED = frozenset({"qwen3_next", "qwen3_5_moe"})
 
 
 # vLLM model files (0.34.0) that build shared experts whole under sequence-parallel MoE (their MLP takes
-# disable_tp=is_sequence_parallel): deepseek_v2.py (DeepSeek, Kimi K2), llama4.py, qwen3_next.py
-VLLM_SP_SHARED = frozenset({"deepseek", "kimi", "llama4", "qwen3_next"})
+# disable_tp=is_sequence_parallel): deepseek_v2.py (DeepSeek, Kimi K2; and GLM-5, its GlmMoeDsa on the CPU path, as
+# DeepseekV32 on CUDA, models/deepseek_v32), llama4.py, qwen3_next.py (and qwen3_5.py, whose MoE block is
+# Qwen3NextSparseMoeBlock), nemotron_h.py (NemotronHMoE's shared_experts)
+VLLM_SP_SHARED = frozenset({"deepseek", "kimi", "glm", "llama4", "qwen3_next", "qwen3_5_moe", "nemotron_h"})
+# ... and with one pipeline stage only: Kimi Linear on CUDA (models/kimi_k3/nvidia/model.py, KimiDecoderLayer
+# use_sequence_parallel needs pipeline_parallel_size == 1; KimiMLP replicates unless VLLM_KIMI_K3_SHARD_SP_SHARED_EXPERT),
+# whose dense layers are then whole too
+VLLM_SP_SHARED_ONE_STAGE = frozenset({"kimi_linear"})
+# Kimi Linear on CUDA without expert parallelism pads each routed expert's width to 256 · tp when its tp share would be
+# narrower (KimiMoE: min_moe_intermediate_per_partition, default 256; padded_moe_intermediate_size)
+KIMI_MOE_PAD = 256
 # vLLM model files (0.34.0) that build the embedding, the final norm and the LM head on every pipeline stage (no
 # is_first_rank / is_last_rank test in __init__; a tied head is the embedding): gpt_oss.py, gemma3.py, gemma4.py,
 # mixtral.py, nemotron_h.py, falcon.py, gpt2.py (its position table too), jamba.py, granitemoehybrid.py, qwen3_moe.py
-# (kvcalc's qwen3 family with MoE layers), qwen3_next.py (its final norm on the last stage only)
+# (kvcalc's qwen3 family with MoE layers), qwen3_next.py (its final norm on the last stage only), commandr.py (Cohere
+# 2; no lm_head: logits from the embedding), minicpm.py (MiniCPM3), gemma2.py (no lm_head either)
 VLLM_HEAD_EVERY_STAGE = frozenset({"gpt-oss", "gemma3", "gemma4", "mixtral", "nemotron_h", "falcon", "gpt2", "jamba",
-                                   "granitemoehybrid", "qwen3_next"})
+                                   "granitemoehybrid", "qwen3_next", "cohere2", "minicpm3", "gemma2"})
+# vLLM model files (0.34.0) that build the embedding on every pipeline stage, the final norm and the head on the last
+# only (a tied head is the embedding there): qwen3_5.py and models/qwen3_5/nvidia/model.py (Qwen3_5Model)
+VLLM_EMBED_EVERY_STAGE = frozenset({"qwen3_5_moe"})
+# Families vLLM (0.34.0) serves without pipeline parallelism (their model classes do not implement SupportsPP)
+VLLM_NO_PP = frozenset({"gemma3n"})
 VOCAB_PADDING = 64  # vLLM and SGLang vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
 
 
-def shared_tp(spec: ModelSpec, s: Settings) -> int:
-    """The ranks each shared expert is split over: tp, or 1 where vLLM runs its MoE sequence-parallel (--ep with
-    tp > 1 and dp > 1: ParallelConfig.use_sequence_parallel_moe, the default all2all backend allgather_reducescatter)
-    and the model's file then builds its shared experts whole (VLLM_SP_SHARED)."""
+def ffn_split(spec: ModelSpec, s: Settings) -> FfnSplit:
+    """How the settings' engine splits `spec`'s FFN blocks (FfnSplit): routed experts over moe_tp(s); shared experts
+    over tp, or whole where vLLM runs its MoE sequence-parallel (--ep with tp > 1 and dp > 1:
+    ParallelConfig.use_sequence_parallel_moe, the default all2all backend allgather_reducescatter) and the model's file
+    builds them whole (VLLM_SP_SHARED; VLLM_SP_SHARED_ONE_STAGE at pp 1); dense FFNs over tp, or whole there for
+    Kimi Linear at pp 1 and for the files of DeepSeek Sparse Attention on CUDA at pp 1 (DeepSeek-V3.2, GLM-5:
+    models/deepseek_v32/nvidia/model.py builds its dense DeepseekV2MLP with use_sequence_parallel, which needs
+    pipeline_parallel_size == 1); Kimi Linear's routed experts padded (KIMI_MOE_PAD)."""
     sequence_parallel = s.engine == "vllm" and s.ep > 1 and s.tp > 1 and s.dp > 1
-    return 1 if sequence_parallel and spec.family in VLLM_SP_SHARED else s.tp
+    one_stage = sequence_parallel and s.pp == 1
+    shared = (sequence_parallel and spec.family in VLLM_SP_SHARED) or (one_stage and spec.family in VLLM_SP_SHARED_ONE_STAGE)
+    sparse_mla = spec.family in ("deepseek", "glm") and any(isinstance(g.attention, MLA) and g.attention.indexed
+                                                           for g in spec.groups)
+    dense = one_stage and (spec.family in VLLM_SP_SHARED_ONE_STAGE or sparse_mla)
+    pad = KIMI_MOE_PAD if s.engine == "vllm" and spec.family == "kimi_linear" else 0
+    return FfnSplit(moe_tp(s), 1 if shared else s.tp, 1 if dense else s.tp, pad)
 
 
 def head_every_stage(spec: ModelSpec, s: Settings) -> bool:
-    """Whether every pipeline stage holds the embedding and LM head (VLLM_HEAD_EVERY_STAGE, under vLLM)."""
+    """Whether every pipeline stage holds the embedding and LM head (VLLM_HEAD_EVERY_STAGE, under vLLM; the embedding
+    alone: VLLM_EMBED_EVERY_STAGE, read where the stage's weights are summed)."""
     qwen3_moe = spec.family == "qwen3" and isinstance(spec.ffn, MoEFFN)
     return s.engine == "vllm" and s.pp > 1 and (spec.family in VLLM_HEAD_EVERY_STAGE or qwen3_moe)
 
@@ -317,12 +357,13 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
         weights += rank.parallel.weights(rank.parallel_layer) if rank.parallel else ()
         norms = spec.layer_groups[group.index].norms_per_layer or spec.norms_per_layer
         params += n * (sum(w.size for w in weights) + norms * norm)
-    params += sum(run.count_in(layers.start, layers.stop) * ffn_params_per_rank(run.ffn, d, tp, s.ep, moe_tp(s),
-                                                                               shared_tp(spec, s))
+    split = ffn_split(spec, s)
+    params += sum(run.count_in(layers.start, layers.stop) * ffn_params_per_rank(run.ffn, d, tp, s.ep, split)
                   for run in ffn_runs(spec))
     every = head_every_stage(spec, s)  # vLLM models that build embedding, norm and head on each stage
+    embed_every = every or (s.engine == "vllm" and spec.family in VLLM_EMBED_EVERY_STAGE)
     last = stage == stages - 1
-    if stage == 0 or every:  # the embedding; whole under SGLang's DP attention (VocabParallelEmbedding enable_tp=False)
+    if stage == 0 or embed_every:  # the embedding; whole under SGLang's DP attention (VocabParallelEmbedding enable_tp=False)
         params += vocab_rows(spec, s, split=not s.dp_attention) * d
         params += spec.max_context * d if spec.learned_positions else 0
     if stage == 0:
@@ -332,7 +373,7 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
         params += norm  # the final norm
     if every:
         params += 0 if spec.tie_embeddings else vocab_rows(spec, s) * d  # a tied head is the embedding already there
-    elif last and (not spec.tie_embeddings or stages > 1):
+    elif last and (not spec.tie_embeddings or (stages > 1 and not embed_every)):  # tied: the embedding, if here
         params += vocab_rows(spec, s) * d
     return params
 
@@ -490,6 +531,11 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
         # SGLang's whisper.py builds every layer on every rank, with no pipeline stages
         raise KvcalcError(f"--pp {s.pp} --engine {s.engine}: {spec.name} is an encoder–decoder model, and "
                           f"{s.engine} runs none with pipeline parallelism (give --pp 1, or no --engine)")
+    if s.pp > 1 and s.engine == "vllm" and spec.family in VLLM_NO_PP:
+        # config/model.py verify_with_parallel_config: "Pipeline parallelism is not supported for this model" unless
+        # the class implements SupportsPP, which Gemma3nForCausalLM and Gemma3nForConditionalGeneration do not
+        raise KvcalcError(f"--pp {s.pp} --engine vllm: vLLM runs {spec.name} without pipeline parallelism (its model "
+                          "classes do not support it; give --pp 1, or no --engine)")
     if s.dp_attention and not spec.has_layouts():
         raise KvcalcError(f"--dp-attention: {spec.name} has no MLA layer (SGLang's DP attention splits a latent cache)")
     if s.dp_attention and s.engine == "vllm":
