@@ -178,3 +178,12 @@ def test_engines_warn_they_do_not_serve_lightning_attention():
                 "model (vLLM dropped MiniMax-M1 after 0.23.0)") in err
     assert "warning" not in run("compare", "minimax-m1", "--ctx", "4k", "--engine", "ideal").stderr
     assert "warning" not in run("compare", "minimax-m2.5", "--ctx", "4k", "--engine", "vllm").stderr
+
+
+def test_engines_warn_they_have_no_model_file_for_openelm():
+    # neither vLLM 0.34.0's registry nor SGLang 0.5.23's models name OpenELM
+    path = str(REFERENCE / "configs-extra-4" / "openelm-270m.json")
+    for engine in ("vllm", "sglang"):
+        err = run("compare", path, "--ctx", "1k", "--engine", engine).stderr
+        assert f"warning: openelm-270m: --engine {engine}: neither vLLM nor SGLang has a model file for OpenELM" in err
+    assert "warning" not in run("compare", path, "--ctx", "1k").stderr

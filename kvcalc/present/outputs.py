@@ -74,7 +74,9 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     """What an engine does not serve, said beside the pages counted by its rules anyway: vLLM 0.34.0 and SGLang serve
     Whisper alone of the encoder–decoder models (vLLM removed the others from V1; SGLang's is_encoder_decoder_model),
     neither serves lightning attention (MiniMax-M1: vLLM's registry lists MiniMaxM1ForCausalLM as removed after
-    0.23.0; SGLang 0.5.23 has no such model), and vLLM has no cache for some --kv-quant schemes (_vllm_lacks)."""
+    0.23.0; SGLang 0.5.23 has no such model) nor has a model file for OpenELM (neither registry names it; vLLM might
+    run its remote code through its Transformers backend, unverified), and vLLM has no cache for some --kv-quant
+    schemes (_vllm_lacks)."""
     if s.engine not in ("vllm", "sglang"):
         return []
     out = []
@@ -87,6 +89,10 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
         if what is not None:
             out.append(f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang serves this {what}; its "
                        "pages are counted as the engine's rules would hold them")
+        elif spec.family == "openelm":
+            out.append(f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang has a model file for "
+                       "OpenELM (vLLM may run its remote code through its Transformers backend); its pages are counted "
+                       "as the engine's rules would hold them")
         if s.engine == "vllm" and (lack := _vllm_lacks(spec, s)) is not None:
             out.append(f"warning: {spec.name}: --engine vllm --kv-quant {s.kv_quant}: vLLM 0.34.0 has no such "
                        f"cache{lack} (it has per-tensor fp8, fp8_ds_mla and per-token-head fp8/int8/int4 on GQA): its "
