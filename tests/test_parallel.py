@@ -576,6 +576,19 @@ def test_vllm_refuses_pipeline_stages_for_gemma3n():
     run("compare", str(path), "--ctx", "4k", "--pp", "2")  # no engine: kvcalc's own stages
 
 
+def test_vllm_refuses_a_tied_falcon_h1_with_pipeline_stages(tmp_path):
+    # falcon_h1.py builds embed_tokens on the first stage only and, tied, ties the last stage's lm_head to it: an
+    # AttributeError on the PPMissingLayer there (an audit ran the tie). Untied (the published configs) it loads.
+    cfg = json.loads((REFERENCE / "configs-extra-6" / "falcon-h1-0.5b-base.json").read_text())
+    assert cfg.get("tie_word_embeddings") is False
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+    r = run("compare", str(path), "--ctx", "4k", "--engine", "vllm", "--pp", "2", ok=False)
+    assert r.exit_code == 1 and "a tied Falcon-H1 does not load with pipeline stages" in r.stderr
+    run("compare", str(path), "--ctx", "4k", "--engine", "vllm")
+    run("compare", str(REFERENCE / "configs-extra-6" / "falcon-h1-0.5b-base.json"), "--ctx", "4k", "--engine", "vllm", "--pp", "2")
+
+
 def test_engines_pad_the_vocabulary_to_a_multiple_of_64():
     # VocabParallelEmbedding pads the vocabulary to a multiple of 64 before splitting it (vLLM and SGLang
     # DEFAULT_VOCAB_PADDING_SIZE): gpt2's 50,257 rows are 50,304, 47 · 768 more in bf16 (tied: one table)

@@ -536,6 +536,10 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
         # the class implements SupportsPP, which Gemma3nForCausalLM and Gemma3nForConditionalGeneration do not
         raise KvcalcError(f"--pp {s.pp} --engine vllm: vLLM runs {spec.name} without pipeline parallelism (its model "
                           "classes do not support it; give --pp 1, or no --engine)")
+    if s.pp > 1 and s.engine == "vllm" and spec.family == "falcon_h1" and spec.tie_embeddings:
+        # falcon_h1.py: the last stage ties lm_head to embed_tokens, a PPMissingLayer there (built on the first only)
+        raise KvcalcError(f"--pp {s.pp} --engine vllm: vLLM ties {spec.name}'s head to an embedding its last stage "
+                          "does not build, so a tied Falcon-H1 does not load with pipeline stages (give --pp 1)")
     if s.dp_attention and not spec.has_layouts():
         raise KvcalcError(f"--dp-attention: {spec.name} has no MLA layer (SGLang's DP attention splits a latent cache)")
     if s.dp_attention and s.engine == "vllm":
