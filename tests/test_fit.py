@@ -285,15 +285,19 @@ def test_sglang_caps_each_attention_dp_worker():
     # an audit: under --dp-attention each of a replica's tp ranks runs its own scheduler over its own pool, and SGLang's
     # max_running_requests is "per dp worker" (kv_cache_configurator.resolve_max_num_reqs); kvcalc capped the whole
     # replica at one worker's 2,048. DeepSeek-V3 on 8 H200s in fp8: each GPU's room for the cache is
-    # ⌊151,397,597,184 · 0.9⌋ − 94,769,911,296 weights − 136,314,880 activations = 41,351,611,289 bytes; a token of
-    # the latent cache takes 61 layers · 576 · 2 = 70,272 bytes on every worker, so a worker's pool holds 588,450
-    # tokens: 574 sequences of 1,024, and the 8 workers 4,592, which memory, not the cap (8 · 2,048), binds
+    # ⌊151,397,597,184 · 0.9⌋ − 96,816,731,648 weights − 136,314,880 activations = 39,304,790,937 bytes (the weights:
+    # 94,769,911,296 in fp8 and the absorbed w_kc, w_vc that SGLang dequantizes to bf16 beside kv_b_proj, whole under
+    # DP attention: 61 · 128 heads · (128 + 128) · 512 · 2 = 2,046,820,352); a token of the latent cache takes 61
+    # layers · 576 · 2 = 70,272 bytes on every worker, so a worker's pool holds 559,323 tokens: 546 sequences of 1,024,
+    # and the 8 workers 4,368, which memory, not the cap (8 · 2,048), binds
     args = ("deepseek-v3", "--hardware", "h200-141gb", "--engine", "sglang", "--tp", "8", "--dp-attention",
             "--weights-dtype", "fp8")
-    room = 151_397_597_184 * 9 // 10 - 94_769_911_296 - 136_314_880
-    assert room // (61 * 576 * 2) == 588_450
+    weights = 94_769_911_296 + 61 * 128 * 256 * 512 * 2
+    room = 151_397_597_184 * 9 // 10 - weights - 136_314_880
+    assert room // (61 * 576 * 2) == 559_323
     row = json.loads(run("fit", *args, "--ctx", "1024", "-f", "json").stdout)[0]
-    assert (row["max_batch"], row["binding"]) == (588_450 // 1024 * 8, "memory") == (4592, "memory")
+    assert row["weights_bytes_per_gpu"] == weights
+    assert (row["max_batch"], row["binding"]) == (559_323 // 1024 * 8, "memory") == (4368, "memory")
     # at 128 tokens memory would hold 8 · 4,597 sequences; each worker runs at most 2,048 (clamp's floor)
     row = json.loads(run("fit", *args, "--ctx", "128", "-f", "json").stdout)[0]
     assert (row["max_batch"], row["binding"]) == (8 * 2048, "max_running_requests")

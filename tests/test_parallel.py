@@ -4,6 +4,7 @@ model's numbers with the rule it follows (kvcalc/costs/parallel.py states the ru
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -432,7 +433,8 @@ def test_sglang_gives_the_extra_layers_to_the_last_stages():
     assert [len(r) for r in pp_stages(61, 4, "sglang")] == [15, 15, 15, 16]
     assert [len(r) for r in pp_stages(80, 3, "sglang")] == [26, 27, 27]
     g = per_gpu(spec("deepseek-v3"), Settings(ctx=1, tp=8, pp=2, engine="sglang"))
-    assert (g.stage, len(g.layers), g.weights_bytes) == (1, 31, 90_334_885_376)
+    # with SGLang's absorbed w_kc, w_vc beside kv_b_proj (bf16): 31 layers · 16 heads · (128 + 128) · 512
+    assert (g.stage, len(g.layers), g.weights_bytes) == (1, 31, 90_334_885_376 + 31 * 16 * 256 * 512 * 2)
 
 
 def test_vllm_builds_embedding_and_head_on_every_stage_for_some_models():
@@ -565,7 +567,9 @@ def test_vllm_pads_kimi_linears_routed_experts_to_256_a_rank():
     assert padding(tp=8) == 26 * 256 * 3 * 2304 * (256 - 128) * 2 == 11_777_605_632
     # none at tp 4 (1,024 / 4 = 256), nor with expert parallelism (whole experts), nor under SGLang
     assert padding(tp=4) == padding(tp=8, ep=8) == 0
-    assert per_gpu(kimi, Settings(ctx=1, tp=8, engine="sglang")).weights_bytes == per_gpu(kimi, Settings(ctx=1, tp=8)).weights_bytes
+    # SGLang pads none (its only difference: the absorbed w_kc, w_vc of the MLA layers, 7 of 27, 32 / 8 heads a rank)
+    assert per_gpu(kimi, Settings(ctx=1, tp=8, engine="sglang")).weights_bytes \
+        - per_gpu(kimi, Settings(ctx=1, tp=8)).weights_bytes == 7 * 4 * (128 + 128) * 512 * 2
 
 
 def test_vllm_refuses_pipeline_stages_for_gemma3n():
@@ -587,6 +591,109 @@ def test_vllm_refuses_a_tied_falcon_h1_with_pipeline_stages(tmp_path):
     assert r.exit_code == 1 and "a tied Falcon-H1 does not load with pipeline stages" in r.stderr
     run("compare", str(path), "--ctx", "4k", "--engine", "vllm")
     run("compare", str(REFERENCE / "configs-extra-6" / "falcon-h1-0.5b-base.json"), "--ctx", "4k", "--engine", "vllm", "--pp", "2")
+
+
+def _sglang_delta(model, **at) -> list[int]:
+    """Each stage's weights under SGLang less kvcalc's engine-free figure."""
+    sglang = [st.weights_bytes for st in stages(model, Settings(ctx=1, engine="sglang", **at))]
+    return [v - st.weights_bytes for v, st in zip(sglang, stages(model, Settings(ctx=1, **at)))]
+
+
+def test_sglang_builds_an_untied_head_on_every_stage_for_some_models():
+    # an audit of SGLang 0.5.23: llama.py (Llama, Mistral, Phi-3), nemotron_nas.py, glm4_moe.py, mixtral.py,
+    # gpt_oss.py, granitemoehybrid.py and qwen3_moe.py build their ParallelLMHead with no is_last_rank test: the
+    # first stage holds a head too (Llama 3 70B: 128,256 rows, a multiple of 64, · 8,192 bf16), and becomes the busiest
+    llama = spec("llama3-70b")
+    assert _sglang_delta(llama, pp=2) == [128_256 * 8192 * 2, 0]
+    g = per_gpu(llama, Settings(ctx=1, pp=2, engine="sglang"))
+    assert (g.stage, g.weights_bytes) == (0, 72_655_044_608)
+    assert _sglang_delta(spec("qwen3-235b-a22b"), pp=2, tp=2) == [151_936 // 2 * 4096 * 2, 0]  # 47 + 47 layers
+    # Qwen3's dense file and DeepSeek's ask which stage they are: unchanged
+    assert _sglang_delta(spec("qwen3-32b"), pp=2) == [0, 0]
+    # tied, llama.py's head is the stage's embedding, which the last stage does not build: refused
+    r = run("compare", "llama3.2-1b", "--ctx", "4k", "--engine", "sglang", "--pp", "2", ok=False)
+    assert r.exit_code == 1 and "SGLang ties llama3.2-1b's head to the embedding, which its last pipeline stage" in r.stderr
+    run("compare", "llama3.2-1b", "--ctx", "4k", "--engine", "sglang")
+
+
+def test_sglang_builds_minimax_m2s_embedding_on_every_stage():
+    m2 = _reference("configs-extra/minimax-m2.5.json")
+    padded = -(-m2.vocab_size // 64) * 64
+    assert _sglang_delta(m2, pp=2) == [(padded - m2.vocab_size) * m2.d_model * 2,
+                                      padded * m2.d_model * 2 + (padded - m2.vocab_size) * m2.d_model * 2]
+
+
+@pytest.mark.parametrize("model", ["gemma3-27b", "gpt2", "qwen3-next-80b-a3b", "llama4-scout"])
+def test_sglang_refuses_pipeline_stages_where_its_model_file_has_none(model):
+    # model_runner.py asserts "Pipeline Parallel is not compatible with this model" when the forward takes no
+    # pp_proxy_tensors (gemma3_mm.py, gpt2.py, qwen3_next.py, mllama4.py, and commandr.py, falcon_h1.py, gemma2.py,
+    # gemma3n, minicpm3.py, olmo2.py, starcoder2.py)
+    r = run("compare", model, "--ctx", "4k", "--engine", "sglang", "--pp", "2", ok=False)
+    assert r.exit_code == 1 and f"SGLang runs {model} without pipeline parallelism" in r.stderr
+    run("compare", model, "--ctx", "4k", "--engine", "vllm", "--pp", "2")
+
+
+def test_sglang_holds_gemmas_embedding_whole_and_unpadded():
+    # gemma3_causal.py: Gemma3TextScaledWordEmbedding is an nn.Embedding, whole on every tp rank, the tied head too:
+    # Gemma 3 27B at tp 8 holds 262,208 rows of 5,376 where kvcalc's split gives ceil(262,208 / 8) = 32,776
+    assert _sglang_delta(spec("gemma3-27b"), tp=8) == [(262_208 - 32_776) * 5376 * 2] == [2_466_852_864]
+    # Gemma 4 under pipeline stages: the first stage's embedding whole, the last stage's head its own and split
+    g4 = spec("gemma4-26b-a4b")
+    assert _sglang_delta(g4, tp=2, pp=2) == [262_144 // 2 * 2816 * 2, 0]
+
+
+def test_sglang_whisper_holds_a_whole_embedding_beside_its_head():
+    # whisper.py: the decoder's embed_tokens is an nn.Embedding (51,866 rows, whole), proj_out a ParallelLMHead
+    # (51,904 padded rows, split) filled from the same tensor: kvcalc's tied spec counts one table without an engine
+    w = spec("whisper-large-v3")
+    assert _sglang_delta(w) == [51_904 * 1280 * 2]
+    assert _sglang_delta(w, tp=2) == [(51_866 + 51_904 // 2 - 25_933) * 1280 * 2]  # ceil(51,866 / 2) = 25,933
+
+
+def test_sglang_holds_falcon_h1s_head_in_fp32():
+    # falcon_h1.py: self.lm_head = self.lm_head.float(): 4 bytes a parameter whatever the weights' dtype
+    f = _reference("configs-extra-6/falcon-h1-34b-base.json")
+    assert (f.vocab_size, f.d_model, f.tie_embeddings) == (261_120, 5120, False)
+    assert _sglang_delta(f) == [261_120 * 5120 * (4 - 2)]
+    assert _sglang_delta(f, tp=4) == [261_120 // 4 * 5120 * (4 - 2)]
+
+
+def test_engines_keep_the_absorbed_mla_up_projections_beside_kv_b_proj():
+    # SGLang (deepseek_weight_loader.py post_load_weights): w_kc and w_vc, contiguous bf16 copies of kv_b_proj's
+    # halves, beside it (the MHA prefill runs it): DeepSeek-V3 at tp 8, 61 layers · 16 heads · (128 + 128) · 512
+    v3 = spec("deepseek-v3")
+    copies = 61 * 16 * 256 * 512 * 2
+    assert _sglang_delta(v3, tp=8) == [copies] == [255_852_544]
+    assert _sglang_delta(v3, tp=8, dp=1, dp_attention=True) == [8 * copies]  # whole attention: all 128 heads
+    # an fp8 checkpoint's kv_b_proj is dequantized to bf16 first: the copies take 2 bytes a value still
+    assert _sglang_delta(v3, tp=8, weights_dtype="fp8") == [copies]
+    # vLLM (MLAAttention.process_weights_after_loading): W_UK_T and W_UV are views of an unquantized kv_b_proj, a
+    # dequantized bf16 copy of a quantized one
+    fp8 = Settings(ctx=1, tp=8, weights_dtype="fp8")
+    assert per_gpu(v3, Settings(ctx=1, tp=8, engine="vllm")).weights_bytes == per_gpu(v3, Settings(ctx=1, tp=8)).weights_bytes
+    assert per_gpu(v3, replace(fp8, engine="vllm")).weights_bytes - per_gpu(v3, fp8).weights_bytes == copies
+
+
+def test_sglang_pads_the_vocabulary_to_64_tp_where_64_does_not_split():
+    # vocab_parallel_embedding.py: padding_size *= tp_size when pad(V, 64) % tp != 0. MiniCPM3's 73,448 rows: 73,472
+    # by 64, which 5 does not divide, so 73,600 by 320, 14,720 a rank where ceil(73,472 / 5) = 14,695 (tied: one table)
+    m = _reference("configs-extra-6/minicpm3-4b.json")
+    assert per_gpu(m, Settings(ctx=1, tp=5, engine="sglang")).weights_bytes \
+        - per_gpu(m, Settings(ctx=1, tp=5, engine="vllm")).weights_bytes == (14_720 - 14_695) * 2560 * 2
+
+
+def test_sglang_refuses_dp_attention_for_mla_files_without_it():
+    for path in ("configs-extra-6/minicpm3-4b.json", "configs-extra-3/kimi-linear-48b-a3b-instruct.json"):
+        r = run("compare", str(REFERENCE / path), "--ctx", "4k", "--engine", "sglang", "--tp", "2", "--dp-attention", ok=False)
+        assert r.exit_code == 1 and "--dp-attention: SGLang has no DP attention for" in r.stderr
+
+
+def test_sglang_fuses_qwen3_next_shared_expert_under_expert_parallelism():
+    # qwen2_moe.py on CUDA fuses the shared expert into FusedMoE: each expert-parallel rank holds it at tp / ep
+    # width, 512 / (8 / 8) = 512 rather than 512 / 8, in each of 48 layers (3 · 2,048 · (512 − 64) more)
+    q = spec("qwen3-next-80b-a3b")
+    assert _sglang_delta(q, tp=8, ep=8) == [3 * 2048 * (512 - 64) * 48 * 2] == [264_241_152]
+    assert _sglang_delta(q, tp=8) == [0]
 
 
 def test_engines_pad_the_vocabulary_to_a_multiple_of_64():

@@ -587,12 +587,16 @@ def test_mtp_pages_cover_the_slots_an_sglang_step_allocates_ahead():
     for ctx, n in ((4089, 64), (4090, 65), (4096, 65)):
         assert row("deepseek-v3.2", "--ctx", str(ctx), "--mtp", "--engine", "sglang")["engine_kv_bytes"] == n * page
     # fit: 8 H200s, fp8 weights, a bf16 cache, batch 8: the pool holds room // (62 · 1,152) tokens, a sequence at ctx
-    # C holds C + 7 of them: the longest context is tokens // 8 − 7
+    # C holds C + 7 of them: the longest context is tokens // 8 − 7 (the weights with SGLang's bf16 w_kc and w_vc
+    # beside each MLA layer's kv_b_proj, the MTP layer's too: 62 · 16 heads · 256 · 512 · 2 bytes a GPU)
     out = json.loads(run("fit", "deepseek-v3", "--mtp", "--engine", "sglang", "--hardware", "h200-141gb", "--gpus", "8",
                          "--weights-dtype", "fp8", "--batch", "8", "-f", "json").stdout)[0]
     room = (out["memory_bytes"] - out["reserved_bytes"]) // 8 - out["weights_bytes_per_gpu"] - out["activation_bytes"]
     tokens = room // (62 * 1152)
-    assert (out["max_ctx"], out["binding"]) == (tokens // 8 - 7, "memory") == (87_122, "memory")
+    plain = json.loads(run("fit", "deepseek-v3", "--mtp", "--hardware", "h200-141gb", "--gpus", "8",
+                           "--weights-dtype", "fp8", "--batch", "8", "-f", "json").stdout)[0]
+    assert out["weights_bytes_per_gpu"] - plain["weights_bytes_per_gpu"] == 62 * 16 * 256 * 512 * 2
+    assert (out["max_ctx"], out["binding"]) == (tokens // 8 - 7, "memory") == (86_667, "memory")
 
 
 def test_sglang_draft_holds_its_own_embedding_on_the_last_stage():
@@ -608,12 +612,15 @@ def test_sglang_draft_holds_its_own_embedding_on_the_last_stage():
     def last(**kw: object) -> int:
         return stages(spec_, Settings(ctx=4096, tp=4, pp=2, **kw))[-1].weights_bytes
 
-    for extra, rows in (({}, 129_280 // 4), ({"dp": 2, "dp_attention": True}, 129_280)):
+    # (and the MTP layer's absorbed w_kc, w_vc, which SGLang keeps beside kv_b_proj in bf16: its heads on the rank,
+    # 128 / 4, or all 128 under DP attention, · (128 + 128) · 512)
+    for extra, rows, heads in (({}, 129_280 // 4, 32), ({"dp": 2, "dp_attention": True}, 129_280, 128)):
         engine = last(mtp=True, engine="sglang", **extra) - last(engine="sglang", **extra)
         ideal = last(mtp=True, **extra) - last(**extra)
-        assert engine - ideal == rows * 7168 * 2
+        assert engine - ideal == rows * 7168 * 2 + heads * 256 * 512 * 2
+    # the last stage's 31 layers and the MTP layer each with those copies, 32 heads a rank
     assert row("deepseek-v3", "--ctx", "4k", "--tp", "4", "--pp", "2", "--engine", "sglang", "--mtp")[
-        "weights_bytes_per_gpu"] == 186_064_379_904
+        "weights_bytes_per_gpu"] == 186_064_379_904 + 32 * 32 * 256 * 512 * 2 == 186_332_815_360
 
 
 def test_sglang_sizes_every_stage_for_the_draft_layers():

@@ -19,7 +19,10 @@ Rules (also in the README), with the engine behaviour they follow:
   embedding (and the encoder of an encoder–decoder model), the last the final norm and LM head (its own copy even when
   tied, once pp > 1), except where vLLM's model file builds embedding, norm and head on every stage
   (VLLM_HEAD_EVERY_STAGE) or the embedding alone (VLLM_EMBED_EVERY_STAGE); vLLM runs some models with one stage
-  only (VLLM_NO_PP: refused). The largest stage is reported.
+  only (VLLM_NO_PP: refused); SGLang's files place them by their own rules (SGLANG_* tables; stage_ends,
+  embedding_rows). The largest stage is reported.
+- Engines hold some weights twice or wider (engine_extra_bytes): the absorbed MLA up-projections beside kv_b_proj
+  (SGLang; vLLM when quantized), Falcon-H1's fp32 head (SGLang).
 - Data parallelism (dp): dp replicas each serve ceil(batch / dp) sequences. With `dp_attention` (SGLang's DP
   attention for MLA models) the tp ranks of a replica split its sequences: each holds ceil(ceil(batch / dp) / tp)
   sequences' latent cache and runs their attention with the whole attention weights (SGLang's attention tp size is
@@ -59,6 +62,7 @@ from kvcalc.attention import MLA, Formula
 from kvcalc.costs.cache import GroupTerm, group_cache, group_term
 from kvcalc.costs.paged import PoolLayout, keeps_every_token, lookahead, sglang_buffers, vllm_layout
 from kvcalc.costs.state import parts_bytes
+from kvcalc.dtypes import dtype_bits
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
 from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
@@ -227,9 +231,43 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         params = _stage_params(spec, s, i, layers, len(ranges), weighed[:len(spec.groups)])
         if last and mtp is not None:
             params += _mtp_params_per_rank(spec, s, weighed[-1])
-        out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype),
+        counted = [(rank, len(group.layers) if group is mtp else
+                   bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start))
+                   for group, rank in zip(everyone, weighed) if group is not mtp or last]
+        extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)))
+        out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype) + extra,
                          null_block_bytes(s, layout, here, groups), tuple(sized)))
     return tuple(out)
+
+
+def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, int]],
+                       ends: tuple[bool, bool, bool]) -> int:
+    """Bytes a rank of a stage holds beyond its weights in the weights' dtype: (layer group as the rank holds it, its
+    layers here) for `held`, stage_ends for `ends`.
+
+    - The absorbed MLA up-projections beside kv_b_proj (W_UK, W_UV), which the MHA prefill still runs: SGLang copies
+      them always (deepseek_weight_loader.py post_load_weights: w_kc and w_vc, .contiguous(); minicpm3.py deletes
+      kv_b_proj after), vLLM where kv_b_proj is quantized (MLAAttention.process_weights_after_loading: W_UK_T and W_UV
+      dequantized by get_and_maybe_dequant_weights; views of an unquantized weight); a quantized one is dequantized to
+      the activations' bf16 (block_quant_dequant), an unquantized one copied in its dtype.
+    - Falcon-H1's LM head (or tied, its embedding) in fp32 under SGLang (falcon_h1.py: lm_head.float())."""
+    if s.engine not in ("vllm", "sglang"):
+        return 0
+    bits = dtype_bits(s.weights_dtype, "weights")
+    quantized = s.weights_dtype in QUANTIZED_WEIGHTS
+    copy_bits = 16 if quantized else bits
+    extra = 0
+    if s.engine == "sglang" or (quantized and spec.family != "minicpm3"):  # vLLM runs MiniCPM3 without MLAAttention
+        for rank, n in held:
+            if n and isinstance(rank.attention, MLA):
+                up = sum(w.size for w in rank.attention.weights(rank.layer) if w.name in ("W_UK", "W_UV"))
+                kept = bits if spec.family == "minicpm3" else 0  # the copies replace kv_b_proj there
+                extra += n * up * (copy_bits - kept)
+    embedding, _, head = ends
+    if s.engine == "sglang" and spec.family == "falcon_h1" and (head or (embedding and spec.tie_embeddings)):
+        rows = vocab_rows(spec, s) if head else embedding_rows(spec, s)
+        extra += rows * spec.d_model * (32 - bits)
+    return -(-extra // 8)
 
 
 def null_block_bytes(s: Settings, layout: PoolLayout | None, here: frozenset[int], groups: list[_StageGroup]) -> int:
@@ -298,6 +336,33 @@ VLLM_HEAD_EVERY_STAGE = frozenset({"gpt-oss", "gemma3", "gemma4", "mixtral", "ne
 VLLM_EMBED_EVERY_STAGE = frozenset({"qwen3_5_moe"})
 # Families vLLM (0.34.0) serves without pipeline parallelism (their model classes do not implement SupportsPP)
 VLLM_NO_PP = frozenset({"gemma3n"})
+# SGLang 0.5.23 model files that build an untied LM head on every pipeline stage (a ParallelLMHead with no
+# is_last_rank test): llama.py (Llama, Mistral, Phi-3: LlamaForCausalLM), nemotron_nas.py, glm4_moe.py, mixtral.py,
+# gpt_oss.py, granitemoehybrid.py, qwen3_moe.py (Qwen3MoeForCausalLM: kvcalc's qwen3 family with MoE layers; Qwen3-VL's
+# MoE builds it on the last stage only)
+SGLANG_HEAD_EVERY_STAGE = frozenset({"llama", "llama3", "mistral", "phi3", "nemotron-nas", "glm4_moe", "mixtral",
+                                     "gpt-oss", "granitemoehybrid"})
+# ... whose tied head is the stage's embedding, which the last stage does not build: llama.py and nemotron_nas.py set
+# lm_head = model.embed_tokens, a PPMissingLayer there (no head to compute logits with), granitemoehybrid.py reads its
+# .weight (an AttributeError while building): refused with --pp
+SGLANG_TIED_NO_PP = frozenset({"llama", "llama3", "mistral", "phi3", "nemotron-nas", "granitemoehybrid"})
+# SGLang model files that build the embedding on every stage: minimax_m2.py
+SGLANG_EMBED_EVERY_STAGE = frozenset({"minimax-m2"})
+# SGLang model files whose input embedding is a plain nn.Embedding, whole on every tp rank and unpadded:
+# gemma3_causal.py (Gemma3TextScaledWordEmbedding; Gemma 3 and 3n's, and Gemma 4's in gemma4_causal.py), whisper.py
+# (the decoder's embed_tokens)
+SGLANG_WHOLE_EMBEDDING = frozenset({"gemma3", "gemma3n", "gemma4", "whisper"})
+# ... and whose LM head is a table of its own even when the config ties it: whisper.py's proj_out, a ParallelLMHead
+# filled from the embedding's tensor
+SGLANG_OWN_HEAD = frozenset({"whisper"})
+# SGLang model files without pipeline parallelism: their forward takes no pp_proxy_tensors, and model_runner.py asserts
+# "Pipeline Parallel is not compatible with this model" when pp_size > 1 (commandr.py, falcon_h1.py, gemma2.py,
+# gemma3_causal.py / gemma3_mm.py, gemma3n_causal.py / gemma3n_mm.py, gpt2.py, mllama4.py, minicpm3.py, olmo2.py,
+# qwen3_next.py, starcoder2.py)
+# Weight dtypes an engine stores quantized (with scales), against the float ones it computes in
+QUANTIZED_WEIGHTS = frozenset({"fp8", "int8", "int4"})
+SGLANG_NO_PP = frozenset({"cohere2", "falcon_h1", "gemma2", "gemma3", "gemma3n", "gpt2", "llama4", "minicpm3", "olmo2",
+                          "qwen3_next", "starcoder2"})
 VOCAB_PADDING = 64  # vLLM and SGLang vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
 
 
@@ -308,7 +373,8 @@ def ffn_split(spec: ModelSpec, s: Settings) -> FfnSplit:
     builds them whole (VLLM_SP_SHARED; VLLM_SP_SHARED_ONE_STAGE at pp 1); dense FFNs over tp, or whole there for
     Kimi Linear at pp 1 and for the files of DeepSeek Sparse Attention on CUDA at pp 1 (DeepSeek-V3.2, GLM-5:
     models/deepseek_v32/nvidia/model.py builds its dense DeepseekV2MLP with use_sequence_parallel, which needs
-    pipeline_parallel_size == 1); Kimi Linear's routed experts padded (KIMI_MOE_PAD)."""
+    pipeline_parallel_size == 1); Kimi Linear's routed experts padded (KIMI_MOE_PAD); under SGLang with --ep,
+    Qwen3-Next's shared expert fused with the routed ones."""
     sequence_parallel = s.engine == "vllm" and s.ep > 1 and s.tp > 1 and s.dp > 1
     one_stage = sequence_parallel and s.pp == 1
     shared = (sequence_parallel and spec.family in VLLM_SP_SHARED) or (one_stage and spec.family in VLLM_SP_SHARED_ONE_STAGE)
@@ -316,6 +382,10 @@ def ffn_split(spec: ModelSpec, s: Settings) -> FfnSplit:
                                                            for g in spec.groups)
     dense = one_stage and (spec.family in VLLM_SP_SHARED_ONE_STAGE or sparse_mla)
     pad = KIMI_MOE_PAD if s.engine == "vllm" and spec.family == "kimi_linear" else 0
+    if s.engine == "sglang" and spec.family == "qwen3_next" and s.ep > 1:
+        # qwen2_moe.py on CUDA fuses Qwen3-Next's shared expert into FusedMoE, whose every expert-parallel rank holds
+        # it at the routed experts' width, split over tp / ep (moe_tp_size)
+        return FfnSplit(moe_tp(s), max(1, s.tp // s.ep), s.tp, pad)
     return FfnSplit(moe_tp(s), 1 if shared else s.tp, 1 if dense else s.tp, pad)
 
 
@@ -328,10 +398,13 @@ def head_every_stage(spec: ModelSpec, s: Settings) -> bool:
 
 def vocab_rows(spec: ModelSpec, s: Settings, split: bool = True) -> int:
     """Rows of the embedding (or LM head) one rank holds: the vocabulary split over tp, ceil(V / tp), or whole; under
-    an engine first padded to a multiple of 64 (VocabParallelEmbedding's num_embeddings_padded, vLLM and SGLang)."""
+    an engine first padded to a multiple of 64 (VocabParallelEmbedding's num_embeddings_padded, vLLM and SGLang), and
+    under SGLang, split, to a multiple of 64 · tp where 64 alone does not divide over tp (its padding_size *= tp)."""
     v = spec.vocab_size
     if s.engine in ("vllm", "sglang"):
         v = _ceil(v, VOCAB_PADDING) * VOCAB_PADDING
+        if s.engine == "sglang" and split and v % s.tp:
+            v = _ceil(spec.vocab_size, VOCAB_PADDING * s.tp) * VOCAB_PADDING * s.tp
     return _ceil(v, s.tp) if split else v
 
 
@@ -360,22 +433,44 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
     split = ffn_split(spec, s)
     params += sum(run.count_in(layers.start, layers.stop) * ffn_params_per_rank(run.ffn, d, tp, s.ep, split)
                   for run in ffn_runs(spec))
-    every = head_every_stage(spec, s)  # vLLM models that build embedding, norm and head on each stage
-    embed_every = every or (s.engine == "vllm" and spec.family in VLLM_EMBED_EVERY_STAGE)
-    last = stage == stages - 1
-    if stage == 0 or embed_every:  # the embedding; whole under SGLang's DP attention (VocabParallelEmbedding enable_tp=False)
-        params += vocab_rows(spec, s, split=not s.dp_attention) * d
+    embedding, final_norm, head = stage_ends(spec, s, stage, stages)
+    if embedding:
+        params += embedding_rows(spec, s) * d
         params += spec.max_context * d if spec.learned_positions else 0
     if stage == 0:
         params += _encoder_per_rank(spec, tp) if spec.encoder else sum(encoder_params(spec).values())
         params += sum(_ceil(x.params, tp) for x in spec.extra_weights.values())  # extra weights: split by tp
-    if last or (every and spec.family != "qwen3_next"):
-        params += norm  # the final norm
-    if every:
-        params += 0 if spec.tie_embeddings else vocab_rows(spec, s) * d  # a tied head is the embedding already there
-    elif last and (not spec.tie_embeddings or (stages > 1 and not embed_every)):  # tied: the embedding, if here
-        params += vocab_rows(spec, s) * d
+    params += norm if final_norm else 0
+    params += vocab_rows(spec, s) * d if head else 0
     return params
+
+
+def stage_ends(spec: ModelSpec, s: Settings, stage: int, stages: int) -> tuple[bool, bool, bool]:
+    """Whether a stage's GPU holds the embedding, the final norm and an LM head of its own (a tied head elsewhere is
+    the embedding): the first stage the embedding, the last the norm and head (its own copy when tied, once pp > 1),
+    except where the engine's model file builds them elsewhere (the tables above)."""
+    first, last, tied = stage == 0, stage == stages - 1, spec.tie_embeddings
+    if s.engine == "vllm":
+        if head_every_stage(spec, s):  # a tied head is the embedding already there
+            return True, last or spec.family != "qwen3_next", not tied
+        if spec.family in VLLM_EMBED_EVERY_STAGE:
+            return True, last, last and not tied
+    if s.engine == "sglang":
+        embedding = first or spec.family in SGLANG_EMBED_EVERY_STAGE
+        text_moe = spec.family == "qwen3" and isinstance(spec.ffn, MoEFFN)  # qwen3_moe.py (not Qwen3-VL's)
+        every = s.pp > 1 and not tied and (spec.family in SGLANG_HEAD_EVERY_STAGE or text_moe)
+        own = spec.family in SGLANG_OWN_HEAD  # a head of its own even when tied
+        return embedding, last, every or (last and (not tied or stages > 1 or own))
+    return first, last, last and (not tied or stages > 1)
+
+
+def embedding_rows(spec: ModelSpec, s: Settings) -> int:
+    """Rows of the input embedding one rank holds: vocab_rows, whole under SGLang's DP attention
+    (VocabParallelEmbedding enable_tp=False), and whole and unpadded where SGLang's model file builds a plain
+    nn.Embedding (SGLANG_WHOLE_EMBEDDING)."""
+    if s.engine == "sglang" and spec.family in SGLANG_WHOLE_EMBEDDING:
+        return spec.vocab_size
+    return vocab_rows(spec, s, split=not s.dp_attention)
 
 
 def stage_gpu(s: Settings, plan: Stage) -> PerGpu:
@@ -536,6 +631,8 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
         # the class implements SupportsPP, which Gemma3nForCausalLM and Gemma3nForConditionalGeneration do not
         raise KvcalcError(f"--pp {s.pp} --engine vllm: vLLM runs {spec.name} without pipeline parallelism (its model "
                           "classes do not support it; give --pp 1, or no --engine)")
+    if s.engine == "sglang":
+        _check_sglang(spec, s)
     if s.pp > 1 and s.engine == "vllm" and spec.family == "falcon_h1" and spec.tie_embeddings:
         # falcon_h1.py: the last stage ties lm_head to embed_tokens, a PPMissingLayer there (built on the first only)
         raise KvcalcError(f"--pp {s.pp} --engine vllm: vLLM ties {spec.name}'s head to an embedding its last stage "
@@ -551,6 +648,25 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
         _check_mtp(spec, s)
     if s.tp > 1:
         _check_heads_split(spec, s.tp)
+
+
+def _check_sglang(spec: ModelSpec, s: Settings) -> None:
+    """A KvcalcError where SGLang (0.5.23) cannot run the layout, or builds it by rules kvcalc lacks."""
+    if s.pp > 1 and spec.family in SGLANG_NO_PP:
+        raise KvcalcError(f"--pp {s.pp} --engine sglang: SGLang runs {spec.name} without pipeline parallelism (its "
+                          "model file takes no pipeline proxy tensors; give --pp 1, or no --engine)")
+    if s.pp > 1 and spec.tie_embeddings and spec.family in SGLANG_TIED_NO_PP:
+        raise KvcalcError(f"--pp {s.pp} --engine sglang: SGLang ties {spec.name}'s head to the embedding, which its "
+                          "last pipeline stage does not build (give --pp 1, or no --engine)")
+    if s.dp_attention and spec.family in ("minicpm3", "kimi_linear"):
+        # minicpm3.py and kimi_linear.py split their attention (and embedding) over the whole tp group: no attention
+        # tp group of their own, as DeepseekV2's MLA has
+        raise KvcalcError(f"--dp-attention: SGLang has no DP attention for {spec.name}'s model file (it splits the "
+                          "attention over every tp rank); DeepSeek's, Kimi K2's and GLM-5's MLA have it")
+    if s.tp > 1 and spec.family == "gemma3n":
+        # gemma3n_causal.py keeps the per-layer embedding table, its gates and AltUp's router whole on every tp rank
+        raise KvcalcError(f"--tp {s.tp} --engine sglang: SGLang keeps parts of {spec.name}'s per-layer embeddings "
+                          "whole on every rank, which kvcalc's extra weights (split by tp) do not model (give --tp 1)")
 
 
 def _check_mtp(spec: ModelSpec, s: Settings) -> None:
