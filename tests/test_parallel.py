@@ -608,8 +608,14 @@ def test_sglang_builds_an_untied_head_on_every_stage_for_some_models():
     g = per_gpu(llama, Settings(ctx=1, pp=2, engine="sglang"))
     assert (g.stage, g.weights_bytes) == (0, 72_655_044_608)
     assert _sglang_delta(spec("qwen3-235b-a22b"), pp=2, tp=2) == [151_936 // 2 * 4096 * 2, 0]  # 47 + 47 layers
-    # Qwen3's dense file and DeepSeek's ask which stage they are: unchanged
+    # Qwen3's dense file and Qwen3-VL's MoE file (qwen3_vl_moe.py, family qwen3_vl) ask which stage they are:
+    # unchanged under SGLang, while vLLM's Qwen3-VL MoE builds embedding, norm and head on every stage
     assert _sglang_delta(spec("qwen3-32b"), pp=2) == [0, 0]
+    vl = _reference("configs-extra/qwen3-vl-30b-a3b-instruct.json")
+    assert vl.family == "qwen3_vl" and vl.vocab_size % 64 == 0 and not vl.tie_embeddings
+    assert _sglang_delta(vl, pp=2) == [0, 0]
+    table = vl.vocab_size * vl.d_model * 2
+    assert _stage_delta(vl, pp=2) == [table + vl.d_model * 2, table]
     # tied, llama.py's head is the stage's embedding, which the last stage does not build: refused
     r = run("compare", "llama3.2-1b", "--ctx", "4k", "--engine", "sglang", "--pp", "2", ok=False)
     assert r.exit_code == 1 and "SGLang ties llama3.2-1b's head to the embedding, which its last pipeline stage" in r.stderr

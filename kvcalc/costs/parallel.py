@@ -392,7 +392,7 @@ def ffn_split(spec: ModelSpec, s: Settings) -> FfnSplit:
 def head_every_stage(spec: ModelSpec, s: Settings) -> bool:
     """Whether every pipeline stage holds the embedding and LM head (VLLM_HEAD_EVERY_STAGE, under vLLM; the embedding
     alone: VLLM_EMBED_EVERY_STAGE, read where the stage's weights are summed)."""
-    qwen3_moe = spec.family == "qwen3" and isinstance(spec.ffn, MoEFFN)
+    qwen3_moe = spec.family in ("qwen3", "qwen3_vl") and isinstance(spec.ffn, MoEFFN)  # qwen3_moe.py, qwen3_vl_moe.py
     return s.engine == "vllm" and s.pp > 1 and (spec.family in VLLM_HEAD_EVERY_STAGE or qwen3_moe)
 
 
@@ -457,7 +457,7 @@ def stage_ends(spec: ModelSpec, s: Settings, stage: int, stages: int) -> tuple[b
             return True, last, last and not tied
     if s.engine == "sglang":
         embedding = first or spec.family in SGLANG_EMBED_EVERY_STAGE
-        text_moe = spec.family == "qwen3" and isinstance(spec.ffn, MoEFFN)  # qwen3_moe.py (not Qwen3-VL's)
+        text_moe = spec.family == "qwen3" and isinstance(spec.ffn, MoEFFN)  # qwen3_moe.py (not qwen3_vl_moe.py)
         every = s.pp > 1 and not tied and (spec.family in SGLANG_HEAD_EVERY_STAGE or text_moe)
         own = spec.family in SGLANG_OWN_HEAD  # a head of its own even when tied
         return embedding, last, every or (last and (not tied or stages > 1 or own))

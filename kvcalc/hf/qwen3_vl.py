@@ -38,9 +38,10 @@ def _text(cfg: dict, origin: str, notes: list[str]) -> dict:
 
 @importer("qwen3_vl")
 def _qwen3_vl(cfg: dict, origin: str, notes: list[str]) -> dict:
-    return _qwen3(_text(cfg, origin, notes), origin, notes)
+    return {**_qwen3(_text(cfg, origin, notes), origin, notes), "family": "qwen3_vl"}
 
 
 @importer("qwen3_vl_moe")
 def _qwen3_vl_moe(cfg: dict, origin: str, notes: list[str]) -> dict:
-    return _qwen3_moe(_text(cfg, origin, notes), origin, notes)
+    # family qwen3_vl: the engines' Qwen3-VL files place the LM head by rules of their own (kvcalc.costs.parallel)
+    return {**_qwen3_moe(_text(cfg, origin, notes), origin, notes), "family": "qwen3_vl"}
