@@ -187,3 +187,11 @@ def test_engines_warn_they_have_no_model_file_for_openelm():
         err = run("compare", path, "--ctx", "1k", "--engine", engine).stderr
         assert f"warning: openelm-270m: --engine {engine}: neither vLLM nor SGLang has a model file for OpenELM" in err
     assert "warning" not in run("compare", path, "--ctx", "1k").stderr
+
+
+def test_sglang_warns_it_has_no_model_file_for_falcon_or_jamba():
+    # SGLang 0.5.23 has no falcon.py or jamba.py (its Transformers backend may serve them); vLLM has both
+    for model, name in (("falcon-7b", "Falcon"), (str(REFERENCE / "models-2026" / "jamba-v0.1.json"), "Jamba")):
+        err = run("compare", model, "--ctx", "1k", "--engine", "sglang").stderr
+        assert f"--engine sglang: SGLang has no model file for {name} (its Transformers backend may serve it" in err
+        assert "warning" not in run("compare", model, "--ctx", "1k", "--engine", "vllm").stderr

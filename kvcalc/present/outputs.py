@@ -75,8 +75,8 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     Whisper alone of the encoder–decoder models (vLLM removed the others from V1; SGLang's is_encoder_decoder_model),
     neither serves lightning attention (MiniMax-M1: vLLM's registry lists MiniMaxM1ForCausalLM as removed after
     0.23.0; SGLang 0.5.23 has no such model) nor has a model file for OpenELM (neither registry names it; vLLM might
-    run its remote code through its Transformers backend, unverified), and vLLM has no cache for some --kv-quant
-    schemes (_vllm_lacks)."""
+    run its remote code through its Transformers backend, unverified), SGLang none for Falcon and Jamba (its
+    Transformers backend may run them, unverified), and vLLM has no cache for some --kv-quant schemes (_vllm_lacks)."""
     if s.engine not in ("vllm", "sglang"):
         return []
     out = []
@@ -89,6 +89,10 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
         if what is not None:
             out.append(f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang serves this {what}; its "
                        "pages are counted as the engine's rules would hold them")
+        elif s.engine == "sglang" and spec.family in ("falcon", "jamba"):  # no falcon.py or jamba.py in SGLang 0.5.23
+            out.append(f"warning: {spec.name}: --engine sglang: SGLang has no model file for {spec.family.capitalize()} "
+                       "(its Transformers backend may serve it, unverified); its pages are counted as SGLang's rules "
+                       "would hold them")
         elif spec.family == "openelm":
             out.append(f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang has a model file for "
                        "OpenELM (vLLM may run its remote code through its Transformers backend); its pages are counted "
