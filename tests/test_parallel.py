@@ -684,8 +684,17 @@ def test_sglang_pads_the_vocabulary_to_64_tp_where_64_does_not_split():
     # vocab_parallel_embedding.py: padding_size *= tp_size when pad(V, 64) % tp != 0. MiniCPM3's 73,448 rows: 73,472
     # by 64, which 5 does not divide, so 73,600 by 320, 14,720 a rank where ceil(73,472 / 5) = 14,695 (tied: one table)
     m = _reference("configs-extra-6/minicpm3-4b.json")
-    assert per_gpu(m, Settings(ctx=1, tp=5, engine="sglang")).weights_bytes \
-        - per_gpu(m, Settings(ctx=1, tp=5, engine="vllm")).weights_bytes == (14_720 - 14_695) * 2560 * 2
+    sglang, vllm = (stages(m, Settings(ctx=1, tp=5, engine=e))[0].weights_bytes for e in ("sglang", "vllm"))
+    assert sglang - vllm == (14_720 - 14_695) * 2560 * 2
+
+
+def test_vllm_refuses_minicpm3_whose_file_caches_expanded_keys_and_values():
+    # vLLM's minicpm3.py runs ordinary attention over kv_b_proj's expanded keys and values (values padded to the keys'
+    # 96): not the latent that SGLang (and kvcalc) cache
+    path = str(REFERENCE / "configs-extra-6" / "minicpm3-4b.json")
+    r = run("compare", path, "--ctx", "4k", "--engine", "vllm", ok=False)
+    assert r.exit_code == 1 and "--engine vllm: vLLM caches minicpm3-4b's expanded keys and values" in r.stderr
+    run("compare", path, "--ctx", "4k", "--engine", "sglang")
 
 
 def test_sglang_refuses_dp_attention_for_mla_files_without_it():

@@ -633,6 +633,12 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
                           "classes do not support it; give --pp 1, or no --engine)")
     if s.engine == "sglang":
         _check_sglang(spec, s)
+    if s.engine == "vllm" and spec.family == "minicpm3":
+        # minicpm3.py: MiniCPM3Attention expands kv_b_proj's keys and values and runs Attention(num_kv_heads = its
+        # heads, head_size qk_head_dim), the values padded to the key's width: no latent cache
+        raise KvcalcError(f"--engine vllm: vLLM caches {spec.name}'s expanded keys and values, the values padded to the "
+                          "keys' width (its MiniCPM3 file runs no MLA), a cache kvcalc does not model; SGLang caches "
+                          "the latent (--engine sglang, or no --engine)")
     if s.pp > 1 and s.engine == "vllm" and spec.family == "falcon_h1" and spec.tie_embeddings:
         # falcon_h1.py: the last stage ties lm_head to embed_tokens, a PPMissingLayer there (built on the first only)
         raise KvcalcError(f"--pp {s.pp} --engine vllm: vLLM ties {spec.name}'s head to an embedding its last stage "
