@@ -253,6 +253,8 @@ class ExtraWeights(Strict):
     params: ParamCount = Field(description="All its weights.")
     table: ParamCount = Field(0, description="Of them, a lookup table (read by row, not in full): its size.")
     row: ParamCount = Field(0, description="Values one token reads from that table.")
+    replicated: ParamCount = Field(0, description="Of them, weights vLLM and SGLang hold whole on every tensor-parallel "
+                                   "rank (replicated linears, norms); the rest split by tp.")
 
 
 class ModelSpec(Strict):

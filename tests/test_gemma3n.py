@@ -223,7 +223,31 @@ def test_sglang_pool_gives_shared_layers_a_buffer_per_gpu():
     # layer buffers: 1,000 tokens · 30 · 2,048 (20 own layers before the audit)
     row = json.loads(run("compare", str(PATH), "--ctx", "1000", "--engine", "sglang", "-f", "json").stdout)[0]
     assert row["kv_cache_bytes_per_gpu"] == 1000 * 30 * 2048 == 61_440_000
-    # under tp SGLang keeps the per-layer embedding table, its gates and AltUp's router whole on every rank
-    # (gemma3n_causal.py: nn.Embedding, ReplicatedLinear), which kvcalc's extra weights, split by tp, do not model
-    r = run("compare", str(PATH), "--ctx", "1000", "--tp", "4", "--engine", "sglang", ok=False)
-    assert r.exit_code == 1 and "--tp 4 --engine sglang: SGLang keeps parts of gemma-3n-e2b's per-layer embeddings" in r.stderr
+    # at tp 4 each GPU holds the 2 KV heads replicated as one (1,024 bytes a token and layer) in the 30 buffers
+    row = json.loads(run("compare", str(PATH), "--ctx", "1000", "--tp", "4", "--engine", "sglang", "-f", "json").stdout)[0]
+    assert row["kv_cache_bytes_per_gpu"] == 1000 * 30 * 1024 == 30_720_000
+
+
+def _weights(tp: int, engine: str | None = None) -> int:
+    args = ("--engine", engine) if engine else ()
+    return json.loads(run("compare", str(PATH), "--ctx", "1k", "--tp", str(tp), *args, "-f", "json").stdout)[0][
+        "weights_bytes_per_gpu"]
+
+
+def test_engines_hold_the_per_layer_gates_and_altup_routers_whole():
+    # an audit of vLLM 0.34.0 (gemma3n.py) and SGLang 0.5.23 (gemma3n_causal.py), without pipeline stages (neither
+    # runs Gemma 3n with them): both replicate each layer's per_layer_input_gate and per_layer_projection (d × p each),
+    # the per_layer_projection_norm (p) and AltUp's coefficients and router (a² + a³ + d·a a layer); SGLang keeps the
+    # per-layer table (an nn.Embedding) whole too, and the token embedding (262,400 rows, unpadded, whole: the tied
+    # head); vLLM builds no K or V projection, nor k_norm, in the 10 KV-shared layers. kvcalc without an engine
+    # splits every extra weight by tp.
+    replicated = L * 2 * D * P + P + L * (ALTUP**2 + ALTUP**3 + D * ALTUP)
+    table = V_PLE * L * P
+    assert replicated == 31_705_696
+    for tp in (1, 2, 4):
+        kv_heads = -(-KV // tp)  # a rank's K/V heads, at least one
+        kv_shared = 10 * (2 * D * kv_heads * DH + DH)  # W_K, W_V and k_norm of each KV-shared layer, on one rank
+        assert _weights(tp, "vllm") - _weights(tp) == BF16 * (replicated - replicated // tp - kv_shared), tp
+    assert _weights(1, "vllm") - _weights(1) == -41_948_160
+    # SGLang at tp 2: the table and the replicated weights whole, the token embedding whole (kvcalc splits V / 2)
+    assert _weights(2, "sglang") - _weights(2) == BF16 * ((table + replicated) - (table + replicated) // 2 + (V - V // 2) * D)

@@ -643,9 +643,11 @@ def test_sglang_holds_gemmas_embedding_whole_and_unpadded():
     # gemma3_causal.py: Gemma3TextScaledWordEmbedding is an nn.Embedding, whole on every tp rank, the tied head too:
     # Gemma 3 27B at tp 8 holds 262,208 rows of 5,376 where kvcalc's split gives ceil(262,208 / 8) = 32,776
     assert _sglang_delta(spec("gemma3-27b"), tp=8) == [(262_208 - 32_776) * 5376 * 2] == [2_466_852_864]
-    # Gemma 4 under pipeline stages: the first stage's embedding whole, the last stage's head its own and split
+    # Gemma 4 under pipeline stages: the first stage's embedding whole, the last stage's head its own and split (and
+    # each global layer's V slot, 2,816 · 512 a rank: layers 5 and 11 on the first stage, 17, 23 and 29 on the last)
     g4 = spec("gemma4-26b-a4b")
-    assert _sglang_delta(g4, tp=2, pp=2) == [262_144 // 2 * 2816 * 2, 0]
+    v_slot = 2816 * 512 * 2
+    assert _sglang_delta(g4, tp=2, pp=2) == [262_144 // 2 * 2816 * 2 + 2 * v_slot, 3 * v_slot]
 
 
 def test_sglang_whisper_holds_a_whole_embedding_beside_its_head():
@@ -709,6 +711,41 @@ def test_sglang_fuses_qwen3_next_shared_expert_under_expert_parallelism():
     q = spec("qwen3-next-80b-a3b")
     assert _sglang_delta(q, tp=8, ep=8) == [3 * 2048 * (512 - 64) * 48 * 2] == [264_241_152]
     assert _sglang_delta(q, tp=8) == [0]
+
+
+def test_engines_build_a_v_projection_where_gemma4s_values_are_its_keys():
+    # vLLM (gemma4.py) and SGLang (gemma4_causal.py: should_dup_k_to_v) keep a V slot in the fused qkv_proj of an
+    # attention_k_eq_v layer and load the key's weights into it: Gemma 4 26B's 5 global layers, 2 KV heads of 512
+    # (one a rank from tp 2, replicated), each d = 2,816 wide
+    g4 = spec("gemma4-26b-a4b")
+    for engine in ("vllm", "sglang"):
+        for tp, heads in ((1, 2), (2, 1), (8, 1)):
+            one = per_gpu(g4, Settings(ctx=1, tp=tp, engine=engine)).weights_bytes
+            assert one - per_gpu(g4, Settings(ctx=1, tp=tp)).weights_bytes - _embedding_gap(g4, tp, engine) \
+                == 5 * 2816 * heads * 512 * 2, (engine, tp)
+
+
+def _embedding_gap(model, tp: int, engine: str) -> int:
+    """What SGLang's whole, unpadded Gemma embedding adds over kvcalc's split one (vLLM: nothing, 262,144 rows a
+    multiple of 64)."""
+    return (model.vocab_size - -(-model.vocab_size // tp)) * model.d_model * 2 if engine == "sglang" else 0
+
+
+def test_vllm_refuses_the_tps_its_files_cannot_build():
+    # an audit: Falcon-H1's Mamba-2 mixer beside the attention has 2 groups (MambaMixer2 asserts on tp 4); gpt-oss's
+    # file divides its 8 KV heads by tp with no floor of one (a ZeroDivisionError above tp 8); a vocabulary padded to
+    # 64 must split evenly (VocabParallelEmbedding asserts: MiniCPM3's 73,472 rows over 5 ranks)
+    falcon = str(REFERENCE / "configs-extra-6" / "falcon-h1-34b-base.json")
+    r = run("compare", falcon, "--ctx", "4k", "--tp", "4", ok=False)
+    assert r.exit_code == 1 and "every parallel mixer of falcon-h1-34b-base has 2 groups (n_groups)" in r.stderr
+    run("compare", falcon, "--ctx", "4k", "--tp", "2")
+    r = run("compare", "gpt-oss-120b", "--ctx", "4k", "--tp", "16", "--engine", "vllm", ok=False)
+    assert r.exit_code == 1 and "divides gpt-oss-120b's 8 KV heads by tp with no floor of one" in r.stderr
+    run("compare", "gpt-oss-120b", "--ctx", "4k", "--tp", "16", "--engine", "sglang")
+    model = _reference("configs-extra-6/minicpm3-4b.json")
+    with pytest.raises(KvcalcError, match="padded to 73,472 .* and 5 does not divide it"):
+        per_gpu(model, Settings(ctx=1, tp=5, engine="vllm"))
+    per_gpu(spec("gpt2"), Settings(ctx=1, tp=3, engine="vllm"))  # 50,304 rows: 3 divides them
 
 
 def test_engines_pad_the_vocabulary_to_a_multiple_of_64():

@@ -58,14 +58,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple
 
-from kvcalc.attention import MLA, Formula
+from kvcalc.attention import MLA, Formula, Heads, Weight
 from kvcalc.costs.cache import GroupTerm, group_cache, group_term
 from kvcalc.costs.paged import PoolLayout, keeps_every_token, lookahead, sglang_buffers, vllm_layout
 from kvcalc.costs.state import parts_bytes
 from kvcalc.dtypes import dtype_bits
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
-from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
+from kvcalc.spec import DenseFFN, ExtraWeights, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
 
 def pp_stages(n_layers: int, pp: int, engine: str | None = None) -> list[range]:
@@ -425,7 +425,7 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
         n = bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start)
         if not n:
             continue
-        weights = rank.attention.weights(rank.layer)
+        weights = engine_attention_weights(rank, s)
         weights += rank.cross.weights(rank.cross_layer) if rank.cross else ()
         weights += rank.parallel.weights(rank.parallel_layer) if rank.parallel else ()
         norms = spec.layer_groups[group.index].norms_per_layer or spec.norms_per_layer
@@ -439,10 +439,33 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
         params += spec.max_context * d if spec.learned_positions else 0
     if stage == 0:
         params += _encoder_per_rank(spec, tp) if spec.encoder else sum(encoder_params(spec).values())
-        params += sum(_ceil(x.params, tp) for x in spec.extra_weights.values())  # extra weights: split by tp
+        params += sum(extra_per_rank(x, s) for x in spec.extra_weights.values())
     params += norm if final_norm else 0
     params += vocab_rows(spec, s) * d if head else 0
     return params
+
+
+def engine_attention_weights(rank: ResolvedGroup, s: Settings) -> tuple[Weight, ...]:
+    """A layer's attention weights as one rank holds them under the engine: a layer whose values come from its key
+    projection (Gemma 4's attention_k_eq_v) still has a V slot in vLLM's and SGLang's fused qkv_proj, loaded with the
+    key's weights (vLLM gemma4.py, SGLang gemma4_causal.py: should_dup_k_to_v); vLLM builds no K or V projection, nor
+    k_norm, in a layer that reads an earlier layer's cache (gemma3n.py: KV-shared layers build q_proj only)."""
+    weights = rank.attention.weights(rank.layer)
+    if s.engine not in ("vllm", "sglang") or not isinstance(rank.attention, Heads):
+        return weights
+    att, layer = rank.attention, rank.layer
+    if att.k_eq_v:
+        weights += (Weight("W_V", "attn/v", (layer.d_model, att.n_kv * att.d_v(layer))),)
+    if s.engine == "vllm" and layer.kv_shared:
+        weights = tuple(w for w in weights if w.name not in ("W_K", "W_V", "b_K", "b_V", "k_norm"))
+    return weights
+
+
+def extra_per_rank(x: ExtraWeights, s: Settings) -> int:
+    """One tp rank's part of a block of extra weights: split by tp, but for what vLLM and SGLang replicate (its
+    `replicated` weights) and, under SGLang, its lookup table (an nn.Embedding: Gemma 3n's per-layer embeddings)."""
+    whole = x.replicated + (x.table if s.engine == "sglang" else 0) if s.engine in ("vllm", "sglang") else 0
+    return _ceil(x.params - whole, s.tp) + whole
 
 
 def stage_ends(spec: ModelSpec, s: Settings, stage: int, stages: int) -> tuple[bool, bool, bool]:
@@ -633,6 +656,8 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
                           "classes do not support it; give --pp 1, or no --engine)")
     if s.engine == "sglang":
         _check_sglang(spec, s)
+    if s.engine == "vllm" and s.tp > 1:
+        _check_vllm_tp(spec, s.tp)
     if s.engine == "vllm" and spec.family == "minicpm3":
         # minicpm3.py: MiniCPM3Attention expands kv_b_proj's keys and values and runs Attention(num_kv_heads = its
         # heads, head_size qk_head_dim), the values padded to the key's width: no latent cache
@@ -656,6 +681,21 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
         _check_heads_split(spec, s.tp)
 
 
+def _check_vllm_tp(spec: ModelSpec, tp: int) -> None:
+    """A KvcalcError for a tp vLLM (0.34.0) cannot build: one that does not divide the vocabulary padded to 64
+    (VocabParallelEmbedding asserts; SGLang pads to 64 · tp instead), and gpt-oss above its KV heads (gpt_oss.py divides
+    them by tp with no floor of one: a ZeroDivisionError)."""
+    padded = _ceil(spec.vocab_size, VOCAB_PADDING) * VOCAB_PADDING
+    if padded % tp:
+        raise KvcalcError(f"--tp {tp} --engine vllm: vLLM splits {spec.name}'s vocabulary of {spec.vocab_size:,} rows, "
+                          f"padded to {padded:,} (a multiple of 64), evenly over the tp ranks, and {tp} does not divide it")
+    if spec.family == "gpt-oss":
+        n_kv = min(g.attention.n_kv for g in spec.groups if isinstance(g.attention, Heads))
+        if tp > n_kv:
+            raise KvcalcError(f"--tp {tp} --engine vllm: vLLM's gpt-oss file divides {spec.name}'s {n_kv} KV heads by "
+                              f"tp with no floor of one, so it runs at tp {n_kv} at most")
+
+
 def _check_sglang(spec: ModelSpec, s: Settings) -> None:
     """A KvcalcError where SGLang (0.5.23) cannot run the layout, or builds it by rules kvcalc lacks."""
     if s.pp > 1 and spec.family in SGLANG_NO_PP:
@@ -669,10 +709,6 @@ def _check_sglang(spec: ModelSpec, s: Settings) -> None:
         # tp group of their own, as DeepseekV2's MLA has
         raise KvcalcError(f"--dp-attention: SGLang has no DP attention for {spec.name}'s model file (it splits the "
                           "attention over every tp rank); DeepSeek's, Kimi K2's and GLM-5's MLA have it")
-    if s.tp > 1 and spec.family == "gemma3n":
-        # gemma3n_causal.py keeps the per-layer embedding table, its gates and AltUp's router whole on every tp rank
-        raise KvcalcError(f"--tp {s.tp} --engine sglang: SGLang keeps parts of {spec.name}'s per-layer embeddings "
-                          "whole on every rank, which kvcalc's extra weights (split by tp) do not model (give --tp 1)")
 
 
 def _check_mtp(spec: ModelSpec, s: Settings) -> None:
@@ -703,6 +739,8 @@ def _check_heads_split(spec: ModelSpec, tp: int) -> None:
 
     blocks = [(subject(g), g.attention, g.layer) for g in spec.groups]
     blocks += [(subject(g, "cross-attention block"), g.cross, g.cross_layer) for g in spec.groups if g.cross]
+    # a mixer beside the attention (Falcon-H1's Mamba-2): vLLM's MambaMixer2 asserts on its heads and groups too
+    blocks += [(subject(g, "parallel mixer"), g.parallel, g.parallel_layer) for g in spec.groups if g.parallel]
     if spec.encoder is not None:
         blocks.append((f"{spec.name}'s encoder has", spec.encoder.attention, Layer(spec.d_model, None, "encoder.attention")))
     for who, att, layer in blocks:

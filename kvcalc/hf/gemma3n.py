@@ -158,9 +158,17 @@ def _gemma3n(cfg, origin, notes):
     base["layer_groups"] = groups
     extra = unmodelled_params(cfg, origin)
     p = get(cfg, "hidden_size_per_layer_input", origin, minimum=0) or 0
+    a = need(cfg, "altup_num_inputs", origin)
     table = (get(cfg, "vocab_size_per_layer_input", origin, minimum=0) or 0) * n * p  # embed_tokens_per_layer
-    base["extra_weights"] = {name: {"params": v, **({"table": table, "row": n * p} if name == "per_layer_embeddings" else {})}
-                             for name, v in extra.items()}
+    d = need(cfg, "hidden_size", origin)
+    # replicated on every tp rank by vLLM (gemma3n.py) and SGLang (gemma3n_causal.py: ReplicatedLinear): each layer's
+    # per_layer_input_gate and per_layer_projection and the per_layer_projection_norm; AltUp's correction and
+    # prediction coefficients and modality router
+    replicated = {"per_layer_embeddings": n * 2 * d * p + p, "altup": n * (a * a + a**3 + d * a)}
+    base["extra_weights"] = {
+        name: {"params": v, **({"table": table, "row": n * p} if name == "per_layer_embeddings" else {}),
+               **({"replicated": replicated[name]} if name in replicated else {})}
+        for name, v in extra.items()}
     notes.append("per-layer embeddings, AltUp and LAuReL counted as extra_weights: "
                  + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in extra.items()) + " (their FLOPs not counted)")
     return base
