@@ -748,6 +748,30 @@ def test_vllm_refuses_the_tps_its_files_cannot_build():
     per_gpu(spec("gpt2"), Settings(ctx=1, tp=3, engine="vllm"))  # 50,304 rows: 3 divides them
 
 
+def test_sglang_gives_nemotron_nas_layers_without_attention_a_buffer():
+    # an audit: nemotron_nas.py builds attention in 49 of Llama-3.3-Nemotron-Super-49B's 80 layers, but SGLang's plain
+    # MHATokenToKVPool has a buffer in every layer (layer_num = num_hidden_layers) of 8 KV heads × 128: 80 · 2 · 8 ·
+    # 128 · 2 bytes a token, where vLLM holds the 49 layers' only
+    path = str(REFERENCE / "configs-extra-3" / "llama-3.3-nemotron-super-49b-v1.json")
+
+    def row(*args: str) -> dict:
+        return json.loads(run("compare", path, "--ctx", "4k", *args, "-f", "json").stdout)[0]
+
+    assert row("--engine", "sglang")["engine_kv_bytes"] == 4096 * 80 * 2 * 8 * 128 * 2 == 1_342_177_280
+    assert row("--engine", "sglang", "--tp", "8")["kv_cache_bytes_per_gpu"] == 4096 * 80 * 2 * 1 * 128 * 2
+    assert row("--engine", "vllm")["engine_kv_bytes"] == row()["kv_cache_bytes"] == 4096 * 49 * 2 * 8 * 128 * 2
+    layers = json.loads(run("show", path, "--ctx", "4k", "--engine", "sglang", "--per-layer", "-f", "json").stdout)["layers"]
+    assert [(r["layers"], r["n_layers"]) for r in layers if r.get("layer") is None] == [("buffers", 31)]
+    assert sum(r["engine_bytes"] for r in layers) == 1_342_177_280
+
+
+def test_sglang_runs_gpt2_at_tp_1_only():
+    # gpt2.py declares RadixAttention(num_kv_heads=total_num_heads) over a pool of 12 / tp heads a rank
+    r = run("compare", "gpt2", "--ctx", "1k", "--engine", "sglang", "--tp", "2", ok=False)
+    assert r.exit_code == 1 and "SGLang's GPT-2 file declares all gpt2's heads" in r.stderr
+    run("compare", "gpt2", "--ctx", "1k", "--engine", "vllm", "--tp", "2")
+
+
 def test_engines_pad_the_vocabulary_to_a_multiple_of_64():
     # VocabParallelEmbedding pads the vocabulary to a multiple of 64 before splitting it (vLLM and SGLang
     # DEFAULT_VOCAB_PADDING_SIZE): gpt2's 50,257 rows are 50,304, 47 · 768 more in bf16 (tied: one table)

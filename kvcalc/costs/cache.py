@@ -74,7 +74,7 @@ class GroupCache:
     every_token: bool = False  # the engine pages every token of a windowed layer (kvcalc.costs.paged.keeps_every_token)
     padded_page: int | None = None  # vLLM pads this group's attention page to the unified page (kvcalc.costs.paged)
     pad_layers: int = 0  # vLLM's padding slots of this group's attention spec, in layers (PoolLayout.pads); SGLang's
-    # buffers of an encoder–decoder model's other layers (sglang_buffers)
+    # buffers of an encoder–decoder model's other layers and Nemotron-NAS's layers without attention (sglang_buffers)
     pad_state_layers: int = 0  # the same for its constant state's spec
 
     @property
@@ -363,7 +363,8 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     ahead = lookahead(spec.mtp_layers, s)
     one = replace(s, ctx=1, batch=1)
     every = keeps_every_token(spec.family, s.engine)
-    extra = sglang_buffers(groups, s, spec.encoder.n_layers if spec.encoder else 0) if layout is None else None
+    extra = sglang_buffers(groups, s, spec.encoder.n_layers if spec.encoder else 0, family=spec.family) \
+        if layout is None else None
     rows = tuple(group_cache(g, one, enc, every, layout, i, extra, ahead) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx
     terms = tuple(group_term(r, s, enc, ahead) for r in rows)
     # a KV-shared layer (Gemma 3n) adds nothing per token: it reads the cache of the layer it shares

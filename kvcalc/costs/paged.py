@@ -353,21 +353,40 @@ class PoolLayout:
 
 
 def sglang_buffers(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s: Settings, encoder_layers: int,
-                   here: range | None = None) -> dict[tuple[int, str], int]:
-    """The layer buffers SGLang's one pool holds beyond each decoder layer's own for an encoder–decoder model
-    (Whisper), as extra slots of the groups with cross-attention: a decoder layer's cross-attention has a buffer of
-    its own beside its self-attention, and each encoder layer one (configs/model_config.py num_attention_layers =
-    encoder_layers + 2 · decoder_layers), every buffer holding all of a request's encoder positions and tokens
-    (whisper.py pad_input_ids) as the decoder layer's pages do; the encoder layers' counted with the first such group
-    (on the stage holding its layers `here`). Empty for other engines and models."""
+                   here: range | None = None, family: str = "") -> dict[tuple[int, str], int]:
+    """The layer buffers SGLang's one pool holds beyond each layer's own, as extra slots of a group (on the stage
+    holding the layers `here`):
+    - an encoder–decoder model (Whisper): the groups with cross-attention, a decoder layer's cross-attention having a
+      buffer of its own beside its self-attention, and each encoder layer one (configs/model_config.py
+      num_attention_layers = encoder_layers + 2 · decoder_layers), every buffer holding all of a request's encoder
+      positions and tokens (whisper.py pad_input_ids) as the decoder layer's pages do; the encoder layers' counted with
+      the first such group;
+    - Nemotron-NAS (SGLANG_NO_OP_BUFFERS): its layers without attention, each a buffer like an attention layer's, with
+      the first attention group (nemotron_nas.py builds no attention there, but the plain MHATokenToKVPool has
+      layer_num = num_hidden_layers, every layer of the model's one KV head count and head dim:
+      kv_cache_configurator.py, model_config.py get_total_num_kv_heads).
+    Empty for other engines and models."""
     if s.engine != "sglang":
         return {}
     out: dict[tuple[int, str], int] = {}
+
+    def count(g: ResolvedGroup) -> int:
+        return len(g.layers) if here is None else sum(1 for j in g.layers if j in here)
+
     for i, g in enumerate(groups):
-        n = len(g.layers) if here is None else sum(1 for j in g.layers if j in here)
+        n = count(g)
         if g.cross is not None and n:
             out[(i, "kv")] = n + (encoder_layers if not out else 0)
+    if family in SGLANG_NO_OP_BUFFERS:
+        first = next((i for i, g in enumerate(groups) if g.attention.kind != "none"), None)
+        no_op = sum(count(g) for g in groups if g.attention.kind == "none")
+        if first is not None and no_op:
+            out[(first, "kv")] = out.get((first, "kv"), 0) + no_op
     return out
+
+
+# Models whose SGLang pool gives the layers without attention a buffer too: nemotron_nas.py (DeciLM)
+SGLANG_NO_OP_BUFFERS = frozenset({"nemotron-nas"})
 
 
 def vllm_layout(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s: Settings,

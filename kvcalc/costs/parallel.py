@@ -212,7 +212,8 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         # vLLM groups the whole model's layers and projects the groups on each stage (get_kv_cache_configs)
         here = frozenset(layers) | (frozenset(mtp.layers) if mtp is not None and last else frozenset())
         pads = (layout.pads(here) if layout is not None
-                else sglang_buffers(everyone, s, spec.encoder.n_layers if spec.encoder and i == 0 else 0, layers))
+                else sglang_buffers(everyone, s, spec.encoder.n_layers if spec.encoder and i == 0 else 0, layers,
+                                    spec.family))
         groups, sized = [], []
         for j, (group, gc) in enumerate(zip(everyone, caches)):
             n = len(group.layers) if group is mtp else bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start)
@@ -704,6 +705,10 @@ def _check_sglang(spec: ModelSpec, s: Settings) -> None:
     if s.pp > 1 and spec.tie_embeddings and spec.family in SGLANG_TIED_NO_PP:
         raise KvcalcError(f"--pp {s.pp} --engine sglang: SGLang ties {spec.name}'s head to the embedding, which its "
                           "last pipeline stage does not build (give --pp 1, or no --engine)")
+    if s.tp > 1 and spec.family == "gpt2":
+        # gpt2.py: RadixAttention(num_kv_heads=total_num_heads) over a pool of its heads / tp a rank
+        raise KvcalcError(f"--tp {s.tp} --engine sglang: SGLang's GPT-2 file declares all {spec.name}'s heads to each "
+                          "rank's attention while its pool holds a tp-th of them, so it runs at tp 1 only")
     if s.dp_attention and spec.family in ("minicpm3", "kimi_linear"):
         # minicpm3.py and kimi_linear.py split their attention (and embedding) over the whole tp group: no attention
         # tp group of their own, as DeepseekV2's MLA has
