@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import run, spec
+from conftest import REFERENCE, run, spec
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.paged import pages
 from kvcalc.costs.parallel import per_gpu
@@ -660,3 +660,22 @@ def test_sglang_runs_48_sequences_under_speculative_decoding():
     assert fit(*v3, "--tp", "8", "--dp", "2") == (2 * 48, "max_running_requests")  # 48 a replica
     # --mtp on a model without MTP layers runs no speculative decoding: SGLang's ordinary default
     assert fit("llama3-8b", "--ctx", "128", "--mtp") == fit("llama3-8b", "--ctx", "128")
+
+
+def test_vllm_keeps_a_token_more_in_cohere2s_sliding_layers():
+    # an audit: vLLM's commandr.py passes sliding_window + 1 to its attention ("cohere swa layer sees [pos -
+    # sliding_window, pos]"), so Command R7B's 24 sliding layers keep 4,097 tokens, 8 KV heads × 128 each, its 8 full
+    # layers every token: at 8k the engine's cache is 24 · 4,097 + 8 · 8,192 tokens' worth (pages of 16)
+    path = str(REFERENCE / "configs-extra-4" / "command-r7b-12-2024.json")
+    per_token = 2 * 8 * 128 * 2
+
+    def row(ctx: int, *args: str) -> dict:
+        return json.loads(run("compare", path, "--ctx", str(ctx), *args, "-f", "json").stdout)[0]
+
+    assert row(8192, "--engine", "vllm")["kv_cache_bytes"] == (24 * 4097 + 8 * 8192) * per_token == 671_186_944
+    assert row(8192)["kv_cache_bytes"] == (24 * 4096 + 8 * 8192) * per_token  # the config's window without it
+    # vLLM's window rule: min(ceil(ctx / B), ceil(W / B) + 1) pages, now of W = 4,097: of 64 (kvcalc's default block
+    # here) 66, not 65; of 16, 258, not 257
+    assert row(8192, "--engine", "vllm")["engine_kv_bytes"] == (24 * 66 + 8 * 128) * 64 * per_token == 683_671_552
+    assert row(8192, "--engine", "vllm", "--block-size", "16")["engine_kv_bytes"] == (24 * 258 + 8 * 512) * 16 * per_token
+    assert row(4096, "--engine", "vllm")["kv_cache_bytes"] == row(4096)["kv_cache_bytes"]  # within the window

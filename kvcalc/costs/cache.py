@@ -25,6 +25,7 @@ from kvcalc.costs.paged import (
     PoolLayout,
     block_tokens,
     check_encoder_positions,
+    engine_groups,
     keeps_every_token,
     layer_pages,
     lookahead,
@@ -355,7 +356,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     source = spec.encoder.source_len if spec.encoder else None
     check_encoder_positions(spec.family, source, s.enc_ctx, s.engine)
     enc = s.encoder_tokens(source)
-    groups = spec.groups
+    groups = engine_groups(spec, s)
     mtp = spec.mtp_group() if s.mtp else None
     if mtp is not None:  # --mtp: the multi-token-prediction layers keep a cache like the last layer's
         groups = groups + (mtp,)

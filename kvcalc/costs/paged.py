@@ -58,6 +58,7 @@ Rules (also in the README):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from math import gcd
 
@@ -66,7 +67,7 @@ from kvcalc.costs.quant import component_bytes, group_size
 from kvcalc.costs.state import parts_bytes, state_parts
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
-from kvcalc.spec import ResolvedGroup
+from kvcalc.spec import ModelSpec, ResolvedGroup
 
 # tokens a page: vLLM CacheConfig.DEFAULT_BLOCK_SIZE (64 from vLLM 0.34.0 of 2026-11-16; 16 in 0.33.0 and before), SGLang page_size
 DEFAULT_BLOCK = {"ideal": 1, "vllm": 64, "sglang": 1}
@@ -86,6 +87,20 @@ def keeps_every_token(family: str, engine: str | None) -> bool:
     """Whether the engine pages every token of a windowed or chunked layer of a model of `family` (SGLang outside
     its hybrid-SWA models)."""
     return engine == "sglang" and family not in SGLANG_HYBRID_SWA
+
+
+# vLLM model files that give a sliding layer one key more than the config's window: commandr.py (Cohere 2) passes
+# sliding_window + 1 ("cohere swa layer sees [pos - sliding_window, pos]", its training convention), so its sliding
+# layers keep W + 1 tokens
+VLLM_WINDOW_PLUS_ONE = frozenset({"cohere2"})
+
+
+def engine_groups(spec: ModelSpec, s: Settings) -> tuple[ResolvedGroup, ...]:
+    """The spec's layer groups as the engine runs their windows (VLLM_WINDOW_PLUS_ONE); the spec's own otherwise."""
+    if s.engine != "vllm" or spec.family not in VLLM_WINDOW_PLUS_ONE:
+        return spec.groups
+    return tuple(dataclasses.replace(g, layer=dataclasses.replace(g.layer, window=g.layer.window + 1))
+                 if g.layer.window else g for g in spec.groups)
 
 
 # Models whose encoder input the engines pad to its full source length whatever the input: Whisper's 30 s of audio,

@@ -60,7 +60,7 @@ from typing import NamedTuple
 
 from kvcalc.attention import MLA, Formula, Heads, Weight
 from kvcalc.costs.cache import GroupTerm, group_cache, group_term
-from kvcalc.costs.paged import PoolLayout, keeps_every_token, lookahead, sglang_buffers, vllm_layout
+from kvcalc.costs.paged import PoolLayout, engine_groups, keeps_every_token, lookahead, sglang_buffers, vllm_layout
 from kvcalc.costs.state import parts_bytes
 from kvcalc.dtypes import dtype_bits
 from kvcalc.errors import KvcalcError
@@ -195,7 +195,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
 
     enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
     mtp = spec.mtp_group() if s.mtp else None
-    everyone = spec.groups + ((mtp,) if mtp is not None else ())  # --mtp: as kv_cache counts them
+    everyone = engine_groups(spec, s) + ((mtp,) if mtp is not None else ())  # --mtp: as kv_cache counts them
     ranks = [_rank_group(g, s.tp) for g in everyone]
     # SGLang's DP attention: a rank runs its sequences' MLA attention with every head (attention tp size 1), so it
     # holds their whole cache, not a tp-th of the heads' (the same for the latent, which every rank holds anyway)
