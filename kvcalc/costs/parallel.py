@@ -18,10 +18,9 @@ Rules (also in the README), with the engine behaviour they follow:
   SGLang as its get_pp_indices does: one more to each of the last n % pp stages); the first stage holds the
   embedding (and the encoder of an encoder–decoder model), the last the final norm and LM head (its own copy even when
   tied, once pp > 1), except where vLLM's model file builds embedding, norm and head on every stage
-  (VLLM_HEAD_EVERY_STAGE) or the embedding alone (VLLM_EMBED_EVERY_STAGE); vLLM runs some models with one stage
-  only (VLLM_NO_PP: refused); SGLang's files place them by their own rules (SGLANG_* tables; stage_ends,
-  embedding_rows). The largest stage is reported.
-- Engines hold some weights twice or wider (engine_extra_bytes): the absorbed MLA up-projections beside kv_b_proj
+  or the embedding alone, and SGLang's files by their own rules (kvcalc.costs.engine_files: stage_ends,
+  embedding_rows); some layouts an engine cannot run are refused (check_engine). The largest stage is reported.
+- Engines hold some weights twice or wider (engine_files.engine_extra_bytes): the absorbed MLA up-projections beside kv_b_proj
   (SGLang; vLLM when quantized), Falcon-H1's fp32 head (SGLang).
 - Data parallelism (dp): dp replicas each serve ceil(batch / dp) sequences. With `dp_attention` (SGLang's DP
   attention for MLA models) the tp ranks of a replica split its sequences: each holds ceil(ceil(batch / dp) / tp)
@@ -35,7 +34,7 @@ Rules (also in the README), with the engine behaviour they follow:
   --engine vllm a rank holds ceil(d_ff / (dp · tp)) of each; otherwise (SGLang, or no engine) a dp replica is a
   whole copy split over its tp ranks. Shared experts and dense FFNs stay split over tp, except under vLLM's
   sequence-parallel MoE (--ep, tp > 1, dp > 1), where some model files build the shared experts, and at pp 1 some
-  the dense FFNs, whole (ffn_split); vLLM pads Kimi Linear's routed experts to 256 a tp rank (KIMI_MOE_PAD).
+  the dense FFNs, whole (engine_files.ffn_split); vLLM pads Kimi Linear's routed experts to 256 a tp rank.
 - With --engine the KV cache is counted in the engine's whole pages (kvcalc.costs.paged).
 - Extra weights (blocks the schema has no type for, e.g. Gemma 3n's per-layer embeddings) sit on the first stage,
   split by tp (ceil(params / tp)).
@@ -58,14 +57,25 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple
 
-from kvcalc.attention import MLA, Formula, Heads, Weight
+from kvcalc.attention import MLA, Formula
 from kvcalc.costs.cache import GroupTerm, group_cache, group_term
+from kvcalc.costs.engine_files import (
+    VLLM_MTP_FC_SPLIT,
+    FfnSplit,
+    check_engine,
+    embedding_rows,
+    engine_attention_weights,
+    engine_extra_bytes,
+    extra_per_rank,
+    ffn_split,
+    stage_ends,
+    vocab_rows,
+)
 from kvcalc.costs.paged import PoolLayout, engine_groups, keeps_every_token, lookahead, sglang_buffers, vllm_layout
 from kvcalc.costs.state import parts_bytes
-from kvcalc.dtypes import dtype_bits
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
-from kvcalc.spec import DenseFFN, ExtraWeights, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
+from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
 
 def pp_stages(n_layers: int, pp: int, engine: str | None = None) -> list[range]:
@@ -89,17 +99,6 @@ def _rank_group(group: ResolvedGroup, tp: int) -> ResolvedGroup:
     return dataclasses.replace(group, attention=group.attention.per_rank(group.layer, tp),
                                cross=group.cross.per_rank(group.cross_layer, tp) if group.cross else None,
                                parallel=group.parallel.per_rank(group.parallel_layer, tp) if group.parallel else None)
-
-
-class FfnSplit(NamedTuple):
-    """How an engine splits a model's FFN blocks where it departs from tp (ffn_split): the ranks each routed expert
-    (without expert parallelism), each shared expert and each dense FFN is split over, and the width a routed expert's
-    share is padded up to (0: none)."""
-
-    moe_tp: int
-    shared_tp: int
-    dense_tp: int
-    moe_pad: int = 0
 
 
 def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int, split: FfnSplit | None = None) -> int:
@@ -241,36 +240,6 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     return tuple(out)
 
 
-def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, int]],
-                       ends: tuple[bool, bool, bool]) -> int:
-    """Bytes a rank of a stage holds beyond its weights in the weights' dtype: (layer group as the rank holds it, its
-    layers here) for `held`, stage_ends for `ends`.
-
-    - The absorbed MLA up-projections beside kv_b_proj (W_UK, W_UV), which the MHA prefill still runs: SGLang copies
-      them always (deepseek_weight_loader.py post_load_weights: w_kc and w_vc, .contiguous(); minicpm3.py deletes
-      kv_b_proj after), vLLM where kv_b_proj is quantized (MLAAttention.process_weights_after_loading: W_UK_T and W_UV
-      dequantized by get_and_maybe_dequant_weights; views of an unquantized weight); a quantized one is dequantized to
-      the activations' bf16 (block_quant_dequant), an unquantized one copied in its dtype.
-    - Falcon-H1's LM head (or tied, its embedding) in fp32 under SGLang (falcon_h1.py: lm_head.float())."""
-    if s.engine not in ("vllm", "sglang"):
-        return 0
-    bits = dtype_bits(s.weights_dtype, "weights")
-    quantized = s.weights_dtype in QUANTIZED_WEIGHTS
-    copy_bits = 16 if quantized else bits
-    extra = 0
-    if s.engine == "sglang" or (quantized and spec.family != "minicpm3"):  # vLLM runs MiniCPM3 without MLAAttention
-        for rank, n in held:
-            if n and isinstance(rank.attention, MLA):
-                up = sum(w.size for w in rank.attention.weights(rank.layer) if w.name in ("W_UK", "W_UV"))
-                kept = bits if spec.family == "minicpm3" else 0  # the copies replace kv_b_proj there
-                extra += n * up * (copy_bits - kept)
-    embedding, _, head = ends
-    if s.engine == "sglang" and spec.family == "falcon_h1" and (head or (embedding and spec.tie_embeddings)):
-        rows = vocab_rows(spec, s) if head else embedding_rows(spec, s)
-        extra += rows * spec.d_model * (32 - bits)
-    return -(-extra // 8)
-
-
 def null_block_bytes(s: Settings, layout: PoolLayout | None, here: frozenset[int], groups: list[_StageGroup]) -> int:
     """Bytes of the one block vLLM's pool holds back on a stage's GPU: BlockPool.__init__ takes block 0 out of its free
     queue as the null block (vllm/v1/core/block_pool.py, 0.34.0), so num_blocks − 1 blocks hold sequences. A block is
@@ -304,117 +273,6 @@ def _mtp_params_per_rank(spec: ModelSpec, s: Settings, rank: ResolvedGroup) -> i
     return spec.mtp_layers * (attention + ffn + proj + norms) + own_embedding
 
 
-# vLLM MTP model files (0.34.0) whose input projection fc (2·d -> d) is a ColumnParallelLinear, split over tp:
-# qwen3_next_mtp.py, qwen3_5_mtp.py (DeepSeek's and GLM's eh_proj is a whole nn.Linear)
-VLLM_MTP_FC_SPLIT = frozenset({"qwen3_next", "qwen3_5_moe"})
-# Families whose MTP drafter SGLang (0.5.23) sizes by rules kvcalc lacks: without a draft model path it leaves the
-# draft layer out of the pool's cell (speculative_hook.py lists no default path for them; spec_aux_hidden_state.py)
-# and reserves speculative_num_draft_tokens intermediate Mamba states per running request (kv_cache_configurator.py)
-SGLANG_MTP_UNMODELLED = frozenset({"qwen3_next", "qwen3_5_moe"})
-
-
-# vLLM model files (0.34.0) that build shared experts whole under sequence-parallel MoE (their MLP takes
-# disable_tp=is_sequence_parallel): deepseek_v2.py (DeepSeek, Kimi K2; and GLM-5, its GlmMoeDsa on the CPU path, as
-# DeepseekV32 on CUDA, models/deepseek_v32), llama4.py, qwen3_next.py (and qwen3_5.py, whose MoE block is
-# Qwen3NextSparseMoeBlock), nemotron_h.py (NemotronHMoE's shared_experts)
-VLLM_SP_SHARED = frozenset({"deepseek", "kimi", "glm", "llama4", "qwen3_next", "qwen3_5_moe", "nemotron_h"})
-# ... and with one pipeline stage only: Kimi Linear on CUDA (models/kimi_k3/nvidia/model.py, KimiDecoderLayer
-# use_sequence_parallel needs pipeline_parallel_size == 1; KimiMLP replicates unless VLLM_KIMI_K3_SHARD_SP_SHARED_EXPERT),
-# whose dense layers are then whole too
-VLLM_SP_SHARED_ONE_STAGE = frozenset({"kimi_linear"})
-# Kimi Linear on CUDA without expert parallelism pads each routed expert's width to 256 · tp when its tp share would be
-# narrower (KimiMoE: min_moe_intermediate_per_partition, default 256; padded_moe_intermediate_size)
-KIMI_MOE_PAD = 256
-# vLLM model files (0.34.0) that build the embedding, the final norm and the LM head on every pipeline stage (no
-# is_first_rank / is_last_rank test in __init__; a tied head is the embedding): gpt_oss.py, gemma3.py, gemma4.py,
-# mixtral.py, nemotron_h.py, falcon.py, gpt2.py (its position table too), jamba.py, granitemoehybrid.py, qwen3_moe.py
-# (kvcalc's qwen3 family with MoE layers), qwen3_next.py (its final norm on the last stage only), commandr.py (Cohere
-# 2; no lm_head: logits from the embedding), minicpm.py (MiniCPM3), gemma2.py (no lm_head either)
-VLLM_HEAD_EVERY_STAGE = frozenset({"gpt-oss", "gemma3", "gemma4", "mixtral", "nemotron_h", "falcon", "gpt2", "jamba",
-                                   "granitemoehybrid", "qwen3_next", "cohere2", "minicpm3", "gemma2"})
-# vLLM model files (0.34.0) that build the embedding on every pipeline stage, the final norm and the head on the last
-# only (a tied head is the embedding there): qwen3_5.py and models/qwen3_5/nvidia/model.py (Qwen3_5Model)
-VLLM_EMBED_EVERY_STAGE = frozenset({"qwen3_5_moe"})
-# Families vLLM (0.34.0) serves without pipeline parallelism (their model classes do not implement SupportsPP)
-VLLM_NO_PP = frozenset({"gemma3n"})
-# SGLang 0.5.23 model files that build an untied LM head on every pipeline stage (a ParallelLMHead with no
-# is_last_rank test): llama.py (Llama, Mistral, Phi-3: LlamaForCausalLM), nemotron_nas.py, glm4_moe.py, mixtral.py,
-# gpt_oss.py, granitemoehybrid.py, qwen3_moe.py (Qwen3MoeForCausalLM: kvcalc's qwen3 family with MoE layers; Qwen3-VL's
-# MoE builds it on the last stage only)
-SGLANG_HEAD_EVERY_STAGE = frozenset({"llama", "llama3", "mistral", "phi3", "nemotron-nas", "glm4_moe", "mixtral",
-                                     "gpt-oss", "granitemoehybrid"})
-# ... whose tied head is the stage's embedding, which the last stage does not build: llama.py and nemotron_nas.py set
-# lm_head = model.embed_tokens, a PPMissingLayer there (no head to compute logits with), granitemoehybrid.py reads its
-# .weight (an AttributeError while building): refused with --pp
-SGLANG_TIED_NO_PP = frozenset({"llama", "llama3", "mistral", "phi3", "nemotron-nas", "granitemoehybrid"})
-# SGLang model files that build the embedding on every stage: minimax_m2.py
-SGLANG_EMBED_EVERY_STAGE = frozenset({"minimax-m2"})
-# SGLang model files whose input embedding is a plain nn.Embedding, whole on every tp rank and unpadded:
-# gemma3_causal.py (Gemma3TextScaledWordEmbedding; Gemma 3 and 3n's, and Gemma 4's in gemma4_causal.py), whisper.py
-# (the decoder's embed_tokens)
-SGLANG_WHOLE_EMBEDDING = frozenset({"gemma3", "gemma3n", "gemma4", "whisper"})
-# ... and whose LM head is a table of its own even when the config ties it: whisper.py's proj_out, a ParallelLMHead
-# filled from the embedding's tensor
-SGLANG_OWN_HEAD = frozenset({"whisper"})
-# SGLang model files without pipeline parallelism: their forward takes no pp_proxy_tensors, and model_runner.py asserts
-# "Pipeline Parallel is not compatible with this model" when pp_size > 1 (commandr.py, falcon_h1.py, gemma2.py,
-# gemma3_causal.py / gemma3_mm.py, gemma3n_causal.py / gemma3n_mm.py, gpt2.py, mllama4.py, minicpm3.py, olmo2.py,
-# qwen3_next.py, starcoder2.py)
-# Weight dtypes an engine stores quantized (with scales), against the float ones it computes in
-QUANTIZED_WEIGHTS = frozenset({"fp8", "int8", "int4"})
-SGLANG_NO_PP = frozenset({"cohere2", "falcon_h1", "gemma2", "gemma3", "gemma3n", "gpt2", "llama4", "minicpm3", "olmo2",
-                          "qwen3_next", "starcoder2"})
-VOCAB_PADDING = 64  # vLLM and SGLang vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
-
-
-def ffn_split(spec: ModelSpec, s: Settings) -> FfnSplit:
-    """How the settings' engine splits `spec`'s FFN blocks (FfnSplit): routed experts over moe_tp(s); shared experts
-    over tp, or whole where vLLM runs its MoE sequence-parallel (--ep with tp > 1 and dp > 1:
-    ParallelConfig.use_sequence_parallel_moe, the default all2all backend allgather_reducescatter) and the model's file
-    builds them whole (VLLM_SP_SHARED; VLLM_SP_SHARED_ONE_STAGE at pp 1); dense FFNs over tp, or whole there for
-    Kimi Linear at pp 1 and for the files of DeepSeek Sparse Attention on CUDA at pp 1 (DeepSeek-V3.2, GLM-5:
-    models/deepseek_v32/nvidia/model.py builds its dense DeepseekV2MLP with use_sequence_parallel, which needs
-    pipeline_parallel_size == 1); Kimi Linear's routed experts padded (KIMI_MOE_PAD); under SGLang with --ep,
-    Qwen3-Next's shared expert fused with the routed ones."""
-    sequence_parallel = s.engine == "vllm" and s.ep > 1 and s.tp > 1 and s.dp > 1
-    one_stage = sequence_parallel and s.pp == 1
-    shared = (sequence_parallel and spec.family in VLLM_SP_SHARED) or (one_stage and spec.family in VLLM_SP_SHARED_ONE_STAGE)
-    sparse_mla = spec.family in ("deepseek", "glm") and any(isinstance(g.attention, MLA) and g.attention.indexed
-                                                           for g in spec.groups)
-    dense = one_stage and (spec.family in VLLM_SP_SHARED_ONE_STAGE or sparse_mla)
-    pad = KIMI_MOE_PAD if s.engine == "vllm" and spec.family == "kimi_linear" else 0
-    if s.engine == "sglang" and spec.family == "qwen3_next" and s.ep > 1:
-        # qwen2_moe.py on CUDA fuses Qwen3-Next's shared expert into FusedMoE, whose every expert-parallel rank holds
-        # it at the routed experts' width, split over tp / ep (moe_tp_size)
-        return FfnSplit(moe_tp(s), max(1, s.tp // s.ep), s.tp, pad)
-    return FfnSplit(moe_tp(s), 1 if shared else s.tp, 1 if dense else s.tp, pad)
-
-
-def head_every_stage(spec: ModelSpec, s: Settings) -> bool:
-    """Whether every pipeline stage holds the embedding and LM head (VLLM_HEAD_EVERY_STAGE, under vLLM; the embedding
-    alone: VLLM_EMBED_EVERY_STAGE, read where the stage's weights are summed)."""
-    qwen3_moe = spec.family in ("qwen3", "qwen3_vl") and isinstance(spec.ffn, MoEFFN)  # qwen3_moe.py, qwen3_vl_moe.py
-    return s.engine == "vllm" and s.pp > 1 and (spec.family in VLLM_HEAD_EVERY_STAGE or qwen3_moe)
-
-
-def vocab_rows(spec: ModelSpec, s: Settings, split: bool = True) -> int:
-    """Rows of the embedding (or LM head) one rank holds: the vocabulary split over tp, ceil(V / tp), or whole; under
-    an engine first padded to a multiple of 64 (VocabParallelEmbedding's num_embeddings_padded, vLLM and SGLang), and
-    under SGLang, split, to a multiple of 64 · tp where 64 alone does not divide over tp (its padding_size *= tp)."""
-    v = spec.vocab_size
-    if s.engine in ("vllm", "sglang"):
-        v = _ceil(v, VOCAB_PADDING) * VOCAB_PADDING
-        if s.engine == "sglang" and split and v % s.tp:
-            v = _ceil(spec.vocab_size, VOCAB_PADDING * s.tp) * VOCAB_PADDING * s.tp
-    return _ceil(v, s.tp) if split else v
-
-
-def moe_tp(s: Settings) -> int:
-    """The ranks each routed expert is split over without expert parallelism: tp, and under vLLM dp · tp, since its
-    MoE layers span the data-parallel ranks (fused_moe/config.py FusedMoEParallelConfig.make: flatten_tp_across_dp)."""
-    return s.tp * s.dp if s.engine == "vllm" and s.ep == 1 else s.tp
-
-
 def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int, ranks: list[ResolvedGroup]) -> int:
     """Weights of one rank of a stage (see the module's rules)."""
     from kvcalc.costs.params import encoder_params, ffn_runs
@@ -444,57 +302,6 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
     params += norm if final_norm else 0
     params += vocab_rows(spec, s) * d if head else 0
     return params
-
-
-def engine_attention_weights(rank: ResolvedGroup, s: Settings) -> tuple[Weight, ...]:
-    """A layer's attention weights as one rank holds them under the engine: a layer whose values come from its key
-    projection (Gemma 4's attention_k_eq_v) still has a V slot in vLLM's and SGLang's fused qkv_proj, loaded with the
-    key's weights (vLLM gemma4.py, SGLang gemma4_causal.py: should_dup_k_to_v); vLLM builds no K or V projection, nor
-    k_norm, in a layer that reads an earlier layer's cache (gemma3n.py: KV-shared layers build q_proj only)."""
-    weights = rank.attention.weights(rank.layer)
-    if s.engine not in ("vllm", "sglang") or not isinstance(rank.attention, Heads):
-        return weights
-    att, layer = rank.attention, rank.layer
-    if att.k_eq_v:
-        weights += (Weight("W_V", "attn/v", (layer.d_model, att.n_kv * att.d_v(layer))),)
-    if s.engine == "vllm" and layer.kv_shared:
-        weights = tuple(w for w in weights if w.name not in ("W_K", "W_V", "b_K", "b_V", "k_norm"))
-    return weights
-
-
-def extra_per_rank(x: ExtraWeights, s: Settings) -> int:
-    """One tp rank's part of a block of extra weights: split by tp, but for what vLLM and SGLang replicate (its
-    `replicated` weights) and, under SGLang, its lookup table (an nn.Embedding: Gemma 3n's per-layer embeddings)."""
-    whole = x.replicated + (x.table if s.engine == "sglang" else 0) if s.engine in ("vllm", "sglang") else 0
-    return _ceil(x.params - whole, s.tp) + whole
-
-
-def stage_ends(spec: ModelSpec, s: Settings, stage: int, stages: int) -> tuple[bool, bool, bool]:
-    """Whether a stage's GPU holds the embedding, the final norm and an LM head of its own (a tied head elsewhere is
-    the embedding): the first stage the embedding, the last the norm and head (its own copy when tied, once pp > 1),
-    except where the engine's model file builds them elsewhere (the tables above)."""
-    first, last, tied = stage == 0, stage == stages - 1, spec.tie_embeddings
-    if s.engine == "vllm":
-        if head_every_stage(spec, s):  # a tied head is the embedding already there
-            return True, last or spec.family != "qwen3_next", not tied
-        if spec.family in VLLM_EMBED_EVERY_STAGE:
-            return True, last, last and not tied
-    if s.engine == "sglang":
-        embedding = first or spec.family in SGLANG_EMBED_EVERY_STAGE
-        text_moe = spec.family == "qwen3" and isinstance(spec.ffn, MoEFFN)  # qwen3_moe.py (not qwen3_vl_moe.py)
-        every = s.pp > 1 and not tied and (spec.family in SGLANG_HEAD_EVERY_STAGE or text_moe)
-        own = spec.family in SGLANG_OWN_HEAD  # a head of its own even when tied
-        return embedding, last, every or (last and (not tied or stages > 1 or own))
-    return first, last, last and (not tied or stages > 1)
-
-
-def embedding_rows(spec: ModelSpec, s: Settings) -> int:
-    """Rows of the input embedding one rank holds: vocab_rows, whole under SGLang's DP attention
-    (VocabParallelEmbedding enable_tp=False), and whole and unpadded where SGLang's model file builds a plain
-    nn.Embedding (SGLANG_WHOLE_EMBEDDING)."""
-    if s.engine == "sglang" and spec.family in SGLANG_WHOLE_EMBEDDING:
-        return spec.vocab_size
-    return vocab_rows(spec, s, split=not s.dp_attention)
 
 
 def stage_gpu(s: Settings, plan: Stage) -> PerGpu:
@@ -650,25 +457,7 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
         # SGLang's whisper.py builds every layer on every rank, with no pipeline stages
         raise KvcalcError(f"--pp {s.pp} --engine {s.engine}: {spec.name} is an encoder–decoder model, and "
                           f"{s.engine} runs none with pipeline parallelism (give --pp 1, or no --engine)")
-    if s.pp > 1 and s.engine == "vllm" and spec.family in VLLM_NO_PP:
-        # config/model.py verify_with_parallel_config: "Pipeline parallelism is not supported for this model" unless
-        # the class implements SupportsPP, which Gemma3nForCausalLM and Gemma3nForConditionalGeneration do not
-        raise KvcalcError(f"--pp {s.pp} --engine vllm: vLLM runs {spec.name} without pipeline parallelism (its model "
-                          "classes do not support it; give --pp 1, or no --engine)")
-    if s.engine == "sglang":
-        _check_sglang(spec, s)
-    if s.engine == "vllm" and s.tp > 1:
-        _check_vllm_tp(spec, s.tp)
-    if s.engine == "vllm" and spec.family == "minicpm3":
-        # minicpm3.py: MiniCPM3Attention expands kv_b_proj's keys and values and runs Attention(num_kv_heads = its
-        # heads, head_size qk_head_dim), the values padded to the key's width: no latent cache
-        raise KvcalcError(f"--engine vllm: vLLM caches {spec.name}'s expanded keys and values, the values padded to the "
-                          "keys' width (its MiniCPM3 file runs no MLA), a cache kvcalc does not model; SGLang caches "
-                          "the latent (--engine sglang, or no --engine)")
-    if s.pp > 1 and s.engine == "vllm" and spec.family == "falcon_h1" and spec.tie_embeddings:
-        # falcon_h1.py: the last stage ties lm_head to embed_tokens, a PPMissingLayer there (built on the first only)
-        raise KvcalcError(f"--pp {s.pp} --engine vllm: vLLM ties {spec.name}'s head to an embedding its last stage "
-                          "does not build, so a tied Falcon-H1 does not load with pipeline stages (give --pp 1)")
+    check_engine(spec, s)  # what vLLM's and SGLang's model files cannot run, or run by rules kvcalc lacks
     if s.dp_attention and not spec.has_layouts():
         raise KvcalcError(f"--dp-attention: {spec.name} has no MLA layer (SGLang's DP attention splits a latent cache)")
     if s.dp_attention and s.engine == "vllm":
@@ -676,57 +465,8 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
         # of the attention, with the experts shared by expert parallelism, which kvcalc computes as --dp N --ep M
         raise KvcalcError("--dp-attention --engine vllm: DP attention is SGLang's (--enable-dp-attention); vLLM runs "
                           "attention data-parallel as replicas with shared experts, --dp N --ep M here")
-    if s.mtp and spec.mtp_layers:
-        _check_mtp(spec, s)
     if s.tp > 1:
         _check_heads_split(spec, s.tp)
-
-
-def _check_vllm_tp(spec: ModelSpec, tp: int) -> None:
-    """A KvcalcError for a tp vLLM (0.34.0) cannot build: one that does not divide the vocabulary padded to 64
-    (VocabParallelEmbedding asserts; SGLang pads to 64 · tp instead), and gpt-oss above its KV heads (gpt_oss.py divides
-    them by tp with no floor of one: a ZeroDivisionError)."""
-    padded = _ceil(spec.vocab_size, VOCAB_PADDING) * VOCAB_PADDING
-    if padded % tp:
-        raise KvcalcError(f"--tp {tp} --engine vllm: vLLM splits {spec.name}'s vocabulary of {spec.vocab_size:,} rows, "
-                          f"padded to {padded:,} (a multiple of 64), evenly over the tp ranks, and {tp} does not divide it")
-    if spec.family == "gpt-oss":
-        n_kv = min(g.attention.n_kv for g in spec.groups if isinstance(g.attention, Heads))
-        if tp > n_kv:
-            raise KvcalcError(f"--tp {tp} --engine vllm: vLLM's gpt-oss file divides {spec.name}'s {n_kv} KV heads by "
-                              f"tp with no floor of one, so it runs at tp {n_kv} at most")
-
-
-def _check_sglang(spec: ModelSpec, s: Settings) -> None:
-    """A KvcalcError where SGLang (0.5.23) cannot run the layout, or builds it by rules kvcalc lacks."""
-    if s.pp > 1 and spec.family in SGLANG_NO_PP:
-        raise KvcalcError(f"--pp {s.pp} --engine sglang: SGLang runs {spec.name} without pipeline parallelism (its "
-                          "model file takes no pipeline proxy tensors; give --pp 1, or no --engine)")
-    if s.pp > 1 and spec.tie_embeddings and spec.family in SGLANG_TIED_NO_PP:
-        raise KvcalcError(f"--pp {s.pp} --engine sglang: SGLang ties {spec.name}'s head to the embedding, which its "
-                          "last pipeline stage does not build (give --pp 1, or no --engine)")
-    if s.tp > 1 and spec.family == "gpt2":
-        # gpt2.py: RadixAttention(num_kv_heads=total_num_heads) over a pool of its heads / tp a rank
-        raise KvcalcError(f"--tp {s.tp} --engine sglang: SGLang's GPT-2 file declares all {spec.name}'s heads to each "
-                          "rank's attention while its pool holds a tp-th of them, so it runs at tp 1 only")
-    if s.dp_attention and spec.family in ("minicpm3", "kimi_linear"):
-        # minicpm3.py and kimi_linear.py split their attention (and embedding) over the whole tp group: no attention
-        # tp group of their own, as DeepseekV2's MLA has
-        raise KvcalcError(f"--dp-attention: SGLang has no DP attention for {spec.name}'s model file (it splits the "
-                          "attention over every tp rank); DeepSeek's, Kimi K2's and GLM-5's MLA have it")
-
-
-def _check_mtp(spec: ModelSpec, s: Settings) -> None:
-    """A KvcalcError where the engine runs `spec`'s MTP layers by rules kvcalc does not follow."""
-    if s.engine == "sglang" and spec.family in SGLANG_MTP_UNMODELLED:
-        raise KvcalcError(f"--mtp --engine sglang: SGLang sizes {spec.name}'s MTP drafter outside the pool rules kvcalc "
-                          "follows (its draft layer left out of the pool budget, speculative Mamba states reserved per "
-                          "request): give --engine vllm, or no --engine")
-    if s.engine == "vllm" and s.pp > 1 and spec.family == "qwen3_next":
-        # qwen3_next_mtp.py forward: the input branch runs on the first pipeline rank only, while the drafter sits on
-        # the last, where it asserts intermediate tensors it is not given (qwen3_5_mtp.py branches on the inputs)
-        raise KvcalcError(f"--mtp --pp {s.pp} --engine vllm: vLLM's Qwen3-Next drafter reads its input on the first "
-                          "pipeline stage only but runs on the last, so it does not run with pipeline stages (give --pp 1)")
 
 
 def _check_heads_split(spec: ModelSpec, tp: int) -> None:
