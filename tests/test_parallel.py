@@ -701,8 +701,9 @@ def test_vllm_refuses_minicpm3_whose_file_caches_expanded_keys_and_values():
 
 def test_sglang_refuses_dp_attention_for_mla_files_without_it():
     for path in ("configs-extra-6/minicpm3-4b.json", "configs-extra-3/kimi-linear-48b-a3b-instruct.json"):
-        r = run("compare", str(REFERENCE / path), "--ctx", "4k", "--engine", "sglang", "--tp", "2", "--dp-attention", ok=False)
-        assert r.exit_code == 1 and "--dp-attention: SGLang has no DP attention for" in r.stderr
+        for engine in (("--engine", "sglang"), ()):  # --dp-attention is SGLang's scheme, with an engine or not
+            r = run("compare", str(REFERENCE / path), "--ctx", "4k", *engine, "--tp", "2", "--dp-attention", ok=False)
+            assert r.exit_code == 1 and "--dp-attention: SGLang has no DP attention for" in r.stderr
 
 
 def test_sglang_fuses_qwen3_next_shared_expert_under_expert_parallelism():

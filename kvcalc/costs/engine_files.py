@@ -263,11 +263,6 @@ def _check_sglang(spec: ModelSpec, s: Settings) -> None:
         # gpt2.py: RadixAttention(num_kv_heads=total_num_heads) over a pool of its heads / tp a rank
         raise KvcalcError(f"--tp {s.tp} --engine sglang: SGLang's GPT-2 file declares all {spec.name}'s heads to each "
                           "rank's attention while its pool holds a tp-th of them, so it runs at tp 1 only")
-    if s.dp_attention and spec.family in ("minicpm3", "kimi_linear"):
-        # minicpm3.py and kimi_linear.py split their attention (and embedding) over the whole tp group: no attention
-        # tp group of their own, as DeepseekV2's MLA has
-        raise KvcalcError(f"--dp-attention: SGLang has no DP attention for {spec.name}'s model file (it splits the "
-                          "attention over every tp rank); DeepSeek's, Kimi K2's and GLM-5's MLA have it")
 
 
 def _check_mtp(spec: ModelSpec, s: Settings) -> None:
@@ -286,6 +281,11 @@ def _check_mtp(spec: ModelSpec, s: Settings) -> None:
 def check_engine(spec: ModelSpec, s: Settings) -> None:
     """A KvcalcError where the engine's model file cannot run the settings' layout, or runs it by rules kvcalc lacks
     (kvcalc.costs.parallel.check_layout asks it)."""
+    if s.dp_attention and spec.family in ("minicpm3", "kimi_linear"):  # SGLang's DP attention, with an engine or not
+        # minicpm3.py and kimi_linear.py split their attention (and embedding) over the whole tp group: no attention
+        # tp group of their own, as DeepseekV2's MLA has
+        raise KvcalcError(f"--dp-attention: SGLang has no DP attention for {spec.name}'s model file (it splits the "
+                          "attention over every tp rank); DeepSeek's, Kimi K2's and GLM-5's MLA have it")
     if s.engine == "sglang":
         _check_sglang(spec, s)
     if s.engine == "vllm" and s.tp > 1:
