@@ -43,5 +43,5 @@ def _qwen3_vl(cfg: dict, origin: str, notes: list[str]) -> dict:
 
 @importer("qwen3_vl_moe")
 def _qwen3_vl_moe(cfg: dict, origin: str, notes: list[str]) -> dict:
-    # family qwen3_vl: the engines' Qwen3-VL files place the LM head by rules of their own (kvcalc.costs.parallel)
+    # family qwen3_vl: the engines' Qwen3-VL files place the LM head by rules of their own (kvcalc.costs.engine_files)
     return {**_qwen3_moe(_text(cfg, origin, notes), origin, notes), "family": "qwen3_vl"}
