@@ -625,8 +625,9 @@ def test_sglang_builds_an_untied_head_on_every_stage_for_some_models():
 def test_sglang_builds_minimax_m2s_embedding_on_every_stage():
     m2 = _reference("configs-extra/minimax-m2.5.json")
     padded = -(-m2.vocab_size // 64) * 64
-    assert _sglang_delta(m2, pp=2) == [(padded - m2.vocab_size) * m2.d_model * 2,
-                                      padded * m2.d_model * 2 + (padded - m2.vocab_size) * m2.d_model * 2]
+    routers = 31 * (m2.d_model * 256 + 256) * 2  # each stage's 31 MoE routers in fp32 (minimax_m2.py), 2 bytes more
+    assert _sglang_delta(m2, pp=2) == [(padded - m2.vocab_size) * m2.d_model * 2 + routers,
+                                      padded * m2.d_model * 2 + (padded - m2.vocab_size) * m2.d_model * 2 + routers]
 
 
 @pytest.mark.parametrize("model", ["gemma3-27b", "gpt2", "qwen3-next-80b-a3b", "llama4-scout"])
@@ -771,6 +772,25 @@ def test_sglang_runs_gpt2_at_tp_1_only():
     r = run("compare", "gpt2", "--ctx", "1k", "--engine", "sglang", "--tp", "2", ok=False)
     assert r.exit_code == 1 and "SGLang's GPT-2 file declares all gpt2's heads" in r.stderr
     run("compare", "gpt2", "--ctx", "1k", "--engine", "vllm", "--tp", "2")
+
+
+def test_engines_keep_some_moe_routers_in_fp32():
+    # vLLM's mimo_v2.py (moe_router_dtype float32), SGLang's glm4_moe.py (Glm4MoeGate) and minimax_m2.py build each MoE
+    # router, d × E and E biases, in fp32 whatever the weights' dtype, whole on every rank: 2 bytes a parameter more
+    # than bf16 (3 more than fp8)
+    def extra(model, engine: str, **at) -> int:
+        return per_gpu(model, Settings(ctx=1, engine=engine, **at)).weights_bytes \
+            - per_gpu(model, Settings(ctx=1, engine="vllm" if engine == "sglang" else "sglang", **at)).weights_bytes
+
+    glm = spec("glm-4.7")  # 92 layers, 3 dense, 160 experts of d = 5,120
+    assert extra(glm, "sglang") == 89 * (5120 * 160 + 160) * 2 == 145_846_080
+    m2 = spec("minimax-m2.5")  # 62 MoE layers, 256 experts of d = 3,072
+    assert extra(m2, "sglang", tp=4) == 62 * (3072 * 256 + 256) * 2
+    assert extra(m2, "sglang", tp=4, weights_dtype="fp8") == 62 * (3072 * 256 + 256) * 3
+    mimo = _reference("configs-extra-2/mimo-v2-flash.json")
+    moe = sum(1 for g in mimo.groups for _ in g.layers) - 1  # moe_layer_freq: the first layer dense
+    assert per_gpu(mimo, Settings(ctx=1, tp=8, engine="vllm")).weights_bytes \
+        - per_gpu(mimo, Settings(ctx=1, tp=8)).weights_bytes == moe * (4096 * 256 + 256) * 2 == 98_590_208
 
 
 def test_engines_pad_the_vocabulary_to_a_multiple_of_64():

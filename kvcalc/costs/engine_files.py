@@ -90,6 +90,11 @@ SGLANG_OWN_HEAD = frozenset({"whisper"})
 SGLANG_NO_PP = frozenset({"cohere2", "falcon_h1", "gemma2", "gemma3", "gemma3n", "gpt2", "llama4", "minicpm3", "olmo2",
                           "qwen3_next", "starcoder2"})
 
+# Families whose engine builds each MoE router (the gate and its e_score_correction_bias) in fp32, whatever the weights'
+# dtype: vLLM's mimo_v2.py (moe_router_dtype, float32 by default); SGLang's glm4_moe.py (Glm4MoeGate) and
+# minimax_m2.py (the gate's params_dtype)
+FP32_ROUTER = {"vllm": frozenset({"mimo_v2_flash"}), "sglang": frozenset({"glm4_moe", "minimax-m2"})}
+
 # Weight dtypes an engine stores quantized (with scales), against the float ones it computes in
 QUANTIZED_WEIGHTS = frozenset({"fp8", "int8", "int4"})
 
@@ -108,16 +113,17 @@ class FfnSplit(NamedTuple):
 
 
 def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, int]],
-                       ends: tuple[bool, bool, bool]) -> int:
+                       ends: tuple[bool, bool, bool], routers: int = 0) -> int:
     """Bytes a rank of a stage holds beyond its weights in the weights' dtype: (layer group as the rank holds it, its
-    layers here) for `held`, stage_ends for `ends`.
+    layers here) for `held`, stage_ends for `ends`, the MoE routers' parameters there for `routers`.
 
     - The absorbed MLA up-projections beside kv_b_proj (W_UK, W_UV), which the MHA prefill still runs: SGLang copies
       them always (deepseek_weight_loader.py post_load_weights: w_kc and w_vc, .contiguous(); minicpm3.py deletes
       kv_b_proj after), vLLM where kv_b_proj is quantized (MLAAttention.process_weights_after_loading: W_UK_T and W_UV
       dequantized by get_and_maybe_dequant_weights; views of an unquantized weight); a quantized one is dequantized to
       the activations' bf16 (block_quant_dequant), an unquantized one copied in its dtype.
-    - Falcon-H1's LM head (or tied, its embedding) in fp32 under SGLang (falcon_h1.py: lm_head.float())."""
+    - Falcon-H1's LM head (or tied, its embedding) in fp32 under SGLang (falcon_h1.py: lm_head.float()).
+    - The MoE routers of FP32_ROUTER's families in fp32."""
     if s.engine not in ("vllm", "sglang"):
         return 0
     bits = dtype_bits(s.weights_dtype, "weights")
@@ -130,6 +136,8 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
                 up = sum(w.size for w in rank.attention.weights(rank.layer) if w.name in ("W_UK", "W_UV"))
                 kept = bits if spec.family == "minicpm3" else 0  # the copies replace kv_b_proj there
                 extra += n * up * (copy_bits - kept)
+    if spec.family in FP32_ROUTER.get(s.engine, ()):
+        extra += routers * (32 - bits)
     embedding, _, head = ends
     if s.engine == "sglang" and spec.family == "falcon_h1" and (head or (embedding and spec.tie_embeddings)):
         rows = vocab_rows(spec, s) if head else embedding_rows(spec, s)

@@ -121,8 +121,12 @@ def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int
         experts, ff = ffn.n_routed_experts, _ceil(width, split.moe_tp)
     routed = experts * (mats * d * ff + ((up * ff + d) if ffn.expert_bias else 0))
     shared = ffn.n_shared_experts * mats * d * _ceil(ffn.shared_d_ff or ffn.moe_d_ff, split.shared_tp) + (d if ffn.shared_gate else 0)
-    router = d * ffn.n_routed_experts + (ffn.n_routed_experts if ffn.router_bias else 0)
-    return routed + shared + router
+    return routed + shared + router_params(ffn, d)
+
+
+def router_params(ffn: MoEFFN, d: int) -> int:
+    """An MoE layer's router: d × E and, with router_bias, E biases (e_score_correction_bias); whole on every rank."""
+    return d * ffn.n_routed_experts + (ffn.n_routed_experts if ffn.router_bias else 0)
 
 
 class PerGpu(NamedTuple):
@@ -190,7 +194,7 @@ def stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
 
 
 def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
-    from kvcalc.costs.params import weights_bytes
+    from kvcalc.costs.params import ffn_of_layer, ffn_runs, weights_bytes
 
     enc = s.encoder_tokens(spec.encoder.source_len if spec.encoder else None)
     mtp = spec.mtp_group() if s.mtp else None
@@ -234,7 +238,11 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         counted = [(rank, len(group.layers) if group is mtp else
                    bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start))
                    for group, rank in zip(everyone, weighed) if group is not mtp or last]
-        extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)))
+        routers = sum(run.count_in(layers.start, layers.stop) * router_params(run.ffn, spec.d_model)
+                      for run in ffn_runs(spec) if isinstance(run.ffn, MoEFFN))
+        if last and mtp is not None and isinstance(last_ffn := ffn_of_layer(spec, spec.n_layers - 1), MoEFFN):
+            routers += spec.mtp_layers * router_params(last_ffn, spec.d_model)  # the MTP layers' MoE, the last layer's
+        extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)), routers)
         out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype) + extra,
                          null_block_bytes(s, layout, here, groups), tuple(sized)))
     return tuple(out)
