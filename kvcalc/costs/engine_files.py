@@ -2,7 +2,8 @@
 rules (kvcalc.costs.parallel): which pipeline stages hold the embedding, final norm and LM head; which FFN blocks
 stay whole on every tp rank or are padded; weights held twice (absorbed MLA up-projections) or wider (an fp32 head);
 and the layouts an engine cannot run, refused. Each table names the engine files (vLLM 0.34.0, SGLang 0.5.23) it
-was read from, in audits of every family kvcalc imports (the README's serving rules).
+was read from, in audits of every family kvcalc imports (the README's serving rules). The engines' cache rules (pages,
+windows, buffers) are kvcalc.costs.paged's.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from kvcalc.settings import Settings
 from kvcalc.spec import ExtraWeights, ModelSpec, MoEFFN, ResolvedGroup
 
 
-def _ceil(a: int, b: int) -> int:
+def ceil_div(a: int, b: int) -> int:
+    """ceil(a / b) in integers (a rank's share of a split dimension; kvcalc.costs.parallel uses it too)."""
     return -(-a // b)
 
 
@@ -181,10 +183,10 @@ def vocab_rows(spec: ModelSpec, s: Settings, split: bool = True) -> int:
     under SGLang, split, to a multiple of 64 · tp where 64 alone does not divide over tp (its padding_size *= tp)."""
     v = spec.vocab_size
     if s.engine in ("vllm", "sglang"):
-        v = _ceil(v, VOCAB_PADDING) * VOCAB_PADDING
+        v = ceil_div(v, VOCAB_PADDING) * VOCAB_PADDING
         if s.engine == "sglang" and split and v % s.tp:
-            v = _ceil(spec.vocab_size, VOCAB_PADDING * s.tp) * VOCAB_PADDING * s.tp
-    return _ceil(v, s.tp) if split else v
+            v = ceil_div(spec.vocab_size, VOCAB_PADDING * s.tp) * VOCAB_PADDING * s.tp
+    return ceil_div(v, s.tp) if split else v
 
 
 def moe_tp(s: Settings) -> int:
@@ -212,8 +214,10 @@ def engine_attention_weights(rank: ResolvedGroup, s: Settings) -> tuple[Weight, 
 def extra_per_rank(x: ExtraWeights, s: Settings) -> int:
     """One tp rank's part of a block of extra weights: split by tp, but for what vLLM and SGLang replicate (its
     `replicated` weights) and, under SGLang, its lookup table (an nn.Embedding: Gemma 3n's per-layer embeddings)."""
-    whole = x.replicated + (x.table if s.engine == "sglang" else 0) if s.engine in ("vllm", "sglang") else 0
-    return _ceil(x.params - whole, s.tp) + whole
+    if s.engine not in ("vllm", "sglang"):
+        return ceil_div(x.params, s.tp)
+    whole = x.replicated + (x.table if s.engine == "sglang" else 0)
+    return ceil_div(x.params - whole, s.tp) + whole
 
 
 def stage_ends(spec: ModelSpec, s: Settings, stage: int, stages: int) -> tuple[bool, bool, bool]:
@@ -248,7 +252,7 @@ def _check_vllm_tp(spec: ModelSpec, tp: int) -> None:
     """A KvcalcError for a tp vLLM (0.34.0) cannot build: one that does not divide the vocabulary padded to 64
     (VocabParallelEmbedding asserts; SGLang pads to 64 · tp instead), and gpt-oss above its KV heads (gpt_oss.py divides
     them by tp with no floor of one: a ZeroDivisionError)."""
-    padded = _ceil(spec.vocab_size, VOCAB_PADDING) * VOCAB_PADDING
+    padded = ceil_div(spec.vocab_size, VOCAB_PADDING) * VOCAB_PADDING
     if padded % tp:
         raise KvcalcError(f"--tp {tp} --engine vllm: vLLM splits {spec.name}'s vocabulary of {spec.vocab_size:,} rows, "
                           f"padded to {padded:,} (a multiple of 64), evenly over the tp ranks, and {tp} does not divide it")

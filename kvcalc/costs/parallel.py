@@ -62,6 +62,7 @@ from kvcalc.costs.cache import GroupTerm, group_cache, group_term
 from kvcalc.costs.engine_files import (
     VLLM_MTP_FC_SPLIT,
     FfnSplit,
+    ceil_div,
     check_engine,
     embedding_rows,
     engine_attention_weights,
@@ -90,10 +91,6 @@ def pp_stages(n_layers: int, pp: int, engine: str | None = None) -> list[range]:
     return [range(a, a + n) for a, n in zip(starts, sizes)]
 
 
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _rank_group(group: ResolvedGroup, tp: int) -> ResolvedGroup:
     """A layer group as one tensor-parallel rank holds it."""
     return dataclasses.replace(group, attention=group.attention.per_rank(group.layer, tp),
@@ -110,17 +107,17 @@ def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int
     mats = 3 if ffn.gated else 2
     up = 2 if ffn.gated else 1
     if isinstance(ffn, DenseFFN):
-        ff = _ceil(ffn.d_ff, split.dense_tp)
+        ff = ceil_div(ffn.d_ff, split.dense_tp)
         return mats * d * ff + ((up * ff + d) if ffn.bias else 0)
     if ep > 1:  # ceil(E / ep) experts; below tp each split over the tp / ep ranks sharing them (SGLang moe_tp_size)
-        experts, ff = _ceil(ffn.n_routed_experts, ep), (_ceil(ffn.moe_d_ff, tp // ep) if ep < tp else ffn.moe_d_ff)
+        experts, ff = ceil_div(ffn.n_routed_experts, ep), (ceil_div(ffn.moe_d_ff, tp // ep) if ep < tp else ffn.moe_d_ff)
     else:
         width = ffn.moe_d_ff
         if tp > 1 and width // tp < split.moe_pad:  # padded so each tp rank's share is moe_pad wide (KIMI_MOE_PAD)
             width = split.moe_pad * tp
-        experts, ff = ffn.n_routed_experts, _ceil(width, split.moe_tp)
+        experts, ff = ffn.n_routed_experts, ceil_div(width, split.moe_tp)
     routed = experts * (mats * d * ff + ((up * ff + d) if ffn.expert_bias else 0))
-    shared = ffn.n_shared_experts * mats * d * _ceil(ffn.shared_d_ff or ffn.moe_d_ff, split.shared_tp) + (d if ffn.shared_gate else 0)
+    shared = ffn.n_shared_experts * mats * d * ceil_div(ffn.shared_d_ff or ffn.moe_d_ff, split.shared_tp) + (d if ffn.shared_gate else 0)
     return routed + shared + router_params(ffn, d)
 
 
@@ -277,7 +274,7 @@ def _mtp_params_per_rank(spec: ModelSpec, s: Settings, rank: ResolvedGroup) -> i
     own_embedding = vocab_rows(spec, s, split=not s.dp_attention) * spec.d_model if engine and s.pp > 1 else 0
     proj, norms = mtp_proj_and_norms(spec)
     if s.engine == "vllm" and spec.family in VLLM_MTP_FC_SPLIT:  # fc's d outputs split over tp (2·d inputs each)
-        proj = 2 * spec.d_model * _ceil(spec.d_model, s.tp)
+        proj = 2 * spec.d_model * ceil_div(spec.d_model, s.tp)
     return spec.mtp_layers * (attention + ffn + proj + norms) + own_embedding
 
 
@@ -437,8 +434,8 @@ def stage_read_bytes(s: Settings, plan: Stage) -> int:
 def _sequences(s: Settings, g: _StageGroup) -> int:
     """Sequences whose cache of group `g` one GPU holds: its replica's ceil(batch / dp), split over the tp ranks under
     SGLang's DP attention."""
-    replica = _ceil(s.batch, s.dp)
-    return _ceil(replica, s.tp) if g.latent_split else replica
+    replica = ceil_div(s.batch, s.dp)
+    return ceil_div(replica, s.tp) if g.latent_split else replica
 
 
 def _encoder_per_rank(spec: ModelSpec, tp: int) -> int:
