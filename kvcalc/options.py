@@ -154,7 +154,7 @@ ScheduleOpt = Annotated[str | None, typer.Option("--mla-schedule", **choice(MLA_
 FormatOpt = Annotated[str, typer.Option("--format", "-f", **choice(FORMATS), help="Output format.")]
 UnitsOpt = Annotated[str, typer.Option("--units", **choice(UNIT_SYSTEMS), help="Byte units in table/markdown/latex: binary (KiB, GiB), si (kB, GB), or exact bytes.")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the derivation of every cache figure: formula, symbols, values, source fields.")]
-NoWindowsOpt = Annotated[bool, typer.Option("--no-windows", help="Ignore sliding windows and attention chunks (every layer global): what the cache would be without them.")]
+NoWindowsOpt = Annotated[bool, typer.Option("--no-windows", help="Ignore sliding windows and attention chunks (those layers global): the cache, FLOPs and bytes read without them; a sparse indexer's top-k still applies.")]
 ChartOpt = Annotated[str | None, typer.Option("--chart", metavar="KEY", callback=lambda key: key.lower() if key else key, help="Draw a bar chart of a numeric column (e.g. kv_cache_bytes) under the table; no plotting library needed.")]
 ColumnsOpt = Annotated[str, typer.Option("--columns", help="Columns: presets kv (default), cost, generate, mla, time, all, and/or column keys, comma-separated; model and ctx are always shown.")]
 

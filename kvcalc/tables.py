@@ -19,7 +19,7 @@ from kvcalc.costs.params import param_counts
 from kvcalc.fields import figure
 from kvcalc.rows import attention_label, model_facts
 from kvcalc.settings import Settings
-from kvcalc.spec import ModelSpec, ResolvedGroup
+from kvcalc.spec import Layer, ModelSpec, ResolvedGroup
 
 KINDS = ("mha", "gqa", "mqa", "mla")
 DEFAULT_MODELS = ("llama3-70b", "gemma3-27b", "deepseek-v2")
@@ -54,6 +54,14 @@ DECODE_ITEM = "decode FLOPs per token"
 _INDEXED = {"cache per token and layer": "d_c + d_R + d_I",
             "decode FLOPs per token": "2·n_h·(d_c + d_R)·t_k + 2·n_h·d_c·t_k + 2·n_I·(d_I + 1)·t"}
 _INDEXED_NOTE = "a model shown has a DSA indexer: t_k = min(t, k); d_I = 0 and t_k = t without one"
+# An encoder–decoder model's decoder layers (Whisper): their cross-attention caches the K/V of each of s encoder
+# positions once per input, and a decoded token's query attends all s (README, Conventions: Encoder–decoder)
+CROSS_CACHE = "cross-attention cache per encoder position and layer"
+CROSS_DECODE = "cross-attention decode FLOPs per token"
+_CROSS_NOTES = {CROSS_CACHE: "elements; the decoder's cross-attention, with heads of its own, caches each of s encoder "
+                             "positions once per input (--enc-ctx; Whisper: s = 1,500)",
+                CROSS_DECODE: "one decoder layer's cross-attention: q·k and the weighted sum of v over all s positions"}
+_ONLY_WITH_A_MODEL = (*_INDEXER_ITEMS, CROSS_CACHE, CROSS_DECODE)  # rows listed only beside a model that has them
 _GATE_NOTE = "sigmoid output gate, one per query channel (Qwen3-Next: q_proj emits it beside the query)"
 CACHE = {"mha": "2·n_h·d_h", "gqa": "2·n_kv·d_h", "mqa": "2·d_h", "mla": "d_c + d_R"}
 DECODE_FLOPS = {"mha": "4·n_h·d_h·t", "gqa": "4·n_h·d_h·t", "mqa": "4·n_h·d_h·t",
@@ -101,10 +109,30 @@ def _shape(shape: tuple[int, ...]) -> str:
     return " × ".join(f"{n:,}" for n in shape)
 
 
+def _heads_per_key(att: Heads, layer: Layer) -> int:
+    """Decode FLOPs a key costs one query of `att`: q·k over d_h and the weighted sum of v over d_v, 2·n_h·(d_h +
+    d_v) (= 4·n_h·d_h when d_v = d_h; MiMo-V2-Flash: K 192, V 128)."""
+    return 2 * att.n_heads * att.d_h(layer) + 2 * att.n_heads * att.d_v(layer)
+
+
+def _cross_forms(group: ResolvedGroup) -> dict[str, tuple[str, str]]:
+    """Item -> (symbolic form, value) of the cross-attention rows of `group`'s layers; empty without one (or for a
+    cross-attention of a kind other than MHA/GQA/MQA, which no model has)."""
+    cross, layer = group.cross, group.cross_layer
+    if not isinstance(cross, Heads):
+        return {}
+    same = cross.d_v(layer) == cross.d_h(layer)
+    cache = CACHE[cross.kind] if same else _KV_DIFFER[cross.kind]["cache per token and layer"]
+    decode = "4·n_h·d_h·s" if same else "2·n_h·(d_h + d_v)·s"
+    return {CROSS_CACHE: (cache, f"{cross.cache_formula(layer, 'latent').elements:,}"),
+            CROSS_DECODE: (decode, f"{_heads_per_key(cross, layer):,}·s")}
+
+
 def _group_cells(group: ResolvedGroup) -> dict[str, str]:
     """Item -> the value of that item for the layers of `group`."""
     att, layer = group.attention, group.layer
     out = {w.name: _shape(w.shape) for w in att.weights(layer) if w.role == "matrix"}
+    out.update({item: value for item, (_, value) in _cross_forms(group).items()})
     formula = att.cache_formula(layer, "latent")
     out["cache per token and layer"] = f"{formula.elements:,}"
     if isinstance(att, MLA):
@@ -119,8 +147,7 @@ def _group_cells(group: ResolvedGroup) -> dict[str, str]:
             out[DECODE_ITEM] = f"{per_key:,}·{attended} + {scan:,}·{_keys_form(layer.window, None)}"
             return out
     elif isinstance(att, Heads):
-        # q·k over d_h and the weighted sum of v over d_v (= 4·n_h·d_h·t when d_v = d_h; MiMo-V2-Flash: K 192, V 128)
-        per_key = 2 * att.n_heads * att.d_h(layer) + 2 * att.n_heads * att.d_v(layer)
+        per_key = _heads_per_key(att, layer)
     else:
         return out
     out[DECODE_ITEM] = f"{per_key:,}·{_keys_form(layer.window, layer.chunk)}"
@@ -211,8 +238,11 @@ def dims_rows(specs: list[ModelSpec], kinds: tuple[str, ...] = KINDS) -> tuple[l
                      else (n, shape, note) for n, shape, note in items]
         if kind == "mla" and any("W_IK" in cells[(c.key, kind)] for c in columns):
             items = [(n, _INDEXED[n], _INDEXED_NOTE) if n in _INDEXED else (n, shape, note) for n, shape, note in items]
+        cross = [_cross_forms(c.groups[kind]) for c in columns if kind in c.groups]
+        items += [(item, "; ".join(dict.fromkeys(f[item][0] for f in cross if f)), _CROSS_NOTES[item])
+                  for item in (CROSS_CACHE, CROSS_DECODE)]
         for item, symbolic, note in items:
-            if (specs or item in _INDEXER_ITEMS) and not any(item in cells[(c.key, kind)] for c in columns):
+            if (specs or item in _ONLY_WITH_A_MODEL) and not any(item in cells[(c.key, kind)] for c in columns):
                 continue  # e.g. W_Q of an MLA without query compression, when no model given has one
             row: dict[str, str | None] = {"kind": kind.upper(), "item": item, "symbolic": symbolic, "note": note}
             row.update({c.key: cells[(c.key, kind)].get(item) for c in columns})

@@ -261,3 +261,21 @@ def test_kinds_no_model_has_are_said_not_silently_dropped():
     assert {r["kind"] for r in rows("dims", "llama3-70b", "--kinds", "mha,gqa")} == {"GQA"}
     # without models every kind asked is the papers' symbolic table
     assert {r["kind"] for r in rows("dims", "--kinds", "mha")} == {"MHA"}
+
+
+def test_dims_show_an_encoder_decoder_models_cross_attention():
+    # a review: Whisper's column gave its self-attention's 5,120·t alone, where a decoded token's query also attends
+    # the 1,500 encoder positions in every decoder layer. Whisper large-v3: 20 heads of 64 (d_model 1,280), a
+    # cross-attention of the same heads in each of its 32 decoder layers (config.json decoder_attention_heads)
+    got = {r["item"]: (r["symbolic"], r["whisper-large-v3"]) for r in rows("dims", "whisper-large-v3")}
+    assert got["cross-attention cache per encoder position and layer"] == ("2·n_h·d_h", f"{2 * 20 * 64:,}")
+    assert got["cross-attention decode FLOPs per token"] == ("4·n_h·d_h·s", f"{4 * 20 * 64:,}·s")
+    # the form, summed over the 32 decoder layers at s = 1,500, is cost's cross-attention part of a decode step
+    flops = json.loads(run("cost", "whisper-large-v3", "--ctx", "100", "-f", "json").stdout)["flops"]["decode_token"]
+    assert flops["cross/scores"] + flops["cross/mix"] == 32 * 5120 * 1500
+    # and the cache form, over the layers and positions, is the cross part of its cache (bf16: 2 bytes)
+    (row,) = json.loads(run("compare", "whisper-large-v3", "--ctx", "1", "-f", "json").stdout)
+    assert row["kv_cache_bytes"] == 32 * 2560 * 1500 * 2 + 32 * 2560 * 1 * 2  # and the one token's self-attention K/V
+    # models without one, and the kinds alone, have no such rows
+    for args in (("dims", "llama3-70b"), ("dims",)):
+        assert not [r for r in rows(*args) if r["item"].startswith("cross-attention")]
