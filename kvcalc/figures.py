@@ -69,7 +69,7 @@ class CostFigures:
     kv_cache_bytes_per_gpu: int = figure("KV cache\nper GPU", "bytes",
                                          "KV cache the busiest GPU holds, the one with the most cache + states + weights (heads split by tp, its pipeline stage, its share of the batch)")
     state_bytes_per_gpu: int = figure("State\nper GPU", "bytes", "constant states the busiest GPU holds")
-    weights_bytes_per_gpu: int = figure("Weights\nper GPU", "bytes", "weights the busiest GPU holds (tp, ep and pp splits)")
+    weights_bytes_per_gpu: int = figure("Weights\nper GPU", "bytes", "weights the busiest GPU holds (tp, ep and pp splits); that GPU is the one with the most cache + states + weights, so this column alone may fall below the total weights / GPUs")
     tp_allreduce_bytes: int | None = figure("All-reduce\nbytes/token", "bytes",
                                             "estimate: bytes one decode step all-reduces over the tp ranks (tp > 1)")
     comm_seconds_per_token: float | None = figure("Comm\ntime/token", "seconds",
