@@ -65,12 +65,12 @@ class progress_hooks:
         return False
 
 
-def progress_rows(rows: Iterator[dict], total: int, every: int = 1000) -> Iterator[dict]:
+def progress_rows(rows: Iterator[dict], total: int, to_terminal: bool, every: int = 1000) -> Iterator[dict]:
     """`rows`, with a bar of them on a terminal's stderr once they have taken a second (advanced every `every` rows);
-    not while rows are written to a terminal's stdout: the rows coming are the progress there."""
+    not where they are written to a terminal (`to_terminal`): the rows coming are the progress there."""
     import sys
 
-    if total <= every or not sys.stderr.isatty() or sys.stdout.isatty():
+    if total <= every or not sys.stderr.isatty() or to_terminal:
         yield from rows
         return
     hooks = BarHooks(redirect=False)  # stdout is being written: rich must leave it alone

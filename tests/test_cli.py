@@ -80,6 +80,23 @@ def test_compare_batch_dtype_and_mla_layout():
     assert base["kv_cache_bytes"] == 4096 * 60 * 576 * 2
 
 
+def test_titles_name_the_mla_layout_where_no_column_does():
+    # a review: `compare deepseek-v2 --columns kv_cache_bytes` printed 600 GiB with --mla-cache expanded and 8.44 GiB
+    # without, under one title; the layout (and, beside decode FLOPs, the schedule) now goes in every title
+    first = lambda *args: run(*args).stdout.splitlines()[0]  # noqa: E731
+    assert first("compare", "deepseek-v2", "--mla-cache", "expanded", "--columns", "kv_cache_bytes") == \
+        "Batch 1, kv bf16, weights bf16, MLA expanded cache"
+    assert first("compare", "deepseek-v2", "llama3-70b", "--ctx", "4k", "--columns", "cost") == \
+        "Batch 1, kv bf16, weights bf16, MLA latent cache, absorbed decode"
+    assert first("sweep", "deepseek-v2", "--ctx", "1k..2k", "--mla-cache", "expanded") == \
+        "Growth with context, batch 1, kv bf16, weights bf16, MLA expanded cache, naive decode"
+    assert first("cost", "deepseek-v2", "--mla-cache", "expanded").endswith(", batch 1, MLA expanded cache")
+    assert "kv bf16, MLA latent cache, 10% reserved" in first("fit", "deepseek-v2", "--hardware", "h100-80gb", "--gpus", "8")
+    # the default kv table names it in its attention column ('MLA (latent)'); a model without MLA gets no words
+    assert first("compare", "deepseek-v2") == "KV cache, bf16, batch 1"
+    assert first("compare", "llama3-70b", "--columns", "cost") == "Batch 1, kv bf16, weights bf16"
+
+
 def test_compare_no_windows_on_gemma3_27b():
     windowed = compare_json("gemma3-27b", "--ctx", "128k")[0]["kv_cache_bytes"]
     full = compare_json("gemma3-27b", "--ctx", "128k", "--no-windows")[0]["kv_cache_bytes"]

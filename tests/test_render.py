@@ -121,9 +121,26 @@ def test_a_long_sweep_shows_a_bar_on_a_terminal_without_touching_stdout(monkeypa
             print(i, end=",")  # stdout written while the bar is live stays stdout
             yield {"n": i}
 
-    assert [r["n"] for r in progress_rows(rows(), 5000)] == list(range(5000))
+    assert [r["n"] for r in progress_rows(rows(), 5000, to_terminal=False)] == list(range(5000))
     out = capsys.readouterr()
     assert out.out == "".join(f"{i}," for i in range(5000)) and "rows" in out.err
+
+
+def test_a_sweep_to_a_file_shows_its_bar_even_with_stdout_a_terminal(monkeypatch, tmp_path):
+    # a review: `sweep ... -o rows.csv` at a terminal showed no bar, as stdout was a terminal though no row went there
+    import sys
+
+    from kvcalc.present.emit import DESTINATION, Destination, to_terminal
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert to_terminal()
+    token = DESTINATION.set(Destination(output=str(tmp_path / "rows.csv")))
+    try:
+        assert not to_terminal()
+    finally:
+        DESTINATION.reset(token)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    assert not to_terminal()  # redirected: `> rows.csv`
 
 
 @pytest.mark.parametrize(("value", "text"), [(0.041234, "0.0412"), (7.2, "7.20"), (24.15, "24.2"), (24.25, "24.2"),

@@ -43,6 +43,12 @@ class Destination:
 DESTINATION: ContextVar[Destination | None] = ContextVar("destination", default=None)  # None: stdout, defaults
 
 
+def to_terminal() -> bool:
+    """Whether the command's output goes to a terminal: stdout, not redirected, and no --output file."""
+    dest = DESTINATION.get()
+    return (dest is None or dest.output is None) and sys.stdout.isatty()
+
+
 @dataclass
 class Table:
     """One table of a result: its name (csv's `table` column), columns, raw rows, title, and the raw keys csv and

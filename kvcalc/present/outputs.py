@@ -133,6 +133,17 @@ def serving_note(s: Settings) -> str:
     return out
 
 
+def mla_note(specs: list[ModelSpec], s: Settings, decode: bool, cols: list[Column] | None = None) -> str:
+    """The title's words for MLA's cache layout (and its decode schedule where decode FLOPs are shown), when a model
+    has MLA layers and no column names the layout (the attention column: 'MLA (latent)'): a latent and an expanded
+    cache differ about 70× (deepseek-v2 at 128k: 8.44 GiB and 600 GiB), and every other column reads the same."""
+    if not any(g.attention.layouts for spec in specs for g in spec.groups):
+        return ""
+    named = cols is not None and any(c.key == "attention_label" for c in cols)
+    words = ([] if named else [f"{s.mla_cache} cache"]) + ([f"{s.schedule} decode"] if decode else [])
+    return f", MLA {', '.join(words)}" if words else ""
+
+
 def _costs_shown(cols: list[Column], fmt: str, chart: str | None) -> bool:
     """Whether an output needs the cost figures of its rows: csv and json carry every key; a human format only the
     columns it shows (and the --chart column)."""
@@ -167,7 +178,8 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
         derivations = [derivation(r, lm.origin, lm.config_keys, lm.spec, s.at(r.ctx)) for lm, r in zip(origins, reports)]
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns.strip().lower() == "kv" else
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} (lower bounds)" if hardware else ""))
-    title += serving_note(s) + (", windows ignored" if no_windows else "")
+    title += serving_note(s) + mla_note(specs, s, _costs_shown(cols, "table", chart), cols)
+    title += ", windows ignored" if no_windows else ""
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
     lines = _derivation_lines(derivations, units)
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
@@ -193,6 +205,7 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     over a range, computed as csv and json write them (the cost figures only where `fmt` shows them)."""
     from kvcalc.figures import figures
     from kvcalc.present.columns import IDENTITY, JSON_KEYS, choose
+    from kvcalc.present.emit import to_terminal
     from kvcalc.progress import progress_rows
     from kvcalc.rows import iter_compare_rows
 
@@ -212,8 +225,8 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     s = grid[0]
     each = lambda name: ", ".join(str(v) for v in dict.fromkeys(getattr(at, name) for at in grid))  # noqa: E731
     title = f"Growth with context, batch {each('batch')}, kv {each('kv_dtype')}, weights {s.weights_dtype}"
-    title += f", {hardware} (lower bounds)" if hardware else ""
-    return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs)), title, JSON_KEYS,
+    title += mla_note(specs, s, _costs_shown(cols, "table", chart), cols) + (f", {hardware} (lower bounds)" if hardware else "")
+    return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs), to_terminal()), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
                   warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs) + option_warnings(specs, s))
 
@@ -279,7 +292,7 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     payload = {"model": spec.name, "ctx": s.ctx, "gen": s.gen, "batch": s.batch,
                "flops": {p: {**b, "total": sum(b.values())} for p, b in passes.items()},
                "summary": {r["key"]: r["value"] for r in summary}, "exceeds_max_context": s.ctx + s.gen > spec.max_context}
-    title = f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}"
+    title = f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}" + mla_note([spec], s, False)
     warnings = _load_warnings([lm]) + over_max(spec, s.ctx + s.gen,
                                                f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
     warnings += option_warnings([spec], s)
@@ -376,7 +389,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
 
     held = {p.held_back for p in stages(spec, s)}  # vLLM's null block: no column shows it, so the title says it
     title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}), weights "
-             f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}"
+             f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}{mla_note([spec], s, False)}"
              + (f" ({'up to ' if len(held) > 1 else ''}{format_bytes(max(held), units)} a GPU held back: the pool's "
                 "null block)" if max(held) else "")
              + f", {_percent(frac)}% reserved")
