@@ -384,6 +384,13 @@ def decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_defaul
     window = get(cfg, "sliding_window", origin, minimum=0)  # 0 or null: no window
     if window == 0:
         notes.append("sliding_window 0 read as no window: every layer attends its whole context")
+    cls, table = CONFIG_DEFAULTS.get(str(cfg.get("model_type")), ("", {}))
+    if "sliding_window" in cfg and cfg["sliding_window"] is None and table.get("sliding_window"):
+        # an explicit null where the class's default is a window (Mistral Small 3 over MistralConfig's 4096)
+        notes.append(f"sliding_window null read as no window ({cls}'s default, {table['sliding_window']}, does not "
+                     "apply): every layer attends its whole context")
+    if qkv_bias and cfg.get("attention_bias") is False:  # bias_switches notes only an ignored true
+        notes.append(f"attention_bias false ignored: the {family} modules always have q/k/v biases")
     if window and window >= base["max_context"]:
         notes.append(f"sliding_window {window} >= max_position_embeddings {base['max_context']}: it never applies, left out")
         window = None

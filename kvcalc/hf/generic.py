@@ -38,14 +38,16 @@ MECHANISMS: tuple[tuple[str, str], ...] = (
     (r"lora|latent", "latent attention"),
     (r"linear_", "linear attention"),
     (r"mamba|ssm|state_size|d_state|conv|time_step", "state-space/convolution layers"),
+    # the first pattern a key matches names it, so the narrower come first: kv_shared_layer_index is KV sharing, not
+    # an indexer; index_topk an indexer, not experts; num_local_experts experts, not a local/global pattern
+    (r"kv_shar|shared_kv|kv_reuse|shared_layer", "KV sharing"),
     (r"index", "attention indexer"),
+    (r"expert|moe|router|routed|top_?k|sparse_step|mlp_only", "experts/MoE"),
     (r"attn_type|attention_type|block_type|layer_type", "attention-type lists"),
     (r"hybrid|pattern|interval|period|attn_layer|global|local", "hybrid layer patterns"),
-    (r"kv_shar|shared_kv|kv_reuse|shared_layer", "KV sharing"),
     (r"chunk", "chunked attention"),
     (r"nextn|mtp", "multi-token prediction layers"),
     (r"cross_att|encoder|decoder_start", "encoder/cross-attention"),
-    (r"expert|moe|router|routed|top_?k|sparse_step|mlp_only", "experts/MoE"),
     (r"window|sink", "other attention-window rules"),
     (r"vision|audio|speech|image|text_config", "other modalities"),
 )
