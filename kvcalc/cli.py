@@ -21,6 +21,7 @@ from kvcalc.options import (
     MlaOpt,
     ModelArg,
     ModelsArg,
+    NoWindowsCacheOpt,
     NoWindowsOpt,
     OnceEachGroup,
     OneCtxOpt,
@@ -135,7 +136,8 @@ def sweep(
 @app.command()
 @guarded
 @output_options
-@cost_options(omit=("gen", "dense_attn", "mla_schedule", "hardware_name"))  # show sizes the cache: no FLOPs or times
+@cost_options(omit=("gen", "dense_attn", "mla_schedule", "hardware_name"),  # show sizes the cache: no FLOPs or times
+              helps={"weights_dtype": "Storage type of the weights (int4: half a byte): the per-GPU weights under --tp/--pp/--dp."})
 def show(
     model: ModelArg,
     opts: CostOptions,
@@ -144,7 +146,7 @@ def show(
     fmt: FormatOpt = "table",
     units: UnitsOpt = "binary",
     explain: ExplainOpt = False,
-    no_windows: NoWindowsOpt = False,
+    no_windows: NoWindowsCacheOpt = False,
 ) -> None:
     """Show a model's spec, derived dims, and its KV cache per token, per layer group (or layer) and in total."""
     from kvcalc.present.emit import emit
@@ -197,7 +199,8 @@ def cost(
 @app.command()
 @guarded
 @output_options
-@cost_options(omit=("gen", "dense_attn", "mla_schedule"))  # fit sizes memory: no FLOPs
+@cost_options(omit=("gen", "dense_attn", "mla_schedule"),  # fit sizes memory: no FLOPs
+              helps={"hardware_name": "A hardware preset ('kvcalc hardware' lists them) or a YAML file: the GPUs whose memory is filled (required)."})
 def fit(
     model: ModelArg,
     opts: CostOptions,
@@ -279,7 +282,8 @@ def run_backend(
 @guarded
 @output_options
 def hardware_list(fmt: FormatOpt = "table", units: UnitsOpt = "binary") -> None:
-    """List the bundled hardware presets: peak dense bf16 FLOP/s, memory bandwidth and size, with sources."""
+    """List the bundled hardware presets: peak dense bf16 FLOP/s, memory bandwidth and size, interconnect, and (csv and
+    json) the source of the figures."""
     from kvcalc.present.emit import emit
     from kvcalc.present.outputs import hardware_output
 
@@ -288,14 +292,15 @@ def hardware_list(fmt: FormatOpt = "table", units: UnitsOpt = "binary") -> None:
 
 @app.command("plot")
 @guarded
-@cost_options
+@cost_options(omit=("gen",),  # no metric counts generation
+              helps={"hardware_name": "A hardware preset ('kvcalc hardware' lists them) or a YAML file: the decode-time metric, the device memory drawn as a line and where weights + cache exceed it."})
 def plot(
     models: ModelsArg,
     opts: CostOptions,
     output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE", parser=path_value, help="The figure: .png, .pdf, .svg or .pgf.")],
     ctx: Annotated[str, typer.Option("--ctx", "-c", help="A range LO..HI (log-spaced: doubling, or --points) or a comma list. k = 1024.")] = "1k..1M",
     points: Annotated[int | None, whole_option("--points", lo=2, help="Log-spaced points in the range (default: every doubling).")] = None,
-    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="cache, state, flops-decode, flops-prefill or decode-time (needs --hardware); repeat for panels side by side.")] = None,
+    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="cache (default), state, flops-decode, flops-prefill or decode-time (needs --hardware); repeat for panels side by side.")] = None,
 ) -> None:
     """Plot cache, state, FLOPs or decode time against context, log-log, one line per model (needs matplotlib)."""
     from kvcalc.present.plot import plot_figure, require_matplotlib, save_figure
@@ -501,15 +506,17 @@ app.add_typer(table_app, name="table")
 @output_options
 def table_dims(
     models: Annotated[list[str] | None, typer.Argument(metavar="[MODEL]...", help="Models whose numbers to add (bundled names, YAML or config.json paths).")] = None,
-    kinds: Annotated[str, typer.Option("--kinds", help="Attention kinds, comma-separated: mha, gqa, mqa, mla.")] = "mha,gqa,mqa,mla",
+    kinds: Annotated[str | None, typer.Option("--kinds", help="Attention kinds, comma-separated: mha, gqa, mqa, mla (default: all four; with models, those they have).")] = None,
     fmt: FormatOpt = "table",
-    units: UnitsOpt = "binary",
 ) -> None:
-    """Weight shapes (with MLA's absorbed products), cache per token and decode FLOPs of each attention kind."""
+    """Weight shapes (with MLA's absorbed products), cache per token and decode FLOPs of each attention kind (its cells
+    are shapes and element counts: no byte units)."""
     from kvcalc.present.emit import emit, warn
     from kvcalc.present.outputs import dims_output
     from kvcalc.tables import KINDS, kinds_missing
 
+    asked = kinds is not None
+    kinds = ",".join(KINDS) if kinds is None else kinds
     chosen = tuple(dict.fromkeys(k.strip().lower() for k in kinds.split(",")))
     unknown = [k for k in chosen if k not in KINDS]
     if "" in chosen:
@@ -523,10 +530,13 @@ def table_dims(
         names = ", ".join(s.name for s in specs)
         found = sorted({g.attention.kind for s in specs for g in s.groups if g.attention.kind in KINDS})
         what = f"{names} {'has' if len(specs) == 1 else 'have'} no {', '.join(k.upper() for k in missing)} layers"
+        there = f"kinds there: {', '.join(found) or 'none of ' + ', '.join(KINDS)}"
         if len(missing) == len(chosen):
-            raise KvcalcError(f"--kinds {kinds}: {what} (kinds there: {', '.join(found) or 'none of ' + ', '.join(KINDS)})")
-        warn(f"note: --kinds: {what}; left out")
-    emit(dims_output(loaded, chosen), fmt, units)
+            raise KvcalcError(f"--kinds {kinds}: {what} ({there})" if asked else
+                              f"table dims lists MHA, GQA, MQA and MLA layers: {what} ({there})")
+        if asked:  # by default the kinds the models have are the table; a kind asked for and absent is said
+            warn(f"note: --kinds: {what}; left out")
+    emit(dims_output(loaded, chosen), fmt, "binary")  # shapes and counts: no byte units to choose
 
 
 @table_app.command("models")

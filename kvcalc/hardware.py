@@ -219,11 +219,13 @@ class HardwareRow:
                                          "peak_flops_bf16 / memory_bandwidth: the intensity where compute and memory time meet")
     interconnect_bandwidth: int | None = figure("Interconnect\n(each way)", "bandwidth",
                                                 "scale-up interconnect per device, bytes/s, one direction (where published)")
+    source: str = figure("Source", "text", "URL(s) of the vendor datasheet or page the figures come from (csv and json)")
 
 
 def hardware_rows(hardware: list[Hardware]) -> list[dict]:
     """One row per preset with stable keys, for a listing table; raw ints except the ridge point (a float)."""
     return [as_row(HardwareRow(name=hw.name, vendor=hw.vendor, peak_flops_bf16=hw.peak_flops_bf16,
                                memory_bandwidth=hw.memory_bandwidth, memory_bytes=hw.memory_bytes,
-                               ridge_flops_per_byte=float(hw.ridge_point), interconnect_bandwidth=hw.interconnect_bandwidth))
+                               ridge_flops_per_byte=float(hw.ridge_point), interconnect_bandwidth=hw.interconnect_bandwidth,
+                               source=hw.source))
             for hw in hardware]

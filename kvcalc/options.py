@@ -3,6 +3,7 @@ handling, and argument parsing. Choice lists come from the library (kvcalc.setti
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import inspect
@@ -146,8 +147,8 @@ OneCtxOpt = Annotated[str, typer.Option("--ctx", "-c", help="Context length in t
 BatchOpt = Annotated[int, whole_option("--batch", "-b", lo=1, help="Sequences held at once.")]
 DtypeOpt = Annotated[str, typer.Option("--kv-dtype", **choice(DTYPES), help="Storage type of the cache (int4: half a byte per element).")]
 MtpOpt = Annotated[bool, typer.Option("--mtp", help="Count the multi-token-prediction layers (their cache, weights and FLOPs), as speculative decoding runs them; plain decoding does not.")]
-EncCtxOpt = Annotated[int | None, typer.Option("--enc-ctx", parser=lambda v: _parse_gen(v), metavar="TOKENS", help="Encoder positions the cross-attention of encoder–decoder models caches (default: the model's source length, e.g. Whisper's 1500).")]
-StateDtypeOpt = Annotated[str | None, typer.Option("--state-dtype", **choice(DTYPES), help="Storage type of the constant states of linear-attention and SSM layers (default: the KV dtype; several engines keep SSM state in fp32).")]
+EncCtxOpt = Annotated[int | None, typer.Option("--enc-ctx", parser=lambda v: _parse_gen(v), metavar="TOKENS", help="Encoder positions the cross-attention of encoder–decoder models caches and attends (its cache, FLOPs and decode reads; default: the model's source length, e.g. Whisper's 1500).")]
+StateDtypeOpt = Annotated[str | None, typer.Option("--state-dtype", **choice(DTYPES), help="Storage type of the constant states of linear-attention and SSM layers, every component (default: the KV dtype; under --engine vllm bf16 when the KV dtype is below 16 bits; under --engine sglang bf16, with Gated DeltaNet, Mamba-2 and KDA recurrent states in fp32; a model may fix its recurrent state's dtype).")]
 WeightsDtypeOpt = Annotated[str, typer.Option("--weights-dtype", **choice(DTYPES), help="Storage type of the weights (int4: half a byte).")]
 MlaOpt = Annotated[str, typer.Option("--mla-cache", **choice(MLA_CACHE_LAYOUTS), help="MLA cache layout: latent (d_c + d_R, as DeepSeek/vLLM/SGLang) or expanded (per-head K and V).")]
 ScheduleOpt = Annotated[str | None, typer.Option("--mla-schedule", **choice(MLA_SCHEDULES), help="MLA decode: absorbed (W_UK/W_UV folded; default with a latent cache) or naive (K/V rebuilt; default with an expanded cache).")]
@@ -155,8 +156,9 @@ FormatOpt = Annotated[str, typer.Option("--format", "-f", **choice(FORMATS), hel
 UnitsOpt = Annotated[str, typer.Option("--units", **choice(UNIT_SYSTEMS), help="Byte units in table/markdown/latex: binary (KiB, GiB), si (kB, GB), or exact bytes.")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the derivation of every cache figure: formula, symbols, values, source fields.")]
 NoWindowsOpt = Annotated[bool, typer.Option("--no-windows", help="Ignore sliding windows and attention chunks (those layers global): the cache, FLOPs and bytes read without them; a sparse indexer's top-k still applies.")]
+NoWindowsCacheOpt = Annotated[bool, typer.Option("--no-windows", help="Ignore sliding windows and attention chunks (those layers global): the cache without them; a sparse indexer's top-k still applies.")]
 ChartOpt = Annotated[str | None, typer.Option("--chart", metavar="KEY", callback=lambda key: key.lower() if key else key, help="Draw a bar chart of a numeric column (e.g. kv_cache_bytes) under the table; no plotting library needed.")]
-ColumnsOpt = Annotated[str, typer.Option("--columns", help="Columns: presets kv (default), cost, generate, mla, time, all, and/or column keys, comma-separated; model and ctx are always shown.")]
+ColumnsOpt = Annotated[str, typer.Option("--columns", help="Columns: presets kv (default), cost, generate, mla, time (needs --hardware), all, and/or column keys, comma-separated; model and ctx are always shown.")]
 
 
 def _parse_gen(value: str | int) -> int:
@@ -228,21 +230,21 @@ _COST_PARAMS = [
     ("batch", BatchOpt, 1),
     ("gen", Annotated[int, typer.Option("--gen", "-g", parser=_parse_gen, metavar="TOKENS", help="Tokens generated after the prompt of --ctx (generation FLOPs): 1024, 1k, ...")], 1024),
     ("kv_dtype", DtypeOpt, "bf16"),
-    ("kv_quant", Annotated[str, typer.Option("--kv-quant", metavar="[none|per-token|per-head|g<G>|fp8-ds-mla]", help="Quantisation scheme of the cache, whose scales (and zero points) are counted: per-token or per-head fp32 scales, KIVI-style groups of G with fp16 scale and zero (g64), or vLLM's fp8_ds_mla entry. Needs --kv-dtype fp8, int8 or int4.")], "none"),
-    ("engine", Annotated[str | None, typer.Option("--engine", **choice(ENGINES), help="Count the KV cache in a serving engine's whole pages (engine_kv_bytes; per-GPU and fit figures use it): vllm (64 tokens a page, as vLLM 0.34.0), sglang (1; 64 for DeepSeek-V3.2), ideal (exact).")], None),
+    ("kv_quant", Annotated[str, typer.Option("--kv-quant", metavar="[none|per-token|per-head|g<G>|fp8-ds-mla]", help="Quantisation scheme of the cache, whose scales (and zero points) are counted: per-token or per-head fp32 scales, KIVI-style groups of G with fp16 scale and zero (g64), or vLLM's fp8_ds_mla entry (MLA models, --kv-dtype fp8). Needs --kv-dtype fp8, int8 or int4.")], "none"),
+    ("engine", Annotated[str | None, typer.Option("--engine", **choice(ENGINES), help="Count the KV cache in a serving engine's whole pages (engine_kv_bytes; per-GPU and fit figures use it): vllm (64 tokens a page, as vLLM 0.34.0; a hybrid model's page follows its state, e.g. Qwen3-Next's 576), sglang (1; 64 for DeepSeek-V3.2), ideal (exact).")], None),
     ("block_size", Annotated[int | None, whole_option("--block-size", lo=1, hi=1 << 20, help="Tokens a page of --engine (default: the engine's).")], None),
     ("state_dtype", StateDtypeOpt, None),
     ("enc_ctx", EncCtxOpt, None),
     ("mtp", MtpOpt, False),
     ("tp", Annotated[int, whole_option("--tp", lo=1, help="Tensor-parallel ranks: heads, FFN widths and vocabulary split (K/V heads replicated when fewer than ranks; MLA's latent replicated).")], 1),
-    ("pp", Annotated[int, whole_option("--pp", lo=1, help="Pipeline stages: layers split as vLLM does; the busiest stage is reported.")], 1),
+    ("pp", Annotated[int, whole_option("--pp", lo=1, help="Pipeline stages: layers split as vLLM does (as SGLang does under --engine sglang); the busiest stage is reported.")], 1),
     ("dp", Annotated[int, whole_option("--dp", lo=1, help="Data-parallel replicas, each serving ceil(batch / dp) sequences.")], 1),
     ("ep", Annotated[int, whole_option("--ep", lo=1, help="Expert-parallel ranks among the layout's tp · dp GPUs (must divide tp · dp): each holds ceil(E / ep) routed experts, whole, or below tp split over tp / ep ranks.")], 1),
     ("dp_attention", Annotated[bool, typer.Option("--dp-attention", help="SGLang's DP attention (MLA models): a replica's tp ranks split its sequences' latent cache, each with the whole attention weights.")], False),
     ("weights_dtype", WeightsDtypeOpt, "bf16"),
     ("mla_cache", MlaOpt, "latent"),
     ("mla_schedule", ScheduleOpt, None),
-    ("dense_attn", Annotated[bool, typer.Option("--dense-attn", help="Count prefill attention as the full N×N matrix (as FLOP-counting libraries do), not causal.")], False),
+    ("dense_attn", Annotated[bool, typer.Option("--dense-attn", help="Count prefill attention as the full N×N matrix (as FLOP-counting libraries do), not causal; the prefills that generation without a cache re-runs too.")], False),
     ("hardware_name", Annotated[str | None, typer.Option("--hardware", help="A hardware preset ('kvcalc hardware' lists them) or a YAML file: adds roofline times (lower bounds).")], None),
 ]
 
@@ -282,18 +284,30 @@ def _parse_list(name: str, text: str) -> tuple[Any, ...]:
     return tuple(dict.fromkeys(values))
 
 
-def cost_options(fn: Callable[..., Any] | None = None, *, lists: bool = False, omit: tuple[str, ...] = ()) -> Any:
+def _with_help(annotation: Any, text: str) -> Any:
+    """`annotation` (Annotated[type, typer.Option(...)]) with another help text: what the option does in one command."""
+    base, info = typing.get_args(annotation)
+    info = copy.copy(info)
+    info.help = text
+    return Annotated[base, info]
+
+
+def cost_options(fn: Callable[..., Any] | None = None, *, lists: bool = False, omit: tuple[str, ...] = (),
+                 helps: dict[str, str] | None = None) -> Any:
     """Give a command the cost options, received together as its `opts: CostOptions` parameter; with `lists`, the
     options of _LIST_PARAMS take comma lists, and the values of those given more than one are `opts.grid`. `omit`:
     options the command has no use for, not offered (an option it would ignore is an error, not a silent no-op);
-    they keep their defaults."""
+    they keep their defaults. `helps`: an option's help where it does something else in this command (fit's
+    --hardware: the GPUs it fills, not roofline times)."""
     if fn is None:
-        return lambda f: cost_options(f, lists=lists, omit=omit)
+        return lambda f: cost_options(f, lists=lists, omit=omit, helps=helps)
     sig = inspect.signature(fn)
     resolved = typing.get_type_hints(fn, include_extras=True)  # typer reads the signature's annotations as objects
     own = [p.replace(annotation=resolved[p.name]) for p in sig.parameters.values() if p.name != "opts"]
     declared = [(name, *_LIST_PARAMS[name]) if lists and name in _LIST_PARAMS else (name, annotation, default)
                 for name, annotation, default in _COST_PARAMS if name not in omit]
+    declared = [(name, _with_help(annotation, (helps or {})[name]) if name in (helps or {}) else annotation, default)
+                for name, annotation, default in declared]
     defaults: dict[str, Any] = {name: default for name, _, default in _COST_PARAMS if name in omit}
     shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
               for name, annotation, default in declared]
@@ -316,7 +330,7 @@ def cost_options(fn: Callable[..., Any] | None = None, *, lists: bool = False, o
 
 
 _OUTPUT_PARAMS = [
-    ("caption", Annotated[str | None, typer.Option("--caption", help="LaTeX: the table's caption (default: its title).")], None),
+    ("caption", Annotated[str | None, typer.Option("--caption", help="LaTeX: the table's caption (default: its title); a command of two tables gives it to the first, the second keeps its title.")], None),
     ("label", Annotated[str | None, typer.Option("--label", help="LaTeX: the table's \\label (default: tab:<first table's name>; later tables get -<name>).")], None),
     ("bare", Annotated[bool, typer.Option("--bare", help="LaTeX: the tabular alone, without the table environment.")], False),
     ("output", Annotated[str | None, typer.Option("--output", "-o", metavar="FILE", help="Write to FILE instead of stdout; with the default format the extension chooses it (.tex .md .csv .json .txt; another needs --format).")], None),

@@ -484,3 +484,17 @@ def test_show_gives_the_short_form_of_max_context_only_where_it_differs():
 
     assert line("whisper-large-v3").split()[:2] == ["max_context", "448"] and "(" not in line("whisper-large-v3")
     assert line("llama3-70b").split()[:3] == ["max_context", "8,192", "(8k)"]
+
+
+def test_each_commands_help_says_what_its_options_do_there():
+    # a review of every --help against behaviour: fit's --hardware is the GPUs it fills (required), not roofline times;
+    # plot has no --gen (no metric counts generation); show's --no-windows changes the cache alone (no FLOPs there)
+    def help_of(*command: str) -> str:
+        return " ".join(run(*command, "--help").stdout.split())  # wrapped lines joined
+
+    assert "the GPUs whose memory is filled (required)" in help_of("fit")
+    assert "adds roofline times" in help_of("compare") and "adds roofline times" not in help_of("fit")
+    assert "--gen" not in help_of("plot") and run("plot", "gpt2", "-o", "x.png", "--gen", "5", ok=False).exit_code == 2
+    assert "the cache without them" in help_of("show") and "FLOPs and bytes read without them" in help_of("compare")
+    assert "per-GPU weights under --tp/--pp/--dp" in help_of("show")
+    assert "under --engine sglang bf16, with Gated DeltaNet" in help_of("compare")  # --state-dtype's engine defaults

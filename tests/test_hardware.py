@@ -270,7 +270,9 @@ def test_hardware_rows_have_stable_keys_and_raw_numbers():
         assert list(row) == [
             "name", "vendor", "peak_flops_bf16", "memory_bandwidth", "memory_bytes", "ridge_flops_per_byte",
             "interconnect_bandwidth",  # added by #7: keys only grow
+            "source",  # a review: the command's help promised sources no output carried (csv and json, not the table)
         ]
+        assert row["source"] == hw.source and "https://" in row["source"]
         assert row["interconnect_bandwidth"] == PUBLISHED_INTERCONNECT.get(hw.name)
         assert row["peak_flops_bf16"] == hw.peak_flops_bf16 and isinstance(row["memory_bytes"], int)
         assert isinstance(row["ridge_flops_per_byte"], float)

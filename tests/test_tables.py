@@ -259,6 +259,12 @@ def test_kinds_no_model_has_are_said_not_silently_dropped():
     res = run("table", "dims", "llama3-70b", "--kinds", "mha,gqa")
     assert "note: --kinds: llama3-70b has no MHA layers; left out" in res.stderr
     assert {r["kind"] for r in rows("dims", "llama3-70b", "--kinds", "mha,gqa")} == {"GQA"}
+    # without --kinds, the kinds the models have are the table: nothing to note (a review: the note quoted an option
+    # not given); a model with none of the four is refused, naming what the table lists
+    res = run("table", "dims", "llama3-70b")
+    assert "note" not in res.stderr and {r["kind"] for r in rows("dims", "llama3-70b")} == {"GQA"}
+    # and --units is no option of a table of shapes and counts
+    assert run("table", "dims", "--units", "si", ok=False).exit_code == 2
     # without models every kind asked is the papers' symbolic table
     assert {r["kind"] for r in rows("dims", "--kinds", "mha")} == {"MHA"}
 

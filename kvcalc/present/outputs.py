@@ -453,8 +453,10 @@ def hardware_output() -> Output:
     from kvcalc.hardware import HardwareRow, bundled_hardware, hardware_rows, load_hardware
 
     rows = hardware_rows([load_hardware(name) for name in bundled_hardware()])
-    cols = [Column.of(f) for f in figures_of(HardwareRow)]
-    return Output([Table("hardware", cols, rows, "Hardware presets (vendor peak figures)")])
+    figs = figures_of(HardwareRow)
+    cols = [Column.of(f) for f in figs if f.key != "source"]  # URLs: in csv and json, too wide for a table
+    return Output([Table("hardware", cols, rows, "Hardware presets (vendor peak figures; csv and json carry the "
+                         "sources)", [f.key for f in figs])])
 
 
 def dims_output(loaded: list[LoadedModel], kinds: tuple[str, ...]) -> Output:
