@@ -353,7 +353,8 @@ def test_vllm_groups_pad_every_spec_to_whole_groups():
     assert q.engine_bytes == plain.engine_bytes // 12 * 13
     # one spec, or one type of attention at one block size, is one group: nothing changes
     for name in ("llama3-70b", "mistral-7b", "deepseek-v3.2", "gpt-oss-120b", "llama4-scout", "whisper-large-v3"):
-        r = cache(name)
+        r = cache(name) if name != "deepseek-v3.2" else \
+            kv_cache(spec(name), Settings(ctx=100_001, engine="vllm", block_size=64))  # its sparse backends: 64 a page
         assert all(g.pad_layers == 0 and g.pad_state_layers == 0 for g in r.groups), name
 
 
@@ -380,22 +381,24 @@ def test_sglang_keeps_recurrent_states_in_fp32():
         == kv_cache(spec("minimax-m1"), Settings(ctx=1000)).state_bytes
 
 
-def test_vllm_forces_flashmla_pages_of_64():
-    # vllm/platforms/cuda.py: FlashMLA turns a block size that is not a multiple of 64 into 64; FlashMLASparse
-    # (DeepSeek-V3.2) uses 64 whatever is asked. An MLA layer's token: (512 + 64) bf16 = 1,152 bytes (deepseek-v2: 60 layers)
-    def mla(name, block):
-        return kv_cache(spec(name), Settings(ctx=1000, engine="vllm", block_size=block))
+def test_vllm_mla_pages_are_what_a_backend_takes():
+    # An MLA layer's token: (512 + 64) bf16 = 1,152 bytes (deepseek-v2: 60 layers)
+    def mla(name, block, **kw):
+        return kv_cache(spec(name), Settings(ctx=1000, engine="vllm", block_size=block, **kw))
 
-    # vLLM 0.34.0 (an audit): FLASH_ATTN_MLA takes any multiple of 16 for a 16-bit cache, so only sizes no backend
-    # takes become 64; FlashMLA (fp8) and the sparse backends take multiples of 64
-    for block, pages_of in [(16, 16), (32, 32), (100, 64), (128, 128), (192, 192)]:
+    # vLLM 0.34.0 (an audit): FLASH_ATTN_MLA takes any multiple of 16 for a 16-bit cache, TRITON_MLA for fp8 too
+    # (get_supported_kernel_block_sizes: MultipleOf(16)); the sparse backends of DeepSeek-V3.2 multiples of 64
+    for block in (16, 32, 128, 192):
         r = mla("deepseek-v2", block)
-        assert r.groups[0].block_size == pages_of
-        assert r.engine_bytes == 60 * -(-1000 // pages_of) * pages_of * 1152, block
-    fp8 = kv_cache(spec("deepseek-v2"), Settings(ctx=1000, engine="vllm", block_size=16, kv_dtype="fp8"))
-    assert fp8.groups[0].block_size == 64
+        assert r.groups[0].block_size == block
+        assert r.engine_bytes == 60 * -(-1000 // block) * block * 1152, block
+    assert mla("deepseek-v2", 16, kv_dtype="fp8").groups[0].block_size == 16  # TRITON_MLA: an fp8 cache in pages of 16
     assert {g.block_size for g in mla("deepseek-v3.2", 128).groups} == {128}
-    assert {g.block_size for g in mla("deepseek-v3.2", 16).groups} == {64}
+    # a size no backend takes: vLLM finds no attention backend and does not start (a review: kvcalc used 64 silently,
+    # its title saying 'vllm pages of 100')
+    for name, block, step in (("deepseek-v2", 100, 16), ("deepseek-v2", 8, 16), ("deepseek-v3.2", 16, 64), ("deepseek-v3.2", 96, 64)):
+        with pytest.raises(KvcalcError, match=f"--block-size {block} --engine vllm: .* a multiple of {step} tokens"):
+            mla(name, block)
     # other engines and other attention keep the block asked
     assert kv_cache(spec("deepseek-v2"), Settings(ctx=1000, engine="ideal", block_size=16)).groups[0].block_size == 16
     assert kv_cache(spec("llama3-8b"), Settings(ctx=1000, engine="vllm", block_size=32)).groups[0].block_size == 32

@@ -126,14 +126,17 @@ def block_tokens(attention: AttentionKind, s: Settings) -> int:
     """Tokens a page holds for a layer of `attention` under the settings' engine, before vLLM's pool (PoolLayout)
     changes it."""
     if s.engine == "vllm" and isinstance(attention, MLA):
-        # vLLM 0.34.0 picks the MLA backend by the block size (platforms/cuda.py): FLASH_ATTN_MLA takes any multiple of
-        # 16 for a 16-bit cache; FlashMLA (an fp8 cache) and the sparse backends (DeepSeek Sparse Attention) multiples
-        # of 64, so another size is kvcalc's 64 there (vLLM refuses it)
+        # vLLM 0.34.0 picks the MLA backend by the block size (platforms/cuda.py, Hopper's order): FLASH_ATTN_MLA (a
+        # 16-bit cache) and TRITON_MLA (fp8 too) take any multiple of 16 (get_supported_kernel_block_sizes); the sparse
+        # backends of DeepSeek Sparse Attention (FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE, FlashInfer's) multiples of 64.
+        # No backend takes another size ("No valid attention backend found"), so vLLM does not start, nor does kvcalc
         asked = s.block_size
-        sixteen_bit = s.kv_dtype in ("bf16", "fp16") and not attention.indexed
-        if asked is not None and (asked % VLLM_MLA_BLOCK == 0 or sixteen_bit and asked % VLLM_KERNEL_BLOCK == 0):
-            return asked
-        return VLLM_MLA_BLOCK
+        step = VLLM_MLA_BLOCK if attention.indexed else VLLM_KERNEL_BLOCK
+        if asked is not None and asked % step:
+            why = "sparse attention (its sparse backends)" if attention.indexed else "MLA (FLASH_ATTN_MLA, TRITON_MLA)"
+            raise KvcalcError(f"--block-size {asked} --engine vllm: vLLM 0.34.0 runs {why} only in pages of a multiple "
+                              f"of {step} tokens (give one, or leave --block-size out for its {VLLM_MLA_BLOCK})")
+        return VLLM_MLA_BLOCK if asked is None else asked
     if s.block_size is not None:
         return s.block_size
     if s.engine == "sglang" and isinstance(attention, MLA) and attention.indexed:
