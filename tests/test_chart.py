@@ -48,3 +48,11 @@ def test_plot_command_writes_the_figure(tmp_path):
     assert "<svg" in text and "llama3-70b" in text and "gemma3-27b" in text
     res = run("plot", "gpt2", "-m", "decode-time", "-o", str(tmp_path / "t.png"), ok=False)
     assert res.exit_code == 1 and "needs a hardware preset" in res.stderr and not (tmp_path / "t.png").exists()
+
+
+@pytest.mark.parametrize("key", ["kv_label", "heads_label", "head_dim_label"])
+def test_a_label_column_is_no_chart(key):
+    # a review: these right-aligned labels ('8', '512+64') passed as numeric and drew bars of '–'
+    res = run("compare", "llama3-8b", "gpt2", "-c", "1k", "--chart", key, ok=False)
+    assert res.exit_code == 1 and f"--chart {key!r}: choose a numeric column key (" in res.stderr
+    assert key not in res.stderr.split("choose a numeric column key", 1)[1]

@@ -498,3 +498,18 @@ def test_each_commands_help_says_what_its_options_do_there():
     assert "the cache without them" in help_of("show") and "FLOPs and bytes read without them" in help_of("compare")
     assert "per-GPU weights under --tp/--pp/--dp" in help_of("show")
     assert "under --engine sglang bf16, with Gated DeltaNet" in help_of("compare")  # --state-dtype's engine defaults
+
+
+def test_a_sweeps_preset_under_a_layout_or_engine_shows_its_gpus_and_pages_as_compares_does():
+    # a review: the README's --columns row promises it for compare and sweep; sweep added nothing. gpt2 at tp 2: 12
+    # layers · 12 heads / 2 · 64 · 2 (K and V) · 2 bytes = 36 KiB a token a GPU, 18 MiB at 1k (compare's figure)
+    def header(*args: str) -> str:
+        return " ".join(run(*args).stdout.splitlines()[1:3])
+
+    for command in (("sweep", "gpt2", "-c", "1k", "--tp", "2"), ("compare", "gpt2", "-c", "1k", "--tp", "2")):
+        out = run(*command).stdout
+        assert "GPUs" in header(*command) and "18.0 MiB" in out, command
+    assert "Engine" in header("sweep", "llama3-8b", "-c", "1k", "--engine", "vllm")
+    assert run("sweep", "llama3-8b", "-c", "1k", "--engine", "vllm").stdout.splitlines()[0].endswith(", vllm pages")
+    # column keys named are shown alone, as in compare
+    assert "GPUs" not in header("sweep", "gpt2", "-c", "1k", "--tp", "2", "--columns", "kv_cache_bytes")

@@ -144,6 +144,18 @@ def mla_note(specs: list[ModelSpec], s: Settings, decode: bool, cols: list[Colum
     return f", MLA {', '.join(words)}" if words else ""
 
 
+def serving_columns(cols: list[Column], grid: list[Settings], columns: str | None) -> list[Column]:
+    """`cols` of a preset (or sweep's default) with, under a parallel layout or an engine, the GPUs, the KV cache per
+    GPU and the engine's cache added; column keys named (`columns`) are shown alone (with model and ctx)."""
+    from kvcalc.present.columns import PRESETS, choose
+
+    if columns is not None and not all(part.strip().lower() in PRESETS for part in columns.split(",")):
+        return cols
+    wanted = (["gpus", "kv_cache_bytes_per_gpu"] if any(s.gpus > 1 for s in grid) else []) + \
+        (["engine_kv_bytes"] if grid[0].engine else [])
+    return cols + [c for key in wanted if key not in [c.key for c in cols] for c in choose(key, False, ())]
+
+
 def _costs_shown(cols: list[Column], fmt: str, chart: str | None) -> bool:
     """Whether an output needs the cost figures of its rows: csv and json carry every key; a human format only the
     columns it shows (and the --chart column)."""
@@ -158,16 +170,10 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
                    units: str = "binary") -> Output:
     """`compare`: one row per model and context, with the derivation of each cache when asked (its sizes in `units`,
     as the table's); the cost figures only where `fmt` shows them (`chart`: the --chart column)."""
-    from kvcalc.present.columns import JSON_KEYS, PRESETS, choose
+    from kvcalc.present.columns import JSON_KEYS, choose
     from kvcalc.rows import compare_rows
 
-    cols = choose(columns, hardware is not None)
-    wanted = (["gpus", "kv_cache_bytes_per_gpu"] if s.gpus > 1 else []) + (["engine_kv_bytes"] if s.engine else [])
-    if not all(part.strip().lower() in PRESETS for part in columns.split(",")):
-        wanted = []  # column keys named: those alone (and model, ctx)
-    for key in wanted:  # a preset, under a parallel layout or an engine: its figures are shown too
-        if key not in [c.key for c in cols]:
-            cols += choose(key, False, ())
+    cols = serving_columns(choose(columns, hardware is not None), [s], columns)
     specs = [lm.spec for lm in loaded]
     rows, reports = compare_rows(specs, ctxs, s, _costs_shown(cols, fmt, chart))
     origins = [lm for lm in loaded for _ in ctxs]
@@ -210,12 +216,11 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     from kvcalc.rows import iter_compare_rows
 
     specs = [lm.spec for lm in loaded]
-    if columns is None:
-        columns = "model,ctx,kv_cache_bytes,flops_prefill,flops_decode_token,decode_bytes_read"
-        columns += ",flops_decode_token_naive,flops_decode_token_absorbed" if any(sp.has_schedules() for sp in specs) else ""
-        columns += ",decode_seconds_per_token,tokens_per_second" if hardware else ""
+    default = "model,ctx,kv_cache_bytes,flops_prefill,flops_decode_token,decode_bytes_read"
+    default += ",flops_decode_token_naive,flops_decode_token_absorbed" if any(sp.has_schedules() for sp in specs) else ""
+    default += ",decode_seconds_per_token,tokens_per_second" if hardware else ""
     keys = tuple(VARIED_KEYS[name] for name in varied)
-    cols = choose(columns, hardware is not None, IDENTITY[:1] + keys + IDENTITY[1:])
+    cols = serving_columns(choose(columns or default, hardware is not None, IDENTITY[:1] + keys + IDENTITY[1:]), grid, columns)
     costs = _costs_shown(cols, fmt, chart)
     if costs:
         for s in grid:  # what fails for a model fails at its first row: here, before any row is written
@@ -225,7 +230,8 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     s = grid[0]
     each = lambda name: ", ".join(str(v) for v in dict.fromkeys(getattr(at, name) for at in grid))  # noqa: E731
     title = f"Growth with context, batch {each('batch')}, kv {each('kv_dtype')}, weights {s.weights_dtype}"
-    title += mla_note(specs, s, _costs_shown(cols, "table", chart), cols) + (f", {hardware} (lower bounds)" if hardware else "")
+    title += serving_note(s) + mla_note(specs, s, _costs_shown(cols, "table", chart), cols)
+    title += f", {hardware} (lower bounds)" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs), to_terminal()), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
                   warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs) + option_warnings(specs, s))
@@ -495,8 +501,8 @@ def with_chart(out: Output, key: str, fmt: str, units: str) -> Output:
     if fmt not in ("table", "markdown"):
         raise KvcalcError(f"--chart draws in the table and markdown formats, not {fmt}")
     column = CATALOG.get(key)
-    if column is None or not column.numeric:
-        numeric = sorted(k for k, c in CATALOG.items() if c.numeric)
+    if column is None or not column.numeric or column.kind == "num":  # "num": a right-aligned label (4/8), no number
+        numeric = sorted(k for k, c in CATALOG.items() if c.numeric and c.kind != "num")
         raise KvcalcError(f"--chart {key!r}: choose a numeric column key ({', '.join(numeric)})")
     from kvcalc.units import format_tokens
 
