@@ -15,6 +15,7 @@ overlapping perfectly: its time is a lower bound that no real kernel reaches.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -27,7 +28,7 @@ from kvcalc.errors import SpecError
 from kvcalc.fields import as_row, figure
 from kvcalc.registry import bundled_dir, find_bundled, is_special_file, looks_like_path
 from kvcalc.spec import Strict, validate_mapping
-from kvcalc.yamlfile import check_file, is_file, load_yaml
+from kvcalc.yamlfile import check_file, is_file, line_finder, load_yaml
 
 # ---------------------------------------------------------------- sizes in a YAML file
 
@@ -134,17 +135,17 @@ def bundled_hardware() -> list[str]:
     return sorted(p.stem for p in hardware_dir().glob("*.yaml"))
 
 
-def hardware_from_dict(data: object, origin: str) -> Hardware:
-    """Validate a parsed mapping as Hardware, raising SpecError that names `origin`."""
+def hardware_from_dict(data: object, origin: str, locate: Callable[[tuple], int | None] | None = None) -> Hardware:
+    """Validate a parsed mapping as Hardware, raising SpecError that names `origin` (and lines, with `locate`)."""
     fields = "name, vendor, description, peak_flops_bf16, memory_bandwidth, memory_bytes, source"
-    return validate_mapping(Hardware, data, origin, "hardware spec", fields)
+    return validate_mapping(Hardware, data, origin, "hardware spec", fields, locate)
 
 
 def load_hardware(arg: str) -> Hardware:
     """Resolve HARDWARE: an existing YAML file, else a bundled preset (exact, case-insensitive), else a LookupFailure."""
     path = Path(arg).expanduser()
     if is_file(path, arg):
-        return hardware_from_dict(load_yaml(path), str(path))
+        return hardware_from_dict(load_yaml(path), str(path), line_finder(path))
     if looks_like_path(arg, (".yaml", ".yml")) or is_special_file(path):
         if path.is_dir():
             raise SpecError(f"{arg}: is a folder, not a hardware spec file")

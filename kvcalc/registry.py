@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kvcalc.errors import KvcalcError, LookupFailure, SpecError
 from kvcalc.spec import ModelSpec, spec_from_dict
-from kvcalc.yamlfile import check_file, is_file, load_yaml, read_text
+from kvcalc.yamlfile import check_file, is_file, line_finder, load_yaml, read_text
 
 
 def bundled_dir(folder: str) -> Path:
@@ -99,7 +99,7 @@ def load_path(path: Path, kind: str = "yaml", origin: str | None = None, name: s
     if path.suffix.lower() == ".json":
         got = "null" if data is None else {list: "an array", str: "a string", bool: "a boolean"}.get(type(data), "a number")
         raise SpecError(f"{path}: a config.json is a JSON object of fields with a model_type, not {got}")
-    return LoadedModel(spec_from_dict(data, str(path)), str(path), kind)
+    return LoadedModel(spec_from_dict(data, str(path), line_finder(path)), str(path), kind)
 
 
 def looks_like_path(arg: str, suffixes: tuple[str, ...] = (".yaml", ".yml", ".json")) -> bool:

@@ -29,7 +29,7 @@ from kvcalc.attention.base import (
     VocabSize,
 )
 from kvcalc.errors import SpecError
-from kvcalc.yamlfile import load_yaml
+from kvcalc.yamlfile import line_finder, load_yaml
 from kvcalc.yamlfile import read_text as read_text  # re-exported: importers read configs through it
 
 LayerIndex = Annotated[int, Field(ge=0, le=MAX_LAYERS)]  # a layer index, or a count of layers that may be 0
@@ -538,8 +538,9 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def format_validation_error(exc, origin: str) -> str:
-    """Turn a pydantic ValidationError into `origin: field.path: rule` lines."""
+def format_validation_error(exc, origin: str, locate: Callable[[tuple], int | None] | None = None) -> str:
+    """Turn a pydantic ValidationError into `origin: field.path: rule` lines, each with the YAML line of its key where
+    `locate` finds one (` (line 7)`)."""
     lines = []
     for err in exc.errors(include_url=False):
         msg = str(err["msg"]).removeprefix("Value error, ")
@@ -557,13 +558,17 @@ def format_validation_error(exc, origin: str) -> str:
             msg = "unknown key (check its spelling; unknown keys are errors)"
         elif err["type"] == "missing":
             msg = "required field is missing"
+        at = locate(tuple(err["loc"])) if locate is not None else None
+        msg += f" (line {at})" if at is not None else ""
         for line in msg.split("\n"):
             lines.append(f"{origin}: {where}: {line}" if where else f"{origin}: {line}")
     return "\n".join(lines)
 
 
-def validate_mapping(model: type[BaseModel], data: object, origin: str, noun: str, fields: str):
-    """Validate a parsed file as `model`, raising SpecError lines that name `origin` (`noun` and `fields` word them)."""
+def validate_mapping(model: type[BaseModel], data: object, origin: str, noun: str, fields: str,
+                     locate: Callable[[tuple], int | None] | None = None):
+    """Validate a parsed file as `model`, raising SpecError lines that name `origin` (`noun` and `fields` word them;
+    `locate`: the YAML line of an error's key)."""
     from pydantic import ValidationError
 
     if data is None:
@@ -574,7 +579,7 @@ def validate_mapping(model: type[BaseModel], data: object, origin: str, noun: st
         return model.model_validate(data)
     except ValidationError as exc:
         other = _other_kind(data, noun)
-        raise SpecError(f"{origin}: {other}" if other else format_validation_error(exc, origin)) from None
+        raise SpecError(f"{origin}: {other}" if other else format_validation_error(exc, origin, locate)) from None
 
 
 # Keys that only one kind of file has: a model spec, a hardware preset, a Hugging Face config.json
@@ -599,11 +604,11 @@ def _other_kind(data: dict, noun: str) -> str | None:
     return None
 
 
-def spec_from_dict(data: object, origin: str) -> ModelSpec:
-    """Validate a parsed mapping as a ModelSpec, raising SpecError that names `origin`."""
-    return validate_mapping(ModelSpec, data, origin, "spec", "name, d_model, layer_groups, ...")
+def spec_from_dict(data: object, origin: str, locate: Callable[[tuple], int | None] | None = None) -> ModelSpec:
+    """Validate a parsed mapping as a ModelSpec, raising SpecError that names `origin` (and lines, with `locate`)."""
+    return validate_mapping(ModelSpec, data, origin, "spec", "name, d_model, layer_groups, ...", locate)
 
 
 def load_spec(path: Path) -> ModelSpec:
     """Load and validate a YAML model spec."""
-    return spec_from_dict(load_yaml(path), str(path))
+    return spec_from_dict(load_yaml(path), str(path), line_finder(path))

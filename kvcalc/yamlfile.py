@@ -22,6 +22,7 @@ import math
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -275,6 +276,35 @@ def parse_yaml(text: str, origin: str) -> object:
         raise SpecError(f"{origin}: nested too deeply to read (a spec nests about 6 levels)") from None
     finally:
         loader.dispose()
+
+
+def line_finder(path: Path) -> Callable[[tuple], int | None]:
+    """For a schema error's location in the YAML file at `path` (pydantic's loc: keys, list indices and union tags),
+    the line of the last key or list item it names (1-based), read on the first call: an error path only."""
+    nodes: list[yaml.Node | None] = []
+
+    def line(loc: tuple) -> int | None:
+        if not nodes:
+            try:
+                loader = _Loader(read_text(path, MAX_YAML_BYTES))
+                try:
+                    nodes.append(loader.get_single_node())
+                finally:
+                    loader.dispose()
+            except (SpecError, yaml.YAMLError, OSError, RecursionError):
+                nodes.append(None)  # changed since it was read: no lines, the messages stand without them
+        node, found = nodes[0], None
+        for part in loc:
+            if isinstance(node, yaml.MappingNode):
+                match = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)]
+                if match:  # else a union's tag (gqa, dense) that the file does not write: the same mapping goes on
+                    found, node = match[0][0].start_mark.line + 1, match[0][1]
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+                node = node.value[part]
+                found = node.start_mark.line + 1
+        return found
+
+    return line
 
 
 def load_yaml(path: Path) -> object:

@@ -395,17 +395,17 @@ def test_unknown_preset_suggests_a_close_name():
 
 def test_unknown_key_names_the_field(tmp_path):
     path = write(tmp_path, USER_YAML + "peak_flops_fp8: 4\n")
-    assert error_of(path) == f"{path}: peak_flops_fp8: unknown key (check its spelling; unknown keys are errors)"
+    assert error_of(path) == f"{path}: peak_flops_fp8: unknown key (check its spelling; unknown keys are errors) (line 8)"
 
 
 def test_negative_bandwidth_names_field_and_rule(tmp_path):
     path = write(tmp_path, USER_YAML.replace("memory_bandwidth: 1_000_000_000_000", "memory_bandwidth: -5"))
-    assert error_of(path) == f"{path}: memory_bandwidth: must be greater than 0, got -5"
+    assert error_of(path) == f"{path}: memory_bandwidth: must be greater than 0, got -5 (line 5)"
 
 
 def test_fractional_figure_names_field_and_rule(tmp_path):
     path = write(tmp_path, USER_YAML.replace("memory_bytes: 25769803776", "memory_bytes: '1.5'"))
-    assert error_of(path) == f"{path}: memory_bytes: '1.5' is not a whole number"
+    assert error_of(path) == f"{path}: memory_bytes: '1.5' is not a whole number (line 6)"
 
 
 def test_missing_field_is_named(tmp_path):
