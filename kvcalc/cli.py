@@ -397,7 +397,7 @@ def approx(
     scale: Annotated[str, typer.Option("--scale", help="Input scales (multiply Q and K), comma-separated: small is flat attention, large is spiky.")] = "0.25,0.5,1,2",
     data: Annotated[str, typer.Option("--data", help="gaussian, clustered, spiky, or an .npz with q [n, d], k [n, d], v [n, d_v] of one head.")] = "gaussian",
     seeds: Annotated[int, whole_option("--seeds", lo=1, hi=1000, help="Random inputs (and projections) to average the errors over.")] = 3,
-    causal: Annotated[bool, typer.Option("--causal", help="Measure causal (decoder) attention; methods without a causal form are refused.")] = False,
+    causal: Annotated[bool, typer.Option("--causal", help="Measure causal (decoder) attention (window needs it); methods without a causal form (lsh, linformer, linformer-svd, nystrom) are refused.")] = False,
     spectrum: Annotated[bool, typer.Option("--spectrum", help="Also the singular values of the attention matrix and of QKᵀ: the rank for 90%, 99% and 99.9% of the energy.")] = False,
     plot_file: Annotated[Path | None, typer.Option("--plot", metavar="FILE", parser=path_value, help="Also a Pareto plot of error against FLOPs (.png .pdf .svg .pgf; needs matplotlib).")] = None,
     transmla: Annotated[list[str] | None, typer.Option("--transmla", metavar="MODEL", help="Instead: the cache saving of converting a GQA model to TransMLA's 512 + 64 latent (repeatable; the cache at --n tokens).")] = None,
@@ -429,8 +429,8 @@ def approx(
 
         emit(transmla_output([load(m) for m in transmla], length), fmt, units)
         return
-    if data not in DATA:  # an .npz: its arrays give n, d and d_v
-        given = written({"n": "--n", "d": "--d", "d_v": "--dv"})
+    if data not in DATA and Path(data).expanduser().is_file():  # an .npz: its arrays give n, d and d_v (another
+        given = written({"n": "--n", "d": "--d", "d_v": "--dv"})  # --data is named by the loader: no such file, ...
         if given:
             raise typer.BadParameter(f"{data}: an .npz's arrays q [n, d], k [n, d], v [n, d_v] give the sizes: leave "
                                      f"out {', '.join(given)}", param_hint="'--data'")

@@ -299,3 +299,12 @@ def test_spectrum_is_bounded_before_any_run_and_reports_progress():
     hooks = Heard()
     rows = spectrum_rows(64, 8, [0.5, 1.0], "gaussian", 0, False, hooks)
     assert len(rows) == 4 and hooks.heard == [("start", "spectrum SVDs", 2)] + [("advance", "spectrum SVDs", 1)] * 2
+
+
+def test_a_missing_data_file_is_said_whatever_else_is_given():
+    # a review: with --n, a missing .npz was told to leave out --n (its arrays give the sizes) rather than that it is
+    # missing; a misspelled generated input is named with the ones there are
+    res = run("approx", "--data", "/nonexistent.npz", "--n", "64", ok=False)
+    assert res.exit_code == 1 and "--data /nonexistent.npz: no such file" in res.stderr, str(res)
+    res = run("approx", "--data", "gausian", "--n", "64", ok=False)
+    assert "--data gausian: no such file, nor one of the generated inputs (gaussian, clustered, spiky)" in res.stderr
