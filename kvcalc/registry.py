@@ -213,8 +213,16 @@ def load_model(arg: str) -> LoadedModel:
 
 
 def _load_bundled(arg: str) -> LoadedModel:
-    """The bundled model `arg` names, or a LookupFailure suggesting the closest names."""
-    name = find_bundled(arg, bundled_names(), "model",
-                        "'kvcalc list' shows the bundled models; a path to a YAML spec or config.json also works")
+    """The bundled model `arg` names, or a LookupFailure suggesting the closest names (or naming a hardware preset)."""
+    try:
+        name = find_bundled(arg, bundled_names(), "model",
+                            "'kvcalc list' shows the bundled models; a path to a YAML spec or config.json also works")
+    except LookupFailure:
+        from kvcalc.hardware import bundled_hardware  # the error path only
+
+        if arg.lower() in {h.lower() for h in bundled_hardware()}:
+            raise LookupFailure(f"{arg!r} is a hardware preset, not a model: give it to --hardware "
+                                "('kvcalc list' shows the bundled models)") from None
+        raise
     loaded = load_path(specs_dir() / f"{name}.yaml", kind="bundled")
     return LoadedModel(loaded.spec, f"bundled spec model_specs/{name}.yaml", "bundled")

@@ -321,3 +321,11 @@ def test_the_value_of_a_repeatable_option_is_not_read_as_an_option(tmp_path, mon
     assert run("approx", "--transmla", "-fx.yaml", "-f", "json").exit_code == 0
     res = run("approx", "--n", "64", "-q", "--quiet", "--seeds", "1", "-m", "exact", "--scale", "1", "-f", "csv")
     assert res.exit_code == 0, str(res)
+
+
+def test_a_bundled_name_of_the_other_kind_is_named_for_what_it_is():
+    # a review: a preset file given as MODEL was named as one, a preset's bare name was an 'unknown model'
+    res = run("compare", "h100-80gb", ok=False)
+    assert res.exit_code == 1 and "'h100-80gb' is a hardware preset, not a model: give it to --hardware" in res.stderr
+    res = run("compare", "llama3-8b", "--hardware", "llama3-70b", "--columns", "time", ok=False)
+    assert res.exit_code == 1 and "--hardware llama3-70b: a bundled model, not a hardware preset" in res.stderr
