@@ -329,3 +329,12 @@ def test_a_bundled_name_of_the_other_kind_is_named_for_what_it_is():
     assert res.exit_code == 1 and "'h100-80gb' is a hardware preset, not a model: give it to --hardware" in res.stderr
     res = run("compare", "llama3-8b", "--hardware", "llama3-70b", "--columns", "time", ok=False)
     assert res.exit_code == 1 and "--hardware llama3-70b: a bundled model, not a hardware preset" in res.stderr
+
+
+def test_show_refuses_a_layout_flag_that_does_not_apply_as_compare_does():
+    # a review: show passed over --dp-attention on a model without MLA, or under vLLM, at tp 1
+    for args, said in ((("llama3-8b", "--dp-attention"), "--dp-attention: llama3-8b has no MLA layer"),
+                       (("deepseek-v3", "--dp-attention", "--engine", "vllm"), "DP attention is SGLang's")):
+        for command in ("show", "compare"):
+            res = run(command, *args, ok=False)
+            assert res.exit_code == 1 and said in res.stderr, (command, args, str(res))

@@ -251,7 +251,10 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
     from kvcalc.present.summary import SUMMARY_COLUMNS, SUMMARY_KEYS, summary_rows
     from kvcalc.rows import group_rows
 
+    from kvcalc.costs.parallel import check_layout
+
     spec = lm.spec
+    check_layout(spec, s)  # as compare's rows do: a layout or flag that does not apply is refused, not passed over
     report = kv_cache(spec, s)
     breakdown = group_rows(report, per_layer)
     summary = summary_rows(lm, report, units, s)
