@@ -335,7 +335,7 @@ def paper(
     command and kvcalc version that made them."""
     import shlex
 
-    from kvcalc.present.outputs import paper_readme, paper_tables
+    from kvcalc.present.outputs import PAPER_README_HEAD, paper_readme, paper_tables
     from kvcalc.settings import Settings
     from kvcalc.tables import DEFAULT_MODELS
 
@@ -343,6 +343,13 @@ def paper(
         raise typer.BadParameter("an empty folder name: give a folder, or leave --output out for kvcalc-paper",
                                  param_hint="'--output'")
     output = Path(output_dir)
+    if output.exists() and not output.is_dir():  # before the tables are computed
+        raise typer.BadParameter(f"{output_dir} is a file, not a folder", param_hint="'--output'")
+    readme = output / "README.md"
+    if readme.is_file() and not readme.read_text(encoding="utf-8", errors="replace").startswith(PAPER_README_HEAD):
+        raise typer.BadParameter(f"{output_dir} holds a README.md that no kvcalc paper bundle wrote, which the bundle's "
+                                 "own would replace; give a new folder (a bundle's folder is rewritten in place)",
+                                 param_hint="'--output'")
     names = list(models or DEFAULT_MODELS)
     s = Settings(ctx=one_ctx(ctx, "paper takes one context"), kv_dtype=kv_dtype)
     loaded = [load(m) for m in names]

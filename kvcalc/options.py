@@ -337,6 +337,28 @@ _OUTPUT_PARAMS = [
 ]
 
 
+# The parameters through which a command reads files: its models, --hardware, --data (approx, transmla's models too)
+INPUT_PARAMS = ("model", "models", "hardware_name", "data", "transmla")
+
+
+def refuse_an_input(output: str, kwargs: dict[str, Any]) -> None:
+    """A usage error when --output names a file the command reads (`show spec.yaml -o spec.yaml` would replace the
+    spec with its own table)."""
+    target = Path(output).expanduser()
+    if not target.is_file():
+        return
+    for name in INPUT_PARAMS:
+        value = kwargs.get(name)
+        for arg in value if isinstance(value, list) else [value]:
+            try:
+                same = isinstance(arg, str) and Path(arg).expanduser().is_file() and os.path.samefile(arg, target)
+            except OSError:
+                same = False
+            if same:
+                raise typer.BadParameter(f"{output} is a file this command reads ({arg}); write the output to "
+                                         "another file", param_hint="'--output'")
+
+
 def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command --caption, --label, --bare and --output: they set where and how `emit` writes."""
     from kvcalc.present.emit import DESTINATION, Destination
@@ -361,6 +383,8 @@ def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise
         if dest.output == "-":  # the Unix convention: stdout, not a file named '-'
             dest = dataclasses.replace(dest, output=None)
+        if dest.output is not None:
+            refuse_an_input(dest.output, kwargs)
         token = DESTINATION.set(dest)
         try:
             return fn(*args, **kwargs)

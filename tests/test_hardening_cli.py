@@ -338,3 +338,24 @@ def test_show_refuses_a_layout_flag_that_does_not_apply_as_compare_does():
         for command in ("show", "compare"):
             res = run(command, *args, ok=False)
             assert res.exit_code == 1 and said in res.stderr, (command, args, str(res))
+
+
+def test_an_output_never_replaces_a_file_the_command_reads(tmp_path):
+    # a review: `show s.yaml -o s.yaml -f csv` replaced the spec with its own table, `cost --hardware h.yaml -o h.yaml`
+    # the preset, and `paper -o DIR` a README.md of the user's in DIR
+    spec_path, hw_path = tmp_path / "s.yaml", tmp_path / "h.yaml"
+    spec_path.write_text((ROOT / "model_specs" / "gpt2.yaml").read_text())
+    hw_path.write_text((ROOT / "hardware_specs" / "h100-80gb.yaml").read_text())
+    before = spec_path.read_text(), hw_path.read_text()
+    for args in (("show", str(spec_path), "-o", str(spec_path), "-f", "csv"),
+                 ("cost", "gpt2", "--hardware", str(hw_path), "-o", str(hw_path), "-f", "json"),
+                 ("compare", "llama3-8b", str(spec_path), "-o", str(spec_path), "-f", "csv")):
+        res = run(*args, ok=False)
+        assert res.exit_code == 2 and "is a file this command reads" in res.stderr, str(res)
+    assert (spec_path.read_text(), hw_path.read_text()) == before
+    folder = tmp_path / "bundle"
+    folder.mkdir()
+    (folder / "README.md").write_text("# my notes\n")
+    res = run("paper", "gpt2", "-o", str(folder), ok=False)
+    assert res.exit_code == 2 and "holds a README.md that no kvcalc paper bundle wrote" in res.stderr
+    assert (folder / "README.md").read_text() == "# my notes\n"

@@ -553,6 +553,9 @@ def paper_tables(loaded: list[LoadedModel], s: Settings) -> tuple[dict[str, str]
     return out, warnings
 
 
+PAPER_README_HEAD = "# kvcalc paper bundle"  # how a bundle's README starts: a folder holding one is rewritten in place
+
+
 def paper_readme(files: dict[str, str], command: str, version: str) -> str:
     """The README of a `paper` bundle: each file, and the command and kvcalc version that made them."""
     what = {
@@ -560,7 +563,7 @@ def paper_readme(files: dict[str, str], command: str, version: str) -> str:
         "models": "the models table: hidden size, heads, KV heads or latent, head dim, layers, parameters, cache",
         "cache": "figure: KV cache against context", "flops-decode": "figure: decode FLOPs per token against context",
     }
-    lines = ["# kvcalc paper bundle", "", f"Made by kvcalc {version} with:", "", "```sh", command, "```", "",
+    lines = [PAPER_README_HEAD, "", f"Made by kvcalc {version} with:", "", "```sh", command, "```", "",
              "Run the same command to regenerate every file (tables are byte-identical).", "", "| File | What |",
              "|---|---|"]
     for name in files:
