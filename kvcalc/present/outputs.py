@@ -246,12 +246,11 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
 def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, units: str) -> Output:
     """`show`: the spec and its cache, then the cache by layer group (or layer)."""
     from kvcalc.costs.cache import kv_cache
+    from kvcalc.costs.parallel import check_layout
     from kvcalc.explain import derivation, derivation_lines
     from kvcalc.present.columns import GROUP_COLUMNS, GROUP_KEYS, PAGE_COLUMNS, STATE_COLUMN
     from kvcalc.present.summary import SUMMARY_COLUMNS, SUMMARY_KEYS, summary_rows
     from kvcalc.rows import group_rows
-
-    from kvcalc.costs.parallel import check_layout
 
     spec = lm.spec
     check_layout(spec, s)  # as compare's rows do: a layout or flag that does not apply is refused, not passed over
