@@ -43,12 +43,12 @@ class CostFigures:
     params_active: int = figure("Active\nparams", "count", "weights one token uses (MoE: top-k and shared experts)")
     weights_bytes: int = figure("Weights", "bytes", "bytes of all weights in weights_dtype")
     flops_prefill: int = figure("Prefill\nFLOPs", "flops", "FLOPs of a prefill of ctx tokens (causal unless --dense-attn)")
-    flops_decode_token: int = figure("Decode\nFLOPs/token", "flops", "FLOPs of one decode step at context ctx")
+    flops_decode_token: int = figure("Decode\nFLOPs/step", "flops", "FLOPs of one decode step at context ctx: one token for each sequence of the batch")
     flops_generate_cached: int = figure("Generate\n(cache)", "flops", "FLOPs of generating gen tokens with a KV cache")
     flops_generate_uncached: int = figure("Generate\n(no cache)", "flops",
                                           "FLOPs of generating gen tokens without a cache (each step re-runs its prefix)")
-    decode_bytes_read: int = figure("Decode\nbytes read", "bytes", "bytes one decode step reads, the whole model on all GPUs: active "
-                                    "weights (MoE: top-k + shared experts, a lower bound when batch exceeds 1) + KV cache (+ states "
+    decode_bytes_read: int = figure("Decode\nbytes read", "bytes", "bytes one decode step reads, the model's weights counted once (as "
+                                    "one replica reads them; under --dp each replica reads its own): active weights (MoE: top-k + shared experts, a lower bound when batch exceeds 1) + KV cache (+ states "
                                     "read and written back); the step times use one rank's share")
     decode_intensity: float = figure("FLOP\nper byte", "float", "flops_decode_token / decode_bytes_read, the whole model's (under --tp a "
                                      "rank's can be lower: it reads MLA's latent whole)")
@@ -60,8 +60,8 @@ class CostFigures:
                                        "first context at which absorbed decoding needs fewer FLOPs than naive")
     hardware: str | None = figure("Hardware", "text", "the hardware preset of the roofline figures")
     prefill_seconds: float | None = figure("Prefill\ntime", "seconds", "roofline lower bound on the prefill's time")
-    decode_seconds_per_token: float | None = figure("Decode\ntime/token", "seconds",
-                                                    "roofline lower bound on one decode step's time")
+    decode_seconds_per_token: float | None = figure("Decode\ntime/step", "seconds",
+                                                    "roofline lower bound on one decode step's time (a token for each sequence)")
     tokens_per_second: float | None = figure("Tokens/s", "rate", "batch / decode time: an upper bound")
     decode_bound: str | None = figure("Decode\nbound", "text", "compute or memory: what bounds a decode step")
     fits_in_memory: bool | None = figure("Fits", "bool", "weights + KV cache + states of the busiest GPU within its memory")
@@ -70,9 +70,9 @@ class CostFigures:
                                          "KV cache the busiest GPU holds, the one with the most cache + states + weights (heads split by tp, its pipeline stage, its share of the batch)")
     state_bytes_per_gpu: int = figure("State\nper GPU", "bytes", "constant states the busiest GPU holds")
     weights_bytes_per_gpu: int = figure("Weights\nper GPU", "bytes", "weights the busiest GPU holds (tp, ep and pp splits); that GPU is the one with the most cache + states + weights, so this column alone may fall below the total weights / GPUs")
-    tp_allreduce_bytes: int | None = figure("All-reduce\nbytes/token", "bytes",
+    tp_allreduce_bytes: int | None = figure("All-reduce\nbytes/step", "bytes",
                                             "estimate: bytes one decode step all-reduces over the tp ranks (tp > 1)")
-    comm_seconds_per_token: float | None = figure("Comm\ntime/token", "seconds",
+    comm_seconds_per_token: float | None = figure("Comm\ntime/step", "seconds",
                                                   "estimate: ring all-reduce time of a decode step on the preset's interconnect")
     block_size_per_gpu: int | None = figure("Page tokens\nper GPU", "tokens",
                                             "tokens a page holds on each GPU (--engine with --tp): a hybrid model's "

@@ -92,7 +92,7 @@ def test_every_new_figure_in_every_format(fmt):
         assert rows[0]["params_total"] == "70553706496"
     else:
         for header in ("Params", "Active", "Weights", "Prefill", "Decode", "bytes read", "Generate", "(no cache)",
-                       "Tokens/s", "time/token"):
+                       "Tokens/s", "time/step"):
             assert header in out, header
         assert "70.6B" in out and "236B" in out
 
@@ -100,7 +100,7 @@ def test_every_new_figure_in_every_format(fmt):
 def test_columns_choice_and_errors():
     out = run("compare", "gpt2", "--ctx", "1k", "--columns", "model,params_total,flops_decode_token", "--format", "markdown").stdout
     # ctx is an identifying column: --columns always keeps it, after the model (README, "Identifying columns stay")
-    assert out.splitlines()[2] == "| Model | Ctx | Params | Decode FLOPs/token |"
+    assert out.splitlines()[2] == "| Model | Ctx | Params | Decode FLOPs/step |"  # a step: a token for each sequence
     res = run("compare", "gpt2", "--columns", "model,flops", ok=False)
     assert res.exit_code == 1 and "unknown column 'flops'" in res.stderr and "flops_prefill" in res.stderr
     res = run("compare", "gpt2", "--columns", "time", ok=False)

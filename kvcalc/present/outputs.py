@@ -398,6 +398,8 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     hide |= {"state_bytes_per_gpu"}  # in the KV cache column already (csv and json carry it apart)
     cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
     cols = [Column.of(figs[0])] + cols
+    if any(row.get("state_bytes_per_gpu") is not None for row in rows):  # a hybrid: its states are in that column
+        cols = [Column(c.key, "KV + states\nper GPU", c.kind) if c.key == "kv_cache_bytes_per_gpu" else c for c in cols]
     from kvcalc.costs.parallel import stages
     from kvcalc.units import format_bytes
 
