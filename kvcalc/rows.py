@@ -246,8 +246,10 @@ class GroupRow:
     bytes: int = figure("Cache, all\nits layers", "bytes", "cache bytes of all its layers")
     state_bytes: int | None = figure("State, all\nits layers", "bytes", "constant state of all its layers")
     layer: int | None = figure("Layer", "int", "the layer (per-layer rows)")
-    pages: int | None = figure("Pages", "int", "pages each layer holds per sequence (--engine)")
-    engine_bytes: int | None = figure("Engine, all\nits layers", "bytes", "its cache in the engine's whole pages (--engine)")
+    pages: int | None = figure("Pages", "int", "KV-cache pages each layer holds per sequence (--engine; 0 in a layer of "
+                               "constant state alone, whose state pages the summary's engine_state_bytes counts)")
+    engine_bytes: int | None = figure("Engine, all\nits layers", "bytes", "its KV cache in the engine's whole pages "
+                                      "(--engine; constant states: the summary's engine_state_bytes)")
 
 
 def _group_row(gc: GroupCache) -> GroupRow:

@@ -280,12 +280,12 @@ CHECK_MEANINGS = {
 
 RUN_SETTINGS = {  # what each of RunSettings' fields is, as the run's JSON `settings` carries it
     "ctx": "--ctx: prompt tokens prefilled", "decode": "--decode: decode steps after the prompt",
-    "batch": "--batch: sequences", "layers": "--layers: layers run (left out: every layer)",
+    "batch": "--batch: sequences", "layers": "--layers: layers run (left out: one of each layer group)",
     "dtype": "--dtype: the NumPy dtype of weights, activations and cache", "mla_cache": "--mla-cache: MLA cache layout",
     "mla_schedule": "--mla-schedule: MLA decode schedule (left out: the layout's default)",
     "seed": "--seed: seed of the random weights and inputs",
     "max_memory": "--max-memory, in bytes (left out: the memory available)",
-    "rope_demo": "--rope-demo: the RoPE demonstration was added",
+    "rope_demo": "--rope-demo was given (the demonstration also runs without it for MLA models: see checks)",
     "threads": "--threads: prefill attention threads (left out: every core the process may use)",
     "enc_ctx": "--enc-ctx: encoder positions cross-attention attends (left out: the model's source length)",
 }
