@@ -48,12 +48,15 @@ def parse_bytes(text: str, per_second: bool = False) -> int:
 
     Args:
         text: a number, then a unit: B, kB, MB, GB, TB, PB (powers of 1000) or KiB, MiB, GiB, TiB, PiB (powers of
-            1024); with per_second, the unit may end in '/s' ('3.35TB/s'). A lower-case b (bits) is refused.
+            1024); with per_second, the unit ends in '/s' ('3.35TB/s'; '3.35TB' is refused as a size). A lower-case b
+            (bits) is refused.
         per_second: whether the figure is a rate (bytes/s) rather than a capacity.
     Returns:
         The whole number of bytes (or bytes/s); a ValueError says what was wrong.
     """
     match = _SIZE.fullmatch(text)
+    if match and per_second and not match["per_second"] and not (match["binary"] and not match["prefix"]):
+        raise ValueError(f"{text!r} is a size, not a rate: write it per second ({text}/s)")
     if not match or (match["binary"] and not match["prefix"]) or (match["per_second"] and not per_second):
         noun, example = (
             ("a bandwidth in bytes/s", "3.35TB/s = 3.35 * 10**12, 800GiB/s = 800 * 2**30")
@@ -107,7 +110,8 @@ class Hardware(Strict):
         if not _NUMBER.fullmatch(text):  # Decimal alone would take ' 80 ', '_80_' and '8__0'
             unit = _UNIT_OF.get(info.field_name or "")
             if unit is None or len(text) > 64:
-                raise ValueError(f"{text[:40]!r} is not a whole number (digits 0-9, single underscores between them)")
+                raise ValueError(f"{text[:40]!r} is not a whole number: write its digits (989400000000000, 989_400_000_000_000) "
+                                 "or an exponent (989.4e12); units such as TFLOPS are not read")
             return parse_bytes(text, per_second=unit == "bytes/s")
         number = Decimal(text.replace("_", ""))  # _NUMBER is Decimal's syntax less its leniencies
         if not number.is_finite() or len(number.as_tuple().digits) > 64 or number.adjusted() > MAX_EXPONENT:

@@ -344,6 +344,14 @@ def test_bandwidths_accept_rates(tmp_path):
     assert (hw.memory_bandwidth, hw.interconnect_bandwidth) == (3_350_000_000_000, 900_000_000_000)
     text = USER_YAML.replace("memory_bandwidth: 1_000_000_000_000", "memory_bandwidth: 800GiB/s")
     assert load_hardware(str(write(tmp_path, text))).memory_bandwidth == 800 * GiB
+    # a review: a size where a rate belongs was read as one ('3.35TB' as 3.35 TB/s); and a unit a count does not take
+    # was called a malformed number, not told how to write it
+    text = USER_YAML.replace("memory_bandwidth: 1_000_000_000_000", "memory_bandwidth: 3.35TB")
+    assert error_of(write(tmp_path, text)).endswith("memory_bandwidth: '3.35TB' is a size, not a rate: write it per "
+                                                   "second (3.35TB/s) (line 5)")
+    text = USER_YAML.replace("peak_flops_bf16: 100_000_000_000_000", "peak_flops_bf16: 989.4TFLOPS")
+    assert "peak_flops_bf16: '989.4TFLOPS' is not a whole number: write its digits (989400000000000, " \
+        "989_400_000_000_000) or an exponent (989.4e12); units such as TFLOPS are not read" in error_of(write(tmp_path, text))
 
 
 def test_interconnect_is_optional(tmp_path):
