@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvcalc.errors import KvcalcError, LookupFailure, SpecError
-from kvcalc.spec import ModelSpec, spec_from_dict
+from kvcalc.spec import SPEC_NAME_RULE, ModelSpec, spec_from_dict
 from kvcalc.yamlfile import check_file, is_file, line_finder, load_yaml, read_text
 
 
@@ -62,7 +62,7 @@ def _read_mapping(path: Path) -> object:
 
 # The rule ModelSpec.name enforces (kvcalc/spec.py), in words for messages.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-NAME_RULE = "a spec name starts with a letter or digit and has only letters, digits, '.', '_' and '-'"
+NAME_RULE = f"a spec {SPEC_NAME_RULE}"
 
 
 def _as_name(text: str) -> str:

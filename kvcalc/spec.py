@@ -507,6 +507,9 @@ def _loc(loc: tuple) -> str:
     return out
 
 
+# The rule of a name (a spec's, a hardware preset's: the `pattern` of their name fields), in words for messages
+SPEC_NAME_RULE = "name starts with a letter or digit and has only letters, digits, '.', '_' and '-'"
+
 # Strict fields: what a field wanted, for "n_layers: expected an integer, got true".
 _EXPECTED = {"int_type": "an integer", "bool_type": "true or false", "string_type": "a string", "float_type": "a number",
              "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping"}
@@ -538,15 +541,96 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def format_validation_error(exc, origin: str, locate: Callable[[tuple], int | None] | None = None) -> str:
+def _model_of(annotation: Any, value: object) -> type[BaseModel] | None:
+    """The model a field's annotation validates `value` as: through Annotated, Optional and list, an attention mapping
+    as the kind its `kind` names, an FFN union's member by its `kind` tag."""
+    import typing
+
+    from kvcalc.attention import KINDS, AttentionKind
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated or origin is list:
+        return _model_of(args[0], value)
+    if args and origin is not Literal:  # a union: the member whose kind tag the value names, else the first model
+        members = [m for m in (_model_of(a, value) for a in args) if m is not None]
+        tag = value.get("kind") if isinstance(value, dict) else None
+        tagged = [m for m in members if "kind" in m.model_fields and typing.get_args(m.model_fields["kind"].annotation) == (tag,)]
+        return next(iter(tagged or members), None)
+    if isinstance(annotation, type) and issubclass(annotation, AttentionKind):
+        return KINDS.get(value.get("kind")) if isinstance(value, dict) else None  # type: ignore[arg-type]
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _model_at(model: type[BaseModel], data: object, loc: tuple) -> type[BaseModel] | None:
+    """The model of the mapping at `loc` in `data` (a validation error's location, less its last part), found by
+    walking the data as the fields' annotations read it; None where the walk leaves the models."""
+    node: object = data
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(node, dict) and part in node and current is not None:
+            field = current.model_fields.get(str(part))
+            node = node[part]
+            current = _model_of(field.annotation, node) if field is not None else None
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        # else a union's tag (gqa, dense) that the data does not write: the same mapping goes on
+    return current
+
+
+def _unknown_key(key: str, parent: type[BaseModel] | None) -> tuple[str, str | None]:
+    """The message for a key `parent` does not have, and the field it is a misspelling of (or None): a close name
+    suggested; a field of another attention or FFN kind named as that kind's."""
+    import difflib
+
+    from kvcalc.attention import KINDS
+
+    tag = typing_tag(parent)
+    families: tuple[dict[str, Any], ...] = (KINDS, {"dense": DenseFFN, "moe": MoEFFN, "none": NoFFN})
+    for family in families:  # a field of another kind first: n_kv_heads on an MHA block is not a misspelt n_heads
+        if tag in family:
+            others = [t for t, cls in family.items() if key in cls.model_fields]
+            if others:
+                return f"not a field of kind {tag} (a field of {', '.join(others)})", None
+    fields = [f for f in parent.model_fields if f != "kind"] if parent is not None else []
+    close = difflib.get_close_matches(key, fields, n=1, cutoff=0.85)  # vocab_sise, n_kv_headz; not peak_flops_fp8
+    if close:
+        return f"unknown key: did you mean {close[0]}?", close[0]
+    return "unknown key (check its spelling; unknown keys are errors)", None
+
+
+def typing_tag(model: type[BaseModel] | None) -> str | None:
+    """The `kind` tag of an attention or FFN model class, or None."""
+    import typing
+
+    field = model.model_fields.get("kind") if model is not None else None
+    args = typing.get_args(field.annotation) if field is not None else ()
+    return args[0] if len(args) == 1 and isinstance(args[0], str) else None
+
+
+def format_validation_error(exc, origin: str, locate: Callable[[tuple], int | None] | None = None,
+                            model: type[BaseModel] | None = None, data: object = None) -> str:
     """Turn a pydantic ValidationError into `origin: field.path: rule` lines, each with the YAML line of its key where
-    `locate` finds one (` (line 7)`)."""
+    `locate` finds one (` (line 7)`); with the `model` and `data` validated, an unknown key gets the field it may
+    misspell (whose 'missing' line it replaces) or the kind it belongs to."""
     lines = []
-    for err in exc.errors(include_url=False):
+    errors = exc.errors(include_url=False)
+    misspelt: set[tuple] = set()  # (parent loc, field) of the missing fields an unknown key names
+    unknown: dict[int, str] = {}
+    for i, err in enumerate(errors):
+        if err["type"] == "extra_forbidden" and model is not None:
+            loc = tuple(err["loc"])
+            unknown[i], field = _unknown_key(str(loc[-1]), _model_at(model, data, loc[:-1]))
+            if field is not None:
+                misspelt.add((loc[:-1], field))
+    for i, err in enumerate(errors):
         msg = str(err["msg"]).removeprefix("Value error, ")
         where = _loc(tuple(err["loc"]))
+        if err["type"] == "missing" and (tuple(err["loc"])[:-1], err["loc"][-1]) in misspelt:
+            continue  # said at the misspelt key
         if err["type"] in _EXPECTED:
             msg = f"expected {_EXPECTED[err['type']]}, got {_shown(err['input'])}"
+            if err["type"] == "int_type" and isinstance(err["input"], str) and any(c.isdigit() for c in err["input"]):
+                msg += " (an integer is written in plain decimal digits: no underscores, prefixes or exponents)"
         elif err["type"] == "invalid_key":  # YAML's `~: 3` or `1: 2` at the top: a key that is no name
             where = _loc(tuple(err["loc"])[:-1])
             msg = f"a key must be a name (a string), got {_shown(err['input'])}"
@@ -555,9 +639,19 @@ def format_validation_error(exc, origin: str, locate: Callable[[tuple], int | No
         elif err["type"] in _BOUND:
             msg = _bound_rule(err["type"], err.get("ctx", {}), err["input"])
         elif err["type"] == "extra_forbidden":
-            msg = "unknown key (check its spelling; unknown keys are errors)"
+            msg = unknown.get(i, "unknown key (check its spelling; unknown keys are errors)")
         elif err["type"] == "missing":
             msg = "required field is missing"
+        elif err["type"] == "union_tag_not_found":  # an FFN mapping without its kind
+            msg = f"required field is missing: {err.get('ctx', {}).get('discriminator', 'kind').strip(chr(39))}"
+        elif err["type"] == "union_tag_invalid":
+            ctx = err.get("ctx", {})
+            msg = f"unknown kind {ctx.get('tag')!r}: choose one of {ctx.get('expected_tags', '').replace(chr(39), '')}"
+        elif err["type"] == "string_pattern_mismatch" and where.endswith("name"):
+            msg = f"a {SPEC_NAME_RULE}, got {_shown(err['input'])}"
+        elif err["type"] == "too_short":
+            n = err.get("ctx", {}).get("min_length", 1)
+            msg = f"must have at least {n} item{'s' if n != 1 else ''}"
         at = locate(tuple(err["loc"])) if locate is not None else None
         msg += f" (line {at})" if at is not None else ""
         for line in msg.split("\n"):
@@ -579,7 +673,7 @@ def validate_mapping(model: type[BaseModel], data: object, origin: str, noun: st
         return model.model_validate(data)
     except ValidationError as exc:
         other = _other_kind(data, noun)
-        raise SpecError(f"{origin}: {other}" if other else format_validation_error(exc, origin, locate)) from None
+        raise SpecError(f"{origin}: {other}" if other else format_validation_error(exc, origin, locate, model, data)) from None
 
 
 # Keys that only one kind of file has: a model spec, a hardware preset, a Hugging Face config.json

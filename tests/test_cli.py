@@ -340,7 +340,11 @@ def test_error_unknown_key(tmp_path):
     path = tmp_path / "typo.yaml"
     path.write_text((ROOT_SPECS / "gpt2.yaml").read_text().replace("vocab_size:", "vocab_sise:"))
     err = failing("show", path)
-    assert f"{path}: vocab_sise: unknown key" in err and f"{path}: vocab_size: required field is missing" in err
+    # one line, with the field it misspells (a review: it was two, the second 'vocab_size: required field is missing')
+    assert f"{path}: vocab_sise: unknown key: did you mean vocab_size? (line " in err and "vocab_size: required" not in err
+    # a field of another attention kind is named as such, not as a misspelling of a field this kind has
+    path.write_text((ROOT_SPECS / "gpt2.yaml").read_text().replace("      n_heads: 12\n", "      n_heads: 12\n      n_kv_heads: 4\n"))
+    assert "layer_groups[0].attention.n_kv_heads: not a field of kind mha (a field of gqa)" in failing("show", path)
 
 
 @pytest.mark.parametrize("ctx, message", [

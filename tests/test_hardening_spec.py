@@ -341,8 +341,9 @@ def test_a_schema_error_names_the_line_of_its_key(tmp_path):
     at = {key: 1 + next(i for i, line in enumerate(lines) if line.strip().startswith(f"{key}:")) for key in ("n_layers", "n_kv_heads")}
     text = edited(edited(LLAMA, "n_layers: 80", "n_layers: 010"), "n_kv_heads: 8", "n_kv_headz: 8")
     err = refused("compare", spec_file(tmp_path, text))
-    assert f"n_layers: expected an integer, got '010' (line {at['n_layers']})" in err
-    assert f"layer_groups[0].attention.n_kv_headz: unknown key (check its spelling; unknown keys are errors) (line {at['n_kv_heads']})" in err
+    assert f"n_layers: expected an integer, got '010' (an integer is written in plain decimal digits: no underscores, " \
+        f"prefixes or exponents) (line {at['n_layers']})" in err
+    assert f"layer_groups[0].attention.n_kv_headz: unknown key: did you mean n_kv_heads? (line {at['n_kv_heads']})" in err
     # a hardware file too; a field the file leaves out has no line to name
     err = refused("compare", "llama3-8b", "--hardware", spec_file(tmp_path, edited(H100, "vendor: NVIDIA", "vendor: 7"), "hw.yaml"))
     assert f"vendor: expected a string, got 7 (line {1 + H100.splitlines().index('vendor: NVIDIA')})" in err
