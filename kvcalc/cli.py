@@ -235,7 +235,7 @@ def run_backend(
     mla_cache: MlaOpt = "latent",
     mla_schedule: ScheduleOpt = None,
     seed: Annotated[int, whole_option("--seed", lo=0, hi=2**63 - 1, help="Seed of the random weights and inputs.")] = 0,
-    max_memory: Annotated[str | None, typer.Option("--max-memory", help="Refuse runs predicted to need more (8G, 512M; default: available memory).")] = None,
+    max_memory: Annotated[str | None, typer.Option("--max-memory", help="Refuse runs predicted to need more (8G, 512M: binary, G = 2**30 bytes, so 512MB is 512 MiB; default: available memory).")] = None,
     rope_demo: Annotated[bool, typer.Option("--rope-demo", help="Add the RoPE demonstration (always on for MLA models).")] = False,
     threads: Annotated[int | None, whole_option("--threads", "-t", lo=1, hi=4096, help="Threads for the prefill's attention, each with a one-thread BLAS (default: every core; at most 4,096).")] = None,
     enc_ctx: EncCtxOpt = None,
@@ -436,7 +436,7 @@ def approx(
 
         emit(transmla_output([load(m) for m in transmla], length), fmt, units)
         return
-    if data not in DATA and Path(data).expanduser().is_file():  # an .npz: its arrays give n, d and d_v (another
+    if data not in DATA and data.lower().endswith(".npz") and Path(data).expanduser().is_file():  # its arrays give n, d, d_v (another
         given = written({"n": "--n", "d": "--d", "d_v": "--dv"})  # --data is named by the loader: no such file, ...
         if given:
             raise typer.BadParameter(f"{data}: an .npz's arrays q [n, d], k [n, d], v [n, d_v] give the sizes: leave "

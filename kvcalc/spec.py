@@ -326,7 +326,8 @@ class ModelSpec(Strict):
             owner.update({layer: gi for layer in picked[gi]})
         missing = [i for i in range(self.n_layers) if i not in owner]
         if missing and not problems:
-            problems.append(f"layer_groups: layers {layer_text(missing)} belong to no group (every layer needs an attention block)")
+            which = f"layer {layer_text(missing)} belongs" if len(missing) == 1 else f"layers {layer_text(missing)} belong"
+            problems.append(f"layer_groups: {which} to no group (every layer needs an attention block)")
         for gi in range(len(self.layer_groups)):
             if rest and gi == rest[0] and not picked[gi] and not problems:
                 problems.append(f"layer_groups[{gi}].layers: 'rest' is empty: the other groups already cover every layer")

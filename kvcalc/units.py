@@ -194,9 +194,10 @@ def parse_token_range(text: str, points: int | None = None) -> list[int]:
 
 def parse_size(text: str) -> int:
     """A memory size: '8G' -> 8 GiB; K/M/G/T are binary (1024-based), an optional B or iB; a plain number is bytes."""
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTkmgt]?)(?:[iI]?B)?\s*", text)  # a lower-case b: bits
     if not match:
-        raise ValueError(f"{text[:40]!r} is not a size (use e.g. 8G, 512M, 1073741824)")
+        bits = " (a lower-case b is bits: write 512M or 512MiB)" if text.rstrip().endswith("b") else ""
+        raise ValueError(f"{text[:40]!r} is not a size (use e.g. 8G, 512M, 1073741824){bits}")
     if len(match[1]) > 40:  # past any memory (and past Python's 4,300-digit limit on reading an int)
         raise ValueError(f"{text[:20]!r}… ({len(match[1]):,} digits) is not a size a machine has (use e.g. 8G, 512M)")
     scale = 1024 ** " KMGT".index(match[2].upper() or " ")

@@ -359,3 +359,22 @@ def test_an_output_never_replaces_a_file_the_command_reads(tmp_path):
     res = run("paper", "gpt2", "-o", str(folder), ok=False)
     assert res.exit_code == 2 and "holds a README.md that no kvcalc paper bundle wrote" in res.stderr
     assert (folder / "README.md").read_text() == "# my notes\n"
+
+
+def test_messages_name_what_was_meant(tmp_path):
+    # a review of every message: each of these blamed another thing or quoted another rule
+    notes = tmp_path / "notes.md"
+    notes.write_text("hi\n")
+    cases = [
+        (("approx", "--data", str(tmp_path)), "is a folder, not an .npz file"),
+        (("approx", "--data", str(notes), "--n", "64"), "not a NumPy .npz archive"),  # not: leave out --n
+        (("plot", "gpt2", "-o", str(tmp_path / "x.png"), "--metric", "cache,state"), "(one --metric a panel: --metric cache --metric state)"),
+        (("run", "gpt2", "--ctx", "8", "--max-memory", "100Mb"), "(a lower-case b is bits: write 512M or 512MiB)"),
+    ]
+    for args, said in cases:
+        res = run(*args, ok=False)
+        assert res.exit_code in (1, 2) and said in res.stderr, (args, str(res))
+    spec = (ROOT / "model_specs" / "gpt2.yaml").read_text().replace("- layers: all", "- layers: 0-10")
+    path = tmp_path / "eleven.yaml"
+    path.write_text(spec)
+    assert "layer_groups: layer 11 belongs to no group" in run("show", str(path), ok=False).stderr

@@ -118,7 +118,8 @@ METRICS = tuple(METRIC_INFO)
 def _metric(name: str, s: Settings) -> Metric:
     name = name.lower()  # as every other choice: CACHE is cache
     if name not in METRIC_INFO:
-        raise KvcalcError(f"unknown metric {name!r}: choose one of {', '.join(METRICS)}")
+        panels = " (one --metric a panel: --metric cache --metric state)" if "," in name else ""
+        raise KvcalcError(f"unknown metric {name!r}: choose one of {', '.join(METRICS)}{panels}")
     metric = METRIC_INFO[name]
     if metric.needs_hardware and s.hardware is None:
         raise KvcalcError(NEEDS_HARDWARE)
