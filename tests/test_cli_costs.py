@@ -103,6 +103,10 @@ def test_columns_choice_and_errors():
     assert out.splitlines()[2] == "| Model | Ctx | Params | Decode FLOPs/step |"  # a step: a token for each sequence
     res = run("compare", "gpt2", "--columns", "model,flops", ok=False)
     assert res.exit_code == 1 and "unknown column 'flops'" in res.stderr and "flops_prefill" in res.stderr
+    # a near miss is named (a review: a list of 60 keys alone), and an empty key is said as one
+    res = run("compare", "gpt2", "--columns", "kv_cache_byte", ok=False)
+    assert "unknown column 'kv_cache_byte'; did you mean kv_cache_bytes? (use a preset" in res.stderr
+    assert "column keys separated by commas, none empty" in run("compare", "gpt2", "--columns", "model,,ctx", ok=False).stderr
     res = run("compare", "gpt2", "--columns", "time", ok=False)
     assert "need --hardware NAME" in res.stderr
 

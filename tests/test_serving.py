@@ -75,9 +75,10 @@ def test_no_scheme_keeps_every_figure():
 
 @pytest.mark.parametrize("args, message", [
     (["--kv-quant", "g64"], "--kv-quant g64 stores scales beside quantised values: it needs --kv-dtype fp8, int8, int4"),
-    (["--kv-quant", "g0", "--kv-dtype", "int4"], "unknown --kv-quant 'g0'"),
+    # a review: g0 was an 'unknown' scheme, and fp8-ds-mla on a model without MLA spoke of 'k' tensors
+    (["--kv-quant", "g0", "--kv-dtype", "int4"], "--kv-quant g0: a group of G values is written g<G> with G a whole number from 1"),
     (["--kv-quant", "fp8-ds-mla", "--kv-dtype", "int8"], "fp8-ds-mla is an fp8 layout: it needs --kv-dtype fp8"),
-    (["--kv-quant", "fp8-ds-mla", "--kv-dtype", "fp8"], "--kv-quant fp8-ds-mla is the layout of an MLA latent cache, not of 'k'"),
+    (["--kv-quant", "fp8-ds-mla", "--kv-dtype", "fp8"], "--kv-quant fp8-ds-mla: llama3-8b has no MLA layer"),
     (["--block-size", "16"], "--block-size is the page size of a serving engine: give --engine too"),
 ])
 def test_bad_serving_options_get_one_message(args, message):

@@ -463,6 +463,9 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
         raise KvcalcError(f"--pp {s.pp} --engine {s.engine}: {spec.name} is an encoder–decoder model, and "
                           f"{s.engine} runs none with pipeline parallelism (give --pp 1, or no --engine)")
     check_engine(spec, s)  # what vLLM's and SGLang's model files cannot run, or run by rules kvcalc lacks
+    if s.kv_quant == "fp8-ds-mla" and not spec.has_layouts():
+        raise KvcalcError(f"--kv-quant fp8-ds-mla: {spec.name} has no MLA layer (fp8_ds_mla is vLLM's layout of "
+                          "DeepSeek's MLA latent cache); per-token or per-head scales fit other caches")
     if s.dp_attention and not spec.has_layouts():
         raise KvcalcError(f"--dp-attention: {spec.name} has no MLA layer (SGLang's DP attention splits a latent cache)")
     if s.dp_attention and s.engine == "vllm":

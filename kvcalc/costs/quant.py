@@ -37,6 +37,9 @@ def check_scheme(scheme: str) -> str:
             raise KvcalcError(f"--kv-quant {scheme[:40]}: a group of at most 2^40 (keys group along tokens, values "
                               "along channels)")
         return scheme
+    if re.fullmatch(r"g[0-9]+", scheme):  # g0, g064: a group's size is wrong, not the scheme
+        raise KvcalcError(f"--kv-quant {scheme[:40]}: a group of G values is written g<G> with G a whole number from 1, "
+                          "without leading zeros (g64)")
     raise KvcalcError(f"unknown --kv-quant {scheme!r}: choose one of {', '.join(SCHEMES)} (e.g. g64)")
 
 
@@ -64,7 +67,8 @@ def component_bytes(name: str, channels: int, heads: int, tokens: int, kv_dtype:
             return tokens * channels * 2  # the RoPE key stays bf16
         if name in ("c_kv", "index_k"):
             return tokens * (channels + _ceil(channels, 128) * SCALE)  # fp8 values, an fp32 scale per 128
-        raise KvcalcError(f"--kv-quant fp8-ds-mla is the layout of an MLA latent cache, not of '{name}' tensors")
+        raise KvcalcError(f"--kv-quant fp8-ds-mla is the layout of an MLA latent cache (vLLM's fp8_ds_mla), and this "
+                          f"model caches other tensors too ('{name}'): every attention layer must be MLA")
     match = _GROUP.match(scheme)
     if match is None:
         raise KvcalcError(f"unknown --kv-quant {scheme!r}")

@@ -46,9 +46,15 @@ def choose(text: str, have_hardware: bool, identity: tuple[str, ...] = IDENTITY)
         elif item in CATALOG:
             keys.append(item)
         else:
+            import difflib
+
+            if not item:
+                raise KvcalcError(f"--columns {text!r}: column keys separated by commas, none empty")
+            close = difflib.get_close_matches(item, [*PRESETS, *CATALOG], n=1, cutoff=0.8)
+            hint = f"; did you mean {close[0]}?" if close else ""
             raise KvcalcError(
-                f"unknown column {item!r}: use a preset ({', '.join(PRESETS)}) or a column key "
-                f"({', '.join(sorted(CATALOG))})"
+                f"unknown column {item!r}{hint} (use a preset ({', '.join(PRESETS)}) or a column key "
+                f"({', '.join(sorted(CATALOG))}))"
             )
     keys = list(dict.fromkeys(keys))
     for key in identity:  # a missing identity column goes after the identity columns asked for, else first
