@@ -82,9 +82,11 @@ def _name_from_path(path: Path) -> str:
     return _as_name(path.parent.name if path.stem == "config" and path.parent.name else path.stem)
 
 
-def load_path(path: Path, kind: str = "yaml", origin: str | None = None, name: str | None = None) -> LoadedModel:
+def load_path(path: Path, kind: str = "yaml", origin: str | None = None, name: str | None = None,
+              config_only: bool = False) -> LoadedModel:
     """Load a YAML spec or an HF config (recognised by its model_type) from a file (`origin` and `name`: how to call
-    an HF config in messages and the spec's name, by default its path and folder)."""
+    an HF config in messages and the spec's name, by default its path and folder; `config_only`: refuse anything but
+    a config, before checking it as a spec)."""
     data = _read_mapping(path)
     if isinstance(data, dict) and "model_type" in data:  # kvcalc.hf (every importer) only for what may be a config
         from kvcalc.hf import generic, is_hf_config, spec_from_config
@@ -94,6 +96,11 @@ def load_path(path: Path, kind: str = "yaml", origin: str | None = None, name: s
             spec, imported = spec_from_config(data, origin, name or _name_from_path(path))
             warnings = (f"warning: {origin}: {generic.assumption(data)}",) if generic.is_generic(data) else ()
             return LoadedModel(spec, origin, "hf", imported.keys, warnings)
+    if config_only:
+        keys = ", ".join(map(str, list(data)[:4])) + (", ..." if len(data) > 4 else "") if isinstance(data, dict) else ""
+        why = "no model_type" if not isinstance(data, dict) or "model_type" not in data else "not a config's fields"
+        raise SpecError(f"{path}: not a Hugging Face config.json ({why}{'; its keys: ' + keys if keys else ''}); a YAML "
+                        "spec is given to the other commands as it is")
     if path.suffix.lower() == ".json" and isinstance(data, dict):
         raise SpecError(f"{path}: model_type: not found; a JSON file must be a Hugging Face config.json with a model_type")
     if path.suffix.lower() == ".json":

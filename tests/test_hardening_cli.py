@@ -378,3 +378,18 @@ def test_messages_name_what_was_meant(tmp_path):
     path = tmp_path / "eleven.yaml"
     path.write_text(spec)
     assert "layer_groups: layer 11 belongs to no group" in run("show", str(path), ok=False).stderr
+
+
+def test_import_takes_a_config_and_says_what_else_it_was_given(tmp_path):
+    # a review: import checked any other file as a model spec (seven missing spec fields for a text file) and only
+    # then said it was no config; and `-o FOLDER` asked for --force, then failed on the folder
+    text = tmp_path / "x.txt"
+    text.write_text("hello: 1\n")
+    for path, keys in ((text, "hello"), (ROOT / "model_specs" / "gpt2.yaml", "name, family, source, d_model, ...")):
+        res = run("import", str(path), ok=False)
+        assert res.exit_code == 1 and f"{path}: not a Hugging Face config.json (no model_type; its keys: {keys})" \
+            in res.stderr, str(res)
+        assert "required field is missing" not in res.stderr
+    config = ROOT / "tests" / "data" / "reference" / "models" / "llama-3-8b.json"
+    res = run("import", str(config), "-o", str(tmp_path), ok=False)
+    assert res.exit_code == 1 and f"--output {tmp_path}: a folder; give the spec's file name" in res.stderr

@@ -444,12 +444,12 @@ def import_spec(config: Path, output: Path | None, name: str | None, force: bool
         raise KvcalcError(f"--output {output}: that is the config being imported; write the spec elsewhere")
     if output is not None and output.suffix.lower() == ".json":  # kvcalc would read it back as a config.json
         raise KvcalcError(f"--output {output}: the spec is YAML; name the file .yaml or .yml")
+    if output is not None and output.is_dir():
+        raise KvcalcError(f"--output {output}: a folder; give the spec's file name (e.g. {output / 'spec.yaml'})")
     if output is not None and output.exists():
         if not force:
             raise KvcalcError(f"--output {output}: the file exists; add --force to overwrite it")
-    lm = load_path(config)
-    if lm.kind != "hf":
-        raise KvcalcError(f"{config}: model_type: not found; this is not a Hugging Face config.json")
+    lm = load_path(config, config_only=True)
     for message in lm.warnings:
         warn(message)
     text = spec_yaml(lm.spec, name)
