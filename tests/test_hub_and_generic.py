@@ -233,3 +233,13 @@ def test_a_null_window_over_a_default_one_and_a_false_switch_over_fixed_biases_a
     assert load_model(str(path)).spec.groups[0].layer.window == 4096
     path.write_text(json.dumps(qwen2))
     assert "attention_bias" not in (load_model(str(path)).spec.notes or "")
+
+
+def test_a_spec_rule_a_config_breaks_names_the_configs_keys(tmp_path):
+    # a review: the message named only kvcalc's fields (n_heads, n_kv_heads), which the config does not have
+    cfg = json.loads((Path(__file__).parent / "data" / "reference" / "models" / "llama-3-8b.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "num_key_value_heads": 3}))
+    err = run("show", str(path), ok=False).stderr
+    assert "layer_groups[0].attention: n_heads (32) must be divisible by n_kv_heads (3)" in err
+    assert "(the config's keys: n_heads is num_attention_heads, n_kv_heads is num_key_value_heads)" in err

@@ -84,4 +84,12 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
 def spec_from_config(cfg: dict, origin: str, name: str) -> tuple[ModelSpec, Imported]:
     """Import and validate an HF config as a ModelSpec."""
     imported = import_config(cfg, origin, name)
-    return spec_from_dict(imported.data, origin), imported
+    try:
+        return spec_from_dict(imported.data, origin), imported
+    except SpecError as exc:  # a rule of the spec, broken by the config: say which of its keys the fields came from
+        import re
+
+        text = str(exc)
+        named = [f"{field} is {key}" for field, key in imported.keys.items()
+                 if field != key and re.search(rf"\b{field}\b", text)]
+        raise SpecError(text + (f"\n{origin}: (the config's keys: {', '.join(named)})" if named else "")) from None
