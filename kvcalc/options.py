@@ -47,15 +47,40 @@ class OnceEachGroup(TyperGroup):
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         name, cmd, rest = super().resolve_command(ctx, args)
         if cmd is not None and not isinstance(cmd, TyperGroup):  # a nested group checks its own commands
-            refuse_repeats(cmd, rest)
+            unknown = refuse_repeats(cmd, rest)
+            if unknown is not None:
+                refuse_elsewhere(ctx, name, unknown)
         return name, cmd, rest
 
 
-def refuse_repeats(cmd: Any, args: list[str]) -> None:
+def refuse_elsewhere(ctx: Any, name: str | None, option: str) -> None:
+    """A usage error for an option this command lacks that other commands take (`show --hardware`), naming them,
+    where click would suggest an unrelated option of this one (--bare); other unknown options are click's to refuse."""
+    from typer.main import get_command
+
+    from kvcalc.cli import app  # the whole app, built on this error path only
+
+    def takes(command: Any) -> bool:
+        return any(option in p.opts or option in p.secondary_opts for p in command.params)
+
+    takers = []
+    for cmd_name, command in getattr(get_command(app), "commands", {}).items():
+        subcommands = getattr(command, "commands", None)
+        takers += [f"{cmd_name} {n}" for n, c in subcommands.items() if takes(c)] if subcommands else \
+            ([cmd_name] if takes(command) else [])
+    if takers:  # click's UsageError, as typer holds it (BadParameter's base): exit 2
+        usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+        command = " ".join([*ctx.command_path.split()[1:], str(name)])  # 'show', 'table dims'
+        raise usage_error(f"{command} takes no {option} ({', '.join(takers)} {'takes' if len(takers) == 1 else 'take'} "
+                          f"it; see 'kvcalc {command} --help')")
+
+
+def refuse_repeats(cmd: Any, args: list[str]) -> str | None:
     """A BadParameter naming the first option `args` give more than once (one that takes several values, such as a
     repeatable --transmla, may repeat, and so may a flag in any of its spellings: -q --quiet; not a flag and its
     opposite); long options with or without '=', short ones clustered (-qf json) or with their value attached (-c4k);
-    the value an option takes is never read as an option (--caption --batch, --transmla --); nothing after '--'."""
+    the value an option takes is never read as an option (--caption --batch, --transmla --); nothing after '--'.
+    Returns the first long option `cmd` does not have, if any (click refuses it)."""
     takes: dict[str, tuple[str, bool, bool, bool]] = {}  # option -> name, takes a value, may repeat, a flag's sense
     longest: dict[str, str] = {}
     for p in cmd.params:
@@ -68,6 +93,7 @@ def refuse_repeats(cmd: Any, args: list[str]) -> None:
             takes[opt] = (p.name, not p.is_flag, repeats, False)
         longest[p.name] = max(p.opts, key=len)
     seen: dict[str, list[str]] = {}
+    unknown: str | None = None
     i = 0
     while i < len(args):
         token, i = args[i], i + 1
@@ -78,6 +104,8 @@ def refuse_repeats(cmd: Any, args: list[str]) -> None:
             if opt in takes:
                 seen.setdefault(takes[opt][0], []).append(opt)
                 i += 1 if takes[opt][1] and not eq else 0  # its value is the next argument
+            elif unknown is None and opt != "--help":
+                unknown = opt
         elif token.startswith("-") and len(token) > 1:
             for j in range(1, len(token)):  # -qf json: flags, then at most one option taking a value
                 opt = "-" + token[j]
@@ -96,6 +124,7 @@ def refuse_repeats(cmd: Any, args: list[str]) -> None:
         spelled = f" (as {', '.join(opts[:-1])} and {opts[-1]})" if len(set(opts)) > 1 else ""
         what = "a later value would silently replace the earlier" if value else "the last would silently win"
         raise typer.BadParameter(f"given {times}{spelled}: give it once ({what})", param_hint=f"'{longest[name]}'")
+    return unknown
 
 
 def path_value(value: str | Path) -> Path:
