@@ -501,6 +501,8 @@ def range_option(message: str) -> str:
 
 def one_ctx(value: str, why: str, option: str = "--ctx") -> int:
     """One context length; `why` completes the message for a list ("show takes one context; ...")."""
+    if not value.strip():  # the list parser's message would suggest a list to a command of one context
+        raise typer.BadParameter("an empty value: give a token count (4096, 4k, 128k, 1M; k = 1024)", param_hint=f"'{option}'")
     ctxs = parse_ctx(value, option)
     if len(ctxs) != 1:
         raise typer.BadParameter(why, param_hint=f"'{option}'")

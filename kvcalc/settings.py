@@ -45,7 +45,8 @@ def _check_count(name: str, value: object) -> None:
         raise KvcalcError(f"{name} must be a positive whole number of {what}, got {str(value)[:40]!r}")
     if value > LIMITS.get(name, TOKENS_LIMIT):
         raise KvcalcError(f"{name} {value if value < 10**30 else 'of ' + str(len(str(value))) + ' digits'}: "
-                          f"at most {LIMITS.get(name, TOKENS_LIMIT):,} (kvcalc's bound for {name})")
+                          f"at most {LIMITS.get(name, TOKENS_LIMIT):,} (kvcalc's bound for {name}, the command "
+                          f"line's --{name.replace('_', '-')})")
 
 
 @dataclass(frozen=True)

@@ -174,6 +174,8 @@ def parse_token_range(text: str, points: int | None = None) -> list[int]:
             raise ValueError(f"--points spaces a range LO..HI; {text!r} is a list (drop --points or give a range)")
         return parse_token_list(text)
     lo_text, _, hi_text = text.partition("..")
+    if not lo_text.strip() or not hi_text.strip():
+        raise ValueError(f"{text!r}: a range needs both ends, LO..HI (1k..1M)")
     lo, hi = parse_tokens(lo_text), parse_tokens(hi_text)
     if hi < lo:
         raise ValueError(f"{text!r}: the range runs backwards")

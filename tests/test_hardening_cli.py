@@ -405,3 +405,11 @@ def test_an_option_of_other_commands_is_named_as_theirs():
     # one no command takes stays click's, with its suggestions; a value that looks like an option is a value
     assert "No such option: --explian" in run("show", "gpt2", "--explian", ok=False).stderr
     assert run("compare", "gpt2", "--caption", "--per-layer", "-f", "latex").exit_code == 0
+
+
+def test_context_messages_say_what_was_missing():
+    # a review: `show --ctx ''` was told of comma lists (show takes one context), `sweep --ctx ..4k` that '' is no
+    # token count, and a bound named the setting as the library calls it
+    assert "an empty value: give a token count" in run("show", "gpt2", "--ctx", "", ok=False).stderr
+    assert "'..4k': a range needs both ends, LO..HI (1k..1M)" in run("sweep", "gpt2", "--ctx", "..4k", ok=False).stderr
+    assert "(kvcalc's bound for batch, the command line's --batch)" in run("compare", "gpt2", "--batch", "2000000", ok=False).stderr
