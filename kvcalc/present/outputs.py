@@ -39,9 +39,16 @@ def _ctx_warnings(specs: list[ModelSpec], ctxs: list[int]) -> list[str]:
     return [w for spec in specs for w in over_max(spec, max(ctxs), f"ctx {max(ctxs):,}")]
 
 
-def nothing_for(spec: ModelSpec, *, mtp: bool = False, enc_ctx: bool = False, mla: bool = False,
+def mla_options(mla_cache: str, mla_schedule: str | None) -> str | None:
+    """The MLA options a command line gave, as a warning names them (the default latent cache is not told apart)."""
+    given = (["--mla-cache"] if mla_cache != "latent" else []) + (["--mla-schedule"] if mla_schedule is not None else [])
+    return "/".join(given) or None
+
+
+def nothing_for(spec: ModelSpec, *, mtp: bool = False, enc_ctx: bool = False, mla: str | None = None,
                 ep: bool = False, state: bool = False) -> list[tuple[str, str]]:
-    """The options asked for (true) that `spec` has nothing for, each with what it lacks: (option, 'no ...')."""
+    """The options asked for (true; `mla`: the MLA options given, mla_options) that `spec` has nothing for, each with
+    what it lacks: (option, 'no ...')."""
     from kvcalc.costs.params import ffn_runs
 
     lacks = []
@@ -50,7 +57,7 @@ def nothing_for(spec: ModelSpec, *, mtp: bool = False, enc_ctx: bool = False, ml
     if enc_ctx and not any(g.cross is not None for g in spec.groups):
         lacks.append(("--enc-ctx", "no cross-attention (an encoder–decoder model's)"))
     if mla and not any(g.attention.kind == "mla" for g in spec.groups):
-        lacks.append(("--mla-cache/--mla-schedule", "no MLA layers"))
+        lacks.append((mla, "no MLA layers"))
     if ep and not any(getattr(run.ffn, "n_routed_experts", 0) for run in ffn_runs(spec)):
         lacks.append(("--ep", "no routed experts"))
     if state and not any(m.constant_state(layer) for g in spec.groups for m, layer in
@@ -63,11 +70,12 @@ def option_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     """An option a model has nothing for changes nothing: say so, rather than let it pass in silence (--mtp where the
     GLM, Qwen3.5 and MiniMax importers leave the MTP modules out, saying so in the spec's notes; --enc-ctx, the MLA
     options, --ep)."""
-    asked = {"mtp": s.mtp, "enc_ctx": s.enc_ctx is not None, "mla": s.mla_cache != "latent" or s.mla_schedule is not None,
-             "ep": s.ep > 1, "state": s.state_dtype is not None}
+    mla = mla_options(s.mla_cache, s.mla_schedule)
     return [f"warning: {spec.name}: --mtp: its spec has {lack}, so nothing is added" if option == "--mtp" else
             f"warning: {spec.name}: {option}: it has {lack}, so the option changes nothing"
-            for spec in specs for option, lack in nothing_for(spec, **asked)] + _engine_warnings(specs, s)
+            for spec in specs for option, lack in nothing_for(spec, mtp=s.mtp, enc_ctx=s.enc_ctx is not None, mla=mla,
+                                                                ep=s.ep > 1, state=s.state_dtype is not None)] \
+        + _engine_warnings(specs, s)
 
 
 def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
