@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from kvcalc.errors import LookupFailure, SpecError
+from kvcalc.errors import SpecError
 from kvcalc.fields import as_row, figure
 from kvcalc.registry import bundled_dir, bundled_names, find_bundled, is_special_file, looks_like_path
 from kvcalc.spec import Strict, validate_mapping
@@ -155,14 +155,10 @@ def load_hardware(arg: str) -> Hardware:
             raise SpecError(f"{arg}: is a folder, not a hardware spec file")
         check_file(path, arg)  # says what it is instead: a FIFO, a symlink loop, missing, ...
         raise SpecError(f"{arg}: no such file")
-    try:
-        name = find_bundled(arg, bundled_hardware(), "hardware",
-                            "'kvcalc hardware' lists the bundled presets; a path to a YAML hardware spec also works")
-    except LookupFailure:
-        if arg.lower() in {m.lower() for m in bundled_names()}:
-            raise LookupFailure(f"--hardware {arg}: a bundled model, not a hardware preset ('kvcalc hardware' lists "
-                                "the presets)") from None
-        raise
+    name = find_bundled(arg, bundled_hardware(), "hardware",
+                        "'kvcalc hardware' lists the bundled presets; a path to a YAML hardware spec also works",
+                        (bundled_names, f"--hardware {arg}: a bundled model, not a hardware preset ('kvcalc hardware' "
+                                        "lists the presets)"))
     return hardware_from_dict(load_yaml(hardware_dir() / f"{name}.yaml"), f"hardware_specs/{name}.yaml")
 
 

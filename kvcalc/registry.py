@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,11 +187,16 @@ def find_hub_config(hub_id: str) -> Path:
     )
 
 
-def find_bundled(arg: str, names: list[str], what: str, how_to_list: str) -> str:
-    """The bundled name `arg` names (exact, case-insensitive), or a LookupFailure suggesting the closest names."""
+def find_bundled(arg: str, names: list[str], what: str, how_to_list: str,
+                 other: tuple[Callable[[], list[str]], str] | None = None) -> str:
+    """The bundled name `arg` names (exact, case-insensitive), or a LookupFailure suggesting the closest names; `other`:
+    the names of the other kind of bundled file and the message for one of them (a preset's name given as MODEL),
+    looked up on this error path only."""
     by_lower = {n.lower(): n for n in names}
     if arg.lower() in by_lower:
         return by_lower[arg.lower()]
+    if other is not None and arg.lower() in {n.lower() for n in other[0]()}:
+        raise LookupFailure(other[1])
     close = difflib.get_close_matches(arg.lower(), list(by_lower), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""
     raise LookupFailure(f"unknown {what} {arg!r}{hint} ({how_to_list})")
@@ -221,15 +227,14 @@ def load_model(arg: str) -> LoadedModel:
 
 def _load_bundled(arg: str) -> LoadedModel:
     """The bundled model `arg` names, or a LookupFailure suggesting the closest names (or naming a hardware preset)."""
-    try:
-        name = find_bundled(arg, bundled_names(), "model",
-                            "'kvcalc list' shows the bundled models; a path to a YAML spec or config.json also works")
-    except LookupFailure:
-        from kvcalc.hardware import bundled_hardware  # the error path only
+    def presets() -> list[str]:
+        from kvcalc.hardware import bundled_hardware
 
-        if arg.lower() in {h.lower() for h in bundled_hardware()}:
-            raise LookupFailure(f"{arg!r} is a hardware preset, not a model: give it to --hardware "
-                                "('kvcalc list' shows the bundled models)") from None
-        raise
+        return bundled_hardware()
+
+    name = find_bundled(arg, bundled_names(), "model",
+                        "'kvcalc list' shows the bundled models; a path to a YAML spec or config.json also works",
+                        (presets, f"{arg!r} is a hardware preset, not a model: give it to --hardware ('kvcalc list' "
+                                  "shows the bundled models)"))
     loaded = load_path(specs_dir() / f"{name}.yaml", kind="bundled")
     return LoadedModel(loaded.spec, f"bundled spec model_specs/{name}.yaml", "bundled")
