@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, Discriminator, Field, PrivateAttr, Tag, model_validator
 
@@ -545,17 +545,15 @@ def _shown(value: object) -> str:
 def _model_of(annotation: Any, value: object) -> type[BaseModel] | None:
     """The model a field's annotation validates `value` as: through Annotated, Optional and list, an attention mapping
     as the kind its `kind` names, an FFN union's member by its `kind` tag."""
-    import typing
-
     from kvcalc.attention import KINDS, AttentionKind
 
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    origin, args = get_origin(annotation), get_args(annotation)
     if origin is Annotated or origin is list:
         return _model_of(args[0], value)
     if args and origin is not Literal:  # a union: the member whose kind tag the value names, else the first model
         members = [m for m in (_model_of(a, value) for a in args) if m is not None]
         tag = value.get("kind") if isinstance(value, dict) else None
-        tagged = [m for m in members if "kind" in m.model_fields and typing.get_args(m.model_fields["kind"].annotation) == (tag,)]
+        tagged = [m for m in members if _kind_tag(m) == tag]
         return next(iter(tagged or members), None)
     if isinstance(annotation, type) and issubclass(annotation, AttentionKind):
         return KINDS.get(value.get("kind")) if isinstance(value, dict) else None  # type: ignore[arg-type]
@@ -585,7 +583,7 @@ def _unknown_key(key: str, parent: type[BaseModel] | None) -> tuple[str, str | N
 
     from kvcalc.attention import KINDS
 
-    tag = typing_tag(parent)
+    tag = _kind_tag(parent)
     families: tuple[dict[str, Any], ...] = (KINDS, {"dense": DenseFFN, "moe": MoEFFN, "none": NoFFN})
     for family in families:  # a field of another kind first: n_kv_heads on an MHA block is not a misspelt n_heads
         if tag in family:
@@ -599,12 +597,10 @@ def _unknown_key(key: str, parent: type[BaseModel] | None) -> tuple[str, str | N
     return "unknown key (check its spelling; unknown keys are errors)", None
 
 
-def typing_tag(model: type[BaseModel] | None) -> str | None:
+def _kind_tag(model: type[BaseModel] | None) -> str | None:
     """The `kind` tag of an attention or FFN model class, or None."""
-    import typing
-
     field = model.model_fields.get("kind") if model is not None else None
-    args = typing.get_args(field.annotation) if field is not None else ()
+    args = get_args(field.annotation) if field is not None else ()
     return args[0] if len(args) == 1 and isinstance(args[0], str) else None
 
 
