@@ -145,7 +145,7 @@ def mla_note(specs: list[ModelSpec], s: Settings, decode: bool, cols: list[Colum
     """The title's words for MLA's cache layout (and its decode schedule where decode FLOPs are shown), when a model
     has MLA layers and no column names the layout (the attention column: 'MLA (latent)'): a latent and an expanded
     cache differ about 70× (deepseek-v2 at 128k: 8.44 GiB and 600 GiB), and every other column reads the same."""
-    if not any(g.attention.layouts for spec in specs for g in spec.groups):
+    if not any(spec.has_layouts() for spec in specs):
         return ""
     named = cols is not None and any(c.key == "attention_label" for c in cols)
     words = ([] if named else [f"{s.mla_cache} cache"]) + ([f"{s.schedule} decode"] if decode else [])
