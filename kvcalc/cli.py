@@ -353,6 +353,10 @@ def paper(
     names = list(models or DEFAULT_MODELS)
     s = Settings(ctx=one_ctx(ctx, "paper takes one context"), kv_dtype=kv_dtype)
     loaded = [load(m) for m in names]
+    specs = [lm.spec.name for lm in loaded]
+    if twice := next((n for i, n in enumerate(specs) if n in specs[:i]), None):  # before anything is written
+        raise KvcalcError(f"paper: two models are named {twice!r}, which its tables and figures could not tell apart: "
+                          "give one another name (its spec's `name:`)")
     files, warnings = paper_tables(loaded, s)
     if warnings:
         from kvcalc.present.emit import warn

@@ -285,3 +285,13 @@ def test_dims_show_an_encoder_decoder_models_cross_attention():
     # models without one, and the kinds alone, have no such rows
     for args in (("dims", "llama3-70b"), ("dims",)):
         assert not [r for r in rows(*args) if r["item"].startswith("cross-attention")]
+
+
+def test_two_models_of_one_name_are_refused_where_names_key_the_output(tmp_path):
+    # a review: paper wrote its tables with the model twice (its figures skipped), and table dims keys its columns by
+    # name, so two different specs of one name would have been one column
+    res = run("table", "dims", "gpt2", "gpt2", ok=False)
+    assert res.exit_code == 1 and "table dims: two models are named 'gpt2', whose columns would be one" in res.stderr
+    res = run("paper", "gpt2", "gpt2", "-o", str(tmp_path / "bundle"), ok=False)
+    assert res.exit_code == 1 and "paper: two models are named 'gpt2'" in res.stderr
+    assert not (tmp_path / "bundle").exists()

@@ -485,12 +485,16 @@ def hardware_output() -> Output:
 
 def dims_output(loaded: list[LoadedModel], kinds: tuple[str, ...]) -> Output:
     """`table dims`: weight shapes, absorbed products, cache and decode FLOPs by attention kind (and per model)."""
+    from kvcalc.errors import KvcalcError
     from kvcalc.fields import figures_of
     from kvcalc.tables import DimsRow, dims_rows
 
+    names = [lm.spec.name for lm in loaded]
+    if twice := next((n for i, n in enumerate(names) if n in names[:i]), None):  # its columns are keyed by name
+        raise KvcalcError(f"table dims: two models are named {twice!r}, whose columns would be one: give one another "
+                          "name (its spec's `name:`)")
     rows, models = dims_rows([lm.spec for lm in loaded], kinds)
     columns = [Column.of(f) for f in figures_of(DimsRow)] + [Column(c.key, c.header, "text") for c in models]
-    names = [lm.spec.name for lm in loaded]
     title = "Weights, cache and decode FLOPs by attention kind" + (f": {', '.join(names)}" if names else "")
     return Output([Table("dims", columns, rows, title)], warnings=_load_warnings(loaded))
 
