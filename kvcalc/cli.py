@@ -418,7 +418,7 @@ def approx(
 ) -> None:
     """Approximate attention (Linformer, Nyström, Performer, cosFormer, LSH, windows, top-k): cost against exact,
     decode state and measured error, over input scales."""
-    from kvcalc.approx.evaluate import DATA, evaluate, parse_methods, spectrum_rows
+    from kvcalc.approx.evaluate import DATA, evaluate, is_npz, parse_methods, spectrum_rows
     from kvcalc.present.emit import emit
     from kvcalc.present.outputs import approx_output
 
@@ -440,7 +440,7 @@ def approx(
 
         emit(transmla_output([load(m) for m in transmla], length), fmt, units)
         return
-    if data not in DATA and data.lower().endswith(".npz") and Path(data).expanduser().is_file():  # its arrays give n, d, d_v (another
+    if data not in DATA and is_npz(Path(data).expanduser()):  # its arrays give n, d and d_v (another
         given = written({"n": "--n", "d": "--d", "d_v": "--dv"})  # --data is named by the loader: no such file, ...
         if given:
             raise typer.BadParameter(f"{data}: an .npz's arrays q [n, d], k [n, d], v [n, d_v] give the sizes: leave "

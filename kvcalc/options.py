@@ -374,13 +374,22 @@ def refuse_an_input(output: str, kwargs: dict[str, Any]) -> None:
     """A usage error when --output names a file the command reads (`show spec.yaml -o spec.yaml` would replace the
     spec with its own table)."""
     target = Path(output).expanduser()
-    if not target.is_file():
+    try:
+        if not target.is_file():
+            return
+    except OSError:  # a name too long to look up: emit says so, naming the file
         return
+    from kvcalc.registry import bundled_names, looks_like_path
+
+    bundled = {n.lower() for n in bundled_names()}
     for name in INPUT_PARAMS:
         value = kwargs.get(name)
         for arg in value if isinstance(value, list) else [value]:
+            if not isinstance(arg, str) or name != "hardware_name" and not looks_like_path(arg) and arg.lower() in bundled:
+                continue  # a bare bundled name is the bundled model, not a file of that name here (load_model)
+            path = Path(arg).expanduser()
             try:
-                same = isinstance(arg, str) and Path(arg).expanduser().is_file() and os.path.samefile(arg, target)
+                same = path.is_file() and os.path.samefile(path, target)
             except OSError:
                 same = False
             if same:

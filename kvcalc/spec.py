@@ -542,6 +542,16 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _integer_hint(text: str) -> str:
+    """Why a string that reads as a number is no integer here: quoted, or written as YAML 1.1 or Python would (010,
+    0x2000, 14_336, 1e3, 1:20); '' for any other string."""
+    if text.isascii() and text.isdigit() and not (len(text) > 1 and text.startswith("0")):
+        return " (in quotes it is a string: write the number without them)"
+    if re.fullmatch(r"[+-]?(0[xob][0-9a-f_]+|[0-9][0-9_]*(\.[0-9_]*)?(e[+-]?[0-9]+)?|[0-9]+(:[0-9]+)+)", text, re.IGNORECASE):
+        return " (an integer is written in plain decimal digits: no leading zero, underscores, prefixes or exponents)"
+    return ""
+
+
 def _model_of(annotation: Any, value: object) -> type[BaseModel] | None:
     """The model a field's annotation validates `value` as: through Annotated, Optional and list, an attention mapping
     as the kind its `kind` names, an FFN union's member by its `kind` tag."""
@@ -560,9 +570,9 @@ def _model_of(annotation: Any, value: object) -> type[BaseModel] | None:
     return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
 
-def _model_at(model: type[BaseModel], data: object, loc: tuple) -> type[BaseModel] | None:
+def _model_at(model: type[BaseModel], data: object, loc: tuple) -> tuple[type[BaseModel] | None, object]:
     """The model of the mapping at `loc` in `data` (a validation error's location, less its last part), found by
-    walking the data as the fields' annotations read it; None where the walk leaves the models."""
+    walking the data as the fields' annotations read it (None where the walk leaves the models), and that mapping."""
     node: object = data
     current: type[BaseModel] | None = model
     for part in loc:
@@ -573,12 +583,12 @@ def _model_at(model: type[BaseModel], data: object, loc: tuple) -> type[BaseMode
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
         # else a union's tag (gqa, dense) that the data does not write: the same mapping goes on
-    return current
+    return current, node
 
 
-def _unknown_key(key: str, parent: type[BaseModel] | None) -> tuple[str, str | None]:
-    """The message for a key `parent` does not have, and the field it is a misspelling of (or None): a close name
-    suggested; a field of another attention or FFN kind named as that kind's."""
+def _unknown_key(key: str, parent: type[BaseModel] | None, given: object) -> tuple[str, str | None]:
+    """The message for a key `parent` does not have, and the field it is a misspelling of (or None): a close name the
+    mapping `given` lacks suggested; a field of another attention or FFN kind named as that kind's."""
     import difflib
 
     from kvcalc.attention import KINDS
@@ -586,11 +596,12 @@ def _unknown_key(key: str, parent: type[BaseModel] | None) -> tuple[str, str | N
     tag = _kind_tag(parent)
     families: tuple[dict[str, Any], ...] = (KINDS, {"dense": DenseFFN, "moe": MoEFFN, "none": NoFFN})
     for family in families:  # a field of another kind first: n_kv_heads on an MHA block is not a misspelt n_heads
-        if tag in family:
+        if tag in family and family[tag] is parent:  # 'none' is an attention kind and an FFN kind: the parent's family
             others = [t for t, cls in family.items() if key in cls.model_fields]
             if others:
                 return f"not a field of kind {tag} (a field of {', '.join(others)})", None
-    fields = [f for f in parent.model_fields if f != "kind"] if parent is not None else []
+    fields = [f for f in parent.model_fields if f != "kind" and not (isinstance(given, dict) and f in given)] \
+        if parent is not None else []
     close = difflib.get_close_matches(key, fields, n=1, cutoff=0.85)  # vocab_sise, n_kv_headz; not peak_flops_fp8
     if close:
         return f"unknown key: did you mean {close[0]}?", close[0]
@@ -616,7 +627,7 @@ def format_validation_error(exc, origin: str, locate: Callable[[tuple], int | No
     for i, err in enumerate(errors):
         if err["type"] == "extra_forbidden" and model is not None:
             loc = tuple(err["loc"])
-            unknown[i], field = _unknown_key(str(loc[-1]), _model_at(model, data, loc[:-1]))
+            unknown[i], field = _unknown_key(str(loc[-1]), *_model_at(model, data, loc[:-1]))
             if field is not None:
                 misspelt.add((loc[:-1], field))
     for i, err in enumerate(errors):
@@ -626,8 +637,8 @@ def format_validation_error(exc, origin: str, locate: Callable[[tuple], int | No
             continue  # said at the misspelt key
         if err["type"] in _EXPECTED:
             msg = f"expected {_EXPECTED[err['type']]}, got {_shown(err['input'])}"
-            if err["type"] == "int_type" and isinstance(err["input"], str) and any(c.isdigit() for c in err["input"]):
-                msg += " (an integer is written in plain decimal digits: no underscores, prefixes or exponents)"
+            if err["type"] == "int_type" and isinstance(err["input"], str):
+                msg += _integer_hint(err["input"])
         elif err["type"] == "invalid_key":  # YAML's `~: 3` or `1: 2` at the top: a key that is no name
             where = _loc(tuple(err["loc"])[:-1])
             msg = f"a key must be a name (a string), got {_shown(err['input'])}"

@@ -308,3 +308,15 @@ def test_a_missing_data_file_is_said_whatever_else_is_given():
     assert res.exit_code == 1 and "--data /nonexistent.npz: no such file" in res.stderr, str(res)
     res = run("approx", "--data", "gausian", "--n", "64", ok=False)
     assert "--data gausian: no such file, nor one of the generated inputs (gaussian, clustered, spiky)" in res.stderr
+
+
+def test_an_npz_without_its_suffix_still_gives_the_sizes(tmp_path):
+    # a review: only names ending .npz were checked, so an archive named otherwise took --n in silence and ran at its
+    # own n; an archive is known by its zip header
+    import numpy as np
+
+    path = tmp_path / "heads.npz"
+    np.savez(path, q=np.zeros((64, 8), "float32"), k=np.zeros((64, 8), "float32"), v=np.zeros((64, 8), "float32"))
+    plain = path.rename(tmp_path / "heads")
+    res = run("approx", "--data", str(plain), "--n", "32", ok=False)
+    assert res.exit_code == 2 and "give the sizes: leave out --n" in res.stderr

@@ -413,3 +413,33 @@ def test_context_messages_say_what_was_missing():
     assert "an empty value: give a token count" in run("show", "gpt2", "--ctx", "", ok=False).stderr
     assert "'..4k': a range needs both ends, LO..HI (1k..1M)" in run("sweep", "gpt2", "--ctx", "..4k", ok=False).stderr
     assert "(kvcalc's bound for batch, the command line's --batch)" in run("compare", "gpt2", "--batch", "2000000", ok=False).stderr
+
+
+def test_the_output_guard_follows_what_the_command_reads(tmp_path, monkeypatch):
+    # a review of the guard: a bare bundled name reads the bundled spec, not a file of that name here, so writing
+    # ./llama3-8b twice is no overwrite of an input; '~' in an input is the same file as its expansion
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for _ in range(2):
+        run("compare", "llama3-8b", "-f", "csv", "-o", "llama3-8b")
+    assert (tmp_path / "llama3-8b").read_text().startswith("model,")
+    spec = tmp_path / "s.yaml"
+    spec.write_text((ROOT / "model_specs" / "gpt2.yaml").read_text())
+    res = run("show", "~/s.yaml", "-o", str(spec), "-f", "csv", ok=False)
+    assert res.exit_code == 2 and "is a file this command reads (~/s.yaml)" in res.stderr
+    assert spec.read_text().startswith("# gpt2")
+
+
+def test_sweep_refuses_empty_columns_and_vllm_fp8_ds_mla_is_for_sparse_mla():
+    # a review: sweep --columns '' fell back to its defaults (compare refuses it); vLLM 0.34.0 lists fp8_ds_mla only in
+    # its sparse MLA backends, which take pages of multiples of 64
+    assert run("sweep", "gpt2", "-c", "1k", "--columns", "", ok=False).exit_code == 1
+    res = run("compare", "deepseek-v3", "-c", "4k", "--engine", "vllm", "--kv-dtype", "fp8", "--kv-quant", "fp8-ds-mla",
+              "--block-size", "16", ok=False)
+    assert res.exit_code == 1 and "an fp8_ds_mla cache (its sparse backends) only in pages of a multiple of 64" in res.stderr
+    err = run("compare", "deepseek-v3", "-c", "4k", "--engine", "vllm", "--kv-dtype", "fp8", "--kv-quant", "fp8-ds-mla").stderr
+    assert "vLLM 0.34.0 has no such cache for dense MLA" in err
+    assert "no such cache" not in run("compare", "deepseek-v3.2", "-c", "4k", "--engine", "vllm", "--kv-dtype", "fp8",
+                                      "--kv-quant", "fp8-ds-mla").stderr
+    res = run("cost", "llama3-8b", "--kv-dtype", "fp8", "--kv-quant", "fp8-ds-mla", ok=False)
+    assert "--kv-quant fp8-ds-mla: llama3-8b has no MLA layer" in res.stderr

@@ -341,11 +341,24 @@ def test_a_schema_error_names_the_line_of_its_key(tmp_path):
     at = {key: 1 + next(i for i, line in enumerate(lines) if line.strip().startswith(f"{key}:")) for key in ("n_layers", "n_kv_heads")}
     text = edited(edited(LLAMA, "n_layers: 80", "n_layers: 010"), "n_kv_heads: 8", "n_kv_headz: 8")
     err = refused("compare", spec_file(tmp_path, text))
-    assert f"n_layers: expected an integer, got '010' (an integer is written in plain decimal digits: no underscores, " \
-        f"prefixes or exponents) (line {at['n_layers']})" in err
+    assert f"n_layers: expected an integer, got '010' (an integer is written in plain decimal digits: no leading zero, " \
+        f"underscores, prefixes or exponents) (line {at['n_layers']})" in err
     assert f"layer_groups[0].attention.n_kv_headz: unknown key: did you mean n_kv_heads? (line {at['n_kv_heads']})" in err
     # a hardware file too; a field the file leaves out has no line to name
     err = refused("compare", "llama3-8b", "--hardware", spec_file(tmp_path, edited(H100, "vendor: NVIDIA", "vendor: 7"), "hw.yaml"))
     assert f"vendor: expected a string, got 7 (line {1 + H100.splitlines().index('vendor: NVIDIA')})" in err
     err = refused("compare", spec_file(tmp_path, edited(LLAMA, "d_model: 8192\n", ""), "missing.yaml"))
     assert "d_model: required field is missing\n" in err + "\n" and "d_model: required field is missing (line" not in err
+
+
+def test_the_hints_of_an_unknown_key_or_a_string_count_fit_the_case(tmp_path):
+    # a review of the messages above: a quoted count got the rule of underscores and prefixes, 'none' (an attention
+    # kind and an FFN kind) named the other family's kinds, and a misspelling was offered a field already given
+    quoted = refused("compare", spec_file(tmp_path, edited(LLAMA, "n_layers: 80", 'n_layers: "80"'), "q.yaml"))
+    assert "n_layers: expected an integer, got '80' (in quotes it is a string: write the number without them)" in quoted
+    assert "(an integer is written" not in refused("compare", spec_file(tmp_path, edited(LLAMA, "n_layers: 80", "n_layers: v4"), "v.yaml"))
+    ffn = edited(LLAMA, "ffn:\n  kind: dense\n", "ffn:\n  kind: none\n  n_heads: 3\n")
+    err = refused("compare", spec_file(tmp_path, ffn, "f.yaml"))
+    assert "ffn.n_heads: not a field of kind" not in err and "ffn.n_heads: unknown key" in err
+    twice = edited(LLAMA, "  d_ff: 28672\n", "  d_ff: 28672\n  d_fff: 1\n")
+    assert "did you mean d_ff?" not in refused("compare", spec_file(tmp_path, twice, "d.yaml"))

@@ -149,6 +149,17 @@ def parse_methods(text: str) -> list[Method]:
     return out
 
 
+def is_npz(path: Path) -> bool:
+    """Whether `path` is a regular file that opens as a zip archive (an .npz, whatever its name); a FIFO is not opened."""
+    try:
+        if not path.is_file():
+            return False
+        with open(path, "rb") as f:
+            return f.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
+
+
 def load_npz(path: str) -> tuple[Any, Any, Any]:
     """Q, K, V of one head from an .npz with arrays q [n, d], k [n, d], v [n, d_v]: every header is checked (names,
     dtypes, shapes, sizes) before any data is read."""

@@ -131,9 +131,11 @@ def block_tokens(attention: AttentionKind, s: Settings) -> int:
         # backends of DeepSeek Sparse Attention (FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE, FlashInfer's) multiples of 64.
         # No backend takes another size ("No valid attention backend found"), so vLLM does not start, nor does kvcalc
         asked = s.block_size
-        step = VLLM_MLA_BLOCK if attention.indexed else VLLM_KERNEL_BLOCK
+        sparse = attention.indexed or s.kv_quant == "fp8-ds-mla"  # fp8_ds_mla: only the sparse backends list it
+        step = VLLM_MLA_BLOCK if sparse else VLLM_KERNEL_BLOCK
         if asked is not None and asked % step:
-            why = "sparse attention (its sparse backends)" if attention.indexed else "MLA (FLASH_ATTN_MLA, TRITON_MLA)"
+            why = ("sparse attention" if attention.indexed else "an fp8_ds_mla cache") + " (its sparse backends)" if sparse \
+                else "MLA (FLASH_ATTN_MLA, TRITON_MLA)"
             raise KvcalcError(f"--block-size {asked} --engine vllm: vLLM 0.34.0 runs {why} only in pages of a multiple "
                               f"of {step} tokens (give one, or leave --block-size out for its {VLLM_MLA_BLOCK})")
         return VLLM_MLA_BLOCK if asked is None else asked

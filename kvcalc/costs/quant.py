@@ -67,8 +67,8 @@ def component_bytes(name: str, channels: int, heads: int, tokens: int, kv_dtype:
             return tokens * channels * 2  # the RoPE key stays bf16
         if name in ("c_kv", "index_k"):
             return tokens * (channels + _ceil(channels, 128) * SCALE)  # fp8 values, an fp32 scale per 128
-        raise KvcalcError(f"--kv-quant fp8-ds-mla is the layout of an MLA latent cache (vLLM's fp8_ds_mla), and this "
-                          f"model caches other tensors too ('{name}'): every attention layer must be MLA")
+        raise KvcalcError(f"--kv-quant fp8-ds-mla is the layout of an MLA latent cache (vLLM's fp8_ds_mla), not of this "
+                          f"model's '{name}' tensors: give it for a model whose attention layers are all MLA")
     match = _GROUP.match(scheme)
     if match is None:
         raise KvcalcError(f"unknown --kv-quant {scheme!r}")

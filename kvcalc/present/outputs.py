@@ -107,7 +107,7 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
                        "as the engine's rules would hold them")
         if s.engine == "vllm" and (lack := _vllm_lacks(spec, s)) is not None:
             out.append(f"warning: {spec.name}: --engine vllm --kv-quant {s.kv_quant}: vLLM 0.34.0 has no such "
-                       f"cache{lack} (it has per-tensor fp8, fp8_ds_mla and per-token-head fp8/int8/int4 on GQA): its "
+                       f"cache{lack} (it has per-tensor fp8, fp8_ds_mla on sparse MLA and per-token-head fp8/int8/int4 on GQA): its "
                        "pages are counted as the scheme would take them")
     return out
 
@@ -115,8 +115,14 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
 def _vllm_lacks(spec: ModelSpec, s: Settings) -> str | None:
     """Where vLLM 0.34.0 has no cache for the --kv-quant scheme (config/cache.py CacheDType): '' for per-token and
     KIVI's g<G>, which it lacks outright, ' on MLA' for per-head (its {fp8,int8,int4}_per_token_head, Triton backend
-    only) on an MLA model; None where it has one."""
-    if s.kv_quant in ("none", "fp8-ds-mla"):
+    only) on an MLA model, ' for dense MLA' for fp8_ds_mla, which only its sparse backends (DeepSeek-V3.2's) list in
+    supported_kv_cache_dtypes on CUDA; None where it has one."""
+    if s.kv_quant == "fp8-ds-mla":
+        from kvcalc.attention import MLA
+
+        mla = [g.attention for g in spec.groups if isinstance(g.attention, MLA)]
+        return " for dense MLA" if mla and not all(a.indexed for a in mla) else None
+    if s.kv_quant == "none":
         return None
     if s.kv_quant != "per-head":
         return ""
@@ -234,7 +240,7 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     default += ",flops_decode_token_naive,flops_decode_token_absorbed" if any(sp.has_schedules() for sp in specs) else ""
     default += ",decode_seconds_per_token,tokens_per_second" if hardware else ""
     keys = tuple(VARIED_KEYS[name] for name in varied)
-    cols = serving_columns(choose(columns or default, hardware is not None, IDENTITY[:1] + keys + IDENTITY[1:]), grid, columns)
+    cols = serving_columns(choose(default if columns is None else columns, hardware is not None, IDENTITY[:1] + keys + IDENTITY[1:]), grid, columns)
     costs = _costs_shown(cols, fmt, chart)
     if costs:
         for s in grid:  # what fails for a model fails at its first row: here, before any row is written
@@ -299,10 +305,12 @@ PASS_TITLES = {
 def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     """`cost`: FLOPs by component of each pass, then parameters, memory, traffic and times."""
     from kvcalc.costs.cache import kv_cache
+    from kvcalc.costs.parallel import check_layout
     from kvcalc.figures import cost_breakdowns, figures
     from kvcalc.present.summary import SUMMARY_COLUMNS, SUMMARY_KEYS, cost_summary_rows, per_gpu_items
 
     spec = lm.spec
+    check_layout(spec, s)  # before any figure: a setting that does not apply is refused by its own rule
     passes = cost_breakdowns(spec, s)
     cache = kv_cache(spec, s)
     summary = cost_summary_rows(figures(spec, s, cache), cache.bytes, units, cache.state_bytes,
