@@ -38,7 +38,10 @@ def parse_token_list(text: str) -> list[int]:
     parts = [p for p in text.split(",")]
     if not text.strip() or any(not p.strip() for p in parts):
         raise ValueError(f"{text!r} is not a comma list of token counts (e.g. 4k,32k,128k)")
-    return [parse_tokens(p) for p in parts]
+    values = [parse_tokens(p) for p in parts]
+    if twice := next((v for i, v in enumerate(values) if v in values[:i]), None):  # its rows would repeat, or vanish
+        raise ValueError(f"{text[:60]!r}: {twice:,} tokens given twice")
+    return values
 
 
 def format_tokens(n: int) -> str:

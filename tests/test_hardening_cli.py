@@ -443,3 +443,11 @@ def test_sweep_refuses_empty_columns_and_vllm_fp8_ds_mla_is_for_sparse_mla():
                                       "--kv-quant", "fp8-ds-mla").stderr
     res = run("cost", "llama3-8b", "--kv-dtype", "fp8", "--kv-quant", "fp8-ds-mla", ok=False)
     assert "--kv-quant fp8-ds-mla: llama3-8b has no MLA layer" in res.stderr
+
+
+def test_a_context_given_twice_in_a_list_is_refused():
+    # a review: compare printed the row twice and sweep dropped the repeat in silence
+    for args in (("compare", "gpt2", "--ctx", "4k,4096"), ("sweep", "gpt2", "--ctx", "4k,4k"),
+                 ("fit", "gpt2", "--hardware", "h100-80gb", "--ctx", "1k,1k")):
+        res = run(*args, ok=False)
+        assert res.exit_code == 2 and "tokens given twice" in res.stderr, (args, str(res))
