@@ -379,14 +379,13 @@ def refuse_an_input(output: str, kwargs: dict[str, Any]) -> None:
             return
     except OSError:  # a name too long to look up: emit says so, naming the file
         return
-    from kvcalc.registry import bundled_names, looks_like_path
+    from kvcalc.registry import names_bundled
 
-    bundled = {n.lower() for n in bundled_names()}
     for name in INPUT_PARAMS:
         value = kwargs.get(name)
         for arg in value if isinstance(value, list) else [value]:
-            if not isinstance(arg, str) or name != "hardware_name" and not looks_like_path(arg) and arg.lower() in bundled:
-                continue  # a bare bundled name is the bundled model, not a file of that name here (load_model)
+            if not isinstance(arg, str) or name != "hardware_name" and names_bundled(arg):
+                continue  # the bundled model, not a file of that name here (load_model; a --hardware file comes first)
             path = Path(arg).expanduser()
             try:
                 same = path.is_file() and os.path.samefile(path, target)

@@ -202,13 +202,19 @@ def find_bundled(arg: str, names: list[str], what: str, how_to_list: str,
     raise LookupFailure(f"unknown {what} {arg!r}{hint} ({how_to_list})")
 
 
+def names_bundled(arg: str) -> bool:
+    """Whether MODEL `arg` is a bare bundled name, which means the bundled model even where a file of that name is in
+    the folder (`./name` is the file)."""
+    return not looks_like_path(arg) and arg.lower() in {n.lower() for n in bundled_names()}
+
+
 def load_model(arg: str) -> LoadedModel:
     """Resolve MODEL: an existing file (but a bare bundled name is the bundled model's, with a warning), else a Hub
     id (ORG/NAME) in the local Hugging Face cache, else a bundled name (exact, case-insensitive), else a
     LookupFailure."""
     path = Path(arg).expanduser()
     if is_file(path, arg):
-        if not looks_like_path(arg) and arg.lower() in {n.lower() for n in bundled_names()}:
+        if names_bundled(arg):
             # a bare name is the bundled model's, though a file here has it: said, as the file may be a changed copy
             bundled = _load_bundled(arg)
             note = (f"warning: {arg}: the bundled model, not the file {arg} in this folder; write ./{arg} for the file",)

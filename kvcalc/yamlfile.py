@@ -45,9 +45,9 @@ def _binary(n: int) -> str:
     return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n // 2**10} KiB"
 
 
-def check_file(path: Path, shown: str | None = None, limit: int = MAX_FILE_BYTES, what: str = "a spec or config file") -> int:
+def check_file(path: Path, shown: str | None = None, limit: int = MAX_FILE_BYTES, wanted: str = "a spec or config file") -> int:
     """The size of `path` when it is a readable regular file within `limit` bytes, else a SpecError naming why
-    (and naming the file as `shown`, by default the path; `what`: the kind of file wanted, for a folder)."""
+    (and naming the file as `shown`, by default the path; `wanted`: the kind of file asked for, said of a folder)."""
     name = shown or str(path)
     try:
         info = os.stat(path)
@@ -58,7 +58,7 @@ def check_file(path: Path, shown: str | None = None, limit: int = MAX_FILE_BYTES
             raise SpecError(f"{name}: a symlink loop (the link points back to itself)") from None
         raise SpecError(f"{name}: cannot read: {exc.strerror or exc}") from None
     if stat.S_ISDIR(info.st_mode):
-        raise SpecError(f"{name}: is a folder, not {what}")
+        raise SpecError(f"{name}: is a folder, not {wanted}")
     if not stat.S_ISREG(info.st_mode):
         what = "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
         raise SpecError(f"{name}: is {what}, not a regular file; kvcalc reads only regular files")

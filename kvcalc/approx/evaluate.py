@@ -173,7 +173,7 @@ def load_npz(path: str) -> tuple[Any, Any, Any]:
         raise KvcalcError("--data: an empty path; give gaussian, clustered, spiky or an .npz file")
     if not Path(path).exists() and not path.lower().endswith(".npz"):  # a misspelled name more likely than a file
         raise KvcalcError(f"{what}: no such file, nor one of the generated inputs ({', '.join(DATA)})")
-    if check_file(Path(path), what, limit=2**32, what="an .npz file") == 0:  # a regular file (a FIFO would block), 4 GiB at most
+    if check_file(Path(path), what, limit=2**32, wanted="an .npz file") == 0:  # a regular file (a FIFO would block), 4 GiB at most
         raise KvcalcError(f"{what}: an empty file, not an .npz archive ({NPZ_SHAPES})")
     with npzfile.open_archive(path, NPZ_ARRAYS, what) as archive:
         found = npzfile.members(archive, NPZ_ARRAYS, NPZ_SHAPES, what)
