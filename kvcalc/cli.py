@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 from typing import Annotated
 
@@ -37,6 +38,8 @@ from kvcalc.options import (
     parse_ctx,
     path_value,
     range_option,
+    reserve_value,
+    usage_error,
     version_callback,
     whole_option,
 )
@@ -206,7 +209,7 @@ def fit(
     opts: CostOptions,
     ctx: Annotated[str | None, typer.Option("--ctx", "-c", help="Context(s) to find the largest batch for (a comma list); without it, the longest context for --batch.")] = None,
     gpus: Annotated[int | None, whole_option("--gpus", lo=1, help="GPUs of the preset (tp · pp · dp; alone it sets --tp).")] = None,
-    reserve: Annotated[str | None, typer.Option("--reserve", help="Fraction of each GPU's memory left unused (default 0.1; with --engine vllm 0.08: vLLM's gpu_memory_utilization 0.92).")] = None,
+    reserve: Annotated[Fraction | None, typer.Option("--reserve", parser=reserve_value, metavar="FRACTION", help="Fraction of each GPU's memory left unused (default 0.1; with --engine vllm 0.08: vLLM's gpu_memory_utilization 0.92).")] = None,
     chunk: Annotated[int | None, whole_option("--prefill-chunk", lo=1, hi=1 << 40, help="Tokens of one prefill chunk, for the activation estimate (your engine's max_num_batched_tokens; default: 2048; with --engine vllm, vllm serve's: 16384 on GPUs of 160 GiB or more, 8192 on those of 70 GiB or more except A100).")] = None,
     fmt: FormatOpt = "table",
     units: UnitsOpt = "binary",
@@ -215,6 +218,8 @@ def fit(
     from kvcalc.present.emit import emit
     from kvcalc.present.outputs import fit_output
 
+    if opts.hardware_name is None:  # a missing option: click's usage error, as a missing MODEL is
+        raise usage_error("fit needs --hardware NAME (see 'kvcalc hardware') or a hardware YAML file")
     ctxs = parse_ctx(ctx) if ctx is not None else None  # '' is refused there, not read as no --ctx
     if ctxs is not None and len(ctxs) > MAX_FIT_CONTEXTS:
         raise typer.BadParameter(f"{len(ctxs):,} contexts: fit solves a batch for each, at most {MAX_FIT_CONTEXTS:,}",

@@ -21,10 +21,12 @@ from typer.core import TyperGroup
 from kvcalc.dtypes import DTYPES
 from kvcalc.errors import KvcalcError, interrupted
 from kvcalc.present.render import FORMATS
-from kvcalc.settings import ENGINES, MLA_CACHE_LAYOUTS, MLA_SCHEDULES
+from kvcalc.settings import ENGINES, LIMITS, MLA_CACHE_LAYOUTS, MLA_SCHEDULES
 from kvcalc.units import UNIT_SYSTEMS
 
 if TYPE_CHECKING:
+    from fractions import Fraction
+
     from kvcalc.registry import LoadedModel
     from kvcalc.settings import Settings
 
@@ -53,6 +55,11 @@ class OnceEachGroup(TyperGroup):
         return name, cmd, rest
 
 
+def usage_error(message: str) -> Exception:
+    """click's UsageError, as typer holds it (BadParameter's base): exit status 2, under the command's usage line."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")(message)
+
+
 def refuse_elsewhere(ctx: Any, name: str | None, option: str) -> None:
     """A usage error for an option this command lacks that other commands take (`show --hardware`), naming them,
     where click would suggest an unrelated option of this one (--bare); other unknown options are click's to refuse."""
@@ -68,8 +75,7 @@ def refuse_elsewhere(ctx: Any, name: str | None, option: str) -> None:
         subcommands = getattr(command, "commands", None)
         takers += [f"{cmd_name} {n}" for n, c in subcommands.items() if takes(c)] if subcommands else \
             ([cmd_name] if takes(command) else [])
-    if takers:  # click's UsageError, as typer holds it (BadParameter's base): exit 2
-        usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    if takers:
         command = " ".join([*ctx.command_path.split()[1:], str(name)])  # 'show', 'table dims'
         raise usage_error(f"{command} takes no {option} ({', '.join(takers)} {'takes' if len(takers) == 1 else 'take'} "
                           f"it; see 'kvcalc {command} --help')")
@@ -154,13 +160,37 @@ def whole(lo: int, hi: int | None = None) -> Callable[[str | int], int]:
             raise typer.BadParameter(f"{value[:40]!r}: a whole number, written in the digits 0-9 alone")
         if len(value) > 4000:  # past what int() reads (sys.int_info.str_digits_check_threshold)
             raise typer.BadParameter(f"a number of {len(value):,} digits: too large")
-        if hi is not None and int(value) > hi:
-            raise typer.BadParameter(f"{value[:40]}: at most {hi:,}")
+        if hi is not None and (len(value.lstrip("0")) > len(str(hi)) or int(value) > hi):
+            raise typer.BadParameter(above(value, hi))
         if int(value) < lo:
             raise typer.BadParameter(f"{value}: at least {lo:,}")
         return int(value)
 
     return parse
+
+
+def reserve_value(value: str) -> Fraction:
+    """The parser of --reserve: a decimal or a ratio in the ASCII digits (Fraction alone also reads '0_1' as 1 and
+    other scripts' digits), at least 0 and below 1."""
+    import re
+    from fractions import Fraction
+
+    try:
+        if not re.fullmatch(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:/[0-9]+)?", value):
+            raise ValueError(value)
+        frac = Fraction(value)
+    except (ValueError, ZeroDivisionError):
+        raise typer.BadParameter(f"{value[:40]!r}: not a fraction (use e.g. 0.1)") from None
+    if not 0 <= frac < 1:
+        raise typer.BadParameter(f"{value}: must be at least 0 and below 1")
+    return frac
+
+
+def above(value: str, hi: int) -> str:
+    """The message for a whole number above its bound; one of many digits named by its length."""
+    if len(value.lstrip("0")) > 20:
+        return f"{value[:24]!r}… ({len(value):,} digits): too large (at most {hi:,})"
+    return f"{value}: at most {hi:,}"
 
 
 def whole_option(*decls: str, lo: int, hi: int | None = None, metavar: str = "N", **kwargs: Any) -> Any:
@@ -173,7 +203,7 @@ ModelsArg = Annotated[list[str], typer.Argument(metavar="MODEL", help="Bundled n
 ModelArg = Annotated[str, typer.Argument(metavar="MODEL", help="A bundled name, a YAML spec path, or a config.json path.")]
 CtxOpt = Annotated[str, typer.Option("--ctx", "-c", help=CTX_HELP)]
 OneCtxOpt = Annotated[str, typer.Option("--ctx", "-c", help="Context length in tokens: 4096, 4k, 128k, 1M. k = 1024 (128k = 131072).")]
-BatchOpt = Annotated[int, whole_option("--batch", "-b", lo=1, help="Sequences held at once.")]
+BatchOpt = Annotated[int, whole_option("--batch", "-b", lo=1, hi=LIMITS["batch"], help="Sequences held at once.")]
 DtypeOpt = Annotated[str, typer.Option("--kv-dtype", **choice(DTYPES), help="Storage type of the cache (int4: half a byte per element).")]
 MtpOpt = Annotated[bool, typer.Option("--mtp", help="Count the multi-token-prediction layers (their cache, weights and FLOPs), as speculative decoding runs them; plain decoding does not.")]
 EncCtxOpt = Annotated[int | None, typer.Option("--enc-ctx", parser=lambda v: _parse_gen(v), metavar="TOKENS", help="Encoder positions the cross-attention of encoder–decoder models caches and attends (its cache, FLOPs and decode reads; default: the model's source length, e.g. Whisper's 1500).")]
@@ -265,10 +295,10 @@ _COST_PARAMS = [
     ("state_dtype", StateDtypeOpt, None),
     ("enc_ctx", EncCtxOpt, None),
     ("mtp", MtpOpt, False),
-    ("tp", Annotated[int, whole_option("--tp", lo=1, help="Tensor-parallel ranks: heads, FFN widths and vocabulary split (K/V heads replicated when fewer than ranks; MLA's latent replicated).")], 1),
-    ("pp", Annotated[int, whole_option("--pp", lo=1, help="Pipeline stages: layers split as vLLM does (as SGLang does under --engine sglang); the busiest stage is reported.")], 1),
-    ("dp", Annotated[int, whole_option("--dp", lo=1, help="Data-parallel replicas, each serving ceil(batch / dp) sequences.")], 1),
-    ("ep", Annotated[int, whole_option("--ep", lo=1, help="Expert-parallel ranks among the layout's tp · dp GPUs (must divide tp · dp): each holds ceil(E / ep) routed experts, whole, or below tp split over tp / ep ranks.")], 1),
+    ("tp", Annotated[int, whole_option("--tp", lo=1, hi=LIMITS["tp"], help="Tensor-parallel ranks: heads, FFN widths and vocabulary split (K/V heads replicated when fewer than ranks; MLA's latent replicated).")], 1),
+    ("pp", Annotated[int, whole_option("--pp", lo=1, hi=LIMITS["pp"], help="Pipeline stages: layers split as vLLM does (as SGLang does under --engine sglang); the busiest stage is reported.")], 1),
+    ("dp", Annotated[int, whole_option("--dp", lo=1, hi=LIMITS["dp"], help="Data-parallel replicas, each serving ceil(batch / dp) sequences.")], 1),
+    ("ep", Annotated[int, whole_option("--ep", lo=1, hi=LIMITS["ep"], help="Expert-parallel ranks among the layout's tp · dp GPUs (must divide tp · dp): each holds ceil(E / ep) routed experts, whole, or below tp split over tp / ep ranks.")], 1),
     ("dp_attention", Annotated[bool, typer.Option("--dp-attention", help="SGLang's DP attention (MLA models): a replica's tp ranks split its sequences' latent cache, each with the whole attention weights.")], False),
     ("weights_dtype", WeightsDtypeOpt, "bf16"),
     ("mla_cache", MlaOpt, "latent"),
@@ -288,7 +318,8 @@ _LIST_PARAMS = {
 
 
 def _parse_list(name: str, text: str) -> tuple[Any, ...]:
-    """A comma list of one cost option's values, in order, without repeats; a usage error naming the option."""
+    """A comma list of one cost option's values, in order; a usage error naming the option, also for a value given
+    twice (its rows would repeat), as --ctx refuses one."""
     flag = f"'--{name.replace('_', '-')}'"
     parts = [part.strip() for part in text.split(",")]
     if not all(parts):
@@ -304,13 +335,16 @@ def _parse_list(name: str, text: str) -> tuple[Any, ...]:
                 values.append(_parse_gen(part))
             except typer.BadParameter as exc:
                 raise typer.BadParameter(exc.message, param_hint=flag) from None
-        elif part.isascii() and part.isdigit() and len(part) <= 20 and int(part) >= 1:
+        elif part.isascii() and part.isdigit() and part.strip("0"):  # as whole() reads a number, bound in settings.LIMITS
+            if len(part.lstrip("0")) > len(str(LIMITS[name])) or int(part) > LIMITS[name]:  # no int() of 4,300 digits
+                raise typer.BadParameter(above(part, LIMITS[name]), param_hint=flag)
             values.append(int(part))
-        elif part.isascii() and part.isdigit() and len(part) > 20:  # the bound is the setting's, checked there
-            raise typer.BadParameter(f"{part[:24]!r}… ({len(part):,} digits): too large", param_hint=flag)
         else:
             raise typer.BadParameter(f"{part[:40]!r}: a positive whole number", param_hint=flag)
-    return tuple(dict.fromkeys(values))
+    if twice := [v for i, v in enumerate(values) if v in values[:i]]:
+        raise typer.BadParameter(f"{text[:60]!r}: {twice[0]:,} given twice" if isinstance(twice[0], int) else
+                                 f"{text[:60]!r}: {twice[0]} given twice", param_hint=flag)
+    return tuple(values)
 
 
 def _with_help(annotation: Any, text: str) -> Any:

@@ -69,9 +69,9 @@ def test_nothing_fits_and_bad_input_say_why():
     budget = 80 * 2**30 - 8 * 2**30  # 10% reserved of 80 GiB
     assert row["free_bytes_per_gpu"] == budget - row["weights_bytes_per_gpu"] - row["activation_bytes"] - 516_096 < 0
     res = run("fit", "llama3-8b", ok=False)
-    assert res.exit_code == 1 and "fit needs --hardware NAME" in res.stderr
+    assert res.exit_code == 2 and "fit needs --hardware NAME" in res.stderr and "Usage: kvcalc fit" in res.stderr
     res = run("fit", "llama3-8b", "--hardware", "h100-80gb", "--reserve", "1.5", ok=False)
-    assert res.exit_code == 1 and "--reserve 1.5: must be at least 0 and below 1" in res.stderr
+    assert res.exit_code == 2 and "Invalid value for '--reserve': 1.5: must be at least 0 and below 1" in res.stderr
     res = run("fit", "llama3-8b", "--hardware", "h100-80gb", "--gpus", "4", "--tp", "2", ok=False)
     assert res.exit_code == 1 and "--gpus 4 differs from --tp 2 × --pp 1 × --dp 1 = 2" in res.stderr
 

@@ -45,7 +45,7 @@ def test_closed_stdout_and_ascii_terminal():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
-    (["compare", "gpt2", "--batch", "9" * 100], "batch of 100 digits: at most 1,048,576"),
+    (["compare", "gpt2", "--batch", "9" * 100], "'999999999999999999999999'… (100 digits): too large (at most 1,048,576)"),
     (["compare", "gpt2", "--ctx", "1e160"], "is not a token count"),
     (["compare", "gpt2", "--ctx", "2000000000000000"], "above 2^40 tokens"),
     (["sweep", "gpt2", "--ctx", "1..1" + "0" * 400], "above 2^40 tokens"),
@@ -53,7 +53,7 @@ def test_closed_stdout_and_ascii_terminal():
     (["cost", "gpt2", "--gen", "9" * 100], "above 2^40 tokens"),
     (["run", "gpt2", "--seed", "-1"], "--seed"),
     (["run", "gpt2", "--max-memory", "0"], "a memory limit must be positive"),
-    (["compare", "gpt2", "--tp", "100000"], "tp 100000: at most 65,536"),
+    (["compare", "gpt2", "--tp", "100000"], "Invalid value for '--tp': 100000: at most 65,536"),
     # an audit's finds: each was a traceback, a hang, a value changed in silence or a message naming another option
     (["approx", "--n", "64", "-m", "exact", "--d", "100000000"], "Invalid value for '--d'"),  # numpy MemoryError
     (["approx", "--n", "16k", "-m", "exact", "--d", "2048"], "n × d may be at most 2^24"),
@@ -109,7 +109,7 @@ def test_numbers_beyond_the_bounds(args, message):
     (["compare", "gpt2", "--gen", "\uff14"], "is not a token count"),
     (["run", "gpt2", "--max-memory", "\uff18G"], "is not a size"),
     (["fit", "gpt2", "--hardware", "h100-80gb", "--reserve", "\u0660.\u0661"], "not a fraction (use e.g. 0.1)"),
-    (["fit", "gpt2", "--hardware", "h100-80gb", "--reserve", "0_1"], "--reserve '0_1': not a fraction"),  # was 1
+    (["fit", "gpt2", "--hardware", "h100-80gb", "--reserve", "0_1"], "Invalid value for '--reserve': '0_1': not a fraction"),  # was 1
     (["approx", "--n", "64", "-m", "exact", "--scale", "\u0662"], "numbers, comma-separated"),
     (["approx", "--n", "64", "-m", "exact", "--scale", "1_0"], "numbers, comma-separated"),
     (["approx", "--n", "64", "-m", "topk:k=\u0662"], "k must be a whole number in the digits 0-9"),
@@ -412,7 +412,42 @@ def test_context_messages_say_what_was_missing():
     # token count, and a bound named the setting as the library calls it
     assert "an empty value: give a token count" in run("show", "gpt2", "--ctx", "", ok=False).stderr
     assert "'..4k': a range needs both ends, LO..HI (1k..1M)" in run("sweep", "gpt2", "--ctx", "..4k", ok=False).stderr
-    assert "(kvcalc's bound for batch, the command line's --batch)" in run("compare", "gpt2", "--batch", "2000000", ok=False).stderr
+    res = run("compare", "gpt2", "--batch", "2000000", ok=False)  # the bound is read with the option: a usage error
+    assert res.exit_code == 2 and "Invalid value for '--batch' / '-b': 2000000: at most 1,048,576" in res.stderr
+
+
+def test_count_bounds_are_read_with_their_option():
+    # a review: --batch 0 was click's usage error (exit 2) but --batch 2000000 the library's (exit 1, naming the
+    # setting); every count option now checks settings.LIMITS as it is read, and --gpus alone is named as given
+    from kvcalc.errors import KvcalcError
+    from kvcalc.settings import LIMITS, Settings
+
+    assert LIMITS == {"batch": 2**20, "tp": 2**16, "pp": 2**16, "dp": 2**16, "ep": 2**16}
+    for option, name in [("--batch", "batch"), ("--tp", "tp"), ("--pp", "pp"), ("--dp", "dp"), ("--ep", "ep")]:
+        res = run("compare", "gpt2", option, str(LIMITS[name] + 1), ok=False)
+        assert res.exit_code == 2 and f"{LIMITS[name] + 1}: at most {LIMITS[name]:,}" in res.stderr, (option, res)
+        with pytest.raises(KvcalcError, match=f"{name} {LIMITS[name] + 1}: at most {LIMITS[name]:,} \\(kvcalc's bound"):
+            Settings(ctx=1, **{name: LIMITS[name] + 1})  # the library's own check stays, for the API
+    assert run("compare", "gpt2", "--batch", str(2**20), "-f", "json").exit_code == 0  # the bound itself is allowed
+    res = run("sweep", "gpt2", "--batch", f"1,{2**20 + 1}", ok=False)
+    assert res.exit_code == 2 and "Invalid value for '--batch': 1048577: at most 1,048,576" in res.stderr
+    res = run("sweep", "gpt2", "--tp", "1," + "9" * 30, ok=False)
+    assert res.exit_code == 2 and "'999999999999999999999999'… (30 digits): too large (at most 65,536)" in res.stderr
+    rows = json.loads(run("sweep", "gpt2", "--ctx", "1k", "--batch", "1," + "0" * 30 + "2", "-f", "json").stdout)
+    assert [r["batch"] for r in rows] == [1, 2]  # leading zeros are read as whole() reads them
+    res = run("fit", "gpt2", "--hardware", "h100-80gb", "--gpus", str(2**16 + 1), ok=False)
+    assert res.exit_code == 1 and "--gpus 65537: at most 65,536 alone, as it sets --tp" in res.stderr
+    assert "tp 65537" not in res.stderr
+
+
+def test_a_sweep_list_refuses_a_value_given_twice():
+    # a review: sweep --batch 2,2 dropped the repeat in silence while --ctx 1k,1k is refused; so is every list now
+    for option, values, twice in [("--batch", "2,8,2", "2"), ("--gen", "1k,1024", "1,024"), ("--tp", "1,1", "1"),
+                                  ("--kv-dtype", "bf16,BF16", "bf16")]:
+        res = run("sweep", "gpt2", "--ctx", "1k", option, values, ok=False)
+        assert res.exit_code == 2 and f"'{values}': {twice} given twice" in res.stderr, (option, res)
+    rows = json.loads(run("sweep", "gpt2", "--ctx", "1k", "--batch", "8,2", "--kv-dtype", "fp8,bf16", "-f", "json").stdout)
+    assert [(r["batch"], r["kv_dtype"]) for r in rows] == [(8, "fp8"), (8, "bf16"), (2, "fp8"), (2, "bf16")]
 
 
 def test_the_output_guard_follows_what_the_command_reads(tmp_path, monkeypatch):

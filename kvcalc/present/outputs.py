@@ -3,7 +3,6 @@ kvcalc.present.emit prints)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -357,7 +356,7 @@ def run_output(report: RunReport, lm: LoadedModel | None = None) -> Output:
                   report_payload(report), warnings=warnings)
 
 
-def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | None, reserve: str | None,
+def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | None, reserve: Fraction | None,
                chunk: int | None, units: str = "binary") -> Output:
     """`fit`: one row per context (largest batch), or one row (longest context for the batch)."""
     from dataclasses import replace
@@ -366,18 +365,11 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
     from kvcalc.fit import FitRow, batch_cap, binding_context, default_prefill_chunk, default_reserve, fit
+    from kvcalc.settings import LIMITS
 
     if opts.hardware_name is None:
         raise KvcalcError("fit needs --hardware NAME (see 'kvcalc hardware') or a hardware YAML file")
-    reserve = reserve if reserve is not None else default_reserve(opts.engine)
-    try:  # a decimal or a ratio in ASCII digits (Fraction also reads '0_1' as 1 and other scripts' digits)
-        if not re.fullmatch(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:/[0-9]+)?", reserve):
-            raise ValueError(reserve)
-        frac = Fraction(reserve)
-    except (ValueError, ZeroDivisionError):
-        raise KvcalcError(f"--reserve {reserve[:40]!r}: not a fraction (use e.g. 0.1)") from None
-    if not 0 <= frac < 1:
-        raise KvcalcError(f"--reserve {reserve}: must be at least 0 and below 1")
+    frac = reserve if reserve is not None else Fraction(default_reserve(opts.engine))
     s = opts.settings(ctxs[0] if ctxs else 1)
     if ctxs and s.batch != 1:
         raise KvcalcError(f"--batch {s.batch} with --ctx: fit solves for the largest batch at each context; give "
@@ -385,6 +377,9 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     if gpus is not None and gpus != s.gpus:
         if s.gpus != 1:
             raise KvcalcError(f"--gpus {gpus} differs from --tp {s.tp} × --pp {s.pp} × --dp {s.dp} = {s.gpus}")
+        if gpus > LIMITS["tp"]:  # named as the user wrote it, not as the --tp it becomes
+            raise KvcalcError(f"--gpus {gpus}: at most {LIMITS['tp']:,} alone, as it sets --tp (give --tp, --pp and --dp "
+                              "for a larger layout)")
         s = replace(s, tp=gpus)
     assert s.hardware is not None  # loaded from --hardware above
     chunk = chunk or default_prefill_chunk(s.engine, s.hardware)
