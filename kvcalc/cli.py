@@ -250,7 +250,7 @@ def run_backend(
     """Run the attention layers for real in NumPy and check the analytic cache and FLOP figures against them."""
     from kvcalc.backend.runner import RunSettings, run
     from kvcalc.present.emit import emit
-    from kvcalc.present.outputs import mla_options, nothing_for, run_output
+    from kvcalc.present.outputs import run_output
     from kvcalc.progress import progress_hooks
     from kvcalc.settings import resolve_schedule
     from kvcalc.units import parse_size
@@ -271,9 +271,6 @@ def run_backend(
         warn("warning: --dtype float16: NumPy has no float16 BLAS: products run in float64 tiles rounded to float16, "
              "and the run takes about 3x float32's time")
     lm = load(model)
-    lacks = nothing_for(lm.spec, mla=mla_options(mla_cache, mla_schedule), enc_ctx=enc_ctx is not None)
-    if lacks:  # the run would measure the same layers without them: refused, not ignored
-        raise KvcalcError("; ".join(f"{option}: {lm.spec.name} has {lack}" for option, lack in lacks) + ": leave it out")
     with progress_hooks(quiet) as progress:
         report = run(lm.spec, settings, progress)
     emit(run_output(report, lm), fmt)

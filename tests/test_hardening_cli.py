@@ -84,8 +84,6 @@ def test_closed_stdout_and_ascii_terminal():
     (["compare", "gpt2", "--chart", "prefill_seconds"], "--chart prefill_seconds needs --hardware NAME"),
     (["compare", "gpt2", "--chart", "kv_lora_rank"], "--chart kv_lora_rank: no row has this figure"),
     (["compare", "gpt2", "-o", "report.xlsx"], "report.xlsx: .xlsx names no format kvcalc writes"),  # wrote a text table
-    (["run", "gpt2", "--ctx", "8", "--mla-schedule", "absorbed"], "--mla-schedule: gpt2 has no MLA layers"),
-    (["run", "gpt2", "--ctx", "8", "--enc-ctx", "4"], "--enc-ctx: gpt2 has no cross-attention"),
 ])
 def test_numbers_beyond_the_bounds(args, message):
     res = run(*args, ok=False)
@@ -438,6 +436,22 @@ def test_count_bounds_are_read_with_their_option():
     res = run("fit", "gpt2", "--hardware", "h100-80gb", "--gpus", str(2**16 + 1), ok=False)
     assert res.exit_code == 1 and "--gpus 65537: at most 65,536 alone, as it sets --tp" in res.stderr
     assert "tp 65537" not in res.stderr
+
+
+def test_run_warns_of_an_option_the_model_has_nothing_for_as_the_others_do():
+    # a review: run refused --mla-cache/--mla-schedule on a model without MLA and --enc-ctx on one without
+    # cross-attention, where show, cost, fit and compare warn that the option changes nothing; run now warns alike
+    for option, value, lack in [("--mla-schedule", "absorbed", "no MLA layers"), ("--mla-cache", "expanded", "no MLA layers"),
+                                ("--enc-ctx", "4", "no cross-attention (an encoder–decoder model's)")]:
+        warning = f"warning: gpt2: {option}: it has {lack}, so the option changes nothing"
+        res = run("run", "gpt2", "--ctx", "8", "--decode", "1", "-q", option, value)
+        assert res.exit_code == 0 and warning in res.stderr, (option, res)
+        assert warning in run("cost", "gpt2", "--ctx", "8", option, value).stderr  # the same words as cost's
+    assert "changes nothing" not in run("run", "gpt2", "--ctx", "8", "--decode", "1", "-q").stderr
+    given, plain = (json.loads(run("run", "gpt2", "--ctx", "8", "--decode", "1", "-q", *extra, "-f", "json").stdout)
+                    for extra in (["--mla-cache", "expanded"], []))
+    untimed = [[r for r in out["rows"] if r["section"] != "time"] for out in (given, plain)]
+    assert given["ok"] and untimed[0] == untimed[1] and given["checks"] == plain["checks"]  # it changed nothing
 
 
 def test_a_sweep_list_refuses_a_value_given_twice():

@@ -70,11 +70,15 @@ def option_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     GLM, Qwen3.5 and MiniMax importers leave the MTP modules out, saying so in the spec's notes; --enc-ctx, the MLA
     options, --ep)."""
     mla = mla_options(s.mla_cache, s.mla_schedule)
-    return [f"warning: {spec.name}: --mtp: its spec has {lack}, so nothing is added" if option == "--mtp" else
-            f"warning: {spec.name}: {option}: it has {lack}, so the option changes nothing"
-            for spec in specs for option, lack in nothing_for(spec, mtp=s.mtp, enc_ctx=s.enc_ctx is not None, mla=mla,
-                                                                ep=s.ep > 1, state=s.state_dtype is not None)] \
+    return [line for spec in specs for line in _nothing_warnings(spec.name, nothing_for(
+        spec, mtp=s.mtp, enc_ctx=s.enc_ctx is not None, mla=mla, ep=s.ep > 1, state=s.state_dtype is not None))] \
         + _engine_warnings(specs, s)
+
+
+def _nothing_warnings(name: str, lacks: list[tuple[str, str]]) -> list[str]:
+    """The warnings for options a model has nothing for (nothing_for's pairs)."""
+    return [f"warning: {name}: --mtp: its spec has {lack}, so nothing is added" if option == "--mtp" else
+            f"warning: {name}: {option}: it has {lack}, so the option changes nothing" for option, lack in lacks]
 
 
 def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
@@ -333,8 +337,8 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
 
 def run_output(report: RunReport, lm: LoadedModel | None = None) -> Output:
     """`run`: predicted against measured, then the numerical checks; warnings for what loading the model `lm` said,
-    a context past its trained maximum (csv and json: `exceeds_max_context`), and a whole-model cache or state left
-    unmeasured."""
+    a context past its trained maximum (csv and json: `exceeds_max_context`), an option the model has nothing for
+    (as the other commands warn), and a whole-model cache or state left unmeasured."""
     from kvcalc.backend.report import CHECK_COLUMNS, CHECK_KEYS, RESULT_COLUMNS, check_rows, report_payload, result_rows
 
     s = report.settings
@@ -344,6 +348,8 @@ def run_output(report: RunReport, lm: LoadedModel | None = None) -> Output:
     if lm is not None:
         total = s.ctx + s.decode
         warnings += over_max(lm.spec, total, f"ctx {s.ctx:,} + {s.decode:,} decode step{'' if s.decode == 1 else 's'} ({total:,})")
+        warnings += _nothing_warnings(lm.spec.name, nothing_for(lm.spec, mla=mla_options(s.mla_cache, s.mla_schedule),
+                                                                enc_ctx=s.enc_ctx is not None))
     unmeasured = [what for what, row in (("cache", "KV cache, all "), ("constant state", "constant state, all "))
                   if any(r.quantity.startswith(row) and r.measured is None for r in report.rows)]
     if unmeasured:
