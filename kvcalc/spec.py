@@ -501,8 +501,8 @@ def _loc(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("dense", "moe", "none", *SELECTOR_TAGS) or part in ("function-after[_resolve(), ModelSpec]",):
-            continue  # the FFN's discriminator tag: the kind is already named in the message context
+        elif part in SELECTOR_TAGS or part in ("function-after[_resolve(), ModelSpec]",):
+            continue  # a union's tag that _untagged could not place (the FFN's are gone by then)
         else:
             out += ("." if out else "") + str(part)
     return out
@@ -586,6 +586,45 @@ def _model_at(model: type[BaseModel], data: object, loc: tuple) -> tuple[type[Ba
     return current, node
 
 
+def _untagged(model: type[BaseModel], data: object, loc: tuple) -> tuple:
+    """A validation error's location without the tags pydantic adds after a field of a tagged union (the FFN's kind,
+    a layer selector's form): ('ffn', 'moe', 'moe') is the key moe of the FFN mapping, whose kind is moe. Found by
+    walking the data as the fields' annotations read it, so a key named like a tag stays."""
+    out: list = []
+    node: object = data
+    current: type[BaseModel] | None = model
+    tagged = False
+    for part in loc:
+        if tagged and isinstance(part, str):  # the tag of the union just entered
+            tagged = False
+            continue
+        tagged = False
+        if isinstance(node, dict) and current is not None and isinstance(part, str) and part in current.model_fields:
+            field = current.model_fields[part]
+            node = node.get(part)
+            tagged = field.discriminator is not None or any(isinstance(m, Discriminator) for m in field.metadata) \
+                or _is_tagged(field.annotation)
+            current = _model_of(field.annotation, node)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        out.append(part)
+    return tuple(out)
+
+
+def _is_tagged(annotation: Any) -> bool:
+    """Whether an annotation is (or holds, through Optional and list) a union pydantic validates by a tag."""
+    from types import UnionType
+    from typing import Union
+
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return any(isinstance(m, Discriminator) or getattr(m, "discriminator", None) is not None for m in args[1:]) \
+            or _is_tagged(args[0])
+    if origin in (Union, UnionType, list):
+        return any(_is_tagged(a) for a in args)
+    return False
+
+
 def _unknown_key(key: str, parent: type[BaseModel] | None, given: object) -> tuple[str, str | None]:
     """The message for a key `parent` does not have, and the field it is a misspelling of (or None): a close name the
     mapping `given` lacks suggested; a field of another attention or FFN kind named as that kind's."""
@@ -622,6 +661,8 @@ def format_validation_error(exc, origin: str, locate: Callable[[tuple], int | No
     misspell (whose 'missing' line it replaces) or the kind it belongs to."""
     lines = []
     errors = exc.errors(include_url=False)
+    if model is not None:
+        errors = [{**err, "loc": _untagged(model, data, tuple(err["loc"]))} for err in errors]
     misspelt: set[tuple] = set()  # (parent loc, field) of the missing fields an unknown key names
     unknown: dict[int, str] = {}
     for i, err in enumerate(errors):

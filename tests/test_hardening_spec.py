@@ -351,6 +351,26 @@ def test_a_schema_error_names_the_line_of_its_key(tmp_path):
     assert "d_model: required field is missing\n" in err + "\n" and "d_model: required field is missing (line" not in err
 
 
+def test_a_key_named_like_its_kind_is_a_key_not_the_kind(tmp_path):
+    # a review: pydantic puts an FFN's kind tag in an error's path (ffn.dense.d_ff); a key of that name ('dense:' in
+    # a dense FFN) was then taken for the tag: the unknown key lost its name and the missing field took its line
+    lines = LLAMA.splitlines()
+    ffn_line = 1 + lines.index("ffn:")
+    err = refused("compare", spec_file(tmp_path, edited(LLAMA, "  d_ff: 28672\n", "  dense: 28672\n")))
+    assert err.splitlines() == [
+        f"error: {tmp_path / 'hostile.yaml'}: ffn.d_ff: required field is missing (line {ffn_line})",
+        f"{tmp_path / 'hostile.yaml'}: ffn.dense: unknown key (check its spelling; unknown keys are errors) (line {ffn_line + 2})"]
+    group = edited(LLAMA, "  - layers: all\n", "  - layers: all\n    ffn:\n      kind: moe\n      moe: 3\n")
+    err = refused("compare", spec_file(tmp_path, group, "g.yaml"))
+    group_ffn = 1 + group.splitlines().index("    ffn:")
+    assert f"layer_groups[0].ffn.moe: unknown key (check its spelling; unknown keys are errors) (line {group_ffn + 2})" in err
+    assert f"layer_groups[0].ffn.n_routed_experts: required field is missing (line {group_ffn})" in err
+    # a layer selector's form is a tag too: gone from the path, and the line is its key's
+    every = edited(LLAMA, "  - layers: all\n", "  - layers:\n      every: 0\n")
+    err = refused("compare", spec_file(tmp_path, every, "e.yaml"))
+    assert f"layer_groups[0].layers.every: must be greater than 0, got 0 (line {1 + every.splitlines().index('      every: 0')})" in err
+
+
 def test_the_hints_of_an_unknown_key_or_a_string_count_fit_the_case(tmp_path):
     # a review of the messages above: a quoted count got the rule of underscores and prefixes, 'none' (an attention
     # kind and an FFN kind) named the other family's kinds, and a misspelling was offered a field already given
