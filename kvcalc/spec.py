@@ -566,7 +566,8 @@ def _model_of(annotation: Any, value: object) -> type[BaseModel] | None:
         tagged = [m for m in members if _kind_tag(m) == tag]
         return next(iter(tagged or members), None)
     if isinstance(annotation, type) and issubclass(annotation, AttentionKind):
-        return KINDS.get(value.get("kind")) if isinstance(value, dict) else None  # type: ignore[arg-type]
+        kind = value.get("kind") if isinstance(value, dict) else None
+        return KINDS.get(kind) if isinstance(kind, str) else None  # a kind that is no name ([], 3) has no model
     return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
 

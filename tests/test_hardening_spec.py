@@ -371,6 +371,16 @@ def test_a_key_named_like_its_kind_is_a_key_not_the_kind(tmp_path):
     assert f"layer_groups[0].layers.every: must be greater than 0, got 0 (line {1 + every.splitlines().index('      every: 0')})" in err
 
 
+@pytest.mark.parametrize(("written", "shown"), [("[]", "a list"), ("{a: 1}", "a mapping"), ("true", "true"), ("3", "3")])
+def test_an_attention_kind_that_is_no_name(tmp_path, written, shown):
+    # the fuzz suite: `kind: []` beside another error was a TypeError (unhashable list) while the path was walked
+    text = edited(edited(LLAMA, "      kind: gqa", f"      kind: {written}"), "  d_ff: 28672\n", "  dense: 28672\n")
+    err = refused("compare", spec_file(tmp_path, text))
+    line = 1 + text.splitlines().index(f"      kind: {written}")
+    assert f"layer_groups[0].attention.kind: a kind is a name, got {shown}: choose one of mha, gqa," in err
+    assert f"(line {line})" in err and "ffn.dense: unknown key" in err
+
+
 def test_the_hints_of_an_unknown_key_or_a_string_count_fit_the_case(tmp_path):
     # a review of the messages above: a quoted count got the rule of underscores and prefixes, 'none' (an attention
     # kind and an FFN kind) named the other family's kinds, and a misspelling was offered a field already given

@@ -42,9 +42,17 @@ def _validate(value: Any) -> AttentionKind:
         raise _error((), value, f"must be a mapping with a kind ({', '.join(KINDS)}), not {type(value).__name__}")
     kind = value.get("kind")
     if not isinstance(kind, str) or kind not in KINDS:
-        what = "required field is missing" if kind is None else f"unknown attention kind {kind!r}"
+        what = "required field is missing" if kind is None else f"unknown attention kind {kind!r}" \
+            if isinstance(kind, str) else f"a kind is a name, got {_written(kind)}"
         raise _error(("kind",), kind, f"{what}: choose one of {', '.join(KINDS)}")
     return KINDS[kind].model_validate(value)
+
+
+def _written(value: object) -> str:
+    """A parsed YAML value that is no name, as the file wrote it: a list, a mapping, true, 3."""
+    if isinstance(value, (list, dict)):
+        return "a list" if isinstance(value, list) else "a mapping"
+    return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 # A layer group's `attention:` field: any registered kind, dumped with its own fields.
