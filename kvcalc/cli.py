@@ -530,10 +530,14 @@ def table_dims(
 
     asked = kinds is not None
     kinds = ",".join(KINDS) if kinds is None else kinds
-    chosen = tuple(dict.fromkeys(k.strip().lower() for k in kinds.split(",")))
+    listed = [k.strip().lower() for k in kinds.split(",")]
+    chosen = tuple(dict.fromkeys(listed))
     unknown = [k for k in chosen if k not in KINDS]
     if "" in chosen:
         raise typer.BadParameter(f"{kinds!r}: kinds separated by commas, none empty", param_hint="'--kinds'")
+    if len(chosen) < len(listed):  # as every list option refuses a repeat
+        twice = next(k for i, k in enumerate(listed) if k in listed[:i])
+        raise typer.BadParameter(f"{kinds[:60]!r}: {twice} given twice", param_hint="'--kinds'")
     if unknown or not chosen:
         raise typer.BadParameter(f"{', '.join(unknown) or kinds!r}: choose from {', '.join(KINDS)}", param_hint="'--kinds'")
     loaded = [load(m) for m in models or []]

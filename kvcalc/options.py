@@ -431,8 +431,9 @@ def refuse_an_input(output: str, kwargs: dict[str, Any]) -> None:
 
 
 def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Give a command --caption, --label, --bare and --output: they set where and how `emit` writes."""
-    from kvcalc.present.emit import DESTINATION, Destination
+    """Give a command --caption, --label, --bare and --output: they set where and how `emit` writes, and are checked
+    against its --format before the command's work."""
+    from kvcalc.present.emit import DESTINATION, Destination, checked_format
 
     sig = inspect.signature(fn)
     resolved = typing.get_type_hints(fn, include_extras=True)
@@ -458,6 +459,7 @@ def output_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             refuse_an_input(dest.output, kwargs)
         token = DESTINATION.set(dest)
         try:
+            checked_format(kwargs["fmt"])  # a --label that emit would refuse, refused before a run of minutes
             return fn(*args, **kwargs)
         finally:
             DESTINATION.reset(token)

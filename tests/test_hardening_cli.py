@@ -454,12 +454,33 @@ def test_run_warns_of_an_option_the_model_has_nothing_for_as_the_others_do():
     assert given["ok"] and untimed[0] == untimed[1] and given["checks"] == plain["checks"]  # it changed nothing
 
 
+def test_latex_options_and_the_output_file_are_checked_before_the_work(monkeypatch):
+    # a review: `run gpt2 --label x` ran the model (seconds) and only then refused --label; `compare nosuch --label
+    # 'a b' -f latex` named the model rather than the label. They are now checked before anything is loaded
+    import kvcalc.cli
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("loaded a model before checking the output options")
+
+    monkeypatch.setattr(kvcalc.cli, "load", no_load)
+    for args, message in [
+        (["run", "gpt2", "--ctx", "2k", "-q", "--label", "x"], "Invalid value for '--label': shapes LaTeX output only"),
+        (["compare", "nosuch", "--label", "a b", "-f", "latex"], "Invalid value for '--label': 'a b': a label is"),
+        (["show", "gpt2", "--bare", "--caption", "c", "-f", "latex"], "Invalid value for '--caption': --bare writes"),
+        (["cost", "gpt2", "-o", "report.xlsx"], "report.xlsx: .xlsx names no format kvcalc writes"),
+    ]:
+        res = run(*args, ok=False)
+        assert res.exit_code == 2 and message in res.stderr and "Traceback" not in res.stderr, (args, res)
+
+
 def test_a_sweep_list_refuses_a_value_given_twice():
     # a review: sweep --batch 2,2 dropped the repeat in silence while --ctx 1k,1k is refused; so is every list now
     for option, values, twice in [("--batch", "2,8,2", "2"), ("--gen", "1k,1024", "1,024"), ("--tp", "1,1", "1"),
                                   ("--kv-dtype", "bf16,BF16", "bf16")]:
         res = run("sweep", "gpt2", "--ctx", "1k", option, values, ok=False)
         assert res.exit_code == 2 and f"'{values}': {twice} given twice" in res.stderr, (option, res)
+    res = run("table", "dims", "--kinds", "mha,GQA,MHA", ok=False)  # it kept one mha in silence
+    assert res.exit_code == 2 and "Invalid value for '--kinds': 'mha,GQA,MHA': mha given twice" in res.stderr
     rows = json.loads(run("sweep", "gpt2", "--ctx", "1k", "--batch", "8,2", "--kv-dtype", "fp8,bf16", "-f", "json").stdout)
     assert [(r["batch"], r["kv_dtype"]) for r in rows] == [(8, "fp8"), (8, "bf16"), (2, "fp8"), (2, "bf16")]
 

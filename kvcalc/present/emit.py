@@ -124,8 +124,9 @@ def _check_latex_options(dest: Destination) -> None:
                                  "another way, e.g. as a LaTeX command in ASCII", param_hint="'--caption'")
 
 
-def emit(out: Output, fmt: str, units: str = "binary") -> None:
-    """Print `out` in `fmt`, or write it to the destination's file."""
+def checked_format(fmt: str) -> str:
+    """The format `fmt` writes in at the destination (output_format), its LaTeX options refused where they do not
+    fit it: what emit checks, and what a command line checks before the command's work (a run, a sweep)."""
     import typer
 
     dest = DESTINATION.get() or Destination()
@@ -137,6 +138,15 @@ def emit(out: Output, fmt: str, units: str = "binary") -> None:
                                  f"or leave it out (the output is {fmt})", param_hint=f"'{given}'")
     if fmt == "latex":
         _check_latex_options(dest)
+    return fmt
+
+
+def emit(out: Output, fmt: str, units: str = "binary") -> None:
+    """Print `out` in `fmt`, or write it to the destination's file."""
+    import typer
+
+    dest = DESTINATION.get() or Destination()
+    fmt = checked_format(fmt)
     if fmt in HUMAN:
         for message in out.warnings:
             warn(message)
