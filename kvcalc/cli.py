@@ -44,6 +44,7 @@ from kvcalc.options import (
     whole_option,
 )
 from kvcalc.schema import COMMANDS as SCHEMA_COMMANDS
+from kvcalc.settings import TOKENS_LIMIT
 
 app = typer.Typer(
     name="kvcalc",
@@ -233,7 +234,7 @@ def fit(
 def run_backend(
     model: ModelArg,
     ctx: Annotated[str, typer.Option("--ctx", "-c", help="Prompt tokens to prefill (k = 1024).")] = "128",
-    decode: Annotated[int, whole_option("--decode", "-d", lo=0, help="Decode steps after the prefill.")] = 4,
+    decode: Annotated[int, whole_option("--decode", "-d", lo=0, hi=TOKENS_LIMIT, help="Decode steps after the prefill.")] = 4,
     batch: BatchOpt = 1,
     layers: Annotated[int | None, whole_option("--layers", "-l", lo=1, help="Layers to run (default: one of each layer group).")] = None,
     dtype: Annotated[str, typer.Option("--dtype", **choice(("float32", "float16", "float64")), help="NumPy dtype of weights, activations and cache.")] = "float32",

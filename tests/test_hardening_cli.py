@@ -436,6 +436,8 @@ def test_count_bounds_are_read_with_their_option():
     res = run("fit", "gpt2", "--hardware", "h100-80gb", "--gpus", str(2**16 + 1), ok=False)
     assert res.exit_code == 1 and "--gpus 65537: at most 65,536 alone, as it sets --tp" in res.stderr
     assert "tp 65537" not in res.stderr
+    res = run("run", "gpt2", "-q", "--decode", str(2**40 + 1), ok=False)  # decode steps are tokens: 2^40, as --gen
+    assert res.exit_code == 2 and "Invalid value for '--decode' / '-d': 1099511627777: at most 1,099,511,627,776" in res.stderr
 
 
 def test_run_warns_of_an_option_the_model_has_nothing_for_as_the_others_do():
