@@ -53,6 +53,19 @@ def test_causal_mode_and_refusals():
     assert res.exit_code != 0 and "--data /nonexistent.npz: no such file" in res.stderr
 
 
+def test_a_method_parameter_rule_names_the_method_as_given():
+    # a review: the analytic rules named the library's function (reformer_lsh: c = 64), not --method's lsh; and
+    # linformer-svd past the rank of [K V] (d + d_v) took singular vectors LAPACK may pick in any basis, so the
+    # attention matrix's error changed with the build (its output's did not)
+    for method, message in [("lsh:c=64", "--method lsh:c=64/r=1: c = 64: 2·c must divide n = 64"),
+                            ("nystrom:m=48", "--method nystrom:m=48/T=6: m = 48: must divide n = 64"),
+                            ("linformer-svd:k=41", "--method linformer-svd:k=41: k must be at most d + d_v = 40")]:
+        res = run("approx", "--n", "64", "--d", "16", "--dv", "24", "--method", method, ok=False)
+        assert res.exit_code == 1 and message in res.stderr and "reformer_lsh" not in res.stderr, (method, res)
+    rows = approx("--n", "64", "--d", "16", "--dv", "24", "--method", "linformer-svd:k=40", "--seeds", "1", "--scale", "1")
+    assert rows[0]["flops"] == 4 * 64 * 40 * (16 + 24)  # E·K, F·V, scores, values: 2·j·n·(d + d_v) twice
+
+
 def test_lsh_is_measured_against_exact_shared_qk_attention(monkeypatch):
     # Reformer's shared QK: raw queries against the unit queries as keys (Kitaev et al. 2020, §3). An LSH that found
     # every key would be exact attention on (q, q/|q|), so its error must be 0 at every scale; the reference was

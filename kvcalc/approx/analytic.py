@@ -2,8 +2,9 @@
 
 Conventions (those of kvcalc.costs.flops):
 - FLOPs, not MACs: an m×k by k×n product costs 2·m·n·k. Only products that sum over an index are counted; softmax,
-  feature nonlinearities (exp, ReLU, cos/sin reweighting), row norms (FAVOR+'s ‖x‖², LSH's unit keys), prefix sums,
-  sorting and top-k selection are left out.
+  feature nonlinearities (exp, ReLU, cos/sin reweighting), row norms (FAVOR+'s ‖x‖², LSH's unit keys), running sums
+  of vectors (the normaliser Σφ(k)), sorting and top-k selection are left out. A running sum of outer products
+  (Σφ(k)vᵀ, a causal linear method's state) is the product Φ_Kᵀ V position by position: counted, 2·r·d_v a position.
 - One sequence, one head (`heads` = 1), attention only: no Q/K/V/O projections, but the method's own products
   (Linformer's E·K, Nyström's landmark kernels and pseudo-inverse, Performer's feature maps, Loki's PCA rotation).
   TPA and MLA share factors across heads, so theirs are per layer: all `heads` = n_h heads together.
@@ -221,14 +222,14 @@ def nystrom(n: int, d: int, d_v: int, *, m: int, T: int = 6) -> MethodCost:
         "kernel_1": 2 * n * m * d,  # Q · K̃ᵀ: n × m
         "kernel_2": 2 * m * m * d,  # Q̃ · K̃ᵀ: m × m
         "kernel_3": 2 * m * n * d,  # Q̃ · Kᵀ: m × n
-        # Z ← ¼ Z (13I − AZ(15I − AZ(7I − AZ))): four m×m×m products per iteration (Xiong et al. 2021 eq. 14)
+        # Z ← ¼ Z (13I − AZ(15I − AZ(7I − AZ))): four m×m×m products per iteration (Xiong et al. 2021 §3)
         "pinv": T * 4 * 2 * m**3,
         "kernel_1_pinv": 2 * n * m * m,  # kernel_1 · Z
         "kernel_3_v": 2 * m * n * d_v,  # kernel_3 · V
         "mix": 2 * n * m * d_v,  # (kernel_1 Z) · (kernel_3 V)
     }
     return MethodCost("nystrom", {"m": m, "T": T}, n, d, d_v, out, None, False, "none", 0,
-                      "Nyströmformer (Xiong et al. 2021) §3, eq. 14; mlpen/Nystromformer iterative_inv")
+                      "Nyströmformer (Xiong et al. 2021) §3; mlpen/Nystromformer iterative_inv")
 
 
 def loki(n: int, d: int, d_v: int, *, r: int, k: int) -> MethodCost:

@@ -336,7 +336,10 @@ def _analytic(method: Method, n: int, d: int, d_v: int, causal: bool):
         args = {"r": p["r"], "causal": causal}
     elif name == "cosformer":
         args = {"causal": causal}
-    c = cost(name, n, d, d_v, **args)
+    try:
+        c = cost(name, n, d, d_v, **args)
+    except KvcalcError as exc:  # 'reformer_lsh: c = 64: ...' is the library's name; the command line's is lsh:c=64
+        raise KvcalcError(f"--method {method.option}: {str(exc).partition(': ')[2]}") from None
     return c.prefill_flops, c
 
 
@@ -361,6 +364,10 @@ def evaluate(methods: list[Method], n: int, d: int, d_v: int, scales: list[float
                               "at n = 16k); use a smaller n or parameter")
         if m.name == "topk" and m.params["k"] > n:
             raise KvcalcError(f"--method topk:k={m.params['k']}: k must be at most n = {n:,} (the keys there are)")
+        if m.name == "linformer-svd" and m.params["k"] > d + d_v:  # past the rank, an arbitrary null-space basis
+            raise KvcalcError(f"--method linformer-svd:k={m.params['k']}: k must be at most d + d_v = {d + d_v:,}, the "
+                              "rank [K V] can have: the singular vectors past it are any basis LAPACK picks of the rest, "
+                              "and the attention matrix's error would depend on that choice")
         if causal not in MEASURED[m.name][3]:
             mode = "causal" if causal else "non-causal"
             raise KvcalcError(f"{m.name} has no {mode} form here ({'drop' if causal else 'add'} --causal)")

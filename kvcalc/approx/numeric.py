@@ -262,7 +262,7 @@ def segment_means(x: np.ndarray, m: int) -> np.ndarray:
 
 
 def iterative_pinv(a: np.ndarray, iters: int, counter: FlopCounter | None = None) -> np.ndarray:
-    """Moore–Penrose pseudo-inverse by the Nyströmformer iteration (Xiong et al. 2021, eq. 9; Razavi et al. 2014).
+    """Moore–Penrose pseudo-inverse by the Nyströmformer iteration (Xiong et al. 2021 §3; Razavi et al. 2014).
 
     Z_0 = Aᵀ / (‖A‖_1 ‖A‖_∞); Z ← ¼ Z (13I − AZ(15I − AZ(7I − AZ))). Four m×m products per iteration: 8·m³ FLOPs.
     [m, m] -> [m, m].
