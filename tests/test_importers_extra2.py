@@ -165,8 +165,8 @@ def test_qwen35_mtp_under_vllm_pipeline_stages():
 
 def test_mimo_v2_flash_cache_keys_192_values_128_window_129():
     # hybrid_layer_pattern: 9 full layers (0 = full: 0, 5, 11, …, 47) of 4 KV heads, 39 sliding layers of 8 KV heads
-    # holding min(ctx, 129) tokens (sliding_window_size 128 previous tokens and the query: the reference SGLang code,
-    # transformers' MiMoV2FlashConfig); each KV head caches a key of 192 and a value of 128
+    # holding min(ctx, 129) tokens (sliding_window_size 128 previous tokens and the query: the reference SGLang code's
+    # window_left); each KV head caches a key of 192 and a value of 128
     full, swa = 4 * (192 + 128), 8 * (192 + 128)
     want = [9 * ctx * full * BF16 + 39 * min(ctx, 129) * swa * BF16 for ctx in (4 * K, 128 * K)]
     assert kv_bytes(compare("mimo-v2-flash")) == want
