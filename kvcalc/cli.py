@@ -338,6 +338,7 @@ def paper(
     command and kvcalc version that made them."""
     import shlex
 
+    from kvcalc.present.outfile import whole_file
     from kvcalc.present.outputs import PAPER_README_HEAD, paper_readme, paper_tables
     from kvcalc.settings import Settings
     from kvcalc.tables import DEFAULT_MODELS
@@ -369,7 +370,8 @@ def paper(
     try:
         output.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
-            (output / name).write_text(text + "\n", encoding="utf-8")
+            with whole_file(output / name) as path:
+                path.write_text(text + "\n", encoding="utf-8")
     except OSError as exc:
         raise KvcalcError(f"--output {output}: cannot write ({exc.strerror or exc})") from None
     figures = []
@@ -395,7 +397,8 @@ def paper(
     except PackageNotFoundError:
         ver = "(not installed)"
     listed = {**files, **{f: "" for f in figures}}
-    (output / "README.md").write_text(paper_readme(listed, command, ver), encoding="utf-8")
+    with whole_file(output / "README.md") as path:
+        path.write_text(paper_readme(listed, command, ver), encoding="utf-8")
     typer.echo(f"wrote {len(listed) + 1} files to {output}", err=True)
 
 

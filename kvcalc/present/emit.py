@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvcalc.present.outfile import whole_file
 from kvcalc.present.render import Column, csv_pieces, render, rows_json, to_csv
 
 HUMAN = ("table", "markdown", "latex")
@@ -157,7 +158,8 @@ def emit(out: Output, fmt: str, units: str = "binary") -> None:
     if dest.output:
         text = render_text(out, fmt, units, dest)
         try:
-            Path(dest.output).write_text(text + "\n", encoding="utf-8")
+            with whole_file(dest.output) as path:
+                path.write_text(text + "\n", encoding="utf-8")
         except OSError as exc:
             from kvcalc.errors import KvcalcError
 
@@ -209,7 +211,7 @@ def _streamed(out: Output, fmt: str, dest: Destination) -> bool:
             typer.echo("")
         return True
     try:
-        with open(dest.output, "w", encoding="utf-8") as f:
+        with whole_file(dest.output) as path, open(path, "w", encoding="utf-8") as f:
             for text in _batched(pieces):
                 f.write(text)
             f.write("\n" if fmt == "json" else "")

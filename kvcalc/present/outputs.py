@@ -473,8 +473,11 @@ def import_spec(config: Path, output: Path | None, name: str | None, force: bool
     if output is None:
         typer.echo(text, nl=False)
         return
+    from kvcalc.present.outfile import whole_file
+
     try:
-        output.write_text(text, encoding="utf-8")
+        with whole_file(output) as path:
+            path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise KvcalcError(f"{output}: cannot write: {exc.strerror or exc}") from None
     warn(f"wrote {output}")
