@@ -216,6 +216,29 @@ def test_pgf_takes_the_latex_there_is_and_leaves_no_file_without_one(models, tmp
     assert not (tmp_path / "none.pgf").exists()
 
 
+def test_a_figure_that_fails_midway_leaves_the_earlier_file(models, tmp_path, monkeypatch):
+    # a review: a write that failed after the figure file was opened left an empty or partial file over the earlier
+    # figure (only a new file was removed); figures are written whole as every --output is (kvcalc.present.outfile)
+    from matplotlib.figure import Figure
+
+    fig = plot_figure(models, [1024, 4096], ["cache"], Settings(ctx=1))
+    path = tmp_path / "fig.svg"
+    path.write_text("earlier")
+    real = Figure.savefig
+
+    def failing(self, fname, **kwargs):
+        real(self, fname, **kwargs)  # the whole figure written to the partial file, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", failing)
+    with pytest.raises(KvcalcError, match=r"fig\.svg: cannot write the figure: .*No space left on device"):
+        save_figure(fig, path)
+    assert path.read_text() == "earlier" and sorted(p.name for p in tmp_path.iterdir()) == ["fig.svg"]
+    monkeypatch.setattr(Figure, "savefig", real)
+    save_figure(fig, path)
+    assert "<svg" in path.read_text() and sorted(p.name for p in tmp_path.iterdir()) == ["fig.svg"]
+
+
 @pytest.mark.slow
 def test_import_kvcalc_does_not_import_matplotlib():
     code = "import sys, kvcalc, kvcalc.present.plot; assert 'matplotlib' not in sys.modules, 'imported'"

@@ -314,21 +314,21 @@ def save_figure(fig: Figure, path: str | Path) -> None:
     require_matplotlib()
     from matplotlib import rc_context
 
+    from kvcalc.present.outfile import whole_file
+
     style = dict(STYLE)
     if fmt == "pgf":  # matplotlib's default, xelatex, may be absent where lualatex or pdflatex is there
         import shutil
 
         style["pgf.texsystem"] = next((t for t in ("xelatex", "pdflatex", "lualatex") if shutil.which(t)), "xelatex")
-    existed = path.exists()
     with rc_context(style):
         try:
-            if fmt == "pgf":  # the pgf backend takes no metadata
-                fig.savefig(path, format=fmt, dpi="figure")
-            else:
-                fig.savefig(path, format=fmt, dpi=300 if fmt == "png" else "figure", metadata=_metadata(fmt))
+            with whole_file(path) as partial:  # no empty or partial figure left behind, the earlier one kept
+                if fmt == "pgf":  # the pgf backend takes no metadata
+                    fig.savefig(partial, format=fmt, dpi="figure")
+                else:
+                    fig.savefig(partial, format=fmt, dpi=300 if fmt == "png" else "figure", metadata=_metadata(fmt))
         except Exception as exc:
-            if not existed:  # no empty or partial figure left behind
-                path.unlink(missing_ok=True)
             if fmt != "pgf" and not isinstance(exc, (RuntimeError, OSError)):
                 raise
             if fmt == "pgf":  # matplotlib's pgf backend runs LaTeX to measure the text (its LatexError, or not found)
