@@ -26,7 +26,7 @@ def test_whole_file_renames_on_success_and_removes_the_partial_file_on_an_error(
         assert out.read_text() == "new\n" and os.listdir(tmp_path) == ["t.csv"]
 
 
-def test_whole_file_keeps_permissions_follows_links_and_writes_devices_directly(tmp_path):
+def test_whole_file_keeps_permissions_follows_links_and_writes_devices_directly(tmp_path, monkeypatch):
     out = tmp_path / "t.csv"
     out.write_text("old\n")
     out.chmod(0o640)
@@ -38,6 +38,13 @@ def test_whole_file_keeps_permissions_follows_links_and_writes_devices_directly(
     with whole_file("/dev/null") as path:  # nothing to rename over: written in place, /dev/null left a device
         assert str(path) == "/dev/null"
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    out.write_text("old\n")  # a folder that takes no new file (a read-only folder's writable file): written in place
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with whole_file(out) as path:
+        assert path == out
+        path.write_text("in place\n")
+    assert out.read_text() == "in place\n"
+    monkeypatch.undo()
     long = tmp_path / ("x" * 250 + ".csv")  # the partial file's name stays within 255 bytes
     with whole_file(long) as path:
         path.write_text("ok\n")
