@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from kvcalc.costs.cache import CacheReport
-from kvcalc.costs.paged import layer_pages_rule
+from kvcalc.costs.paged import layer_pages_rule, stored_token
 from kvcalc.costs.quant import group_size
 from kvcalc.dtypes import dtype_bits, elements_to_bytes
 from kvcalc.settings import Settings
@@ -70,9 +70,9 @@ def _derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | 
         g = gc.group
         symbols = _symbols(gc.formula, keys)
         held: dict = {"rule": g.attention.tokens_rule(g.layer)}
-        if g.sliding_window:
+        if held["rule"] == "min(ctx, W)":  # not a KV-shared layer's window: it holds none of its own
             held.update(W=g.sliding_window, field=f"layer_groups[{g.index}].sliding_window")
-        elif g.layer.chunk:
+        elif held["rule"] == "min(ctx, C)":
             held.update(C=g.layer.chunk, field=f"layer_groups[{g.index}].attention_chunk_size")
         state = None
         if gc.state_formula is not None:
@@ -135,9 +135,12 @@ def _derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | 
 
 
 def _engine(gc, report: CacheReport) -> dict:
-    """A group's cache in the engine's pages: each layer's pages of one sequence, the rule, and their bytes."""
+    """A group's cache in the engine's pages: each layer's pages of one sequence, the rule, and their bytes; where the
+    engine stores a token otherwise than the cache's own layout, its bytes and how (kvcalc.costs.paged.stored_token)."""
     g = gc.group
+    stored = stored_token(gc.formula, gc.heads, g.attention, report.settings)
     return {"block_size": gc.block_size, "pages": gc.pages,
+            **({"stored_token_bytes": stored[0], "stored_as": stored[1]} if stored is not None else {}),
             "rule": layer_pages_rule(report.ctx, gc.tokens_held, g.layer, report.engine, gc.every_token, report.plan.ahead),
             "bytes_per_layer": gc.engine_bytes_per_layer, "bytes": gc.engine_bytes,
             **({"padding_layers": gc.pad_layers} if gc.pad_layers else {}),
@@ -148,10 +151,15 @@ def _engine_layers(n: int, pad: int, engine: str | None = "vllm") -> str:
     """'52 layers', or with vLLM's padding slots of the group's spec '(52 layers + 8 padding slots)' (SGLang: the
     buffers its pool holds for an encoder–decoder model's cross-attention and encoder layers)."""
     if not pad:
-        return f"{n} layer{'s' if n != 1 else ''}"
+        return _count(n, "layer")
     if engine == "sglang":
-        return f"({n} layers + {pad} buffers of SGLang's pool for the cross-attention and encoder layers)"
-    return f"({n} layers + {pad} padding slots of vLLM's groups)"
+        return f"({_count(n, 'layer')} + {_count(pad, 'buffer')} of SGLang's pool for the cross-attention and encoder layers)"
+    return f"({_count(n, 'layer')} + {_count(pad, 'padding slot')} of vLLM's groups)"
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 layer', '52 layers'."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _cross(gc, keys: dict[str, str]) -> dict:
@@ -178,9 +186,11 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
     lines = [f"{d['model']}  (from {d['origin']}; ctx {d['ctx']:,}, batch {d['batch']}, "
              f"{d['kv_dtype']} = {d['bits_per_element']} bits/element{mla})"]
     for g in d["groups"]:
-        span = {"ctx": "full attention", "min(ctx, W)": "sliding window"}.get(g["tokens_rule"]["rule"], g["tokens_rule"]["rule"])
+        span = {"ctx": "full attention", "min(ctx, W)": "sliding window", "min(ctx, C)": "chunked attention"}.get(
+            g["tokens_rule"]["rule"], g["tokens_rule"]["rule"])
         plural = "s" if g["n_layers"] != 1 else ""
-        lines.append(f"  {g['group']}: layer{plural} {_span(g['layers'])} ({g['n_layers']} layer{plural}), {g['kind'].upper()}, {span}")
+        lines.append(f"  {g['group']}: layer{plural} {_span(g['layers'])} ({_count(g['n_layers'], 'layer')}), "
+                     f"{_kind_text(g['kind'])}{span}")
         lines.append(f"    per token and layer: {g['formula']} = {g['substituted']} = {g['elements_per_token_per_layer']:,} elements"
                      f"   [{g['reference']}]")
         lines += _symbol_lines(g["symbols"])
@@ -189,12 +199,12 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
             lines.append(f"    tokens held: ctx = {g['tokens_held']:,}")
         elif "C" in rule:
             lines.append(f"    tokens held: min(ctx, C) = min({d['ctx']:,}, {rule['C']:,}) = {g['tokens_held']:,}"
-                         f"   (C from {rule['field']}: a query sees its own chunk; a layer reserves a whole chunk)")
+                         f"   (C from {rule['field']}: a query sees the tokens of its own chunk, up to C)")
         elif "W" not in rule:
             lines.append(f"    tokens held: {rule['rule']} = {g['tokens_held']:,}")
         else:
             lines.append(f"    tokens held: min(ctx, W) = min({d['ctx']:,}, {rule['W']:,}) = {g['tokens_held']:,}"
-                         f"   (W from {rule['field']}: the query, itself and the W-1 keys before it)")
+                         f"   (W from {rule['field']}: the keys a query sees, itself and the W − 1 before it)")
         cross = ""
         if "cross" in g:
             c = g["cross"]
@@ -203,20 +213,23 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
                          f" (enc_ctx: K/V of the encoder output, cached once per input)")
             lines += _symbol_lines(c["symbols"])
             cross = f" + {c['elements_per_position_per_layer']:,} × {c['encoder_positions']:,}"
-        lines.append(f"    elements: {g['n_layers']} layers × ({g['elements_per_token_per_layer']:,} × {g['tokens_held']:,}{cross})"
+        lines.append(f"    elements: {_count(g['n_layers'], 'layer')} × ({g['elements_per_token_per_layer']:,} × {g['tokens_held']:,}{cross})"
                      f" × batch {d['batch']} = {g['elements']:,}")
         if "engine" in g:
             e = g["engine"]
             also = " and the encoder positions' pages" if "cross" in g else ""
-            lines.append(f"    {d['engine']} pages: {e['pages']:,} of {e['block_size']:,} tokens a layer and sequence"
-                         f" ({e['rule']}){also} = {e['bytes_per_layer']:,} bytes a layer for the batch;"
+            stored = (f"; a token of a layer as {d['engine']} stores it: {e['stored_as']}: {e['stored_token_bytes']:,} bytes"
+                      if "stored_as" in e else "")
+            padded = f"; each page padded to {e['padded_page']:,} bytes, the pool's unified page" if "padded_page" in e else ""
+            lines.append(f"    {d['engine']} pages: {e['pages']:,} of {_count(e['block_size'], 'token')} a layer and sequence"
+                         f" ({e['rule']}{stored}{padded}){also} = {e['bytes_per_layer']:,} bytes a layer for the batch;"
                          f" × {_engine_layers(g['n_layers'], e.get('padding_layers', 0), d['engine'])} = {e['bytes']:,}")
         if "state" in g:
             st = g["state"]
             lines.append(f"    constant state per sequence and layer: {st['formula']} = {st['substituted']} = "
                          f"{g['state_elements_per_layer']:,} elements   [{st['reference']}]")
             lines += _symbol_lines(st["symbols"])
-            lines.append(f"    state: {g['n_layers']} layers × {g['state_elements_per_layer']:,} × batch {d['batch']}"
+            lines.append(f"    state: {_count(g['n_layers'], 'layer')} × {g['state_elements_per_layer']:,} × batch {d['batch']}"
                          f" = {st['elements']:,} elements")
     b = d["bits_per_element"]
     own = [g for g in d["groups"] if not g.get("kv_shared")]  # a KV-shared layer adds nothing: it holds no cache
@@ -260,12 +273,18 @@ def _gpu_lines(d: dict, units: str) -> list[str]:
     lines = [f"  per GPU: tp {p['tp']} × pp {p['pp']} × dp {p['dp']} = {p['gpus']:,} GPUs{ep}; the busiest holds stage"
              f" {p['stage']}, {held_layers_text(p['layers'], p.get('mtp_layers', []))}"]
     for g in p["groups"]:
+        if not g["elements_per_token_per_layer"] and not g["bytes"]:  # a constant-state group: its states, below
+            held = f"constant states {g['state_bytes']:,} bytes{aside_bytes(g['state_bytes'], units)}" \
+                if g["state_bytes"] else "no state either"
+            lines.append(f"    {g['group']}: {g['layers_here']} of its layers here; no per-token cache; {held}")
+            continue
         split = ", ".join(f"{x['symbol']} {x['whole']:,} → {x['per_rank']:,}" for x in g["split"])
-        share = f"one of {p['tp']} tp ranks: {split}" if split else f"the same on each of {p['tp']} tp ranks"
+        share = f"one of {p['tp']} tp ranks: {split}" if split else "the whole layer's" if p["tp"] == 1 else \
+            f"the same on each of {p['tp']} tp ranks"
         lines.append(f"    {g['group']}: {g['layers_here']} of its layers here; a layer per token: {g['formula']} ="
                      f" {g['substituted']} = {g['elements_per_token_per_layer']:,} elements ({share})")
         values = substitute(g["sequences_rule"], {"batch": d["batch"], "dp": p["dp"], "tp": p["tp"]})
-        paged = f" in {g['pages']:,} pages of {g['block_size']:,} tokens a sequence" if "pages" in g else ""
+        paged = f" in {_count(g['pages'], 'page')} of {_count(g['block_size'], 'token')} a sequence" if "pages" in g else ""
         lines.append(f"      sequences: {g['sequences_rule']} = {values} = {g['sequences']:,}; {g['tokens_held']:,} tokens held{paged};"
                      f" {g['bytes_per_layer']:,} bytes a layer × "
                      f"{_engine_layers(g['layers_here'], g['padding_layers'], d.get('engine')) if 'padding_layers' in g else g['layers_here']}"
@@ -273,8 +292,20 @@ def _gpu_lines(d: dict, units: str) -> list[str]:
     sums = " + ".join(f"{g['bytes']:,}" for g in p["groups"]) + " = " if len(p["groups"]) > 1 else ""
     lines.append(f"    KV cache per GPU: {sums}{p['kv_cache_bytes']:,} bytes{aside_bytes(p['kv_cache_bytes'], units)}")
     if p["state_bytes"]:
-        lines.append(f"    constant states per GPU: {p['state_bytes']:,} bytes{aside_bytes(p['state_bytes'], units)}")
+        states = [g["state_bytes"] for g in p["groups"] if g["state_bytes"]]
+        sums = " + ".join(f"{b:,}" for b in states) + " = " if len(states) > 1 else ""
+        lines.append(f"    constant states per GPU: {sums}{p['state_bytes']:,} bytes{aside_bytes(p['state_bytes'], units)}")
     return lines
+
+
+def _kind_text(kind: str) -> str:
+    """A layer kind as the list command shows it (GDN, MAMBA2, GQA), then ', '; nothing for a layer without a mixer,
+    whose rule says so."""
+    from kvcalc.attention import KINDS
+
+    if kind == "none":
+        return ""
+    return f"{getattr(KINDS.get(kind), 'label', None) or kind.upper()}, "
 
 
 def _symbol_lines(symbols: list[dict]) -> list[str]:

@@ -122,7 +122,11 @@ def _derivation() -> dict[str, Any]:
                       "bytes_per_layer": {**INT, "description": "one layer's pages, all sequences"},
                       "bytes": {**INT, "description": "the group's pages, all layers and sequences (and vLLM's padding slots)"},
                       "padding_layers": {**INT, "description": "vLLM's padding slots of the group's spec, in layers"},
-                      "padded_page": {**INT, "description": "bytes vLLM pads the group's page to (the unified page)"}},
+                      "padded_page": {**INT, "description": "bytes vLLM pads the group's page to (the unified page)"},
+                      "stored_token_bytes": {**INT, "description": "bytes of one token of one layer as the engine stores "
+                                             "it, where that differs from the cache's own layout (DeepSeek-V3.2's fp8 "
+                                             "indexer key, fp8_ds_mla entries)"},
+                      "stored_as": {**TEXT, "description": "how the engine stores each cached tensor of a token"}},
                      ("block_size", "pages", "rule", "bytes_per_layer", "bytes"), description="--engine: the group's pages")
     group = _object({"group": TEXT, "layers": {"type": "array", "items": INT}, "n_layers": INT, "kind": TEXT, **formula,
                      "elements_per_token_per_layer": INT, "components": counts, "tokens_held": INT, "tokens_rule": rule,

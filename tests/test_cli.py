@@ -190,7 +190,7 @@ def test_explain_bytes_lines_add_up_under_kv_quant():
 def test_explain_names_a_layer_without_a_mixer_as_such():
     out = run("compare", "nemotron-h-56b", "--ctx", "1", "--explain").stdout
     assert "tokens held: none (no sequence mixer) = 0" in out and "[no sequence mixer: no cache and no state]" in out
-    assert "(54 layers), NONE, none (no sequence mixer)" in out
+    assert "(54 layers), none (no sequence mixer)" in out and "NONE" not in out  # no kind to name: the rule says so
 
 
 def test_explain_with_csv_is_refused():
@@ -444,6 +444,40 @@ def test_app_for_keeps_only_the_named_command():
     assert sorted(get_command(app_for(["table", "dims"])).commands) == ["table"]
     assert app_for(["--help"]) is app and app_for(["no-such-command"]) is app and app_for([]) is app
     assert len(get_command(app).commands) == 14  # 13 commands and the table group, untouched by the copies
+
+
+def test_explain_says_what_a_review_found_unclear_or_untrue():
+    # an audit of 11,508 derivation statements found one untrue: a KV-shared layer of Gemma 3n with a window said
+    # 'min(ctx, W) = min(100, 512) = 0' (it holds none: it reads an earlier layer's cache)
+    gemma3n = str(ROOT / "tests/data/reference/configs-gemma3n/gemma-3n-e2b.json")
+    out = run("compare", gemma3n, "--ctx", "100", "--explain").stdout
+    assert "tokens held: none (reads an earlier layer's cache) = 0" in out and "min(100, 512) = 0" not in out
+    shared = [g for g in json.loads(run("compare", gemma3n, "--ctx", "100", "--explain", "-f", "json").stdout)[0]
+              ["derivation"]["groups"] if g.get("kv_shared")]
+    assert shared and all("W" not in g["tokens_rule"] and g["tokens_held"] == 0 for g in shared)
+    # vLLM's DeepSeek-V3.2 pages hold its indexer key in fp8 with a scale: the page bytes are derived from that entry
+    row = json.loads(run("compare", "deepseek-v3.2", "--ctx", "64", "--engine", "vllm", "--explain", "-f", "json").stdout)[0]
+    e = row["derivation"]["groups"][0]["engine"]
+    assert e["stored_token_bytes"] == (512 + 64) * 2 + 128 + 4 == 1284  # bf16 latent and RoPE key; fp8 key, fp32 scale
+    assert e["pages"] * e["block_size"] * e["stored_token_bytes"] == e["bytes_per_layer"] == 82_176
+    out = run("compare", "deepseek-v3.2", "--ctx", "64", "--engine", "vllm", "--kv-dtype", "fp8", "--explain").stdout
+    assert ("a token of a layer as vllm stores it: c_kv 512 in fp8 with an fp32 scale a 128 = 528; k_rope 64 in bf16 = "
+            "128; index_k 128 in fp8 with an fp32 scale a 128 = 132: 788 bytes) = 50,432 bytes a layer") in out
+    # a --block-size vLLM raises for a hybrid model is said, not only applied
+    res = run("compare", "qwen3-next-80b-a3b", "--ctx", "4k", "--engine", "vllm", "--block-size", "16")
+    assert "warning: qwen3-next-80b-a3b: --block-size 16: vLLM raises a hybrid model's attention pages to 544 tokens" in res.stderr
+    assert json.loads(run("compare", "qwen3-next-80b-a3b", "--ctx", "4k", "--engine", "vllm", "--block-size", "16",
+                          "-f", "json").stdout)[0]["block_size"] == 544
+    assert "raises" not in run("compare", "qwen3-next-80b-a3b", "--ctx", "4k", "--engine", "vllm", "--block-size", "1024").stderr
+    # a constant-state group per GPU says its states, not '0 = 0 = 0 elements (the same on each of 2 tp ranks)'
+    out = run("compare", "qwen3-next-80b-a3b", "--ctx", "4k", "--tp", "2", "--explain").stdout
+    assert "linear: 36 of its layers here; no per-token cache; constant states 19,759,104 bytes (18.8 MiB)" in out
+    assert "0 = 0 = 0 elements (the same" not in out and 2 * 19_759_104 == 36 * 548_864 * 2  # half of bf16 states
+    # counts agree in number; layer kinds are named as list names them
+    for name in ALL_BUNDLED:
+        text = run("compare", name, "--ctx", "1", "--explain", "--mtp").stdout  # --mtp: DeepSeek-V3's one MTP layer
+        assert not any(f" 1 {noun}s" in text for noun in ("layer", "page", "token", "padding slot")), name
+        assert "GATED_DELTANET" not in text and "NONE," not in text, name
 
 
 def test_explain_derives_the_engine_pages():

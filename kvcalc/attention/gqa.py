@@ -84,7 +84,9 @@ class Heads(AttentionKind):
             symbols += (Symbol("d_v", self.v_head_dim, f"{layer.path}.v_head_dim"),)
             expression = self.expression.replace("2·", "").replace("d_h", "(d_h + d_v)").removeprefix("(d_h + d_v)")
             expression = expression or "d_h + d_v"  # MQA: one head of each
-        return Formula(expression, symbols, k + v, {"k": k, "v": v}, self.reference)
+        reference = self.reference if self.v_head_dim is None else \
+            self.reference.replace("; 2: keys and values", "; a key of d_h and a value of d_v")
+        return Formula(expression, symbols, k + v, {"k": k, "v": v}, reference)
 
     def cache_heads(self, layer: Layer, layout: str) -> int:
         return self.n_kv

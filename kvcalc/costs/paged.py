@@ -271,6 +271,25 @@ def page_bytes(formula: Formula, heads: int, block: int, attention: AttentionKin
     return out
 
 
+def stored_token(formula: Formula, heads: int, attention: AttentionKind, s: Settings) -> tuple[int, str] | None:
+    """Bytes of one token of one layer as the engine stores it, and how, where that differs from the cache's own
+    layout (kv_dtype and --kv-quant): DeepSeek-V3.2's indexer key in fp8 with a scale, an fp8 cache of sparse MLA in
+    fp8_ds_mla entries (page_bytes); None elsewhere, and under a group scheme g<G>, whose scales are per page span."""
+    scheme = engine_scheme(attention, s)
+    if s.engine not in ("vllm", "sglang") or group_size(s.kv_quant) is not None or \
+            ("index_k" not in formula.components and scheme == s.kv_quant):
+        return None
+    parts = []
+    for name, channels in formula.components.items():
+        fp8_scaled = name == "index_k" or (scheme == "fp8-ds-mla" and name == "c_kv")
+        dtype, how = ("fp8", "fp8-ds-mla") if name == "index_k" else (s.kv_dtype, scheme)
+        stored = component_bytes(name, channels, heads, 1, dtype, how)
+        what = ("fp8 with an fp32 scale a 128" if fp8_scaled else "bf16" if scheme == "fp8-ds-mla" and name == "k_rope"
+                else s.kv_dtype)
+        parts.append(f"{name} {channels:,} in {what} = {stored:,}")
+    return page_bytes(formula, heads, 1, attention, s), "; ".join(parts)
+
+
 def span_bytes(formula: Formula, heads: int, n_pages: int, block: int, attention: AttentionKind, s: Settings) -> int:
     """Bytes of `n_pages` whole pages of `block` tokens (one layer and sequence): the payload and scales of the tokens
     they span, so a group scheme g<G> keeps ceil(n·B / G) key groups a channel, not one a page (with ideal's and

@@ -108,11 +108,23 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
             out.append(f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang has a model file for "
                        "OpenELM (vLLM may run its remote code through its Transformers backend); its pages are counted "
                        "as the engine's rules would hold them")
+        if s.engine == "vllm" and s.block_size and (raised := _raised_block(spec, s)) is not None:
+            out.append(f"warning: {spec.name}: --block-size {s.block_size}: vLLM raises a hybrid model's attention pages "
+                       f"to {raised:,} tokens, so that a page holds a layer's constant state "
+                       "(Platform.update_block_size_for_backend); its pages are counted at that size")
         if s.engine == "vllm" and (lack := _vllm_lacks(spec, s)) is not None:
             out.append(f"warning: {spec.name}: --engine vllm --kv-quant {s.kv_quant}: vLLM 0.34.0 has no such "
                        f"cache{lack} (it has per-tensor fp8, fp8_ds_mla on sparse MLA and per-token-head fp8/int8/int4 on GQA): its "
                        "pages are counted as the scheme would take them")
     return out
+
+
+def _raised_block(spec: ModelSpec, s: Settings) -> int | None:
+    """The page vLLM gives a hybrid model in place of a smaller --block-size, or None where it keeps the one asked."""
+    from kvcalc.costs.paged import engine_groups, vllm_hybrid_pages
+
+    hybrid = vllm_hybrid_pages(engine_groups(spec, s), s)
+    return hybrid.block if hybrid is not None and hybrid.block != s.block_size else None
 
 
 def _vllm_lacks(spec: ModelSpec, s: Settings) -> str | None:
