@@ -321,7 +321,9 @@ def _extra(d: dict, payload: str, total: str) -> str:
     scheme, extra = d["kv_quant"], d[total] - d[payload]
     what = ("fp32 scales and the RoPE key kept in bf16" if scheme == "fp8-ds-mla"
             else "fp16 scales and zero points" if group_size(scheme) else "fp32 scales")
-    return f" = {d[payload]:,} bytes + {extra:,} bytes of {scheme}'s {what}"
+    # a key's group spans G tokens: the per-token rate is a whole group's share, a short cache pays the whole group
+    rate = f", a group of {group_size(scheme)} tokens' share" if group_size(scheme) and payload.endswith("per_token") else ""
+    return f" = {d[payload]:,} bytes + {extra:,} bytes of {scheme}'s {what}{rate}"
 
 
 def _span(layers: list[int]) -> str:

@@ -174,8 +174,8 @@ def test_explain_bytes_lines_add_up_under_kv_quant():
             "key kept in bf16 = 48,068 bytes") in out and 61 * 788 == 48_068 and 61 * (788 - 704) == 5_124
     # llama3-8b int4 g64: per layer K 1,024 channels × 4 bytes / 64 tokens + V 1,024/64 groups × 4 bytes = 128 bytes
     out = run("compare", "llama3-8b", "--ctx", "4k", "--kv-dtype", "int4", "--kv-quant", "g64", "--explain").stdout
-    assert ("65,536 elements × 4/8 bytes = 32,768 bytes + 4,096 bytes of g64's fp16 scales and zero points "
-            "= 36,864 bytes") in out and 32 * 128 == 4_096
+    assert ("65,536 elements × 4/8 bytes = 32,768 bytes + 4,096 bytes of g64's fp16 scales and zero points, a group "
+            "of 64 tokens' share = 36,864 bytes") in out and 32 * 128 == 4_096  # the rate: a short cache pays a whole group
     assert ("268,435,456 elements × 4/8 bytes = 134,217,728 bytes + 16,777,216 bytes of g64's fp16 scales and zero "
             "points = 150,994,944 bytes") in out and 4096 * 4096 == 16_777_216
     doc = json.loads(run("compare", "llama3-8b", "--ctx", "4k", "--kv-dtype", "int4", "--kv-quant", "per-head",
