@@ -23,6 +23,30 @@ compare, config, imported = CONFIGS.compare, CONFIGS.config, CONFIGS.imported
 KIMI = "kimi-linear-48b-a3b-instruct"
 
 
+def test_every_reference_config_names_its_groups_apart():
+    # a review of --explain: Kimi Linear had two groups named 'kda' (layer 0's dense FFN split it from the other KDA
+    # layers), MiMo-V2-Flash two 'global', and Nemotron-NAS names held commas ('attention, d_ff 28672'), so a per-GPU
+    # line or a heading could not be told apart; a group with an FFN of its own now takes the FFN's kind
+    import json
+
+    from kvcalc.hf import spec_from_config
+
+    assert [g.name for g in imported(config(KIMI)).layer_groups] == ["kda-dense", "kda", "mla"]
+    seen = 0
+    for path in sorted(REFERENCE.rglob("*.json")):
+        cfg = json.loads(path.read_text())
+        if not isinstance(cfg, dict) or "model_type" not in cfg:
+            continue
+        try:
+            spec = spec_from_config(cfg, str(path), "m")[0]
+        except SpecError:  # the configs kept to be refused
+            continue
+        names = [g.name for g in spec.layer_groups if g.name]
+        assert len(names) == len(set(names)) and not any("," in n for n in names), (path.name, names)
+        seen += 1
+    assert seen >= 56
+
+
 def test_kimi_linear_cache_is_the_mla_layers_latent_only():
     # full_attn_layers [4, 8, 12, 16, 20, 24, 27]: 7 MLA layers cache kv_lora_rank 512 + qk_rope_head_dim 64 per token
     # (DeepSeek-V2 latent + decoupled key; mla_use_nope skips the rotation, not the cached key); KDA layers cache nothing

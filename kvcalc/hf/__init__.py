@@ -77,8 +77,27 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
     if notes:
         data["notes"] = "; ".join(notes)
     data.update(body)
+    _distinct_names(data.get("layer_groups"))
     keys = {**HF_KEYS, **KEY_OVERRIDES.get(model_type, {})}
     return Imported(data=data, keys=keys)
+
+
+def _distinct_names(groups: object) -> None:
+    """Group names that tell the groups apart: where an importer names two groups alike (Kimi Linear's layer 0 has a
+    dense FFN and the other KDA layers the model's MoE: two 'kda'), one with an FFN of its own takes its kind
+    ('kda-dense'), and any still alike a number."""
+    if not isinstance(groups, list):
+        return
+    named = [g for g in groups if isinstance(g, dict) and isinstance(g.get("name"), str)]
+    names = [g["name"] for g in named]
+    for g in named:
+        if names.count(g["name"]) > 1 and isinstance(g.get("ffn"), dict) and isinstance(g["ffn"].get("kind"), str):
+            g["name"] = f"{g['name']}-{g['ffn']['kind']}"
+    seen: set[str] = set()
+    for g in named:
+        if g["name"] in seen:
+            g["name"] = next(f"{g['name']}-{n}" for n in range(2, len(named) + 2) if f"{g['name']}-{n}" not in seen)
+        seen.add(g["name"])
 
 
 def spec_from_config(cfg: dict, origin: str, name: str) -> tuple[ModelSpec, Imported]:

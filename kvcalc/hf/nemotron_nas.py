@@ -73,7 +73,7 @@ def _nemotron_nas(cfg: dict, origin: str, notes: list[str]) -> dict:
     base["ffn"] = layers[0]["ffn"]  # groups keep their own FFN where it differs from the first layer's
     for g in groups:
         mixer = {"none": "ffn-only", "projection": "linear"}.get(g["attention"]["kind"], "attention")
-        g["name"] = f"{mixer}, d_ff {g['ffn']['d_ff']}"
+        g["name"] = f"{mixer} d_ff {g['ffn']['d_ff']}"  # no comma: --explain's headings list a group's facts by commas
         if g["ffn"] == base["ffn"]:
             g.pop("ffn")
     base["layer_groups"] = groups
