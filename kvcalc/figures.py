@@ -64,7 +64,7 @@ class CostFigures:
                                                     "roofline lower bound on one decode step's time (a token for each sequence)")
     tokens_per_second: float | None = figure("Tokens/s", "rate", "batch / decode time: an upper bound")
     decode_bound: str | None = figure("Decode\nbound", "text", "compute or memory: what bounds a decode step")
-    fits_in_memory: bool | None = figure("Fits", "bool", "weights + KV cache + states of the busiest GPU within its memory")
+    fits_in_memory: bool | None = figure("Fits", "bool", "weights + KV cache + states of the busiest GPU within its whole memory: no reserve, no activations (fit counts both, so its limits are lower)")
     gpus: int = figure("GPUs", "int", "GPUs of the parallel layout: tp · pp · dp")
     kv_cache_bytes_per_gpu: int = figure("KV cache\nper GPU", "bytes",
                                          "KV cache the busiest GPU holds, the one with the most cache + states + weights (heads split by tp, its pipeline stage, its share of the batch)")

@@ -266,7 +266,7 @@ class ModelsRow:
     kv_bytes_per_token: int = figure("KV per\ntoken", "bytes", "cache bytes one token adds over all layers")
     ctx: int = figure("Ctx", "tokens", "context of the next column")
     kv_cache_bytes: int = figure("KV cache\nat ctx", "bytes", "one sequence, windows applied")
-    mha_ratio: float | None = figure("vs\nMHA", "ratio", "kv_bytes_per_token over MHA's with the same heads")
+    mha_ratio: float | None = figure("Per token\nvs MHA", "ratio", "kv_bytes_per_token over MHA's with the same heads (a per-token ratio: windows and context do not enter it; none for a model with constant-state layers, which MHA has no form of)")
     exceeds_max_context: bool = figure("Over\nmax ctx", "bool", "ctx is above the trained maximum (computed anyway)")
 
 

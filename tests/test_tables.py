@@ -295,3 +295,16 @@ def test_two_models_of_one_name_are_refused_where_names_key_the_output(tmp_path)
     res = run("paper", "gpt2", "gpt2", "-o", str(tmp_path / "bundle"), ok=False)
     assert res.exit_code == 1 and "paper: two models are named 'gpt2'" in res.stderr
     assert not (tmp_path / "bundle").exists()
+
+
+def test_ratios_and_bounds_say_what_they_compare():
+    # a usability review: 'vs MHA' beside 'KV cache at ctx' read as a ratio of caches at ctx (mistral-7b at 1M:
+    # 512 MiB against MHA's 512 GiB is 0.001, the column said 0.250: its per-token ratio); compare's Fits said yes at
+    # a batch fit refused (it has no reserve and no activations)
+    out = run("table", "models", "mistral-7b", "--ctx", "1M").stdout
+    assert "Per token" in out and "vs MHA" in out and "0.250×" in out
+    from kvcalc.fields import figures_of
+    from kvcalc.figures import CostFigures
+
+    fits = next(f for f in figures_of(CostFigures) if f.key == "fits_in_memory")
+    assert "no reserve, no activations" in fits.meaning
