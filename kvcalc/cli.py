@@ -557,6 +557,12 @@ def table_dims(
                               f"table dims lists MHA, GQA, MQA and MLA layers: {what} ({there})")
         if asked:  # by default the kinds the models have are the table; a kind asked for and absent is said
             warn(f"note: --kinds: {what}; left out")
+    for sp in specs:  # layers of kinds the table has no rows for are said, not dropped in silence
+        other = sorted({g.attention.label or g.attention.kind.upper() for g in sp.groups if g.attention.kind not in KINDS
+                        and g.attention.kind != "none"})
+        if other:
+            warn(f"note: {sp.name}: its {', '.join(other)} layers are not in this table (it lists "
+                 f"{', '.join(k.upper() for k in KINDS)} layers; show gives every group)")
     emit(dims_output(loaded, chosen), fmt, "binary")  # shapes and counts: no byte units to choose
 
 

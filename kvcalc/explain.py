@@ -191,8 +191,9 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
         plural = "s" if g["n_layers"] != 1 else ""
         lines.append(f"  {g['group']}: layer{plural} {_span(g['layers'])} ({_count(g['n_layers'], 'layer')}), "
                      f"{_kind_text(g['kind'])}{span}")
-        lines.append(f"    per token and layer: {g['formula']} = {g['substituted']} = {g['elements_per_token_per_layer']:,} elements"
-                     f"   [{g['reference']}]")
+        formula = "" if g["formula"] == g["substituted"] == str(g["elements_per_token_per_layer"]) else \
+            f"{g['formula']} = {g['substituted']} = "  # a constant-state layer's 0: no '0 = 0 = 0'
+        lines.append(f"    per token and layer: {formula}{g['elements_per_token_per_layer']:,} elements   [{g['reference']}]")
         lines += _symbol_lines(g["symbols"])
         rule = g["tokens_rule"]
         if rule["rule"] == "ctx":

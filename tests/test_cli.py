@@ -570,3 +570,19 @@ def test_a_hybrids_fit_says_its_states_are_in_the_per_gpu_cache():
 
     assert "KV + states per GPU" in header("fit", "nemotron-h-56b", "--hardware", "h100-80gb", "--tp", "2", "--ctx", "4k")
     assert "KV cache per GPU" in header("fit", "llama3-8b", "--hardware", "h100-80gb", "--ctx", "4k")
+
+
+def test_small_things_a_usability_review_found():
+    # show's pages of one token, fit's title under DP attention, import -o /dev/null, table dims' hybrid layers, and a
+    # constant-state group's '0 = 0 = 0 elements'
+    assert "sglang: whole pages of 1 token a layer and sequence" in run("show", "llama3-8b", "--ctx", "1k", "--engine", "sglang").stdout
+    title = run("fit", "deepseek-v3", "--hardware", "h200-141gb", "--gpus", "8", "--engine", "sglang", "--dp-attention",
+                "--weights-dtype", "fp8", "--ctx", "32k").stdout.splitlines()[0]
+    assert "(tp 8, pp 1, dp 1, DP attention)" in title
+    res = run("import", str(ROOT / "tests/data/reference/models/llama-3-8b.json"), "-o", "/dev/null")
+    assert res.exit_code == 0 and "the file exists" not in res.stderr  # a device is no file to keep
+    err = run("table", "dims", "nemotron-h-56b", "qwen3-next-80b-a3b").stderr
+    assert "note: nemotron-h-56b: its MAMBA2 layers are not in this table" in err
+    assert "note: qwen3-next-80b-a3b: its GDN layers are not in this table" in err
+    out = run("show", "qwen3-next-80b-a3b", "--explain").stdout
+    assert "per token and layer: 0 elements   [constant-state layer" in out and "0 = 0 = 0" not in out

@@ -216,6 +216,14 @@ def test_pgf_takes_the_latex_there_is_and_leaves_no_file_without_one(models, tmp
     assert not (tmp_path / "none.pgf").exists()
 
 
+def test_a_chunk_is_marked_apart_from_a_window(models):
+    # a usability review: 'window reached' and 'chunk reached' had the same open circle
+    fig = plot_figure([("mistral-7b", bundled("mistral-7b")), ("llama4-scout", bundled("llama4-scout"))],
+                      [1024, 4096, 16384], ["cache"], Settings(ctx=1))
+    marks = {line.get_gid(): line.get_marker() for ax in fig.axes for line in ax.lines if line.get_gid()}
+    assert marks["window:mistral-7b@cache"] == "o" and marks["window:llama4-scout@cache"] == "s"
+
+
 def test_a_figure_that_fails_midway_leaves_the_earlier_file(models, tmp_path, monkeypatch):
     # a review: a write that failed after the figure file was opened left an empty or partial file over the earlier
     # figure (only a new file was removed); figures are written whole as every --output is (kvcalc.present.outfile)

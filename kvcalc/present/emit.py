@@ -327,6 +327,6 @@ def print_table(t: Table, units: str) -> None:
     width = terminal_width()
     table, page = fit(t, units, width)
     if page > width:
-        hint = t.hint or "use fewer columns"
+        hint = t.hint or "a wider terminal, or --format csv or json for every column"
         warn(f"note: this table needs {page} columns and the terminal has {width}; it is printed wider ({hint})")
     Console(soft_wrap=True, highlight=False, width=page).print(table)

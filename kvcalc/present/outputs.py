@@ -433,7 +433,8 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     from kvcalc.units import format_bytes
 
     held = {p.held_back for p in stages(spec, s)}  # vLLM's null block: no column shows it, so the title says it
-    title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}), weights "
+    dp_attention = ", DP attention" if s.dp_attention else ""
+    title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}{dp_attention}), weights "
              f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}{mla_note([spec], s, False)}"
              + (f" ({'up to ' if len(held) > 1 else ''}{format_bytes(max(held), units)} a GPU held back: the pool's "
                 "null block)" if max(held) else "")
@@ -475,7 +476,7 @@ def import_spec(config: Path, output: Path | None, name: str | None, force: bool
         raise KvcalcError(f"--output {output}: the spec is YAML; name the file .yaml or .yml")
     if output is not None and output.is_dir():
         raise KvcalcError(f"--output {output}: a folder; give the spec's file name (e.g. {output / 'spec.yaml'})")
-    if output is not None and output.exists():
+    if output is not None and output.is_file():  # a device or FIFO (/dev/null, /dev/stdout) is no file to keep
         if not force:
             raise KvcalcError(f"--output {output}: the file exists; add --force to overwrite it")
     lm = load_path(config, config_only=True)

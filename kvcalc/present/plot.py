@@ -5,7 +5,7 @@ Choices (also in the README):
 - One line per model, told apart by colour (the Okabe–Ito palette, safe for colour-blind readers) and by line style
   (so the figure survives black-and-white printing).
 - An open circle marks the context where a model's smallest sliding window W starts to cap its windowed layers' cache
-  (drawn when W lies within the contexts plotted). With a hardware preset, the cache panel carries a line at the
+  (drawn when W lies within the contexts plotted), an open square where an attention chunk C does. With a hardware preset, the cache panel carries a line at the
   device's memory and a cross where the busiest GPU's weights + KV cache + states (kvcalc.costs.parallel.per_gpu, so
   --tp and friends count) first exceed it; when they exceed it at the smallest context already, the cross sits there.
 - Values are exact ints (seconds for decode-time) from the cost functions; only the drawing converts them to floats.
@@ -211,13 +211,14 @@ def _panel(ax: Axes, models: list[tuple[str, ModelSpec]], ctxs: list[int], metri
         handles.setdefault(f"model:{name}", line)
         at = dict(zip(xs, ys))
         if window is not None and at[window] > 0:
-            ax.plot([window], [float(at[window])], marker="o", markersize=4, markerfacecolor="white",
-                    markeredgecolor=colour, linestyle="none", label="_window", gid=f"window:{name}{panel}", zorder=3)
             letter = _cap_letter(spec, window)
+            shape = "o" if letter == "W" else "s"  # a window's circle, a chunk's square: the legend tells them apart
+            ax.plot([window], [float(at[window])], marker=shape, markersize=4, markerfacecolor="white",
+                    markeredgecolor=colour, linestyle="none", label="_window", gid=f"window:{name}{panel}", zorder=3)
             ax.annotate(f"{letter}={format_tokens(window)}", (window, float(at[window])), xytext=(3, -9),
                         textcoords="offset points", fontsize=6.5, color=colour, gid=f"window-note:{name}{panel}")
             what = "window" if letter == "W" else "chunk"  # reached: the cache and the keys met stop growing there
-            handles.setdefault(what, Line2D([], [], marker="o", markersize=4, markerfacecolor="white",
+            handles.setdefault(what, Line2D([], [], marker=shape, markersize=4, markerfacecolor="white",
                                             markeredgecolor="0.3", linestyle="none", label=f"{what} reached"))
         if crossing is not None and at[crossing] > 0:
             ax.plot([crossing], [float(at[crossing])], marker="X", markersize=5, color=colour, linestyle="none",

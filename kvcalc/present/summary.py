@@ -119,7 +119,8 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
     ]
     if report.engine_bytes is not None:
         items.append(("engine_kv_bytes", report.engine_bytes, b(report.engine_bytes),
-                      f"{report.engine}: whole pages of {report.block_size} tokens a layer and sequence"))
+                      f"{report.engine}: whole pages of {report.block_size} token{'s' if report.block_size != 1 else ''}"
+                      " a layer and sequence"))
         if report.state_bytes and report.engine_state_bytes is not None:
             items.append(("engine_state_bytes", report.engine_state_bytes, b(report.engine_state_bytes),
                           f"{report.engine}: constant states as it stores them"
@@ -152,7 +153,7 @@ def per_gpu_items(spec: ModelSpec, settings: Settings, report: CacheReport, unit
     block = rank_block_size(stages(spec, settings)) if report.engine_bytes is not None else None
     return [("gpus", gpu.gpus, f"{gpu.gpus}", layout),
             ("kv_cache_bytes_per_gpu", gpu.kv_cache_bytes, b(gpu.kv_cache_bytes),
-             "its KV cache" + (f", whole pages of {block} tokens" if block is not None else "")),
+             "its KV cache" + (f", whole pages of {block} token{'s' if block != 1 else ''}" if block is not None else "")),
             ("state_bytes_per_gpu", gpu.state_bytes, b(gpu.state_bytes), "its constant states"),
             ("weights_bytes_per_gpu", gpu.weights_bytes, b(gpu.weights_bytes), f"its weights in {settings.weights_dtype}")]
 
