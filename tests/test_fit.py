@@ -368,3 +368,12 @@ def test_the_states_in_a_rows_per_gpu_cache_are_given_apart():
     assert row["kv_cache_bytes"] == same["kv_cache_bytes"]
     plain = json.loads(run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "-f", "json").stdout)[0]
     assert "state_bytes_per_gpu" not in plain  # no states: left out
+
+
+def test_nothing_fitting_is_said():
+    # a usability review: DeepSeek-V3 in bf16 on 8 H200s printed 'Max batch 0' (binding weights) with no word more
+    for extra in (["--ctx", "32k"], []):
+        res = run("fit", "deepseek-v3", "--hardware", "h200-141gb", "--gpus", "8", *extra)
+        assert res.exit_code == 0 and "warning: deepseek-v3: nothing fits: the weights leave the busiest GPU" in res.stderr
+    assert "nothing fits" not in run("fit", "deepseek-v3", "--hardware", "h200-141gb", "--gpus", "8",
+                                     "--weights-dtype", "fp8").stderr

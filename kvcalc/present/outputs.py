@@ -419,6 +419,12 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
             warnings.append(f"note: {spec.name}: {more:,} {'sequence fits' if more == 1 else 'sequences fit'} at "
                             f"{row['ctx']:,} tokens but not at {x:,}, which they pass through: a window's pages rise "
                             "and fall by one as the context grows, and fit counts every context up to --ctx")
+    if rows and all(row["max_batch" if ctxs else "max_ctx"] == 0 for row in rows) and rows[0]["binding"] == "weights":
+        from kvcalc.units import format_bytes
+
+        short = -max(row["free_bytes_per_gpu"] for row in rows)
+        warnings.append(f"warning: {spec.name}: nothing fits: the weights leave the busiest GPU {format_bytes(short, units)}"
+                        " over its budget (more GPUs or pipeline stages, a smaller --weights-dtype, or a smaller --reserve)")
     if not ctxs and (cap := batch_cap(spec, s, s.hardware, frac, chunk)) is not None and s.batch > cap[0]:
         warnings.append(f"warning: --batch {s.batch:,}: {s.engine} runs at most {cap[0]:,} sequences at once by default "
                         f"({cap[1]}); the rest wait, or raise it")
