@@ -269,6 +269,32 @@ def _fitter(spec: ModelSpec, budget: int, acts: int) -> Callable[[Settings], boo
     return fits
 
 
+def sglang_pool_binding(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int,
+                        solve: str, best: int) -> tuple[str, int | None] | None:
+    """Under --engine sglang, which of its static pools stops one step past the answer `best` (a batch or a context):
+    'state' (every state slot taken: sglang_capacity's slots, the room's mamba_full_memory_ratio share), 'swa' (the
+    sliding-window pool) or 'kv' (the token pool, beside a state or sliding-window pool), with the state slots there
+    are; None elsewhere, where one pool holds everything, or where none stops it."""
+    if s.engine != "sglang":
+        return None
+    budget, acts = budget_bytes(hw, reserve), activation_bytes(spec, s, chunk)
+    falls = _window_falls(spec, s)
+    tries = [replace(s.at(x), batch=best + 1) for x in _peaks_up_to(s.ctx, falls)] if solve == "batch" else \
+        [replace(s.at(x), batch=s.batch) for x in _peaks_up_to(best + 1, falls)]
+    for t in tries:
+        for plan in stages(spec, t):
+            p, room = sglang_pools(t, plan), budget - plan.weights_bytes - acts
+            if sglang_fits(p, room):
+                continue
+            c = sglang_capacity(p, room)
+            if c is None or c.slots is not None and p.sequences > c.slots:
+                return "state", None if c is None else c.slots
+            if c.swa_tokens is not None and p.swa_bytes > c.swa_tokens * p.swa_rate:
+                return "swa", c.slots
+            return ("kv", c.slots) if c.slots is not None or c.swa_tokens is not None else None  # one pool: plain memory
+    return None
+
+
 def binding_context(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int, batch: int) -> int | None:
     """The context below `s.ctx` that stops one sequence more than `batch`, where that many fit at `s.ctx` itself: the
     last fall of a window's pages that they pass through (see `_peaks_up_to`); None when `s.ctx` binds."""

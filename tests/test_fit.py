@@ -377,3 +377,15 @@ def test_nothing_fitting_is_said():
         assert res.exit_code == 0 and "warning: deepseek-v3: nothing fits: the weights leave the busiest GPU" in res.stderr
     assert "nothing fits" not in run("fit", "deepseek-v3", "--hardware", "h200-141gb", "--gpus", "8",
                                      "--weights-dtype", "fp8").stderr
+
+
+def test_sglang_names_the_pool_that_binds():
+    # a usability review: Qwen3-Next under SGLang said 'memory' with 15.9 GiB left a GPU: the token pool is full while
+    # the state pool keeps its share of the room (mamba_full_memory_ratio), so which pool binds is said
+    res = run("fit", "qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--gpus", "4", "--engine", "sglang", "--ctx", "32k")
+    assert ("note: qwen3-next-80b-a3b: at 32,768 tokens SGLang's limit is its token pool (the state pool keeps 915 "
+            "slots)") in res.stderr
+    row = json.loads(run("fit", "qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--gpus", "4", "--engine", "sglang",
+                         "--ctx", "32k", "-f", "json").stdout)[0]
+    assert row["binding"] == "memory" and row["max_batch"] == 48  # the json keeps its value
+    assert "SGLang's limit" not in run("fit", "llama3-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "32k").stderr

@@ -382,7 +382,15 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
 
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
-    from kvcalc.fit import FitRow, batch_cap, binding_context, default_prefill_chunk, default_reserve, fit
+    from kvcalc.fit import (
+        FitRow,
+        batch_cap,
+        binding_context,
+        default_prefill_chunk,
+        default_reserve,
+        fit,
+        sglang_pool_binding,
+    )
     from kvcalc.settings import LIMITS
 
     if opts.hardware_name is None:
@@ -419,6 +427,19 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
             warnings.append(f"note: {spec.name}: {more:,} {'sequence fits' if more == 1 else 'sequences fit'} at "
                             f"{row['ctx']:,} tokens but not at {x:,}, which they pass through: a window's pages rise "
                             "and fall by one as the context grows, and fit counts every context up to --ctx")
+    for row in rows:  # under SGLang 'memory' is one of its static pools: say which, as free bytes can remain
+        pool = sglang_pool_binding(spec, s.at(row["ctx"]) if ctxs else s, s.hardware, frac, chunk,
+                                   "batch" if ctxs else "ctx", row["max_batch" if ctxs else "max_ctx"]) \
+            if row["binding"] == "memory" else None
+        if pool is not None:
+            what, slots = pool
+            at = f"at {row['ctx']:,} tokens" if ctxs else f"at batch {row['batch']:,}"
+            words = {"state": f"its state pool: {slots:,} slots, one a sequence (--mamba-full-memory-ratio 0.9 of the "
+                              "room after weights and activations)" if slots else "its state pool",
+                     "swa": "its sliding-window pool (--swa-full-tokens-ratio 0.8 of the full pool's tokens)",
+                     "kv": f"its token pool (the state pool keeps {slots:,} slots)" if slots else "its token pool"}[what]
+            warnings.append(f"note: {spec.name}: {at} SGLang's limit is {words}; the budget left per GPU is what the "
+                            "other pools keep")
     if rows and all(row["max_batch" if ctxs else "max_ctx"] == 0 for row in rows) and rows[0]["binding"] == "weights":
         from kvcalc.units import format_bytes
 
