@@ -434,8 +434,8 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
         if pool is not None:
             what, slots = pool
             at = f"at {row['ctx']:,} tokens" if ctxs else f"at batch {row['batch']:,}"
-            words = {"state": f"its state pool: {slots:,} slots, one a sequence (--mamba-full-memory-ratio 0.9 of the "
-                              "room after weights and activations)" if slots else "its state pool",
+            words = {"state": f"its state pool: {slots:,} slots, one a sequence (r/(1 + r) of the room after weights "
+                              "and activations, r = --mamba-full-memory-ratio 0.9)" if slots else "its state pool",
                      "swa": "its sliding-window pool (--swa-full-tokens-ratio 0.8 of the full pool's tokens)",
                      "kv": f"its token pool (the state pool keeps {slots:,} slots)" if slots else "its token pool"}[what]
             warnings.append(f"note: {spec.name}: {at} SGLang's limit is {words}; the budget left per GPU is what the "
