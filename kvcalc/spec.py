@@ -379,9 +379,12 @@ class ModelSpec(Strict):
                 owner[layer] = gi
         where = f"layer_groups[{gi}].layers"
         problems = [f"{where}: {_some(missing, 'does not exist', 'do not exist')} (n_layers is {self.n_layers})"] if missing else []
+        unset = "layers" not in self.layer_groups[gi].model_fields_set  # left out: 'all', the field's default
         for other, dup in sorted(twice.items()):
             whose = "this group" if other == gi else f"layer_groups[{other}]"
-            problems.append(f"{where}: {_some(sorted(dup), 'is', 'are')} already in {whose}")
+            hint = " (a group without `layers:` takes all of them; `layers: rest` takes those no other group has)" \
+                if unset and other != gi else ""
+            problems.append(f"{where}: {_some(sorted(dup), 'is', 'are')} already in {whose}{hint}")
         return problems
 
     def _check_dims(self) -> list[str]:

@@ -392,3 +392,14 @@ def test_the_hints_of_an_unknown_key_or_a_string_count_fit_the_case(tmp_path):
     assert "ffn.n_heads: not a field of kind" not in err and "ffn.n_heads: unknown key" in err
     twice = edited(LLAMA, "  d_ff: 28672\n", "  d_ff: 28672\n  d_fff: 1\n")
     assert "did you mean d_ff?" not in refused("compare", spec_file(tmp_path, twice, "d.yaml"))
+
+
+def test_a_group_without_layers_is_told_it_took_them_all(tmp_path):
+    # a usability review: a second group whose `layers:` was left out read 'layers 5,11,... are already in
+    # layer_groups[0]', not why: the field's default is all of them
+    gemma = (ROOT / "model_specs" / "gemma3-27b.yaml").read_text()
+    err = refused("show", spec_file(tmp_path, edited(gemma, "    layers: rest\n", "")))
+    assert ("layer_groups[1].layers: layers 5,11,17,23,29,35,41,47,53,59 are already in layer_groups[0] (a group "
+            "without `layers:` takes all of them; `layers: rest` takes those no other group has)") in err
+    both = edited(gemma, "    layers: rest\n", "    layers: all\n")  # given: no hint, the rule alone
+    assert "are already in layer_groups[0]\n" in refused("show", spec_file(tmp_path, both, "b.yaml")) + "\n"
