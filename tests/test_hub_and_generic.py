@@ -93,7 +93,8 @@ def test_unmodelled_mechanism_is_refused_naming_the_key(tmp_path, key, value, me
     path = write(tmp_path, {**PLAIN, key: value})
     err = failing("show", path)
     assert f"error: {path}: model_type: 'new_decoder' is not supported; supported model_types: {SUPPORTED}" in err
-    assert f"its config has keys of mechanisms kvcalc does not model: {key} ({mechanism})" in err
+    assert f"its config has keys of mechanisms kvcalc does not model for an unknown model_type: {key} ({mechanism})" in err
+    assert "write the model as a YAML spec (model_specs/*.yaml show every field, MoE and MLA included)" in err  # what to do
 
 
 def test_layer_types_other_than_sliding_or_full_are_refused(tmp_path):

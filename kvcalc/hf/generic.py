@@ -81,7 +81,10 @@ def check(cfg: dict, origin: str) -> None:
     others = [k for k in unknown if not mechanism(k)]
     if found:
         rest = f"; other keys it does not read: {', '.join(others)}" if others else ""
-        raise _refuse(cfg, origin, f"its config has keys of mechanisms kvcalc does not model: {', '.join(found)}{rest}")
+        raise _refuse(cfg, origin, f"its config has keys of mechanisms kvcalc does not model for an unknown model_type: "
+                                   f"{', '.join(found)}{rest}; write the model as a YAML spec (model_specs/*.yaml show "
+                                   "every field, MoE and MLA included), or give the model_type of the architecture it "
+                                   "follows when its keys mean the same")
     if others:
         raise _refuse(cfg, origin, f"its config has keys kvcalc does not read: {', '.join(others)}; an unknown model_type "
                                    "is imported as a plain decoder only when every key is a standard one")
