@@ -100,7 +100,7 @@ def test_unmodelled_mechanism_is_refused_naming_the_key(tmp_path, key, value, me
 def test_layer_types_other_than_sliding_or_full_are_refused(tmp_path):
     types = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
     err = failing("import", write(tmp_path, {**PLAIN, "layer_types": types, "full_attention_interval": 4}))
-    assert "mechanisms kvcalc does not model: full_attention_interval (hybrid layer patterns), layer_types (linear_attention)" in err
+    assert "mechanisms kvcalc does not model for an unknown model_type: full_attention_interval (hybrid layer patterns), layer_types (linear_attention)" in err
 
 
 def test_unknown_keys_are_refused_listing_them(tmp_path):
