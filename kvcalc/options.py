@@ -217,7 +217,7 @@ ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the derivatio
 NoWindowsOpt = Annotated[bool, typer.Option("--no-windows", help="Ignore sliding windows and attention chunks (those layers global): the cache, FLOPs and bytes read without them; a sparse indexer's top-k still applies.")]
 NoWindowsCacheOpt = Annotated[bool, typer.Option("--no-windows", help="Ignore sliding windows and attention chunks (those layers global): the cache without them; a sparse indexer's top-k still applies.")]
 ChartOpt = Annotated[str | None, typer.Option("--chart", metavar="KEY", callback=lambda key: key.lower() if key else key, help="Draw a bar chart of a numeric column (e.g. kv_cache_bytes) under the table; no plotting library needed.")]
-ColumnsOpt = Annotated[str, typer.Option("--columns", help="Columns: presets kv (default), cost, generate, mla, time (needs --hardware), all, and/or column keys, comma-separated; model and ctx are always shown.")]
+ColumnsOpt = Annotated[str, typer.Option("--columns", help="Columns: presets kv (default), cost, generate, mla, time (needs --hardware), all, and/or column keys, comma-separated; model and ctx are always shown. `kvcalc schema compare` lists every key with its meaning.")]
 
 
 def _parse_gen(value: str | int) -> int:
@@ -299,7 +299,7 @@ _COST_PARAMS = [
     ("pp", Annotated[int, whole_option("--pp", lo=1, hi=LIMITS["pp"], help="Pipeline stages: layers split as vLLM does (as SGLang does under --engine sglang); the busiest stage is reported.")], 1),
     ("dp", Annotated[int, whole_option("--dp", lo=1, hi=LIMITS["dp"], help="Data-parallel replicas, each serving ceil(batch / dp) sequences.")], 1),
     ("ep", Annotated[int, whole_option("--ep", lo=1, hi=LIMITS["ep"], help="Expert-parallel ranks among the layout's tp · dp GPUs (must divide tp · dp): each holds ceil(E / ep) routed experts, whole, or below tp split over tp / ep ranks.")], 1),
-    ("dp_attention", Annotated[bool, typer.Option("--dp-attention", help="SGLang's DP attention (MLA models): a replica's tp ranks split its sequences' latent cache, each with the whole attention weights.")], False),
+    ("dp_attention", Annotated[bool, typer.Option("--dp-attention", help="SGLang's DP attention (MLA models): a replica's tp ranks split its sequences' latent cache, each with the whole attention weights. SGLang's `--tp 8 --dp 8 --enable-dp-attention` (8 GPUs) is --tp 8 --dp-attention here: --dp counts whole replicas (GPUs = tp · pp · dp).")], False),
     ("weights_dtype", WeightsDtypeOpt, "bf16"),
     ("mla_cache", MlaOpt, "latent"),
     ("mla_schedule", ScheduleOpt, None),
