@@ -295,3 +295,17 @@ def test_output_compiles_with_pdflatex(tmp_path, args):
     # an audit: most tables ran past the text width (compare's default by 325 pt, fit's by 626 pt): scaled to it now,
     # and a long address in a paragraph column breaks after a slash
     assert "Overfull \\hbox" not in log, log[-3000:]
+
+
+def test_breaks_only_in_long_words_and_thousands_grouped_before_a_unit():
+    # a compile audit of 710 outputs: table dims split '16,384·t' after its comma (the threshold was measured on the
+    # LaTeX, 27 characters for 8 shown), a dotted config key ran out of its column, and list's '10,000k' kept its comma
+    from kvcalc.present.latex import _breakable, numeric_cell
+
+    assert _breakable("16,384·t (global)") == "16,384{\\textperiodcentered}t (global)"
+    assert _breakable("max_context (config.json: text_config.max_position_embeddings)").endswith(
+        "text\\_\\allowbreak{}config.\\allowbreak{}max\\_\\allowbreak{}position\\_\\allowbreak{}embeddings)")
+    assert "\\allowbreak{}" not in _breakable("[0.5,1.25]") and "0.\\allowbreak" not in _breakable("[0.5,1.25,3.75,4.5,6.25,7.5]")
+    assert numeric_cell("10,000k") == "10\\,000k" and numeric_cell("8,192") == "8\\,192"
+    out = run("table", "dims", "gpt-oss-120b", "-f", "latex").stdout
+    assert "16,384{\\textperiodcentered}t (global)" in out and "16,\\allowbreak" not in out

@@ -121,7 +121,7 @@ def _check_latex_options(dest: Destination) -> None:
     bad = unwritable(dest.caption or "")
     if bad:
         shown = ", ".join(f"{c} (U+{ord(c):04X})" for c in bad[:5])
-        raise typer.BadParameter(f"{shown}: no form in core LaTeX (the table needs only booktabs and array); write it "
+        raise typer.BadParameter(f"{shown}: no form in core LaTeX (the snippet needs only booktabs, array and, unless --bare, graphicx); write it "
                                  "another way, e.g. as a LaTeX command in ASCII", param_hint="'--caption'")
 
 

@@ -13,7 +13,8 @@ Choices (also in the README):
   token counts (128k) and parameter counts (70.6B) keep theirs.
 - Text columns whose cells run past 40 characters become 5 cm paragraph columns.
 - `bare` gives the tabular alone; otherwise `\\caption` and `\\label` wrap it (default `tab:<first table's name>`,
-  later tables of the output `-<name>` after it: distinct across commands), and a table wider than the line is
+  later tables of the output `-<name>` after it: distinct within an output; two outputs of one command share theirs,
+  so give --label to paste both), and a table wider than the line is
   scaled down to it, never up (graphicx's `\\resizebox`, its `\\width` the tabular's natural width).
 - A header of several lines (the terminal's `KV\\ncache`) is a nested tabular of those lines, bottom-aligned.
 """
@@ -33,7 +34,7 @@ LONG_TEXT = 40  # characters: a text column with a longer cell is typeset as a p
 PARAGRAPH = r">{\raggedright\arraybackslash}p{5cm}"
 _NAME = re.compile(r"([A-Za-z]+)(?:_([A-Za-z0-9]+))?(')?")
 _BEFORE = {"|": r"\textbar{}", "ᵀ": r"\textsuperscript{T}"}  # what pylatexenc leaves as is or cannot convert
-_GROUPED = re.compile(r"(?<=\d),(?=\d{3}\b)")
+_GROUPED = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # 8,192 and 10,000k: three digits and then no digit
 # "40.0 GiB" -> ("40.0", "GiB"): a whole number, one space, a unit; "8,192", "512+64" and "192/128" have none
 _UNIT = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?) ([^\d\s]\S*)$")
 _POWER = re.compile(r"(-?\d\.\d+)e([+-]\d+)")  # '9.46e-10' -> ('9.46', '-10')
@@ -176,7 +177,7 @@ def to_latex(columns: list[Any], cells: list[list[str]], caption: str | None, la
             elif c.numeric:
                 out.append(numeric_cell(text))
             elif align == PARAGRAPH:
-                out.append(_breakable(tex(text)))
+                out.append(_breakable(text))
             else:
                 out.append(tex(text))
         body.append(_row(out))
@@ -194,9 +195,15 @@ def to_latex(columns: list[Any], cells: list[list[str]], caption: str | None, la
 
 
 def _breakable(text: str) -> str:
-    """A paragraph cell whose words longer than a short number (an address, a list of layers '[0,2,4,...]') may
-    break after a slash or a comma: otherwise they run out of their column."""
-    return re.sub(r"\S{21,}", lambda m: re.sub(r"([/,])", r"\1\\allowbreak{}", m[0]), text)
+    """A paragraph cell in LaTeX whose words of 21 characters or more as written (an address, a list of layers
+    '[0,2,4,...]', a dotted config key) may break after a slash, a comma, a dot or an underscore: otherwise they run
+    out of their column. Measured on the text, not its LaTeX, so a number such as 16,384·t stays whole."""
+    def word(w: str) -> str:
+        if len(w) < 21:
+            return tex(w)
+        return r"\allowbreak{}".join(tex(piece) for piece in re.split(r"(?<=[/,_])(?=.)|(?<=\.)(?=\D)", w))  # not in 40.0
+
+    return "".join(word(part) if part and not part.isspace() else tex(part) for part in re.split(r"(\s+)", text))
 
 
 def _stacked(header: str, align: str) -> str:
