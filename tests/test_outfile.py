@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -45,10 +46,34 @@ def test_whole_file_keeps_permissions_follows_links_and_writes_devices_directly(
         path.write_text("in place\n")
     assert out.read_text() == "in place\n"
     monkeypatch.undo()
-    long = tmp_path / ("x" * 250 + ".csv")  # the partial file's name stays within 255 bytes
-    with whole_file(long) as path:
-        path.write_text("ok\n")
-    assert long.read_text() == "ok\n"
+    for long in (tmp_path / ("x" * 250 + ".csv"), tmp_path / ("é" * 125 + ".csv")):  # 254 bytes: the partial file's
+        with whole_file(long) as path:  # name is short, whatever the destination's
+            path.write_text("ok\n")
+        assert long.read_text() == "ok\n"
+    out.chmod(0o640)  # a file its owner made read-only is written in place, so the write fails as a plain one would
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != out)
+    with whole_file(out) as path:
+        assert path == out
+    monkeypatch.undo()
+    fresh = tmp_path / "new.csv"  # a new file gets open()'s permissions, not mkstemp's 0600
+    with whole_file(fresh) as path:
+        path.write_text("x\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~umask
+
+
+def test_an_output_into_a_pipe_is_written_in_place():
+    # a review of whole_file: -o /dev/stdout into a pipe resolved to /proc/<pid>/fd/pipe:[...], no file to open
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    res = subprocess.run([sys.executable, "-m", "kvcalc", "show", "gpt2", "-f", "csv", "-o", "/dev/stdout"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0 and "cannot write" not in res.stderr, res.stderr
+    assert res.stdout.startswith("table,key,value,source,") and "summary,name,gpt2," in res.stdout
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])

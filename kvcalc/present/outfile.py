@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,19 +14,31 @@ from pathlib import Path
 @contextmanager
 def whole_file(path: str | Path) -> Iterator[Path]:
     """The path to write `path`'s content to: a temporary file beside it, renamed to it when the block ends without
-    an error and removed when the block raises (KeyboardInterrupt too). A destination that exists and is no regular
-    file (/dev/null, a FIFO, a terminal) is written directly, as there is nothing to rename over, and so is one in a
-    folder that takes no new file (a writable file there is still written, as before); a symbolic link is followed,
-    so its target is replaced, as writing through it would."""
-    target = Path(os.path.realpath(path))
-    if target.exists() and not target.is_file() or not os.access(target.parent, os.W_OK | os.X_OK):
+    an error and removed when the block raises (KeyboardInterrupt too).
+
+    Written in place instead, as a plain write would: a destination that is no regular file (/dev/null, /dev/stdout
+    into a pipe, a FIFO), one in a folder that takes no new file, and a file its owner made read-only (so writing it
+    fails as before rather than replacing it). A symbolic link to a file is followed: its target is replaced."""
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)  # follows links: /dev/stdout is the pipe or terminal behind it
+    except OSError:
+        regular = None  # no such file (yet), or one that cannot be examined: the write below says why
+    target = Path(os.path.realpath(path)) if regular is not False else Path(path)
+    if regular is False or not os.access(target.parent, os.W_OK | os.X_OK) or \
+            regular and not os.access(target, os.W_OK):
         yield target
         return
-    partial = target.with_name(f".{target.name[:200]}.{os.getpid()}.partial")  # within a name's 255 bytes
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=".kvcalc-", suffix=".partial")  # a short name, made anew
+    os.close(fd)
+    partial = Path(name)
     try:
         yield partial
-        if target.exists():  # keep the file's permissions, as writing into it would
+        if regular:  # keep the file's permissions, as writing into it would
             os.chmod(partial, stat.S_IMODE(target.stat().st_mode))
+        else:  # a new file's, as open() makes them (mkstemp's are 0600)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(partial, 0o666 & ~umask)
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
