@@ -330,7 +330,10 @@ class ModelSpec(Strict):
             problems.append(f"layer_groups: {which} to no group (every layer needs an attention block)")
         for gi in range(len(self.layer_groups)):
             if rest and gi == rest[0] and not picked[gi] and not problems:
-                problems.append(f"layer_groups[{gi}].layers: 'rest' is empty: the other groups already cover every layer")
+                whole = [i for i, g in enumerate(self.layer_groups) if i != gi and "layers" not in g.model_fields_set]
+                why = f" (layer_groups[{whole[0]}] has no `layers:`, so it takes all of them)" if whole else ""
+                problems.append(f"layer_groups[{gi}].layers: 'rest' is empty: the other groups already cover every "
+                                f"layer{why}")
         problems += self._check_dims()
         if problems:
             raise ValueError("\n".join(problems))
@@ -379,11 +382,13 @@ class ModelSpec(Strict):
                 owner[layer] = gi
         where = f"layer_groups[{gi}].layers"
         problems = [f"{where}: {_some(missing, 'does not exist', 'do not exist')} (n_layers is {self.n_layers})"] if missing else []
-        unset = "layers" not in self.layer_groups[gi].model_fields_set  # left out: 'all', the field's default
+        def unset(i: int) -> bool:  # left out: 'all', the field's default
+            return "layers" not in self.layer_groups[i].model_fields_set
+
         for other, dup in sorted(twice.items()):
             whose = "this group" if other == gi else f"layer_groups[{other}]"
             hint = " (a group without `layers:` takes all of them; `layers: rest` takes those no other group has)" \
-                if unset and other != gi else ""
+                if other != gi and (unset(gi) or unset(other)) else ""
             problems.append(f"{where}: {_some(sorted(dup), 'is', 'are')} already in {whose}{hint}")
         return problems
 

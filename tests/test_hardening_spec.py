@@ -401,5 +401,8 @@ def test_a_group_without_layers_is_told_it_took_them_all(tmp_path):
     err = refused("show", spec_file(tmp_path, edited(gemma, "    layers: rest\n", "")))
     assert ("layer_groups[1].layers: layers 5,11,17,23,29,35,41,47,53,59 are already in layer_groups[0] (a group "
             "without `layers:` takes all of them; `layers: rest` takes those no other group has)") in err
+    first = edited(gemma, "    layers: {every: 6, start: 5}\n", "")  # the earlier group left it out: the same hint
+    assert ("layer_groups[1].layers: 'rest' is empty: the other groups already cover every layer (layer_groups[0] has "
+            "no `layers:`, so it takes all of them)") in refused("show", spec_file(tmp_path, first, "f.yaml"))
     both = edited(gemma, "    layers: rest\n", "    layers: all\n")  # given: no hint, the rule alone
     assert "are already in layer_groups[0]\n" in refused("show", spec_file(tmp_path, both, "b.yaml")) + "\n"
