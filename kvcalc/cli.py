@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from kvcalc.errors import KvcalcError
+from kvcalc.lists import first_repeat
 from kvcalc.options import (
     BatchOpt,
     ChartOpt,
@@ -44,7 +45,7 @@ from kvcalc.options import (
     whole_option,
 )
 from kvcalc.schema import COMMANDS as SCHEMA_COMMANDS
-from kvcalc.settings import TOKENS_LIMIT
+from kvcalc.settings import LIMITS, TOKENS_LIMIT
 
 app = typer.Typer(
     name="kvcalc",
@@ -221,6 +222,9 @@ def fit(
 
     if opts.hardware_name is None:  # a missing option: click's usage error, as a missing MODEL is
         raise usage_error("fit needs --hardware NAME (see 'kvcalc hardware') or a hardware YAML file")
+    if gpus is not None and gpus > LIMITS["tp"] and opts.tp == opts.pp == opts.dp == 1:  # alone it becomes --tp
+        raise typer.BadParameter(f"{gpus}: at most {LIMITS['tp']:,} alone, as it sets --tp (give --tp, --pp and --dp "
+                                 "for a larger layout)", param_hint="'--gpus'")
     ctxs = parse_ctx(ctx) if ctx is not None else None  # '' is refused there, not read as no --ctx
     if ctxs is not None and len(ctxs) > MAX_FIT_CONTEXTS:
         raise typer.BadParameter(f"{len(ctxs):,} contexts: fit solves a batch for each, at most {MAX_FIT_CONTEXTS:,}",
@@ -358,7 +362,7 @@ def paper(
     s = Settings(ctx=one_ctx(ctx, "paper takes one context"), kv_dtype=kv_dtype)
     loaded = [load(m) for m in names]
     specs = [lm.spec.name for lm in loaded]
-    if twice := next((n for i, n in enumerate(specs) if n in specs[:i]), None):  # before anything is written
+    if (twice := first_repeat(specs)) is not None:  # before anything is written
         raise KvcalcError(f"paper: two models are named {twice!r}, which its tables and figures could not tell apart: "
                           "give one another name (its spec's `name:`)")
     files, warnings = paper_tables(loaded, s)
@@ -540,7 +544,7 @@ def table_dims(
     if "" in chosen:
         raise typer.BadParameter(f"{kinds!r}: kinds separated by commas, none empty", param_hint="'--kinds'")
     if len(chosen) < len(listed):  # as every list option refuses a repeat
-        twice = next(k for i, k in enumerate(listed) if k in listed[:i])
+        twice = first_repeat(listed)
         raise typer.BadParameter(f"{kinds[:60]!r}: {twice} given twice", param_hint="'--kinds'")
     if unknown or not chosen:
         raise typer.BadParameter(f"{', '.join(unknown) or kinds!r}: choose from {', '.join(KINDS)}", param_hint="'--kinds'")
@@ -557,12 +561,6 @@ def table_dims(
                               f"table dims lists MHA, GQA, MQA and MLA layers: {what} ({there})")
         if asked:  # by default the kinds the models have are the table; a kind asked for and absent is said
             warn(f"note: --kinds: {what}; left out")
-    for sp in specs:  # layers of kinds the table has no rows for are said, not dropped in silence
-        other = sorted({g.attention.label or g.attention.kind.upper() for g in sp.groups if g.attention.kind not in KINDS
-                        and g.attention.kind != "none"})
-        if other:
-            warn(f"note: {sp.name}: its {', '.join(other)} layers are not in this table (it lists "
-                 f"{', '.join(k.upper() for k in KINDS)} layers; show gives every group)")
     emit(dims_output(loaded, chosen), fmt, "binary")  # shapes and counts: no byte units to choose
 
 

@@ -140,11 +140,21 @@ def _engine(gc, report: CacheReport) -> dict:
     g = gc.group
     stored = stored_token(gc.formula, gc.heads, g.attention, report.settings)
     return {"block_size": gc.block_size, "pages": gc.pages,
-            **({"stored_token_bytes": stored[0], "stored_as": stored[1]} if stored is not None else {}),
+            **({"stored_token_bytes": sum(part[-1] for part in stored), "stored_as": "; ".join(
+                f"{name} {channels:,} in {_stored_words(name, dtype, scheme)} = {n:,}"
+                for name, channels, dtype, scheme, n in stored)} if stored is not None else {}),
             "rule": layer_pages_rule(report.ctx, gc.tokens_held, g.layer, report.engine, gc.every_token, report.plan.ahead),
             "bytes_per_layer": gc.engine_bytes_per_layer, "bytes": gc.engine_bytes,
             **({"padding_layers": gc.pad_layers} if gc.pad_layers else {}),
             **({"padded_page": gc.padded_page} if gc.padded_page is not None else {})}
+
+
+def _stored_words(name: str, dtype: str, scheme: str) -> str:
+    """How a tensor is stored, in words: 'bf16', 'fp8 with an fp32 scale a 128' (fp8_ds_mla's latent and the indexer
+    key; its RoPE key stays bf16)."""
+    if scheme == "fp8-ds-mla":
+        return "bf16" if name == "k_rope" else "fp8 with an fp32 scale a 128"
+    return dtype if scheme == "none" else f"{dtype} with {scheme} scales"
 
 
 def _engine_layers(n: int, pad: int, engine: str | None = "vllm") -> str:
@@ -290,7 +300,8 @@ def _gpu_lines(d: dict, units: str) -> list[str]:
                      f" {g['bytes_per_layer']:,} bytes a layer × "
                      f"{_engine_layers(g['layers_here'], g['padding_layers'], d.get('engine')) if 'padding_layers' in g else g['layers_here']}"
                      f" = {g['bytes']:,}")
-    sums = " + ".join(f"{g['bytes']:,}" for g in p["groups"]) + " = " if len(p["groups"]) > 1 else ""
+    cached = [g["bytes"] for g in p["groups"] if g["bytes"]]  # a constant-state group holds no per-token cache
+    sums = " + ".join(f"{b:,}" for b in cached) + " = " if len(cached) > 1 else ""
     lines.append(f"    KV cache per GPU: {sums}{p['kv_cache_bytes']:,} bytes{aside_bytes(p['kv_cache_bytes'], units)}")
     if p["state_bytes"]:
         states = [g["state_bytes"] for g in p["groups"] if g["state_bytes"]]
@@ -302,11 +313,9 @@ def _gpu_lines(d: dict, units: str) -> list[str]:
 def _kind_text(kind: str) -> str:
     """A layer kind as the list command shows it (GDN, MAMBA2, GQA), then ', '; nothing for a layer without a mixer,
     whose rule says so."""
-    from kvcalc.attention import KINDS
+    from kvcalc.attention import kind_label
 
-    if kind == "none":
-        return ""
-    return f"{getattr(KINDS.get(kind), 'label', None) or kind.upper()}, "
+    return "" if kind == "none" else f"{kind_label(kind)}, "
 
 
 def _symbol_lines(symbols: list[dict]) -> list[str]:

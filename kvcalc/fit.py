@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, NamedTuple
 
-from kvcalc.costs.parallel import PerGpu, SGLangPools, check_layout, per_gpu, sglang_pools, stage_gpu, stages
+from kvcalc.costs.parallel import PerGpu, SGLangPools, Stage, check_layout, per_gpu, sglang_pools, stage_gpu, stages
 from kvcalc.fields import figure
 from kvcalc.settings import Settings
 from kvcalc.solve import largest_fitting
@@ -171,15 +171,21 @@ def sglang_capacity(p: SGLangPools, room: int) -> SGLangCapacity | None:
     return SGLangCapacity(slots, whole_pages(room / rate) if rate else 0, None)
 
 
-def sglang_fits(p: SGLangPools, room: int) -> bool:
-    """Whether a stage's cache and states fit SGLang's static pools in `room` bytes (sglang_capacity): each running
-    sequence holds a state slot, each pool its own layers' tokens."""
+def sglang_short(p: SGLangPools, room: int) -> str | None:
+    """The SGLang static pool a stage's cache and states overflow in `room` bytes (sglang_capacity), or None where
+    they fit: 'state' (each running sequence holds a state slot), 'swa' (the sliding-window pool's tokens) or 'kv'
+    (the token pool's)."""
     c = sglang_capacity(p, room)
     if c is None or c.slots is not None and p.sequences > c.slots:
-        return False
+        return "state"
     if c.swa_tokens is not None:
-        return p.full_bytes <= c.tokens * p.full_rate and p.swa_bytes <= c.swa_tokens * p.swa_rate
-    return p.full_bytes + p.swa_bytes <= c.tokens * (p.full_rate + p.swa_rate)
+        return "kv" if p.full_bytes > c.tokens * p.full_rate else "swa" if p.swa_bytes > c.swa_tokens * p.swa_rate else None
+    return "kv" if p.full_bytes + p.swa_bytes > c.tokens * (p.full_rate + p.swa_rate) else None
+
+
+def sglang_fits(p: SGLangPools, room: int) -> bool:
+    """Whether a stage's cache and states fit SGLang's static pools in `room` bytes."""
+    return sglang_short(p, room) is None
 
 
 # SGLang's mamba radix cache takes the extra-buffer strategy for these architectures (arg_groups/overrides.py
@@ -230,7 +236,7 @@ def batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chu
     """engine_batch_cap with each stage's room for the cache at the budget `fit` uses."""
     acts = activation_bytes(spec, s, chunk)
     budget = budget_bytes(hw, reserve)
-    return engine_batch_cap(spec, s, hw, {p.stage: budget - p.weights_bytes - acts for p in stages(spec, s)})
+    return engine_batch_cap(spec, s, hw, {p.stage: pool_room(budget, p, acts) for p in stages(spec, s)})
 
 
 def _kv_bytes(report: CacheReport) -> int:
@@ -263,7 +269,7 @@ def _fitter(spec: ModelSpec, budget: int, acts: int) -> Callable[[Settings], boo
 
     def fits(t: Settings) -> bool:
         if t.engine == "sglang":
-            return all(sglang_fits(sglang_pools(t, plan), budget - plan.weights_bytes - acts) for plan in stages(spec, t))
+            return all(sglang_fits(sglang_pools(t, plan), pool_room(budget, plan, acts)) for plan in stages(spec, t))
         return _tightest(spec, t, budget, acts)[1] >= 0
 
     return fits
@@ -283,16 +289,19 @@ def sglang_pool_binding(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fra
         [replace(s.at(x), batch=s.batch) for x in _peaks_up_to(best + 1, falls)]
     for t in tries:
         for plan in stages(spec, t):
-            p, room = sglang_pools(t, plan), budget - plan.weights_bytes - acts
-            if sglang_fits(p, room):
+            p, room = sglang_pools(t, plan), pool_room(budget, plan, acts)
+            if (short := sglang_short(p, room)) is None:
                 continue
             c = sglang_capacity(p, room)
-            if c is None or c.slots is not None and p.sequences > c.slots:
-                return "state", None if c is None else c.slots
-            if c.swa_tokens is not None and p.swa_bytes > c.swa_tokens * p.swa_rate:
-                return "swa", c.slots
-            return ("kv", c.slots) if c.slots is not None or c.swa_tokens is not None else None  # one pool: plain memory
+            if short == "kv" and (c is None or c.slots is None and c.swa_tokens is None):
+                return None  # one pool: plain memory
+            return short, None if c is None else c.slots
     return None
+
+
+def pool_room(budget: int, plan: Stage, acts: int) -> int:
+    """What an engine's pools divide on a stage's GPU: the budget less the stage's weights and the activation estimate."""
+    return budget - plan.weights_bytes - acts
 
 
 def binding_context(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int, batch: int) -> int | None:

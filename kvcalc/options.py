@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 
 from kvcalc.dtypes import DTYPES
 from kvcalc.errors import KvcalcError, interrupted
+from kvcalc.lists import first_repeat
 from kvcalc.present.render import FORMATS
 from kvcalc.settings import ENGINES, LIMITS, MLA_CACHE_LAYOUTS, MLA_SCHEDULES
 from kvcalc.units import UNIT_SYSTEMS
@@ -175,6 +176,8 @@ def reserve_value(value: str) -> Fraction:
     import re
     from fractions import Fraction
 
+    if len(value) > 100:  # no fraction below 1 needs more; int() refuses 4,300 digits
+        raise typer.BadParameter(f"{value[:24]!r}… ({len(value):,} characters): too long for a fraction (use e.g. 0.1)")
     try:
         if not re.fullmatch(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:/[0-9]+)?", value):
             raise ValueError(value)
@@ -182,7 +185,7 @@ def reserve_value(value: str) -> Fraction:
     except (ValueError, ZeroDivisionError):
         raise typer.BadParameter(f"{value[:40]!r}: not a fraction (use e.g. 0.1)") from None
     if not 0 <= frac < 1:
-        raise typer.BadParameter(f"{value}: must be at least 0 and below 1")
+        raise typer.BadParameter(f"{value[:40]}: must be at least 0 and below 1")
     return frac
 
 
@@ -341,9 +344,9 @@ def _parse_list(name: str, text: str) -> tuple[Any, ...]:
             values.append(int(part))
         else:
             raise typer.BadParameter(f"{part[:40]!r}: a positive whole number", param_hint=flag)
-    if twice := [v for i, v in enumerate(values) if v in values[:i]]:
-        raise typer.BadParameter(f"{text[:60]!r}: {twice[0]:,} given twice" if isinstance(twice[0], int) else
-                                 f"{text[:60]!r}: {twice[0]} given twice", param_hint=flag)
+    if (twice := first_repeat(values)) is not None:
+        raise typer.BadParameter(f"{text[:60]!r}: {twice:,} given twice" if isinstance(twice, int) else
+                                 f"{text[:60]!r}: {twice} given twice", param_hint=flag)
     return tuple(values)
 
 

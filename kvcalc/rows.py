@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
+from kvcalc.attention import kind_label
 from kvcalc.costs.cache import CacheReport, GroupCache, cache_at, cache_plan, kv_cache
 from kvcalc.costs.parallel import check_layout
 from kvcalc.fields import as_row, figure
@@ -30,7 +31,7 @@ def _joined(values: Any) -> str:
 def attention_label(spec: ModelSpec, layout: str | None = None) -> str:
     """'GQA', 'MLA (latent)', 'GQA+SWA 1024×52' (a window of 1024 tokens on 52 layers), 'GQA+chunk 8192×36'."""
     mixers = [m for g in spec.groups for m in (g.attention, g.parallel) if m is not None and m.mixer]
-    kinds = "+".join(dict.fromkeys(m.label or m.kind.upper() for m in mixers))
+    kinds = "+".join(dict.fromkeys(kind_label(m.kind) for m in mixers))
     if layout and spec.has_layouts():
         kinds += f" ({layout})"
     windowed = [g for g in spec.groups if g.sliding_window]

@@ -9,6 +9,8 @@ import re
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
+from kvcalc.lists import first_repeat
+
 TOKEN_SUFFIX = {"": 1, "k": 1024, "m": 1024**2}
 # ASCII digits (\d and str.isdigit take other scripts'), grouped by single underscores as Python writes them (32_768)
 _CTX = re.compile(r"([0-9](?:_?[0-9])*(?:\.[0-9]+)?)([kKmM]?)")
@@ -39,7 +41,7 @@ def parse_token_list(text: str) -> list[int]:
     if not text.strip() or any(not p.strip() for p in parts):
         raise ValueError(f"{text!r} is not a comma list of token counts (e.g. 4k,32k,128k)")
     values = [parse_tokens(p) for p in parts]
-    if twice := next((v for i, v in enumerate(values) if v in values[:i]), None):  # its rows would repeat, or vanish
+    if (twice := first_repeat(values)) is not None:  # its rows would repeat, or vanish
         raise ValueError(f"{text[:60]!r}: {twice:,} tokens given twice")
     return values
 

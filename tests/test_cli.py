@@ -473,6 +473,7 @@ def test_explain_says_what_a_review_found_unclear_or_untrue():
     out = run("compare", "qwen3-next-80b-a3b", "--ctx", "4k", "--tp", "2", "--explain").stdout
     assert "linear: 36 of its layers here; no per-token cache; constant states 19,759,104 bytes (18.8 MiB)" in out
     assert "0 = 0 = 0 elements (the same" not in out and 2 * 19_759_104 == 36 * 548_864 * 2  # half of bf16 states
+    assert "KV cache per GPU: 50,331,648 bytes" in out  # the state group's 0 no longer in the sum
     # counts agree in number; layer kinds are named as list names them
     for name in ALL_BUNDLED:
         text = run("compare", name, "--ctx", "1", "--explain", "--mtp").stdout  # --mtp: DeepSeek-V3's one MTP layer

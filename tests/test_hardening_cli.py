@@ -434,8 +434,10 @@ def test_count_bounds_are_read_with_their_option():
     rows = json.loads(run("sweep", "gpt2", "--ctx", "1k", "--batch", "1," + "0" * 30 + "2", "-f", "json").stdout)
     assert [r["batch"] for r in rows] == [1, 2]  # leading zeros are read as whole() reads them
     res = run("fit", "gpt2", "--hardware", "h100-80gb", "--gpus", str(2**16 + 1), ok=False)
-    assert res.exit_code == 1 and "--gpus 65537: at most 65,536 alone, as it sets --tp" in res.stderr
+    assert res.exit_code == 2 and "Invalid value for '--gpus': 65537: at most 65,536 alone, as it sets --tp" in res.stderr
     assert "tp 65537" not in res.stderr
+    res = run("fit", "gpt2", "--hardware", "h100-80gb", "--reserve", "0." + "1" * 5000, ok=False)  # not int()'s limit
+    assert res.exit_code == 2 and "(5,002 characters): too long for a fraction" in res.stderr
     res = run("run", "gpt2", "-q", "--decode", str(2**40 + 1), ok=False)  # decode steps are tokens: 2^40, as --gen
     assert res.exit_code == 2 and "Invalid value for '--decode' / '-d': 1099511627777: at most 1,099,511,627,776" in res.stderr
 

@@ -23,6 +23,12 @@ def kind_name(cls: type[AttentionKind]) -> str:
     return name
 
 
+def kind_label(kind: str) -> str:
+    """How tables name an attention kind: its class's label ('GQA', 'GDN'), else the kind in capitals ('MAMBA2')."""
+    cls = KINDS.get(kind)
+    return (cls.label if cls is not None else "") or kind.upper()
+
+
 def register(cls: K) -> K:
     """Make an attention kind known to spec loading (a class decorator)."""
     KINDS[kind_name(cls)] = cls
@@ -71,7 +77,7 @@ for _cls in (MHA, GQA, MQA, MLA, Linear, GatedDeltaNet, Lightning, Mamba, Mamba2
     register(_cls)
 
 __all__ = [
-    "KINDS", "AttentionField", "AttentionKind", "Formula", "GQA", "Heads", "Layer", "Linear", "MHA", "MLA",
+    "KINDS", "kind_label", "AttentionField", "AttentionKind", "Formula", "GQA", "Heads", "Layer", "Linear", "MHA", "MLA",
     "MLA_CACHE_LAYOUTS", "MLA_SCHEDULES", "MQA", "Symbol", "Weight", "Work", "keys_seen", "keys_seen_sum",
     "register", "tri",
 ]

@@ -258,36 +258,33 @@ def engine_scheme(attention: AttentionKind, s: Settings) -> str:
     return s.kv_quant
 
 
+def stored_layout(name: str, attention: AttentionKind, s: Settings) -> tuple[str, str]:
+    """The dtype and quantisation scheme the engine stores a cached tensor in: the indexer cache in fp8 with a scale
+    per 128, always (vLLM DeepseekV32IndexerCache; SGLang NSATokenToKVPool.index_k_with_scale_buffer, 128 + 4 bytes a
+    token), every other tensor at the KV dtype in engine_scheme's layout."""
+    if s.engine in ("vllm", "sglang") and name == "index_k":
+        return "fp8", "fp8-ds-mla"
+    return s.kv_dtype, engine_scheme(attention, s)
+
+
 def page_bytes(formula: Formula, heads: int, block: int, attention: AttentionKind, s: Settings) -> int:
     """Bytes of one page (`block` tokens of one layer and sequence) as the engine lays it out."""
-    scheme = engine_scheme(attention, s)
-    out = 0
-    for name, channels in formula.components.items():
-        if s.engine in ("vllm", "sglang") and name == "index_k":  # the indexer cache: fp8 with a scale per 128, always
-            # (vLLM DeepseekV32IndexerCache; SGLang NSATokenToKVPool.index_k_with_scale_buffer, 128 + 4 bytes a token)
-            out += component_bytes(name, channels, heads, block, "fp8", "fp8-ds-mla")
-        else:
-            out += component_bytes(name, channels, heads, block, s.kv_dtype, scheme)
-    return out
+    return sum(component_bytes(name, channels, heads, block, *stored_layout(name, attention, s))
+               for name, channels in formula.components.items())
 
 
-def stored_token(formula: Formula, heads: int, attention: AttentionKind, s: Settings) -> tuple[int, str] | None:
-    """Bytes of one token of one layer as the engine stores it, and how, where that differs from the cache's own
-    layout (kv_dtype and --kv-quant): DeepSeek-V3.2's indexer key in fp8 with a scale, an fp8 cache of sparse MLA in
-    fp8_ds_mla entries (page_bytes); None elsewhere, and under a group scheme g<G>, whose scales are per page span."""
-    scheme = engine_scheme(attention, s)
+def stored_token(formula: Formula, heads: int, attention: AttentionKind,
+                 s: Settings) -> list[tuple[str, int, str, str, int]] | None:
+    """One token of one layer as the engine stores it, tensor by tensor (name, channels, dtype, scheme, bytes), where
+    that differs from the cache's own layout (kv_dtype and --kv-quant): DeepSeek-V3.2's indexer key in fp8 with a
+    scale, an fp8 cache of sparse MLA in fp8_ds_mla entries; None elsewhere, and under a group scheme g<G>, whose
+    scales are per page span."""
     if s.engine not in ("vllm", "sglang") or group_size(s.kv_quant) is not None or \
-            ("index_k" not in formula.components and scheme == s.kv_quant):
+            all(stored_layout(name, attention, s) == (s.kv_dtype, s.kv_quant) for name in formula.components):
         return None
-    parts = []
-    for name, channels in formula.components.items():
-        fp8_scaled = name == "index_k" or (scheme == "fp8-ds-mla" and name == "c_kv")
-        dtype, how = ("fp8", "fp8-ds-mla") if name == "index_k" else (s.kv_dtype, scheme)
-        stored = component_bytes(name, channels, heads, 1, dtype, how)
-        what = ("fp8 with an fp32 scale a 128" if fp8_scaled else "bf16" if scheme == "fp8-ds-mla" and name == "k_rope"
-                else s.kv_dtype)
-        parts.append(f"{name} {channels:,} in {what} = {stored:,}")
-    return page_bytes(formula, heads, 1, attention, s), "; ".join(parts)
+    return [(name, channels, *stored_layout(name, attention, s),
+             component_bytes(name, channels, heads, 1, *stored_layout(name, attention, s)))
+            for name, channels in formula.components.items()]
 
 
 def span_bytes(formula: Formula, heads: int, n_pages: int, block: int, attention: AttentionKind, s: Settings) -> int:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvcalc.lists import first_repeat
 from kvcalc.present.emit import Output, Table
 from kvcalc.present.render import Column, only
 
@@ -383,6 +384,8 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
     from kvcalc.fit import (
+        SGLANG_MAMBA_FULL_MEMORY_RATIO,
+        SGLANG_SWA_FULL_TOKENS_RATIO,
         FitRow,
         batch_cap,
         binding_context,
@@ -391,10 +394,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
         fit,
         sglang_pool_binding,
     )
-    from kvcalc.settings import LIMITS
 
-    if opts.hardware_name is None:
-        raise KvcalcError("fit needs --hardware NAME (see 'kvcalc hardware') or a hardware YAML file")
     frac = reserve if reserve is not None else Fraction(default_reserve(opts.engine))
     s = opts.settings(ctxs[0] if ctxs else 1)
     if ctxs and s.batch != 1:
@@ -403,11 +403,8 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     if gpus is not None and gpus != s.gpus:
         if s.gpus != 1:
             raise KvcalcError(f"--gpus {gpus} differs from --tp {s.tp} × --pp {s.pp} × --dp {s.dp} = {s.gpus}")
-        if gpus > LIMITS["tp"]:  # named as the user wrote it, not as the --tp it becomes
-            raise KvcalcError(f"--gpus {gpus}: at most {LIMITS['tp']:,} alone, as it sets --tp (give --tp, --pp and --dp "
-                              "for a larger layout)")
-        s = replace(s, tp=gpus)
-    assert s.hardware is not None  # loaded from --hardware above
+        s = replace(s, tp=gpus)  # within LIMITS["tp"]: the command line checks --gpus alone
+    assert s.hardware is not None  # the command line requires --hardware
     chunk = chunk or default_prefill_chunk(s.engine, s.hardware)
     spec = lm.spec
     try:
@@ -435,8 +432,10 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
             what, slots = pool
             at = f"at {row['ctx']:,} tokens" if ctxs else f"at batch {row['batch']:,}"
             words = {"state": f"its state pool: {slots:,} slots, one a sequence (r/(1 + r) of the room after weights "
-                              "and activations, r = --mamba-full-memory-ratio 0.9)" if slots else "its state pool",
-                     "swa": "its sliding-window pool (--swa-full-tokens-ratio 0.8 of the full pool's tokens)",
+                              f"and activations, r = --mamba-full-memory-ratio {float(SGLANG_MAMBA_FULL_MEMORY_RATIO):g})"
+                              if slots else "its state pool",
+                     "swa": f"its sliding-window pool (--swa-full-tokens-ratio {float(SGLANG_SWA_FULL_TOKENS_RATIO):g} of "
+                            "the full pool's tokens)",
                      "kv": f"its token pool (the state pool keeps {slots:,} slots)" if slots else "its token pool"}[what]
             warnings.append(f"note: {spec.name}: {at} SGLang's limit is {words}; the budget left per GPU is what the "
                             "other pools keep")
@@ -542,13 +541,28 @@ def dims_output(loaded: list[LoadedModel], kinds: tuple[str, ...]) -> Output:
     from kvcalc.tables import DimsRow, dims_rows
 
     names = [lm.spec.name for lm in loaded]
-    if twice := next((n for i, n in enumerate(names) if n in names[:i]), None):  # its columns are keyed by name
+    if (twice := first_repeat(names)) is not None:  # its columns are keyed by name
         raise KvcalcError(f"table dims: two models are named {twice!r}, whose columns would be one: give one another "
                           "name (its spec's `name:`)")
     rows, models = dims_rows([lm.spec for lm in loaded], kinds)
     columns = [Column.of(f) for f in figures_of(DimsRow)] + [Column(c.key, c.header, "text") for c in models]
     title = "Weights, cache and decode FLOPs by attention kind" + (f": {', '.join(names)}" if names else "")
-    return Output([Table("dims", columns, rows, title)], warnings=_load_warnings(loaded))
+    return Output([Table("dims", columns, rows, title)], warnings=_load_warnings(loaded) + _other_kinds(loaded))
+
+
+def _other_kinds(loaded: list[LoadedModel]) -> list[str]:
+    """Notes of a model's layers of kinds table dims has no rows for, said rather than dropped in silence."""
+    from kvcalc.attention import kind_label
+    from kvcalc.tables import KINDS
+
+    notes = []
+    for lm in loaded:
+        other = sorted({kind_label(g.attention.kind) for g in lm.spec.groups if g.attention.kind not in KINDS
+                        and g.attention.kind != "none"})
+        if other:
+            notes.append(f"note: {lm.spec.name}: its {', '.join(other)} layers are not in this table (it lists "
+                         f"{', '.join(k.upper() for k in KINDS)} layers; show gives every group)")
+    return notes
 
 
 def models_output(loaded: list[LoadedModel], s: Settings) -> Output:

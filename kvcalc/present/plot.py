@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvcalc.errors import KvcalcError
+from kvcalc.lists import first_repeat
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec
 from kvcalc.units import format_bytes, format_tokens
@@ -266,10 +267,10 @@ def plot_figure(models: list[tuple[str, ModelSpec]], ctxs: list[int], metrics: l
     if not ctxs:
         raise KvcalcError("plot: give at least one context")
     names = [name for name, _ in models]
-    if twice := next((n for i, n in enumerate(names) if n in names[:i]), None):
+    if (twice := first_repeat(names)) is not None:
         raise KvcalcError(f"plot: two models are named {twice!r}, which the legend could not tell apart: give one "
                           "another name (its spec's `name:`)")
-    if twice := next((m for i, m in enumerate(metrics) if m in metrics[:i]), None):
+    if (twice := first_repeat(metrics)) is not None:
         raise KvcalcError(f"plot: --metric {twice} given twice (one panel each)")
     chosen = [_metric(m, s) for m in metrics]
     points = sorted(set(ctxs))
