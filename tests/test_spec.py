@@ -51,6 +51,7 @@ def test_bundled_spec_loads_with_source(name):
     s = load_spec(specs_dir() / f"{name}.yaml")
     assert s.name == name
     assert s.source and ("huggingface.co" in s.source or "http" in s.source)
+    assert "FACTS.md" not in s.source and "../shared" not in s.source  # a user has neither: public sources only
     assert sum(len(g.layers) for g in s.groups) == s.n_layers
     assert sorted(i for g in s.groups for i in g.layers) == list(range(s.n_layers))
 
