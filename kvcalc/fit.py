@@ -69,6 +69,20 @@ class FitRow:
                           "or, where nothing fits, weights or activations (what alone passes the budget)")
     exceeds_max_context: bool = figure("Over\nmax ctx", "bool", "the context (--ctx) is above the trained maximum; "
                                        "the batch is solved anyway")
+    # the settings of the answer, for a script that gathers several (the table's title says them)
+    kv_dtype: str = figure("KV\ndtype", "text", "storage type of the cache")
+    kv_quant: str = figure("KV\nquant", "text", "quantisation scheme of the cache (none: a plain dtype)")
+    weights_dtype: str = figure("Weights\ndtype", "text", "storage type of the weights")
+    engine: str | None = figure("Engine", "text", "the serving engine whose pages and rules are counted (left out without --engine)")
+    tp: int = figure("TP", "int", "tensor-parallel ranks")
+    pp: int = figure("PP", "int", "pipeline stages")
+    dp: int = figure("DP", "int", "data-parallel replicas")
+    ep: int = figure("EP", "int", "expert-parallel ranks")
+    dp_attention: bool = figure("DP\nattention", "bool", "SGLang's DP attention")
+    mtp: bool = figure("MTP", "bool", "the multi-token-prediction layers counted (--mtp)")
+    reserve: float = figure("Reserve", "float", "fraction of each GPU's memory left unused (--reserve, or its default)")
+    prefill_chunk: int = figure("Prefill\nchunk", "tokens", "tokens of one prefill chunk, for the activation estimate")
+
 
 
 VLLM_LARGE_GPU = 70 * 2**30  # vLLM's thresholds for its larger batch defaults
@@ -358,4 +372,6 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: in
         max_ctx=best if solve == "ctx" else None, max_batch=best if solve == "batch" else None,
         kv_cache_bytes=_kv_bytes(kv_cache(spec, at)), kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
         state_bytes_per_gpu=g.state_bytes or None, free_bytes_per_gpu=left, binding=binding, exceeds_max_context=at.ctx > spec.max_context,
+        kv_dtype=s.kv_dtype, kv_quant=s.kv_quant, weights_dtype=s.weights_dtype, engine=s.engine, tp=s.tp, pp=s.pp,
+        dp=s.dp, ep=s.ep, dp_attention=s.dp_attention, mtp=s.mtp, reserve=float(reserve), prefill_chunk=chunk,
     )

@@ -395,3 +395,19 @@ def test_sglang_names_the_pool_that_binds():
     assert (f"note: qwen3-next-80b-a3b: at 32,768 tokens SGLang's limit is its token pool (the state pool keeps {slots:,} "
             "slots)") in res.stderr and slots == 915
     assert "SGLang's limit" not in run("fit", "llama3-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "32k").stderr
+
+
+def test_a_fit_row_carries_its_settings():
+    # a usability review: fit's csv and json rows had no kv dtype, engine, layout or reserve, so a script that gathered
+    # several runs could not tell them apart
+    row = json.loads(run("fit", "deepseek-v3", "--hardware", "h200-141gb", "--tp", "8", "--engine", "vllm",
+                         "--kv-dtype", "fp8", "--weights-dtype", "fp8", "--mtp", "--ctx", "32k", "-f", "json").stdout)[0]
+    assert {k: row[k] for k in ("kv_dtype", "kv_quant", "weights_dtype", "engine", "tp", "pp", "dp", "ep", "dp_attention",
+                                "mtp", "reserve", "prefill_chunk")} == {
+        "kv_dtype": "fp8", "kv_quant": "none", "weights_dtype": "fp8", "engine": "vllm", "tp": 8, "pp": 1, "dp": 1, "ep": 1,
+        "dp_attention": False, "mtp": True, "reserve": 0.08,  # vLLM's gpu_memory_utilization 0.92
+        "prefill_chunk": 8192}  # vllm serve's max_num_batched_tokens on a GPU of 70 GiB or more (141 < 160)
+    plain = json.loads(run("fit", "llama3-8b", "--hardware", "h100-80gb", "--gpus", "2", "--reserve", "1/8", "-f",
+                           "json").stdout)[0]
+    assert "engine" not in plain and plain["tp"] == 2 and plain["reserve"] == 0.125 and plain["prefill_chunk"] == 2048
+    assert "kv_quant" not in run("fit", "llama3-8b", "--hardware", "h100-80gb").stdout.splitlines()[1]  # not a column

@@ -451,6 +451,8 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     figs = figures_of(FitRow)
     hide = ({"max_ctx", "batch"} if ctxs else {"max_batch", "ctx"}) | {"exceeds_max_context"}  # stderr says it
     hide |= {"state_bytes_per_gpu"}  # in the KV cache column already (csv and json carry it apart)
+    hide |= {"kv_dtype", "kv_quant", "weights_dtype", "engine", "tp", "pp", "dp", "ep", "dp_attention", "mtp", "reserve",
+             "prefill_chunk"}  # the settings: the title says them
     cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
     cols = [Column.of(figs[0])] + cols
     if any(row.get("state_bytes_per_gpu") is not None for row in rows):  # a hybrid: its states are in that column
