@@ -383,17 +383,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
 
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
-    from kvcalc.fit import (
-        SGLANG_MAMBA_FULL_MEMORY_RATIO,
-        SGLANG_SWA_FULL_TOKENS_RATIO,
-        FitRow,
-        batch_cap,
-        binding_context,
-        default_prefill_chunk,
-        default_reserve,
-        fit,
-        sglang_pool_binding,
-    )
+    from kvcalc.fit import FitRow, default_prefill_chunk, default_reserve, fit
 
     frac = reserve if reserve is not None else Fraction(default_reserve(opts.engine))
     s = opts.settings(ctxs[0] if ctxs else 1)
@@ -415,6 +405,45 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
             raise
         raise KvcalcError(f"--gpus {gpus} (tensor parallelism over {gpus}; --tp, --pp and --dp give another layout):"
                           + str(exc)[len(f"--tp {gpus}:"):]) from None
+    warnings = _fit_notes(spec, s, rows, ctxs, frac, chunk, units)
+    figs = figures_of(FitRow)
+    hide = ({"max_ctx", "batch"} if ctxs else {"max_batch", "ctx"}) | {"exceeds_max_context"}  # stderr says it
+    hide |= {"state_bytes_per_gpu"}  # in the KV cache column already (csv and json carry it apart)
+    hide |= {"kv_dtype", "kv_quant", "weights_dtype", "engine", "tp", "pp", "dp", "ep", "dp_attention", "mtp", "reserve",
+             "prefill_chunk"}  # the settings: the title says them
+    cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
+    cols = [Column.of(figs[0])] + cols
+    if any(row.get("state_bytes_per_gpu") is not None for row in rows):  # a hybrid: its states are in that column
+        cols = [Column(c.key, "KV + states\nper GPU", c.kind) if c.key == "kv_cache_bytes_per_gpu" else c for c in cols]
+    from kvcalc.costs.parallel import stages
+    from kvcalc.units import format_bytes
+
+    held = {p.held_back for p in stages(spec, s)}  # vLLM's null block: no column shows it, so the title says it
+    dp_attention = ", DP attention" if s.dp_attention else ""
+    title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}{dp_attention}), weights "
+             f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}{mla_note([spec], s, False)}"
+             + (f" ({'up to ' if len(held) > 1 else ''}{format_bytes(max(held), units)} a GPU held back: the pool's "
+                "null block)" if max(held) else "")
+             + f", {_percent(frac)}% reserved")
+    keys = [f.key for f in figs]
+    return Output([Table("fit", cols, rows, title, keys)],
+                  warnings=_load_warnings([lm]) + (_ctx_warnings([spec], ctxs) if ctxs else []) + option_warnings([spec], s) + warnings)
+
+
+def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] | None, frac: Fraction, chunk: int,
+               units: str) -> list[str]:
+    """What fit's rows cannot say: a window's fall that one sequence more meets below --ctx, the SGLang pool that
+    binds, that nothing fits, and an engine's default cap on sequences below --batch."""
+    from kvcalc.fit import (
+        SGLANG_MAMBA_FULL_MEMORY_RATIO,
+        SGLANG_SWA_FULL_TOKENS_RATIO,
+        batch_cap,
+        binding_context,
+        sglang_pool_binding,
+    )
+    from kvcalc.units import format_bytes
+
+    assert s.hardware is not None  # fit's settings carry the hardware
     warnings: list[str] = []
     for row in rows if ctxs else []:
         # the figures are at --ctx; say where one more sequence fails when that is a context below it
@@ -440,36 +469,13 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
             warnings.append(f"note: {spec.name}: {at} SGLang's limit is {words}; the budget left per GPU is what the "
                             "other pools keep")
     if rows and all(row["max_batch" if ctxs else "max_ctx"] == 0 for row in rows) and rows[0]["binding"] == "weights":
-        from kvcalc.units import format_bytes
-
         short = -max(row["free_bytes_per_gpu"] for row in rows)
         warnings.append(f"warning: {spec.name}: nothing fits: the weights leave the busiest GPU {format_bytes(short, units)}"
                         " over its budget (more GPUs or pipeline stages, a smaller --weights-dtype, or a smaller --reserve)")
     if not ctxs and (cap := batch_cap(spec, s, s.hardware, frac, chunk)) is not None and s.batch > cap[0]:
         warnings.append(f"warning: --batch {s.batch:,}: {s.engine} runs at most {cap[0]:,} sequences at once by default "
                         f"({cap[1]}); the rest wait, or raise it")
-    figs = figures_of(FitRow)
-    hide = ({"max_ctx", "batch"} if ctxs else {"max_batch", "ctx"}) | {"exceeds_max_context"}  # stderr says it
-    hide |= {"state_bytes_per_gpu"}  # in the KV cache column already (csv and json carry it apart)
-    hide |= {"kv_dtype", "kv_quant", "weights_dtype", "engine", "tp", "pp", "dp", "ep", "dp_attention", "mtp", "reserve",
-             "prefill_chunk"}  # the settings: the title says them
-    cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
-    cols = [Column.of(figs[0])] + cols
-    if any(row.get("state_bytes_per_gpu") is not None for row in rows):  # a hybrid: its states are in that column
-        cols = [Column(c.key, "KV + states\nper GPU", c.kind) if c.key == "kv_cache_bytes_per_gpu" else c for c in cols]
-    from kvcalc.costs.parallel import stages
-    from kvcalc.units import format_bytes
-
-    held = {p.held_back for p in stages(spec, s)}  # vLLM's null block: no column shows it, so the title says it
-    dp_attention = ", DP attention" if s.dp_attention else ""
-    title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}{dp_attention}), weights "
-             f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}{mla_note([spec], s, False)}"
-             + (f" ({'up to ' if len(held) > 1 else ''}{format_bytes(max(held), units)} a GPU held back: the pool's "
-                "null block)" if max(held) else "")
-             + f", {_percent(frac)}% reserved")
-    keys = [f.key for f in figs]
-    return Output([Table("fit", cols, rows, title, keys)],
-                  warnings=_load_warnings([lm]) + (_ctx_warnings([spec], ctxs) if ctxs else []) + option_warnings([spec], s) + warnings)
+    return warnings
 
 
 def _percent(frac: Fraction) -> str:
