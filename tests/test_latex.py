@@ -201,6 +201,8 @@ def test_text_keeps_to_core_latex():
     assert tex("line1\n\npara2\tx") == "line1  para2 x" and tex("a\u200bb") == "ab"
     # `--` stays two hyphens: '(= kvcalc compare --state-dtype fp32)' printed an en dash in run's table
     assert tex("--state-dtype a---b") == "-{}-state-dtype a-{}-{}-b"
+    # a straight double quote: pylatexenc's '' is a closing quote in OT1's roman; typewriter's character 34 is straight
+    assert tex('a "b" c') == r"a \texttt{\char34}b\texttt{\char34} c"
 
 
 def test_comments_stay_comments_across_line_breaks():
@@ -255,6 +257,17 @@ def test_a_first_cell_that_opens_with_a_bracket_or_star_is_braced(tmp_path):
     path.write_text(GROUPS % ("[local]", "*global"))
     out = run("show", str(path), "-f", "latex").stdout
     assert "\n{}[local] & " in out and "\n{}*global & " in out
+    check_pasteable(out)
+    if PDFLATEX:
+        _compile(tmp_path, out)
+
+
+def test_a_straight_double_quote_in_a_name_compiles_straight(tmp_path):
+    # a review: a group named 'a"b' printed a closing quote (pylatexenc writes '' for a straight double quote)
+    path = tmp_path / "g.yaml"
+    path.write_text(GROUPS % ('say "hi"', "it''s"))  # YAML's single-quoted scalar: '' is one quote
+    out = run("show", str(path), "-f", "latex").stdout
+    assert r"say \texttt{\char34}hi\texttt{\char34} & " in out and "it's & " in out and "''" not in out
     check_pasteable(out)
     if PDFLATEX:
         _compile(tmp_path, out)

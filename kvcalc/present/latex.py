@@ -5,7 +5,8 @@ Choices (also in the README):
   `>{\\raggedright\\arraybackslash}p{...}` columns of long text).
 - Numbers are right-aligned `r` columns, thousands grouped with a thin space (`131\\,072`), so no siunitx is needed.
 - Every other character goes through pylatexenc's unicode_to_latex (µ, ×, ≤, –, · and the specials & % $ # _ { } ~ ^
-  \\), `|` becomes `\\textbar{}`; `<` and `>` land in math mode. A character whose form needs another package, or
+  \\), `|` becomes `\\textbar{}` and a straight `"` typewriter's `\\texttt{\\char34}` (pylatexenc's `''` is a closing
+  quote); `<` and `>` land in math mode. A character whose form needs another package, or
   that has none, is written `?` (a --caption holding one is refused); line breaks become spaces; `--` is written
   `-{}-` (not TeX's en-dash ligature); a negative number gets a math minus. Formulas (`2·n_kv·d_h`) are set in math mode
   (`$2 \\cdot n_{kv} \\cdot d_h$`).
@@ -33,7 +34,9 @@ SHRINK = r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%" + "
 LONG_TEXT = 40  # characters: a text column with a longer cell is typeset as a paragraph column
 PARAGRAPH = r">{\raggedright\arraybackslash}p{5cm}"
 _NAME = re.compile(r"([A-Za-z]+)(?:_([A-Za-z0-9]+))?(')?")
-_BEFORE = {"|": r"\textbar{}", "ᵀ": r"\textsuperscript{T}"}  # what pylatexenc leaves as is or cannot convert
+# what pylatexenc leaves as is, cannot convert, or converts to another glyph ('"' to '' , a closing quote in OT1's
+# roman): a straight double quote is typewriter's character 34, straight in OT1, T1 and lualatex's TU alike
+_BEFORE = {"|": r"\textbar{}", '"': r"\texttt{\char34}", "ᵀ": r"\textsuperscript{T}"}
 _GROUPED = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # 8,192 and 10,000k: three digits and then no digit
 # "40.0 GiB" -> ("40.0", "GiB"): a whole number, one space, a unit; "8,192", "512+64" and "192/128" have none
 _UNIT = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?) ([^\d\s]\S*)$")
