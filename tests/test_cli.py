@@ -146,6 +146,23 @@ def test_explain_windowed_and_config_origin():
     assert "(config.json: num_key_value_heads)" in out and "(config.json: head_dim)" in out
 
 
+@pytest.mark.parametrize(("config", "lines"), [
+    # a review: the state symbols of imported hybrids named no config key, and KDA's d named the top-level head_dim
+    ("models-2026/nemotron-h-56b-base-8k.json", ["H = 256   from layer_groups[0].attention.mamba_num_heads  (config.json: mamba_num_heads)",
+                                                 "G = 8   from layer_groups[0].attention.n_groups  (config.json: n_groups (or mamba_n_groups))",
+                                                 "K = 4   from layer_groups[0].attention.conv_kernel  (config.json: conv_kernel (or mamba_d_conv))"]),
+    ("configs-extra-6/falcon-h1-0.5b-base.json", ["N = 128   from layer_groups[0].parallel_mixer.ssm_state_size  (config.json: mamba_d_state)",
+                                                  "(config.json: mamba_d_head (\"auto\": the mixer's width / mamba_n_heads))"]),
+    ("models-2026/jamba-v0.1.json", ["E = 2   from layer_groups[0].attention.mamba_expand  (config.json: mamba_expand)"]),
+    ("configs-extra-3/kimi-linear-48b-a3b-instruct.json", ["d = 128   from layer_groups[0].attention.head_dim  (config.json: linear_attn_config.head_dim)",
+                                                           "K = 4   from layer_groups[0].attention.conv_kernel  (config.json: linear_attn_config.short_conv_kernel_size)"]),
+    ("models-2026/deepseek-v3.2.json", ["d_I = 128   from layer_groups[0].attention.index_head_dim  (config.json: index_head_dim)"]),
+])
+def test_explain_names_the_config_key_of_state_and_indexer_symbols(config, lines):
+    out = run("show", REFERENCE_MODELS.parent / config, "--explain", "--ctx", "4k").stdout
+    assert all(line in out for line in lines), [line for line in lines if line not in out]
+
+
 def test_explain_json_carries_the_derivation():
     rows = compare_json("gemma3-27b", "--ctx", "128k", "--explain")
     d = rows[0]["derivation"]

@@ -84,6 +84,7 @@ HF_KEYS = {
     "qk_nope_head_dim": "qk_nope_head_dim",
     "qk_rope_head_dim": "qk_rope_head_dim",
     "v_head_dim": "v_head_dim",
+    "index_head_dim": "index_head_dim",  # DeepSeek-V3.2's and GLM-5's indexer key
     "max_context": "max_position_embeddings",
     "vocab_size": "vocab_size",
 }

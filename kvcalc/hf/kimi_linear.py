@@ -22,7 +22,8 @@ from __future__ import annotations
 from kvcalc.errors import SpecError
 from kvcalc.hf.common import aliased, dense_ffn, flag, get, group_layers, importer, need, show, whole
 
-KEYS = {"max_context": "model_max_length", "n_heads": "num_attention_heads (MLA); linear_attn_config.num_heads (KDA)"}
+KEYS = {"max_context": "model_max_length", "n_heads": "num_attention_heads (MLA); linear_attn_config.num_heads (KDA)",
+        "head_dim": "linear_attn_config.head_dim", "conv_kernel": "linear_attn_config.short_conv_kernel_size"}  # KDA's
 
 
 def _kda_layers(linear: dict, origin: str, n: int) -> list[bool]:

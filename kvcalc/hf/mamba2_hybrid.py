@@ -43,6 +43,9 @@ GRANITE_DEFAULTS: dict[str, Any] = {
 GRANITE_LAYER_TYPES = ("mamba", "attention", "linear_attention", "full_attention")
 # transformers 5.x names the layer types linear_attention (the Mamba-2 mixer) and full_attention (4.x: mamba, attention)
 GRANITE_V5_NAMES = {"linear_attention": "mamba", "full_attention": "attention"}
+# the config keys of _mamba2's fields (FalconH1Config and GraniteMoeHybridConfig alike), for --explain
+MAMBA2_KEYS = {"mamba_num_heads": "mamba_n_heads", "mamba_head_dim": "mamba_d_head (\"auto\": the mixer's width / mamba_n_heads)",
+               "ssm_state_size": "mamba_d_state", "n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv"}
 
 
 def _mamba2(cfg: dict, origin: str, d_inner: int, inner_key: str, *, use_bias: bool, gated_norm: bool) -> dict:
@@ -68,7 +71,7 @@ def _mamba2(cfg: dict, origin: str, d_inner: int, inner_key: str, *, use_bias: b
     }
 
 
-@importer("falcon_h1", keys={"head_dim": "head_dim (else hidden_size / num_attention_heads)"})
+@importer("falcon_h1", keys={"head_dim": "head_dim (else hidden_size / num_attention_heads)", **MAMBA2_KEYS})
 def _falcon_h1(cfg, origin, notes):
     cfg = fill_defaults(cfg, FALCON_H1_DEFAULTS, "FalconH1Config", notes)
     # FalconH1Config.layers_block_type is "hybrid" for every layer and the decoder layer builds both mixers; older
@@ -116,7 +119,7 @@ def _granite_layers(cfg: dict, origin: str, n_layers: int) -> list[str]:
     return [GRANITE_V5_NAMES.get(t, t) for t in types] if types is not None else ["mamba"] * n_layers
 
 
-@importer("granitemoehybrid", keys={"head_dim": "hidden_size / num_attention_heads"})
+@importer("granitemoehybrid", keys={"head_dim": "hidden_size / num_attention_heads", **MAMBA2_KEYS})
 def _granitemoehybrid(cfg, origin, notes):
     cfg = fill_defaults(cfg, GRANITE_DEFAULTS, "GraniteMoeHybridConfig", notes)
     if cfg.get("position_embedding_type") not in (None, "rope", "nope"):

@@ -31,7 +31,7 @@ def _period(cfg: dict, origin: str, period_key: str, offset_key: str) -> tuple[i
     return period, offset
 
 
-@importer("jamba")
+@importer("jamba", keys={k: k for k in ("mamba_d_state", "mamba_d_conv", "mamba_expand")})
 def _jamba(cfg, origin, notes):
     cfg = with_defaults(aliased(cfg, origin, {"num_experts": "num_local_experts"}), "jamba", notes)  # attribute_map
     base = base_fields(cfg, origin, "jamba", False)
@@ -108,7 +108,14 @@ def _nemotron_moe(cfg: dict, origin: str) -> dict:
             "shared_d_ff": need(cfg, "moe_shared_expert_intermediate_size", origin), "gated": False, "router_bias": True}
 
 
-@importer("nemotron_h", keys={"n_layers": "hybrid_override_pattern (one block per character)", "head_dim": "head_dim / attention_head_dim"})
+# NemotronHConfig's Mamba-2 keys (the legacy mamba_* names where __post_init__ reads them)
+NEMOTRON_MAMBA_KEYS = {"mamba_num_heads": "mamba_num_heads", "mamba_head_dim": "mamba_head_dim",
+                       "ssm_state_size": "ssm_state_size", "n_groups": "n_groups (or mamba_n_groups)",
+                       "conv_kernel": "conv_kernel (or mamba_d_conv)"}
+
+
+@importer("nemotron_h", keys={"n_layers": "hybrid_override_pattern (one block per character)",
+                             "head_dim": "head_dim / attention_head_dim", **NEMOTRON_MAMBA_KEYS})
 def _nemotron_h(cfg, origin, notes):
     blocks = _nemotron_blocks(cfg, origin)
     if cfg.get("num_hidden_layers") not in (None, len(blocks)):
