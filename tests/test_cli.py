@@ -157,10 +157,31 @@ def test_explain_windowed_and_config_origin():
     ("configs-extra-3/kimi-linear-48b-a3b-instruct.json", ["d = 128   from layer_groups[0].attention.head_dim  (config.json: linear_attn_config.head_dim)",
                                                            "K = 4   from layer_groups[0].attention.conv_kernel  (config.json: linear_attn_config.short_conv_kernel_size)"]),
     ("models-2026/deepseek-v3.2.json", ["d_I = 128   from layer_groups[0].attention.index_head_dim  (config.json: index_head_dim)"]),
+    # a model read from text_config names the keys under it (gemma4, llama4, qwen3_vl, qwen3_5_moe: 'head_dim' before),
+    # and Gemma 4's full layers name their own keys
+    ("models-2026/gemma-4-26b-a4b.json", [
+        "d_h = 512   from layer_groups[1].attention.head_dim  (config.json: text_config.head_dim (full-attention layers: "
+        "text_config.global_head_dim))",
+        "n_kv = 2   from layer_groups[1].attention.n_kv_heads  (config.json: text_config.num_key_value_heads (full-attention "
+        "layers under text_config.attention_k_eq_v: text_config.num_global_key_value_heads))"]),
+    ("configs-extra-2/qwen3.5-35b-a3b.json", ["(config.json: text_config.linear_key_head_dim)",
+                                              "(config.json: text_config.num_key_value_heads)"]),
+    ("models-2026/llama-4-scout-17b-16e-instruct.json", ["(config.json: text_config.head_dim)"]),
+    ("models/gemma-3-12b-it.text_config.json", ["(config.json: head_dim)"]),  # a text model's own file
 ])
 def test_explain_names_the_config_key_of_state_and_indexer_symbols(config, lines):
     out = run("show", REFERENCE_MODELS.parent / config, "--explain", "--ctx", "4k").stdout
     assert all(line in out for line in lines), [line for line in lines if line not in out]
+
+
+def test_a_text_models_own_file_names_its_keys_plain(tmp_path):
+    # the same Gemma 4 text model as a gemma4_text file of its own: no text_config to name
+    text = json.loads((REFERENCE_MODELS.parent / "models-2026" / "gemma-4-26b-a4b.json").read_text())["text_config"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**text, "model_type": "gemma4_text"}))
+    out = run("show", path, "--explain", "--ctx", "4k").stdout
+    assert "(config.json: head_dim (full-attention layers: global_head_dim))" in out and "text_config" not in out
+    assert "d_model (config.json: hidden_size)" in out
 
 
 def test_explain_json_carries_the_derivation():

@@ -39,7 +39,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     t5,
     whisper,
 )
-from kvcalc.hf.common import HF_KEYS, IMPORTERS, KEY_OVERRIDES, Imported, show, show_error
+from kvcalc.hf.common import IMPORTERS, Imported, config_keys, show, show_error
 from kvcalc.spec import ModelSpec, spec_from_dict
 
 __all__ = ["IMPORTERS", "Imported", "import_config", "is_hf_config", "spec_from_config"]
@@ -78,8 +78,7 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
         data["notes"] = "; ".join(notes)
     data.update(body)
     _distinct_names(data.get("layer_groups"))
-    keys = {**HF_KEYS, **KEY_OVERRIDES.get(model_type, {})}
-    return Imported(data=data, keys=keys)
+    return Imported(data=data, keys=config_keys(cfg, model_type))
 
 
 def _distinct_names(groups: object) -> None:

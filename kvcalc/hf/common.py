@@ -414,19 +414,43 @@ def decoder(cfg: dict, origin: str, family: str, notes: list[str], *, tie_defaul
 Importer = Callable[[dict, str, list[str]], dict]
 IMPORTERS: dict[str, Importer] = {}
 KEY_OVERRIDES: dict[str, dict[str, str]] = {}
+TEXT_CONFIG_TYPES: set[str] = set()  # model_types whose importer reads the text model from a text_config when given
 
 
-def importer(*model_types: str, keys: dict[str, str] | None = None) -> Callable[[Importer], Importer]:
-    """Register a function as the importer of `model_types` (with the config keys its fields come from, for --explain)."""
+def importer(*model_types: str, keys: dict[str, str] | None = None,
+             text_config: bool = False) -> Callable[[Importer], Importer]:
+    """Register a function as the importer of `model_types` (with the config keys its fields come from, for --explain;
+    `text_config`: it reads a multimodal config's text_config, so those keys sit under it when one is given)."""
 
     def register(fn: Importer) -> Importer:
         for t in model_types:
             IMPORTERS[t] = fn
             if keys:
                 KEY_OVERRIDES[t] = keys
+            if text_config:
+                TEXT_CONFIG_TYPES.add(t)
         return fn
 
     return register
+
+
+def config_keys(cfg: dict, model_type: str) -> dict[str, str]:
+    """The config key behind each spec field (for --explain and show's Source column): the standard names, a
+    model_type's own, each a plain key under `text_config.` where the importer read the text model from there."""
+    keys = {**HF_KEYS, **KEY_OVERRIDES.get(model_type, {})}
+    text = cfg.get("text_config")
+    if model_type in TEXT_CONFIG_TYPES and isinstance(text, dict):
+        keys = {f: _under_text(k, text) for f, k in keys.items()}
+    return keys
+
+
+def _under_text(key: str, text: dict) -> str:
+    """A key as read from text_config: a plain key under it; in a compound text ('head_dim (full-attention layers:
+    global_head_dim)') each word that is a key, one of text_config's or one with an underscore."""
+    if re.fullmatch(r"[a-z][a-z0-9_]*", key):
+        return f"text_config.{key}"
+    return re.sub(r"(?<![.\w])[a-z][a-z0-9_]*\b",
+                  lambda m: f"text_config.{m[0]}" if m[0] in text or "_" in m[0] else m[0], key)
 
 
 def aliased(cfg: dict, origin: str, aliases: dict[str, str]) -> dict:

@@ -142,7 +142,7 @@ def _gemma2(cfg, origin, notes):
     return decoder(cfg, origin, "gemma2", notes, tie_default=True, norms_per_layer=4, sliding=lambda i: i % 2 == 0)
 
 
-@importer("gemma3", "gemma3_text")
+@importer("gemma3", "gemma3_text", text_config=True)
 def _gemma3(cfg, origin, notes):
     if (text := text_part(cfg, origin)) is not None:
         cfg = {**text}

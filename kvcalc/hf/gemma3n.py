@@ -121,7 +121,7 @@ def unmodelled_params(cfg: dict, origin: str) -> dict[str, int]:
     }
 
 
-@importer("gemma3n", "gemma3n_text")
+@importer("gemma3n", "gemma3n_text", text_config=True)
 def _gemma3n(cfg, origin, notes):
     if (text := text_part(cfg, origin)) is not None:  # tie_word_embeddings default true, at either level
         cfg = text

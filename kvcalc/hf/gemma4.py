@@ -121,7 +121,9 @@ def _per_layer_config(cfg: dict, origin: str, notes: list[str]) -> dict:
     return cfg
 
 
-@importer("gemma4", "gemma4_text")
+@importer("gemma4", "gemma4_text", text_config=True,
+          keys={"n_kv_heads": "num_key_value_heads (full-attention layers under attention_k_eq_v: num_global_key_value_heads)",
+                "head_dim": "head_dim (full-attention layers: global_head_dim)"})
 def _gemma4(cfg, origin, notes):
     if (text := text_part(cfg, origin)) is not None:
         cfg = {**text}

@@ -45,7 +45,7 @@ def _flags(cfg: dict, key: str, origin: str, n_layers: int, default: list[int]) 
     return [whole(v, f"{key}[{i}]", origin, minimum=0) for i, v in enumerate(values)]
 
 
-@importer("llama4", "llama4_text")
+@importer("llama4", "llama4_text", text_config=True)
 def _llama4(cfg: dict, origin: str, notes: list[str]) -> dict:
     if (text := text_part(cfg, origin)) is not None:
         cfg = dict(text)

@@ -48,10 +48,7 @@ def _ministral3(cfg: dict, origin: str, notes: list[str]) -> dict:
     return decoder(_ministral3_text(cfg, notes), origin, "ministral3", notes, reads=())  # no biases (Ministral3)
 
 
-@importer("mistral3", keys={"d_model": "text_config.hidden_size", "n_layers": "text_config.num_hidden_layers",
-                            "n_heads": "text_config.num_attention_heads",
-                            "n_kv_heads": "text_config.num_key_value_heads", "head_dim": "text_config.head_dim",
-                            "max_context": "text_config.max_position_embeddings", "vocab_size": "text_config.vocab_size"})
+@importer("mistral3", text_config=True)
 def _mistral3(cfg: dict, origin: str, notes: list[str]) -> dict:
     text = cfg.get("text_config")
     if not isinstance(text, dict):

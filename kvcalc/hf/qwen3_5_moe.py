@@ -26,7 +26,7 @@ from kvcalc.hf.qwen3_next import LINEAR_KEYS, qwen3_next_fields
 QWEN3_5_MOE_DEFAULTS = {"num_experts": 256, "num_experts_per_tok": 8, "num_key_value_heads": 2, "vocab_size": 248320}
 
 
-@importer("qwen3_5_moe", "qwen3_5_moe_text", keys={k: f"text_config.{k}" for k in LINEAR_KEYS})
+@importer("qwen3_5_moe", "qwen3_5_moe_text", keys={k: k for k in LINEAR_KEYS}, text_config=True)
 def _qwen3_5_moe(cfg: dict, origin: str, notes: list[str]) -> dict:
     text = cfg.get("text_config", cfg) if cfg.get("model_type") == "qwen3_5_moe" else cfg
     if not isinstance(text, dict):

@@ -36,12 +36,12 @@ def _text(cfg: dict, origin: str, notes: list[str]) -> dict:
     return {**text, "tie_word_embeddings": tie, "use_sliding_window": False}
 
 
-@importer("qwen3_vl")
+@importer("qwen3_vl", text_config=True)
 def _qwen3_vl(cfg: dict, origin: str, notes: list[str]) -> dict:
     return {**_qwen3(_text(cfg, origin, notes), origin, notes), "family": "qwen3_vl"}
 
 
-@importer("qwen3_vl_moe")
+@importer("qwen3_vl_moe", text_config=True)
 def _qwen3_vl_moe(cfg: dict, origin: str, notes: list[str]) -> dict:
     # family qwen3_vl: the engines' Qwen3-VL files place the LM head by rules of their own (kvcalc.costs.engine_files)
     return {**_qwen3_moe(_text(cfg, origin, notes), origin, notes), "family": "qwen3_vl"}
