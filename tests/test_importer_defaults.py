@@ -105,11 +105,48 @@ def test_leaving_out_a_key_equal_to_its_default_changes_nothing(tmp_path, path, 
     assert {k: v for k, v in left_out.items() if k != "model"} == {k: v for k, v in real.items() if k != "model"}
 
 
-def test_the_notes_name_the_defaults_filled_in():
+def test_jamba_without_its_layer_offsets_takes_jambaconfigs(tmp_path):
+    # a review: the offsets defaulted to 0 (attention on layers 0, 8, 16, 24, 32 of 36: 5 layers, 5.00 GiB at 256k);
+    # JambaConfig's are attn_layer_offset 4 and expert_layer_offset 1 (layers_block_type, layers_num_experts)
     from kvcalc.hf import import_config
 
-    data = import_config(without(config("models-2026/gpt-oss-20b.json"), "head_dim", "attention_bias"), "t", "m").data
-    assert "GptOssConfig defaults filled in for: head_dim 64, attention_bias true" in data["notes"]
+    real = config("models-2026/jamba-v0.1.json")
+    assert (real["attn_layer_offset"], real["expert_layer_offset"]) == (4, 1)
+    deeper = without(real, "attn_layer_offset", "expert_layer_offset", num_hidden_layers=36)
+    data = import_config(deeper, "t", "m").data
+    assert "attn_layer_offset 4, expert_layer_offset 1" in data["notes"]
+    groups = {(g["attention"]["kind"], g.get("ffn", {}).get("kind")): g["layers"] for g in data["layer_groups"]}
+    assert groups[("gqa", None)] == "4,12,20,28"  # attention layers, each with the dense MLP
+    assert groups[("mamba", "moe")] == ",".join(str(i) for i in range(1, 36, 2))  # experts on the odd layers
+    # 4 attention layers of 2·8·128 elements at 256k, bf16: 4 GiB (5 GiB with the offsets 0)
+    path = tmp_path / "jamba36.json"
+    path.write_text(json.dumps(deeper))
+    out = json.loads(run("compare", str(path), "--ctx", "256k", "-f", "json").stdout)[0]
+    assert out["kv_cache_bytes"] == 4 * 2 * 8 * 128 * BF16 * 256 * K == 4 * 2**30
+    # the real 32-layer file, its offsets left out: the same model
+    assert row(without(real, "attn_layer_offset", "expert_layer_offset"), tmp_path, "left-out") == \
+        row(real, tmp_path, "left-out")
+    with_null = {**real, "attn_layer_offset": None}
+    path.write_text(json.dumps(with_null))
+    res = run("compare", str(path), ok=False)
+    assert res.exit_code == 1 and "attn_layer_offset: must be a whole number below attn_layer_period (8), got null" in res.stderr
+
+
+@pytest.mark.parametrize(("path", "keys", "note"), [
+    ("models-2026/gpt-oss-20b.json", ("head_dim", "attention_bias"),
+     "GptOssConfig defaults filled in for: head_dim 64, attention_bias true"),
+    # a review: these four filled their defaults with no word in the notes
+    ("configs-extra/starcoder2-7b.json", ("num_key_value_heads",), "Starcoder2Config defaults filled in for: num_key_value_heads 2"),
+    ("configs-extra-2/glm-4.7.json", ("first_k_dense_replace", "n_shared_experts"),
+     "Glm4MoeConfig defaults filled in for: first_k_dense_replace 1, n_shared_experts 1"),
+    ("configs-extra-2/qwen3.5-35b-a3b.json", ("num_key_value_heads",), "Qwen3_5MoeTextConfig defaults filled in for: num_key_value_heads 2"),
+    ("models/deepseek-v2.json", ("n_shared_experts",), "n_shared_experts absent: no shared expert, as DeepSeek's own code"),
+])
+def test_the_notes_name_the_defaults_filled_in(path, keys, note):
+    from kvcalc.hf import import_config
+
+    assert note in import_config(without(config(path), *keys), "t", "m").data["notes"]
+    assert note not in (import_config(config(path), "t", "m").data.get("notes") or "")
 
 
 # ------------------------------------------------------------------ head_dim left out

@@ -40,7 +40,9 @@ CONFIG_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
     "llama4_text": ("Llama4TextConfig", {"num_key_value_heads": 8, "head_dim": 128, "attention_chunk_size": 8192}),
     "gemma2": ("Gemma2Config", {"num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096,
                                 "tie_word_embeddings": True}),
-    "jamba": ("JambaConfig", {"num_key_value_heads": 8}),  # JambaConfig.__init__ (008f5c8c)
+    # JambaConfig.__init__ (008f5c8c): attention on layers 4, 12, 20, ... and experts on the odd layers by default
+    "jamba": ("JambaConfig", {"num_key_value_heads": 8, "attn_layer_period": 8, "attn_layer_offset": 4,
+                              "expert_layer_period": 2, "expert_layer_offset": 1}),
     "nemotron_h": ("NemotronHConfig", {"num_key_value_heads": 8}),  # (13923c63)
     "cohere2": ("Cohere2Config", {"sliding_window": 4096}),
     "qwen3_vl": ("Qwen3VLTextConfig", {"num_key_value_heads": 32, "head_dim": 128}),  # (000c33fd)

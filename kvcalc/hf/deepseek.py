@@ -49,6 +49,9 @@ def _deepseek(cfg, origin, notes):
     cfg = aliased(cfg, origin, {"n_routed_experts": "num_experts"} if v2 else
                   {"n_routed_experts": "num_local_experts", "num_nextn_predict_layers": "num_mtp_layers"})
     cfg = type_defaults(cfg, notes)  # the class's q_lora_rank, dense layers, shared experts, router, indexer
+    if v2 and "n_shared_experts" not in cfg:  # CONFIG_DEFAULTS' note on why
+        notes.append("n_shared_experts absent: no shared expert, as DeepSeek's own code reads it (transformers' "
+                     "DeepseekV2Config would build 2)")
     base = base_fields(cfg, origin, "deepseek", False)
     att = {
         "kind": "mla",

@@ -19,7 +19,7 @@ the layers are DeepseekV3DecoderLayer):
 
 from __future__ import annotations
 
-from kvcalc.hf.common import aliased, decoder, flag, get, importer, need
+from kvcalc.hf.common import aliased, decoder, fill_defaults, flag, get, importer, need
 
 # Glm4MoeConfig.__init__ defaults of the keys read here when a config leaves them out.
 GLM4_MOE_DEFAULTS = {"first_k_dense_replace": 1, "n_shared_experts": 1, "num_key_value_heads": 8}
@@ -28,8 +28,9 @@ GLM4_MOE_DEFAULTS = {"first_k_dense_replace": 1, "n_shared_experts": 1, "num_key
 @importer("glm4_moe")
 def _glm4_moe(cfg: dict, origin: str, notes: list[str]) -> dict:
     # Glm4MoeConfig.attribute_map: num_local_experts, num_mtp_layers
-    cfg = {**GLM4_MOE_DEFAULTS, **aliased(cfg, origin, {"n_routed_experts": "num_local_experts",
-                                                        "num_nextn_predict_layers": "num_mtp_layers"})}
+    cfg = fill_defaults(aliased(cfg, origin, {"n_routed_experts": "num_local_experts",
+                                              "num_nextn_predict_layers": "num_mtp_layers"}),
+                        GLM4_MOE_DEFAULTS, "Glm4MoeConfig", notes)
     first_k = get(cfg, "first_k_dense_replace", origin, minimum=0) or 0
     moe = {
         "kind": "moe",

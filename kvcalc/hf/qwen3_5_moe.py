@@ -19,7 +19,7 @@ Rules, from transformers' models/qwen3_5_moe (modular_qwen3_5_moe.py):
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import flag, importer, show, text_tie
+from kvcalc.hf.common import fill_defaults, flag, importer, show, text_tie
 from kvcalc.hf.qwen3_next import LINEAR_KEYS, qwen3_next_fields
 
 # Qwen3_5MoeTextConfig defaults that differ from Qwen3NextConfig's (the rest are inherited).
@@ -32,7 +32,7 @@ def _qwen3_5_moe(cfg: dict, origin: str, notes: list[str]) -> dict:
     if not isinstance(text, dict):
         raise SpecError(f"{origin}: text_config: must be a mapping of the text model's fields, got {show(text)}")
     text = {k: v for k, v in text.items() if k not in ("mlp_only_layers", "decoder_sparse_step", "intermediate_size")}
-    text = {**QWEN3_5_MOE_DEFAULTS, **text, "decoder_sparse_step": 1}
+    text = {**fill_defaults(text, QWEN3_5_MOE_DEFAULTS, "Qwen3_5MoeTextConfig", notes), "decoder_sparse_step": 1}
     text["tie_word_embeddings"] = flag(text_tie(cfg, text, origin), "tie_word_embeddings", origin, False)
     if "vision_config" in cfg:
         notes.append("vision tower (vision_config) not counted")

@@ -25,7 +25,9 @@ NO_FFN: dict = {"kind": "none"}
 
 
 def _period(cfg: dict, origin: str, period_key: str, offset_key: str) -> tuple[int, int]:
-    period, offset = need(cfg, period_key, origin), get(cfg, offset_key, origin, minimum=0) or 0
+    period, offset = need(cfg, period_key, origin), get(cfg, offset_key, origin, minimum=0)
+    if offset is None:  # left out, JambaConfig's default is filled in; a null names no layer
+        raise SpecError(f"{origin}: {offset_key}: must be a whole number below {period_key} ({period}), got null")
     if offset >= period:  # JambaConfig._check_supported_offset
         raise SpecError(f"{origin}: {offset_key}: {offset} must be smaller than {period_key} ({period})")
     return period, offset

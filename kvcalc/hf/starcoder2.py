@@ -15,14 +15,14 @@ Rules, from transformers' models/starcoder2 (configuration_starcoder2.py, modeli
 
 from __future__ import annotations
 
-from kvcalc.hf.common import decoder, dense_ffn, flag, importer, need
+from kvcalc.hf.common import decoder, dense_ffn, fill_defaults, flag, importer, need
 
 STARCODER2_DEFAULTS = {"num_key_value_heads": 2, "use_bias": True, "tie_word_embeddings": True}  # Starcoder2Config
 
 
 @importer("starcoder2")
 def _starcoder2(cfg: dict, origin: str, notes: list[str]) -> dict:
-    cfg = {**STARCODER2_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
+    cfg = fill_defaults({k: v for k, v in cfg.items() if v is not None}, STARCODER2_DEFAULTS, "Starcoder2Config", notes)
     bias = flag(cfg, "use_bias", origin)
     cfg["attention_bias"] = bias  # use_bias puts a bias on q, k, v and o (Starcoder2Attention)
     ffn = dense_ffn(need(cfg, "intermediate_size", origin), gated=False, bias=bias)
