@@ -85,6 +85,14 @@ def test_olmo2_cache_full_attention(name, n_layers, n_kv, d_h):
     assert kv_bytes(compare(name)) == [n_layers * ctx * 2 * n_kv * d_h * BF16 for ctx in (4 * K, 128 * K)]
 
 
+def test_olmo2_has_no_window_whatever_sliding_window_says():
+    # a review: a sliding_window key put a window on every layer; Olmo2Config has none and Olmo2Model builds only
+    # the causal mask (SGLang's olmo2.py windows only the layers a layer_types list names sliding)
+    s = imported({**config("olmo-2-1124-7b"), "sliding_window": 1024})
+    assert [g.sliding_window for g in s.layer_groups] == [None]
+    assert "sliding_window 1024 ignored: OLMo 2's attention has no window" in s.notes
+
+
 def test_olmo2_whole_projection_qk_norm_counts_the_whole_projection():
     s = imported(config("olmo-2-0325-32b"))
     att = s.layer_groups[0].attention

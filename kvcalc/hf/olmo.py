@@ -18,7 +18,7 @@ modular_olmo3.py):
 
 from __future__ import annotations
 
-from kvcalc.hf.common import decoder, importer
+from kvcalc.hf.common import decoder, importer, show
 
 # Olmo2Attention: q_norm and k_norm are RMSNorms over the whole projection (n_h·d_h and n_kv·d_h)
 WHOLE_PROJECTION_QK_NORM = {"qk_norm": True, "qk_norm_width": "projection"}
@@ -26,6 +26,10 @@ WHOLE_PROJECTION_QK_NORM = {"qk_norm": True, "qk_norm_width": "projection"}
 
 @importer("olmo2")
 def _olmo2(cfg: dict, origin: str, notes: list[str]) -> dict:
+    if cfg.get("sliding_window"):  # Olmo2Config has no window, Olmo2Model builds the causal mask alone (SGLang too,
+        # without layer_types): every layer attends its whole context
+        notes.append(f"sliding_window {show(cfg['sliding_window'])} ignored: OLMo 2's attention has no window")
+        cfg = {**cfg, "sliding_window": None}
     return decoder(cfg, origin, "olmo2", notes, attention=WHOLE_PROJECTION_QK_NORM)
 
 
