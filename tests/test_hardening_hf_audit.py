@@ -198,6 +198,10 @@ def test_a_near_miss_of_a_key_filled_by_class_defaults_is_refused(tmp_path):
     # MistralConfig's default window (4096) would otherwise fill in for the misspelled 2048, silently
     cfg = {**without(reference("models/mistral-7b-v0.1.json"), "sliding_window"), "sliding_windows": 2048}
     refused(tmp_path, cfg, "sliding_windows: not a key kvcalc reads; did you mean sliding_window?")
+    # a review: GLM-5's own qk_head_dim (a decoy), v_head_dim left out, was called a misspelt v_head_dim
+    glm5 = reference("configs-extra/glm-5.json")
+    del glm5["v_head_dim"]
+    refused(tmp_path, glm5, "v_head_dim: required field is missing from the config")
 
 
 def test_a_near_miss_in_a_qwen_window_key_is_refused(tmp_path):

@@ -28,6 +28,9 @@ MAX_EDITS = 2  # ...when it is also at most two single-character edits away (num
 # settings; and per-block mappings (Nemotron-NAS block_configs[i].attention / .ffn).
 NESTED = ("text_config", "linear_attn_config")
 BLOCKS = ("block_configs", ("attention", "ffn"))
+# Keys of published configs that no importer reads, each a near miss of one that is read: known, never a misspelling
+# (GLM-5's qk_head_dim, a decoy for MLA, read as a misspelt v_head_dim when that was left out).
+UNREAD = frozenset({"qk_head_dim"})
 
 
 def _strings(code: CodeType) -> Iterator[str]:
@@ -83,7 +86,7 @@ def vocabulary() -> frozenset[str]:
     """Every key some importer reads, and the standard and harmless keys of a generic import: never refused."""
     from kvcalc.hf import generic
 
-    return frozenset().union(*(reads(fn) for fn in set(IMPORTERS.values())), generic.ALLOWED_KEYS)
+    return frozenset().union(*(reads(fn) for fn in set(IMPORTERS.values())), generic.ALLOWED_KEYS, UNREAD)
 
 
 def _squash(key: str) -> str:
