@@ -525,3 +525,20 @@ def test_a_context_given_twice_in_a_list_is_refused():
                  ("fit", "gpt2", "--hardware", "h100-80gb", "--ctx", "1k,1k")):
         res = run(*args, ok=False)
         assert res.exit_code == 2 and "tokens given twice" in res.stderr, (args, str(res))
+
+
+@pytest.mark.parametrize(("model", "block", "refused"), [
+    ("llama3.2-1b", "8", True), ("gemma3-27b", "40", True), ("llama3.2-1b", "48", False),
+    # a hybrid: vLLM raises a small page to hold a layer's state (a multiple of 16 here), keeps a larger one as asked
+    ("nemotron-h-56b", "8", False), ("nemotron-h-56b", "5000", True),
+])
+def test_vllm_refuses_attention_pages_no_backend_runs(model, block, refused):
+    # a serving review: --block-size 7 ran for non-MLA models; every CUDA attention backend of vLLM 0.34.0 takes a
+    # multiple of 16 tokens only (supports_block_size), so vLLM does not start ("No valid attention backend found")
+    res = run("fit", model, "--hardware", "h100-80gb", "--engine", "vllm", "--block-size", block, "--ctx", "4k", ok=not refused)
+    message = f"--block-size {block} --engine vllm: vLLM 0.34.0's attention backends (FlashAttention, FlashInfer, " \
+              "Triton, FlexAttention) run pages of a multiple of 16 tokens only"
+    assert (res.exit_code == 1 and message in res.stderr) if refused else (res.exit_code == 0 and message not in res.stderr)
+    assert "Traceback" not in res.stderr
+    # SGLang has no such rule
+    assert run("fit", model, "--hardware", "h100-80gb", "--engine", "sglang", "--block-size", block, "--ctx", "4k").exit_code == 0
