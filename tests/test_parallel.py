@@ -674,13 +674,17 @@ def test_engines_keep_the_absorbed_mla_up_projections_beside_kv_b_proj():
     copies = 61 * 16 * 256 * 512 * 2
     assert _sglang_delta(v3, tp=8) == [copies] == [255_852_544]
     assert _sglang_delta(v3, tp=8, dp=1, dp_attention=True) == [8 * copies]  # whole attention: all 128 heads
-    # an fp8 checkpoint's kv_b_proj is dequantized to bf16 first: the copies take 2 bytes a value still
-    assert _sglang_delta(v3, tp=8, weights_dtype="fp8") == [copies]
+    # an fp8 checkpoint's kv_b_proj is dequantized to bf16 first: the copies take 2 bytes a value still; and a byte more
+    # a parameter for what SGLang keeps in bf16 (the embedding's and LM head's shares, 129,280 / 8 rows of 7,168
+    # each, and the 58 routers: not quantized)
+    bf16_rest = 2 * (129_280 // 8) * 7168 + 58 * (7168 * 256 + 256)
+    assert _sglang_delta(v3, tp=8, weights_dtype="fp8") == [copies + bf16_rest]
     # vLLM (MLAAttention.process_weights_after_loading): W_UK_T and W_UV are views of an unquantized kv_b_proj, a
     # dequantized bf16 copy of a quantized one
     fp8 = Settings(ctx=1, tp=8, weights_dtype="fp8")
     assert per_gpu(v3, Settings(ctx=1, tp=8, engine="vllm")).weights_bytes == per_gpu(v3, Settings(ctx=1, tp=8)).weights_bytes
-    assert per_gpu(v3, replace(fp8, engine="vllm")).weights_bytes - per_gpu(v3, fp8).weights_bytes == copies
+    # and the same bf16_rest: vLLM quantizes linear layers and experts only (Fp8Config.get_quant_method)
+    assert per_gpu(v3, replace(fp8, engine="vllm")).weights_bytes - per_gpu(v3, fp8).weights_bytes == copies + bf16_rest
 
 
 def test_sglang_pads_the_vocabulary_to_64_tp_where_64_does_not_split():
@@ -786,7 +790,8 @@ def test_engines_keep_some_moe_routers_in_fp32():
     assert extra(glm, "sglang") == 89 * (5120 * 160 + 160) * 2 == 145_846_080
     m2 = spec("minimax-m2.5")  # 62 MoE layers, 256 experts of d = 3,072
     assert extra(m2, "sglang", tp=4) == 62 * (3072 * 256 + 256) * 2
-    assert extra(m2, "sglang", tp=4, weights_dtype="fp8") == 62 * (3072 * 256 + 256) * 3
+    # in fp8 weights vLLM keeps its routers in bf16 (not quantized: built with quant_config=None), 2 bytes less
+    assert extra(m2, "sglang", tp=4, weights_dtype="fp8") == 62 * (3072 * 256 + 256) * 2
     mimo = _reference("configs-extra-2/mimo-v2-flash.json")
     moe = sum(1 for g in mimo.groups for _ in g.layers) - 1  # moe_layer_freq: the first layer dense
     assert per_gpu(mimo, Settings(ctx=1, tp=8, engine="vllm")).weights_bytes \
@@ -848,3 +853,29 @@ def test_dp_attention_is_refused_under_vllm():
               "h200-141gb", ok=False)
     assert res.exit_code == 1 and "--dp-attention --engine vllm: DP attention is SGLang's" in res.stderr
     assert run("compare", "deepseek-v3", "--engine", "sglang", "--dp-attention", "--tp", "8").exit_code == 0
+
+
+def test_engines_keep_what_they_do_not_quantize_in_bf16():
+    # a serving review: under --weights-dtype fp8 the engines quantize linear layers and experts only (vLLM
+    # Fp8Config.get_quant_method: LinearBase, RoutedExperts; else None, so VocabParallelEmbedding and ParallelLMHead
+    # keep UnquantizedEmbeddingMethod); kvcalc priced the embedding and head at a byte a value. Llama 3.1 405B at tp 8:
+    # 128,256 rows (a multiple of 64) / 8 = 16,032 of 16,384 values, each table a byte a value more
+    m = spec("llama3.1-405b")
+    for dtype, more in (("fp8", 8), ("int8", 8), ("int4", 12)):  # bits more a value than the weights' own
+        plain = Settings(ctx=1, tp=8, weights_dtype=dtype)
+        for engine in ("vllm", "sglang"):
+            delta = per_gpu(m, replace(plain, engine=engine)).weights_bytes - per_gpu(m, plain).weights_bytes
+            assert delta == 2 * 16_032 * 16_384 * more // 8, (dtype, engine)
+    assert 2 * 16_032 * 16_384 == 525_336_576
+    # bf16 weights: nothing changes; fit at 8k on 8 H100s: 50 sequences, not 51
+    assert per_gpu(m, Settings(ctx=1, tp=8, engine="vllm")).weights_bytes == per_gpu(m, Settings(ctx=1, tp=8)).weights_bytes
+    row = json.loads(run("fit", "llama3.1-405b", "--hardware", "h100-80gb", "--gpus", "8", "--weights-dtype", "fp8",
+                         "--engine", "vllm", "--ctx", "8192", "-f", "json").stdout)[0]
+    assert (row["weights_bytes_per_gpu"], row["max_batch"]) == (50_735_300_608 + 525_336_576, 50)
+    # Falcon-H1's head stays fp32 under SGLang (lm_head.float()), whatever the weights: 32 bits a value, not 16
+    # (3 bytes a value more than fp8), the untied embedding bf16 (1 more); padded rows counted as the engine pads
+    f = _reference("configs-extra-6/falcon-h1-34b-base.json")
+    assert not f.tie_embeddings and f.vocab_size % 64 == 0
+    plain = Settings(ctx=1, weights_dtype="fp8")
+    delta = per_gpu(f, replace(plain, engine="sglang")).weights_bytes - per_gpu(f, plain).weights_bytes
+    assert delta == f.vocab_size * f.d_model * (3 + 1)

@@ -115,9 +115,15 @@ class FfnSplit(NamedTuple):
 
 
 def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, int]],
-                       ends: tuple[bool, bool, bool], routers: int = 0) -> int:
+                       ends: tuple[bool, bool, bool], routers: int = 0, draft_embedding: int = 0) -> int:
     """Bytes a rank of a stage holds beyond its weights in the weights' dtype: (layer group as the rank holds it, its
-    layers here) for `held`, stage_ends for `ends`, the MoE routers' parameters there for `routers`.
+    layers here) for `held`, stage_ends for `ends`, the MoE routers' parameters there for `routers`, an MTP drafter's
+    own embedding there for `draft_embedding` (parameters).
+
+    - Under quantized weights (fp8, int8, int4) the engines quantize only their linear layers and experts (vLLM
+      Fp8Config.get_quant_method: LinearBase and RoutedExperts, None otherwise; SGLang's alike): the embedding,
+      learned positions and LM head (VocabParallelEmbedding, ParallelLMHead: UnquantizedEmbeddingMethod) and the MoE
+      routers (gates built with quant_config=None) stay in the activations' bf16.
 
     - The absorbed MLA up-projections beside kv_b_proj (W_UK, W_UV), which the MHA prefill still runs: SGLang copies
       them always (deepseek_weight_loader.py post_load_weights: w_kc and w_vc, .contiguous(); minicpm3.py deletes
@@ -138,12 +144,16 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
                 up = sum(w.size for w in rank.attention.weights(rank.layer) if w.name in ("W_UK", "W_UV"))
                 kept = bits if spec.family == "minicpm3" else 0  # the copies replace kv_b_proj there
                 extra += n * up * (copy_bits - kept)
-    if spec.family in FP32_ROUTER.get(s.engine, ()):
-        extra += routers * (32 - bits)
+    float_bits = 16 if quantized else bits  # what is not quantized stays in bf16
+    extra += routers * ((32 if spec.family in FP32_ROUTER.get(s.engine, ()) else float_bits) - bits)
     embedding, _, head = ends
-    if s.engine == "sglang" and spec.family == "falcon_h1" and (head or (embedding and spec.tie_embeddings)):
-        rows = vocab_rows(spec, s) if head else embedding_rows(spec, s)
-        extra += rows * spec.d_model * (32 - bits)
+    d, fp32_head = spec.d_model, s.engine == "sglang" and spec.family == "falcon_h1"
+    if head:
+        extra += vocab_rows(spec, s) * d * ((32 if fp32_head else float_bits) - bits)
+    if embedding:  # a tied head's float() is the embedding's, where the stage has no head of its own
+        extra += embedding_rows(spec, s) * d * ((32 if fp32_head and spec.tie_embeddings and not head else float_bits) - bits)
+        extra += (spec.max_context * d if spec.learned_positions else 0) * (float_bits - bits)
+    extra += draft_embedding * (float_bits - bits)
     return -(-extra // 8)
 
 

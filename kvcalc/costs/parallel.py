@@ -239,7 +239,8 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
                       for run in ffn_runs(spec) if isinstance(run.ffn, MoEFFN))
         if last and mtp is not None and isinstance(last_ffn := ffn_of_layer(spec, spec.n_layers - 1), MoEFFN):
             routers += spec.mtp_layers * router_params(last_ffn, spec.d_model)  # the MTP layers' MoE, the last layer's
-        extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)), routers)
+        draft = _draft_embedding(spec, s) if last and mtp is not None else 0
+        extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)), routers, draft)
         out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype) + extra,
                          null_block_bytes(s, layout, here, groups), tuple(sized)))
     return tuple(out)
@@ -266,16 +267,20 @@ def _mtp_params_per_rank(spec: ModelSpec, s: Settings, rank: ResolvedGroup) -> i
 
     attention = sum(w.size for w in rank.attention.weights(rank.layer))
     ffn = ffn_params_per_rank(ffn_of_layer(spec, spec.n_layers - 1), spec.d_model, s.tp, s.ep, ffn_split(spec, s))
-    # under pipeline stages the drafter keeps an embedding of its own, the head stays shared: vLLM's
-    # (spec_decode eagle utils maybe_share_target_embed returns early when pp > 1) and SGLang's, whose last stage has
-    # no target embedding to share (speculative/pp_draft_embedding.py resolve_draft_embed_and_head loads the draft's
-    # own VocabParallelEmbedding, split as the target's: whole under DP attention)
-    engine = s.engine in ("vllm", "sglang")
-    own_embedding = vocab_rows(spec, s, split=not s.dp_attention) * spec.d_model if engine and s.pp > 1 else 0
     proj, norms = mtp_proj_and_norms(spec)
     if s.engine == "vllm" and spec.family in VLLM_MTP_FC_SPLIT:  # fc's d outputs split over tp (2·d inputs each)
         proj = 2 * spec.d_model * ceil_div(spec.d_model, s.tp)
-    return spec.mtp_layers * (attention + ffn + proj + norms) + own_embedding
+    return spec.mtp_layers * (attention + ffn + proj + norms) + _draft_embedding(spec, s)
+
+
+def _draft_embedding(spec: ModelSpec, s: Settings) -> int:
+    """Parameters of the MTP drafter's own embedding on a rank of the last stage: under pipeline stages vLLM's
+    (spec_decode eagle utils maybe_share_target_embed returns early when pp > 1) and SGLang's, whose last stage has no
+    target embedding to share (speculative/pp_draft_embedding.py resolve_draft_embed_and_head loads the draft's own
+    VocabParallelEmbedding, split as the target's: whole under DP attention); the head stays shared. 0 otherwise."""
+    if s.engine not in ("vllm", "sglang") or s.pp == 1:
+        return 0
+    return vocab_rows(spec, s, split=not s.dp_attention) * spec.d_model
 
 
 def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int, ranks: list[ResolvedGroup]) -> int:
