@@ -879,3 +879,19 @@ def test_engines_keep_what_they_do_not_quantize_in_bf16():
     plain = Settings(ctx=1, weights_dtype="fp8")
     delta = per_gpu(f, replace(plain, engine="sglang")).weights_bytes - per_gpu(f, plain).weights_bytes
     assert delta == f.vocab_size * f.d_model * (3 + 1)
+
+
+def test_a_gpus_cache_rounds_its_bytes_once_as_the_whole_cache_does(tmp_path):
+    # a README review: kv_cache_bytes_per_gpu rounded each layer group's int4 bytes up (⌈2.5⌉ + ...), so at tp 1 it
+    # passed kv_cache_bytes, which rounds the elements' total once (README conventions). Two MLA layers of
+    # d_c + d_R = 3 + 2 = 5 elements a token, the second windowed at 3 tokens: at ctx 1, 10 elements, 5 bytes
+    path = tmp_path / "odd.yaml"
+    path.write_text("name: odd\nfamily: test\nd_model: 64\nn_layers: 2\nvocab_size: 100\nmax_context: 4096\n"
+                    "ffn: {kind: dense, d_ff: 128}\nlayer_groups:\n"
+                    "  - {layers: [0], attention: {kind: mla, n_heads: 2, kv_lora_rank: 3, qk_nope_head_dim: 4, "
+                    "qk_rope_head_dim: 2, v_head_dim: 4}}\n"
+                    "  - {layers: rest, sliding_window: 3, attention: {kind: mla, n_heads: 2, kv_lora_rank: 3, "
+                    "qk_nope_head_dim: 4, qk_rope_head_dim: 2, v_head_dim: 4}}\n")
+    rows = json.loads(run("compare", str(path), "--ctx", "1,3,5", "--kv-dtype", "int4", "-f", "json").stdout)
+    # elements: 5·(ctx + min(ctx, 3)) at 4 bits: 10 → 5 bytes, 30 → 15, 40 → 20
+    assert [(r["kv_cache_bytes"], r["kv_cache_bytes_per_gpu"]) for r in rows] == [(5, 5), (15, 15), (20, 20)]

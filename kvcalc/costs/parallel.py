@@ -74,6 +74,7 @@ from kvcalc.costs.engine_files import (
 )
 from kvcalc.costs.paged import PoolLayout, engine_groups, keeps_every_token, lookahead, sglang_buffers, vllm_layout
 from kvcalc.costs.state import parts_bytes
+from kvcalc.dtypes import bits_to_bytes
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
 from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
@@ -320,6 +321,10 @@ def stage_gpu(s: Settings, plan: Stage) -> PerGpu:
     for g in plan.groups:
         kv += (g.n + g.pad) * _layer_kv(s, g)
         state += _group_state(s, g)
+    if s.engine is None and s.kv_quant == "none" and plan.groups:  # bytes of the elements' total, as kv_cache_bytes
+        # (README conventions: a 4-bit cache of an odd count of elements a group rounds once, not once a group)
+        kv = bits_to_bytes(sum((g.n + g.pad) * g.term.layer_elements(s.ctx, _sequences(s, g)) for g in plan.groups),
+                           plan.groups[0].term.bits)
     return _new(PerGpu, (s.tp * s.pp * s.dp, plan.stage, plan.layers, kv, state, plan.weights_bytes))
 
 
