@@ -77,7 +77,8 @@ def refuse_elsewhere(ctx: Any, name: str | None, option: str) -> None:
         takers += [f"{cmd_name} {n}" for n, c in subcommands.items() if takes(c)] if subcommands else \
             ([cmd_name] if takes(command) else [])
     if takers:
-        command = " ".join([*ctx.command_path.split()[1:], str(name)])  # 'show', 'table dims'
+        # 'show', 'table dims': the path below the root, whatever the root is called ('kvcalc', 'python -m kvcalc')
+        command = " ".join([*ctx.command_path[len(ctx.find_root().command_path):].split(), str(name)])
         raise usage_error(f"{command} takes no {option} ({', '.join(takers)} {'takes' if len(takers) == 1 else 'take'} "
                           f"it; see 'kvcalc {command} --help')")
 

@@ -405,6 +405,18 @@ def test_an_option_of_other_commands_is_named_as_theirs():
     assert run("compare", "gpt2", "--caption", "--per-layer", "-f", "latex").exit_code == 0
 
 
+@pytest.mark.slow
+def test_an_option_of_other_commands_is_named_under_python_m_too():
+    # a README review: under `python -m kvcalc` the command was named '-m kvcalc cost' ('see kvcalc -m kvcalc cost --help')
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "kvcalc", "cost", "llama3-8b", "--no-windows"], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2
+    assert "Error: cost takes no --no-windows (compare, show take it; see 'kvcalc cost --help')" in res.stderr, res.stderr
+
+
 def test_context_messages_say_what_was_missing():
     # a review: `show --ctx ''` was told of comma lists (show takes one context), `sweep --ctx ..4k` that '' is no
     # token count, and a bound named the setting as the library calls it
