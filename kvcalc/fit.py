@@ -1,8 +1,9 @@
 """What fits on a set of GPUs: the longest context for a batch, or the largest batch for a context, solved exactly.
 
 The budget of each GPU is its memory less a reserved fraction (0.1; under --engine vllm its gpu_memory_utilization
-0.92 reserves 0.08), less
-the weights the busiest GPU holds and an activation estimate for one prefill chunk; the cache of the busiest GPU
+0.92 reserves 0.08; under --engine sglang 1 − its default mem_fraction_static, sglang_mem_fraction), less
+the weights the busiest GPU holds and an activation estimate for one prefill chunk (none under SGLang, whose fraction
+leaves their room); the cache of the busiest GPU
 (kvcalc.costs.parallel) must fit in what is left. The search is an integer bisection against the real cache
 function, never a division: with sliding-window, chunked or constant-state layers the cache is not linear in context.
 A context fits when every context up to it does (a sequence grows through each): a window's pages under an engine
@@ -91,17 +92,66 @@ RESERVE = "0.1"  # --reserve's default
 VLLM_RESERVE = "0.08"  # under --engine vllm: CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION 0.92 (vLLM 0.34.0)
 
 
-def default_reserve(engine: str | None) -> str:
+def default_reserve(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) -> Fraction:
     """The fraction of each GPU's memory --reserve leaves unused when not given: vLLM's 1 − 0.92 under --engine vllm,
-    else 0.1 (vLLM's earlier 0.9)."""
-    return VLLM_RESERVE if engine == "vllm" else RESERVE
+    1 − SGLang's default --mem-fraction-static under --engine sglang (sglang_mem_fraction), else 0.1 (vLLM's earlier
+    0.9)."""
+    if s.engine == "sglang":
+        return 1 - sglang_mem_fraction(spec, s, hw, chunk)
+    return Fraction(VLLM_RESERVE if s.engine == "vllm" else RESERVE)
 
 
-def default_prefill_chunk(engine: str | None, hw: Hardware) -> int:
+# SGLang 0.5.23's defaults by the GPU's memory in MiB (srt/arg_groups/memory_hook.py handle_gpu_memory_settings): below
+# each bound, chunked_prefill_size and the decode CUDA graphs' max_bs at tp < 4 and at tp >= 4; the last, any larger
+SGLANG_TIERS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 4096, 48, 160), (60 * 1024, 4096, 32, 160),
+                (90 * 1024, 8192, 256, 512), (160 * 1024, 8192, 256, 512), (None, 16384, 512, 512))
+
+
+def _sglang_tier(hw: Hardware, tp: int) -> tuple[int, int]:
+    """SGLang's chunked_prefill_size and decode graphs' max_bs on `hw` at `tp` (SGLANG_TIERS)."""
+    mib = Fraction(hw.memory_bytes, 2**20)
+    bound, chunk, small, large = next(t for t in SGLANG_TIERS if t[0] is None or mib < t[0])
+    return chunk, small if tp < 4 else large
+
+
+def sglang_mem_fraction(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) -> Fraction:
+    """SGLang 0.5.23's default --mem-fraction-static, (weights + KV pools) / GPU memory, as its start-up computes it
+    (memory_hook.py handle_gpu_memory_settings, reserve_for_graph_mb; one server of a text model on one node, no DeepEP,
+    post-capture KV sizing off as by default): MiB reserved = 512 + 1.5 a token of max(chunk, 2048) (activations) +
+    tp·pp/8 · 1024 + 2 a decode graph batch of its max_bs (+ max_bs · attention-dp size · 3, and · 1.5 more past 300,
+    under DP attention) + the prefill graphs (on by default on CUDA at pp 1, off for KDA hybrids: 1.5 GiB for an MLA
+    model, else 8 a captured size up to chunk), at least 10 GiB on a GPU of over 60 GiB; the fraction is
+    (memory − reserved) / memory rounded to 3 places, in SGLang's floats. The memory is the preset's (SGLang reads
+    nvidia-smi's total, a little less: README, Hardware presets)."""
+    from kvcalc.attention import MLA
+
+    gpu_mem = hw.memory_bytes / 2**20
+    max_bs = _sglang_tier(hw, s.tp)[1]
+    reserved = 512 + max(chunk, 2048) * 1.5 + s.tp * s.pp / 8 * 1024 + max_bs * 2
+    if s.dp_attention:  # attention-dp size: kvcalc's --dp-attention is SGLang's --dp = --tp
+        reserved += max_bs * s.tp * 3 + (max_bs * s.tp * 1.5 if max_bs > 300 else 0)
+    mla = any(isinstance(g.attention, MLA) for g in spec.groups)
+    if hw.vendor == "NVIDIA" and s.pp == 1 and spec.family != "kimi_linear":  # breakable prefill graphs (CUDA default)
+        reserved += 1.5 * 1024 if mla else 8 * len(_prefill_capture_sizes(chunk))
+    if gpu_mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return Fraction(str(round((gpu_mem - reserved) / gpu_mem, 3)))
+
+
+def _prefill_capture_sizes(max_bs: int) -> list[int]:
+    """Token counts SGLang captures prefill graphs at (cuda_graph_hook.py generate_prefill_cuda_graph_batch_sizes)."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, max_bs + 1, 512)]
+    return [n for n in sizes if n <= max_bs]
+
+
+def default_prefill_chunk(engine: str | None, hw: Hardware, tp: int = 1) -> int:
     """Tokens of one prefill chunk when --prefill-chunk is not given: `vllm serve`'s max_num_batched_tokens (16384 on
     a device of at least 160 GiB, 8192 on one of at least 70 GiB that is not an A100, else 2048:
     vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, OPENAI_API_SERVER, vLLM 0.34.0; vLLM's TPU overrides are
-    not modelled), else 2048."""
+    not modelled), SGLang's chunked_prefill_size for the GPU (SGLANG_TIERS), else 2048."""
+    if engine == "sglang":
+        return _sglang_tier(hw, tp)[0]
     if engine == "vllm" and hw.memory_bytes >= VLLM_LARGEST_GPU:
         return 16384
     if engine == "vllm" and hw.memory_bytes >= VLLM_LARGE_GPU and "a100" not in hw.name.lower():
@@ -112,10 +162,13 @@ def default_prefill_chunk(engine: str | None, hw: Hardware) -> int:
 def activation_bytes(spec: ModelSpec, s: Settings, chunk: int) -> int:
     """An estimate of one prefill chunk's activations on one GPU, in bf16: per token, the residual stream, its normed
     copy, the attention output and the FFN input (4·d), and the two hidden activations of the widest gated FFN on one
-    tensor-parallel rank (2·d_ff / tp)."""
+    tensor-parallel rank (2·d_ff / tp). 0 under --engine sglang: its pools take memory · mem_fraction_static less
+    the weights (kv_cache_configurator _profile_available_bytes), the rest left for activations and graphs."""
     from kvcalc.costs.params import ffn_runs
     from kvcalc.spec import DenseFFN, MoEFFN
 
+    if s.engine == "sglang":
+        return 0
     widest = 0
     for ffn in (run.ffn for run in ffn_runs(spec)):  # each run of layers with one FFN once, never each layer
         if isinstance(ffn, DenseFFN):

@@ -199,7 +199,8 @@ def test_where_nothing_fits_the_binding_names_what_does_not():
 
 
 def _room(row: dict) -> int:
-    """The busiest GPU's memory for cache and states in a fit row: its budget less its weights and activations."""
+    """The busiest GPU's memory for cache and states in a fit row: its budget less its weights and activations (none
+    under SGLang, whose static fraction leaves their room)."""
     budget = (row["memory_bytes"] - row["reserved_bytes"]) // row["gpus"]
     return budget - row["weights_bytes_per_gpu"] - row["activation_bytes"]
 
@@ -210,10 +211,12 @@ def test_sglang_divides_a_hybrid_swa_models_memory_between_its_full_and_window_p
     # sequence's full layers can use only the full pool. gpt-oss-20b: 12 full and 12 sliding layers of 2 · 8 · 64 · 2
     # = 2,048 bytes a token each, 24,576 a token in each pool: full_tokens = room / (24,576 · 9/5); 16 sequences of
     # ctx tokens need 16 · ctx of them (their 128-token windows fit the SWA pool easily). kvcalc pooled all the memory:
-    # 89,742 tokens
+    # 89,742 tokens. The room: SGLang's default static fraction on an H100, 0.83 (sglang_mem_fraction; 49,927 tokens
+    # at kvcalc's old 0.9 less an activation estimate)
     row = fit("gpt-oss-20b", "--hardware", "h100-80gb", "--engine", "sglang", "--batch", "16")[0]
     full_tokens = 5 * _room(row) // (9 * 24_576)
-    assert row["max_ctx"] == full_tokens // 16 == 49_927
+    assert row["reserve"] == 0.17 and row["activation_bytes"] == 0
+    assert row["max_ctx"] == full_tokens // 16 == 41_632
     # without an engine (or under vLLM's shared pool) the memory is not divided
     assert fit("gpt-oss-20b", "--hardware", "h100-80gb", "--batch", "16")[0]["max_ctx"] > 89_000
 
@@ -232,11 +235,11 @@ def test_sglang_sets_aside_a_state_pool_for_a_hybrid_with_constant_states():
     room = _room(row)
     slots = room * 9 // 19 // s
     tokens = (room - slots * s) // 12_288
-    assert row["max_ctx"] == tokens // 32 == 50_007
-    # each running sequence needs a state slot: at 1,024 tokens the slots bind, not the KV pool (915), and SGLang
+    assert row["max_ctx"] == tokens // 32 == 40_729  # SGLang's static fraction at tp 4 on an H100: 0.819
+    # each running sequence needs a state slot: at 1,024 tokens the slots bind, not the KV pool (746), and SGLang
     # runs at most a fifth of them at once (the next test)
     row = fit("qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4", "--ctx", "1024")[0]
-    assert row["max_batch"] == _room(row) * 9 // 19 // s // 5 == 183
+    assert row["max_batch"] == _room(row) * 9 // 19 // s // 5 == 149
 
 
 def test_sglang_pools_leave_a_plain_model_as_one_pool():
@@ -244,8 +247,10 @@ def test_sglang_pools_leave_a_plain_model_as_one_pool():
     # 2 · 1 KV head · 128 · 2 = 40,960 bytes a token a GPU)
     row = fit("llama3-70b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "8", "--batch", "256")[0]
     assert row["max_ctx"] == _room(row) // 40_960 // 256 < 8192
-    ideal = fit("llama3-70b", "--hardware", "h100-80gb", "--engine", "ideal", "--gpus", "8", "--batch", "256")[0]
-    assert row["max_ctx"] == ideal["max_ctx"]
+    # the ideal engine on the same budget (its activation estimate aside) holds the same tokens
+    ideal = fit("llama3-70b", "--hardware", "h100-80gb", "--engine", "ideal", "--gpus", "8", "--batch", "256",
+                "--reserve", str(row["reserve"]))[0]
+    assert ideal["max_ctx"] == (_room(row) - ideal["activation_bytes"]) // 40_960 // 256
 
 
 @pytest.mark.slow
@@ -265,9 +270,9 @@ def test_engines_cap_the_sequences_they_run_at_once():
     memory = best("h100-80gb")
     assert memory[1] == "memory" and memory[0] > 4096
     # with states, SGLang's cap is K // 5 state slots (Qwen3-Next takes the extra-buffer strategy: 3 + 2 slots a
-    # request): 915 // 5 at tp 4 and 1,024 tokens (the slots as test_sglang_sets_aside_a_state_pool... derives)
+    # request): 746 // 5 at tp 4 and 1,024 tokens (the slots as test_sglang_sets_aside_a_state_pool... derives)
     row = fit("qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4", "--ctx", "1024")[0]
-    assert (row["max_batch"], row["binding"]) == (915 // 5, "max_running_requests") == (183, "max_running_requests")
+    assert (row["max_batch"], row["binding"]) == (746 // 5, "max_running_requests") == (149, "max_running_requests")
     # solving for the context, a batch past the cap is computed, with a warning
     res = run("fit", "llama3.2-1b", "--hardware", "h100-80gb", "--engine", "vllm", "--batch", "2000")
     assert "vllm runs at most 1,024 sequences at once by default (max_num_seqs)" in res.stderr
@@ -286,24 +291,26 @@ def test_a_layout_from_gpus_is_named_as_gpus():
 def test_sglang_caps_each_attention_dp_worker():
     # an audit: under --dp-attention each of a replica's tp ranks runs its own scheduler over its own pool, and SGLang's
     # max_running_requests is "per dp worker" (kv_cache_configurator.resolve_max_num_reqs); kvcalc capped the whole
-    # replica at one worker's 2,048. DeepSeek-V3 on 8 H200s in fp8: each GPU's room for the cache is
-    # ⌊151,397,597,184 · 0.9⌋ − 97,965,690,880 weights − 136,314,880 activations = 38,155,831,705 bytes (the weights:
+    # replica at one worker's 2,048. DeepSeek-V3 on 8 H200s in fp8 under DP attention: SGLang's static fraction is
+    # 0.759 (sglang_mem_fraction: 512 + 1.5 · 8,192 + 8/8 · 1,024 + 2 · 512 + 1.5 · 1,024 (MLA prefill graphs) + 512 · 8
+    # · 3 + 512 · 8 · 1.5 = 34,816 MiB of 144,384), so each GPU's room for the cache is
+    # ⌊151,397,597,184 · 0.759⌋ − 97,965,690,880 weights = 16,945,085,382 bytes (the weights:
     # 94,769,911,296 in fp8; the absorbed w_kc, w_vc that SGLang dequantizes to bf16 beside kv_b_proj, whole under
     # DP attention: 61 · 128 heads · (128 + 128) · 512 · 2 = 2,046,820,352; and a byte more a parameter for what
     # SGLang keeps in bf16: the embedding, whole under DP attention (129,280 rows of 7,168), the LM head's share
     # (16,160 rows) and the 58 routers (7,168 · 256 and 256 biases)); a token of the latent cache takes 61
-    # layers · 576 · 2 = 70,272 bytes on every worker, so a worker's pool holds 542,973 tokens: 530 sequences of 1,024,
-    # and the 8 workers 4,240, which memory, not the cap (8 · 2,048), binds
+    # layers · 576 · 2 = 70,272 bytes on every worker, so a worker's pool holds 241,135 tokens: 235 sequences of 1,024,
+    # and the 8 workers 1,880, which memory, not the cap (8 · 2,048), binds
     args = ("deepseek-v3", "--hardware", "h200-141gb", "--engine", "sglang", "--tp", "8", "--dp-attention",
             "--weights-dtype", "fp8")
     weights = 94_769_911_296 + 61 * 128 * 256 * 512 * 2 + (129_280 + 16_160) * 7168 + 58 * (7168 * 256 + 256)
-    room = 151_397_597_184 * 9 // 10 - weights - 136_314_880
-    assert room // (61 * 576 * 2) == 542_973
+    room = 151_397_597_184 * 759 // 1000 - weights
+    assert room // (61 * 576 * 2) == 241_135
     row = json.loads(run("fit", *args, "--ctx", "1024", "-f", "json").stdout)[0]
-    assert row["weights_bytes_per_gpu"] == weights == 97_965_690_880
-    assert (row["max_batch"], row["binding"]) == (542_973 // 1024 * 8, "memory") == (4240, "memory")
-    # at 128 tokens memory would hold 8 · 4,241 sequences; each worker runs at most 2,048 (clamp's floor)
-    row = json.loads(run("fit", *args, "--ctx", "128", "-f", "json").stdout)[0]
+    assert row["weights_bytes_per_gpu"] == weights == 97_965_690_880 and row["reserve"] == 0.241
+    assert (row["max_batch"], row["binding"]) == (241_135 // 1024 * 8, "memory") == (1880, "memory")
+    # at 64 tokens memory would hold 8 · 3,767 sequences; each worker runs at most 2,048 (clamp's floor)
+    row = json.loads(run("fit", *args, "--ctx", "64", "-f", "json").stdout)[0]
     assert (row["max_batch"], row["binding"]) == (8 * 2048, "max_running_requests")
 
 
@@ -388,16 +395,16 @@ def test_sglang_names_the_pool_that_binds():
     # the state pool keeps its share of the room (mamba_full_memory_ratio), so which pool binds is said
     row = json.loads(run("fit", "qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--gpus", "4", "--engine", "sglang",
                          "--ctx", "32k", "-f", "json").stdout)[0]
-    assert row["binding"] == "memory" and row["max_batch"] == 48  # the json keeps its value
-    # the slots by hand: SGLang's room (80 GiB less the 0.1 reserve, the GPU's weights and activations) gives its
-    # state pool r/(1 + r) = 9/19; a sequence's states on one of 4 tp ranks: 36 Gated DeltaNet layers of an fp32
-    # recurrent state (32/4)·128·128 and a bf16 conv state 3·(2·16·128 + 32·128)/4
-    room = 80 * 2**30 * 9 // 10 - row["weights_bytes_per_gpu"] - row["activation_bytes"]
+    assert row["binding"] == "memory" and row["max_batch"] == 39  # the json keeps its value
+    # the slots by hand: SGLang's room (80 GiB at its static fraction, 0.819 at tp 4 on an H100, less the GPU's
+    # weights) gives its state pool r/(1 + r) = 9/19; a sequence's states on one of 4 tp ranks: 36 Gated DeltaNet
+    # layers of an fp32 recurrent state (32/4)·128·128 and a bf16 conv state 3·(2·16·128 + 32·128)/4
+    room = 80 * 2**30 * 819 // 1000 - row["weights_bytes_per_gpu"]
     per_sequence = 36 * ((32 // 4) * 128 * 128 * 4 + 3 * (2 * 16 * 128 + 32 * 128) // 4 * 2)
     slots = room * 9 // 19 // per_sequence
     res = run("fit", "qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--gpus", "4", "--engine", "sglang", "--ctx", "32k")
     assert (f"note: qwen3-next-80b-a3b: at 32,768 tokens SGLang's limit is its token pool (the state pool keeps {slots:,} "
-            "slots)") in res.stderr and slots == 915
+            "slots)") in res.stderr and slots == 746
     assert "SGLang's limit" not in run("fit", "llama3-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "32k").stderr
 
 
@@ -415,3 +422,47 @@ def test_a_fit_row_carries_its_settings():
                            "json").stdout)[0]
     assert "engine" not in plain and plain["tp"] == 2 and plain["reserve"] == 0.125 and plain["prefill_chunk"] == 2048
     assert "kv_quant" not in run("fit", "llama3-8b", "--hardware", "h100-80gb").stdout.splitlines()[1]  # not a column
+
+
+@pytest.mark.parametrize(("model", "hardware", "at", "reserved_mib", "fraction"), [
+    # SGLang 0.5.23's default --mem-fraction-static, by hand from memory_hook.py (a serving review: fit kept kvcalc's
+    # 0.1 under --engine sglang, 14 sequences of llama3.1-8b at 32k on an H100 where SGLang holds 12). MiB reserved:
+    # 512 + 1.5 · max(chunk, 2048) + tp · pp / 8 · 1024 + 2 · decode max_bs + prefill graphs (8 a captured size, 58
+    # sizes up to 8,192, 50 up to 4,096; 1,536 for MLA; none at pp > 1 or off CUDA), at least 10,240 past 60 GiB
+    ("llama3.1-8b", "h100-80gb", {}, 512 + 12288 + 128 + 512 + 8 * 58, "0.83"),  # (81,920 − 13,904) / 81,920
+    ("llama3.1-8b", "rtx-4090", {}, 512 + 6144 + 128 + 96 + 8 * 50, "0.704"),  # 24 GiB: chunk 4,096, max_bs 48
+    ("deepseek-v3", "h200-141gb", {"tp": 8}, 512 + 12288 + 1024 + 1024 + 1536, "0.887"),  # max_bs 512 at tp >= 4
+    # DP attention: + max_bs · 8 attention-dp ranks · 3, and · 1.5 more past a max_bs of 300
+    ("deepseek-v3", "h200-141gb", {"tp": 8, "dp_attention": True}, 16384 + 512 * 8 * 3 + 512 * 8 * 1.5, "0.759"),
+    ("llama3-70b", "h100-80gb", {"tp": 4, "pp": 2}, 512 + 12288 + 1024 + 1024, "0.819"),  # no prefill graphs at pp 2
+    ("llama3.1-8b", "mi300x", {}, 512 + 24576 + 128 + 1024, "0.867"),  # 192 GiB: chunk 16,384, max_bs 512; ROCm
+])
+def test_sglang_default_static_fraction(model, hardware, at, reserved_mib, fraction):
+    from fractions import Fraction
+
+    from conftest import spec
+    from kvcalc.fit import default_prefill_chunk, default_reserve, sglang_mem_fraction
+    from kvcalc.hardware import load_hardware
+    from kvcalc.settings import Settings
+
+    hw = load_hardware(hardware)
+    s = Settings(ctx=1, engine="sglang", **at)
+    chunk = default_prefill_chunk("sglang", hw, s.tp)
+    mib = hw.memory_bytes // 2**20
+    assert round((mib - max(reserved_mib, 10240 if mib > 60 * 1024 else 0)) / mib, 3) == float(fraction)
+    assert sglang_mem_fraction(spec(model), s, hw, chunk) == Fraction(fraction)
+    assert default_reserve(spec(model), s, hw, chunk) == 1 - Fraction(fraction)
+
+
+def test_sglang_fit_takes_its_static_fraction_and_no_activation_estimate():
+    # llama3.1-8b at 32k on one H100: SGLang's pool is 80 GiB · 0.83 less the weights (its fraction leaves the room
+    # for activations and graphs), 131,072 bytes a token (32 layers · 2 · 8 · 128 · 2): 12 sequences
+    row = fit("llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "32768")[0]
+    tokens = (85_899_345_920 * 83 // 100 - row["weights_bytes_per_gpu"]) // 131_072
+    assert (row["reserve"], row["activation_bytes"], row["prefill_chunk"]) == (0.17, 0, 8192)
+    assert row["max_batch"] == tokens // 32_768 == 12
+    # --reserve still sets it (1 − --mem-fraction-static), and --prefill-chunk SGLang's chunked_prefill_size
+    assert fit("llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "32768", "--reserve", "0.1")[0][
+        "reserve"] == 0.1
+    assert fit("llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "32768", "--prefill-chunk",
+               "16384")[0]["reserve"] == 0.321  # 512 + 24,576 + 128 + 512 + 8 · 74 sizes = 26,320 MiB: 0.679

@@ -379,13 +379,11 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
                chunk: int | None, units: str = "binary") -> Output:
     """`fit`: one row per context (largest batch), or one row (longest context for the batch)."""
     from dataclasses import replace
-    from fractions import Fraction
 
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
     from kvcalc.fit import FitRow, default_prefill_chunk, default_reserve, fit
 
-    frac = reserve if reserve is not None else Fraction(default_reserve(opts.engine))
     s = opts.settings(ctxs[0] if ctxs else 1)
     if ctxs and s.batch != 1:
         raise KvcalcError(f"--batch {s.batch} with --ctx: fit solves for the largest batch at each context; give "
@@ -395,8 +393,9 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
             raise KvcalcError(f"--gpus {gpus} differs from --tp {s.tp} × --pp {s.pp} × --dp {s.dp} = {s.gpus}")
         s = replace(s, tp=gpus)  # within LIMITS["tp"]: the command line checks --gpus alone
     assert s.hardware is not None  # the command line requires --hardware
-    chunk = chunk or default_prefill_chunk(s.engine, s.hardware)
+    chunk = chunk or default_prefill_chunk(s.engine, s.hardware, s.tp)
     spec = lm.spec
+    frac = reserve if reserve is not None else default_reserve(spec, s, s.hardware, chunk)
     try:
         rows = [as_row(fit(spec, s.at(c), s.hardware, frac, chunk, "batch")) for c in ctxs] if ctxs else \
             [as_row(fit(spec, s, s.hardware, frac, chunk, "ctx"))]
