@@ -50,6 +50,9 @@ def test_bigbird_itc_closed_form():
     # the paper's ITC count for nb blocks: 2·nb (global rows) + 2·(4 + r) + (nb − 4)(5 + r)
     nb, b, r = 64, 64, 3
     assert cost("bigbird", nb * b, D, DV, b=b, r=r).prefill_flops == (2 * nb + 2 * (4 + r) + (nb - 4) * (5 + r)) * b * b * 2 * (D + DV)
+    # an odd g (a mutation review: only g = 2 was tried): g = 3 puts ⌈3/2⌉ = 2 global blocks first and 1 last, {0, 1, 7}
+    # of 8; they see all 8; q[2] and q[6] see 5 blocks + r, q[3..5] 6 + r: 24 + 6 + 7 + 7 + 7 + 6 = 57 block pairs
+    assert cost("bigbird", 64, 8, 8, b=8, r=1, g=3).prefill_flops == 57 * 8 * 8 * 2 * (8 + 8) == 116_736
 
 
 def test_reformer_closed_form():

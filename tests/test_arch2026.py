@@ -200,8 +200,9 @@ def test_keys_and_values_of_different_sizes():
     assert (f.expression, f.elements, f.components) == ("n_kv·(d_h + d_v)", 4 * (192 + 128), {"k": 768, "v": 512})
     weights = {w.name: w.shape for w in att.weights(layer)}
     assert weights["W_V"] == (1024, 4 * 128) and weights["W_O"] == (8 * 128, 1024)
-    mix = att.flops(layer, Work(1, 10, 1), "naive")["attn/mix"]
-    assert mix == 2 * 10 * 8 * 128  # A·V: each of 8 heads mixes 10 values of 128
+    flops = att.flops(layer, Work(1, 10, 1), "naive")
+    assert flops["attn/mix"] == 2 * 10 * 8 * 128  # A·V: each of 8 heads mixes 10 values of 128
+    assert flops["attn/scores"] == 2 * 10 * 8 * 192  # QK^T over the keys' 192 (a mutation review: d_v went unseen)
 
 
 # ---------------------------------------------------------------- the bundled specs of current models

@@ -216,6 +216,13 @@ def test_explain_bytes_lines_add_up_under_kv_quant():
             "of 64 tokens' share = 36,864 bytes") in out and 32 * 128 == 4_096  # the rate: a short cache pays a whole group
     assert ("268,435,456 elements × 4/8 bytes = 134,217,728 bytes + 16,777,216 bytes of g64's fp16 scales and zero "
             "points = 150,994,944 bytes") in out and 4096 * 4096 == 16_777_216
+    # a mutation review: a group that does not divide a token's bytes rounds the rate up (a floor went unseen). g100:
+    # 100 tokens of a layer take 100 · 2,048 values · 4 bits = 102,400 bytes, K's scales 1,024 channels · one group ·
+    # 4 bytes = 4,096, V's 100 tokens · ceil(1,024 / 100) = 11 groups · 4 bytes = 4,400: 110,896 bytes, 1,109 a token
+    # (⌈1,108.96⌉), 35,488 over the 32 layers
+    row = json.loads(run("compare", "llama3-8b", "--ctx", "4k", "--kv-dtype", "int4", "--kv-quant", "g100",
+                         "-f", "json").stdout)[0]
+    assert row["kv_bytes_per_token"] == 32 * -(-(102_400 + 4_096 + 100 * 11 * 4) // 100) == 35_488
     doc = json.loads(run("compare", "llama3-8b", "--ctx", "4k", "--kv-dtype", "int4", "--kv-quant", "per-head",
                          "--explain", "-f", "json").stdout)[0]
     d = doc["derivation"]

@@ -163,3 +163,14 @@ def test_engines_pad_whisper_to_its_source_length_so_another_enc_ctx_is_refused(
     row = json.loads(run("compare", "whisper-large-v3", "--ctx", "448", "--enc-ctx", "750", "--engine", "ideal",
                          "-f", "json").stdout)[0]
     assert row["kv_cache_bytes"] == row["engine_kv_bytes"] == (448 + 750) * 32 * 2 * 1280 * 2 == 196_280_320
+
+
+def test_a_decode_step_reads_the_cross_attentions_cache():
+    # a mutation review: only a golden output saw a decode step read the encoder's K/V: each of the 32 decoder layers
+    # reads its cross-attention keys and values, 2 · 20 heads · 64 values per encoder position in bf16, so 500 encoder
+    # positions fewer read 32 · 500 · 2,560 · 2 = 81,920,000 bytes fewer (weights and self-attention unchanged)
+    def read(enc_ctx: str) -> int:
+        return json.loads(run("compare", "whisper-large-v3", "--ctx", "448", "--columns", "cost", "--enc-ctx", enc_ctx,
+                              "-f", "json").stdout)[0]["decode_bytes_read"]
+
+    assert read("1500") - read("1000") == 32 * 500 * 2 * 20 * 64 * 2 == 81_920_000

@@ -466,3 +466,15 @@ def test_sglang_fit_takes_its_static_fraction_and_no_activation_estimate():
         "reserve"] == 0.1
     assert fit("llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "32768", "--prefill-chunk",
                "16384")[0]["reserve"] == 0.321  # 512 + 24,576 + 128 + 512 + 8 · 74 sizes = 26,320 MiB: 0.679
+
+
+def test_sglang_caps_requests_by_its_pool_between_the_clamps():
+    # a mutation review: SGLang's max_running_requests, min(clamp(int(tokens / context_len · 512), 2048, 4096),
+    # tokens // 2) (kv_cache_configurator resolve_max_num_reqs), was tested only at its floor and ceiling.
+    # llama3.2-1b on an RTX 5090: SGLang's fraction 0.778 (7,280 MiB of 32,768 kept), a token of 16 layers ·
+    # 2 · 8 · 64 · 2 = 32,768 bytes, context_len 131,072
+    row = fit("llama3.2-1b", "--engine", "sglang", "--ctx", "64", "--hardware", "rtx-5090")[0]
+    tokens = _room(row) // 32_768
+    assert row["reserve"] == 0.222 and 2048 < tokens * 512 // 131_072 < 4096
+    assert (row["max_batch"], row["binding"]) == (int(tokens / 131_072 * 512), "max_running_requests") \
+        == (2892, "max_running_requests")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from conftest import spec
+from conftest import run, spec
 from kvcalc.attention import keys_seen, keys_seen_sum
 from kvcalc.costs.flops import attention_part, decode_flops, generate_flops, mla_crossover, prefill_flops
 from kvcalc.costs.traffic import decode_bytes, prefill_bytes
@@ -308,3 +310,31 @@ def test_mtp_block_is_one_more_last_layer(name):
         assert attn % 61 == 0 and flops["mtp/attn"] == attn // 61
         assert moe % moe_layers == 0 and flops["mtp/ffn"] == moe // moe_layers
         assert flops["mtp/proj"] == 2 * tokens * 2 * model.d_model * model.d_model
+
+
+def test_compares_decode_row_under_the_expanded_mla_cache_by_hand():
+    # a mutation review: compare's decode column took the latent cache's work whatever --mla-cache said, and only a
+    # golden output saw it. DeepSeek-V2 at 4k with its K/V cached expanded: a decode step projects only the new
+    # token's K/V up (kv_up) and attends the 4,096 cached keys and values per head; 60 layers, d 5,120, q rank 1,536,
+    # 128 heads of 128 + 64 (keys) and 128 (values); layer 0 dense (d_ff 12,288), 59 MoE layers of 6 routed and 2
+    # shared experts of 1,536 among 160; vocabulary 102,400
+    L, d, heads, ctx = 60, 5120, 128, 4096
+    attention = L * 2 * (d * 1536 + 1536 * heads * 192 + d * (512 + 64) + 512 * heads * (128 + 128)
+                         + ctx * heads * 192 + ctx * heads * 128 + heads * 128 * d)
+    ffn = 2 * 3 * d * 12288 + 59 * 2 * (6 * 3 * d * 1536 + 2 * 3 * d * 1536 + d * 160)
+    row = json.loads(run("compare", "deepseek-v2", "--ctx", "4k", "--mla-cache", "expanded", "--columns", "cost",
+                         "-f", "json").stdout)[0]
+    assert row["flops_decode_token"] == attention + ffn + 2 * d * 102_400 == 61_834_199_040
+    assert row["mla_schedule"] == "naive"  # nothing to absorb: the cache holds K and V themselves
+
+
+def test_qwen3_nexts_shared_expert_gate_is_one_product_a_token():
+    # a mutation review: the shared expert's gate (Qwen3-Next, shared_expert_gate: d_model × 1) was seen only by a
+    # golden output: 2·d FLOPs a token beside the shared expert's 3 products
+    from kvcalc.costs.flops import ffn_flops
+    from kvcalc.spec import MoEFFN
+
+    moe = dict(kind="moe", n_routed_experts=512, n_experts_per_tok=10, moe_d_ff=512, n_shared_experts=1, shared_d_ff=512)
+    gated, plain = MoEFFN(**moe, shared_gate=True), MoEFFN(**moe)
+    assert ffn_flops(gated, 2048, 7)["ffn/shared"] == 2 * 7 * (3 * 2048 * 512 + 2048)
+    assert ffn_flops(gated, 2048, 7)["ffn/shared"] - ffn_flops(plain, 2048, 7)["ffn/shared"] == 2 * 7 * 2048

@@ -238,3 +238,21 @@ def test_nemotron_per_layer_rows_hold_one_layers_state():
     for r, block in zip(layers, PATTERN):
         assert r.get("state_bytes") == (NH_STATE_BYTES if block == "M" else None)
     assert NH_STATE_BYTES == 16_900_096
+
+
+def test_jambas_auto_dt_rank_rounds_up():
+    # a mutation review: mamba_dt_rank "auto" is math.ceil(hidden_size / 16) (JambaConfig); the reference config gives
+    # 256 and 4,096 divides by 16, so a floor went unseen. At hidden_size 4,104: 257, and Δ's projections (x_proj's
+    # R rows, dt_proj's R columns and its bias) grow with it
+    from kvcalc.hf import spec_from_config
+
+    cfg = json.loads((REFERENCE / "models-2026" / "jamba-v0.1.json").read_text())
+    cfg.update(hidden_size=4104, num_attention_heads=24, num_key_value_heads=8, mamba_dt_rank="auto")
+    spec, _ = spec_from_config(cfg, "config.json", "jamba-auto")
+    mamba = next(g for g in spec.groups if g.attention.kind == "mamba")
+    assert mamba.attention.dt_rank(mamba.layer) == -(-4104 // 16) == 257
+    cfg["mamba_dt_rank"] = 257
+    given, _ = spec_from_config(cfg, "config.json", "jamba-257")
+    from kvcalc.costs.params import param_counts
+
+    assert param_counts(spec).total == param_counts(given).total

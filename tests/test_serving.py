@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import REFERENCE, run, spec
+from conftest import REFERENCE, ROOT, run, spec
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.paged import pages
 from kvcalc.costs.parallel import per_gpu
@@ -319,8 +319,8 @@ def test_vllm_hybrid_block_under_a_group_scheme_holds_the_state_at_the_page_rate
 
 
 @pytest.mark.slow
-def test_vllm_groups_pad_every_spec_to_whole_groups():
-    # vLLM groups a model whose layers' specs differ (kv_cache_utils._get_kv_cache_groups_uniform_page_size): groups of
+def test_vllm_groups_pad_every_spec_to_whole_groups(tmp_path):
+    # vLLM groups a model whose layers' specs differ (kv_cache_planning._get_kv_cache_groups_uniform_page_size): groups of
     # the fewest layers a spec has (or of the most, when under 1.5 x the fewest), each spec padded to whole groups, and
     # every block of the pool costs a page in each of the group size's tensors (get_kv_cache_config_from_groups).
     # Gemma 3: 10 global + 52 windowed (27b: 60 slots), 5 + 29 (4b: 30), 4 + 22 (1b: 24), 8 + 40 (12b: 40, none)
@@ -335,6 +335,18 @@ def test_vllm_groups_pad_every_spec_to_whole_groups():
         assert r.engine_bytes == page * (full * -(-100_001 // 16) + slots * window_pages), name
         assert [g.pad_layers for g in r.groups] == [0, slots - local], name
         assert r.bytes == 2 * n_kv * d_h * 2 * (full * 100_001 + local * w)  # the exact cache is unchanged
+    # a mutation review: the 1.5 rule between the fewest and the most was untested in (1.5, 2): 10 global and 16 local
+    # layers (Gemma 3 1B's shapes) group by 10, not 16 (2 · 16 ≥ 3 · 10): 1 group of global layers, 2 of local, 4 slots
+    # of padding
+    path = tmp_path / "g.yaml"
+    text = (ROOT / "model_specs" / "gemma3-1b.yaml").read_text().replace("layers: {every: 6, start: 5}", "layers: 0-9")
+    path.write_text(text)
+    from kvcalc.registry import load_model
+
+    r = kv_cache(load_model(str(path)).spec, Settings(ctx=100_001, engine="vllm", block_size=16))
+    page = 16 * 2 * 1 * 256 * 2
+    assert [g.pad_layers for g in r.groups] == [0, 4]
+    assert r.engine_bytes == page * (10 * -(-100_001 // 16) + 20 * (-(-512 // 16) + 1))
     # Gemma 4 26B A4B: a full layer's token is 2·2·512·2 = 4,096 bytes, a windowed one's 2·8·256·2 = 8,192; vLLM
     # unifies the pages (unify_kv_cache_spec_page_size) by giving the full layers pages of 32 tokens: 5 + 25, no padding
     r = cache("gemma4-26b-a4b")
@@ -688,3 +700,16 @@ def test_vllm_keeps_a_token_more_in_cohere2s_sliding_layers():
     assert row(8192, "--engine", "vllm")["engine_kv_bytes"] == (24 * 66 + 8 * 128) * 64 * per_token == 683_671_552
     assert row(8192, "--engine", "vllm", "--block-size", "16")["engine_kv_bytes"] == (24 * 258 + 8 * 512) * 16 * per_token
     assert row(4096, "--engine", "vllm")["kv_cache_bytes"] == row(4096)["kv_cache_bytes"]  # within the window
+
+
+def test_vllm_gives_an_mla_hybrid_pages_of_a_multiple_of_128():
+    # a mutation review: _align_hybrid_block_size's 128-token floor for an MLA model with states (vLLM 0.34.0
+    # platforms/interface.py: kernel_block_alignment_size = max(..., 128) under use_mla) was untested: at bf16 Kimi
+    # Linear's block is a multiple of 128 either way. In fp8 its MLA page is 576 bytes a token and a KDA layer's states
+    # 32 · 128 · 128 · 4 (fp32) + 3 · 3 · 32 · 128 · 2 (bf16 convs) = 2,170,880 bytes, so the block is
+    # 128 · ceil(2,170,880 / (128 · 576)) = 3,840 tokens (64 · 59 = 3,776 without the floor); its 7 MLA layers hold
+    # 2 pages at 4k
+    path = str(REFERENCE / "configs-extra-3" / "kimi-linear-48b-a3b-instruct.json")
+    r = json.loads(run("compare", path, "--engine", "vllm", "--ctx", "4k", "--kv-dtype", "fp8", "-f", "json").stdout)[0]
+    assert 128 * -(-2_170_880 // (128 * 576)) == 3840
+    assert (r["block_size"], r["engine_kv_bytes"]) == (3840, 7 * 2 * 3840 * 576)

@@ -40,7 +40,7 @@ Rules (also in the README):
   is padded to a · A bytes (under kvcalc's g<G> scheme, not vLLM's, a page is not a · A: the first multiple of k
   whose page holds S, `_holding_block`). SGLang
   keeps states in its own Mamba pool at their exact size (mem_cache/memory_pool.py MambaPool); ideal is exact.
-- vLLM's groups (vllm/v1/core/kv_cache_utils.py get_kv_cache_groups): a model whose layers' specs differ is kept in
+- vLLM's groups (vllm/v1/core/kv_cache_planning.py get_kv_cache_groups): a model whose layers' specs differ is kept in
   groups of one spec and equal size, the fewest layers a spec has, or the most when that is under 1.5 times the
   fewest (_get_kv_cache_groups_uniform_page_size), each spec split into ceil(n / size) groups, its layers dealt round
   (layers[i::groups]), the last padded; a block of the pool is a page in each of the group size's tensors
@@ -391,7 +391,7 @@ class PoolLayout:
         """Padding slots of each spec on a GPU holding the layers `here` (None: all), counted with the spec's first
         (layer group, part): a block of the pool is one page in each of the busiest group's layer count of tensors
         (get_kv_cache_config_from_groups), so every group of a spec costs that many pages a block, layers or not
-        (kv_cache_utils._project_kv_cache_groups_to_worker keeps a stage's empty groups)."""
+        (kv_cache_planning._project_kv_cache_groups_to_worker keeps a stage's empty groups)."""
         counts = self._counts(here)
         slots = max(counts, default=0)
         out: dict[tuple[int, str], int] = {}
@@ -440,7 +440,7 @@ SGLANG_NO_OP_BUFFERS = frozenset({"nemotron-nas"})
 
 def vllm_layout(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s: Settings,
                 speculative: int = 0) -> PoolLayout | None:
-    """vLLM's pool for a model whose layers' cache specs differ (vllm/v1/core/kv_cache_utils.py get_kv_cache_groups);
+    """vLLM's pool for a model whose layers' cache specs differ (vllm/v1/core/kv_cache_planning.py get_kv_cache_groups);
     None for other engines, and where one spec or one type of attention at one block size covers every layer (one
     group: each layer's own pages, as kvcalc counts them without a layout). `speculative`: the tokens a step
     speculates (--mtp: the MTP layers), for which each state layer holds a page more (MambaSpec.num_speculative_blocks,
