@@ -7,6 +7,7 @@ import re
 from kvcalc.costs.cache import CacheReport
 from kvcalc.costs.paged import layer_pages_rule, stored_token
 from kvcalc.costs.quant import group_size
+from kvcalc.costs.state import component_dtypes
 from kvcalc.dtypes import dtype_bits, elements_to_bytes
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec
@@ -80,6 +81,9 @@ def _derivation(report: CacheReport, origin: str, config_keys: dict[str, str] | 
             state = {"formula": sf.expression, "substituted": substitute(sf.expression, {s.name: s.value for s in sf.symbols}),
                      "reference": sf.reference, "symbols": _symbols(sf, keys), "components": sf.components,
                      "elements": gc.state_elements, "bytes": gc.state_bytes}
+            dtypes = component_dtypes(g, report.settings)
+            if len(set(dtypes.values())) > 1:  # Nemotron-H's fp32 SSM state beside its conv state in the KV dtype
+                state["dtypes"] = dtypes
             if gc.engine_state_bytes_per_layer is not None:  # --engine: a page a layer (vLLM: padded, with its slots)
                 state.update(engine_bytes_per_layer=gc.engine_state_bytes_per_layer,
                              **({"padding_layers": gc.pad_state_layers} if gc.pad_state_layers else {}))
@@ -261,7 +265,13 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
         lines += _gpu_lines(d, units)
     if d.get("state_elements"):
         by_dtype = d.get("state_by_dtype") or {d["state_dtype"]: d["state_elements"]}
-        each = " + ".join(f"{n:,} elements × {dtype_bits(dtype)}/8 bytes ({dtype})" for dtype, n in by_dtype.items())
+        names: dict[str, list[str]] = {}  # the components each dtype stores, named where a group's dtypes differ
+        for g in d["groups"]:
+            for name, dtype in ((g.get("state") or {}).get("dtypes") or {}).items():
+                if name not in names.setdefault(dtype, []):
+                    names[dtype].append(name)
+        each = " + ".join(f"{n:,} elements × {dtype_bits(dtype)}/8 bytes ({dtype}"
+                          + (f": {', '.join(names[dtype])}" if names.get(dtype) else "") + ")" for dtype, n in by_dtype.items())
         lines.append(f"  constant states: {each} = "
                      f"{d['state_bytes']:,} bytes{aside_bytes(d['state_bytes'], units)}; KV cache + states = "
                      f"{d['cache_bytes']:,} bytes{aside_bytes(d['cache_bytes'], units)}")

@@ -111,7 +111,9 @@ def _derivation() -> dict[str, Any]:
                     "W": INT, "C": INT, "field": {**TEXT, "description": "the spec field of W or C"}}, ("rule",))
     state = _object({**formula, "components": counts, "elements": INT, "bytes": INT,
                      "engine_bytes_per_layer": {**INT, "description": "--engine: one layer's states as it stores them"},
-                     "padding_layers": {**INT, "description": "vLLM's padding slots of the state's spec, in layers"}},
+                     "padding_layers": {**INT, "description": "vLLM's padding slots of the state's spec, in layers"},
+                     "dtypes": {"type": "object", "additionalProperties": TEXT,
+                                "description": "the storage dtype of each component, when they differ"}},
                     ("formula", "substituted", "reference", "symbols", "components", "elements", "bytes"))
     cross = _object({**formula, "elements_per_position_per_layer": INT,
                      "encoder_positions": {**INT, "description": "encoder positions cached (enc_ctx)"}},

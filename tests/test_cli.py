@@ -632,3 +632,18 @@ def test_small_things_a_usability_review_found():
     assert "note: qwen3-next-80b-a3b: its GDN layers are not in this table" in err
     out = run("show", "qwen3-next-80b-a3b", "--explain").stdout
     assert "per token and layer: 0 elements   [constant-state layer" in out and "0 = 0 = 0" not in out
+
+
+def test_explain_names_the_state_components_each_dtype_stores():
+    # a review: a state kept in two dtypes said '226,492,416 elements × 32/8 bytes (fp32) + 3,317,760 elements ×
+    # 16/8 bytes (bf16)' without saying which part is which. Nemotron-H: 54 Mamba-2 layers, an fp32 SSM state of
+    # 256 heads · 64 · 256 = 4,194,304 and a conv state of (4 − 1) · (16,384 + 2 · 8 · 256) = 61,440 in the KV dtype
+    out = run("show", "nemotron-h-56b", "--ctx", "4k", "--explain").stdout
+    assert (f"constant states: {54 * 4_194_304:,} elements × 32/8 bytes (fp32: ssm) + {54 * 61_440:,} elements × 16/8 "
+            f"bytes (bf16: conv) = {54 * (4_194_304 * 4 + 61_440 * 2):,} bytes") in out
+    doc = json.loads(run("show", "nemotron-h-56b", "--ctx", "4k", "--explain", "-f", "json").stdout)
+    mamba = next(g for g in doc["derivation"]["groups"] if g["kind"] == "mamba2")
+    assert mamba["state"]["dtypes"] == {"ssm": "fp32", "conv": "bf16"}
+    # one dtype for every part (--state-dtype): nothing to name
+    out = run("show", "nemotron-h-56b", "--ctx", "4k", "--explain", "--state-dtype", "fp32").stdout
+    assert f"constant states: {54 * (4_194_304 + 61_440):,} elements × 32/8 bytes (fp32) = " in out

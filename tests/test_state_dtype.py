@@ -79,8 +79,8 @@ def test_vllm_state_page_holds_both_dtypes(tmp_path):
 def test_explain_lists_each_dtype(tmp_path):
     path = spec_with(tmp_path, "fp32")
     text = run("compare", str(path), "--ctx", "4k", "--explain").stdout
-    assert (f"constant states: {LINEAR * RECURRENT:,} elements × 32/8 bytes (fp32) + {LINEAR * CONV:,} elements × 16/8 "
-            f"bytes (bf16) = {LINEAR * (RECURRENT * 4 + CONV * 2):,} bytes") in text
+    assert (f"constant states: {LINEAR * RECURRENT:,} elements × 32/8 bytes (fp32: recurrent) + {LINEAR * CONV:,} elements "
+            f"× 16/8 bytes (bf16: conv) = {LINEAR * (RECURRENT * 4 + CONV * 2):,} bytes") in text
     data = json.loads(run("compare", str(path), "--ctx", "4k", "--explain", "-f", "json").stdout)[0]["derivation"]
     assert data["state_dtype"] == "fp32+bf16"
     assert data["state_by_dtype"] == {"fp32": LINEAR * RECURRENT, "bf16": LINEAR * CONV}

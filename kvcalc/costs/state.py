@@ -21,9 +21,9 @@ SGLANG_FP32_RECURRENT = frozenset({"gated_deltanet", "mamba2", "kda"})  # SGLang
 def state_parts(group: ResolvedGroup, s: Settings) -> tuple[tuple[int, str], ...]:
     """One layer's constant state of `group` (its parallel mixer's, Falcon-H1), one sequence, as (elements, dtype)
     pairs (see the module's rule); none for a layer without a state."""
-    kind, layer = (group.parallel, group.parallel_layer) if group.parallel is not None else (group.attention, group.layer)
+    kind, layer = _state_kind(group)
     formula = kind.state_formula(layer)
-    fixed = {} if s.state_dtype is not None else kind.state_dtypes(layer) or _engine_dtypes(kind, s)
+    fixed = _fixed_dtypes(kind, layer, s)
     if not fixed:
         return ((formula.elements, s.state_storage),) if formula.elements else ()
     by_dtype: dict[str, int] = {}
@@ -31,6 +31,24 @@ def state_parts(group: ResolvedGroup, s: Settings) -> tuple[tuple[int, str], ...
         dtype = fixed.get(name, s.state_storage)
         by_dtype[dtype] = by_dtype.get(dtype, 0) + n
     return tuple((n, dtype) for dtype, n in by_dtype.items())
+
+
+def component_dtypes(group: ResolvedGroup, s: Settings) -> dict[str, str]:
+    """The storage dtype of each component of one layer's constant state of `group` ('ssm', 'conv', ...), as
+    state_parts stores them."""
+    kind, layer = _state_kind(group)
+    fixed = _fixed_dtypes(kind, layer, s)
+    return {name: fixed.get(name, s.state_storage) for name in kind.state_formula(layer).components}
+
+
+def _state_kind(group: ResolvedGroup) -> tuple:
+    """The kind whose constant state a layer of `group` holds, with its layer: the parallel mixer's, else its own."""
+    return (group.parallel, group.parallel_layer) if group.parallel is not None else (group.attention, group.layer)
+
+
+def _fixed_dtypes(kind, layer, s: Settings) -> dict[str, str]:
+    """The components' dtypes the model or the engine fix (none under --state-dtype, which stores every one)."""
+    return {} if s.state_dtype is not None else kind.state_dtypes(layer) or _engine_dtypes(kind, s)
 
 
 def _engine_dtypes(kind: object, s: Settings) -> dict[str, str]:
