@@ -128,13 +128,16 @@ class GroupTerm:
         if pages is not None:
             return batch * (self.pages_bytes(pages, s) + self.fixed_paged)
         if s.kv_quant == "none":
-            return bits_to_bytes(self.layer_elements(ctx, batch), self.bits)
+            return bits_to_bytes(self._elements(held, batch), self.bits)
         return batch * (entry_bytes(self.formula, self.heads, held, s.kv_dtype, s.kv_quant) + self.fixed_bytes)
 
     def layer_elements(self, ctx: int, batch: int) -> int:
         """Elements of one layer's cache of `batch` sequences at `ctx` (what layer_bytes rounds without an engine's
         pages or a scheme's scales)."""
-        return batch * (self.elements * self.attention.tokens_held(self.layer, ctx) + self.fixed)
+        return self._elements(self.attention.tokens_held(self.layer, ctx), batch)
+
+    def _elements(self, held: int, batch: int) -> int:
+        return batch * (self.elements * held + self.fixed)
 
     def read_elements(self, ctx: int) -> int:
         """Elements of one layer's cache that one sequence's decode step at `ctx` reads: each tensor over the tokens

@@ -317,14 +317,18 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
 
 def stage_gpu(s: Settings, plan: Stage) -> PerGpu:
     """One stage's GPU at the settings' context and batch: the cache and states of its share of the sequences."""
-    kv = state = 0
+    # without pages or scales, the bytes of the elements' total, as kv_cache_bytes (README conventions: a 4-bit cache
+    # of an odd count of elements a group rounds once, not once a group)
+    exact = s.engine is None and s.kv_quant == "none"
+    kv = state = elements = 0
     for g in plan.groups:
-        kv += (g.n + g.pad) * _layer_kv(s, g)
+        if exact:
+            elements += (g.n + g.pad) * g.term.layer_elements(s.ctx, _sequences(s, g))
+        else:
+            kv += (g.n + g.pad) * _layer_kv(s, g)
         state += _group_state(s, g)
-    if s.engine is None and s.kv_quant == "none" and plan.groups:  # bytes of the elements' total, as kv_cache_bytes
-        # (README conventions: a 4-bit cache of an odd count of elements a group rounds once, not once a group)
-        kv = bits_to_bytes(sum((g.n + g.pad) * g.term.layer_elements(s.ctx, _sequences(s, g)) for g in plan.groups),
-                           plan.groups[0].term.bits)
+    if exact and plan.groups:
+        kv = bits_to_bytes(elements, plan.groups[0].term.bits)
     return _new(PerGpu, (s.tp * s.pp * s.dp, plan.stage, plan.layers, kv, state, plan.weights_bytes))
 
 
