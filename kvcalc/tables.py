@@ -35,14 +35,16 @@ _HEADS_ROWS = {
     "mqa": [("W_Q", "d × n_h·d_h"), ("W_K", "d × d_h"), ("W_V", "d × d_h"), ("W_O", "n_h·d_h × d")],
 }
 _MLA_ROWS = [
-    ("W_DQ", "d × d_c'", "query down-projection (eq. 12)"), ("W_UQ", "d_c' × n_h·d_h", "query up-projection"),
-    ("W_QR", "d_c' × n_h·d_R", "RoPE query (eq. 13)"), ("W_Q", "d × n_h·(d_h + d_R)", "without query compression"),
-    ("W_DKV", "d × d_c", "KV down-projection (eq. 9)"), ("W_KR", "d × d_R", "decoupled RoPE key (eq. 11)"),
-    ("W_UK", "d_c × n_h·d_h", "key up-projection (eq. 10)"), ("W_UV", "d_c × n_h·d_h", "value up-projection"),
+    ("W_DQ", "d × d_c'", "query down-projection (eq. 12)"), ("W_UQ", "d_c' × n_h·d_h", "query up-projection (eq. 13)"),
+    ("W_QR", "d_c' × n_h·d_R", "RoPE query (eq. 14)"), ("W_Q", "d × n_h·(d_h + d_R)", "without query compression"),
+    ("W_DKV", "d × d_c", "KV down-projection (eq. 9)"), ("W_KR", "d × d_R", "decoupled RoPE key (eq. 15)"),
+    ("W_UK", "d_c × n_h·d_h", "key up-projection (eq. 10)"), ("W_UV", "d_c × n_h·d_h", "value up-projection (eq. 11)"),
     ("W_O", "n_h·d_h × d", "output"),
-    ("W_UQ·W_UKᵀ", "d_c' × n_h·d_c", "absorbed into the query (W_Q·W_UKᵀ, d × n_h·d_c, without query compression); "
+    ("W_UQ·W_UKᵀ", "d_c' × n_h·d_c", "absorbed into the query: per head, W_UQ's d_c' × d_h block times W_UK's d_c × d_h "
+     "block transposed, d_c' × d_c, the n_h heads side by side (W_Q·W_UKᵀ, d × n_h·d_c, without query compression); "
      + ROPE_NOTE),
-    ("W_UV·W_O", "n_h·d_c × d", "absorbed into the output"),
+    ("W_UV·W_O", "n_h·d_c × d", "absorbed into the output: per head, W_UV's d_c × d_h block times W_O's d_h × d block, "
+     "d_c × d, the n_h heads stacked"),
     # DeepSeek Sparse Attention (DeepSeek-V3.2): the lightning indexer's weights, shown beside a model that has one
     ("W_IQ", "d_c' × n_I·d_I", "indexer query (DSA; d × n_I·d_I without query compression)"),
     ("W_IK", "d × d_I", "indexer key (DSA), cached"), ("W_IW", "d × n_I", "indexer head weights (DSA)"),
@@ -83,7 +85,7 @@ class DimsRow:
     """One row of `table dims`: an item of an attention kind, its symbolic form, and its value for each model."""
 
     kind: str = figure("Kind", "text", "attention kind")
-    item: str = figure("Item", "text", "a weight, an absorbed product, the cache or the decode FLOPs")
+    item: str = figure("Item", "formula", "a weight, an absorbed product, the cache or the decode FLOPs")
     symbolic: str = figure("Shape or formula", "formula", "in the papers' notation")
     note: str = figure("Note", "text", "what it is")
 

@@ -321,4 +321,10 @@ def test_breaks_only_in_long_words_and_thousands_grouped_before_a_unit():
     assert "\\allowbreak{}" not in _breakable("[0.5,1.25]") and "0.\\allowbreak" not in _breakable("[0.5,1.25,3.75,4.5,6.25,7.5]")
     assert numeric_cell("10,000k") == "10\\,000k" and numeric_cell("8,192") == "8\\,192"
     out = run("table", "dims", "gpt-oss-120b", "-f", "latex").stdout
-    assert "16,384{\\textperiodcentered}t (global)" in out and "16,\\allowbreak" not in out
+    # a model's formulas in math mode (a tables review: '16,384·min(t, 1,024)' read as three arguments), each layers'
+    # name as text; thousands grouped with a thin space
+    assert r"$16\,384 \cdot \min ( t , 128 )$ (local); $16\,384 \cdot t$ (global)" in out and "16,\\allowbreak" not in out
+    out = run("table", "dims", "deepseek-v2", "-f", "latex").stdout
+    assert r"MLA & $W_{UQ} \cdot W_{UK}^{\top}$ & $d_{c}' \times n_{h} \cdot d_{c}$ & " in out
+    assert r"& $1\,536 \times 65\,536$ \\" in out and r"& cache per token and layer & $d_{c} + d_{R}$ &" in out
+    check_pasteable(out)

@@ -124,7 +124,7 @@ def test_mla_values_of_another_size_show_d_v(tmp_path):
                     " qk_rope_head_dim: 32, v_head_dim: 64}\n")
     table = rows("dims", str(path))
     got = {r["item"]: (r["symbolic"], r["note"], r["mlatest"]) for r in table}
-    assert got["W_UV"] == ("d_c × n_h·d_v", "value up-projection; d_v ≠ d_h in a model shown", "256 × 512")  # 8·64
+    assert got["W_UV"] == ("d_c × n_h·d_v", "value up-projection (eq. 11); d_v ≠ d_h in a model shown", "256 × 512")  # 8·64
     assert got["W_O"] == ("n_h·d_v × d", "output; d_v ≠ d_h in a model shown", "512 × 1,024")
     assert got["W_UK"][0] == "d_c × n_h·d_h" and got["W_UK"][2] == "256 × 1,024"  # 8·128
     assert got["cache per token and layer"][0::2] == ("d_c + d_R", "288")  # 256 + 32
@@ -308,3 +308,15 @@ def test_ratios_and_bounds_say_what_they_compare():
 
     fits = next(f for f in figures_of(CostFigures) if f.key == "fits_in_memory")
     assert "no reserve, no activations" in fits.meaning
+
+
+def test_mla_rows_cite_deepseek_v2s_equations():
+    # a tables review: W_QR and W_KR cited eq. 13 and 11, which are q_C = W_UQ c_Q and v_C = W_UV c_KV; DeepSeek-V2
+    # §2.1.2-2.1.3 number c_KV (9), k_C (10), v_C (11), c_Q (12), q_C (13), q_R (14), k_R (15)
+    from kvcalc.tables import dims_rows
+
+    rows, _ = dims_rows([], ("mla",))
+    notes = {r["item"]: r["note"] for r in rows}
+    assert [notes[w].split("(eq. ")[1][:2].rstrip(")") for w in ("W_DKV", "W_UK", "W_UV", "W_DQ", "W_UQ", "W_QR", "W_KR")] \
+        == ["9", "10", "11", "12", "13", "14", "15"]
+    assert "per head" in notes["W_UQ·W_UKᵀ"] and "d_c' × d_c" in notes["W_UQ·W_UKᵀ"] and "per head" in notes["W_UV·W_O"]

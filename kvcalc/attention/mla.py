@@ -139,15 +139,15 @@ class MLA(AttentionKind):
     def weights(self, layer: Layer) -> tuple[Weight, ...]:
         d, n_h, c, r = layer.d_model, self.n_heads, self.kv_lora_rank, self.qk_rope_head_dim
         nope, d_v, q = self.qk_nope_head_dim, self.v_head_dim, self.q_lora_rank
-        if q:  # DeepSeek-V2 eq. 12-13: c_Q = W_DQ h, q_C = W_UQ c_Q, q_R = RoPE(W_QR c_Q)
+        if q:  # DeepSeek-V2 eq. 12-14: c_Q = W_DQ h, q_C = W_UQ c_Q, q_R = RoPE(W_QR c_Q)
             out = [Weight("W_DQ", "attn/q_down", (d, q)), Weight("W_UQ", "attn/q_up", (q, n_h * nope)),
                    Weight("W_QR", "attn/q_up", (q, n_h * r)), Weight("q_a_layernorm", "attn/norms", (q,), "norm")]
         else:  # no query compression (DeepSeek-V2-Lite): one W_Q for both parts
             out = [Weight("W_Q", "attn/q", (d, n_h * (nope + r)))]
-        # eq. 9 and 11: c_KV = W_DKV h and k_R = RoPE(W_KR h), one projection in HF (kv_a_proj_with_mqa)
+        # eq. 9 and 15: c_KV = W_DKV h and k_R = RoPE(W_KR h), one projection in HF (kv_a_proj_with_mqa)
         out += [Weight("W_DKV", "attn/kv_down", (d, c)), Weight("W_KR", "attn/kv_down", (d, r)),
                 Weight("kv_a_layernorm", "attn/norms", (c,), "norm"),
-                # eq. 10: k_C = W_UK c_KV, v_C = W_UV c_KV (kv_b_proj)
+                # eq. 10-11: k_C = W_UK c_KV, v_C = W_UV c_KV (kv_b_proj)
                 Weight("W_UK", "attn/kv_up", (c, n_h * nope)), Weight("W_UV", "attn/kv_up", (c, n_h * d_v)),
                 Weight("W_O", "attn/o", (n_h * d_v, d))]
         if self.index_n_heads is not None and self.index_head_dim is not None:

@@ -33,7 +33,11 @@ PACKAGES_FITTED = r"% kvcalc table: needs \usepackage{booktabs,array,graphicx}" 
 SHRINK = r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%" + "\n"
 LONG_TEXT = 40  # characters: a text column with a longer cell is typeset as a paragraph column
 PARAGRAPH = r">{\raggedright\arraybackslash}p{5cm}"
-_NAME = re.compile(r"([A-Za-z]+)(?:_([A-Za-z0-9]+))?(')?")
+_NAME = re.compile(r"([A-Za-z]+)(?:_([A-Za-z0-9]+))?(')?(ᵀ)?")  # d_c', W_UKᵀ
+_FUNCTIONS = {"min": r"\min", "max": r"\max", "mod": r"\bmod"}  # core LaTeX's
+_THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+")  # 8,192: grouped with a thin space in math mode too
+# '16,384·t (global)': a model's formula for one group of layers, named after it (table dims)
+_LABELLED = re.compile(r"(.*\S) \(([A-Za-z][A-Za-z ,-]*)\)")
 # what pylatexenc leaves as is, cannot convert, or converts to another glyph ('"' to '' , a closing quote in OT1's
 # roman): a straight double quote is typewriter's character 34, straight in OT1, T1 and lualatex's TU alike
 _BEFORE = {"|": r"\textbar{}", '"': r"\texttt{\char34}", "ᵀ": r"\textsuperscript{T}"}
@@ -107,9 +111,11 @@ def _character(c: str) -> str:
 
 
 def math_formula(expression: str) -> str:
-    """A cache formula such as `2·n_kv·d_h` or `d_c + d_R` in math mode: `$2 \\cdot n_{kv} \\cdot d_h$`."""
+    """A formula such as `2·n_kv·d_h`, `d_c + d_R`, `W_UQ·W_UKᵀ` or `16,384·min(t, 1,024)` in math mode:
+    `$2 \\cdot n_{kv} \\cdot d_{h}$`; thousands grouped with a thin space, min, max and mod as LaTeX's operators. Any
+    other text (a word of several letters) is kept as text."""
     out = []
-    for token in re.split(r"(\s+|[·×+()/−-])", expression):
+    for token in re.split(r"(\s+|[·×+()/−-]|,(?=\s))", expression):
         if not token or token.isspace():
             continue
         if token == "·":
@@ -118,17 +124,32 @@ def math_formula(expression: str) -> str:
             out.append(r"\times")
         elif token in ("−", "-"):
             out.append("-")
-        elif token in "+()/":
+        elif token in "+()/,":
             out.append(token)
+        elif token in _FUNCTIONS:
+            out.append(_FUNCTIONS[token])
+        elif _THOUSANDS.fullmatch(token):
+            out.append(token.replace(",", r"\,"))
         else:
             match = _NAME.fullmatch(token)
-            if match and (match[2] or match[3]):
-                out.append(match[1] + (f"_{{{match[2]}}}" if match[2] else "") + (match[3] or ""))
-            elif token.replace(".", "").isalnum():
+            if match and (match[2] or match[3] or match[4]):
+                out.append(match[1] + (f"_{{{match[2]}}}" if match[2] else "") + (match[3] or "")
+                           + (r"^{\top}" if match[4] else ""))
+            elif token.isdigit() or token.replace(".", "").isdigit() or (token.isalpha() and len(token) == 1):
                 out.append(token)
             else:
                 return tex(expression)  # not a formula kvcalc writes: keep it as text
     return "$" + " ".join(out) + "$"
+
+
+def formula_cell(text: str) -> str:
+    """A cell of formulas, each maybe named after its layers ('16,384·t (global); 16,384·min(t, 128) (local)'): each
+    formula in math mode, each name as text."""
+    parts = []
+    for part in text.split("; "):
+        named = _LABELLED.fullmatch(part)
+        parts.append(f"{math_formula(named[1])} ({tex(named[2])})" if named else math_formula(part))
+    return "; ".join(parts)
 
 
 def numeric_cell(text: str) -> str:
@@ -176,7 +197,7 @@ def to_latex(columns: list[Any], cells: list[list[str]], caption: str | None, la
             if text == "–":
                 out.append("--")
             elif c.kind == "formula":
-                out.append(math_formula(text))
+                out.append(formula_cell(text))
             elif c.numeric:
                 out.append(numeric_cell(text))
             elif align == PARAGRAPH:

@@ -552,8 +552,9 @@ def dims_output(loaded: list[LoadedModel], kinds: tuple[str, ...]) -> Output:
         raise KvcalcError(f"table dims: two models are named {twice!r}, whose columns would be one: give one another "
                           "name (its spec's `name:`)")
     rows, models = dims_rows([lm.spec for lm in loaded], kinds)
-    columns = [Column.of(f) for f in figures_of(DimsRow)] + [Column(c.key, c.header, "text") for c in models]
-    title = "Weights, cache and decode FLOPs by attention kind" + (f": {', '.join(names)}" if names else "")
+    columns = [Column.of(f) for f in figures_of(DimsRow)] + [Column(c.key, c.header, "formula") for c in models]
+    # shapes in × out, as the code multiplies row vectors (h·W); DeepSeek-V2 §2.1 writes W h, out × in
+    title = "Weights (in × out), cache and decode FLOPs by attention kind" + (f": {', '.join(names)}" if names else "")
     return Output([Table("dims", columns, rows, title)], warnings=_load_warnings(loaded) + _other_kinds(loaded))
 
 
@@ -628,7 +629,7 @@ def paper_tables(loaded: list[LoadedModel], s: Settings) -> tuple[dict[str, str]
 
     out: dict[str, str] = {}
     warnings: list[str] = []
-    captions = {"dims": "Weights, cache per token and decode attention FLOPs by attention kind",
+    captions = {"dims": "Weights (in × out), cache per token and decode attention FLOPs by attention kind",
                 "models": f"Models side by side, KV cache at {s.ctx:,} tokens ({s.kv_dtype})"}
     for name, output in (("dims", dims_output(loaded, KINDS)), ("models", models_output(loaded, s))):
         warnings += [w for w in output.warnings if w not in warnings]
