@@ -121,28 +121,41 @@ def sglang_mem_fraction(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) 
     tp·pp/8 · 1024 + 2 a decode graph batch of its max_bs (+ max_bs · attention-dp size · 3, and · 1.5 more past 300,
     under DP attention) + the prefill graphs (on by default on CUDA at pp 1, off for KDA hybrids: 1.5 GiB for an MLA
     model, else 8 a captured size up to chunk), at least 10 GiB on a GPU of over 60 GiB; the fraction is
-    (memory − reserved) / memory rounded to 3 places, in SGLang's floats. The memory is the preset's (SGLang reads
+    (memory − reserved) / memory rounded to 3 places, in SGLang's floats; then, on AMD GPUs, where SGLang's default
+    attention backend is aiter (MHA models but Whisper; MLA at 16 or 128 heads a rank), × 0.85 for a model whose
+    context is over 8,192 (attention_hook.py: its non-static workspace). The memory is the preset's (SGLang reads
     nvidia-smi's total, a little less: README, Hardware presets)."""
     from kvcalc.attention import MLA
+    from kvcalc.errors import KvcalcError
 
     gpu_mem = hw.memory_bytes / 2**20
     max_bs = _sglang_tier(hw, s.tp)[1]
     reserved = 512 + max(chunk, 2048) * 1.5 + s.tp * s.pp / 8 * 1024 + max_bs * 2
     if s.dp_attention:  # attention-dp size: kvcalc's --dp-attention is SGLang's --dp = --tp
         reserved += max_bs * s.tp * 3 + (max_bs * s.tp * 1.5 if max_bs > 300 else 0)
-    mla = any(isinstance(g.attention, MLA) for g in spec.groups)
+    mla = [g.attention for g in spec.groups if isinstance(g.attention, MLA)]
     if hw.vendor == "NVIDIA" and s.pp == 1 and spec.family != "kimi_linear":  # breakable prefill graphs (CUDA default)
-        reserved += 1.5 * 1024 if mla else 8 * len(_prefill_capture_sizes(chunk))
+        reserved += 1.5 * 1024 if mla else 8 * _prefill_captures(chunk)
     if gpu_mem > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
-    return Fraction(str(round((gpu_mem - reserved) / gpu_mem, 3)))
+    fraction = Fraction(str(round((gpu_mem - reserved) / gpu_mem, 3)))
+    if fraction <= 0:
+        raise KvcalcError(f"--prefill-chunk {chunk:,} --engine sglang: SGLang would keep {reserved:,.0f} MiB of the "
+                          f"{gpu_mem:,.0f} MiB of {hw.name} for activations and graphs (1.5 MiB a chunk token), leaving "
+                          "no static memory: give a smaller --prefill-chunk, or --reserve")
+    aiter = not mla or mla[0].n_heads // s.tp in (16, 128)  # model_override_base.py's default on ROCm
+    if hw.vendor == "AMD" and aiter and spec.family != "whisper" and spec.max_context > 8192:
+        fraction *= Fraction(85, 100)
+    return fraction
 
 
-def _prefill_capture_sizes(max_bs: int) -> list[int]:
-    """Token counts SGLang captures prefill graphs at (cuda_graph_hook.py generate_prefill_cuda_graph_batch_sizes)."""
-    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
-             *range(1280, 4097, 256), *range(4608, max_bs + 1, 512)]
-    return [n for n in sizes if n <= max_bs]
+def _prefill_captures(max_bs: int) -> int:
+    """How many token counts SGLang captures prefill graphs at, up to max_bs (cuda_graph_hook.py
+    generate_prefill_cuda_graph_batch_sizes: 4..32 by 4, 48..256 by 16, 288..512 by 32, 576..1,024 by 64, 1,280..4,096
+    by 256, then by 512 from 4,608), counted, never listed: --prefill-chunk goes up to 2^40."""
+    steps = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256))
+    count = sum((min(hi, max_bs) - lo) // by + 1 for lo, hi, by in steps if lo <= max_bs)
+    return count + ((max_bs - 4608) // 512 + 1 if max_bs >= 4608 else 0)
 
 
 def default_prefill_chunk(engine: str | None, hw: Hardware, tp: int = 1) -> int:

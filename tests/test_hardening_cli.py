@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import REFERENCE, ROOT, run
 
 
 def cli(*args: str, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
@@ -541,15 +541,21 @@ def test_a_context_given_twice_in_a_list_is_refused():
 
 @pytest.mark.parametrize(("model", "block", "refused"), [
     ("llama3.2-1b", "8", True), ("gemma3-27b", "40", True), ("llama3.2-1b", "48", False),
-    # a hybrid: vLLM raises a small page to hold a layer's state (a multiple of 16 here), keeps a larger one as asked
-    ("nemotron-h-56b", "8", False), ("nemotron-h-56b", "5000", True),
+    # a hybrid: vLLM raises a small page to hold a layer's state, keeps a larger one as asked, but picks each layer's
+    # backend by the size asked first (a review: 8 passed as raised, though vLLM finds no backend for it)
+    ("nemotron-h-56b", "16", False), ("nemotron-h-56b", "8", True), ("nemotron-h-56b", "5000", True),
+    ("qwen3-next-80b-a3b", "24", True),
+    # an MLA hybrid (Kimi Linear's MLA layers: FLASH_ATTN_MLA and TRITON_MLA take multiples of 16)
+    (str(REFERENCE / "configs-extra-3" / "kimi-linear-48b-a3b-instruct.json"), "8", True),
 ])
 def test_vllm_refuses_attention_pages_no_backend_runs(model, block, refused):
     # a serving review: --block-size 7 ran for non-MLA models; every CUDA attention backend of vLLM 0.34.0 takes a
     # multiple of 16 tokens only (supports_block_size), so vLLM does not start ("No valid attention backend found")
     res = run("fit", model, "--hardware", "h100-80gb", "--engine", "vllm", "--block-size", block, "--ctx", "4k", ok=not refused)
-    message = f"--block-size {block} --engine vllm: vLLM 0.34.0's attention backends (FlashAttention, FlashInfer, " \
-              "Triton, FlexAttention) run pages of a multiple of 16 tokens only"
+    message = f"--block-size {block} --engine vllm: vLLM 0.34.0" + (" runs MLA (FLASH_ATTN_MLA, TRITON_MLA) only in pages "
+                                                                   "of a multiple of 16 tokens" if "kimi" in model else
+                                                                   "'s attention backends (FlashAttention, FlashInfer, "
+                                                                   "Triton, FlexAttention) run pages of a multiple of 16 tokens only")
     assert (res.exit_code == 1 and message in res.stderr) if refused else (res.exit_code == 0 and message not in res.stderr)
     assert "Traceback" not in res.stderr
     # SGLang has no such rule

@@ -377,8 +377,8 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
         if layout is None else None
     rows = tuple(group_cache(g, one, enc, every, layout, i, extra, ahead) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx
     for r in rows:
-        if r.block_size is not None and r.formula.elements:
-            check_vllm_block(r.group.attention, r.block_size, s)
+        if r.formula.elements:
+            check_vllm_block(r.group.attention, s)
     terms = tuple(group_term(r, s, enc, ahead) for r in rows)
     # a KV-shared layer (Gemma 3n) adds nothing per token: it reads the cache of the layer it shares
     growing = [r for r in rows if not r.group.layer.kv_shared]

@@ -118,17 +118,20 @@ def check_encoder_positions(family: str, source_len: int | None, enc_ctx: int | 
                           "whatever the audio: leave --enc-ctx out, or drop --engine for the exact cache")
 
 
-def check_vllm_block(attention: AttentionKind, block: int, s: Settings) -> None:
-    """A KvcalcError for a --block-size whose pages vLLM 0.34.0 cannot run on a (non-MLA) attention layer: every
-    CUDA backend takes a multiple of 16 tokens only (AttentionBackend.supports_block_size: FLASH_ATTN, TRITON_ATTN
-    and FLEX_ATTENTION MultipleOf(16), FLASHINFER 16/32/64), else "No valid attention backend found"
-    (platforms/cuda.py); a hybrid's page as vLLM raises it (`block`) must be one too (_check_aligned_block_size)."""
-    if s.engine != "vllm" or s.block_size is None or isinstance(attention, MLA) or block % VLLM_KERNEL_BLOCK == 0:
+def check_vllm_block(attention: AttentionKind, s: Settings) -> None:
+    """A KvcalcError for a --block-size vLLM 0.34.0 has no attention backend for on a layer of `attention`: it picks
+    each layer's backend by the size asked while it builds the model, before any hybrid's raise (selector.py,
+    platforms/cuda.py "No valid attention backend found"); every CUDA backend of a (non-MLA) attention layer takes a
+    multiple of 16 tokens only (AttentionBackend.supports_block_size: FLASH_ATTN, TRITON_ATTN and FLEX_ATTENTION
+    MultipleOf(16), FLASHINFER 16/32/64), and MLA's as block_tokens says."""
+    if s.engine != "vllm" or s.block_size is None:
         return
-    raised = f" (it raises this hybrid's pages to {block:,} tokens)" if block != s.block_size else ""
-    raise KvcalcError(f"--block-size {s.block_size} --engine vllm: vLLM 0.34.0's attention backends (FlashAttention, "
-                      f"FlashInfer, Triton, FlexAttention) run pages of a multiple of {VLLM_KERNEL_BLOCK} tokens only"
-                      f"{raised}: give one, or leave --block-size out for its {DEFAULT_BLOCK['vllm']}")
+    if isinstance(attention, MLA):
+        block_tokens(attention, s)  # refuses what no MLA backend runs
+    elif s.block_size % VLLM_KERNEL_BLOCK:
+        raise KvcalcError(f"--block-size {s.block_size} --engine vllm: vLLM 0.34.0's attention backends (FlashAttention, "
+                          f"FlashInfer, Triton, FlexAttention) run pages of a multiple of {VLLM_KERNEL_BLOCK} tokens "
+                          f"only: give one, or leave --block-size out for its {DEFAULT_BLOCK['vllm']}")
 
 
 VLLM_MLA_BLOCK = 64  # vllm/platforms/cuda.py forces 64 for the FlashMLA and FlashMLASparse backends
