@@ -51,7 +51,7 @@ class FitRow:
     reserved_bytes: int = figure("Reserved", "bytes", "memory left unused by the reserve fraction, all GPUs")
     weights_bytes: int = figure("Weights", "bytes", "all weights in weights_dtype (one copy)")
     weights_bytes_per_gpu: int = figure("Weights\nper GPU", "bytes", "weights the busiest GPU holds")
-    activation_bytes: int = figure("Activations\nper GPU", "bytes", "an estimate for one prefill chunk on the busiest GPU")
+    activation_bytes: int = figure("Activations\nper GPU", "bytes", "an estimate for one prefill chunk on the busiest GPU (0 under SGLang, whose static fraction leaves their room)")
     batch: int = figure("Batch", "int", "sequences")
     ctx: int = figure("Ctx", "tokens", "tokens per sequence")
     max_ctx: int | None = figure("Max\nctx", "tokens", "the longest context that fits the batch (when solving for ctx)")
@@ -82,7 +82,7 @@ class FitRow:
     dp_attention: bool = figure("DP\nattention", "bool", "SGLang's DP attention")
     mtp: bool = figure("MTP", "bool", "the multi-token-prediction layers counted (--mtp)")
     reserve: float = figure("Reserve", "float", "fraction of each GPU's memory left unused (--reserve, or its default)")
-    prefill_chunk: int = figure("Prefill\nchunk", "tokens", "tokens of one prefill chunk, for the activation estimate")
+    prefill_chunk: int = figure("Prefill\nchunk", "tokens", "tokens of one prefill chunk, for the activation estimate (SGLang: its chunked_prefill_size, in its static fraction)")
 
 
 
