@@ -895,3 +895,40 @@ def test_a_gpus_cache_rounds_its_bytes_once_as_the_whole_cache_does(tmp_path):
     rows = json.loads(run("compare", str(path), "--ctx", "1,3,5", "--kv-dtype", "int4", "-f", "json").stdout)
     # elements: 5·(ctx + min(ctx, 3)) at 4 bits: 10 → 5 bytes, 30 → 15, 40 → 20
     assert [(r["kv_cache_bytes"], r["kv_cache_bytes_per_gpu"]) for r in rows] == [(5, 5), (15, 15), (20, 20)]
+
+
+def test_engines_keep_the_indexer_mtp_projection_and_mxfp4_attention_in_bf16():
+    # a review of the bf16 rule: beyond the embedding, head and routers, the engines build more without quantization
+    from kvcalc.costs.engine_files import engine_extra_bytes
+
+    # DeepSeek-V3.2's indexer: vLLM fuses wk and weights_proj with quant_config=None (7,168 × (128 + 64) a layer, all 61
+    # on every rank); SGLang keeps weights_proj (7,168 × 64) in bf16 and quantizes wk (its RoPE is not interleaved)
+    v32 = spec("deepseek-v3.2")
+    fp8 = Settings(ctx=1, tp=8, weights_dtype="fp8")
+    bf16_rest = 2 * (129_280 // 8) * 7168 + 58 * (7168 * 256 + 256) + 61 * 16 * 256 * 512 * 2  # head, routers, w_kc/w_vc
+    assert per_gpu(v32, replace(fp8, engine="vllm")).weights_bytes - per_gpu(v32, fp8).weights_bytes \
+        == bf16_rest + 61 * 7168 * (128 + 64)
+    assert per_gpu(v32, replace(fp8, engine="sglang")).weights_bytes - per_gpu(v32, fp8).weights_bytes \
+        == bf16_rest + 61 * 7168 * 64
+    # the MTP layers' eh_proj (2·d × d, an nn.Linear in DeepSeek's, GLM's and MiMo's MTP files): a byte more a value
+    # in fp8; Qwen3-Next's fc takes the quantization
+    held, ends = [], (False, False, False)
+    assert engine_extra_bytes(spec("deepseek-v3"), replace(fp8, engine="vllm"), held, ends, mtp_proj=2 * 7168**2) \
+        == 2 * 7168**2 == 102_760_448
+    assert engine_extra_bytes(spec("qwen3-next-80b-a3b"), replace(fp8, engine="vllm"), held, ends, mtp_proj=10**6) == 0
+    # gpt-oss in int4 is its MXFP4 checkpoint: the experts alone are 4-bit, its attention (36 layers of 2,880 ×
+    # (4,096 + 512 + 512) and 4,096 × 2,880), embedding and head (201,088 rows of 2,880 each) and routers (36 ·
+    # (2,880 · 128 + 128)) stay bf16: 12 bits more a value
+    oss = spec("gpt-oss-120b")
+    int4 = Settings(ctx=1, weights_dtype="int4")
+    rest = 36 * (2880 * 5120 + 4096 * 2880) + 2 * 201_088 * 2880 + 36 * (2880 * 128 + 128)
+    assert per_gpu(oss, replace(int4, engine="vllm")).weights_bytes - per_gpu(oss, int4).weights_bytes \
+        == rest * 12 // 8 == 3_190_586_112
+    # GLM-5 interleaves its indexer's RoPE, so SGLang fuses wk with weights_proj in bf16: its wk too (d × 128 a layer)
+    glm5 = _reference("configs-extra/glm-5.json")
+    held = [(g, len(g.layers)) for g in glm5.groups]
+    as_deepseek = glm5.model_copy(update={"family": "deepseek"})
+    sglang = replace(fp8, tp=1, engine="sglang")
+    layers = sum(n for g, n in held if g.attention.kind == "mla" and g.attention.indexed)
+    assert engine_extra_bytes(glm5, sglang, held, ends) - engine_extra_bytes(as_deepseek, sglang, held, ends) \
+        == layers * glm5.d_model * 128

@@ -99,6 +99,19 @@ FP32_ROUTER = {"vllm": frozenset({"mimo_v2_flash"}), "sglang": frozenset({"glm4_
 
 # Weight dtypes an engine stores quantized (with scales), against the float ones it computes in
 QUANTIZED_WEIGHTS = frozenset({"fp8", "int8", "int4"})
+# Families whose MTP eh_proj (2·d → d) the engines build as an unquantized nn.Linear (or a ReplicatedLinear with no
+# quant_config), in bf16 whatever the checkpoint: vLLM deepseek_mtp.py, deepseek_v32/nvidia/mtp.py, glm4_moe_mtp.py,
+# mimo_v2_mtp.py; SGLang deepseek_nextn.py, glm4_moe_nextn.py, mimo_v2_nextn.py (Qwen3-Next's fc takes quant_config)
+MTP_PROJ_BF16 = frozenset({"deepseek", "kimi", "glm", "glm4_moe", "mimo_v2_flash"})
+# DeepSeek Sparse Attention's indexer weights the engines keep in bf16 under quantized weights: vLLM fuses wk and
+# weights_proj with quant_config=None (deepseek_v2.py wk_weights_proj; FP8 wk upcast at load); SGLang keeps
+# weights_proj in bf16 and fuses wk with it (bf16) only where the indexer's RoPE is interleaved (dsa_indexer.py
+# use_dsa_indexer_fusion: not is_neox_style; GLM-5's indexer_rope_interleave), else quantizes wk
+INDEXER_BF16 = {"vllm": ("W_IK", "W_IW"), "sglang": ("W_IW",)}
+SGLANG_FUSED_INDEXER = frozenset({"glm"})
+# Families whose 4-bit checkpoints are MXFP4 of the experts alone: under --weights-dtype int4 their attention stays
+# bf16 (vLLM Mxfp4Config.get_quant_method: UnquantizedLinearMethod for every LinearBase; SGLang's on CUDA: None)
+MXFP4_EXPERTS_ONLY = frozenset({"gpt-oss"})
 
 VOCAB_PADDING = 64  # vLLM and SGLang vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
 
@@ -115,15 +128,19 @@ class FfnSplit(NamedTuple):
 
 
 def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, int]],
-                       ends: tuple[bool, bool, bool], routers: int = 0, draft_embedding: int = 0) -> int:
+                       ends: tuple[bool, bool, bool], routers: int = 0, draft_embedding: int = 0,
+                       mtp_proj: int = 0) -> int:
     """Bytes a rank of a stage holds beyond its weights in the weights' dtype: (layer group as the rank holds it, its
     layers here) for `held`, stage_ends for `ends`, the MoE routers' parameters there for `routers`, an MTP drafter's
-    own embedding there for `draft_embedding` (parameters).
+    own embedding there for `draft_embedding` and the MTP layers' eh_proj for `mtp_proj` (parameters).
 
     - Under quantized weights (fp8, int8, int4) the engines quantize only their linear layers and experts (vLLM
       Fp8Config.get_quant_method: LinearBase and RoutedExperts, None otherwise; SGLang's alike): the embedding,
       learned positions and LM head (VocabParallelEmbedding, ParallelLMHead: UnquantizedEmbeddingMethod) and the MoE
-      routers (gates built with quant_config=None) stay in the activations' bf16.
+      routers (gates built with quant_config=None) stay in the activations' bf16; so do the MTP eh_proj of
+      MTP_PROJ_BF16's families and the sparse-attention indexer's INDEXER_BF16 weights, and the attention of
+      MXFP4_EXPERTS_ONLY's families in int4 (their MXFP4 checkpoints; its scales, 1 byte a block of 32, are not
+      counted, as no scheme's are).
 
     - The absorbed MLA up-projections beside kv_b_proj (W_UK, W_UV), which the MHA prefill still runs: SGLang copies
       them always (deepseek_weight_loader.py post_load_weights: w_kc and w_vc, .contiguous(); minicpm3.py deletes
@@ -145,6 +162,16 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
                 kept = bits if spec.family == "minicpm3" else 0  # the copies replace kv_b_proj there
                 extra += n * up * (copy_bits - kept)
     float_bits = 16 if quantized else bits  # what is not quantized stays in bf16
+    if quantized:
+        bf16_index = INDEXER_BF16.get(s.engine, ())
+        bf16_index += ("W_IK",) if s.engine == "sglang" and spec.family in SGLANG_FUSED_INDEXER else ()
+        mxfp4 = s.weights_dtype == "int4" and spec.family in MXFP4_EXPERTS_ONLY
+        for rank, n in held:
+            if n and isinstance(rank.attention, MLA) and rank.attention.indexed:
+                extra += n * sum(w.size for w in rank.attention.weights(rank.layer) if w.name in bf16_index) * (16 - bits)
+            if n and mxfp4:
+                extra += n * sum(w.size for w in rank.attention.weights(rank.layer) if w.role == "matrix") * (16 - bits)
+        extra += (mtp_proj if spec.family in MTP_PROJ_BF16 else 0) * (16 - bits)
     extra += routers * ((32 if spec.family in FP32_ROUTER.get(s.engine, ()) else float_bits) - bits)
     embedding, _, head = ends
     d, fp32_head = spec.d_model, s.engine == "sglang" and spec.family == "falcon_h1"

@@ -241,7 +241,8 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         if last and mtp is not None and isinstance(last_ffn := ffn_of_layer(spec, spec.n_layers - 1), MoEFFN):
             routers += spec.mtp_layers * router_params(last_ffn, spec.d_model)  # the MTP layers' MoE, the last layer's
         draft = _draft_embedding(spec, s) if last and mtp is not None else 0
-        extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)), routers, draft)
+        eh_proj = spec.mtp_layers * _mtp_proj(spec, s) if last and mtp is not None else 0
+        extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)), routers, draft, eh_proj)
         out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype) + extra,
                          null_block_bytes(s, layout, here, groups), tuple(sized)))
     return tuple(out)
@@ -268,10 +269,18 @@ def _mtp_params_per_rank(spec: ModelSpec, s: Settings, rank: ResolvedGroup) -> i
 
     attention = sum(w.size for w in rank.attention.weights(rank.layer))
     ffn = ffn_params_per_rank(ffn_of_layer(spec, spec.n_layers - 1), spec.d_model, s.tp, s.ep, ffn_split(spec, s))
-    proj, norms = mtp_proj_and_norms(spec)
-    if s.engine == "vllm" and spec.family in VLLM_MTP_FC_SPLIT:  # fc's d outputs split over tp (2·d inputs each)
-        proj = 2 * spec.d_model * ceil_div(spec.d_model, s.tp)
-    return spec.mtp_layers * (attention + ffn + proj + norms) + _draft_embedding(spec, s)
+    _, norms = mtp_proj_and_norms(spec)
+    return spec.mtp_layers * (attention + ffn + _mtp_proj(spec, s) + norms) + _draft_embedding(spec, s)
+
+
+def _mtp_proj(spec: ModelSpec, s: Settings) -> int:
+    """One MTP layer's eh_proj (2·d × d) on a rank: whole, or under vLLM's VLLM_MTP_FC_SPLIT files fc's d outputs
+    split over tp (2·d inputs each)."""
+    from kvcalc.costs.params import mtp_proj_and_norms
+
+    if s.engine == "vllm" and spec.family in VLLM_MTP_FC_SPLIT:
+        return 2 * spec.d_model * ceil_div(spec.d_model, s.tp)
+    return mtp_proj_and_norms(spec)[0]
 
 
 def _draft_embedding(spec: ModelSpec, s: Settings) -> int:
