@@ -107,6 +107,12 @@ SGLANG_TIERS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 4096, 48, 160), (60 * 1024,
                 (90 * 1024, 8192, 256, 512), (160 * 1024, 8192, 256, 512), (None, 16384, 512, 512))
 
 
+# Families whose published checkpoints SGLang 0.5.23 serves as multimodal (model_config.py is_multimodal: Gemma 3 and
+# Llama 4 are served as text by default): it trims their static fraction for the vision (or audio) tower
+# (memory_hook.py adjust_mem_fraction_for_vlm) and loads the tower's weights, neither in kvcalc's text specs
+SGLANG_MULTIMODAL = frozenset({"gemma4", "gemma3n", "qwen3_vl", "qwen3_5_moe", "mistral3", "whisper"})
+
+
 def _sglang_tier(hw: Hardware, tp: int) -> tuple[int, int]:
     """SGLang's chunked_prefill_size and decode graphs' max_bs on `hw` at `tp` (SGLANG_TIERS)."""
     mib = Fraction(hw.memory_bytes, 2**20)

@@ -491,3 +491,13 @@ def test_sglang_caps_requests_by_its_pool_between_the_clamps():
     assert row["reserve"] == 0.222 and 2048 < tokens * 512 // 131_072 < 4096
     assert (row["max_batch"], row["binding"]) == (int(tokens / 131_072 * 512), "max_running_requests") \
         == (2892, "max_running_requests")
+
+
+def test_sglang_multimodal_checkpoints_are_noted():
+    # a review: SGLang serves Gemma 4's published checkpoint as multimodal, trimming its static fraction for the vision
+    # tower (0.836 · 0.91 on an H100) and loading the tower: kvcalc's text spec knows neither, and says so
+    res = run("fit", "gemma4-26b-a4b", "--ctx", "32k", "--hardware", "h100-80gb", "--engine", "sglang")
+    assert "note: gemma4-26b-a4b: SGLang serves its published checkpoint as multimodal" in res.stderr
+    for args in (("--engine", "sglang", "--reserve", "0.25"), ("--engine", "vllm")):
+        assert "multimodal" not in run("fit", "gemma4-26b-a4b", "--ctx", "32k", "--hardware", "h100-80gb", *args).stderr
+    assert "multimodal" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang").stderr

@@ -382,7 +382,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
 
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
-    from kvcalc.fit import FitRow, default_prefill_chunk, default_reserve, fit
+    from kvcalc.fit import SGLANG_MULTIMODAL, FitRow, default_prefill_chunk, default_reserve, fit
 
     s = opts.settings(ctxs[0] if ctxs else 1)
     if ctxs and s.batch != 1:
@@ -405,6 +405,10 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
         raise KvcalcError(f"--gpus {gpus} (tensor parallelism over {gpus}; --tp, --pp and --dp give another layout):"
                           + str(exc)[len(f"--tp {gpus}:"):]) from None
     warnings = _fit_notes(spec, s, rows, ctxs, frac, chunk, units)
+    if s.engine == "sglang" and reserve is None and spec.family in SGLANG_MULTIMODAL:
+        warnings.append(f"note: {spec.name}: SGLang serves its published checkpoint as multimodal: it trims the static "
+                        "fraction for the vision or audio tower (adjust_mem_fraction_for_vlm) and loads the tower's "
+                        "weights, neither counted here (a text model's fraction is used): give --reserve to match")
     figs = figures_of(FitRow)
     hide = ({"max_ctx", "batch"} if ctxs else {"max_batch", "ctx"}) | {"exceeds_max_context"}  # stderr says it
     hide |= {"state_bytes_per_gpu"}  # in the KV cache column already (csv and json carry it apart)
