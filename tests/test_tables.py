@@ -320,3 +320,13 @@ def test_mla_rows_cite_deepseek_v2s_equations():
     assert [notes[w].split("(eq. ")[1][:2].rstrip(")") for w in ("W_DKV", "W_UK", "W_UV", "W_DQ", "W_UQ", "W_QR", "W_KR")] \
         == ["9", "10", "11", "12", "13", "14", "15"]
     assert "per head" in notes["W_UQ·W_UKᵀ"] and "d_c' × d_c" in notes["W_UQ·W_UKᵀ"] and "per head" in notes["W_UV·W_O"]
+
+
+def test_models_table_marks_a_context_past_a_models_maximum():
+    # a review: the default paper table put Llama 3 70B (8,192 tokens) at 128k with the warning on stderr alone, which a
+    # pasted table leaves behind; a column says it when a row passes its maximum, and is left out when none does
+    out = run("table", "models", "-f", "latex").stdout
+    assert "Over" in out and "max ctx" in out
+    rows = [line.removesuffix(r" \\").split(" & ") for line in out.splitlines() if line.startswith(("llama3-70b", "gemma3"))]
+    assert [cells[-1] for cells in rows] == ["yes", "no"]
+    assert "max ctx" not in run("table", "models", "--ctx", "8k", "-f", "latex").stdout

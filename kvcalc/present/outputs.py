@@ -584,7 +584,10 @@ def models_output(loaded: list[LoadedModel], s: Settings) -> Output:
 
     rows = models_rows([lm.spec for lm in loaded], s)
     figs = figures_of(ModelsRow)
-    columns = [Column.of(f) for f in figs if f.key != "exceeds_max_context"]  # stderr says it; csv and json carry it
+    # a context past a model's maximum: stderr says it, and so does a column, since a pasted paper table leaves stderr
+    # behind (a review: the default table put Llama 3 70B, trained to 8k, at 128k unmarked); none when no row passes
+    over = any(row.get("exceeds_max_context") for row in rows)
+    columns = [Column.of(f) for f in figs if over or f.key != "exceeds_max_context"]
     title = f"Models side by side: cache at ctx {s.ctx:,}, {s.kv_dtype}"
     warnings = _load_warnings(loaded) + _ctx_warnings([lm.spec for lm in loaded], [s.ctx])
     return Output([Table("models", columns, rows, title, [f.key for f in figs])], warnings=warnings)
