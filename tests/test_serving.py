@@ -713,3 +713,30 @@ def test_vllm_gives_an_mla_hybrid_pages_of_a_multiple_of_128():
     r = json.loads(run("compare", path, "--engine", "vllm", "--ctx", "4k", "--kv-dtype", "fp8", "-f", "json").stdout)[0]
     assert 128 * -(-2_170_880 // (128 * 576)) == 3840
     assert (r["block_size"], r["engine_kv_bytes"]) == (3840, 7 * 2 * 3840 * 576)
+
+
+def test_every_family_kvcalc_writes_is_known_and_an_unknown_one_is_warned_of(tmp_path):
+    # a usability gap: a hand-written spec's family selects the engines' model-file rules, and a typo ('gemma-3') fell
+    # back to the plain layout in silence. Every family the importers write for the reference configs and every bundled
+    # spec's is known, and so is every family an engine rule names
+    import glob
+
+    from kvcalc.costs import engine_files, paged
+    from kvcalc.costs.engine_files import KNOWN_FAMILIES
+    from kvcalc.hf import import_config
+    from kvcalc.registry import load_model
+
+    written = set()
+    for path in glob.glob(str(REFERENCE / "**" / "*.json"), recursive=True):
+        cfg = json.loads(open(path).read())
+        if isinstance(cfg, dict) and "model_type" in cfg:
+            written.add(import_config(cfg, path, "m").data["family"])
+    written |= {load_model(name).spec.family for name in bundled_names()}
+    rules = {f for module in (engine_files, paged) for value in vars(module).values() if isinstance(value, frozenset)
+             for f in value if isinstance(f, str) and not f.startswith(("fp", "int"))}
+    assert written <= KNOWN_FAMILIES and rules <= KNOWN_FAMILIES, (written - KNOWN_FAMILIES, rules - KNOWN_FAMILIES)
+    path = tmp_path / "g.yaml"
+    path.write_text((ROOT / "model_specs" / "gemma3-1b.yaml").read_text().replace("family: gemma3", "family: gemma-3"))
+    res = run("compare", str(path), "--engine", "vllm")
+    assert "warning: gemma3-1b: family 'gemma-3' is none kvcalc knows (did you mean gemma3?)" in res.stderr
+    assert "none kvcalc knows" not in run("compare", str(path)).stderr  # without an engine no rule depends on it

@@ -97,6 +97,17 @@ SGLANG_NO_PP = frozenset({"cohere2", "falcon_h1", "gemma2", "gemma3", "gemma3n",
 # minimax_m2.py (the gate's params_dtype)
 FP32_ROUTER = {"vllm": frozenset({"mimo_v2_flash"}), "sglang": frozenset({"glm4_moe", "minimax-m2"})}
 
+# Every family kvcalc's importers write (kvcalc/hf), a bundled spec names or an engine rule names (step3p5: SGLang's
+# hybrid-SWA pool, for a hand-written Step-3.5 spec): under --engine a family selects the engines' model-file rules
+# above, so one outside this list (a typo in a hand-written spec) is warned of
+KNOWN_FAMILIES = frozenset({
+    "bart", "cohere2", "deepseek", "falcon", "falcon_h1", "gemma2", "gemma3", "gemma3n", "gemma4", "glm", "glm4_moe",
+    "gpt-oss", "gpt2", "granitemoehybrid", "jamba", "kimi", "kimi_linear", "llama", "llama3", "llama4", "mimo_v2_flash",
+    "minicpm3", "minimax", "minimax-m2", "ministral3", "mistral", "mixtral", "nemotron-nas", "nemotron_h", "olmo2",
+    "olmo3", "openelm", "phi3", "qwen2", "qwen3", "qwen3_5_moe", "qwen3_next", "qwen3_vl", "starcoder2", "step3p5", "t5",
+    "whisper",
+})
+
 # Weight dtypes an engine stores quantized (with scales), against the float ones it computes in
 QUANTIZED_WEIGHTS = frozenset({"fp8", "int8", "int4"})
 # Families whose MTP eh_proj (2·d → d) the engines build as an unquantized nn.Linear (or a ReplicatedLinear with no

@@ -91,8 +91,18 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     Transformers backend may run them, unverified), and vLLM has no cache for some --kv-quant schemes (_vllm_lacks)."""
     if s.engine not in ("vllm", "sglang"):
         return []
+    from kvcalc.costs.engine_files import KNOWN_FAMILIES
+
     out = []
     for spec in specs:
+        if spec.family not in KNOWN_FAMILIES:  # a hand-written spec's family: it selects the engines' model-file rules
+            import difflib
+
+            close = difflib.get_close_matches(spec.family, sorted(KNOWN_FAMILIES), n=1, cutoff=0.75)
+            out.append(f"warning: {spec.name}: family {spec.family!r} is none kvcalc knows"
+                       + (f" (did you mean {close[0]}?)" if close else "") + "; under --engine a family selects the "
+                       "engines' model-file rules (which stages hold the embedding and head, fp32 routers, window "
+                       "and state rules), so the plain layout is counted: give the family of the architecture it follows")
         what = None
         if spec.encoder is not None and spec.family != "whisper":
             what = "encoder–decoder model"
