@@ -279,3 +279,20 @@ def test_openelm_embeddings_untied_by_default(tmp_path):
     real = row(config("configs-extra-4/openelm-270m.json"), tmp_path, "real")
     untied = row(without(config("configs-extra-4/openelm-270m.json"), "share_input_output_layers"), tmp_path, "untied")
     assert untied["params_total"] - real["params_total"] == 32_000 * 1_280
+
+
+@pytest.mark.parametrize(("rope", "context"), [
+    ({"type": "linear", "factor": 4.0}, 4 * 8192), ({"rope_type": "dynamic", "factor": 2}, 2 * 8192),
+    # types whose factor max_position_embeddings already includes (vLLM _get_and_verify_max_len): unchanged
+    ({"rope_type": "llama3", "factor": 8.0}, 8192), ({"type": "yarn", "factor": 4}, 8192),
+    ({"rope_type": "default"}, 8192),
+])
+def test_a_linear_or_dynamic_rope_scaling_stretches_the_context(tmp_path, rope, context):
+    # a gap left open: vLLM multiplies max_model_len by a linear or dynamic RoPE factor (the positions stretched);
+    # kvcalc kept max_position_embeddings, so its 'exceeds' warning and fit's context cap were a factor short
+    cfg = {**config("models/llama-3-8b.json"), "rope_scaling": rope}
+    from kvcalc.hf import import_config
+
+    data = import_config(cfg, "t", "m").data
+    assert data["max_context"] == context
+    assert ("as vLLM derives max_model_len" in (data.get("notes") or "")) == (context != 8192)

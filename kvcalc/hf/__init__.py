@@ -7,6 +7,7 @@ One module per family of model_types (dense.py, deepseek.py, ...), each register
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from kvcalc.errors import SpecError
 from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
@@ -74,11 +75,38 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
     except RecursionError:
         raise SpecError(f"{origin}: a value is nested too deeply to import") from None
     data = {"name": name, "family": body.pop("family"), "source": f"Hugging Face config.json ({origin}, model_type {model_type})"}
+    _rope_scaled_context(cfg, model_type, body, notes)
     if notes:
         data["notes"] = "; ".join(notes)
     data.update(body)
     _distinct_names(data.get("layer_groups"))
     return Imported(data=data, keys=config_keys(cfg, model_type))
+
+
+# RoPE types whose factor leaves max_position_embeddings the scaled context already (vLLM 0.34.0 config/model.py
+# _get_and_verify_max_len: "YaRN variants leave max_position_embeddings already scaled"); any other type with a factor
+# (linear, dynamic) stretches the positions by it
+ROPE_ALREADY_SCALED = frozenset({"default", "su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"})
+
+
+def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str]) -> None:
+    """max_context times the RoPE scaling factor where the scaling stretches the positions (a linear or dynamic
+    rope_scaling), as vLLM derives max_model_len; Gemma 3's maximum is scaled already (vLLM skips it too)."""
+    inner = cfg.get("text_config")
+    text: dict = inner if isinstance(inner, dict) else cfg
+    rope = text.get("rope_scaling") or text.get("rope_parameters")
+    if not isinstance(rope, dict) or model_type.startswith("gemma3") or not isinstance(body.get("max_context"), int):
+        return
+    kinds = rope.values() if all(isinstance(v, dict) for v in rope.values()) and rope else [rope]  # per layer type
+    for r in kinds:
+        kind, factor = r.get("rope_type", r.get("type")), r.get("factor")
+        if kind in ROPE_ALREADY_SCALED or isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 1:
+            continue
+        scaled = int(body["max_context"] * Fraction(str(factor)))
+        notes.append(f"rope_scaling {kind} factor {factor}: max_context {body['max_context']:,} × {factor} = {scaled:,}, "
+                     "as vLLM derives max_model_len")
+        body["max_context"] = scaled
+        return
 
 
 def _distinct_names(groups: object) -> None:
