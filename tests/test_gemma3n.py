@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import ConfigFolder, kv_bytes, run
+from conftest import REFERENCE, ConfigFolder, kv_bytes, run
 from kvcalc.errors import SpecError
 from kvcalc.hf.gemma3n import unmodelled_params
 
@@ -116,8 +116,9 @@ def test_decode_reads_one_row_of_the_per_layer_table():
     spec = CONFIGS.imported(CONFIGS.config(E2B))
     s = Settings(ctx=4096, batch=2)
     # active weights less the two lookup tables (embed_tokens is tied: read as the LM head), plus one row of each
-    # table per sequence: D of embed_tokens and L·P of embed_tokens_per_layer
-    read = param_counts(spec).active - V_PLE * L * P + 2 * (D + L * P)
+    # table per sequence: D of embed_tokens and L·P of embed_tokens_per_layer; less the 10 KV-shared layers' own K/V
+    # projections and k_norm, which never run (2 · 2,048 · 512 + 256 each)
+    read = param_counts(spec).active - V_PLE * L * P + 2 * (D + L * P) - 10 * (2 * 2048 * 512 + 256)
     assert decode_bytes(spec, s)["weights"] == 2 * read
 
 
@@ -251,3 +252,18 @@ def test_engines_hold_the_per_layer_gates_and_altup_routers_whole():
     assert _weights(1, "vllm") - _weights(1) == -41_948_160
     # SGLang at tp 2: the table and the replicated weights whole, the token embedding whole (kvcalc splits V / 2)
     assert _weights(2, "sglang") - _weights(2) == BF16 * ((table + replicated) - (table + replicated) // 2 + (V - V // 2) * D)
+
+
+def test_a_decode_step_reads_no_kv_projection_of_a_kv_shared_layer():
+    # a review: the 10 KV-shared layers' k_proj, v_proj and k_norm (2 · 2,048 · 512 + 256 values each) sit in the
+    # checkpoint but never run (they read an earlier layer's cache), yet a decode step counted them as read: 41,948,160
+    # bytes too many. The weights read: every active parameter (4,456,156,768), less the per-layer embedding table
+    # (30 · 256 rows of 262,144: 2,013,265,920) but the rows a token reads (7,680 and the main embedding's 2,048),
+    # less those projections
+    from kvcalc.costs.traffic import decode_bytes
+    from kvcalc.hf import spec_from_config
+    from kvcalc.settings import Settings
+
+    spec, _ = spec_from_config(json.loads((REFERENCE / "configs-gemma3n" / "gemma-3n-e2b.json").read_text()), "c", "m")
+    weights = decode_bytes(spec, Settings(ctx=4096))["weights"]
+    assert weights == 2 * (4_456_156_768 - 2_013_265_920 + 7_680 + 2_048 - 10 * (2 * 2048 * 512 + 256)) == 4_843_852_992

@@ -11,7 +11,18 @@ from typing import Annotated, Any, TypeVar
 from pydantic import PlainValidator, SerializeAsAny, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from kvcalc.attention.base import AttentionKind, Formula, Layer, Symbol, Weight, Work, keys_seen, keys_seen_sum, tri
+from kvcalc.attention.base import (
+    KV_PROJECTIONS,
+    AttentionKind,
+    Formula,
+    Layer,
+    Symbol,
+    Weight,
+    Work,
+    keys_seen,
+    keys_seen_sum,
+    tri,
+)
 
 KINDS: dict[str, type[AttentionKind]] = {}
 K = TypeVar("K", bound=type[AttentionKind])
@@ -77,7 +88,7 @@ for _cls in (MHA, GQA, MQA, MLA, Linear, GatedDeltaNet, Lightning, Mamba, Mamba2
     register(_cls)
 
 __all__ = [
-    "KINDS", "kind_label", "AttentionField", "AttentionKind", "Formula", "GQA", "Heads", "Layer", "Linear", "MHA", "MLA",
+    "KINDS", "KV_PROJECTIONS", "kind_label", "AttentionField", "AttentionKind", "Formula", "GQA", "Heads", "Layer", "Linear", "MHA", "MLA",
     "MLA_CACHE_LAYOUTS", "MLA_SCHEDULES", "MQA", "Symbol", "Weight", "Work", "keys_seen", "keys_seen_sum",
     "register", "tri",
 ]

@@ -88,6 +88,11 @@ class Weight:
         return prod(self.shape)
 
 
+# The weights of a layer's own K and V, which a KV-shared layer holds in its checkpoint but never runs: it reads an
+# earlier layer's cache (Gemma 3n: vLLM builds q_proj alone there; transformers projects no K/V with a cache)
+KV_PROJECTIONS = frozenset({"W_K", "W_V", "b_K", "b_V", "k_norm"})
+
+
 @dataclass(frozen=True)
 class Layer:
     """Where an attention block sits: the model's hidden size, the group's window or chunk, and the block's path."""

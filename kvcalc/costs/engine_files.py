@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kvcalc.attention import MLA, Heads, Weight
+from kvcalc.attention import KV_PROJECTIONS, MLA, Heads, Weight
 from kvcalc.dtypes import dtype_bits
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
@@ -255,7 +255,7 @@ def engine_attention_weights(rank: ResolvedGroup, s: Settings) -> tuple[Weight, 
     if att.k_eq_v:
         weights += (Weight("W_V", "attn/v", (layer.d_model, att.n_kv * att.d_v(layer))),)
     if s.engine == "vllm" and layer.kv_shared:
-        weights = tuple(w for w in weights if w.name not in ("W_K", "W_V", "b_K", "b_V", "k_norm"))
+        weights = tuple(w for w in weights if w.name not in KV_PROJECTIONS)
     return weights
 
 

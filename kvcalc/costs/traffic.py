@@ -17,6 +17,7 @@ Conventions (also in the README):
 
 from __future__ import annotations
 
+from kvcalc.attention import KV_PROJECTIONS
 from kvcalc.costs.cache import CacheReport, kv_cache, read_at
 from kvcalc.costs.params import param_counts, weights_bytes
 from kvcalc.settings import Settings
@@ -54,7 +55,10 @@ def _read_once(spec: ModelSpec, mtp: bool) -> tuple[int, int]:
     params = param_counts(spec, mtp)
     per_input = sum(v for k, v in params.active_breakdown.items() if _per_input(k))
     tables = _lookup_tables(spec)
-    return params.active - per_input - tables, params.total - tables
+    # a KV-shared layer's own K/V projections, in its checkpoint but never run (it reads an earlier layer's cache)
+    unused = sum(len(g.layers) * sum(w.size for w in g.attention.weights(g.layer) if w.name in KV_PROJECTIONS)
+                 for g in spec.groups if g.layer.kv_shared)
+    return params.active - per_input - tables - unused, params.total - tables - unused
 
 
 def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
