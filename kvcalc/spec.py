@@ -248,11 +248,14 @@ _T = TypeVar("_T")
 
 class ExtraWeights(Strict):
     """Weights of a block the schema has no type for, counted by the importer from the config (Gemma 3n's per-layer
-    embeddings, AltUp, LAuReL): in parameters (total and active) and per-GPU weights; not in FLOPs."""
+    embeddings, AltUp, LAuReL): in parameters (total and active), traffic and per-GPU weights, and its `flops` a
+    token in every pass."""
 
     params: ParamCount = Field(description="All its weights.")
     table: ParamCount = Field(0, description="Of them, a lookup table (read by row, not in full): its size.")
     row: ParamCount = Field(0, description="Values one token reads from that table.")
+    flops: ParamCount = Field(0, description="FLOPs of one token through the block, in every pass: 2 a multiply-add of "
+                              "its matrices, and any product of activations (Gemma 3n's AltUp predictions)")
     replicated: ParamCount = Field(0, description="Of them, weights vLLM and SGLang hold whole on every tensor-parallel "
                                    "rank (replicated linears, norms); the rest split by tp.")
 

@@ -267,3 +267,22 @@ def test_a_decode_step_reads_no_kv_projection_of_a_kv_shared_layer():
     spec, _ = spec_from_config(json.loads((REFERENCE / "configs-gemma3n" / "gemma-3n-e2b.json").read_text()), "c", "m")
     weights = decode_bytes(spec, Settings(ctx=4096))["weights"]
     assert weights == 2 * (4_456_156_768 - 2_013_265_920 + 7_680 + 2_048 - 10 * (2 * 2048 * 512 + 256)) == 4_843_852_992
+
+
+def test_the_extra_blocks_products_are_in_the_flops():
+    # a review: the per-layer inputs', AltUp's and LAuReL's products (163,386,048 FLOPs a token for E2B, d 2,048, 30
+    # layers, p 256, A 4, rank 64) were left out: per token, per_layer_model_projection 2·d·30·p and AltUp's
+    # (A − 1) projections and unembeddings 2·2·3·d²; per layer, the per-layer gate and projection 2·2·d·p, AltUp's router
+    # (run twice) 2·2·d·A, its predictions 2·d·A², prediction and correction coefficients 2·A³ + 2·A², LAuReL 2·2·d·64
+    from kvcalc.costs.flops import decode_flops
+    from kvcalc.hf import spec_from_config
+    from kvcalc.settings import Settings
+
+    spec, _ = spec_from_config(json.loads((REFERENCE / "configs-gemma3n" / "gemma-3n-e2b.json").read_text()), "c", "m")
+    d, layers, p, a, r = 2048, 30, 256, 4, 64
+    per_token = {"extra/per_layer_embeddings": 2 * d * layers * p + layers * 4 * d * p,
+                 "extra/altup": 4 * 3 * d * d + layers * (4 * d * a + 2 * d * a * a + 2 * a**3 + 2 * a * a),
+                 "extra/laurel": layers * 4 * d * r}
+    assert sum(per_token.values()) == 163_386_048
+    step = decode_flops(spec, Settings(ctx=4096, batch=3))
+    assert {k: v for k, v in step.items() if k.startswith("extra/")} == {k: 3 * v for k, v in per_token.items()}

@@ -118,12 +118,14 @@ def _plan_groups(spec: ModelSpec, schedule: str) -> tuple[_GroupFlops, ...]:
 
 
 def _ffn_rates(spec: ModelSpec) -> LayerRates:
-    """Every layer's FFN together, as rates of the tokens (runs of layers × one layer's FLOPs, in layer order)."""
+    """Every layer's FFN together, and the blocks of extra weights (their `flops` a token, 'extra/<name>'), as rates of
+    the tokens (runs of layers × one layer's FLOPs, in layer order)."""
 
     def every_layer(w: Work) -> dict[str, int]:
         out: dict[str, int] = {}
         for run in ffn_runs(spec):
             add_times(out, ffn_flops(run.ffn, spec.d_model, w.tokens), run.count)
+        out.update({f"extra/{name}": w.tokens * x.flops for name, x in spec.extra_weights.items() if x.flops})
         return out
 
     return rates(every_layer)

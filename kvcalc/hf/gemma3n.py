@@ -19,7 +19,7 @@ the published configs were saved with; main agrees except where noted):
 - the LM head is tied to embed_tokens (tie_word_embeddings, default true).
 
 Blocks the schema has no type for, counted as the spec's `extra_weights` (in parameters, traffic and per-GPU
-weights; their matrix products are left out of the FLOPs), derived from the config as below:
+weights, and their products in the FLOPs: unmodelled_flops), derived from the config as below:
 - per-layer embeddings: embed_tokens_per_layer, vocab_size_per_layer_input × num_hidden_layers ·
   hidden_size_per_layer_input (a lookup table: a token reads one row of L·p); per_layer_model_projection, d × L·p; per_layer_projection_norm, p; in each layer
   per_layer_input_gate and per_layer_projection, d × p each;
@@ -105,6 +105,23 @@ def _d_ff(cfg: dict, origin: str, n: int) -> list[int]:
     return [whole(s, f"intermediate_size[{i}]", origin) for i, s in enumerate(sizes)]
 
 
+def unmodelled_flops(cfg: dict, origin: str) -> dict[str, int]:
+    """FLOPs of one token through those blocks, by block (Gemma3nTextModel.forward, Gemma3nTextAltUp,
+    Gemma3nTextLaurelBlock): 2 a multiply-add. The per-layer inputs: per_layer_model_projection (d → n·p) once, each
+    layer's gate (d → p) and projection (p → d); AltUp: altup_projections and altup_unembed_projections ((A − 1) of
+    d × d each) once, and in each layer the modality router (d → A) in predict and in correct, the predictions
+    (d × A times A × A), prediction_coefs (A → A²) and correction_coefs (A → A); LAuReL: linear_left and linear_right."""
+    d, n = need(cfg, "hidden_size", origin), need(cfg, "num_hidden_layers", origin)
+    p = get(cfg, "hidden_size_per_layer_input", origin, minimum=0) or 0
+    a = need(cfg, "altup_num_inputs", origin)
+    r = get(cfg, "laurel_rank", origin, minimum=0) or 0
+    return {
+        "per_layer_embeddings": 2 * d * n * p + n * 2 * 2 * d * p,
+        "altup": 2 * 2 * (a - 1) * d * d + n * (2 * 2 * d * a + 2 * d * a * a + 2 * a * a * a + 2 * a * a),
+        "laurel": n * 2 * 2 * d * r,
+    }
+
+
 def unmodelled_params(cfg: dict, origin: str) -> dict[str, int]:
     """Parameters of Gemma 3n's blocks that no kvcalc spec field expresses, by block (see the module docstring)."""
     d, n = need(cfg, "hidden_size", origin), need(cfg, "num_hidden_layers", origin)
@@ -165,10 +182,12 @@ def _gemma3n(cfg, origin, notes):
     # per_layer_input_gate and per_layer_projection and the per_layer_projection_norm; AltUp's correction and
     # prediction coefficients and modality router
     replicated = {"per_layer_embeddings": n * 2 * d * p + p, "altup": n * (a * a + a**3 + d * a)}
+    flops = unmodelled_flops(cfg, origin)
     base["extra_weights"] = {
         name: {"params": v, **({"table": table, "row": n * p} if name == "per_layer_embeddings" else {}),
-               **({"replicated": replicated[name]} if name in replicated else {})}
+               **({"replicated": replicated[name]} if name in replicated else {}), "flops": flops[name]}
         for name, v in extra.items()}
     notes.append("per-layer embeddings, AltUp and LAuReL counted as extra_weights: "
-                 + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in extra.items()) + " (their FLOPs not counted)")
+                 + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in extra.items())
+                 + " (FLOPs a token: " + ", ".join(f"{v:,}" for v in flops.values()) + ")")
     return base
