@@ -111,6 +111,9 @@ SGLANG_TIERS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 4096, 48, 160), (60 * 1024,
 # Llama 4 are served as text by default): it trims their static fraction for the vision (or audio) tower
 # (memory_hook.py adjust_mem_fraction_for_vlm) and loads the tower's weights, neither in kvcalc's text specs
 SGLANG_MULTIMODAL = frozenset({"gemma4", "gemma3n", "qwen3_vl", "qwen3_5_moe", "mistral3", "whisper"})
+# Families whose attention backend SGLang picks before its ROCm default, aiter (model_override_base.py): Whisper's
+# flashinfer, and the model overrides' triton for Gemma 4 and OLMo 2 (arg_groups/model_overrides gemma4.py, olmo2.py)
+SGLANG_NOT_AITER = frozenset({"whisper", "gemma4", "olmo2"})
 
 
 def _sglang_tier(hw: Hardware, tp: int) -> tuple[int, int]:
@@ -128,8 +131,9 @@ def sglang_mem_fraction(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) 
     under DP attention) + the prefill graphs (on by default on CUDA at pp 1, off for KDA hybrids: 1.5 GiB for an MLA
     model, else 8 a captured size up to chunk), at least 10 GiB on a GPU of over 60 GiB; the fraction is
     (memory − reserved) / memory rounded to 3 places, in SGLang's floats; then, on AMD GPUs, where SGLang's default
-    attention backend is aiter (MHA models but Whisper; MLA at 16 or 128 heads a rank), × 0.85 for a model whose
-    context is over 8,192 (attention_hook.py: its non-static workspace). The memory is the preset's (SGLang reads
+    attention backend is aiter (MHA models; MLA at 16 or 128 heads a rank; not where a model override picks another
+    first: SGLANG_NOT_AITER, and DeepSeek Sparse Attention's dsa), × 0.85 for a model whose context is over 8,192
+    (attention_hook.py: its non-static workspace). The memory is the preset's (SGLang reads
     nvidia-smi's total, a little less: README, Hardware presets)."""
     from kvcalc.attention import MLA
     from kvcalc.errors import KvcalcError
@@ -149,8 +153,8 @@ def sglang_mem_fraction(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) 
         raise KvcalcError(f"--prefill-chunk {chunk:,} --engine sglang: SGLang would keep {reserved:,.0f} MiB of the "
                           f"{gpu_mem:,.0f} MiB of {hw.name} for activations and graphs (1.5 MiB a chunk token), leaving "
                           "no static memory: give a smaller --prefill-chunk, or --reserve")
-    aiter = not mla or mla[0].n_heads // s.tp in (16, 128)  # model_override_base.py's default on ROCm
-    if hw.vendor == "AMD" and aiter and spec.family != "whisper" and spec.max_context > 8192:
+    aiter = (not mla or mla[0].n_heads // s.tp in (16, 128) and not mla[0].indexed) and spec.family not in SGLANG_NOT_AITER
+    if hw.vendor == "AMD" and aiter and spec.max_context > 8192:
         fraction *= Fraction(85, 100)
     return fraction
 

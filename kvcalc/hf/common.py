@@ -438,10 +438,15 @@ def importer(*model_types: str, keys: dict[str, str] | None = None,
 
 def config_keys(cfg: dict, model_type: str) -> dict[str, str]:
     """The config key behind each spec field (for --explain and show's Source column): the standard names, a
-    model_type's own, each a plain key under `text_config.` where the importer read the text model from there."""
+    model_type's own, each a plain key under `text_config.` where the importer read the text model from there; a plain
+    key the file leaves out is said to be absent (its value is the config class's default, which the notes name)."""
     keys = {**HF_KEYS, **KEY_OVERRIDES.get(model_type, {})}
     text = cfg.get("text_config")
-    if model_type in TEXT_CONFIG_TYPES and isinstance(text, dict):
+    nested = model_type in TEXT_CONFIG_TYPES and isinstance(text, dict)
+    source = text if nested and isinstance(text, dict) else cfg
+    absent = " (absent: the config class's default)"
+    keys = {f: k + absent if re.fullmatch(r"[a-z][a-z0-9_]*", k) and k not in source else k for f, k in keys.items()}
+    if nested and isinstance(text, dict):
         keys = {f: _under_text(k, text) for f, k in keys.items()}
     return keys
 
@@ -449,7 +454,7 @@ def config_keys(cfg: dict, model_type: str) -> dict[str, str]:
 def _under_text(key: str, text: dict) -> str:
     """A key as read from text_config: a plain key under it; in a compound text ('head_dim (full-attention layers:
     global_head_dim)') each word that is a key, one of text_config's or one with an underscore."""
-    if re.fullmatch(r"[a-z][a-z0-9_]*", key):
+    if re.fullmatch(r"[a-z][a-z0-9_]*( \(absent: the config class's default\))?", key):
         return f"text_config.{key}"
     return re.sub(r"(?<![.\w])[a-z][a-z0-9_]*\b",
                   lambda m: f"text_config.{m[0]}" if m[0] in text or "_" in m[0] else m[0], key)
