@@ -49,7 +49,8 @@ class FitRow:
     gpus: int = figure("GPUs", "int", "GPUs: tp · pp · dp")
     memory_bytes: int = figure("Memory", "bytes", "device memory of all GPUs")
     reserved_bytes: int = figure("Reserved", "bytes", "memory left unused by the reserve fraction, all GPUs")
-    weights_bytes: int = figure("Weights", "bytes", "all weights in weights_dtype (one copy)")
+    weights_bytes: int = figure("Weights", "bytes", "all weights in weights_dtype (one copy; what an engine keeps in bf16 "
+                                "or copies beside them is in weights_bytes_per_gpu, which can pass it at tp 1)")
     weights_bytes_per_gpu: int = figure("Weights\nper GPU", "bytes", "weights the busiest GPU holds")
     activation_bytes: int = figure("Activations\nper GPU", "bytes", "an estimate for one prefill chunk on the busiest GPU (0 under SGLang, whose static fraction leaves their room)")
     batch: int = figure("Batch", "int", "sequences")

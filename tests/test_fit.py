@@ -504,3 +504,12 @@ def test_sglang_multimodal_checkpoints_are_noted():
     for args in (("--engine", "sglang", "--reserve", "0.25"), ("--engine", "vllm")):
         assert "multimodal" not in run("fit", "gemma4-26b-a4b", "--ctx", "32k", "--hardware", "h100-80gb", *args).stderr
     assert "multimodal" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang").stderr
+
+
+def test_sglang_with_a_reserve_says_the_prefill_chunk_changes_nothing():
+    # a review: the chunk only sets SGLang's default static fraction; with --reserve it changed nothing, in silence
+    args = ("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "32k")
+    res = run(*args, "--reserve", "0.2", "--prefill-chunk", "4096")
+    assert "--prefill-chunk under --engine sglang only sets SGLang's default static fraction" in res.stderr
+    assert "only sets" not in run(*args, "--prefill-chunk", "4096").stderr
+    assert "only sets" not in run(*args, "--reserve", "0.2").stderr

@@ -403,6 +403,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
             raise KvcalcError(f"--gpus {gpus} differs from --tp {s.tp} × --pp {s.pp} × --dp {s.dp} = {s.gpus}")
         s = replace(s, tp=gpus)  # within LIMITS["tp"]: the command line checks --gpus alone
     assert s.hardware is not None  # the command line requires --hardware
+    explicit_chunk = chunk is not None
     chunk = chunk or default_prefill_chunk(s.engine, s.hardware, s.tp)
     spec = lm.spec
     frac = reserve if reserve is not None else default_reserve(spec, s, s.hardware, chunk)
@@ -415,6 +416,9 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
         raise KvcalcError(f"--gpus {gpus} (tensor parallelism over {gpus}; --tp, --pp and --dp give another layout):"
                           + str(exc)[len(f"--tp {gpus}:"):]) from None
     warnings = _fit_notes(spec, s, rows, ctxs, frac, chunk, units)
+    if s.engine == "sglang" and reserve is not None and explicit_chunk:
+        warnings.append(f"note: {spec.name}: --prefill-chunk under --engine sglang only sets SGLang's default static "
+                        "fraction, which --reserve replaces: it changes nothing here")
     if s.engine == "sglang" and reserve is None and spec.family in SGLANG_MULTIMODAL:
         warnings.append(f"note: {spec.name}: SGLang serves its published checkpoint as multimodal: it trims the static "
                         "fraction for the vision or audio tower (adjust_mem_fraction_for_vlm) and loads the tower's "
