@@ -296,3 +296,17 @@ def test_a_linear_or_dynamic_rope_scaling_stretches_the_context(tmp_path, rope, 
     data = import_config(cfg, "t", "m").data
     assert data["max_context"] == context
     assert ("as vLLM derives max_model_len" in (data.get("notes") or "")) == (context != 8192)
+
+
+def test_a_rope_type_that_is_not_a_name_is_refused(tmp_path):
+    # the fuzz suite: rope_type [] raised a TypeError (unhashable list) through the rope_scaling check
+    cfg = {**config("models/llama-3.1-405b.json")}
+    cfg["rope_scaling"] = {**cfg["rope_scaling"], "rope_type": []}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    res = run("compare", str(path), ok=False)
+    assert res.exit_code == 1 and "rope_scaling: its rope_type must be a name (linear, yarn, ...), got []" in res.stderr
+    cfg["rope_scaling"] = {"type": "linear", "factor": "4"}
+    path.write_text(json.dumps(cfg))
+    res = run("compare", str(path), ok=False)
+    assert res.exit_code == 1 and "rope_scaling: its factor must be a number, got '4'" in res.stderr

@@ -75,7 +75,7 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
     except RecursionError:
         raise SpecError(f"{origin}: a value is nested too deeply to import") from None
     data = {"name": name, "family": body.pop("family"), "source": f"Hugging Face config.json ({origin}, model_type {model_type})"}
-    _rope_scaled_context(cfg, model_type, body, notes)
+    _rope_scaled_context(cfg, model_type, body, notes, origin)
     if notes:
         data["notes"] = "; ".join(notes)
     data.update(body)
@@ -89,7 +89,7 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
 ROPE_ALREADY_SCALED = frozenset({"default", "su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"})
 
 
-def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str]) -> None:
+def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str], origin: str) -> None:
     """max_context times the RoPE scaling factor where the scaling stretches the positions (a linear or dynamic
     rope_scaling), as vLLM derives max_model_len; Gemma 3's maximum is scaled already (vLLM skips it too)."""
     inner = cfg.get("text_config")
@@ -100,7 +100,13 @@ def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str
     kinds = rope.values() if all(isinstance(v, dict) for v in rope.values()) and rope else [rope]  # per layer type
     for r in kinds:
         kind, factor = r.get("rope_type", r.get("type")), r.get("factor")
-        if kind in ROPE_ALREADY_SCALED or isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 1:
+        if kind is not None and not isinstance(kind, str):
+            raise SpecError(f"{origin}: rope_scaling: its rope_type must be a name (linear, yarn, ...), got {show(kind)}")
+        if kind in ROPE_ALREADY_SCALED or factor is None:
+            continue
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor != factor or factor in (float("inf"),):
+            raise SpecError(f"{origin}: rope_scaling: its factor must be a number, got {show(factor)}")
+        if factor <= 1:
             continue
         scaled = int(body["max_context"] * Fraction(str(factor)))
         notes.append(f"rope_scaling {kind} factor {factor}: max_context {body['max_context']:,} × {factor} = {scaled:,}, "
