@@ -174,15 +174,7 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
                 extra += n * up * (copy_bits - kept)
     float_bits = 16 if quantized else bits  # what is not quantized stays in bf16
     if quantized:
-        bf16_index = INDEXER_BF16.get(s.engine, ())
-        bf16_index += ("W_IK",) if s.engine == "sglang" and spec.family in SGLANG_FUSED_INDEXER else ()
-        mxfp4 = s.weights_dtype == "int4" and spec.family in MXFP4_EXPERTS_ONLY
-        for rank, n in held:
-            if n and isinstance(rank.attention, MLA) and rank.attention.indexed:
-                extra += n * sum(w.size for w in rank.attention.weights(rank.layer) if w.name in bf16_index) * (16 - bits)
-            if n and mxfp4:
-                extra += n * sum(w.size for w in rank.attention.weights(rank.layer) if w.role == "matrix") * (16 - bits)
-        extra += (mtp_proj if spec.family in MTP_PROJ_BF16 else 0) * (16 - bits)
+        extra += _kept_in_bf16(spec, s, held, mtp_proj) * (16 - bits)
     extra += routers * ((32 if spec.family in FP32_ROUTER.get(s.engine, ()) else float_bits) - bits)
     embedding, _, head = ends
     d, fp32_head = spec.d_model, s.engine == "sglang" and spec.family == "falcon_h1"
@@ -193,6 +185,23 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
         extra += (spec.max_context * d if spec.learned_positions else 0) * (float_bits - bits)
     extra += draft_embedding * (float_bits - bits)
     return -(-extra // 8)
+
+
+def _kept_in_bf16(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, int]], mtp_proj: int) -> int:
+    """Parameters of a rank that quantized weights leave in bf16 beyond the embedding, head and routers (see
+    engine_extra_bytes): the indexer's INDEXER_BF16 weights, the attention of MXFP4_EXPERTS_ONLY's families in int4,
+    and the MTP eh_proj of MTP_PROJ_BF16's families."""
+    index = INDEXER_BF16.get(s.engine or "", ()) + (("W_IK",) if s.engine == "sglang" and spec.family in SGLANG_FUSED_INDEXER
+                                                    else ())
+    mxfp4 = s.weights_dtype == "int4" and spec.family in MXFP4_EXPERTS_ONLY
+    params = mtp_proj if spec.family in MTP_PROJ_BF16 else 0
+    for rank, n in held:
+        weights = rank.attention.weights(rank.layer) if n else ()
+        if isinstance(rank.attention, MLA) and rank.attention.indexed:
+            params += n * sum(w.size for w in weights if w.name in index)
+        if mxfp4:
+            params += n * sum(w.size for w in weights if w.role == "matrix")
+    return params
 
 
 def ffn_split(spec: ModelSpec, s: Settings) -> FfnSplit:
