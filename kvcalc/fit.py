@@ -109,12 +109,16 @@ SGLANG_TIERS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 4096, 48, 160), (60 * 1024,
 
 
 # Families whose published checkpoints SGLang 0.5.23 serves as multimodal (model_config.py is_multimodal: Gemma 3 and
-# Llama 4 are served as text by default): it trims their static fraction for the vision (or audio) tower
-# (memory_hook.py adjust_mem_fraction_for_vlm) and loads the tower's weights, neither in kvcalc's text specs
-SGLANG_MULTIMODAL = frozenset({"gemma4", "gemma3n", "qwen3_vl", "qwen3_5_moe", "mistral3", "whisper"})
+# Llama 4 are served as text by default): it turns their breakable prefill CUDA graphs off unless allow-listed
+# (cuda_graph_hook.py; Qwen3.5 alone of these), and for those with a vision (or audio) tower trims their static
+# fraction (memory_hook.py adjust_mem_fraction_for_vlm) and loads the tower's weights, neither in kvcalc's text specs
+SGLANG_MULTIMODAL = frozenset({"gemma4", "gemma3n", "qwen3_vl", "qwen3_5_moe", "whisper"})
+SGLANG_MULTIMODAL_GRAPHS = frozenset({"qwen3_5_moe"})  # is_multimodal_breakable_cuda_graph_supported
+SGLANG_TOWERS = SGLANG_MULTIMODAL - {"whisper"}  # Whisper's config has no vision_config, its encoder is in its spec
 # Families whose attention backend SGLang picks before its ROCm default, aiter (model_override_base.py): Whisper's
-# flashinfer, and the model overrides' triton for Gemma 4 and OLMo 2 (arg_groups/model_overrides gemma4.py, olmo2.py)
-SGLANG_NOT_AITER = frozenset({"whisper", "gemma4", "olmo2"})
+# flashinfer, and the model overrides' triton for Gemma 4 and OLMo 2 (arg_groups/model_overrides gemma4.py, olmo2.py;
+# SGLang serves OLMo 3 as OLMo 2, configs/olmo3.py)
+SGLANG_NOT_AITER = frozenset({"whisper", "gemma4", "olmo2", "olmo3"})
 
 
 def _sglang_tier(hw: Hardware, tp: int) -> tuple[int, int]:
@@ -145,7 +149,9 @@ def sglang_mem_fraction(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) 
     if s.dp_attention:  # attention-dp size: kvcalc's --dp-attention is SGLang's --dp = --tp
         reserved += max_bs * s.tp * 3 + (max_bs * s.tp * 1.5 if max_bs > 300 else 0)
     mla = [g.attention for g in spec.groups if isinstance(g.attention, MLA)]
-    if hw.vendor == "NVIDIA" and s.pp == 1 and spec.family != "kimi_linear":  # breakable prefill graphs (CUDA default)
+    vendor = hw.vendor.casefold()  # free text in a preset
+    graphs = spec.family not in SGLANG_MULTIMODAL - SGLANG_MULTIMODAL_GRAPHS and spec.family != "kimi_linear"
+    if vendor == "nvidia" and s.pp == 1 and graphs:  # breakable prefill graphs (the CUDA default)
         reserved += 1.5 * 1024 if mla else 8 * _prefill_captures(chunk)
     if gpu_mem > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
@@ -155,7 +161,7 @@ def sglang_mem_fraction(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) 
                           f"{gpu_mem:,.0f} MiB of {hw.name} for activations and graphs (1.5 MiB a chunk token), leaving "
                           "no static memory: give a smaller --prefill-chunk, or --reserve")
     aiter = (not mla or mla[0].n_heads // s.tp in (16, 128) and not mla[0].indexed) and spec.family not in SGLANG_NOT_AITER
-    if hw.vendor == "AMD" and aiter and spec.max_context > 8192:
+    if vendor == "amd" and aiter and spec.max_context > 8192:
         fraction *= Fraction(85, 100)
     return fraction
 

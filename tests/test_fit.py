@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import run
+from conftest import REFERENCE, ROOT, run
 
 GIB = 1 << 30
 
@@ -513,3 +513,19 @@ def test_sglang_with_a_reserve_says_the_prefill_chunk_changes_nothing():
     assert "--prefill-chunk under --engine sglang only sets SGLang's default static fraction" in res.stderr
     assert "only sets" not in run(*args, "--prefill-chunk", "4096").stderr
     assert "only sets" not in run(*args, "--reserve", "0.2").stderr
+
+
+def test_sglang_fraction_for_multimodal_families_and_any_vendor_spelling(tmp_path):
+    # a review: SGLang captures no prefill graphs for the multimodal families outside its allow-list (Whisper: (81,920
+    # − 13,440) / 81,920 = 0.836, with no tower to trim: no note), serves OLMo 3 as OLMo 2 (triton, so no aiter factor
+    # on AMD GPUs), and a preset's vendor is free text ('amd' is AMD)
+    row = fit("whisper-large-v3", "--engine", "sglang", "--hardware", "h100-80gb")[0]
+    assert round(1 - (81920 - (512 + 8192 * 1.5 + 128 + 256 * 2)) / 81920, 3) == row["reserve"] == 0.164
+    assert "multimodal" not in run("fit", "whisper-large-v3", "--engine", "sglang", "--hardware", "h100-80gb").stderr
+    amd = tmp_path / "amd.yaml"
+    amd.write_text((ROOT / "hardware_specs" / "mi300x.yaml").read_text().replace("vendor: AMD", "vendor: amd"))
+    assert fit("llama3.1-8b", "--engine", "sglang", "--hardware", str(amd), "--ctx", "32k")[0]["reserve"] == 0.26305
+    olmo3 = tmp_path / "olmo3.json"
+    cfg = json.loads((REFERENCE / "configs-extra" / "olmo-2-1124-7b.json").read_text())
+    olmo3.write_text(json.dumps({**cfg, "model_type": "olmo3", "max_position_embeddings": 65536}))
+    assert fit(str(olmo3), "--engine", "sglang", "--hardware", "mi300x", "--ctx", "32k")[0]["reserve"] == 0.133

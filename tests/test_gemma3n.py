@@ -286,3 +286,13 @@ def test_the_extra_blocks_products_are_in_the_flops():
     assert sum(per_token.values()) == 163_386_048
     step = decode_flops(spec, Settings(ctx=4096, batch=3))
     assert {k: v for k, v in step.items() if k.startswith("extra/")} == {k: 3 * v for k, v in per_token.items()}
+
+
+def test_engines_keep_the_per_layer_embedding_table_unquantized():
+    # a review: under --weights-dtype fp8 the per-layer embedding table (a VocabParallelEmbedding in vLLM's gemma3n.py,
+    # an embedding in SGLang's: never quantized) was priced a byte a value. E2B under vLLM at tp 1: its 4,435,182,688
+    # parameters (the KV-shared layers' K/V projections left out) a byte each, and 2 bytes for the main embedding
+    # (262,400 × 2,048) and the per-layer table (2,013,265,920)
+    out = json.loads(run("fit", str(REFERENCE / "configs-gemma3n" / "gemma-3n-e2b.json"), "--engine", "vllm",
+                         "--weights-dtype", "fp8", "--hardware", "rtx-4090", "--ctx", "32k", "-f", "json").stdout)[0]
+    assert out["weights_bytes_per_gpu"] == 4_435_182_688 + 262_400 * 2048 + 2_013_265_920 == 6_985_843_808

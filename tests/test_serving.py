@@ -585,6 +585,13 @@ def test_mtp_pages_cover_the_slots_a_vllm_step_allocates_ahead():
                          "--weights-dtype", "fp8", "--kv-dtype", "fp8", "--ctx", "9600", "-f", "json").stdout)[0]
     room = (out["memory_bytes"] - out["reserved_bytes"]) // 8 - out["weights_bytes_per_gpu"] - out["activation_bytes"]
     assert out["max_batch"] == (room // (62 * 64 * 576) - 1) // 151 == 149  # the MTP eh_proj in bf16: 150 in fp8
+    # the weights beyond kvcalc's all-fp8 figure, by hand: W_UK/W_UV dequantized to bf16 beside kv_b_proj in the 62
+    # MLA layers (16 heads a rank · 256 · 512), and a byte more a value for the embedding's and head's shares
+    # (129,280 / 8 rows of 7,168), the 59 routers and the MTP eh_proj (2 · 7,168²)
+    plain = json.loads(run("fit", "deepseek-v3", "--mtp", "--hardware", "h200-141gb", "--gpus", "8", "--weights-dtype",
+                           "fp8", "--kv-dtype", "fp8", "--ctx", "9600", "-f", "json").stdout)[0]
+    assert out["weights_bytes_per_gpu"] - plain["weights_bytes_per_gpu"] == 62 * 16 * 256 * 512 * 2 \
+        + 2 * (129_280 // 8) * 7168 + 59 * (7168 * 256 + 256) + 2 * 7168**2 == 702_757_632
 
 
 def test_mtp_pages_cover_the_slots_an_sglang_step_allocates_ahead():

@@ -140,10 +140,12 @@ class FfnSplit(NamedTuple):
 
 def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, int]],
                        ends: tuple[bool, bool, bool], routers: int = 0, draft_embedding: int = 0,
-                       mtp_proj: int = 0) -> int:
+                       mtp_proj: int = 0, tables: int = 0) -> int:
     """Bytes a rank of a stage holds beyond its weights in the weights' dtype: (layer group as the rank holds it, its
     layers here) for `held`, stage_ends for `ends`, the MoE routers' parameters there for `routers`, an MTP drafter's
-    own embedding there for `draft_embedding` and the MTP layers' eh_proj for `mtp_proj` (parameters).
+    own embedding there for `draft_embedding`, the MTP layers' eh_proj for `mtp_proj` and the extra weights' lookup
+    tables (Gemma 3n's per-layer embeddings, a VocabParallelEmbedding or nn.Embedding: never quantized) for `tables`
+    (parameters).
 
     - Under quantized weights (fp8, int8, int4) the engines quantize only their linear layers and experts (vLLM
       Fp8Config.get_quant_method: LinearBase and RoutedExperts, None otherwise; SGLang's alike): the embedding,
@@ -183,7 +185,7 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
     if embedding:  # a tied head's float() is the embedding's, where the stage has no head of its own
         extra += embedding_rows(spec, s) * d * ((32 if fp32_head and spec.tie_embeddings and not head else float_bits) - bits)
         extra += (spec.max_context * d if spec.learned_positions else 0) * (float_bits - bits)
-    extra += draft_embedding * (float_bits - bits)
+    extra += (draft_embedding + tables) * (float_bits - bits)
     return -(-extra // 8)
 
 
@@ -275,6 +277,11 @@ def extra_per_rank(x: ExtraWeights, s: Settings) -> int:
         return ceil_div(x.params, s.tp)
     whole = x.replicated + (x.table if s.engine == "sglang" else 0)
     return ceil_div(x.params - whole, s.tp) + whole
+
+
+def extra_table_per_rank(x: ExtraWeights, s: Settings) -> int:
+    """One tp rank's part of a block's lookup table, as extra_per_rank splits it: whole under SGLang, else by tp."""
+    return x.table if s.engine == "sglang" else ceil_div(x.table, s.tp)
 
 
 def stage_ends(spec: ModelSpec, s: Settings, stage: int, stages: int) -> tuple[bool, bool, bool]:

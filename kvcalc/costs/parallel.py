@@ -68,6 +68,7 @@ from kvcalc.costs.engine_files import (
     engine_attention_weights,
     engine_extra_bytes,
     extra_per_rank,
+    extra_table_per_rank,
     ffn_split,
     stage_ends,
     vocab_rows,
@@ -242,7 +243,8 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
             routers += spec.mtp_layers * router_params(last_ffn, spec.d_model)  # the MTP layers' MoE, the last layer's
         draft = _draft_embedding(spec, s) if last and mtp is not None else 0
         eh_proj = spec.mtp_layers * _mtp_proj(spec, s) if last and mtp is not None else 0
-        extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)), routers, draft, eh_proj)
+        tables = sum(extra_table_per_rank(x, s) for x in spec.extra_weights.values()) if i == 0 else 0  # _stage_params'
+        extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)), routers, draft, eh_proj, tables)
         out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype) + extra,
                          null_block_bytes(s, layout, here, groups), tuple(sized)))
     return tuple(out)

@@ -23,13 +23,11 @@ def state_parts(group: ResolvedGroup, s: Settings) -> tuple[tuple[int, str], ...
     pairs (see the module's rule); none for a layer without a state."""
     kind, layer = _state_kind(group)
     formula = kind.state_formula(layer)
-    fixed = _fixed_dtypes(kind, layer, s)
-    if not fixed:
+    if not _fixed_dtypes(kind, layer, s):
         return ((formula.elements, s.state_storage),) if formula.elements else ()
     by_dtype: dict[str, int] = {}
-    for name, n in formula.components.items():
-        dtype = fixed.get(name, s.state_storage)
-        by_dtype[dtype] = by_dtype.get(dtype, 0) + n
+    for name, dtype in component_dtypes(group, s).items():
+        by_dtype[dtype] = by_dtype.get(dtype, 0) + formula.components[name]
     return tuple((n, dtype) for dtype, n in by_dtype.items())
 
 

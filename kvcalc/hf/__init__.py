@@ -6,6 +6,7 @@ One module per family of model_types (dense.py, deepseek.py, ...), each register
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -94,22 +95,23 @@ def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str
     rope_scaling), as vLLM derives max_model_len; Gemma 3's maximum is scaled already (vLLM skips it too)."""
     inner = cfg.get("text_config")
     text: dict = inner if isinstance(inner, dict) else cfg
-    rope = text.get("rope_scaling") or text.get("rope_parameters")
+    key = "rope_scaling" if text.get("rope_scaling") else "rope_parameters"
+    rope = text.get(key)
     if not isinstance(rope, dict) or model_type.startswith("gemma3") or not isinstance(body.get("max_context"), int):
         return
     kinds = rope.values() if all(isinstance(v, dict) for v in rope.values()) and rope else [rope]  # per layer type
     for r in kinds:
         kind, factor = r.get("rope_type", r.get("type")), r.get("factor")
         if kind is not None and not isinstance(kind, str):
-            raise SpecError(f"{origin}: rope_scaling: its rope_type must be a name (linear, yarn, ...), got {show(kind)}")
+            raise SpecError(f"{origin}: {key}: its rope_type must be a name (linear, yarn, ...), got {show(kind)}")
         if kind in ROPE_ALREADY_SCALED or factor is None:
             continue
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor != factor or factor in (float("inf"),):
-            raise SpecError(f"{origin}: rope_scaling: its factor must be a number, got {show(factor)}")
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor):
+            raise SpecError(f"{origin}: {key}: its factor must be a number, got {show(factor)}")
         if factor <= 1:
             continue
         scaled = int(body["max_context"] * Fraction(str(factor)))
-        notes.append(f"rope_scaling {kind} factor {factor}: max_context {body['max_context']:,} × {factor} = {scaled:,}, "
+        notes.append(f"{key} {kind} factor {factor}: max_context {body['max_context']:,} × {factor} = {scaled:,}, "
                      "as vLLM derives max_model_len")
         body["max_context"] = scaled
         return

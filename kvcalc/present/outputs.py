@@ -392,7 +392,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
 
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
-    from kvcalc.fit import SGLANG_MULTIMODAL, FitRow, default_prefill_chunk, default_reserve, fit
+    from kvcalc.fit import SGLANG_TOWERS, FitRow, default_prefill_chunk, default_reserve, fit
 
     s = opts.settings(ctxs[0] if ctxs else 1)
     if ctxs and s.batch != 1:
@@ -419,7 +419,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     if s.engine == "sglang" and reserve is not None and explicit_chunk:
         warnings.append(f"note: {spec.name}: --prefill-chunk under --engine sglang only sets SGLang's default static "
                         "fraction, which --reserve replaces: it changes nothing here")
-    if s.engine == "sglang" and reserve is None and spec.family in SGLANG_MULTIMODAL:
+    if s.engine == "sglang" and reserve is None and spec.family in SGLANG_TOWERS:
         warnings.append(f"note: {spec.name}: SGLang serves its published checkpoint as multimodal: it trims the static "
                         "fraction for the vision or audio tower (adjust_mem_fraction_for_vlm) and loads the tower's "
                         "weights, neither counted here (a text model's fraction is used): give --reserve to match")
