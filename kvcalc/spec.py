@@ -445,6 +445,11 @@ class ModelSpec(Strict):
         return self.__pydantic_private__["_groups"]  # type: ignore[index]
 
     @property
+    def position_params(self) -> int:
+        """Parameters of the learned position table, max_context rows of d_model (GPT-2's wpe); 0 for RoPE/ALiBi."""
+        return self.max_context * self.d_model if self.learned_positions else 0
+
+    @property
     def attention_kinds(self) -> tuple[str, ...]:
         """Distinct attention kinds, in the order the groups first use them."""
         kinds = [k for g in self.groups for k in (g.attention.kind, g.parallel.kind if g.parallel else None) if k]

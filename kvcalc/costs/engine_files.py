@@ -184,7 +184,7 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
         extra += vocab_rows(spec, s) * d * ((32 if fp32_head else float_bits) - bits)
     if embedding:  # a tied head's float() is the embedding's, where the stage has no head of its own
         extra += embedding_rows(spec, s) * d * ((32 if fp32_head and spec.tie_embeddings and not head else float_bits) - bits)
-        extra += (spec.max_context * d if spec.learned_positions else 0) * (float_bits - bits)
+        extra += spec.position_params * (float_bits - bits)
     extra += (draft_embedding + tables) * (float_bits - bits)
     return -(-extra // 8)
 

@@ -317,7 +317,7 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
     embedding, final_norm, head = stage_ends(spec, s, stage, stages)
     if embedding:
         params += embedding_rows(spec, s) * d
-        params += spec.max_context * d if spec.learned_positions else 0
+        params += spec.position_params
     if stage == 0:
         params += _encoder_per_rank(spec, tp) if spec.encoder else sum(encoder_params(spec).values())
         params += sum(extra_per_rank(x, s) for x in spec.extra_weights.values())

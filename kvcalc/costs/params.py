@@ -169,8 +169,8 @@ def _param_counts(spec: ModelSpec, mtp: bool) -> ParamReport:
     d = spec.d_model
     norm = 2 * d if spec.norm == "layernorm" else d  # LayerNorm has a weight and a bias
     total: dict[str, int] = {"embed": spec.vocab_size * d}
-    if spec.learned_positions:
-        total["pos_embed"] = spec.max_context * d
+    if spec.position_params:
+        total["pos_embed"] = spec.position_params
     active = dict(total)
     for group in spec.groups:
         if not group.layers:

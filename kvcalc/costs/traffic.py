@@ -29,7 +29,7 @@ def _lookup_tables(spec: ModelSpec) -> int:
     the lookup tables of extra weights (Gemma 3n's per-layer embeddings)."""
     tables = 0 if spec.tie_embeddings else spec.vocab_size * spec.d_model
     tables += sum(x.table for x in spec.extra_weights.values())
-    return tables + (spec.max_context * spec.d_model if spec.learned_positions else 0)
+    return tables + spec.position_params
 
 
 def _lookup_rows(spec: ModelSpec, tokens: int) -> int:
