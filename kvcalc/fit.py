@@ -411,12 +411,16 @@ def binding_context(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fractio
     return max((x for x in _peaks_up_to(s.ctx, _window_falls(spec, s))[1:] if not fits(more.at(x))), default=None)
 
 
-def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int, solve: str,
+def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction | None, chunk: int | None, solve: str,
         max_ctx: int | None = None) -> FitRow:
     """Solve for the longest context at `s.batch` (solve "ctx", up to `max_ctx` or the model's max_context) or the
-    largest batch at `s.ctx` (solve "batch")."""
+    largest batch at `s.ctx` (solve "batch"); a `reserve` or `chunk` of None takes the engine's default
+    (default_reserve, default_prefill_chunk), as the command line does."""
     from kvcalc.costs.cache import kv_cache
     from kvcalc.costs.params import param_counts, weights_bytes
+
+    chunk = default_prefill_chunk(s.engine, hw, s.tp) if chunk is None else chunk
+    reserve = default_reserve(spec, s, hw, chunk) if reserve is None else reserve
 
     budget = budget_bytes(hw, reserve)
     acts = activation_bytes(spec, s, chunk)

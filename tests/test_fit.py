@@ -529,3 +529,17 @@ def test_sglang_fraction_for_multimodal_families_and_any_vendor_spelling(tmp_pat
     cfg = json.loads((REFERENCE / "configs-extra" / "olmo-2-1124-7b.json").read_text())
     olmo3.write_text(json.dumps({**cfg, "model_type": "olmo3", "max_position_embeddings": 65536}))
     assert fit(str(olmo3), "--engine", "sglang", "--hardware", "mi300x", "--ctx", "32k")[0]["reserve"] == 0.133
+
+
+def test_the_library_fit_takes_the_engines_defaults_as_the_command_line_does():
+    # a review: the defaults of --reserve and --prefill-chunk (SGLang's static fraction) lived in the command line's
+    # output layer alone, so the API's fit() needed them written out
+    from kvcalc.fit import fit as solve
+    from kvcalc.hardware import load_hardware
+    from kvcalc.registry import load_model
+    from kvcalc.settings import Settings
+
+    s = Settings(ctx=32768, engine="sglang")
+    row = solve(load_model("llama3.1-8b").spec, s, load_hardware("h100-80gb"), None, None, "batch")
+    assert (row.reserve, row.prefill_chunk, row.max_batch) == (0.17, 8192, 12)
+    assert row.max_batch == fit("llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "32768")[0]["max_batch"]
