@@ -7,7 +7,18 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from kvcalc.attention.base import AttentionKind, Dim, Formula, HeadCount, Layer, Symbol, Weight, Work, matrix_flops
+from kvcalc.attention.base import (
+    KV_PROJECTIONS,
+    AttentionKind,
+    Dim,
+    Formula,
+    HeadCount,
+    Layer,
+    Symbol,
+    Weight,
+    Work,
+    matrix_flops,
+)
 
 
 class Heads(AttentionKind):
@@ -119,12 +130,13 @@ class Heads(AttentionKind):
 
     def flops(self, layer: Layer, work: Work, schedule: str) -> dict[str, int]:
         n_h, d_h, d_v = self.n_heads, self.d_h(layer), self.d_v(layer)
-        proj = matrix_flops(self.weights(layer), work.tokens, ("W_Q", "W_G", "W_K", "W_V", "W_O"))
-        shared = layer.kv_shared  # keys and values come from an earlier layer's cache: none are projected here
+        # a KV-shared layer's keys and values come from an earlier layer's cache: its own K/V projections never run
+        run = tuple(w for w in self.weights(layer) if not (layer.kv_shared and w.name in KV_PROJECTIONS))
+        proj = matrix_flops(run, work.tokens, ("W_Q", "W_G", "W_K", "W_V", "W_O"))
         return {
             "attn/q": proj["attn/q"],
-            "attn/k": 0 if shared else proj["attn/k"],
-            "attn/v": 0 if shared else proj.get("attn/v", 0),
+            "attn/k": proj.get("attn/k", 0),
+            "attn/v": proj.get("attn/v", 0),
             "attn/scores": 2 * work.pairs * n_h * d_h,  # QKᵀ: each query head meets its (shared) key head
             "attn/mix": 2 * work.pairs * n_h * d_v,  # AV
             "attn/o": proj["attn/o"],

@@ -198,7 +198,7 @@ def _kept_in_bf16(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, 
     mxfp4 = s.weights_dtype == "int4" and spec.family in MXFP4_EXPERTS_ONLY
     params = mtp_proj if spec.family in MTP_PROJ_BF16 else 0
     for rank, n in held:
-        weights = rank.attention.weights(rank.layer) if n else ()
+        weights = engine_attention_weights(rank, s) if n else ()  # as the rank's weights are counted
         if isinstance(rank.attention, MLA) and rank.attention.indexed:
             params += n * sum(w.size for w in weights if w.name in index)
         if mxfp4:
