@@ -130,40 +130,50 @@ def _sglang_tier(hw: Hardware, tp: int) -> tuple[int, int]:
 
 def sglang_mem_fraction(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) -> Fraction:
     """SGLang 0.5.23's default --mem-fraction-static, (weights + KV pools) / GPU memory, as its start-up computes it
-    (memory_hook.py handle_gpu_memory_settings, reserve_for_graph_mb; one server of a text model on one node, no DeepEP,
-    post-capture KV sizing off as by default): MiB reserved = 512 + 1.5 a token of max(chunk, 2048) (activations) +
-    tp·pp/8 · 1024 + 2 a decode graph batch of its max_bs (+ max_bs · attention-dp size · 3, and · 1.5 more past 300,
-    under DP attention) + the prefill graphs (on by default on CUDA at pp 1, off for KDA hybrids: 1.5 GiB for an MLA
-    model, else 8 a captured size up to chunk), at least 10 GiB on a GPU of over 60 GiB; the fraction is
-    (memory − reserved) / memory rounded to 3 places, in SGLang's floats; then, on AMD GPUs, where SGLang's default
-    attention backend is aiter (MHA models; MLA at 16 or 128 heads a rank; not where a model override picks another
-    first: SGLANG_NOT_AITER, and DeepSeek Sparse Attention's dsa), × 0.85 for a model whose context is over 8,192
-    (attention_hook.py: its non-static workspace). The memory is the preset's (SGLang reads
-    nvidia-smi's total, a little less: README, Hardware presets)."""
-    from kvcalc.attention import MLA
+    (memory_hook.py handle_gpu_memory_settings; one server of a text model on one node, no DeepEP, post-capture KV
+    sizing off as by default): (memory − _sglang_reserved_mib) / memory rounded to 3 places, in SGLang's own floats
+    (a fraction to 3 places, never a byte count), then aiter's × 0.85 on AMD GPUs (_sglang_aiter). The memory is the
+    preset's (SGLang reads nvidia-smi's total, a little less: README, Hardware presets)."""
     from kvcalc.errors import KvcalcError
 
-    gpu_mem = hw.memory_bytes / 2**20
-    max_bs = _sglang_tier(hw, s.tp)[1]
-    reserved = 512 + max(chunk, 2048) * 1.5 + s.tp * s.pp / 8 * 1024 + max_bs * 2
-    if s.dp_attention:  # attention-dp size: kvcalc's --dp-attention is SGLang's --dp = --tp
-        reserved += max_bs * s.tp * 3 + (max_bs * s.tp * 1.5 if max_bs > 300 else 0)
-    mla = [g.attention for g in spec.groups if isinstance(g.attention, MLA)]
-    vendor = hw.vendor.casefold()  # free text in a preset
-    graphs = spec.family not in SGLANG_MULTIMODAL - SGLANG_MULTIMODAL_GRAPHS and spec.family != "kimi_linear"
-    if vendor == "nvidia" and s.pp == 1 and graphs:  # breakable prefill graphs (the CUDA default)
-        reserved += 1.5 * 1024 if mla else 8 * _prefill_captures(chunk)
-    if gpu_mem > 60 * 1024:
-        reserved = max(reserved, 10 * 1024)
+    gpu_mem, reserved = hw.memory_bytes / 2**20, _sglang_reserved_mib(spec, s, hw, chunk)
     fraction = Fraction(str(round((gpu_mem - reserved) / gpu_mem, 3)))
     if fraction <= 0:
         raise KvcalcError(f"--prefill-chunk {chunk:,} --engine sglang: SGLang would keep {reserved:,.0f} MiB of the "
                           f"{gpu_mem:,.0f} MiB of {hw.name} for activations and graphs (1.5 MiB a chunk token), leaving "
                           "no static memory: give a smaller --prefill-chunk, or --reserve")
-    aiter = (not mla or mla[0].n_heads // s.tp in (16, 128) and not mla[0].indexed) and spec.family not in SGLANG_NOT_AITER
-    if vendor == "amd" and aiter and spec.max_context > 8192:
-        fraction *= Fraction(85, 100)
-    return fraction
+    return fraction * (Fraction(85, 100) if _sglang_aiter(spec, s, hw) else 1)
+
+
+def _sglang_reserved_mib(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) -> float:
+    """The MiB SGLang keeps out of its static fraction (memory_hook.py, reserve_for_graph_mb): 512 + 1.5 a token of
+    max(chunk, 2048) (activations) + tp·pp/8 · 1024 + 2 a decode graph batch of its max_bs (+ max_bs · attention-dp
+    size · 3, and · 1.5 more past 300, under DP attention) + the prefill graphs (on by default on CUDA at pp 1, off for
+    KDA hybrids and multimodal models outside its allow-list: 1.5 GiB for an MLA model, else 8 a captured size up to
+    chunk), at least 10 GiB on a GPU of over 60 GiB."""
+    from kvcalc.attention import MLA
+
+    max_bs = _sglang_tier(hw, s.tp)[1]
+    reserved = 512 + max(chunk, 2048) * 1.5 + s.tp * s.pp / 8 * 1024 + max_bs * 2
+    if s.dp_attention:  # attention-dp size: kvcalc's --dp-attention is SGLang's --dp = --tp
+        reserved += max_bs * s.tp * 3 + (max_bs * s.tp * 1.5 if max_bs > 300 else 0)
+    graphs = spec.family not in SGLANG_MULTIMODAL - SGLANG_MULTIMODAL_GRAPHS and spec.family != "kimi_linear"
+    if hw.vendor.casefold() == "nvidia" and s.pp == 1 and graphs:  # breakable prefill graphs (the CUDA default)
+        mla = any(isinstance(g.attention, MLA) for g in spec.groups)
+        reserved += 1.5 * 1024 if mla else 8 * _prefill_captures(chunk)
+    return max(reserved, 10 * 1024) if hw.memory_bytes > 60 * 2**30 else reserved
+
+
+def _sglang_aiter(spec: ModelSpec, s: Settings, hw: Hardware) -> bool:
+    """Whether SGLang trims its fraction by 0.85 for aiter's non-static workspace (attention_hook.py): on AMD GPUs
+    (a preset's vendor, in any case), where aiter is its default attention backend (MHA models; MLA at 16 or 128 heads
+    a rank; not where a model override picks another first: SGLANG_NOT_AITER, and DeepSeek Sparse Attention's dsa),
+    for a model whose context is over 8,192."""
+    from kvcalc.attention import MLA
+
+    mla = [g.attention for g in spec.groups if isinstance(g.attention, MLA)]
+    aiter = not mla or mla[0].n_heads // s.tp in (16, 128) and not mla[0].indexed
+    return hw.vendor.casefold() == "amd" and aiter and spec.family not in SGLANG_NOT_AITER and spec.max_context > 8192
 
 
 def _prefill_captures(max_bs: int) -> int:
