@@ -286,6 +286,10 @@ def test_openelm_embeddings_untied_by_default(tmp_path):
     # types whose factor max_position_embeddings already includes (vLLM _get_and_verify_max_len): unchanged
     ({"rope_type": "llama3", "factor": 8.0}, 8192), ({"type": "yarn", "factor": 4}, 8192),
     ({"rope_type": "default"}, 8192),
+    ({"type": "linear", "factor": 0.5}, 4096),  # vLLM multiplies by any factor, one below 1 too
+    # per layer type (transformers 5's rope_parameters): vLLM takes the last factor of a stretching type
+    ({"full_attention": {"rope_type": "linear", "factor": 2.0}, "sliding_attention": {"rope_type": "linear", "factor": 4.0}},
+     4 * 8192),
 ])
 def test_a_linear_or_dynamic_rope_scaling_stretches_the_context(tmp_path, rope, context):
     # a gap left open: vLLM multiplies max_model_len by a linear or dynamic RoPE factor (the positions stretched);
@@ -309,4 +313,4 @@ def test_a_rope_type_that_is_not_a_name_is_refused(tmp_path):
     cfg["rope_scaling"] = {"type": "linear", "factor": "4"}
     path.write_text(json.dumps(cfg))
     res = run("compare", str(path), ok=False)
-    assert res.exit_code == 1 and "rope_scaling: its factor must be a number, got '4'" in res.stderr
+    assert res.exit_code == 1 and "rope_scaling: its factor must be a positive number, got '4'" in res.stderr

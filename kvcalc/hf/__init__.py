@@ -92,7 +92,8 @@ ROPE_ALREADY_SCALED = frozenset({"default", "su", "longrope", "llama3", "yarn", 
 
 def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str], origin: str) -> None:
     """max_context times the RoPE scaling factor where the scaling stretches the positions (a linear or dynamic
-    rope_scaling), as vLLM derives max_model_len; Gemma 3's maximum is scaled already (vLLM skips it too)."""
+    rope_scaling), as vLLM derives max_model_len: the last such factor of the layer types' (config/model.py
+    _get_and_verify_max_len); Gemma 3's maximum is scaled already (vLLM skips it too)."""
     inner = cfg.get("text_config")
     text: dict = inner if isinstance(inner, dict) else cfg
     key = "rope_scaling" if text.get("rope_scaling") else "rope_parameters"
@@ -100,21 +101,22 @@ def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str
     if not isinstance(rope, dict) or model_type.startswith("gemma3") or not isinstance(body.get("max_context"), int):
         return
     kinds = rope.values() if all(isinstance(v, dict) for v in rope.values()) and rope else [rope]  # per layer type
+    last = None
     for r in kinds:
         kind, factor = r.get("rope_type", r.get("type")), r.get("factor")
         if kind is not None and not isinstance(kind, str):
             raise SpecError(f"{origin}: {key}: its rope_type must be a name (linear, yarn, ...), got {show(kind)}")
         if kind in ROPE_ALREADY_SCALED or factor is None:
             continue
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor):
-            raise SpecError(f"{origin}: {key}: its factor must be a number, got {show(factor)}")
-        if factor <= 1:
-            continue
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0:
+            raise SpecError(f"{origin}: {key}: its factor must be a positive number, got {show(factor)}")
+        last = (kind, factor)
+    if last is not None and last[1] != 1:
+        kind, factor = last
         scaled = int(body["max_context"] * Fraction(str(factor)))
         notes.append(f"{key} {kind} factor {factor}: max_context {body['max_context']:,} × {factor} = {scaled:,}, "
                      "as vLLM derives max_model_len")
         body["max_context"] = scaled
-        return
 
 
 def _distinct_names(groups: object) -> None:
