@@ -931,3 +931,14 @@ def test_engines_keep_the_indexer_mtp_projection_and_mxfp4_attention_in_bf16():
     sglang = replace(fp8, tp=1, engine="sglang")
     assert engine_extra_bytes(glm5, sglang, held, ends) - engine_extra_bytes(as_deepseek, sglang, held, ends) \
         == 78 * 6144 * 128  # GLM-5: 78 layers, each with an indexer, d 6,144
+
+
+def test_sglang_runs_olmo3_on_olmo2s_file_without_pipeline_stages(tmp_path):
+    # a review: SGLang's configs/olmo3.py names OLMo 3 Olmo2ForCausalLM, whose file takes no pp_proxy_tensors
+    cfg = json.loads((REFERENCE / "configs-extra" / "olmo-2-1124-7b.json").read_text())
+    path = tmp_path / "olmo3.json"
+    path.write_text(json.dumps({**cfg, "model_type": "olmo3", "max_position_embeddings": 65536}))
+    for family in (path, REFERENCE / "configs-extra" / "olmo-2-1124-7b.json"):
+        res = run("compare", str(family), "--engine", "sglang", "--pp", "2", ok=False)
+        assert res.exit_code == 1 and "SGLang runs" in res.stderr and "without pipeline parallelism" in res.stderr
+    assert run("compare", str(path), "--engine", "vllm", "--pp", "2").exit_code == 0

@@ -88,9 +88,9 @@ SGLANG_OWN_HEAD = frozenset({"whisper"})
 # SGLang model files without pipeline parallelism: their forward takes no pp_proxy_tensors, and model_runner.py asserts
 # "Pipeline Parallel is not compatible with this model" when pp_size > 1 (commandr.py, falcon_h1.py, gemma2.py,
 # gemma3_causal.py / gemma3_mm.py, gemma3n_causal.py / gemma3n_mm.py, gpt2.py, mllama4.py, minicpm3.py, olmo2.py,
-# qwen3_next.py, starcoder2.py)
+# qwen3_next.py, starcoder2.py; OLMo 3 runs on olmo2.py: configs/olmo3.py names it Olmo2ForCausalLM)
 SGLANG_NO_PP = frozenset({"cohere2", "falcon_h1", "gemma2", "gemma3", "gemma3n", "gpt2", "llama4", "minicpm3", "olmo2",
-                          "qwen3_next", "starcoder2"})
+                          "olmo3", "qwen3_next", "starcoder2"})
 
 # Families whose engine builds each MoE router (the gate and its e_score_correction_bias) in fp32, whatever the weights'
 # dtype: vLLM's mimo_v2.py (moe_router_dtype, float32 by default); SGLang's glm4_moe.py (Glm4MoeGate) and
