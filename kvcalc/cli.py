@@ -321,9 +321,9 @@ def plot(
     loaded = [load(m) for m in models]
     s = opts.settings(ctxs[0])
     from kvcalc.present.emit import warn
-    from kvcalc.present.outputs import option_warnings
+    from kvcalc.present.outputs import plot_warnings
 
-    for line in [w for lm in loaded for w in lm.warnings] + option_warnings([lm.spec for lm in loaded], s):
+    for line in plot_warnings(loaded, ctxs, s):
         warn(line)
     fig = plot_figure([(lm.spec.name, lm.spec) for lm in loaded], ctxs, metric or ["cache"], s)
     save_figure(fig, output)

@@ -306,3 +306,16 @@ def test_engine_pages_on_one_gpu_as_memory_crossing_counts_them():
     qrow = json.loads(run("compare", "qwen3-next-80b-a3b", "--ctx", "1k", "--engine", "vllm", "-f", "json").stdout)[0]
     assert (cache, state) == (qrow["kv_cache_bytes_per_gpu"], qrow["state_bytes_per_gpu"]) == (28_311_552, 84_934_656)
     assert state != qrow["state_bytes"]  # the exact states, 39,518,208, are what the line showed
+
+
+def test_one_context_is_a_visible_point_and_a_context_past_the_maximum_is_warned_of(models, tmp_path):
+    # a review: --ctx 4k drew a one-point line without a marker (an empty frame), and a figure to 1M of Llama 3 70B
+    # (8,192 tokens) said nothing, where every table command warns
+    fig = plot_figure(models[:1], [4096], ["cache"], Settings(ctx=4096))
+    (line,) = model_lines(fig.axes[0]).values()
+    assert line.get_marker() == "o" and point(line, 4096) == kv_cache(models[0][1], Settings(ctx=4096)).bytes
+    fig = plot_figure(models[:1], CTXS, ["cache"], Settings(ctx=1024))
+    assert model_lines(fig.axes[0])["llama3-70b"].get_marker() in ("None", None, "")
+    res = run("plot", "llama3-70b", "-o", str(tmp_path / "f.svg"))
+    assert "warning: llama3-70b: ctx 1,048,576 exceeds its trained maximum of 8,192 tokens" in res.stderr
+    assert "exceeds" not in run("plot", "llama3-70b", "--ctx", "1k..8k", "-o", str(tmp_path / "g.svg")).stderr

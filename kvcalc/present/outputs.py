@@ -39,6 +39,13 @@ def _ctx_warnings(specs: list[ModelSpec], ctxs: list[int]) -> list[str]:
     return [w for spec in specs for w in over_max(spec, max(ctxs), f"ctx {max(ctxs):,}")]
 
 
+def plot_warnings(loaded: list[LoadedModel], ctxs: list[int], s: Settings) -> list[str]:
+    """What `plot` says on stderr, as the table commands do: the specs' own warnings, options a model has nothing for,
+    and a context past a model's maximum (a figure to 1M of a model trained to 8k says so)."""
+    specs = [lm.spec for lm in loaded]
+    return [w for lm in loaded for w in lm.warnings] + option_warnings(specs, s) + _ctx_warnings(specs, ctxs)
+
+
 def mla_options(mla_cache: str, mla_schedule: str | None) -> str | None:
     """The MLA options a command line gave, as a warning names them (the default latent cache is not told apart)."""
     given = (["--mla-cache"] if mla_cache != "latent" else []) + (["--mla-schedule"] if mla_schedule is not None else [])
