@@ -543,3 +543,39 @@ def test_the_library_fit_takes_the_engines_defaults_as_the_command_line_does():
     row = solve(load_model("llama3.1-8b").spec, s, load_hardware("h100-80gb"), None, None, "batch")
     assert (row.reserve, row.prefill_chunk, row.max_batch) == (0.17, 8192, 12)
     assert row.max_batch == fit("llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "32768")[0]["max_batch"]
+
+
+@pytest.mark.parametrize(("model", "hardware", "args", "reserve"), [
+    # a mutation review: SGLang's fraction at points the other cases miss, each by hand (MiB of the GPU's)
+    # 48 GiB (below 60): chunk 4,096, max_bs 32: 512 + 6,144 + 128 + 64 + 8 · 50 captures = 7,248 of 49,152 → 0.853
+    ("llama3.1-8b", "l40s", (), 0.147),
+    # a chunk below 2,048 still reserves 2,048 tokens: 512 + 3,072 + 128 + 96 + 8 · 30 = 4,048 of 24,576 → 0.835
+    ("llama3.1-8b", "rtx-4090", ("--prefill-chunk", "512"), 0.165),
+    # the 10 GiB floor binds: 512 + 3,072 + 128 + 512 + 8 · 42 = 4,560 → 10,240 of 81,920 → 0.875
+    ("llama3.1-8b", "h100-80gb", ("--prefill-chunk", "2048"), 0.125),
+    # DP attention at max_bs 256 (tp 2): 512 + 12,288 + 256 + 512 + 256 · 2 · 3 + 1,536 (MLA) = 16,640 → 0.797
+    ("deepseek-v2-lite", "h100-80gb", ("--tp", "2", "--dp-attention"), 0.203),
+    # a Qwen3.5 checkpoint keeps its prefill graphs (allow-listed): 512 + 12,288 + 128 + 512 + 464 = 13,904 of 144,384
+    (str(REFERENCE / "configs-extra-2" / "qwen3.5-35b-a3b.json"), "h200-141gb", (), 0.096),
+    # Kimi Linear (KDA) captures none: 512 + 12,288 + 128 + 512 = 13,440 → 0.907
+    (str(REFERENCE / "configs-extra-3" / "kimi-linear-48b-a3b-instruct.json"), "h200-141gb", (), 0.093),
+    # Gemma 3n, multimodal, none either: 512 + 6,144 + 128 + 64 = 6,848 of 49,152 → 0.861
+    (str(REFERENCE / "configs-gemma3n" / "gemma-3n-e2b.json"), "l40s", (), 0.139),
+    # on an MI300X: MLA at 128 heads a rank takes aiter: 512 + 24,576 + 128 + 1,024 = 26,240 → 0.867 · 0.85
+    ("deepseek-v2", "mi300x", ("--weights-dtype", "fp8"), 0.26305),
+    # a context of 8,192, not over it: no aiter factor
+    ("llama3-8b", "mi300x", (), 0.133),
+])
+def test_sglang_fraction_at_its_edges(model, hardware, args, reserve):
+    assert fit(model, "--hardware", hardware, "--engine", "sglang", "--ctx", "4k", *args)[0]["reserve"] == reserve
+
+
+def test_sglang_prefill_captures_are_its_list_counted():
+    from kvcalc.fit import _prefill_captures
+
+    def listed(max_bs):  # generate_prefill_cuda_graph_batch_sizes, as SGLang 0.5.23 writes it
+        sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+                 *range(1280, 4097, 256), *range(4608, max_bs + 1, 512)]
+        return len([n for n in sizes if n <= max_bs])
+
+    assert all(_prefill_captures(m) == listed(m) for m in range(0, 20_000))

@@ -286,6 +286,10 @@ def test_the_extra_blocks_products_are_in_the_flops():
     assert sum(per_token.values()) == 163_386_048
     step = decode_flops(spec, Settings(ctx=4096, batch=3))
     assert {k: v for k, v in step.items() if k.startswith("extra/")} == {k: 3 * v for k, v in per_token.items()}
+    from kvcalc.costs.flops import prefill_flops  # a prefill runs every one of its tokens through them
+
+    prefill = prefill_flops(spec, Settings(ctx=1024))
+    assert {k: v for k, v in prefill.items() if k.startswith("extra/")} == {k: 1024 * v for k, v in per_token.items()}
 
 
 def test_engines_keep_the_per_layer_embedding_table_unquantized():

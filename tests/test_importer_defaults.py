@@ -281,17 +281,18 @@ def test_openelm_embeddings_untied_by_default(tmp_path):
     assert untied["params_total"] - real["params_total"] == 32_000 * 1_280
 
 
-@pytest.mark.parametrize(("rope", "context"), [
-    ({"type": "linear", "factor": 4.0}, 4 * 8192), ({"rope_type": "dynamic", "factor": 2}, 2 * 8192),
+@pytest.mark.parametrize(("rope", "context", "noted"), [
+    ({"type": "linear", "factor": 4.0}, 4 * 8192, True), ({"rope_type": "dynamic", "factor": 2}, 2 * 8192, True),
     # types whose factor max_position_embeddings already includes (vLLM _get_and_verify_max_len): unchanged
-    ({"rope_type": "llama3", "factor": 8.0}, 8192), ({"type": "yarn", "factor": 4}, 8192),
-    ({"rope_type": "default"}, 8192),
-    ({"type": "linear", "factor": 0.5}, 4096),  # vLLM multiplies by any factor, one below 1 too
-    # per layer type (transformers 5's rope_parameters): vLLM takes the last factor of a stretching type
+    ({"rope_type": "llama3", "factor": 8.0}, 8192, False), ({"type": "yarn", "factor": 4}, 8192, False),
+    ({"rope_type": "default"}, 8192, False),
+    ({"type": "linear", "factor": 0.5}, 4096, True),  # vLLM multiplies by any factor, one below 1 too
+    # per layer type: vLLM takes the last factor of a stretching type
     ({"full_attention": {"rope_type": "linear", "factor": 2.0}, "sliding_attention": {"rope_type": "linear", "factor": 4.0}},
-     4 * 8192),
+     4 * 8192, True),
+    ({"type": "linear", "factor": 1.0001}, 8192, True),  # 8,192.8 truncated, as vLLM's int(derived_max_model_len)
 ])
-def test_a_linear_or_dynamic_rope_scaling_stretches_the_context(tmp_path, rope, context):
+def test_a_linear_or_dynamic_rope_scaling_stretches_the_context(tmp_path, rope, context, noted):
     # a gap left open: vLLM multiplies max_model_len by a linear or dynamic RoPE factor (the positions stretched);
     # kvcalc kept max_position_embeddings, so its 'exceeds' warning and fit's context cap were a factor short
     cfg = {**config("models/llama-3-8b.json"), "rope_scaling": rope}
@@ -299,7 +300,10 @@ def test_a_linear_or_dynamic_rope_scaling_stretches_the_context(tmp_path, rope, 
 
     data = import_config(cfg, "t", "m").data
     assert data["max_context"] == context
-    assert ("as vLLM derives max_model_len" in (data.get("notes") or "")) == (context != 8192)
+    assert ("as vLLM derives max_model_len" in (data.get("notes") or "")) == noted
+    # transformers 5 writes the same under rope_parameters (a mutation review: that key went untried)
+    moved = {k: v for k, v in cfg.items() if k != "rope_scaling"} | {"rope_parameters": rope}
+    assert import_config(moved, "t", "m").data["max_context"] == context
 
 
 def test_a_rope_type_that_is_not_a_name_is_refused(tmp_path):

@@ -324,6 +324,9 @@ def test_breaks_only_in_long_words_and_thousands_grouped_before_a_unit():
     # a model's formulas in math mode (a tables review: '16,384·min(t, 1,024)' read as three arguments), each layers'
     # name as text; thousands grouped with a thin space
     assert r"$16\,384 \cdot \min ( t , 128 )$ (local); $16\,384 \cdot t$ (global)" in out and "16,\\allowbreak" not in out
+    # a chunk's keys: mod as LaTeX's binary operator, and a name of several layer kinds kept as text (a mutation review)
+    out = run("table", "dims", "llama4-maverick", "-f", "latex").stdout
+    assert r"( ( t - 1 ) \bmod 8\,192 + 1 )$ (chunked-dense, chunked)" in out
     out = run("table", "dims", "deepseek-v2", "-f", "latex").stdout
     assert r"MLA & $W_{UQ} \cdot W_{UK}^{\top}$ & $d_{c}' \times n_{h} \cdot d_{c}$ & " in out
     assert r"& $1\,536 \times 65\,536$ \\" in out and r"& cache per token and layer & $d_{c} + d_{R}$ &" in out

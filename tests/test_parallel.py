@@ -867,6 +867,12 @@ def test_engines_keep_what_they_do_not_quantize_in_bf16():
             delta = per_gpu(m, replace(plain, engine=engine)).weights_bytes - per_gpu(m, plain).weights_bytes
             assert delta == 2 * 16_032 * 16_384 * more // 8, (dtype, engine)
     assert 2 * 16_032 * 16_384 == 525_336_576
+    # GPT-2's learned positions (1,024 × 768) stay bf16 too, beside its tied, padded table (50,304 rows of 768; the
+    # 47 padding rows counted at the weights' dtype)
+    gpt2 = spec("gpt2")
+    fp8 = Settings(ctx=1, weights_dtype="fp8")
+    assert per_gpu(gpt2, replace(fp8, engine="vllm")).weights_bytes - per_gpu(gpt2, fp8).weights_bytes \
+        == 47 * 768 + 50_304 * 768 + 1024 * 768
     # bf16 weights: nothing changes; fit at 8k on 8 H100s: 50 sequences, not 51
     assert per_gpu(m, Settings(ctx=1, tp=8, engine="vllm")).weights_bytes == per_gpu(m, Settings(ctx=1, tp=8)).weights_bytes
     row = json.loads(run("fit", "llama3.1-405b", "--hardware", "h100-80gb", "--gpus", "8", "--weights-dtype", "fp8",
