@@ -185,13 +185,13 @@ def _prefill_captures(max_bs: int) -> int:
     return count + ((max_bs - 4608) // 512 + 1 if max_bs >= 4608 else 0)
 
 
-def default_prefill_chunk(engine: str | None, hw: Hardware, tp: int = 1) -> int:
+def default_prefill_chunk(engine: str | None, hw: Hardware) -> int:
     """Tokens of one prefill chunk when --prefill-chunk is not given: `vllm serve`'s max_num_batched_tokens (16384 on
     a device of at least 160 GiB, 8192 on one of at least 70 GiB that is not an A100, else 2048:
     vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, OPENAI_API_SERVER, vLLM 0.34.0; vLLM's TPU overrides are
     not modelled), SGLang's chunked_prefill_size for the GPU (SGLANG_TIERS), else 2048."""
     if engine == "sglang":
-        return _sglang_tier(hw, tp)[0]
+        return _sglang_tier(hw, 1)[0]  # the chunk of the GPU's tier, whatever the tp
     if engine == "vllm" and hw.memory_bytes >= VLLM_LARGEST_GPU:
         return 16384
     if engine == "vllm" and hw.memory_bytes >= VLLM_LARGE_GPU and "a100" not in hw.name.lower():
@@ -429,7 +429,7 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction | None, ch
     from kvcalc.costs.cache import kv_cache
     from kvcalc.costs.params import param_counts, weights_bytes
 
-    chunk = default_prefill_chunk(s.engine, hw, s.tp) if chunk is None else chunk
+    chunk = default_prefill_chunk(s.engine, hw) if chunk is None else chunk
     reserve = default_reserve(spec, s, hw, chunk) if reserve is None else reserve
 
     budget = budget_bytes(hw, reserve)

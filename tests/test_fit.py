@@ -454,7 +454,7 @@ def test_sglang_default_static_fraction(model, hardware, at, reserved_mib, fract
 
     hw = load_hardware(hardware)
     s = Settings(ctx=1, engine="sglang", **at)
-    chunk = default_prefill_chunk("sglang", hw, s.tp)
+    chunk = default_prefill_chunk("sglang", hw)
     mib = hw.memory_bytes // 2**20
     assert round((mib - max(reserved_mib, 10240 if mib > 60 * 1024 else 0)) / mib, 3) == float(fraction)
     aiter = Fraction(85, 100) if hardware == "mi300x" and at.get("tp") != 4 and model in ("llama3.1-8b", "deepseek-v3") else 1

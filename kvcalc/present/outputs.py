@@ -411,7 +411,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
         s = replace(s, tp=gpus)  # within LIMITS["tp"]: the command line checks --gpus alone
     assert s.hardware is not None  # the command line requires --hardware
     explicit_chunk = chunk is not None
-    chunk = chunk or default_prefill_chunk(s.engine, s.hardware, s.tp)
+    chunk = chunk or default_prefill_chunk(s.engine, s.hardware)
     spec = lm.spec
     frac = reserve if reserve is not None else default_reserve(spec, s, s.hardware, chunk)
     try:
