@@ -178,13 +178,12 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
     if quantized:
         extra += _kept_in_bf16(spec, s, held, mtp_proj) * (16 - bits)
     extra += routers * ((32 if spec.family in FP32_ROUTER.get(s.engine, ()) else float_bits) - bits)
-    embedding, _, head = ends
-    d, fp32_head = spec.d_model, s.engine == "sglang" and spec.family == "falcon_h1"
-    if head:
-        extra += vocab_rows(spec, s) * d * ((32 if fp32_head else float_bits) - bits)
-    if embedding:  # a tied head's float() is the embedding's, where the stage has no head of its own
-        extra += embedding_rows(spec, s) * d * ((32 if fp32_head and spec.tie_embeddings and not head else float_bits) - bits)
-        extra += spec.position_params * (float_bits - bits)
+    table, positions, head = end_params(spec, s, ends)
+    fp32_head = s.engine == "sglang" and spec.family == "falcon_h1"
+    extra += head * ((32 if fp32_head else float_bits) - bits)
+    # a tied head's float() is the embedding's, where the stage has no head of its own
+    extra += table * ((32 if fp32_head and spec.tie_embeddings and not head else float_bits) - bits)
+    extra += positions * (float_bits - bits)
     extra += (draft_embedding + tables) * (float_bits - bits)
     return -(-extra // 8)
 
@@ -301,6 +300,16 @@ def stage_ends(spec: ModelSpec, s: Settings, stage: int, stages: int) -> tuple[b
         own = spec.family in SGLANG_OWN_HEAD  # a head of its own even when tied
         return embedding, last, every or (last and (not tied or stages > 1 or own))
     return first, last, last and (not tied or stages > 1)
+
+
+def end_params(spec: ModelSpec, s: Settings, ends: tuple[bool, bool, bool]) -> tuple[int, int, int]:
+    """Parameters one rank of a stage with stage_ends `ends` holds in its embedding table, learned positions and LM
+    head (0 where it holds none): embedding_rows and vocab_rows times d_model, and ModelSpec.position_params. The final
+    norm is counted with the other norms."""
+    embedding, _, head = ends
+    d = spec.d_model
+    return (embedding_rows(spec, s) * d if embedding else 0, spec.position_params if embedding else 0,
+            vocab_rows(spec, s) * d if head else 0)
 
 
 def embedding_rows(spec: ModelSpec, s: Settings) -> int:

@@ -19,7 +19,7 @@ Rules (also in the README), with the engine behaviour they follow:
   embedding (and the encoder of an encoder–decoder model), the last the final norm and LM head (its own copy even when
   tied, once pp > 1), except where vLLM's model file builds embedding, norm and head on every stage
   or the embedding alone, and SGLang's files by their own rules (kvcalc.costs.engine_files: stage_ends,
-  embedding_rows); some layouts an engine cannot run are refused (check_engine). The largest stage is reported.
+  end_params); some layouts an engine cannot run are refused (check_engine). The largest stage is reported.
 - Engines hold some weights twice or wider (engine_files.engine_extra_bytes): the absorbed MLA up-projections beside kv_b_proj
   (SGLang; vLLM when quantized), Falcon-H1's fp32 head (SGLang).
 - Data parallelism (dp): dp replicas each serve ceil(batch / dp) sequences. With `dp_attention` (SGLang's DP
@@ -64,7 +64,7 @@ from kvcalc.costs.engine_files import (
     FfnSplit,
     ceil_div,
     check_engine,
-    embedding_rows,
+    end_params,
     engine_attention_weights,
     engine_extra_bytes,
     extra_per_rank,
@@ -314,16 +314,12 @@ def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stage
     split = ffn_split(spec, s)
     params += sum(run.count_in(layers.start, layers.stop) * ffn_params_per_rank(run.ffn, d, tp, s.ep, split)
                   for run in ffn_runs(spec))
-    embedding, final_norm, head = stage_ends(spec, s, stage, stages)
-    if embedding:
-        params += embedding_rows(spec, s) * d
-        params += spec.position_params
+    ends = stage_ends(spec, s, stage, stages)
+    params += sum(end_params(spec, s, ends))
     if stage == 0:
         params += _encoder_per_rank(spec, tp) if spec.encoder else sum(encoder_params(spec).values())
         params += sum(extra_per_rank(x, s) for x in spec.extra_weights.values())
-    params += norm if final_norm else 0
-    params += vocab_rows(spec, s) * d if head else 0
-    return params
+    return params + (norm if ends[1] else 0)  # the final norm
 
 
 def stage_gpu(s: Settings, plan: Stage) -> PerGpu:
