@@ -1,7 +1,7 @@
 """What fits on a set of GPUs: the longest context for a batch, or the largest batch for a context, solved exactly.
 
 The budget of each GPU is its memory less a reserved fraction (0.1; under --engine vllm its gpu_memory_utilization
-0.92 reserves 0.08; under --engine sglang 1 − its default mem_fraction_static, sglang_mem_fraction), less
+0.92 reserves 0.08; under --engine sglang 1 − its default mem_fraction_static: kvcalc.costs.engine_memory), less
 the weights the busiest GPU holds and an activation estimate for one prefill chunk (none under SGLang, whose fraction
 leaves their room); the cache of the busiest GPU
 (kvcalc.costs.parallel) must fit in what is left. The search is an integer bisection against the real cache
@@ -9,7 +9,7 @@ function, never a division: with sliding-window, chunked or constant-state layer
 A context fits when every context up to it does (a sequence grows through each): a window's pages under an engine
 other than vLLM rise and fall by one page as ctx grows, so each step of the search also checks the last fall.
 Under SGLang the memory is divided into its static pools (states, full-attention and sliding-window tokens) as its
-startup divides it, and each pool must hold its own part (sglang_fits). Under vLLM each stage's GPU keeps one block of
+startup divides it, and each pool must hold its own part (engine_memory.sglang_fits). Under vLLM each stage's GPU keeps one block of
 its pool back (the null block: Stage.held_back).
 """
 
@@ -18,9 +18,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-from kvcalc.costs.parallel import PerGpu, SGLangPools, Stage, check_layout, per_gpu, sglang_pools, stage_gpu, stages
+from kvcalc.costs.engine_memory import (
+    default_prefill_chunk,
+    default_reserve,
+    engine_batch_cap,
+    sglang_capacity,
+    sglang_fits,
+    sglang_short,
+)
+from kvcalc.costs.parallel import PerGpu, Stage, check_layout, per_gpu, sglang_pools, stage_gpu, stages
 from kvcalc.fields import figure
 from kvcalc.settings import Settings
 from kvcalc.solve import largest_fitting
@@ -31,13 +39,6 @@ if TYPE_CHECKING:
     from kvcalc.spec import ModelSpec
 
 BATCH_LIMIT = 1 << 20  # the largest batch `fit` searches
-# SGLang's defaults for dividing a GPU's cache memory between its pools (sglang arg_groups/fields/schedule.py):
-# --swa-full-tokens-ratio, the SWA pool's tokens over the full pool's; --mamba-full-memory-ratio, the state pool's
-# memory over the KV pools'.
-SGLANG_SWA_FULL_TOKENS_RATIO = Fraction(4, 5)
-SGLANG_MAMBA_FULL_MEMORY_RATIO = Fraction(9, 10)
-# --max-running-requests under speculative decoding when not given (sglang arg_groups/speculative_hook.py)
-SGLANG_SPEC_MAX_RUNNING_REQUESTS = 48
 
 
 @dataclass(frozen=True)
@@ -87,117 +88,6 @@ class FitRow:
 
 
 
-VLLM_LARGE_GPU = 70 * 2**30  # vLLM's thresholds for its larger batch defaults
-VLLM_LARGEST_GPU = 160 * 2**30
-RESERVE = "0.1"  # --reserve's default
-VLLM_RESERVE = "0.08"  # under --engine vllm: CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION 0.92 (vLLM 0.34.0)
-
-
-def default_reserve(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) -> Fraction:
-    """The fraction of each GPU's memory --reserve leaves unused when not given: vLLM's 1 − 0.92 under --engine vllm,
-    1 − SGLang's default --mem-fraction-static under --engine sglang (sglang_mem_fraction), else 0.1 (vLLM's earlier
-    0.9)."""
-    if s.engine == "sglang":
-        return 1 - sglang_mem_fraction(spec, s, hw, chunk)
-    return Fraction(VLLM_RESERVE if s.engine == "vllm" else RESERVE)
-
-
-# SGLang 0.5.23's defaults by the GPU's memory in MiB (srt/arg_groups/memory_hook.py handle_gpu_memory_settings): below
-# each bound, chunked_prefill_size and the decode CUDA graphs' max_bs at tp < 4 and at tp >= 4; the last, any larger
-SGLANG_TIERS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 4096, 48, 160), (60 * 1024, 4096, 32, 160),
-                (90 * 1024, 8192, 256, 512), (160 * 1024, 8192, 256, 512), (None, 16384, 512, 512))
-
-
-# Families whose published checkpoints SGLang 0.5.23 serves as multimodal (model_config.py is_multimodal: Gemma 3 and
-# Llama 4 are served as text by default): it turns their breakable prefill CUDA graphs off unless allow-listed
-# (cuda_graph_hook.py; Qwen3.5 alone of these), and for those with a vision (or audio) tower trims their static
-# fraction (memory_hook.py adjust_mem_fraction_for_vlm) and loads the tower's weights, neither in kvcalc's text specs
-SGLANG_MULTIMODAL = frozenset({"gemma4", "gemma3n", "qwen3_vl", "qwen3_5_moe", "whisper"})
-SGLANG_MULTIMODAL_GRAPHS = frozenset({"qwen3_5_moe"})  # is_multimodal_breakable_cuda_graph_supported
-SGLANG_TOWERS = SGLANG_MULTIMODAL - {"whisper"}  # Whisper's config has no vision_config, its encoder is in its spec
-# Families whose attention backend SGLang picks before its ROCm default, aiter (model_override_base.py): Whisper's
-# flashinfer, and the model overrides' triton for Gemma 4 and OLMo 2 (arg_groups/model_overrides gemma4.py, olmo2.py;
-# SGLang serves OLMo 3 as OLMo 2, configs/olmo3.py)
-SGLANG_NOT_AITER = frozenset({"whisper", "gemma4", "olmo2", "olmo3"})
-
-
-def _sglang_tier(hw: Hardware, tp: int) -> tuple[int, int]:
-    """SGLang's chunked_prefill_size and decode graphs' max_bs on `hw` at `tp` (SGLANG_TIERS)."""
-    mib = Fraction(hw.memory_bytes, 2**20)
-    bound, chunk, small, large = next(t for t in SGLANG_TIERS if t[0] is None or mib < t[0])
-    return chunk, small if tp < 4 else large
-
-
-def sglang_mem_fraction(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) -> Fraction:
-    """SGLang 0.5.23's default --mem-fraction-static, (weights + KV pools) / GPU memory, as its start-up computes it
-    (memory_hook.py handle_gpu_memory_settings; one server of a text model on one node, no DeepEP, post-capture KV
-    sizing off as by default): (memory − _sglang_reserved_mib) / memory rounded to 3 places, in SGLang's own floats
-    (a fraction to 3 places, never a byte count), then aiter's × 0.85 on AMD GPUs (_sglang_aiter). The memory is the
-    preset's (SGLang reads nvidia-smi's total, a little less: README, Hardware presets)."""
-    from kvcalc.errors import KvcalcError
-
-    gpu_mem, reserved = hw.memory_bytes / 2**20, _sglang_reserved_mib(spec, s, hw, chunk)
-    fraction = Fraction(str(round((gpu_mem - reserved) / gpu_mem, 3)))
-    if fraction <= 0:
-        raise KvcalcError(f"--prefill-chunk {chunk:,} --engine sglang: SGLang would keep {reserved:,.0f} MiB of the "
-                          f"{gpu_mem:,.0f} MiB of {hw.name} for activations and graphs (1.5 MiB a chunk token), leaving "
-                          "no static memory: give a smaller --prefill-chunk, or --reserve")
-    return fraction * (Fraction(85, 100) if _sglang_aiter(spec, s, hw) else 1)
-
-
-def _sglang_reserved_mib(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) -> float:
-    """The MiB SGLang keeps out of its static fraction (memory_hook.py, reserve_for_graph_mb): 512 + 1.5 a token of
-    max(chunk, 2048) (activations) + tp·pp/8 · 1024 + 2 a decode graph batch of its max_bs (+ max_bs · attention-dp
-    size · 3, and · 1.5 more past 300, under DP attention) + the prefill graphs (on by default on CUDA at pp 1, off for
-    KDA hybrids and multimodal models outside its allow-list: 1.5 GiB for an MLA model, else 8 a captured size up to
-    chunk), at least 10 GiB on a GPU of over 60 GiB."""
-    from kvcalc.attention import MLA
-
-    max_bs = _sglang_tier(hw, s.tp)[1]
-    reserved = 512 + max(chunk, 2048) * 1.5 + s.tp * s.pp / 8 * 1024 + max_bs * 2
-    if s.dp_attention:  # attention-dp size: kvcalc's --dp-attention is SGLang's --dp = --tp
-        reserved += max_bs * s.tp * 3 + (max_bs * s.tp * 1.5 if max_bs > 300 else 0)
-    graphs = spec.family not in SGLANG_MULTIMODAL - SGLANG_MULTIMODAL_GRAPHS and spec.family != "kimi_linear"
-    if hw.vendor.casefold() == "nvidia" and s.pp == 1 and graphs:  # breakable prefill graphs (the CUDA default)
-        mla = any(isinstance(g.attention, MLA) for g in spec.groups)
-        reserved += 1.5 * 1024 if mla else 8 * _prefill_captures(chunk)
-    return max(reserved, 10 * 1024) if hw.memory_bytes > 60 * 2**30 else reserved
-
-
-def _sglang_aiter(spec: ModelSpec, s: Settings, hw: Hardware) -> bool:
-    """Whether SGLang trims its fraction by 0.85 for aiter's non-static workspace (attention_hook.py): on AMD GPUs
-    (a preset's vendor, in any case), where aiter is its default attention backend (MHA models; MLA at 16 or 128 heads
-    a rank; not where a model override picks another first: SGLANG_NOT_AITER, and DeepSeek Sparse Attention's dsa),
-    for a model whose context is over 8,192."""
-    from kvcalc.attention import MLA
-
-    mla = [g.attention for g in spec.groups if isinstance(g.attention, MLA)]
-    aiter = not mla or mla[0].n_heads // s.tp in (16, 128) and not mla[0].indexed
-    return hw.vendor.casefold() == "amd" and aiter and spec.family not in SGLANG_NOT_AITER and spec.max_context > 8192
-
-
-def _prefill_captures(max_bs: int) -> int:
-    """How many token counts SGLang captures prefill graphs at, up to max_bs (cuda_graph_hook.py
-    generate_prefill_cuda_graph_batch_sizes: 4..32 by 4, 48..256 by 16, 288..512 by 32, 576..1,024 by 64, 1,280..4,096
-    by 256, then by 512 from 4,608), counted, never listed: --prefill-chunk goes up to 2^40."""
-    steps = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256))
-    count = sum((min(hi, max_bs) - lo) // by + 1 for lo, hi, by in steps if lo <= max_bs)
-    return count + ((max_bs - 4608) // 512 + 1 if max_bs >= 4608 else 0)
-
-
-def default_prefill_chunk(engine: str | None, hw: Hardware) -> int:
-    """Tokens of one prefill chunk when --prefill-chunk is not given: `vllm serve`'s max_num_batched_tokens (16384 on
-    a device of at least 160 GiB, 8192 on one of at least 70 GiB that is not an A100, else 2048:
-    vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, OPENAI_API_SERVER, vLLM 0.34.0; vLLM's TPU overrides are
-    not modelled), SGLang's chunked_prefill_size for the GPU (SGLANG_TIERS), else 2048."""
-    if engine == "sglang":
-        return _sglang_tier(hw, 1)[0]  # the chunk of the GPU's tier, whatever the tp
-    if engine == "vllm" and hw.memory_bytes >= VLLM_LARGEST_GPU:
-        return 16384
-    if engine == "vllm" and hw.memory_bytes >= VLLM_LARGE_GPU and "a100" not in hw.name.lower():
-        return 8192
-    return 2048
-
 
 def activation_bytes(spec: ModelSpec, s: Settings, chunk: int) -> int:
     """An estimate of one prefill chunk's activations on one GPU, in bf16: per token, the residual stream, its normed
@@ -242,96 +132,6 @@ def _peaks_up_to(c: int, falls: tuple[tuple[int, int, int], ...]) -> tuple[int, 
     above it."""
     return (c,) + tuple(p for w, b, x in falls if (p := c - (c - w - x) % b) >= 1)
 
-
-class SGLangCapacity(NamedTuple):
-    """SGLang's static pools on one GPU: state slots (None without states), full-pool tokens (its
-    max_total_num_tokens), SWA-pool tokens (None without freed sliding layers)."""
-
-    slots: int | None
-    tokens: int
-    swa_tokens: int | None
-
-
-def sglang_capacity(p: SGLangPools, room: int) -> SGLangCapacity | None:
-    """SGLang's pools in `room` bytes (a GPU's memory after weights and activations), as its startup divides them
-    (None where not even the state pool fits): the state pool first (kv_cache_configurator._handle_max_mamba_cache:
-    max_mamba_cache_size K = (room · r/(1 + r)) // S slots of one sequence's states S, K · S bytes taken from the room;
-    MambaPool allocates K + 1, its slot 0 a padding slot outside that split, so K are usable), then with both
-    full and sliding layers, full_tokens = room / (full rate + 0.8 · SWA rate) and swa_tokens = 0.8 · full_tokens
-    (pool_configurator.HybridSWAPoolConfigurator), else room / rate tokens, each rounded down to whole pages."""
-    slots = None
-    if p.state_per_sequence:
-        r = SGLANG_MAMBA_FULL_MEMORY_RATIO
-        slots = int(room * r / (1 + r) // p.state_per_sequence)
-        room -= slots * p.state_per_sequence
-    if room < 0 or slots is not None and slots < 1:
-        return None
-
-    def whole_pages(tokens: Fraction) -> int:
-        return tokens // p.block * p.block
-
-    full_rate, swa_rate = p.full_rate + p.sized_full_rate, p.swa_rate + p.sized_swa_rate  # as the sizing counts them
-    if full_rate and swa_rate:
-        full_tokens = whole_pages(room / (full_rate + SGLANG_SWA_FULL_TOKENS_RATIO * swa_rate))
-        return SGLangCapacity(slots, full_tokens, whole_pages(full_tokens * SGLANG_SWA_FULL_TOKENS_RATIO))
-    rate = full_rate + swa_rate
-    return SGLangCapacity(slots, whole_pages(room / rate) if rate else 0, None)
-
-
-def sglang_short(p: SGLangPools, room: int) -> str | None:
-    """The SGLang static pool a stage's cache and states overflow in `room` bytes (sglang_capacity), or None where
-    they fit: 'state' (each running sequence holds a state slot), 'swa' (the sliding-window pool's tokens) or 'kv'
-    (the token pool's)."""
-    c = sglang_capacity(p, room)
-    if c is None or c.slots is not None and p.sequences > c.slots:
-        return "state"
-    if c.swa_tokens is not None:
-        return "kv" if p.full_bytes > c.tokens * p.full_rate else "swa" if p.swa_bytes > c.swa_tokens * p.swa_rate else None
-    return "kv" if p.full_bytes + p.swa_bytes > c.tokens * (p.full_rate + p.swa_rate) else None
-
-
-def sglang_fits(p: SGLangPools, room: int) -> bool:
-    """Whether a stage's cache and states fit SGLang's static pools in `room` bytes."""
-    return sglang_short(p, room) is None
-
-
-# SGLang's mamba radix cache takes the extra-buffer strategy for these architectures (arg_groups/overrides.py
-# _MAMBA_EXTRA_BUFFER_ARCHS, with the default triton linear-attention backend and overlap schedule): a running request
-# holds 3 + 2 state slots (MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO + the tracking slots), otherwise 3
-SGLANG_EXTRA_BUFFER_FAMILIES = frozenset({"qwen3_next", "nemotron_h", "falcon_h1", "granitemoehybrid", "kimi_linear",
-                                          "qwen3_5_moe"})
-VLLM_MAX_NUM_SEQS = (1024, 256)  # vllm serve's default max_num_seqs: GPUs of 70 GiB or more but A100s, and the rest
-
-
-def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, room: dict[int, int]) -> tuple[int, str] | None:
-    """The most sequences the engine runs at once by default, and its name: vLLM's max_num_seqs (get_batch_defaults:
-    1024 on a GPU of 70 GiB or more that is not an A100, else 256), SGLang's max_running_requests
-    (kv_cache_configurator.resolve_max_num_reqs: min(clamp(tokens / context_len · 512, 2048, 4096), tokens // 2);
-    under --mtp, speculative decoding, min(max(1, 48 // its attention-DP workers), tokens // 2), as SGLang sets 48
-    (arg_groups/speculative_hook.py _handle_eagle_family); with states min(that, K // 3, or // 5 with its extra
-    buffer)); per data-parallel replica, so times dp, and
-    SGLang's per attention-DP worker ("per dp worker": under --dp-attention each of a replica's tp ranks runs its own
-    scheduler over its own pool), so times tp there too. `room`: each stage's bytes for the cache (SGLang's pools).
-    None without an engine."""
-    if s.engine == "vllm":
-        large = hw.memory_bytes >= VLLM_LARGE_GPU and ("a100" not in hw.name.lower() or hw.memory_bytes >= VLLM_LARGEST_GPU)
-        return VLLM_MAX_NUM_SEQS[0 if large else 1] * s.dp, "max_num_seqs"
-    if s.engine != "sglang":
-        return None
-    caps = []
-    workers = s.tp if s.dp_attention else 1  # a replica's attention-DP workers
-    for plan in stages(spec, s.at(1)):
-        c = sglang_capacity(sglang_pools(s.at(1), plan), room[plan.stage])
-        if c is None:
-            return None
-        if s.mtp and spec.mtp_layers:  # speculative decoding: 48 unless set, split over the workers
-            cap = min(max(1, SGLANG_SPEC_MAX_RUNNING_REQUESTS // workers), c.tokens // 2)
-        else:
-            cap = min(max(min(c.tokens * 512 // spec.max_context, 4096), 2048), c.tokens // 2)
-        if c.slots is not None:
-            cap = min(cap, c.slots // (5 if spec.family in SGLANG_EXTRA_BUFFER_FAMILIES else 3))
-        caps.append(cap)
-    return min(caps) * s.dp * workers, "max_running_requests"
 
 
 def budget_bytes(hw: Hardware, reserve: Fraction) -> int:

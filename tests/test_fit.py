@@ -448,7 +448,7 @@ def test_sglang_default_static_fraction(model, hardware, at, reserved_mib, fract
     from fractions import Fraction
 
     from conftest import spec
-    from kvcalc.fit import default_prefill_chunk, default_reserve, sglang_mem_fraction
+    from kvcalc.costs.engine_memory import default_prefill_chunk, default_reserve, sglang_mem_fraction
     from kvcalc.hardware import load_hardware
     from kvcalc.settings import Settings
 
@@ -479,7 +479,7 @@ def test_sglang_fit_takes_its_static_fraction_and_no_activation_estimate():
     res = run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "4k", "--prefill-chunk",
               str(2**40), ok=False)
     assert res.exit_code == 1 and "leaving no static memory: give a smaller --prefill-chunk, or --reserve" in res.stderr
-    from kvcalc.fit import _prefill_captures
+    from kvcalc.costs.engine_memory import _prefill_captures
 
     assert (_prefill_captures(8192), _prefill_captures(16384), _prefill_captures(2**40)) == (58, 74, 50 + (2**40 - 4608) // 512 + 1)
 
@@ -571,7 +571,7 @@ def test_sglang_fraction_at_its_edges(model, hardware, args, reserve):
 
 
 def test_sglang_prefill_captures_are_its_list_counted():
-    from kvcalc.fit import _prefill_captures
+    from kvcalc.costs.engine_memory import _prefill_captures
 
     def listed(max_bs):  # generate_prefill_cuda_graph_batch_sizes, as SGLang 0.5.23 writes it
         sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),

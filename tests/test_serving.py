@@ -655,8 +655,8 @@ def test_sglang_sizes_every_stage_for_the_draft_layers():
     # SGLang adds the draft's cell to every target worker's cell size (model_executor/pool_configurator.py), though
     # only the last stage runs the draft: a stage before the last holds room // (its layers + 1 MTP layer) tokens.
     # DeepSeek-V3 at tp 4, pp 2 (SGLang's split: 30 and 31 layers), fp8 latent: 576 bytes a token a layer
+    from kvcalc.costs.engine_memory import sglang_capacity
     from kvcalc.costs.parallel import sglang_pools, stage_gpu, stages
-    from kvcalc.fit import sglang_capacity
 
     spec_ = spec("deepseek-v3")
     room = 40_000_000_000

@@ -397,9 +397,10 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     """`fit`: one row per context (largest batch), or one row (longest context for the batch)."""
     from dataclasses import replace
 
+    from kvcalc.costs.engine_memory import SGLANG_TOWERS, default_prefill_chunk, default_reserve
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
-    from kvcalc.fit import SGLANG_TOWERS, FitRow, default_prefill_chunk, default_reserve, fit
+    from kvcalc.fit import FitRow, fit
 
     s = opts.settings(ctxs[0] if ctxs else 1)
     if ctxs and s.batch != 1:
@@ -458,13 +459,8 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
                units: str) -> list[str]:
     """What fit's rows cannot say: a window's fall that one sequence more meets below --ctx, the SGLang pool that
     binds, that nothing fits, and an engine's default cap on sequences below --batch."""
-    from kvcalc.fit import (
-        SGLANG_MAMBA_FULL_MEMORY_RATIO,
-        SGLANG_SWA_FULL_TOKENS_RATIO,
-        batch_cap,
-        binding_context,
-        sglang_pool_binding,
-    )
+    from kvcalc.costs.engine_memory import SGLANG_MAMBA_FULL_MEMORY_RATIO, SGLANG_SWA_FULL_TOKENS_RATIO
+    from kvcalc.fit import batch_cap, binding_context, sglang_pool_binding
     from kvcalc.units import format_bytes
 
     assert s.hardware is not None  # fit's settings carry the hardware
