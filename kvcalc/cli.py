@@ -211,7 +211,7 @@ def fit(
     opts: CostOptions,
     ctx: Annotated[str | None, typer.Option("--ctx", "-c", help="Context(s) to find the largest batch for (a comma list); without it, the longest context for --batch.")] = None,
     gpus: Annotated[int | None, whole_option("--gpus", lo=1, help="GPUs of the preset (tp · pp · dp; alone it sets --tp).")] = None,
-    reserve: Annotated[Fraction | None, typer.Option("--reserve", parser=reserve_value, metavar="FRACTION", help="Fraction of each GPU's memory left unused (default 0.1; with --engine vllm 0.08: vLLM's gpu_memory_utilization 0.92; with --engine sglang 1 − SGLang's default --mem-fraction-static, as it computes it for the GPU and layout).")] = None,
+    reserve: Annotated[Fraction | None, typer.Option("--reserve", parser=reserve_value, metavar="FRACTION", help="Fraction of each GPU's memory left unused (default 0.1; with --engine vllm 1 − its gpu_memory_utilization: 0 on NVIDIA and AMD GPUs, where its extensible KV cache keeps a margin of max(1 GiB, 3 on AMD; 0.75 × the activation estimate) free instead, else 0.08; with --engine sglang 1 − SGLang's default --mem-fraction-static, as it computes it for the GPU and layout).")] = None,
     chunk: Annotated[int | None, whole_option("--prefill-chunk", lo=1, hi=1 << 40, help="Tokens of one prefill chunk, for the activation estimate (your engine's max_num_batched_tokens; default: 2048; with --engine vllm, vllm serve's: 16384 on GPUs of 160 GiB or more, 8192 on those of 70 GiB or more except A100; with --engine sglang its chunked_prefill_size, 2048 to 16384 by the GPU's memory, which sets its static fraction: no estimate beside it).")] = None,
     fmt: FormatOpt = "table",
     units: UnitsOpt = "binary",

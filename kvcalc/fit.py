@@ -1,7 +1,8 @@
 """What fits on a set of GPUs: the longest context for a batch, or the largest batch for a context, solved exactly.
 
-The budget of each GPU is its memory less a reserved fraction (0.1; under --engine vllm its gpu_memory_utilization
-0.92 reserves 0.08; under --engine sglang 1 − its default mem_fraction_static: kvcalc.costs.engine_memory), less
+The budget of each GPU is its memory less a reserved fraction (0.1; under --engine vllm 1 − its gpu_memory_utilization,
+whose default 1.0 on NVIDIA and AMD GPUs keeps its extensible KV cache's margin free, else 0.92; under --engine sglang
+1 − its default mem_fraction_static: kvcalc.costs.engine_memory), less
 the weights the busiest GPU holds and an activation estimate for one prefill chunk (none under SGLang, whose fraction
 leaves their room); the cache of the busiest GPU
 (kvcalc.costs.parallel) must fit in what is left. The search is an integer bisection against the real cache
@@ -21,6 +22,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from kvcalc.costs.engine_memory import (
+    budget_bytes,
     default_prefill_chunk,
     default_reserve,
     engine_batch_cap,
@@ -49,7 +51,9 @@ class FitRow:
     hardware: str = figure("Hardware", "text", "the hardware preset")
     gpus: int = figure("GPUs", "int", "GPUs: tp · pp · dp")
     memory_bytes: int = figure("Memory", "bytes", "device memory of all GPUs")
-    reserved_bytes: int = figure("Reserved", "bytes", "memory left unused by the reserve fraction, all GPUs")
+    reserved_bytes: int = figure("Reserved", "bytes", "memory left unused by the reserve fraction, all GPUs (under "
+                                 "--engine vllm on NVIDIA and AMD GPUs the margin of its extensible KV cache where "
+                                 "larger: max(1 GiB, 3 on AMD; 0.75 · the activation estimate) a GPU)")
     weights_bytes: int = figure("Weights", "bytes", "all weights in weights_dtype (one copy; what an engine keeps in bf16 "
                                 "or copies beside them is in weights_bytes_per_gpu, which can pass it at tp 1)")
     weights_bytes_per_gpu: int = figure("Weights\nper GPU", "bytes", "weights the busiest GPU holds")
@@ -134,15 +138,10 @@ def _peaks_up_to(c: int, falls: tuple[tuple[int, int, int], ...]) -> tuple[int, 
 
 
 
-def budget_bytes(hw: Hardware, reserve: Fraction) -> int:
-    """A GPU's memory less the reserved fraction, in whole bytes."""
-    return (hw.memory_bytes * (1 - reserve)).__floor__()
-
-
 def batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int) -> tuple[int, str] | None:
     """engine_batch_cap with each stage's room for the cache at the budget `fit` uses."""
     acts = activation_bytes(spec, s, chunk)
-    budget = budget_bytes(hw, reserve)
+    budget = budget_bytes(hw, reserve, s.engine, acts)
     return engine_batch_cap(spec, s, hw, {p.stage: pool_room(budget, p, acts) for p in stages(spec, s)})
 
 
@@ -190,7 +189,8 @@ def sglang_pool_binding(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fra
     are; None elsewhere, where one pool holds everything, or where none stops it."""
     if s.engine != "sglang":
         return None
-    budget, acts = budget_bytes(hw, reserve), activation_bytes(spec, s, chunk)
+    acts = activation_bytes(spec, s, chunk)
+    budget = budget_bytes(hw, reserve, s.engine, acts)
     falls = _window_falls(spec, s)
     tries = [replace(s.at(x), batch=best + 1) for x in _peaks_up_to(s.ctx, falls)] if solve == "batch" else \
         [replace(s.at(x), batch=s.batch) for x in _peaks_up_to(best + 1, falls)]
@@ -214,7 +214,8 @@ def pool_room(budget: int, plan: Stage, acts: int) -> int:
 def binding_context(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int, batch: int) -> int | None:
     """The context below `s.ctx` that stops one sequence more than `batch`, where that many fit at `s.ctx` itself: the
     last fall of a window's pages that they pass through (see `_peaks_up_to`); None when `s.ctx` binds."""
-    fits = _fitter(spec, budget_bytes(hw, reserve), activation_bytes(spec, s, chunk))
+    acts = activation_bytes(spec, s, chunk)
+    fits = _fitter(spec, budget_bytes(hw, reserve, s.engine, acts), acts)
     more = replace(s, batch=batch + 1)
     if not fits(more):
         return None
@@ -232,8 +233,8 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction | None, ch
     chunk = default_prefill_chunk(s.engine, hw) if chunk is None else chunk
     reserve = default_reserve(spec, s, hw, chunk) if reserve is None else reserve
 
-    budget = budget_bytes(hw, reserve)
     acts = activation_bytes(spec, s, chunk)
+    budget = budget_bytes(hw, reserve, s.engine, acts)
     fits = _fitter(spec, budget, acts)
 
     def gpu_at(t: Settings) -> PerGpu:

@@ -4,6 +4,7 @@ cache computed here by hand from the model's numbers."""
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 
 import pytest
 
@@ -316,21 +317,28 @@ def test_sglang_caps_each_attention_dp_worker():
 
 def test_vllm_holds_one_block_of_its_pool_back():
     # an audit: vLLM's BlockPool takes block 0 out of its free queue as the null block (vllm/v1/core/block_pool.py,
-    # 0.34.0), so num_blocks − 1 blocks hold sequences. Llama 3.1 8B on an RTX 4090: budget ⌊24 GiB · 0.92⌋, less
-    # the weights and one chunk's activations; a block is a 64-token page of each of the 32 layers, 64 · 32 ·
-    # (2 · 8 · 128 · 2) = 8,388,608 bytes; 889 blocks fit, 888 are the sequence's: 56,832 tokens, not 56,896
+    # 0.34.0), so num_blocks − 1 blocks hold sequences. Llama 3.1 8B on an RTX 4090: budget 24 GiB less vLLM's
+    # margin, 1 GiB (its extensible KV cache; 0.75 of the activations is less), less the weights and one chunk's
+    # activations; a block is a 64-token page of each of the 32 layers, 64 · 32 · (2 · 8 · 128 · 2) = 8,388,608
+    # bytes; 1,007 blocks fit, 1,006 are the sequence's: 64,384 tokens, not 64,448
     row = json.loads(run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "vllm", "--batch", "1",
                          "-f", "json").stdout)[0]
-    room = 24 * 2**30 * 92 // 100 - row["weights_bytes_per_gpu"] - row["activation_bytes"]
     assert (row["weights_bytes_per_gpu"], row["activation_bytes"]) == (16_060_522_496, 184_549_376)
+    room = 23 * 2**30 - 16_060_522_496 - 184_549_376
     block = 64 * 32 * 2 * 8 * 128 * 2
-    assert room // block == 889
-    assert (row["max_ctx"], row["binding"]) == ((889 - 1) * 64, "memory") == (56_832, "memory")
-    assert row["free_bytes_per_gpu"] == room - 889 * block  # the null block is not left over
-    # without an engine (or under ideal pages) nothing is held back: the same budget takes 889 · 64 tokens and more
+    assert room == 8_450_990_080 and room // block == 1007
+    assert (row["max_ctx"], row["binding"]) == ((1007 - 1) * 64, "memory") == (64_384, "memory")
+    assert row["free_bytes_per_gpu"] == room - 1007 * block  # the null block is not left over
+    # vLLM's gpu_memory_utilization 0.92 given: it requests ⌈24 GiB · 0.92⌉ = ⌈23,708,219,473.92⌉ bytes, 889 blocks
+    row = json.loads(run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "vllm", "--batch", "1",
+                         "--reserve", "0.08", "-f", "json").stdout)[0]
+    room = -(-24 * 2**30 * 92 // 100) - 16_060_522_496 - 184_549_376
+    assert room == 23_708_219_474 - 16_245_071_872 and room // block == 889
+    assert (row["max_ctx"], row["free_bytes_per_gpu"]) == (888 * 64, room - 889 * block) == (56_832, 5_675_090)
+    # without an engine (or under ideal pages) nothing is held back: the floor of the budget takes 889 · 64 tokens and more
     ideal = json.loads(run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "ideal", "--batch", "1",
                            "--reserve", "0.08", "-f", "json").stdout)[0]
-    assert ideal["max_ctx"] == room // (32 * 2 * 8 * 128 * 2) >= 889 * 64
+    assert ideal["max_ctx"] == (room - 1) // (32 * 2 * 8 * 128 * 2) >= 889 * 64
 
 
 def test_under_vllm_the_gpu_shown_is_the_one_with_least_left():
@@ -349,7 +357,8 @@ def test_the_title_names_the_null_block_no_column_shows():
     # the table's Left, KV cache, weights and activations leave vLLM's null block out: the title says it, a 64-token
     # page of each of Llama 3.1 8B's 32 layers (8 K/V heads of 128, bf16): 8,388,608 bytes, 8.00 MiB
     res = run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "vllm", "--batch", "1")
-    assert "vllm pages (8.00 MiB a GPU held back: the pool's null block), 8% reserved" in res.stdout.splitlines()[0]
+    assert ("vllm pages (8.00 MiB a GPU held back: the pool's null block), vLLM's margin of 1.00 GiB kept free"
+            in res.stdout.splitlines()[0])
     assert 64 * 32 * 2 * 8 * 128 * 2 == 8 * 2**20
     # with stages of 26, 27 and 27 layers at tp 2 the blocks differ: the largest, 27 · 64 · 2 · 4 · 128 · 2 bytes
     res = run("fit", "llama3-70b", "--hardware", "h100-80gb", "--engine", "vllm", "--pp", "3", "--tp", "2", "--batch", "1")
@@ -416,7 +425,7 @@ def test_a_fit_row_carries_its_settings():
     assert {k: row[k] for k in ("kv_dtype", "kv_quant", "weights_dtype", "engine", "tp", "pp", "dp", "ep", "dp_attention",
                                 "mtp", "reserve", "prefill_chunk")} == {
         "kv_dtype": "fp8", "kv_quant": "none", "weights_dtype": "fp8", "engine": "vllm", "tp": 8, "pp": 1, "dp": 1, "ep": 1,
-        "dp_attention": False, "mtp": True, "reserve": 0.08,  # vLLM's gpu_memory_utilization 0.92
+        "dp_attention": False, "mtp": True, "reserve": 0.0,  # vLLM's gpu_memory_utilization 1.0 on NVIDIA GPUs
         "prefill_chunk": 8192}  # vllm serve's max_num_batched_tokens on a GPU of 70 GiB or more (141 < 160)
     plain = json.loads(run("fit", "llama3-8b", "--hardware", "h100-80gb", "--gpus", "2", "--reserve", "1/8", "-f",
                            "json").stdout)[0]
@@ -579,3 +588,35 @@ def test_sglang_prefill_captures_are_its_list_counted():
         return len([n for n in sizes if n <= max_bs])
 
     assert all(_prefill_captures(m) == listed(m) for m in range(0, 20_000))
+
+
+def test_vllm_notes_what_its_measured_sizing_takes_and_a_context_it_refuses():
+    # a vLLM sizing review: vLLM 0.34.0's extensible KV cache measures memory kvcalc cannot (CUDA's context and graphs)
+    # and refuses to start where one request of max_model_len does not fit (kv_cache_planning.py
+    # _check_enough_kv_cache_memory). Llama 3.1 8B on an RTX 4090: 1,006 blocks of 64 tokens hold one sequence of
+    # 64,384 tokens, below its 131,072
+    res = run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "vllm", "--ctx", "8k")
+    assert "vLLM sizes its cache from the memory it measures free after warmup" in res.stderr
+    assert ("vLLM with its default max_model_len, the model's 131,072 tokens, refuses to start here: one sequence of "
+            "that length does not fit its pool (at most 64,384 tokens do: give vLLM --max-model-len 64384 or less)"
+            ) in res.stderr
+    # a --reserve given: no note of the measured sizing; on a TPU vLLM's sizing is its estimate at 0.92: none either
+    assert "measures free" not in run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "vllm", "--ctx",
+                                      "8k", "--reserve", "0.08").stderr
+    assert "measures free" not in run("fit", "llama3.1-8b", "--hardware", "tpu-v5p", "--engine", "vllm").stderr
+    # one sequence of 131,072 tokens fits an H100 (16 GiB of cache): no refusal
+    assert "refuses to start" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "vllm").stderr
+
+
+@pytest.mark.parametrize("reserve, title", [
+    ("0.005", ", 0.5% reserved, vLLM's margin of 1.00 GiB kept free"),  # 410 MiB of 80 GiB: the margin is larger
+    ("0.0125", ", 1.25% reserved"),  # 1.00 GiB exactly: the fraction's ⌈80 GiB · 0.9875⌉ ties the margin's
+    ("0.02", ", 2% reserved"),
+])
+def test_vllm_keeps_the_larger_of_the_reserve_and_its_margin(reserve, title):
+    # measure_kv_cache_bytes: min(requested − used, free − margin) − P, requested = ⌈memory · utilization⌉
+    row = json.loads(run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "vllm", "--reserve", reserve,
+                         "-f", "json").stdout)[0]
+    assert row["reserved_bytes"] == max(80 * 2**30 - (80 * 2**30 * (1 - Fraction(reserve))).__ceil__(), 2**30)
+    assert run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "vllm", "--reserve",
+               reserve).stdout.splitlines()[0].endswith(title)

@@ -306,6 +306,31 @@ def test_a_linear_or_dynamic_rope_scaling_stretches_the_context(tmp_path, rope, 
     assert import_config(moved, "t", "m").data["max_context"] == context
 
 
+def test_a_rope_factor_multiplies_in_floats_as_the_engines_do():
+    # an exactness review: vLLM (derived_max_model_len *= scaling_factor; int()) and SGLang (int(factor * val))
+    # multiply in floats, where 3,000 × 2.3 is 6,899.999...: 6,899 tokens, not the exact decimal's 6,900
+    from kvcalc.hf import import_config
+
+    cfg = {**config("models/llama-3-8b.json"), "max_position_embeddings": 3000,
+           "rope_scaling": {"type": "linear", "factor": 2.3}}
+    assert 3000 * 2.3 < 6900 and import_config(cfg, "t", "m").data["max_context"] == 6899
+
+
+def test_longrope_notes_vllms_default_max_model_len():
+    # a vLLM sizing review: vLLM 0.34.0 serves a LongRoPE model at original_max_position_embeddings unless given
+    # --max-model-len (config/model.py _get_and_verify_max_len); kvcalc keeps max_position_embeddings and says so
+    from kvcalc.hf import import_config
+
+    cfg = config("configs-extra/phi-3.5-mini-instruct.json")
+    data = import_config(cfg, "t", "m").data
+    assert data["max_context"] == 131_072 and ("LongRoPE: vLLM's default max_model_len is original_max_position_"
+                                                "embeddings, 4,096 tokens (give it --max-model-len 131072") in data["notes"]
+    legacy = {**cfg, "rope_scaling": {**cfg["rope_scaling"], "type": "su"}}  # vLLM reads 'su' as longrope
+    assert "LongRoPE" in import_config(legacy, "t", "m").data["notes"]
+    short = config("configs-extra/phi-3-mini-4k-instruct.json")  # no LongRoPE: no note
+    assert "LongRoPE" not in (import_config(short, "t", "m").data.get("notes") or "")
+
+
 def test_a_rope_type_that_is_not_a_name_is_refused(tmp_path):
     # the fuzz suite: rope_type [] raised a TypeError (unhashable list) through the rope_scaling check
     cfg = {**config("models/llama-3.1-405b.json")}

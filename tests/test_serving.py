@@ -517,7 +517,7 @@ def test_vllm_keeps_states_at_the_model_dtype_under_an_fp8_kv_cache():
 
 
 def test_vllm_0_34_defaults_pages_of_64_reserve_and_prefill_chunk():
-    # vLLM 0.34.0: CacheConfig.DEFAULT_BLOCK_SIZE 64 (16 before), DEFAULT_GPU_MEMORY_UTILIZATION 0.92, and vllm serve's
+    # vLLM 0.34.0: CacheConfig.DEFAULT_BLOCK_SIZE 64 (16 before), its default memory sizing, and vllm serve's
     # max_num_batched_tokens 16384 on devices of 160 GiB or more (EngineArgs.get_batch_defaults)
     from kvcalc.fit import activation_bytes
 
@@ -530,13 +530,23 @@ def test_vllm_0_34_defaults_pages_of_64_reserve_and_prefill_chunk():
     g4 = kv_cache(spec("gemma4-26b-a4b"), Settings(ctx=100_001, engine="vllm"))
     assert [(g.group.label, g.block_size) for g in g4.groups] == [("global", 128), ("local", 64)]
     assert g4.engine_bytes == 5 * -(-100_001 // 128) * 128 * 4096 + 25 * (1024 // 64 + 1) * 64 * 8192
-    # fit under --engine vllm reserves 8%, and on a 180 GiB B200 prefills chunks of 16,384 tokens
-    row = json.loads(run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--batch", "4", "--engine", "vllm", "-f",
-                         "json").stdout)[0]
-    assert row["reserved_bytes"] == 80 * 2**30 - (80 * 2**30 * 92) // 100
-    b200 = json.loads(run("fit", "llama3.1-8b", "--hardware", "b200-180gb", "--batch", "4", "--engine", "vllm", "-f",
-                          "json").stdout)[0]
-    assert b200["activation_bytes"] == activation_bytes(spec("llama3.1-8b"), Settings(ctx=1), 16384)
+    # fit under --engine vllm on an NVIDIA or AMD GPU: its extensible KV cache at a utilization of 1.0 keeps a margin
+    # of max(1 GiB, 3 on ROCm; 0.75 · the transient peak) free (extensible_kv_cache.py measure_kv_cache_bytes);
+    # Llama 3.1 8B's activation estimate at 8,192 tokens is 8,192 · (4 · 4,096 + 2 · 14,336) · 2 = 738,197,504
+    # bytes, 0.75 of it below 1 GiB
+    def reserved(hw: str) -> tuple[int, int]:
+        row = json.loads(run("fit", "llama3.1-8b", "--hardware", hw, "--batch", "4", "--engine", "vllm", "-f",
+                             "json").stdout)[0]
+        return row["reserved_bytes"], row["activation_bytes"]
+
+    assert reserved("h100-80gb") == (2**30, 8192 * (4 * 4096 + 2 * 14336) * 2) == (2**30, 738_197_504)
+    assert reserved("mi355x")[0] == 3 * 2**30
+    # on a 180 GiB B200 it prefills chunks of 16,384 tokens: 1,476,395,008 bytes, whose 0.75 passes 1 GiB
+    b200 = reserved("b200-180gb")
+    assert b200[1] == activation_bytes(spec("llama3.1-8b"), Settings(ctx=1), 16384) == 1_476_395_008
+    assert b200[0] == 1_476_395_008 * 3 // 4 == 1_107_296_256
+    # a TPU keeps vLLM's estimated sizing: it requests ⌈memory · 0.92⌉ and reserves the rest
+    assert reserved("tpu-v5p")[0] == 95 * 2**30 - -(-95 * 2**30 * 92 // 100)
 
 
 def test_show_per_layer_engine_rows_add_up_with_the_padding_slots():
@@ -584,7 +594,10 @@ def test_mtp_pages_cover_the_slots_a_vllm_step_allocates_ahead():
     out = json.loads(run("fit", "deepseek-v3", "--mtp", "--engine", "vllm", "--hardware", "h200-141gb", "--gpus", "8",
                          "--weights-dtype", "fp8", "--kv-dtype", "fp8", "--ctx", "9600", "-f", "json").stdout)[0]
     room = (out["memory_bytes"] - out["reserved_bytes"]) // 8 - out["weights_bytes_per_gpu"] - out["activation_bytes"]
-    assert out["max_batch"] == (room // (62 * 64 * 576) - 1) // 151 == 149  # the MTP eh_proj in bf16: 150 in fp8
+    # 141 GiB less vLLM's margin (1 GiB: 0.75 of the activations is less), the weights and the activations: 27,450
+    # blocks, one the null block
+    assert room == 141 * 2**30 - 2**30 - out["weights_bytes_per_gpu"] - out["activation_bytes"] == 62_739_421_696
+    assert out["max_batch"] == (room // (62 * 64 * 576) - 1) // 151 == 27_449 // 151 == 181
     # the weights beyond kvcalc's all-fp8 figure, by hand: W_UK/W_UV dequantized to bf16 beside kv_b_proj in the 62
     # MLA layers (16 heads a rank · 256 · 512), and a byte more a value for the embedding's and head's shares
     # (129,280 / 8 rows of 7,168), the 59 routers and the MTP eh_proj (2 · 7,168²)

@@ -25,16 +25,54 @@ SGLANG_SPEC_MAX_RUNNING_REQUESTS = 48
 VLLM_LARGE_GPU = 70 * 2**30  # vLLM's thresholds for its larger batch defaults
 VLLM_LARGEST_GPU = 160 * 2**30
 RESERVE = "0.1"  # --reserve's default
-VLLM_RESERVE = "0.08"  # under --engine vllm: CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION 0.92 (vLLM 0.34.0)
+# under --engine vllm where its extensible KV cache is off (vLLM 0.34.0 config/cache.py: DEFAULT_GPU_MEMORY_UTILIZATION
+# 0.92, resolved_gpu_memory_utilization); where it is on, the utilization defaults to 1.0
+VLLM_RESERVE = "0.08"
+# vLLM 0.34.0's extensible KV cache, on by default on CUDA and ROCm (config/vllm.py _resolve_extensible_kv_cache:
+# "only supported on CUDA and ROCm"), sizes the cache from the memory measured free after warmup, less a margin of
+# max(floor, 0.75 · the transient peak P) and P itself (v1/worker/extensible_kv_cache.py measure_kv_cache_bytes,
+# KV_CACHE_MARGIN_FLOOR_BYTES: 1 GiB, 3 GiB on ROCm; KV_CACHE_MARGIN_FRACTION 0.75). By a preset's vendor.
+VLLM_MARGIN_FLOOR = {"nvidia": 1 << 30, "amd": 3 << 30}
+VLLM_MARGIN_FRACTION = Fraction(3, 4)
+
+
+def vllm_extensible(hw: Hardware) -> bool:
+    """Whether vLLM 0.34.0 sizes its cache on `hw` with its extensible KV cache (its default on CUDA and ROCm GPUs)."""
+    return hw.vendor.casefold() in VLLM_MARGIN_FLOOR
+
+
+def vllm_margin(hw: Hardware, acts: int) -> int:
+    """The bytes vLLM's extensible KV cache keeps free beside the transient peak, whatever the utilization:
+    max(1 GiB (3 on ROCm), ⌊0.75 · P⌋), with kvcalc's activation estimate `acts` for the peak P it measures
+    (measure_kv_cache_bytes: int(transient_peak_bytes * KV_CACHE_MARGIN_FRACTION)). 0 where the cache is not
+    extensible."""
+    if not vllm_extensible(hw):
+        return 0
+    return max(VLLM_MARGIN_FLOOR[hw.vendor.casefold()], (acts * VLLM_MARGIN_FRACTION).__floor__())
 
 
 def default_reserve(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) -> Fraction:
-    """The fraction of each GPU's memory --reserve leaves unused when not given: vLLM's 1 − 0.92 under --engine vllm,
-    1 − SGLang's default --mem-fraction-static under --engine sglang (sglang_mem_fraction), else 0.1 (vLLM's earlier
-    0.9)."""
+    """The fraction of each GPU's memory --reserve leaves unused when not given: under --engine vllm 1 − its default
+    gpu_memory_utilization (1.0 where its extensible KV cache is on, NVIDIA and AMD GPUs, whose margin budget_bytes
+    keeps; else 0.92), 1 − SGLang's default --mem-fraction-static under --engine sglang (sglang_mem_fraction), else
+    0.1 (vLLM's earlier 0.9)."""
     if s.engine == "sglang":
         return 1 - sglang_mem_fraction(spec, s, hw, chunk)
-    return Fraction(VLLM_RESERVE if s.engine == "vllm" else RESERVE)
+    if s.engine == "vllm":
+        return Fraction(0 if vllm_extensible(hw) else VLLM_RESERVE)
+    return Fraction(RESERVE)
+
+
+def budget_bytes(hw: Hardware, reserve: Fraction, engine: str | None, acts: int) -> int:
+    """What a GPU's weights, activations and cache may take, in whole bytes: its memory less the reserved fraction;
+    under --engine vllm the memory it requests, ⌈memory · (1 − reserve)⌉ (v1/worker/utils.py request_memory), and
+    where its extensible KV cache is on at most the memory less its margin (vllm_margin; measure_kv_cache_bytes:
+    min(requested − used, free − margin) − P, with the weights in `used`, the activation estimate `acts` for P and
+    the preset's memory for what CUDA reports free, README: Hardware presets)."""
+    memory = hw.memory_bytes
+    if engine != "vllm":
+        return (memory * (1 - reserve)).__floor__()
+    return min((memory * (1 - reserve)).__ceil__(), memory - vllm_margin(hw, acts))
 
 
 # SGLang 0.5.23's defaults by the GPU's memory in MiB (srt/arg_groups/memory_hook.py handle_gpu_memory_settings): below

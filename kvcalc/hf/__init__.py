@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
 
 from kvcalc.errors import SpecError
 from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
@@ -93,7 +92,8 @@ ROPE_ALREADY_SCALED = frozenset({"default", "su", "longrope", "llama3", "yarn", 
 def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str], origin: str) -> None:
     """max_context times the RoPE scaling factor where the scaling stretches the positions (a linear or dynamic
     rope_scaling), as vLLM derives max_model_len: the last such factor of the layer types' (config/model.py
-    _get_and_verify_max_len); Gemma 3's maximum is scaled already (vLLM skips it too)."""
+    _get_and_verify_max_len); Gemma 3's maximum is scaled already (vLLM skips it too). A LongRoPE model keeps its
+    max_position_embeddings, with a note of vLLM's lower default (original_max_position_embeddings)."""
     inner = cfg.get("text_config")
     text: dict = inner if isinstance(inner, dict) else cfg
     key = "rope_scaling" if text.get("rope_scaling") else "rope_parameters"
@@ -101,11 +101,12 @@ def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str
     if not isinstance(rope, dict) or model_type.startswith("gemma3") or not isinstance(body.get("max_context"), int):
         return
     kinds = rope.values() if all(isinstance(v, dict) for v in rope.values()) and rope else [rope]  # per layer type
-    last = None
+    last, longrope = None, False
     for r in kinds:
         kind, factor = r.get("rope_type", r.get("type")), r.get("factor")
         if kind is not None and not isinstance(kind, str):
             raise SpecError(f"{origin}: {key}: its rope_type must be a name (linear, yarn, ...), got {show(kind)}")
+        longrope |= kind in ("longrope", "su")  # vLLM reads the legacy 'su' as longrope (patch_rope_parameters)
         if kind in ROPE_ALREADY_SCALED or factor is None:
             continue
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0:
@@ -113,10 +114,19 @@ def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str
         last = (kind, factor)
     if last is not None and last[1] != 1:
         kind, factor = last
-        scaled = int(body["max_context"] * Fraction(str(factor)))
+        # in floats, as the engines multiply (vLLM: derived_max_model_len *= scaling_factor, then int(); SGLang
+        # hf_transformers/common.py: int(rope_scaling_factor * val)): 3,000 × 2.3 is 6,899 there, not 6,900
+        scaled = int(body["max_context"] * float(factor))
         notes.append(f"{key} {kind} factor {factor}: max_context {body['max_context']:,} × {factor} = {scaled:,}, "
                      "as vLLM derives max_model_len")
         body["max_context"] = scaled
+    original = text.get("original_max_position_embeddings")
+    if longrope and isinstance(original, int) and not isinstance(original, bool) and original < body["max_context"]:
+        # vLLM 0.34.0 config/model.py _get_and_verify_max_len: "For LongRoPE, default to
+        # original_max_position_embeddings to avoid performance degradation for shorter sequences"
+        notes.append(f"LongRoPE: vLLM's default max_model_len is original_max_position_embeddings, {original:,} tokens "
+                     f"(give it --max-model-len {body['max_context']} for the {body['max_context']:,} of "
+                     "max_context, the config's max_position_embeddings)")
 
 
 def _distinct_names(groups: object) -> None:

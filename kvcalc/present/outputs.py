@@ -397,7 +397,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     """`fit`: one row per context (largest batch), or one row (longest context for the batch)."""
     from dataclasses import replace
 
-    from kvcalc.costs.engine_memory import SGLANG_TOWERS, default_prefill_chunk, default_reserve
+    from kvcalc.costs.engine_memory import SGLANG_TOWERS, default_prefill_chunk, default_reserve, vllm_extensible
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
     from kvcalc.fit import FitRow, fit
@@ -427,6 +427,19 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     if s.engine == "sglang" and reserve is not None and explicit_chunk:
         warnings.append(f"note: {spec.name}: --prefill-chunk under --engine sglang only sets SGLang's default static "
                         "fraction, which --reserve replaces: it changes nothing here")
+    if s.engine == "vllm" and reserve is None and vllm_extensible(s.hardware):
+        warnings.append(f"note: {spec.name}: vLLM sizes its cache from the memory it measures free after warmup (its "
+                        "extensible KV cache, the default on NVIDIA and AMD GPUs): what it finds taken beyond the "
+                        "weights and the activation estimate (CUDA's context and graphs, communication buffers) and "
+                        "CUDA's total below the preset's memory are not counted here; --reserve (1 − vLLM's "
+                        "gpu_memory_utilization) leaves more")
+    if s.engine == "vllm":
+        one = rows[0] if not ctxs and s.batch == 1 else as_row(fit(spec, replace(s, batch=1), s.hardware, frac, chunk,
+                                                                     "ctx"))
+        if 0 < one["max_ctx"] < spec.max_context:
+            warnings.append(f"note: {spec.name}: vLLM with its default max_model_len, the model's {spec.max_context:,} "
+                            "tokens, refuses to start here: one sequence of that length does not fit its pool (at "
+                            f"most {one['max_ctx']:,} tokens do: give vLLM --max-model-len {one['max_ctx']} or less)")
     if s.engine == "sglang" and reserve is None and spec.family in SGLANG_TOWERS:
         warnings.append(f"note: {spec.name}: SGLang serves its published checkpoint as multimodal: it trims the static "
                         "fraction for the vision or audio tower (adjust_mem_fraction_for_vlm) and loads the tower's "
@@ -449,10 +462,25 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
              f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}{mla_note([spec], s, False)}"
              + (f" ({'up to ' if len(held) > 1 else ''}{format_bytes(max(held), units)} a GPU held back: the pool's "
                 "null block)" if max(held) else "")
-             + f", {_percent(frac)}% reserved")
+             + _reserve_note(s, frac, rows[0]["activation_bytes"], units))
     keys = [f.key for f in figs]
     return Output([Table("fit", cols, rows, title, keys)],
                   warnings=_load_warnings([lm]) + (_ctx_warnings([spec], ctxs) if ctxs else []) + option_warnings([spec], s) + warnings)
+
+
+def _reserve_note(s: Settings, frac: Fraction, acts: int, units: str) -> str:
+    """What fit's title says it keeps out of each GPU: the reserved fraction, or under --engine vllm with its
+    extensible KV cache the margin that cache keeps free, where it is the larger (engine_memory.budget_bytes)."""
+    from kvcalc.costs.engine_memory import vllm_margin
+    from kvcalc.units import format_bytes
+
+    assert s.hardware is not None  # fit's settings carry the hardware
+    memory = s.hardware.memory_bytes
+    margin = vllm_margin(s.hardware, acts) if s.engine == "vllm" else 0
+    if margin and memory - margin < (memory * (1 - frac)).__ceil__():
+        fraction = f"{_percent(frac)}% reserved, " if frac else ""
+        return f", {fraction}vLLM's margin of {format_bytes(margin, units)} kept free"
+    return f", {_percent(frac)}% reserved"
 
 
 def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] | None, frac: Fraction, chunk: int,
