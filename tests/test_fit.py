@@ -410,10 +410,12 @@ def test_sglang_names_the_pool_that_binds():
     # layers of an fp32 recurrent state (32/4)·128·128 and a bf16 conv state 3·(2·16·128 + 32·128)/4
     room = 80 * 2**30 * 819 // 1000 - row["weights_bytes_per_gpu"]
     per_sequence = 36 * ((32 // 4) * 128 * 128 * 4 + 3 * (2 * 16 * 128 + 32 * 128) // 4 * 2)
-    slots = room * 9 // 19 // per_sequence
+    # max_mamba_cache_size = (share − S) // S: the pool's padding slot inside the share (an exactness review: 746
+    # counted it as a sequence's)
+    slots = (room * 9 // 19 - per_sequence) // per_sequence
     res = run("fit", "qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--gpus", "4", "--engine", "sglang", "--ctx", "32k")
     assert (f"note: qwen3-next-80b-a3b: at 32,768 tokens SGLang's limit is its token pool (the state pool keeps {slots:,} "
-            "slots)") in res.stderr and slots == 746
+            "slots)") in res.stderr and slots == 745
     assert "SGLang's limit" not in run("fit", "llama3-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "32k").stderr
 
 
@@ -620,3 +622,15 @@ def test_vllm_keeps_the_larger_of_the_reserve_and_its_margin(reserve, title):
     assert row["reserved_bytes"] == max(80 * 2**30 - (80 * 2**30 * (1 - Fraction(reserve))).__ceil__(), 2**30)
     assert run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "vllm", "--reserve",
                reserve).stdout.splitlines()[0].endswith(title)
+
+
+def test_sglang_state_slots_keep_the_padding_slot_inside_the_share():
+    # an exactness review: SGLang 0.5.23 solves max_mamba_cache_size K = (share − S) // S, its pool's padding slot
+    # inside the share (kv_cache_configurator.py: "+1 accounts for each pool's padding slot"); kvcalc took share // S,
+    # one more. Qwen3-Next at tp 4 on H200s, --reserve 0.11: the extra-buffer strategy runs K // 5 requests
+    row = json.loads(run("fit", "qwen3-next-80b-a3b", "--hardware", "h200-141gb", "--tp", "4", "--engine", "sglang",
+                         "--ctx", "1k", "--reserve", "0.11", "-f", "json").stdout)[0]
+    room = 141 * 2**30 * 89 // 100 - row["weights_bytes_per_gpu"]
+    per_sequence = 36 * ((32 // 4) * 128 * 128 * 4 + 3 * (2 * 16 * 128 + 32 * 128) // 4 * 2)
+    slots = (room * 9 // 19 - per_sequence) // per_sequence
+    assert slots == 2324 and (row["max_batch"], row["binding"]) == (slots // 5, "max_running_requests") == (464, "max_running_requests")

@@ -183,15 +183,15 @@ class SGLangCapacity(NamedTuple):
 def sglang_capacity(p: SGLangPools, room: int) -> SGLangCapacity | None:
     """SGLang's pools in `room` bytes (a GPU's memory after weights and activations), as its startup divides them
     (None where not even the state pool fits): the state pool first (kv_cache_configurator._handle_max_mamba_cache:
-    max_mamba_cache_size K = (room · r/(1 + r)) // S slots of one sequence's states S, K · S bytes taken from the room;
-    MambaPool allocates K + 1, its slot 0 a padding slot outside that split, so K are usable), then with both
+    max_mamba_cache_size K = (room · r/(1 + r) − S) // S slots of one sequence's states S, the pool's padding slot
+    inside that share, and (K + 1) · S bytes taken from the room: "+1 accounts for each pool's padding slot"), then with both
     full and sliding layers, full_tokens = room / (full rate + 0.8 · SWA rate) and swa_tokens = 0.8 · full_tokens
     (pool_configurator.HybridSWAPoolConfigurator), else room / rate tokens, each rounded down to whole pages."""
     slots = None
     if p.state_per_sequence:
         r = SGLANG_MAMBA_FULL_MEMORY_RATIO
-        slots = int(room * r / (1 + r) // p.state_per_sequence)
-        room -= slots * p.state_per_sequence
+        slots = int(room * r / (1 + r) // p.state_per_sequence) - 1  # (share − S) // S
+        room -= (slots + 1) * p.state_per_sequence
     if room < 0 or slots is not None and slots < 1:
         return None
 
