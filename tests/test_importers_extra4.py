@@ -114,3 +114,23 @@ def test_t5_relu_ffn_when_not_gated():
     # T5 1.0 (feed_forward_proj relu): DenseReluDense, wi and wo only
     s = imported({**config(T5), "feed_forward_proj": "relu"})
     assert (s.ffn.gated, s.encoder.ffn.gated) == (False, False)
+
+
+def test_openelm_rounds_its_multipliers_as_numpy_does():
+    # an exactness review: OpenELMConfig rounds np.linspace's values with round(v, 2) of an np.float64, NumPy's
+    # rint(v · 100) / 100, half to even of the float product. At 101 layers, qkv_multipliers [0.5, 1.0], layer 33's
+    # multiplier is 0.5 + 33 · 0.005 = 0.665 (66.5 a hundredth): 0.66, not Python's 0.67 of the exact decimal. Its query
+    # heads: make_divisible(1,280 · 0.66 = 844.8, 64 · 4) = 768 (not below 0.9 · 844.8) over head_dim 64: 12, where
+    # 0.67 gives 857.6, 768 below 0.9 · 857.6, so 1,024: 16
+    import json
+
+    from kvcalc.hf import import_config
+    from kvcalc.spec import ModelSpec
+
+    cfg = json.loads((REFERENCE / "configs-extra-4" / "openelm-270m.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if k not in ("num_query_heads", "num_kv_heads")}
+    cfg |= {"num_transformer_layers": 101, "qkv_multipliers": [0.5, 1.0], "ffn_multipliers": [0.5, 4.0]}
+    spec = ModelSpec.model_validate(import_config(cfg, "t", "m").data)
+    assert round(0.665 * 100) == 66 and round(0.665, 2) == 0.67  # the two roundings differ here
+    heads = {layer: spec.groups[spec._owner[layer]].attention.n_heads for layer in (32, 33, 34)}
+    assert heads == {32: 12, 33: 12, 34: 16}  # 0.66 at 32, 0.665 to 0.66 at 33, 0.67 at 34

@@ -31,9 +31,11 @@ def make_divisible(v: float, divisor: int) -> int:
 
 
 def _linspace(a: float, b: float, n: int) -> list[float]:
-    """np.linspace(a, b, n), rounded to 2 places as OpenELMConfig does."""
+    """np.linspace(a, b, n), rounded to 2 places as OpenELMConfig does: round(v, 2) of an np.float64 is NumPy's
+    rint(v · 100) / 100 (half to even of the float product), not Python's round of the exact decimal (0.525: 0.52,
+    not 0.53)."""
     step = (b - a) / (n - 1) if n > 1 else 0.0
-    return [round(b if i == n - 1 and n > 1 else a + i * step, 2) for i in range(n)]
+    return [round((b if i == n - 1 and n > 1 else a + i * step) * 100) / 100 for i in range(n)]
 
 
 def _per_layer(cfg: dict, key: str, n: int, origin: str) -> list:
