@@ -102,7 +102,8 @@ class Hardware(Strict):
             return value  # ints pass on to the bounds; a bool is refused there (strict)
         # A float (3.35e+12) and YAML 1.1's unsigned exponent (989.4e12, read as a string) are accepted when they are
         # whole numbers; the exponent and digits are bounded first, so 1e999999999 fails at once.
-        text = repr(value) if isinstance(value, float) else value
+        # a YAML float's digits as written (yamlfile.YamlFloat): its float value may have lost some
+        text = getattr(value, "text", repr(value)) if isinstance(value, float) else value
         if not text.isascii():  # Decimal and \d read other scripts' digits ('８0GB')
             raise ValueError(f"{text[:40]!r}: a number is written in the digits 0-9")
         if re.fullmatch(r"0[0-9_]+", text):
@@ -117,7 +118,7 @@ class Hardware(Strict):
         if not number.is_finite() or len(number.as_tuple().digits) > 64 or number.adjusted() > MAX_EXPONENT:
             raise ValueError(f"{text[:40]!r} is not a whole number below 10**{MAX_EXPONENT + 1}")
         if number != number.to_integral_value():
-            raise ValueError(f"{value!r} is not a whole number")
+            raise ValueError(f"{text[:40]!r} is not a whole number")
         return int(number)
 
     @property

@@ -168,6 +168,18 @@ class _Loader(yaml.SafeLoader):
             "(mappings, lists, strings, numbers, true/false) and never runs code from a file", node.start_mark)
 
 
+class YamlFloat(float):
+    """A YAML float that keeps the text it was read from, so a field that takes whole numbers reads the digits as
+    written, not the float's nearest value (85899345920.0000000001 is not 85,899,345,920)."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> YamlFloat:
+        out = super().__new__(cls, value)
+        out.text = text
+        return out
+
+
 def _scalar(pattern: re.Pattern, what: str):
     """A constructor for `!!int`/`!!float`/`!!bool`, explicit or implied, that takes only what `pattern` (YAML 1.2's
     core schema, decimal only) matches: an explicit `!!int 0x10` or `!!bool yes` is refused, not read as 16 or true."""
@@ -184,7 +196,7 @@ def _scalar(pattern: re.Pattern, what: str):
         if what == "float" and math.isinf(value) and "inf" not in text.lower():
             raise _Refused(None, None, f"{text} is out of the range of a float (it would read as infinity)",
                            node.start_mark)
-        return value
+        return YamlFloat(value, text) if what == "float" else value
 
     return construct
 

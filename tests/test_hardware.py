@@ -416,6 +416,23 @@ def test_fractional_figure_names_field_and_rule(tmp_path):
     assert error_of(path) == f"{path}: memory_bytes: '1.5' is not a whole number (line 6)"
 
 
+@pytest.mark.parametrize("written, read", [
+    ("12345678901234567891.0", 12_345_678_901_234_567_891),  # the float's nearest, 12345678901234567168, was read
+    ("25769803776.0", 25_769_803_776), ("2.5769803776e10", 25_769_803_776),
+    ("25769803776.0000000001", None),  # a float of 25769803776.0: it was taken as whole
+])
+def test_a_yaml_float_is_read_as_written(tmp_path, written, read):
+    # an exactness review: a YAML float's value loses digits past 15-17 significant ones; the hardware fields that take
+    # whole numbers read the digits as written (yamlfile.YamlFloat)
+    from kvcalc.hardware import load_hardware
+
+    path = write(tmp_path, USER_YAML.replace("memory_bytes: 25769803776", f"memory_bytes: {written}"))
+    if read is None:
+        assert error_of(path) == f"{path}: memory_bytes: '{written}' is not a whole number (line 6)"
+    else:
+        assert load_hardware(str(path)).memory_bytes == read
+
+
 def test_missing_field_is_named(tmp_path):
     path = write(tmp_path, USER_YAML.replace("source: https://example.invalid/datasheet\n", ""))
     assert error_of(path) == f"{path}: source: required field is missing"
