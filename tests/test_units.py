@@ -151,3 +151,19 @@ def test_ratios_and_errors_keep_three_significant_digits_rounded_half_to_even():
         ["9.46e-10", "2.50e-17", "1.23e+03", "0.000123", "0.00", "-0.500"]
     rows = run("compare", "llama3-70b", "gpt2", "--ctx", "32k").stdout.splitlines()
     assert rows[-1].split()[-1] == "0.112×"  # 1.125 GiB / 10 GiB, a tie, to even as the cache's 1.12 GiB
+
+
+@pytest.mark.parametrize(("x", "text"), [
+    (1.6793361153931786e21, "1.68e+21 s"),  # the float's digits were written out: 1,679,336,115,393,178,600,000 s
+    (Fraction(10**15), "1.00e+15 s"), (10**15 - 1, "999,999,999,999,999 s"), (12_345.6, "12,346 s"),
+])
+def test_a_duration_past_a_floats_digits_is_a_power_of_ten(x, text):
+    # an exactness review: a time is a float, whose repr past 17 significant digits pads with zeros
+    assert format_seconds(x) == text
+
+
+def test_a_ratio_past_a_floats_digits_is_a_power_of_ten():
+    from kvcalc.present.render import cell
+
+    assert cell(68_718_293_906_637_375.0, "ratio") == "6.87e+16×"  # was 68,718,293,906,637,376×
+    assert cell(12_345.0, "ratio") == "12,345×" and cell(99.96, "ratio") == "100×"

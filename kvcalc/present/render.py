@@ -71,7 +71,7 @@ def _cell(value: Any, kind: str, units: str, latex: bool) -> str:
         return f"{value:,}"
     if kind == "ratio":
         digits = format_sig(value)  # three significant digits: 0.125×, 0.0176×, 1.00×; 9.46e-10× far below 1
-        if abs(float(digits)) >= 100:  # read after rounding: 99.96 is 100×, not 100.×
+        if 100 <= abs(float(digits)) < 10**15:  # read after rounding: 99.96 is 100×; past a float's digits, 1.23e+18×
             digits = f"{value:,.0f}"
         return digits + (r"$\times$" if latex else "×")
     if kind == "flops":
