@@ -169,9 +169,10 @@ def format_sig(value: float) -> str:
 def format_seconds(x: float | Fraction) -> str:
     """A duration, 3 significant digits: 0.0123 -> '12.3 ms', 0.99996 -> '1.00 s'; from 10¹⁵ s, past a float's
     digits, in a power of ten ('1.68e+21 s', not the float's 1,679,336,115,393,178,600,000)."""
-    if abs(x) >= 10**15:
-        return f"{format_sig(float(x))} s"
-    text, unit = _in_units(_decimal(x), SECONDS)
+    exact = _decimal(x)
+    if abs(exact) >= 10**15:
+        return f"{format_sig(float(exact))} s"
+    text, unit = _in_units(exact, SECONDS)
     return f"{text} {unit}"
 
 
