@@ -39,8 +39,8 @@ class Heads(AttentionKind):
         None, description="Per-head value dim d_v when it differs from the key dim d_h (MiMo-V2-Flash: K 192, V 128)."
     )
     output_gate: bool = Field(
-        False, description="A sigmoid gate on the attention output, one per query-head channel (Qwen3-Next: q_proj emits "
-        "the query and the gate, n_h·d_h more outputs)."
+        False, description="A sigmoid gate on the attention output, one per output channel, n_h·d_v (Qwen3-Next: q_proj "
+        "emits the query and the gate, n_h·d_h more outputs, its d_v = d_h)."
     )
     k_bias: bool = Field(True, description="With qkv_bias: whether the key projection has a bias too (Whisper's has none).")
     k_eq_v: bool = Field(
@@ -111,13 +111,15 @@ class Heads(AttentionKind):
                Weight("W_V", "attn/v", (d, n_kv * d_v)), Weight("W_O", "attn/o", (n_h * d_v, d))]
         if self.k_eq_v:  # Gemma4Attention: v = v_norm(k_proj(x)), no v_proj
             out = [w for w in out if w.name != "W_V"]
-        if self.output_gate:  # Qwen3NextAttention: q_proj is d × 2·n_h·d_h, the second half gates the output
-            out.append(Weight("W_G", "attn/q", (d, n_h * d_h)))
+        # Qwen3NextAttention: q_proj is d × 2·n_h·d_h, the second half gates the output elementwise, so its width is
+        # the output's, n_h·d_v (d_v = d_h there; kvcalc run refuses a gate with other values)
+        if self.output_gate:
+            out.append(Weight("W_G", "attn/q", (d, n_h * d_v)))
         if self.qkv_bias:
             out.append(Weight("b_Q", "attn/q", (n_h * d_h,), "bias"))
             out += [Weight("b_K", "attn/k", (n_kv * d_h,), "bias")] if self.k_bias else []
             out += [] if self.k_eq_v else [Weight("b_V", "attn/v", (n_kv * d_v,), "bias")]
-            out += [Weight("b_G", "attn/q", (n_h * d_h,), "bias")] if self.output_gate else []  # q_proj's gate half
+            out += [Weight("b_G", "attn/q", (n_h * d_v,), "bias")] if self.output_gate else []  # q_proj's gate half
         if self.o_bias:
             out.append(Weight("b_O", "attn/o", (d,), "bias"))
         if self.qk_norm:  # q_norm and k_norm over head_dim (Gemma 3, Qwen3), or over the whole projection (OLMo 2)

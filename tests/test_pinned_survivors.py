@@ -1,0 +1,63 @@
+"""Behaviour a third mutation review found no test pinned, each by hand: the output gate's and the key bias's widths
+when values are narrower than keys, a constant state rounded to bytes once for the batch, and a lookup table read at
+most whole however many tokens a step decodes."""
+
+from __future__ import annotations
+
+from conftest import REFERENCE
+from kvcalc.costs.params import param_counts
+from kvcalc.costs.traffic import _lookup_rows
+from kvcalc.registry import load_path
+from kvcalc.settings import Settings
+from kvcalc.spec import spec_from_dict
+
+
+def _gated(**extra) -> dict:
+    """A 2-layer GQA model of 8 query heads of keys 192 and values 128 wide, 2 K/V heads, with an output gate."""
+    return {"name": "gate-dv", "family": "qwen3_next", "d_model": 1024, "n_layers": 2, "vocab_size": 1000,
+            "max_context": 8192, "ffn": {"kind": "dense", "d_ff": 2048},
+            "layer_groups": [{"attention": {"kind": "gqa", "n_heads": 8, "n_kv_heads": 2, "head_dim": 192,
+                                            "v_head_dim": 128, "output_gate": True, **extra}}]}
+
+
+def test_the_output_gate_is_as_wide_as_the_attention_output():
+    # a layer: W_Q 1,024 · 8·192, W_K 1,024 · 2·192, W_V 1,024 · 2·128, W_O 8·128 · 1,024, and the gate, which
+    # multiplies the output elementwise, 1,024 · 8·128 (not 8·192); the gated FFN 3 · 1,024 · 2,048; 2 norms of 1,024;
+    # then the untied embedding and head, 2 · 1,000 · 1,024, and the final norm
+    layer = 1024 * (1536 + 384 + 256) + 1024 * 1024 + 1024 * 1024 + 3 * 1024 * 2048 + 2 * 1024
+    total = 2 * layer + 2 * 1000 * 1024 + 1024
+    assert param_counts(spec_from_dict(_gated(), "t")).total == total == 23_286_784
+
+
+def test_the_key_bias_is_as_wide_as_the_keys():
+    # with qkv_bias: b_Q 8·192, b_K 2·192 (keys are d_h wide), b_V 2·128 and the gate's 8·128, a layer
+    biases = 1536 + 384 + 256 + 1024
+    assert param_counts(spec_from_dict(_gated(qkv_bias=True), "t")).total == 23_286_784 + 2 * biases == 23_293_184
+
+
+def test_a_constant_state_rounds_to_bytes_once_for_the_batch():
+    # one linear-attention layer of 1,001 state elements in int4, 2 sequences: ⌈2 · 1,001 · 4 / 8⌉ = 1,001 bytes, not
+    # 2 · ⌈1,001 · 4 / 8⌉ = 1,002
+    from kvcalc.costs.cache import kv_cache
+
+    spec = spec_from_dict({
+        "name": "lin-odd", "family": "llama", "d_model": 1024, "n_layers": 2, "vocab_size": 1000, "max_context": 65536,
+        "ffn": {"kind": "dense", "d_ff": 2048},
+        "layer_groups": [{"layers": "0", "attention": {"kind": "linear", "state_elements": 1001}},
+                         {"layers": "rest", "attention": {"kind": "gqa", "n_heads": 8, "n_kv_heads": 2}}]}, "t")
+    assert kv_cache(spec, Settings(ctx=1024, batch=2, state_dtype="int4")).state_bytes == 1001
+
+
+def test_a_lookup_table_is_read_at_most_whole():
+    # Gemma 3n E2B: the input embedding, 262,400 rows of 2,048, and the per-layer table, 262,144 rows of 30 · 256 =
+    # 7,680 values; a decode step of b tokens reads min(rows, b) of each. Past 262,400 tokens both are read whole
+    spec = load_path(REFERENCE / "configs-gemma3n" / "gemma-3n-e2b.json").spec
+    whole = 262_400 * 2048 + 262_144 * 7680
+    assert _lookup_rows(spec, 1) == 2048 + 7680
+    assert _lookup_rows(spec, 262_144) == 262_144 * 2048 + 262_144 * 7680
+    assert _lookup_rows(spec, 262_400) == _lookup_rows(spec, 524_288) == _lookup_rows(spec, 1 << 20) == whole
+    # and a decode step's weights: the same at batch 524,288 as at 262,400, 2 bytes a value more at 262,144 rows fewer
+    from kvcalc.costs.traffic import decode_weights
+
+    at = [decode_weights(spec, Settings(ctx=1, batch=b)) for b in (262_144, 262_400, 524_288)]
+    assert at[1] == at[2] and at[1] - at[0] == (262_400 - 262_144) * 2048 * 2
