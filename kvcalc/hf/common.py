@@ -56,7 +56,7 @@ CONFIG_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
     # MLA: DeepseekV2Config / DeepseekV3Config (001f85b3) and DeepSeek's remote code agree on these; the V3 router
     # always carries e_score_correction_bias (topk_method noaux_tc, the remote code's default). V2's n_shared_experts
     # is left out: transformers' class says 2, DeepSeek's own code None (no shared expert), which kvcalc follows.
-    "deepseek_v2": ("DeepseekV2Config", {"q_lora_rank": 1536}),
+    "deepseek_v2": ("DeepseekV2Config", {"q_lora_rank": 1536, "first_k_dense_replace": 0}),
     "deepseek_v3": ("DeepseekV3Config", {"q_lora_rank": 1536, "first_k_dense_replace": 3, "n_shared_experts": 1,
                                          "topk_method": "noaux_tc"}),
     "kimi_k2": ("DeepseekV3Config", {"q_lora_rank": 1536, "first_k_dense_replace": 3, "n_shared_experts": 1,
@@ -239,6 +239,16 @@ def torch_dtype(cfg: dict, key: str, origin: str) -> str | None:
 def get(cfg: dict, key: str, origin: str, minimum: int = 1) -> int | None:
     """An optional whole-number field: None when absent or null (`minimum` 0 where 0 means 'none')."""
     return None if cfg.get(key) is None else whole(cfg[key], key, origin, minimum)
+
+
+def not_null(cfg: dict, key: str, origin: str, minimum: int = 0) -> int:
+    """A whole-number field whose config class gives a default (filled when the key is left out, fill_defaults) and
+    whose model code reads it as a number: an explicit null is refused, not read as 0 (no engine builds that model:
+    vLLM's gemma3n.py multiplies by hidden_size_per_layer_input, DeepSeek's code compares first_k_dense_replace)."""
+    if cfg.get(key) is None:
+        raise SpecError(f"{origin}: {key}: must be a whole number, got {'null' if key in cfg else 'nothing'} (the "
+                        "model's code reads it as one; leave the key out for the config class's default)")
+    return whole(cfg[key], key, origin, minimum)
 
 
 def fill_defaults(cfg: dict, table: dict[str, Any], cls: str, notes: list[str]) -> dict:

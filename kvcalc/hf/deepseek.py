@@ -5,7 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import aliased, base_fields, dense_ffn, flag, get, group_layers, importer, need, show, type_defaults
+from kvcalc.hf.common import (
+    aliased,
+    base_fields,
+    dense_ffn,
+    flag,
+    get,
+    group_layers,
+    importer,
+    need,
+    not_null,
+    show,
+    type_defaults,
+)
 
 # MoEGate.topk_method in DeepSeek's remote code and DeepseekV2Config / DeepseekV3Config in transformers: greedy
 # (DeepSeek-V2-Lite, DeepseekV2Config's default) and group_limited_greedy (DeepSeek-V2) route without a bias;
@@ -70,7 +82,7 @@ def _deepseek(cfg, origin, notes):
     q_rank = get(cfg, "q_lora_rank", origin, minimum=0)
     if q_rank:  # null (HF) or 0 (DeepSeek's own format) both mean no query compression
         att["q_lora_rank"] = q_rank
-    first_k = get(cfg, "first_k_dense_replace", origin, minimum=0) or 0
+    first_k = not_null(cfg, "first_k_dense_replace", origin)
     moe: dict[str, Any] = {
         "kind": "moe",
         "n_routed_experts": need(cfg, "n_routed_experts", origin),

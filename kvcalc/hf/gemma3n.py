@@ -46,6 +46,7 @@ from kvcalc.hf.common import (
     importer,
     layer_types,
     need,
+    not_null,
     text_part,
     whole,
 )
@@ -82,7 +83,7 @@ def _types(cfg: dict, origin: str, n: int) -> list[str]:
 def _shared(cfg: dict, origin: str, types: list[str]) -> list[bool]:
     """Which layers read an earlier layer's cache: index >= n - num_kv_shared_layers, each with an earlier unshared
     layer of its own type to read (Gemma3nTextAttention.kv_shared_layer_index)."""
-    n, k = len(types), get(cfg, "num_kv_shared_layers", origin, minimum=0) or 0
+    n, k = len(types), not_null(cfg, "num_kv_shared_layers", origin)
     first = n - k
     if k and first <= 0:
         raise SpecError(f"{origin}: num_kv_shared_layers: {k} leaves no layer of the {n} (num_hidden_layers) to hold "
@@ -112,9 +113,9 @@ def unmodelled_flops(cfg: dict, origin: str) -> dict[str, int]:
     d × d each) once, and in each layer the modality router (d → A) in predict and in correct, the predictions
     (d × A times A × A), prediction_coefs (A → A²) and correction_coefs (A → A); LAuReL: linear_left and linear_right."""
     d, n = need(cfg, "hidden_size", origin), need(cfg, "num_hidden_layers", origin)
-    p = get(cfg, "hidden_size_per_layer_input", origin, minimum=0) or 0
+    p = not_null(cfg, "hidden_size_per_layer_input", origin)
     a = need(cfg, "altup_num_inputs", origin)
-    r = get(cfg, "laurel_rank", origin, minimum=0) or 0
+    r = not_null(cfg, "laurel_rank", origin)
     return {
         "per_layer_embeddings": 2 * d * n * p + n * 2 * 2 * d * p,
         "altup": 2 * 2 * (a - 1) * d * d + n * (2 * 2 * d * a + 2 * d * a * a + 2 * a * a * a + 2 * a * a),
@@ -125,10 +126,10 @@ def unmodelled_flops(cfg: dict, origin: str) -> dict[str, int]:
 def unmodelled_params(cfg: dict, origin: str) -> dict[str, int]:
     """Parameters of Gemma 3n's blocks that no kvcalc spec field expresses, by block (see the module docstring)."""
     d, n = need(cfg, "hidden_size", origin), need(cfg, "num_hidden_layers", origin)
-    p = get(cfg, "hidden_size_per_layer_input", origin, minimum=0) or 0
-    v_p = get(cfg, "vocab_size_per_layer_input", origin, minimum=0) or 0
+    p = not_null(cfg, "hidden_size_per_layer_input", origin)
+    v_p = not_null(cfg, "vocab_size_per_layer_input", origin)
     a = need(cfg, "altup_num_inputs", origin)
-    r = get(cfg, "laurel_rank", origin, minimum=0) or 0
+    r = not_null(cfg, "laurel_rank", origin)
     return {
         # embed_tokens_per_layer, per_layer_model_projection, per_layer_projection_norm; per layer gate and projection
         "per_layer_embeddings": v_p * n * p + d * n * p + p + n * 2 * d * p,
@@ -174,9 +175,9 @@ def _gemma3n(cfg, origin, notes):
             g["name"] = f"{g.get('name', 'layers')}-shared"
     base["layer_groups"] = groups
     extra = unmodelled_params(cfg, origin)
-    p = get(cfg, "hidden_size_per_layer_input", origin, minimum=0) or 0
+    p = not_null(cfg, "hidden_size_per_layer_input", origin)
     a = need(cfg, "altup_num_inputs", origin)
-    table = (get(cfg, "vocab_size_per_layer_input", origin, minimum=0) or 0) * n * p  # embed_tokens_per_layer
+    table = not_null(cfg, "vocab_size_per_layer_input", origin) * n * p  # embed_tokens_per_layer
     d = need(cfg, "hidden_size", origin)
     # replicated on every tp rank by vLLM (gemma3n.py) and SGLang (gemma3n_causal.py: ReplicatedLinear): each layer's
     # per_layer_input_gate and per_layer_projection and the per_layer_projection_norm; AltUp's correction and

@@ -29,7 +29,7 @@ def _attn_types(cfg: dict, origin: str, n_layers: int) -> list[int]:
         got = f"{len(types)} entries" if isinstance(types, list) else show(types)
         raise SpecError(f"{origin}: attn_type_list: must have one entry per layer (num_hidden_layers {n_layers}), got {got}")
     for i, t in enumerate(types):
-        if isinstance(t, bool) or t not in ATTN_TYPES:
+        if isinstance(t, bool) or not isinstance(t, int) or t not in ATTN_TYPES:  # [] or {} are not hashable either
             raise SpecError(f"{origin}: attn_type_list[{i}]: must be 0 (lightning) or 1 (softmax), got {show(t)}")
     return types
 

@@ -17,8 +17,10 @@ Rules, from apple/OpenELM-* configuration_openelm.py and modeling_openelm.py:
 
 from __future__ import annotations
 
+import math
+
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import dense_ffn, flag, group_layers, heads_attention, importer, need, with_defaults
+from kvcalc.hf.common import dense_ffn, flag, group_layers, heads_attention, importer, need, show, with_defaults
 
 KEYS = {"d_model": "model_dim", "n_layers": "num_transformer_layers", "n_heads": "qkv_multipliers (per layer)",
         "n_kv_heads": "qkv_multipliers / num_gqa_groups (per layer)", "max_context": "max_context_length"}
@@ -38,15 +40,24 @@ def _linspace(a: float, b: float, n: int) -> list[float]:
     return [round((b if i == n - 1 and n > 1 else a + i * step) * 100) / 100 for i in range(n)]
 
 
+def _multiplier(value: object, where: str, origin: str) -> float:
+    """One multiplier of qkv_multipliers or ffn_multipliers: a finite positive number (never a boolean), no larger
+    than one that keeps the widths it scales below 2^40."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 < value < 2**20:
+        raise SpecError(f"{origin}: {where}: must be a positive number below 2^20, got {show(value)}")
+    return float(value)
+
+
 def _per_layer(cfg: dict, key: str, n: int, origin: str) -> list:
     values = cfg.get(key)
-    if isinstance(values, (int, float)) and not isinstance(values, bool):
-        return [values] * n
-    if isinstance(values, list) and len(values) == 2 and n != 2 and key != "num_query_heads":
-        return _linspace(float(values[0]), float(values[1]), n)
-    if not isinstance(values, list) or len(values) != n:
+    if not isinstance(values, list):
+        return [_multiplier(values, key, origin)] * n
+    if len(values) == 2 and n != 2 and key != "num_query_heads":
+        lo, hi = (_multiplier(v, f"{key}[{i}]", origin) for i, v in enumerate(values))
+        return _linspace(lo, hi, n)
+    if len(values) != n:
         raise SpecError(f"{origin}: {key}: must be a number, a pair, or one entry per layer ({n})")
-    return values
+    return [_multiplier(v, f"{key}[{i}]", origin) for i, v in enumerate(values)]
 
 
 @importer("openelm", keys=KEYS)

@@ -1,0 +1,67 @@
+"""A third hardening review of the importers: an explicit null where the model's code needs a number, booleans and
+non-numbers in OpenELM's per-layer multipliers, and unhashable MiniMax layer types, each refused with the key named."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+
+from conftest import REFERENCE
+from kvcalc.errors import SpecError
+from kvcalc.hf import import_config
+
+
+def _config(path: str) -> dict:
+    return json.loads((REFERENCE / path).read_text())
+
+
+@pytest.mark.parametrize("key", ["hidden_size_per_layer_input", "laurel_rank", "num_kv_shared_layers",
+                                 "vocab_size_per_layer_input"])
+def test_gemma3n_refuses_a_null_its_code_multiplies(key):
+    # vLLM's gemma3n.py multiplies by hidden_size_per_layer_input, transformers builds nn.Linear(d, it): a null was read
+    # as 0, dropping 2,060,452,096 parameters of E2B's per-layer table without a word. Left out, the class default
+    cfg = _config("configs-gemma3n/gemma-3n-e2b.json")
+    nulled = copy.deepcopy(cfg)
+    nulled["text_config"][key] = None
+    with pytest.raises(SpecError, match=f"g.json: {key}: must be a whole number, got null"):
+        import_config(nulled, "g.json", "g")
+    left_out = copy.deepcopy(cfg)
+    del left_out["text_config"][key]
+    assert "defaults filled in for" in import_config(left_out, "g.json", "g").data["notes"]
+
+
+def test_deepseek_refuses_a_null_first_k_dense_replace():
+    # DeepSeek's code compares layer_idx >= first_k_dense_replace: null was read as 0 (every layer MoE); left out,
+    # DeepseekV2Config's 0, named
+    cfg = _config("models/deepseek-v2.json")
+    with pytest.raises(SpecError, match="first_k_dense_replace: must be a whole number, got null"):
+        import_config({**cfg, "first_k_dense_replace": None}, "d.json", "d")
+    left_out = {k: v for k, v in cfg.items() if k != "first_k_dense_replace"}
+    assert "first_k_dense_replace 0" in import_config(left_out, "d.json", "d").data["notes"]
+
+
+@pytest.mark.parametrize(("key", "value", "where", "shown"), [
+    ("ffn_multipliers", [True] * 16, "ffn_multipliers[0]", "True"),  # read as 1.0: d_ff 1,280
+    ("ffn_multipliers", ["a"] * 16, "ffn_multipliers[0]", "'a'"),  # a TypeError's text, no key named
+    ("ffn_multipliers", [float("nan")] * 16, "ffn_multipliers[0]", "nan"),
+    ("qkv_multipliers", [1e308, 1e308], "qkv_multipliers[0]", "1e+308"),  # infinity to an int
+    ("qkv_multipliers", [0.5, True], "qkv_multipliers[1]", "True"),
+    ("ffn_multipliers", [-1.0] * 16, "ffn_multipliers[0]", "-1.0"),
+])
+def test_openelm_multipliers_are_positive_numbers(key, value, where, shown):
+    cfg = {**_config("configs-extra-4/openelm-270m.json"), key: value}
+    with pytest.raises(SpecError, match=f"^o.json: {re.escape(where)}: must be a positive number below 2\\^20, got "
+                                        f"{re.escape(shown)}$"):
+        import_config(cfg, "o.json", "o")
+
+
+@pytest.mark.parametrize("entry", [[], {}])
+def test_minimax_layer_types_that_are_not_numbers_are_named(entry):
+    # [] and {} raised a TypeError (unhashable) before the message naming attn_type_list[0] was built
+    cfg = copy.deepcopy(_config("models-2026/minimax-m1.json"))
+    cfg["attn_type_list"][0] = entry
+    with pytest.raises(SpecError, match=r"attn_type_list\[0\]: must be 0 \(lightning\) or 1 \(softmax\), got"):
+        import_config(cfg, "m.json", "m")
