@@ -298,9 +298,12 @@ def test_a_linear_or_dynamic_rope_scaling_stretches_the_context(tmp_path, rope, 
     cfg = {**config("models/llama-3-8b.json"), "rope_scaling": rope}
     from kvcalc.hf import import_config
 
-    data = import_config(cfg, "t", "m").data
+    imported = import_config(cfg, "t", "m")
+    data = imported.data
     assert data["max_context"] == context
     assert ("as vLLM derives max_model_len" in (data.get("notes") or "")) == noted
+    # show's Source column names the factor beside max_position_embeddings (a hardening review: it named that alone)
+    assert imported.keys["max_context"] == "max_position_embeddings" + (" × rope_scaling factor" if noted else "")
     # transformers 5 writes the same under rope_parameters (a mutation review: that key went untried)
     moved = {k: v for k, v in cfg.items() if k != "rope_scaling"} | {"rope_parameters": rope}
     assert import_config(moved, "t", "m").data["max_context"] == context
@@ -343,3 +346,26 @@ def test_a_rope_type_that_is_not_a_name_is_refused(tmp_path):
     path.write_text(json.dumps(cfg))
     res = run("compare", str(path), ok=False)
     assert res.exit_code == 1 and "rope_scaling: its factor must be a positive number, got '4'" in res.stderr
+
+
+@pytest.mark.parametrize(("rope", "message"), [
+    # a misspelt or other-cased type multiplied max_context by its factor (vLLM does, then refuses the type): 163,840
+    # × 40 turned the over-length warnings off
+    ({"type": "YaRN", "factor": 40}, "rope_scaling: rope_type 'YaRN' is not one vLLM builds ("),
+    ({"rope_type": "llama-3", "factor": 8.0}, "rope_scaling: rope_type 'llama-3' is not one vLLM builds ("),
+    ("yarn", "rope_scaling: must be a mapping (rope_type, factor, ...), got 'yarn'"),
+    ({"full_attention": {"rope_type": "linear", "factor": 2.0}, "x": 5},
+     "rope_scaling: must be one RoPE mapping, or one mapping per layer type, got a mix"),
+    # a factor that takes the context out of range: named, not max_position_embeddings
+    ({"type": "linear", "factor": 1e-300}, "rope_scaling: factor 1e-300 stretches max_position_embeddings 8,192 to 0 "
+                                           "tokens, outside 1..2^40"),
+    ({"type": "linear", "factor": 1e300}, "rope_scaling: factor 1e+300 stretches max_position_embeddings 8,192 to "),
+])
+def test_a_rope_scaling_kvcalc_cannot_read_is_refused(rope, message):
+    from kvcalc.errors import SpecError
+    from kvcalc.hf import import_config
+
+    cfg = {**config("models/llama-3-8b.json"), "rope_scaling": rope}
+    with pytest.raises(SpecError) as err:
+        import_config(cfg, "t.json", "m")
+    assert str(err.value).startswith("t.json: " + message)

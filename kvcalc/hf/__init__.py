@@ -42,6 +42,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
 )
 from kvcalc.hf.common import IMPORTERS, Imported, config_keys, show, show_error
 from kvcalc.spec import ModelSpec, spec_from_dict
+from kvcalc.units import MAX_TOKENS
 
 __all__ = ["IMPORTERS", "Imported", "import_config", "is_hf_config", "spec_from_config"]
 
@@ -75,37 +76,54 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
     except RecursionError:
         raise SpecError(f"{origin}: a value is nested too deeply to import") from None
     data = {"name": name, "family": body.pop("family"), "source": f"Hugging Face config.json ({origin}, model_type {model_type})"}
-    _rope_scaled_context(cfg, model_type, body, notes, origin)
+    stretched_by = _rope_scaled_context(cfg, model_type, body, notes, origin)
     if notes:
         data["notes"] = "; ".join(notes)
     data.update(body)
     _distinct_names(data.get("layer_groups"))
-    return Imported(data=data, keys=config_keys(cfg, model_type))
+    keys = config_keys(cfg, model_type)
+    if stretched_by:  # show's Source column: not max_position_embeddings alone
+        keys["max_context"] = f"{keys.get('max_context', 'max_position_embeddings')} × {stretched_by}"
+    return Imported(data=data, keys=keys)
 
 
 # RoPE types whose factor leaves max_position_embeddings the scaled context already (vLLM 0.34.0 config/model.py
 # _get_and_verify_max_len: "YaRN variants leave max_position_embeddings already scaled"); any other type with a factor
 # (linear, dynamic) stretches the positions by it
 ROPE_ALREADY_SCALED = frozenset({"default", "su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"})
+# RoPE types vLLM 0.34.0 builds (model_executor/layers/rotary_embedding get_rope; 'su' and 'mrope' are renamed by
+# transformers_utils/config.py patch_rope_parameters): another name, a misspelling or another case ('YaRN'), would
+# multiply max_context by its factor there and then be refused ("Unknown RoPE scaling type")
+ROPE_TYPES = ROPE_ALREADY_SCALED | {"linear", "dynamic", "ntk", "proportional", "mllama4", "bailing_mrope", "openpangu",
+                                    "mrope"}
 
 
-def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str], origin: str) -> None:
+def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str], origin: str) -> str | None:
     """max_context times the RoPE scaling factor where the scaling stretches the positions (a linear or dynamic
     rope_scaling), as vLLM derives max_model_len: the last such factor of the layer types' (config/model.py
     _get_and_verify_max_len); Gemma 3's maximum is scaled already (vLLM skips it too). A LongRoPE model keeps its
-    max_position_embeddings, with a note of vLLM's lower default (original_max_position_embeddings)."""
+    max_position_embeddings, with a note of vLLM's lower default (original_max_position_embeddings). Returns the key of
+    the factor that stretched it, if one did."""
     inner = cfg.get("text_config")
     text: dict = inner if isinstance(inner, dict) else cfg
     key = "rope_scaling" if text.get("rope_scaling") else "rope_parameters"
     rope = text.get(key)
+    if rope is not None and not isinstance(rope, dict):  # "yarn": transformers reads a mapping
+        raise SpecError(f"{origin}: {key}: must be a mapping (rope_type, factor, ...), got {show(rope)}")
     if not isinstance(rope, dict) or model_type.startswith("gemma3") or not isinstance(body.get("max_context"), int):
-        return
-    kinds = rope.values() if all(isinstance(v, dict) for v in rope.values()) and rope else [rope]  # per layer type
-    last, longrope = None, False
+        return None
+    per_type = [isinstance(v, dict) for v in rope.values()]
+    if any(per_type) and not all(per_type):  # {"full_attention": {...}, "x": 5}: neither form, its factor unread
+        raise SpecError(f"{origin}: {key}: must be one RoPE mapping, or one mapping per layer type, got a mix")
+    kinds = rope.values() if rope and all(per_type) else [rope]  # per layer type
+    last, longrope, stretched_by = None, False, None
     for r in kinds:
         kind, factor = r.get("rope_type", r.get("type")), r.get("factor")
         if kind is not None and not isinstance(kind, str):
             raise SpecError(f"{origin}: {key}: its rope_type must be a name (linear, yarn, ...), got {show(kind)}")
+        if kind is not None and kind not in ROPE_TYPES:
+            raise SpecError(f"{origin}: {key}: rope_type {show(kind)} is not one vLLM builds ({', '.join(sorted(ROPE_TYPES))}); "
+                            "check its spelling and case")
         longrope |= kind in ("longrope", "su")  # vLLM reads the legacy 'su' as longrope (patch_rope_parameters)
         if kind in ROPE_ALREADY_SCALED or factor is None:
             continue
@@ -117,9 +135,13 @@ def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str
         # in floats, as the engines multiply (vLLM: derived_max_model_len *= scaling_factor, then int(); SGLang
         # hf_transformers/common.py: int(rope_scaling_factor * val)): 3,000 × 2.3 is 6,899 there, not 6,900
         scaled = int(body["max_context"] * float(factor))
+        if not 1 <= scaled <= MAX_TOKENS:  # the factor's fault, not max_position_embeddings'
+            raise SpecError(f"{origin}: {key}: factor {factor} stretches max_position_embeddings {body['max_context']:,} "
+                            f"to {scaled:,} tokens, outside 1..2^40")
         notes.append(f"{key} {kind} factor {factor}: max_context {body['max_context']:,} × {factor} = {scaled:,}, "
                      "as vLLM derives max_model_len")
         body["max_context"] = scaled
+        stretched_by = f"{'text_config.' if text is inner else ''}{key} factor"
     original = text.get("original_max_position_embeddings")
     if longrope and isinstance(original, int) and not isinstance(original, bool) and original < body["max_context"]:
         # vLLM 0.34.0 config/model.py _get_and_verify_max_len: "For LongRoPE, default to
@@ -127,6 +149,7 @@ def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str
         notes.append(f"LongRoPE: vLLM's default max_model_len is original_max_position_embeddings, {original:,} tokens "
                      f"(give it --max-model-len {body['max_context']} for the {body['max_context']:,} of "
                      "max_context, the config's max_position_embeddings)")
+    return stretched_by
 
 
 def _distinct_names(groups: object) -> None:
