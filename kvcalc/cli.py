@@ -34,6 +34,7 @@ from kvcalc.options import (
     explain_format,
     guarded,
     load,
+    load_named,
     one_ctx,
     output_options,
     parse_ctx,
@@ -99,7 +100,7 @@ def compare(
     ctxs = parse_ctx(ctx)
     explain_format(explain, fmt)
     check_rows(len(models), len(ctxs), fmt, command="compare", hint="'--ctx'")
-    loaded = [load(m, no_windows) for m in models]
+    loaded = load_named(models, "compare", no_windows)
     out = compare_output(loaded, opts.settings(ctxs[0]), ctxs, columns, explain, no_windows, opts.hardware_name, fmt, chart,
                          units)
     emit(with_chart(out, chart, fmt, units) if chart is not None else out, fmt, units)
@@ -132,7 +133,7 @@ def sweep(
     grid = opts.each_settings(ctxs[0])
     flags = ["--points" if points is not None else "--ctx"] + [f"--{name.replace('_', '-')}" for name, _ in opts.grid]
     check_rows(len(models), len(ctxs), fmt, len(grid), hint=" / ".join(f"'{f}'" for f in flags))
-    loaded = [load(m) for m in models]
+    loaded = load_named(models, "sweep")
     varied = tuple(name for name, _ in opts.grid)
     out = sweep_output(loaded, grid, ctxs, columns, opts.hardware_name, fmt, chart, varied)
     emit(with_chart(out, chart, fmt, units) if chart is not None else out, fmt, units)
@@ -448,7 +449,7 @@ def approx(
             raise typer.BadParameter(f"--transmla gives a model's cache saving, not a measurement: leave out "
                                      f"{', '.join(given)}", param_hint="'--transmla'")
 
-        emit(transmla_output([load(m) for m in transmla], length), fmt, units)
+        emit(transmla_output(load_named(transmla, "approx --transmla"), length), fmt, units)
         return
     if data not in DATA and is_npz(Path(data).expanduser()):  # its arrays give n, d and d_v (another
         given = written({"n": "--n", "d": "--d", "d_v": "--dv"})  # --data is named by the loader: no such file, ...
@@ -581,7 +582,7 @@ def table_models(
     from kvcalc.tables import DEFAULT_MODELS
 
     s = Settings(ctx=one_ctx(ctx, "table models takes one context"), kv_dtype=kv_dtype)
-    emit(models_output([load(m) for m in models or DEFAULT_MODELS], s), fmt, units)
+    emit(models_output(load_named(models or DEFAULT_MODELS, "table models"), s), fmt, units)
 
 
 @app.command("import")

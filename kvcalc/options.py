@@ -10,7 +10,7 @@ import inspect
 import os
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -574,6 +574,23 @@ def load(model: str, no_windows: bool = False) -> LoadedModel:
         from kvcalc.costs.cache import without_windows
 
         loaded = replace(loaded, spec=without_windows(loaded.spec))
+    return loaded
+
+
+def load_named(models: Sequence[str], command: str, no_windows: bool = False) -> list[LoadedModel]:
+    """The models of a command whose rows or columns are told apart by name, each loaded (load); two of one name (a
+    model given twice, or a spec file whose name: is another's, a bundled model's among them) are refused, since
+    their rows would read as one model's."""
+    from kvcalc.errors import KvcalcError
+    from kvcalc.lists import first_repeat
+
+    loaded = [load(m, no_windows) for m in models]
+    if (twice := first_repeat([lm.spec.name for lm in loaded])) is not None:
+        first, second = [m for m, lm in zip(models, loaded) if lm.spec.name == twice][:2]
+        if first == second:
+            raise KvcalcError(f"{command}: {first} is given twice (its rows would repeat)")
+        raise KvcalcError(f"{command}: {first} and {second} are both named {twice!r}, whose rows could not be told "
+                          "apart: give a spec file a name: of its own")
     return loaded
 
 
