@@ -123,7 +123,9 @@ _RANGE = re.compile(r"^\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?$")  # ASCII digits (\d
 class LayerGroup(Strict):
     """Layers that share one attention block (and optionally a window and an FFN override)."""
 
-    name: str | None = Field(None, description="A label such as 'local' or 'global'.")
+    name: str | None = Field(None, max_length=80, pattern=r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$",
+                             description="A label such as 'local' or 'global': 1 to 80 printable characters, no "
+                             "control characters (a table row, a legend).")
     layers: LayerSelector = Field(
         "all",
         description="Which layers (0-based): 'all', 'rest' (those no other group takes), a range string "
@@ -327,6 +329,10 @@ class ModelSpec(Strict):
         for gi in rest[:1]:
             picked[gi] = _select("rest", self.n_layers, set(owner))
             owner.update({layer: gi for layer in picked[gi]})
+        named = [g.name for g in self.layer_groups]
+        problems += [f"layer_groups[{i}].name: {name!r} names layer_groups[{named.index(name)}] too (their rows would "
+                     "read alike: give each group a name of its own)"
+                     for i, name in enumerate(named) if name is not None and named.index(name) < i]
         missing = [i for i in range(self.n_layers) if i not in owner]
         if missing and not problems:
             which = f"layer {layer_text(missing)} belongs" if len(missing) == 1 else f"layers {layer_text(missing)} belong"
@@ -526,6 +532,7 @@ def _loc(loc: tuple) -> str:
 
 # The rule of a name (a spec's, a hardware preset's: the `pattern` of their name fields), in words for messages
 SPEC_NAME_RULE = "name starts with a letter or digit and has only letters, digits, '.', '_' and '-'"
+GROUP_NAME_RULE = "a group's name is 1 to 80 characters, not all spaces, with no control characters (it labels a row)"
 
 # Strict fields: what a field wanted, for "n_layers: expected an integer, got true".
 _EXPECTED = {"int_type": "an integer", "bool_type": "true or false", "string_type": "a string", "float_type": "a number",
@@ -713,6 +720,8 @@ def format_validation_error(exc, origin: str, locate: Callable[[tuple], int | No
         elif err["type"] == "union_tag_invalid":
             ctx = err.get("ctx", {})
             msg = f"unknown kind {ctx.get('tag')!r}: choose one of {ctx.get('expected_tags', '').replace(chr(39), '')}"
+        elif err["type"] in ("string_pattern_mismatch", "string_too_long") and where.endswith("].name"):
+            msg = f"{GROUP_NAME_RULE}, got {_shown(err['input'])}"
         elif err["type"] == "string_pattern_mismatch" and where.endswith("name"):
             msg = f"a {SPEC_NAME_RULE}, got {_shown(err['input'])}"
         elif err["type"] == "too_short":

@@ -81,3 +81,30 @@ def test_two_models_of_one_name_are_refused(tmp_path, command):
     res = run(*command, "llama3-8b", "llama3-8b", ok=False)
     assert res.exit_code == 1 and "llama3-8b is given twice (its rows would repeat)" in res.stderr
     assert run(*command, "llama3-8b", "gemma3-1b").exit_code == 0
+
+
+@pytest.mark.parametrize("name", ["a\u0007b\u001b[31mred", "", "a\nb", "   ", "x" * 81])
+def test_a_group_name_is_printable_text(tmp_path, name):
+    # a hardening review: a group name's escape codes reached the terminal ("\u001b[31m" turned the table red), a
+    # newline split its row, and "" became 'group 0' without a word
+    from conftest import ROOT
+    from kvcalc.spec import load_spec
+
+    text = (ROOT / "model_specs" / "gemma3-1b.yaml").read_text().replace("name: local", f"name: {json.dumps(name)}", 1)
+    path = tmp_path / "g.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=r"layer_groups\[1\]\.name: a group's name is 1 to 80 characters, not all spaces, "
+                                        r"with no control characters \(it labels a row\), got"):
+        load_spec(path)
+
+
+def test_two_groups_of_one_name_are_refused(tmp_path):
+    from conftest import ROOT
+    from kvcalc.spec import load_spec
+
+    path = tmp_path / "g.yaml"
+    path.write_text((ROOT / "model_specs" / "gemma3-1b.yaml").read_text().replace("name: local", "name: global", 1))
+    with pytest.raises(SpecError, match=r"layer_groups\[1\]\.name: 'global' names layer_groups\[0\] too"):
+        load_spec(path)
+    path.write_text((ROOT / "model_specs" / "gemma3-1b.yaml").read_text().replace("name: local", "name: 'é-ü 全'", 1))
+    assert [g.label for g in load_spec(path).groups] == ["global", "é-ü 全"]
