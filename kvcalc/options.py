@@ -578,19 +578,19 @@ def load(model: str, no_windows: bool = False) -> LoadedModel:
 
 
 def load_named(models: Sequence[str], command: str, no_windows: bool = False) -> list[LoadedModel]:
-    """The models of a command whose rows or columns are told apart by name, each loaded (load); two of one name (a
-    model given twice, or a spec file whose name: is another's, a bundled model's among them) are refused, since
-    their rows would read as one model's."""
+    """The models of a command that shows a row or column per model, each loaded (load): a model given twice is
+    refused (its rows would repeat); two given apart that share a name (a config beside the bundled spec it matches)
+    are said on stderr, since the name column alone cannot tell their rows apart."""
     from kvcalc.errors import KvcalcError
     from kvcalc.lists import first_repeat
+    from kvcalc.present.emit import warn
 
+    if (twice := first_repeat(list(models))) is not None:
+        raise KvcalcError(f"{command}: {twice} is given twice (its rows would repeat)")
     loaded = [load(m, no_windows) for m in models]
-    if (twice := first_repeat([lm.spec.name for lm in loaded])) is not None:
-        first, second = [m for m, lm in zip(models, loaded) if lm.spec.name == twice][:2]
-        if first == second:
-            raise KvcalcError(f"{command}: {first} is given twice (its rows would repeat)")
-        raise KvcalcError(f"{command}: {first} and {second} are both named {twice!r}, whose rows could not be told "
-                          "apart: give a spec file a name: of its own")
+    if (name := first_repeat([lm.spec.name for lm in loaded])) is not None:
+        first, second = [m for m, lm in zip(models, loaded) if lm.spec.name == name][:2]
+        warn(f"note: {first} and {second} are both named {name!r}: their rows come in the order given")
     return loaded
 
 
