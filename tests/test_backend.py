@@ -107,7 +107,7 @@ def test_checks_papers_equalities():
     assert checks["MLA absorbed = naive"].error < 1e-4
     assert checks["RoPE demo: decoupled RoPE keeps absorbed = naive"].error < 1e-4
     assert checks["RoPE demo: RoPE on up-projected keys breaks absorption"].error > 1e-2  # large, not round-off
-    assert checks["GQA with n_kv = n_h equals MHA"].error < 1e-4
+    assert checks["blocked GQA/MQA equals dense attention"].error < 1e-4
 
 
 def test_exact_causal_flops_and_dense_reference():

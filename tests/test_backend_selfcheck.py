@@ -195,3 +195,18 @@ def test_report_rates_have_three_significant_digits_as_every_rate():
 
     assert [_text(v, "rate") for v in (7.6, 0.04123, 65.25, 999.4, 1234.5, 123456.0)] == \
         ["7.60", "0.0412", "65.2", "999", "1,234", "123,456"]
+
+
+def test_mla_with_chunked_attention_is_refused_not_blamed_on_the_prediction(tmp_path):
+    # a backend review: LatentAttention has no chunk mask, so run measured the whole context and printed 16 'NO' rows
+    # ("predicted and measured differ") for a layout the analytic side models correctly
+    from conftest import run
+
+    path = tmp_path / "mla-chunk.yaml"
+    path.write_text("name: tiny-mla-chunk\nfamily: deepseek\nd_model: 64\nn_layers: 2\nvocab_size: 100\n"
+                    "max_context: 1024\nffn: {kind: dense, d_ff: 128}\nlayer_groups:\n  - attention_chunk_size: 4\n"
+                    "    attention: {kind: mla, n_heads: 4, kv_lora_rank: 32, qk_nope_head_dim: 16, qk_rope_head_dim: 8, "
+                    "v_head_dim: 16}\n")
+    res = run("run", str(path), "--ctx", "9", "--decode", "2", ok=False)
+    assert res.exit_code == 1 and ("kvcalc run: tiny-mla-chunk: layer group 'all layers' is MLA with chunked attention "
+                                   "(attention_chunk_size 4), which the NumPy backend does not run") in res.stderr

@@ -215,7 +215,8 @@ def dense_reference(x, layer: GroupedQueryAttention) -> np.ndarray:
 
 
 def gqa_equals_mha(s, tol) -> Check:
-    """GQA (grouped code path, exact blocked attention) against dense masked MHA, for n_kv = n_h and n_kv < n_h."""
+    """The grouped, blocked code path against dense masked attention at fixed small sizes (not the model's), for
+    n_kv = n_h (MHA) and n_kv < n_h (GQA, MQA), with and without a window."""
     dtype = {"float32": np.float32, "float16": np.float16, "float64": np.float64}[s.dtype]
     rng = np.random.default_rng(s.seed)
     x = rng.standard_normal((2, 23, 32)).astype(dtype)
@@ -224,7 +225,8 @@ def gqa_equals_mha(s, tol) -> Check:
         layer = GroupedQueryAttention(32, 4, n_kv, 8, window, np.random.default_rng(s.seed + n_kv), dtype, block=5)
         got, _ = layer.prefill(_silent(), x)
         worst = max(worst, rel_error(got, dense_reference(x, layer)))
-    return _within("GQA with n_kv = n_h equals MHA", worst, tol, "n_kv 4, 2, 1 of 4 heads vs dense masked MHA")
+    return _within("blocked GQA/MQA equals dense attention", worst, tol,
+                   "a fixed case: n_kv 4 (MHA), 2, 1 of 4 heads, 23 tokens vs dense masked attention")
 
 
 def heads_variant_checks(spec, s, tol) -> list[Check]:

@@ -149,6 +149,10 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
             layer_entry(g.attention.kind)
             if g.parallel is not None:
                 layer_entry(g.parallel.kind)
+            if g.layer.chunk and g.attention.kind == "mla":  # LatentAttention has no chunk mask
+                raise KvcalcError(f"kvcalc run: {spec.name}: layer group {g.label!r} is MLA with chunked attention "
+                                  f"(attention_chunk_size {g.layer.chunk}), which the NumPy backend does not run; "
+                                  "the analytic figures (show, compare) count it")
     order = layer_order(spec)
     if not order:
         raise KvcalcError(f"{spec.name}: no attention layer to run (constant-state layers only)")
