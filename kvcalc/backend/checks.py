@@ -14,6 +14,7 @@ Errors are relative: max |a - b| / max |b|.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -214,9 +215,24 @@ def dense_reference(x, layer: GroupedQueryAttention) -> np.ndarray:
     return layer._out(fc, o, gate)
 
 
+@contextmanager
+def _score_chunk(elements: int):
+    """The prefill's band of scores capped at `elements` for a while (causal.SCORE_CHUNK), so that a small case takes
+    the tiling a long prompt takes: KV heads one chunk at a time on worker threads, query blocks cut to 16."""
+    from kvcalc.backend import causal
+
+    kept, causal.SCORE_CHUNK = causal.SCORE_CHUNK, elements
+    try:
+        yield
+    finally:
+        causal.SCORE_CHUNK = kept
+
+
 def gqa_equals_mha(s, tol) -> Check:
     """The grouped, blocked code path against dense masked attention at fixed small sizes (not the model's), for
-    n_kv = n_h (MHA) and n_kv < n_h (GQA, MQA), with and without a window."""
+    n_kv = n_h (MHA) and n_kv < n_h (GQA, MQA), with and without a window; then at 40 tokens with the band of scores
+    capped (_score_chunk) and 2 threads, the path a long prompt takes (a backend review: only the last decoded rows of
+    a real run were compared, which a wrong early row of a long prefill would pass)."""
     dtype = {"float32": np.float32, "float16": np.float16, "float64": np.float64}[s.dtype]
     rng = np.random.default_rng(s.seed)
     x = rng.standard_normal((2, 23, 32)).astype(dtype)
@@ -225,8 +241,16 @@ def gqa_equals_mha(s, tol) -> Check:
         layer = GroupedQueryAttention(32, 4, n_kv, 8, window, np.random.default_rng(s.seed + n_kv), dtype, block=5)
         got, _ = layer.prefill(_silent(), x)
         worst = max(worst, rel_error(got, dense_reference(x, layer)))
+    x = rng.standard_normal((2, 40, 32)).astype(dtype)
+    with _score_chunk(64):  # head chunks of one KV head, query blocks of 16 (of 32): 2 · 3 bands a head
+        for n_kv, window in ((4, None), (2, 20), (1, None)):
+            layer = GroupedQueryAttention(32, 4, n_kv, 8, window, np.random.default_rng(s.seed + n_kv), dtype, block=32,
+                                          workers=2)
+            got, _ = layer.prefill(_silent(), x)
+            worst = max(worst, rel_error(got, dense_reference(x, layer)))
     return _within("blocked GQA/MQA equals dense attention", worst, tol,
-                   "a fixed case: n_kv 4 (MHA), 2, 1 of 4 heads, 23 tokens vs dense masked attention")
+                   "fixed cases: n_kv 4 (MHA), 2, 1 of 4 heads, 23 tokens, and 40 in tiles on 2 threads, vs dense "
+                   "masked attention")
 
 
 def heads_variant_checks(spec, s, tol) -> list[Check]:
