@@ -210,3 +210,25 @@ def test_mla_with_chunked_attention_is_refused_not_blamed_on_the_prediction(tmp_
     res = run("run", str(path), "--ctx", "9", "--decode", "2", ok=False)
     assert res.exit_code == 1 and ("kvcalc run: tiny-mla-chunk: layer group 'all layers' is MLA with chunked attention "
                                    "(attention_chunk_size 4), which the NumPy backend does not run") in res.stderr
+
+
+def test_the_dense_check_catches_a_wrong_early_row_of_a_tiled_prefill(monkeypatch):
+    # a backend review: doubling the first rows of a long prefill passed every check of a real run. The dense check's
+    # tiled case (40 tokens, scores capped, 2 threads) fails on it; the short case alone (23 tokens) would not
+    from types import SimpleNamespace
+
+    from kvcalc.backend import causal
+    from kvcalc.backend.checks import gqa_equals_mha
+
+    settings = SimpleNamespace(dtype="float64", seed=0)
+    assert gqa_equals_mha(settings, 1e-10).passed
+    real = causal._attend_block
+
+    def doubled(fc, q, kT, vT, out, s0, *args, **kwargs):
+        real(fc, q, kT, vT, out, s0, *args, **kwargs)
+        if s0 == 0 and kT.shape[-1] > 30:  # the first query block of a prompt longer than the short case's
+            out[..., :4, :] *= 2
+
+    monkeypatch.setattr(causal, "_attend_block", doubled)
+    check = gqa_equals_mha(settings, 1e-10)
+    assert not check.passed and check.error > 0.1
