@@ -31,7 +31,7 @@ KINDS = {
     "k_eq_v": ({**GQA_ATT, "k_eq_v": True}, {}, "k_eq_v (values from the key projection) equals dense attention"),
     "sinks": ({**GQA_ATT, "sinks": True}, {"sliding_window": 16}, "attention sinks equal dense attention with a sink column"),
     "chunked": (GQA_ATT, {"attention_chunk_size": 16}, "chunked attention equals dense attention with a chunk mask"),
-    "indexer": ({**MLA_ATT, **INDEXER}, {}, "indexer with top-k >= ctx equals MLA without it"),
+    "indexer": ({**MLA_ATT, **INDEXER}, {}, "indexer top-k = a dense reference's top-k"),
     "cross": ({"kind": "mha", "n_heads": 4, "head_dim": 16}, {"cross_attention": GQA_ATT}, "cached decode = full recomputation"),
 }
 

@@ -286,31 +286,6 @@ def heads_variant_checks(spec, s, tol) -> list[Check]:
     return found
 
 
-def indexer_checks(spec, s, tol) -> list[Check]:
-    """DeepSeek Sparse Attention at small dims: with top-k at least the context, the indexer selects every key, so
-    prefill and decoding (both schedules) equal MLA without the indexer (the same MLA weights)."""
-    att = next((g.attention for g in spec.groups if isinstance(g.attention, MLA) and g.attention.indexed), None)
-    if att is None:
-        return []
-    dtype = {"float32": np.float32, "float16": np.float16, "float64": np.float64}[s.dtype]
-    h, c, qc, nope, r, e = _demo_dims(spec)
-    x = np.random.default_rng(s.seed).standard_normal((2, 20, 48)).astype(dtype)
-    outs = []
-    for index in ((3, 8, 20), None):  # top-k 20 >= the 20 tokens
-        layer = LatentAttention(48, h, c, qc, nope, r, e, None, np.random.default_rng(s.seed), dtype, "latent", 8,
-                                index=index)
-        y, cache = layer.prefill(_silent(), x[:, :16])
-        ys = [y]
-        for schedule in ("naive", "absorbed"):
-            state = cache
-            for j in range(16, 20):
-                out, state = layer.decode(_silent(), x[:, j : j + 1], state, schedule)
-                ys.append(out)
-        outs.append(np.concatenate(ys, axis=1))
-    return [_within("indexer with top-k >= ctx equals MLA without it", rel_error(outs[0], outs[1]), tol,
-                    f"h {h}, d_c {c}, H_I 3, d_I 8, top-k 20, 16 + 4 tokens, both schedules")]
-
-
 def _demo_dims(spec):
     """Small MLA dims for the RoPE demonstration, shaped like the model's own MLA when it has one."""
     att = next((g.attention for g in spec.groups if isinstance(g.attention, MLA)), None)

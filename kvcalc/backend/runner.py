@@ -232,7 +232,6 @@ def _execute(spec: ModelSpec, s: RunSettings, order: list[int], n_layers: int, e
         report.checks += checks.rope_demo(spec, s, TOLERANCE[s.dtype])
     report.checks += [checks.gqa_equals_mha(s, TOLERANCE[s.dtype])]
     report.checks += checks.heads_variant_checks(spec, s, TOLERANCE[s.dtype])
-    report.checks += checks.indexer_checks(spec, s, TOLERANCE[s.dtype])
     # each constant-state layer's own check, a parallel layer's mixer among them
     states = {i: mixer_group(g) if g.parallel is not None else g for i, g in by_layer.items()}
     report.checks += state_checks([state_part(layer) for layer in layers], ids, states, s.batch, s.ctx, s.decode, s.seed,
