@@ -311,7 +311,7 @@ def plot(
     metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="cache (default), state, flops-decode, flops-prefill or decode-time (needs --hardware); repeat for panels side by side.")] = None,
 ) -> None:
     """Plot cache, state, FLOPs or decode time against context, log-log, one line per model (needs matplotlib)."""
-    from kvcalc.present.plot import plot_figure, require_matplotlib, save_figure
+    from kvcalc.present.plot import check_metrics, plot_figure, require_matplotlib, save_figure
     from kvcalc.units import parse_token_range
 
     require_matplotlib()
@@ -319,8 +319,9 @@ def plot(
         ctxs = parse_token_range(ctx, points)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=range_option(str(exc))) from None
-    loaded = [load(m) for m in models]
     s = opts.settings(ctxs[0])
+    check_metrics(metric or ["cache"], s)  # before the models: a misspelt metric is the one message
+    loaded = [load(m) for m in models]
     from kvcalc.present.emit import warn
     from kvcalc.present.outputs import plot_warnings
 
@@ -596,6 +597,8 @@ def import_config(
     """Convert a Hugging Face config.json into an equivalent kvcalc YAML spec."""
     from kvcalc.present.outputs import import_spec
 
+    if force and (output is None or str(output) == "-"):  # as LaTeX options off LaTeX output: refused, not ignored
+        raise typer.BadParameter("overwrites --output's file; the spec goes to stdout without one", param_hint="'--force'")
     import_spec(config, output, name, force)
 
 

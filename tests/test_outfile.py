@@ -101,3 +101,40 @@ def test_a_streamed_sweep_stopped_midway_leaves_the_earlier_file(tmp_path, monke
     text = out.read_text()
     rows = json.loads(text) if fmt == "json" else text.splitlines()[1:]
     assert len(rows) == 2 * 7 and sorted(os.listdir(tmp_path)) == [out.name]
+
+
+def test_a_loop_of_links_is_refused_not_replaced(tmp_path):
+    # a hardening review: -o a link to itself was replaced by a regular file (a plain write gives ELOOP)
+    loop = tmp_path / "loop.csv"
+    loop.symlink_to("loop.csv")
+    res = run("compare", "llama3-8b", "-f", "csv", "-o", str(loop), ok=False)
+    assert res.exit_code == 1 and f"--output {loop}: cannot write (Too many levels of symbolic links)" in res.stderr
+    assert loop.is_symlink() and os.readlink(loop) == "loop.csv"
+
+
+def test_a_folder_that_refuses_the_temporary_file_is_written_in_place(tmp_path, monkeypatch):
+    # a hardening review: where mkstemp failed though access() allowed the folder (/sys), the message named the
+    # temporary file (.kvcalc-....partial), not the destination
+    import tempfile
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    out = tmp_path / "rows.csv"
+    with whole_file(out) as path:
+        assert path == out  # the destination itself, as a plain write
+        path.write_text("x")
+    assert out.read_text() == "x"
+
+
+def test_import_refuses_force_without_an_output():
+    # a hardening review: --force without -o did nothing, silently (LaTeX options off LaTeX output are refused alike)
+    res = run("import", "tests/data/reference/models/llama-3-8b.json", "--force", ok=False)
+    assert res.exit_code == 2 and "Invalid value for '--force': overwrites --output's file" in res.stderr
+
+
+def test_plot_names_a_misspelt_metric_before_reading_the_models():
+    # a hardening review: the models were read first, so their warnings (ctx past the maximum) came before the error
+    res = run("plot", "llama3-8b", "--ctx", "1M", "--metric", "cahce", "-o", "x.png", ok=False)
+    assert res.exit_code == 1 and res.stderr.startswith("error: unknown metric 'cahce'") and "warning" not in res.stderr

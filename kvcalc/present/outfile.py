@@ -3,6 +3,7 @@ Ctrl-C, a full disk or an error midway leaves the earlier file (or none), never 
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -21,14 +22,21 @@ def whole_file(path: str | Path) -> Iterator[Path]:
     fails as before rather than replacing it). A symbolic link to a file is followed: its target is replaced."""
     try:
         regular = stat.S_ISREG(os.stat(path).st_mode)  # follows links: /dev/stdout is the pipe or terminal behind it
-    except OSError:
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a loop of links: written in place, the write fails as a plain one would
+            yield Path(path)
+            return
         regular = None  # no such file (yet), or one that cannot be examined: the write below says why
     target = Path(os.path.realpath(path)) if regular is not False else Path(path)
     if regular is False or not os.access(target.parent, os.W_OK | os.X_OK) or \
             regular and not os.access(target, os.W_OK):
         yield target
         return
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=".kvcalc-", suffix=".partial")  # a short name, made anew
+    try:
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=".kvcalc-", suffix=".partial")  # a short name, made anew
+    except OSError:  # a folder that refuses new files though access() allowed it (/sys): the plain write says so
+        yield target
+        return
     os.close(fd)
     partial = Path(name)
     try:

@@ -127,6 +127,14 @@ def _metric(name: str, s: Settings) -> Metric:
     return metric
 
 
+def check_metrics(metrics: list[str], s: Settings) -> list[Metric]:
+    """The metrics a figure plots, each known and given once (and those of time with a hardware preset): checked
+    before any model is read, so a misspelt --metric is the one message."""
+    if (twice := first_repeat(metrics)) is not None:
+        raise KvcalcError(f"plot: --metric {twice} given twice (one panel each)")
+    return [_metric(m, s) for m in metrics]
+
+
 def metric_values(spec: ModelSpec, ctxs: Sequence[int], metric: str, s: Settings) -> list[int | float]:
     """The metric at each context (exact ints; seconds for decode-time), the other settings as in `s`."""
     m = _metric(metric, s)
@@ -272,9 +280,7 @@ def plot_figure(models: list[tuple[str, ModelSpec]], ctxs: list[int], metrics: l
     if (twice := first_repeat(names)) is not None:
         raise KvcalcError(f"plot: two models are named {twice!r}, which the legend could not tell apart: give one "
                           "another name (its spec's `name:`)")
-    if (twice := first_repeat(metrics)) is not None:
-        raise KvcalcError(f"plot: --metric {twice} given twice (one panel each)")
-    chosen = [_metric(m, s) for m in metrics]
+    chosen = check_metrics(metrics, s)
     points = sorted(set(ctxs))
     with rc_context(STYLE):
         fig = Figure(figsize=(PANEL_WIDTH * len(chosen), PANEL_HEIGHT), layout="constrained")
