@@ -4,7 +4,9 @@ most whole however many tokens a step decodes."""
 
 from __future__ import annotations
 
-from conftest import REFERENCE
+import json
+
+from conftest import REFERENCE, run
 from kvcalc.costs.params import param_counts
 from kvcalc.costs.traffic import _lookup_rows
 from kvcalc.registry import load_path
@@ -61,3 +63,21 @@ def test_a_lookup_table_is_read_at_most_whole():
 
     at = [decode_weights(spec, Settings(ctx=1, batch=b)) for b in (262_144, 262_400, 524_288)]
     assert at[1] == at[2] and at[1] - at[0] == (262_400 - 262_144) * 2048 * 2
+
+
+def test_show_says_its_cells_of_a_part_byte_are_rounded(tmp_path):
+    # an exactness review: an MLA latent of 255 + 32 = 287 elements in int4 is 143.5 bytes a token and layer; show's
+    # cells said 144 B and 143,644 B a layer (⌈1,001 · 143.5⌉) beside a total of 287,287 B (rounded once): now a note
+    path = tmp_path / "mla-odd.yaml"
+    path.write_text("name: mla-odd\nfamily: deepseek_v3\nd_model: 1024\nn_layers: 2\nvocab_size: 1000\nmax_context: 65536\n"
+                    "ffn: {kind: dense, d_ff: 2048}\nlayer_groups:\n  - attention: {kind: mla, n_heads: 8, kv_lora_rank: 255, "
+                    "qk_nope_head_dim: 64, qk_rope_head_dim: 32, v_head_dim: 64}\n")
+    res = run("show", str(path), "--ctx", "1001", "--kv-dtype", "int4", "-f", "json")
+    group = json.loads(res.stdout)["groups"][0]
+    assert (group["bytes_per_token_per_layer"], group["bytes_per_layer"], group["bytes"]) == (144, 143_644, 287_287)
+    assert -(-2 * 1001 * 287 * 4 // 8) == 287_287 and -(-1001 * 287 * 4 // 8) == 143_644
+    assert ("note: mla-odd: in int4 a layer's 287 elements a token take 143.5 bytes: the per token·layer and per-layer "
+            "cells are rounded up to whole bytes, each group's total and the model's once") in run(
+                "show", str(path), "--ctx", "1001", "--kv-dtype", "int4").stderr
+    assert "rounded up" not in run("show", str(path), "--ctx", "1001", "--kv-dtype", "fp8").stderr
+    assert "rounded up" not in run("show", "llama3-8b", "--ctx", "4k", "--kv-dtype", "int4").stderr  # 1,024 elements

@@ -324,7 +324,26 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
               Table("layers" if per_layer else "groups", columns, [{**r, **over} for r in breakdown], title,
                     (["layer"] if per_layer else []) + [k for k in GROUP_KEYS if k != "layer"] + list(over))]
     return Output(tables, payload, derivation_lines(d, units) if explain else [],
-                  _load_warnings([lm]) + over_max(spec, s.ctx, f"ctx {s.ctx:,}") + option_warnings([spec], s))
+                  _load_warnings([lm]) + over_max(spec, s.ctx, f"ctx {s.ctx:,}") + option_warnings([spec], s)
+                  + (_rounded_cells(spec.name, breakdown, s.kv_dtype) if s.kv_quant == "none" else []))
+
+
+def _rounded_cells(name: str, rows: list[dict], kv_dtype: str) -> list[str]:
+    """A note where a sub-byte dtype packs a layer's elements a token into a part byte: show's per token·layer and per
+    layer cells are rounded up, while a group's and the model's totals round once (README: conventions), so the
+    cells do not multiply out to the totals."""
+    from fractions import Fraction
+
+    from kvcalc.dtypes import dtype_bits
+
+    bits = dtype_bits(kv_dtype)
+    odd = next((r for r in rows if r.get("elements_per_token_per_layer", 0) * bits % 8), None)
+    if odd is None:
+        return []
+    exact = Fraction(odd["elements_per_token_per_layer"] * bits, 8)
+    return [f"note: {name}: in {kv_dtype} a layer's {odd['elements_per_token_per_layer']:,} elements a token take "
+            f"{float(exact):g} bytes: the per token·layer and per-layer cells are rounded up to whole bytes, each "
+            "group's total and the model's once"]
 
 
 PASS_TITLES = {
