@@ -224,9 +224,9 @@ def test_sglang_divides_a_hybrid_swa_models_memory_between_its_full_and_window_p
 
 def test_sglang_sets_aside_a_state_pool_for_a_hybrid_with_constant_states():
     # kv_cache_configurator._handle_max_mamba_cache: the state pool gets room · 0.9 / 1.9 (--mamba-full-memory-ratio
-    # 0.9), max_mamba_cache_size K = that // S slots of one sequence's states S, K · S bytes; the KV pool the rest.
-    # MambaPool allocates K + 1 slots, slot 0 a padding slot outside the split (memory_pool.py: size + 1), so K are
-    # usable (an audit: kvcalc counted the padding slot inside the split and had one usable slot fewer).
+    # 0.9), max_mamba_cache_size K = (that − S) // S slots of one sequence's states S, and (K + 1) · S bytes with the
+    # pool's padding slot ("+1 accounts for each pool's padding slot", SGLang 0.5.23; 0.5.9 took that // S, the
+    # padding slot outside); the KV pool the rest.
     # Qwen3-Next at tp 4, per GPU: S = 36 Gated DeltaNet layers · ((32 / 4) · 128 · 128 · 4 bytes (fp32) + (8192 / 4)
     # · 3 · 2 (bf16 conv)) = 19,316,736; a token: 12 attention layers · 2 · 1 KV head (of 2, replicated) · 256 · 2 =
     # 12,288 bytes
@@ -234,13 +234,13 @@ def test_sglang_sets_aside_a_state_pool_for_a_hybrid_with_constant_states():
     assert s == 19_316_736
     row = fit("qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4", "--batch", "32")[0]
     room = _room(row)
-    slots = room * 9 // 19 // s
-    tokens = (room - slots * s) // 12_288
-    assert row["max_ctx"] == tokens // 32 == 40_729  # SGLang's static fraction at tp 4 on an H100: 0.819
-    # each running sequence needs a state slot: at 1,024 tokens the slots bind, not the KV pool (746), and SGLang
+    slots = (room * 9 // 19 - s) // s
+    tokens = (room - (slots + 1) * s) // 12_288
+    assert slots == 745 and row["max_ctx"] == tokens // 32 == 40_729  # SGLang's static fraction at tp 4 on an H100: 0.819
+    # each running sequence needs a state slot: at 1,024 tokens the slots bind, not the KV pool (745), and SGLang
     # runs at most a fifth of them at once (the next test)
     row = fit("qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4", "--ctx", "1024")[0]
-    assert row["max_batch"] == _room(row) * 9 // 19 // s // 5 == 149
+    assert row["max_batch"] == (_room(row) * 9 // 19 - s) // s // 5 == 149
 
 
 def test_sglang_pools_leave_a_plain_model_as_one_pool():
