@@ -95,6 +95,18 @@ class Hardware(Strict):
     source: str = Field(description="URL(s) of the vendor datasheet or page the numbers come from.")
     notes: str | None = Field(None, description="Free-form remarks: accumulate modes, what was chosen and why.")
 
+    @property
+    def platform(self) -> str:
+        """The serving engines' platform, read from the vendor (the one place it is): 'cuda' (NVIDIA), 'rocm' (AMD),
+        'tpu' (Google), else 'other' (Intel's Gaudi, Apple): what selects vLLM's and SGLang's per-platform defaults
+        (vLLM's extensible KV cache and its TPU batch defaults, SGLang's CUDA graphs and AMD's aiter)."""
+        vendor = self.vendor.casefold()
+        if "nvidia" in vendor:
+            return "cuda"
+        if re.search(r"\bamd\b|advanced micro devices", vendor):
+            return "rocm"
+        return "tpu" if "google" in vendor else "other"
+
     @field_validator("peak_flops_bf16", "memory_bandwidth", "memory_bytes", "interconnect_bandwidth", mode="before")
     @classmethod
     def _whole_number(cls, value: object, info: ValidationInfo) -> object:

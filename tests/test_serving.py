@@ -760,3 +760,26 @@ def test_every_family_kvcalc_writes_is_known_and_an_unknown_one_is_warned_of(tmp
     res = run("compare", str(path), "--engine", "vllm")
     assert "warning: gemma3-1b: family 'gemma-3' is none kvcalc knows (did you mean gemma3?)" in res.stderr
     assert "none kvcalc knows" not in run("compare", str(path)).stderr  # without an engine no rule depends on it
+
+
+def test_the_engines_platform_comes_from_the_vendor_in_one_place():
+    # a help-text review: a hardware file of vendor 'NVIDIA Corporation' got vLLM's TPU-style 0.92 sizing, since the
+    # checks compared the vendor with 'nvidia' exactly; and vLLM's TPU chunk defaults were not followed
+    from kvcalc.hardware import load_hardware
+
+    base = load_hardware("h100-80gb")
+    for vendor, platform in (("NVIDIA", "cuda"), ("NVIDIA Corporation", "cuda"), ("nvidia", "cuda"), ("AMD", "rocm"),
+                             ("Advanced Micro Devices, Inc.", "rocm"), ("Google", "tpu"), ("Intel", "other"),
+                             ("Apple", "other"), ("Lambda", "other")):
+        assert base.model_copy(update={"vendor": vendor}).platform == platform
+
+
+@pytest.mark.parametrize(("hw", "chunk"), [("tpu-v5p", 256), ("tpu-v5e", 512), ("tpu-v6e", 1024), ("h100-80gb", 8192),
+                                           ("a100-80gb", 2048), ("b200-180gb", 16384)])
+def test_vllm_prefill_chunk_by_chip(hw, chunk):
+    # vllm serve's max_num_batched_tokens (arg_utils.py get_batch_defaults, OPENAI_API_SERVER): a TPU's chip's
+    # ("tpu specific default values": V5P 256, V5E 512, V6E 1024) before the memory tiers'
+    from kvcalc.costs.engine_memory import default_prefill_chunk
+    from kvcalc.hardware import load_hardware
+
+    assert default_prefill_chunk("vllm", load_hardware(hw)) == chunk

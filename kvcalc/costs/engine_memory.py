@@ -25,6 +25,9 @@ SGLANG_SPEC_MAX_RUNNING_REQUESTS = 48
 VLLM_LARGE_GPU = 70 * 2**30  # vLLM's thresholds for its larger batch defaults
 VLLM_LARGEST_GPU = 160 * 2**30
 RESERVE = "0.1"  # --reserve's default
+# vllm serve's max_num_batched_tokens on a TPU by its chip, which the memory tiers' give way to (arg_utils.py
+# get_batch_defaults: "tpu specific default values", OPENAI_API_SERVER); a preset's name says its chip
+VLLM_TPU_CHUNK = {"v6e": 1024, "v5e": 512, "v5p": 256}
 # under --engine vllm where its extensible KV cache is off (vLLM 0.34.0 config/cache.py: DEFAULT_GPU_MEMORY_UTILIZATION
 # 0.92, resolved_gpu_memory_utilization); where it is on, the utilization defaults to 1.0
 VLLM_RESERVE = "0.08"
@@ -32,13 +35,13 @@ VLLM_RESERVE = "0.08"
 # "only supported on CUDA and ROCm"), sizes the cache from the memory measured free after warmup, less a margin of
 # max(floor, 0.75 · the transient peak P) and P itself (v1/worker/extensible_kv_cache.py measure_kv_cache_bytes,
 # KV_CACHE_MARGIN_FLOOR_BYTES: 1 GiB, 3 GiB on ROCm; KV_CACHE_MARGIN_FRACTION 0.75). By a preset's vendor.
-VLLM_MARGIN_FLOOR = {"nvidia": 1 << 30, "amd": 3 << 30}
+VLLM_MARGIN_FLOOR = {"cuda": 1 << 30, "rocm": 3 << 30}  # by Hardware.platform
 VLLM_MARGIN_FRACTION = Fraction(3, 4)
 
 
 def vllm_extensible(hw: Hardware) -> bool:
     """Whether vLLM 0.34.0 sizes its cache on `hw` with its extensible KV cache (its default on CUDA and ROCm GPUs)."""
-    return hw.vendor.casefold() in VLLM_MARGIN_FLOOR
+    return hw.platform in VLLM_MARGIN_FLOOR
 
 
 def vllm_margin(hw: Hardware, acts: int) -> int:
@@ -48,7 +51,7 @@ def vllm_margin(hw: Hardware, acts: int) -> int:
     extensible."""
     if not vllm_extensible(hw):
         return 0
-    return max(VLLM_MARGIN_FLOOR[hw.vendor.casefold()], (acts * VLLM_MARGIN_FRACTION).__floor__())
+    return max(VLLM_MARGIN_FLOOR[hw.platform], (acts * VLLM_MARGIN_FRACTION).__floor__())
 
 
 def default_reserve(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) -> Fraction:
@@ -131,7 +134,7 @@ def _sglang_reserved_mib(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int)
     if s.dp_attention:  # attention-dp size: kvcalc's --dp-attention is SGLang's --dp = --tp
         reserved += max_bs * s.tp * 3 + (max_bs * s.tp * 1.5 if max_bs > 300 else 0)
     graphs = spec.family not in SGLANG_MULTIMODAL - SGLANG_MULTIMODAL_GRAPHS and spec.family != "kimi_linear"
-    if hw.vendor.casefold() == "nvidia" and s.pp == 1 and graphs:  # breakable prefill graphs (the CUDA default)
+    if hw.platform == "cuda" and s.pp == 1 and graphs:  # breakable prefill graphs (the CUDA default)
         mla = any(isinstance(g.attention, MLA) for g in spec.groups)
         reserved += 1.5 * 1024 if mla else 8 * _prefill_captures(chunk)
     return max(reserved, 10 * 1024) if hw.memory_bytes > 60 * 2**30 else reserved
@@ -146,7 +149,7 @@ def _sglang_aiter(spec: ModelSpec, s: Settings, hw: Hardware) -> bool:
 
     mla = [g.attention for g in spec.groups if isinstance(g.attention, MLA)]
     aiter = not mla or mla[0].n_heads // s.tp in (16, 128) and not mla[0].indexed
-    return hw.vendor.casefold() == "amd" and aiter and spec.family not in SGLANG_NOT_AITER and spec.max_context > 8192
+    return hw.platform == "rocm" and aiter and spec.family not in SGLANG_NOT_AITER and spec.max_context > 8192
 
 
 def _prefill_captures(max_bs: int) -> int:
@@ -161,10 +164,14 @@ def _prefill_captures(max_bs: int) -> int:
 def default_prefill_chunk(engine: str | None, hw: Hardware) -> int:
     """Tokens of one prefill chunk when --prefill-chunk is not given: `vllm serve`'s max_num_batched_tokens (16384 on
     a device of at least 160 GiB, 8192 on one of at least 70 GiB that is not an A100, else 2048:
-    vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, OPENAI_API_SERVER, vLLM 0.34.0; vLLM's TPU overrides are
-    not modelled), SGLang's chunked_prefill_size for the GPU (SGLANG_TIERS), else 2048."""
+    vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, OPENAI_API_SERVER, vLLM 0.34.0; on a TPU its chip's:
+    VLLM_TPU_CHUNK), SGLang's chunked_prefill_size for the GPU (SGLANG_TIERS), else 2048."""
     if engine == "sglang":
         return _sglang_tier(hw, 1)[0]  # the chunk of the GPU's tier, whatever the tp
+    if engine == "vllm" and hw.platform == "tpu":
+        chip = next((c for c in VLLM_TPU_CHUNK if c in hw.name.casefold()), None)
+        if chip is not None:
+            return VLLM_TPU_CHUNK[chip]
     if engine == "vllm" and hw.memory_bytes >= VLLM_LARGEST_GPU:
         return 16384
     if engine == "vllm" and hw.memory_bytes >= VLLM_LARGE_GPU and "a100" not in hw.name.lower():
