@@ -42,3 +42,17 @@ def test_the_readme_quotes_dp_attention_as_it_answers():
     row = _fit("deepseek-v3", "--hardware", "h200-141gb", "--gpus", "8", "--weights-dtype", "fp8", "--engine", "sglang",
                "--dp-attention", "--ctx", "1024")
     assert _in_readme(f"at 1,024 tokens fits {row['max_batch'] // 8:,} a worker, {row['max_batch']:,} in all")
+
+
+def test_a_title_names_mlas_decode_schedule_only_beside_a_figure_that_follows_it():
+    # a help-text review: under --tp the GPUs and per-GPU cache columns counted as cost figures, so a cache table's
+    # title said 'MLA absorbed decode' (the README: named "where decode figures are shown")
+    def title(*args: str) -> str:
+        return run(*args).stdout.splitlines()[0]
+
+    assert "decode" not in title("compare", "deepseek-v2", "--ctx", "4k", "--tp", "2")
+    assert "decode" not in title("sweep", "deepseek-v2", "--ctx", "4k,8k", "--columns", "kv", "--tp", "2")
+    assert "decode" not in title("compare", "deepseek-v2", "--ctx", "4k", "--columns", "mla")  # naive and absorbed, named
+    assert title("compare", "deepseek-v2", "--ctx", "4k", "--columns", "cost").endswith("MLA latent cache, absorbed decode")
+    assert "naive decode" in title("compare", "deepseek-v2", "--ctx", "4k", "--columns", "tokens_per_second",
+                                   "--hardware", "h100-80gb", "--mla-schedule", "naive")

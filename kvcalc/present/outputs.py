@@ -210,6 +210,17 @@ def _costs_in_columns(cols: list[Column], chart: str | None) -> bool:
     return chart in COST_KEYS or any(c.key in COST_KEYS for c in cols)
 
 
+# Figures whose value follows MLA's decode schedule (the others that name one, naive and absorbed, say which)
+SCHEDULE_KEYS = frozenset({"flops_decode_token", "flops_generate_cached", "decode_intensity", "mla_schedule",
+                           "decode_seconds_per_token", "tokens_per_second", "decode_bound"})
+
+
+def _schedule_in_columns(cols: list[Column], chart: str | None) -> bool:
+    """Whether a table's columns (or its --chart column) show a figure that follows MLA's decode schedule, which the
+    title then names: not the cache and per-GPU columns a parallel layout adds (a help-text review)."""
+    return chart in SCHEDULE_KEYS or any(c.key in SCHEDULE_KEYS for c in cols)
+
+
 def _costs_shown(cols: list[Column], fmt: str, chart: str | None) -> bool:
     """Whether an output needs the cost figures of its rows: csv and json carry every key; a human format only the
     columns it shows (and the --chart column)."""
@@ -237,7 +248,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
         derivations = [derivation(r, lm.origin, lm.config_keys, lm.spec, s.at(r.ctx)) for lm, r in zip(origins, reports)]
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns.strip().lower() == "kv" else
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} (lower bounds)" if hardware else ""))
-    title += serving_note(s) + mla_note(specs, s, _costs_in_columns(cols, chart), cols)
+    title += serving_note(s) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
     title += ", windows ignored" if no_windows else ""
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
     lines = _derivation_lines(derivations, units)
@@ -283,7 +294,7 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     s = grid[0]
     each = lambda name: ", ".join(str(v) for v in dict.fromkeys(getattr(at, name) for at in grid))  # noqa: E731
     title = f"Growth with context, batch {each('batch')}, kv {each('kv_dtype')}, weights {s.weights_dtype}"
-    title += serving_note(s) + mla_note(specs, s, _costs_in_columns(cols, chart), cols)
+    title += serving_note(s) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
     title += f", {hardware} (lower bounds)" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs), to_terminal()), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
