@@ -87,7 +87,8 @@ class FitRow:
     ep: int = figure("EP", "int", "expert-parallel ranks")
     dp_attention: bool = figure("DP\nattention", "bool", "SGLang's DP attention")
     mtp: bool = figure("MTP", "bool", "the multi-token-prediction layers counted (--mtp)")
-    reserve: float = figure("Reserve", "float", "fraction of each GPU's memory left unused (--reserve, or its default)")
+    reserve: float = figure("Reserve", "float", "fraction of each GPU's memory left unused (--reserve, or its default; "
+                            "under --engine vllm its extensible KV cache's margin may leave more: reserved_bytes)")
     prefill_chunk: int = figure("Prefill\nchunk", "tokens", "tokens of one prefill chunk, for the activation estimate (SGLang: its chunked_prefill_size, in its static fraction)")
 
 

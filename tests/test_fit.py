@@ -608,10 +608,15 @@ def test_vllm_notes_what_its_measured_sizing_takes_and_a_context_it_refuses():
     assert "measures free" not in run("fit", "llama3.1-8b", "--hardware", "tpu-v5p", "--engine", "vllm").stderr
     # one sequence of 131,072 tokens fits an H100 (16 GiB of cache): no refusal
     assert "refuses to start" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "vllm").stderr
+    # SGLang divides the memory the GPU reports, below the preset's (a sizing review): said where the default stands
+    res = run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "8k")
+    assert "note: llama3.1-8b: SGLang divides the memory the GPU reports" in res.stderr
+    assert "reports" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "8k",
+                                "--reserve", "0.2").stderr
 
 
 @pytest.mark.parametrize("reserve, title", [
-    ("0.005", ", 0.5% reserved, vLLM's margin of 1.00 GiB kept free"),  # 410 MiB of 80 GiB: the margin is larger
+    ("0.005", ", vLLM's margin of 1.00 GiB kept free (more than the 0.5% reserved)"),  # 410 MiB of 80 GiB
     ("0.0125", ", 1.25% reserved"),  # 1.00 GiB exactly: the fraction's ⌈80 GiB · 0.9875⌉ ties the margin's
     ("0.02", ", 2% reserved"),
 ])

@@ -461,8 +461,13 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
         warnings.append(f"note: {spec.name}: vLLM sizes its cache from the memory it measures free after warmup (its "
                         "extensible KV cache, the default on NVIDIA and AMD GPUs): what it finds taken beyond the "
                         "weights and the activation estimate (CUDA's context and graphs, communication buffers) and "
-                        "CUDA's total below the preset's memory are not counted here; --reserve (1 − vLLM's "
-                        "gpu_memory_utilization) leaves more")
+                        "CUDA's total below the preset's memory are not counted here; a --reserve (1 − vLLM's "
+                        "gpu_memory_utilization) past the margin leaves more")
+    if s.engine == "sglang" and reserve is None:
+        warnings.append(f"note: {spec.name}: SGLang divides the memory the GPU reports (nvidia-smi's total for its "
+                        "static fraction, the memory free after its CUDA context for the pools), a little below the "
+                        "preset's, not counted here (README: Hardware presets): the answer is an upper bound by it; a "
+                        "--reserve (1 − its --mem-fraction-static) leaves more")
     if s.engine == "vllm":
         one = rows[0] if not ctxs and s.batch == 1 else as_row(fit(spec, replace(s, batch=1), s.hardware, frac, chunk,
                                                                      "ctx"))
@@ -508,8 +513,8 @@ def _reserve_note(s: Settings, frac: Fraction, acts: int, units: str) -> str:
     memory = s.hardware.memory_bytes
     margin = vllm_margin(s.hardware, acts) if s.engine == "vllm" else 0
     if margin and memory - margin < (memory * (1 - frac)).__ceil__():
-        fraction = f"{_percent(frac)}% reserved, " if frac else ""
-        return f", {fraction}vLLM's margin of {format_bytes(margin, units)} kept free"
+        larger = f" (more than the {_percent(frac)}% reserved)" if frac else ""
+        return f", vLLM's margin of {format_bytes(margin, units)} kept free{larger}"
     return f", {_percent(frac)}% reserved"
 
 
