@@ -321,7 +321,7 @@ def plot(
         raise typer.BadParameter(str(exc), param_hint=range_option(str(exc))) from None
     s = opts.settings(ctxs[0])
     check_metrics(metric or ["cache"], s)  # before the models: a misspelt metric is the one message
-    loaded = [load(m) for m in models]
+    loaded = load_named(models, "plot", note_names=False, repeats="its line would be drawn twice")  # two of one name: plot_figure refuses (its legend)
     from kvcalc.present.emit import warn
     from kvcalc.present.outputs import plot_warnings
 

@@ -577,18 +577,23 @@ def load(model: str, no_windows: bool = False) -> LoadedModel:
     return loaded
 
 
-def load_named(models: Sequence[str], command: str, no_windows: bool = False) -> list[LoadedModel]:
-    """The models of a command that shows a row or column per model, each loaded (load): a model given twice is
-    refused (its rows would repeat); two given apart that share a name (a config beside the bundled spec it matches)
-    are said on stderr, since the name column alone cannot tell their rows apart."""
+def load_named(models: Sequence[str], command: str, no_windows: bool = False, note_names: bool = True,
+               repeats: str = "its rows would repeat") -> list[LoadedModel]:
+    """The models of a command that shows a row or column per model, each loaded (load): one model given twice, in
+    any spelling that reads the same file (a bundled name in another case, ./spec.yaml and spec.yaml), is refused (its
+    rows would repeat); two given apart that share a name (a config beside the bundled spec it matches) are said on
+    stderr (`note_names`), since the name column alone cannot tell their rows apart."""
     from kvcalc.errors import KvcalcError
     from kvcalc.lists import first_repeat
     from kvcalc.present.emit import warn
 
-    if (twice := first_repeat(list(models))) is not None:
-        raise KvcalcError(f"{command}: {twice} is given twice (its rows would repeat)")
     loaded = [load(m, no_windows) for m in models]
-    if (name := first_repeat([lm.spec.name for lm in loaded])) is not None:
+    origins = [lm.origin for lm in loaded]
+    if (twice := first_repeat(origins)) is not None:
+        first, second = [m for m, origin in zip(models, origins) if origin == twice][:2]
+        again = "" if first == second else f" (as {second})"
+        raise KvcalcError(f"{command}: {first} is given twice{again}: {repeats}")
+    if note_names and (name := first_repeat([lm.spec.name for lm in loaded])) is not None:
         first, second = [m for m, lm in zip(models, loaded) if lm.spec.name == name][:2]
         warn(f"note: {first} and {second} are both named {name!r}: their rows come in the order given")
     return loaded

@@ -329,10 +329,13 @@ class ModelSpec(Strict):
         for gi in rest[:1]:
             picked[gi] = _select("rest", self.n_layers, set(owner))
             owner.update({layer: gi for layer in picked[gi]})
-        named = [g.name for g in self.layer_groups]
-        problems += [f"layer_groups[{i}].name: {name!r} names layer_groups[{named.index(name)}] too (their rows would "
-                     "read alike: give each group a name of its own)"
-                     for i, name in enumerate(named) if name is not None and named.index(name) < i]
+        labels = [self._label(i) for i in range(len(self.layer_groups))]  # a name 'group 1' meets group 1's default
+        for i, label in enumerate(labels):
+            if (first := labels.index(label)) < i:
+                what = f"layer_groups[{i}].name: {label!r}" if self.layer_groups[i].name else \
+                    f"layer_groups[{i}]: its default label {label!r}"
+                problems.append(f"{what} labels layer_groups[{first}] too (their rows would read alike: give each "
+                                "group a name of its own)")
         missing = [i for i in range(self.n_layers) if i not in owner]
         if missing and not problems:
             which = f"layer {layer_text(missing)} belongs" if len(missing) == 1 else f"layers {layer_text(missing)} belong"
@@ -433,10 +436,14 @@ class ModelSpec(Strict):
                 problems.append(f"{where}.first_k_dense: {ffn.first_k_dense} must be below n_layers ({self.n_layers})")
         return problems
 
+    def _label(self, gi: int) -> str:
+        """The label of group `gi`'s rows: its name, else 'group gi' ('all layers' for a model of one group)."""
+        return self.layer_groups[gi].name or ("all layers" if len(self.layer_groups) == 1 else f"group {gi}")
+
     def _resolved(self, gi: int, group: LayerGroup, layers: list[int]) -> ResolvedGroup:
         return ResolvedGroup(
             index=gi,
-            label=group.name or ("all layers" if len(self.layer_groups) == 1 else f"group {gi}"),
+            label=self._label(gi),
             layers=tuple(layers),
             attention=group.attention,
             sliding_window=group.sliding_window,

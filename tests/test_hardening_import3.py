@@ -74,7 +74,9 @@ def test_a_model_given_twice_is_refused_and_two_of_one_name_noted(tmp_path, comm
     from conftest import ROOT, run
 
     res = run(*command, "llama3-8b", "llama3-8b", ok=False)
-    assert res.exit_code == 1 and "llama3-8b is given twice (its rows would repeat)" in res.stderr
+    assert res.exit_code == 1 and "llama3-8b is given twice: its rows would repeat" in res.stderr
+    res = run(*command, "llama3-8b", "LLAMA3-8B", ok=False)  # names are read in any case (a help-text review)
+    assert res.exit_code == 1 and "llama3-8b is given twice (as LLAMA3-8B): its rows would repeat" in res.stderr
     clash = tmp_path / "clash.yaml"
     clash.write_text((ROOT / "model_specs" / "gemma3-1b.yaml").read_text().replace("name: gemma3-1b", "name: llama3-8b"))
     res = run(*command, str(clash), "llama3-8b")
@@ -103,7 +105,12 @@ def test_two_groups_of_one_name_are_refused(tmp_path):
 
     path = tmp_path / "g.yaml"
     path.write_text((ROOT / "model_specs" / "gemma3-1b.yaml").read_text().replace("name: local", "name: global", 1))
-    with pytest.raises(SpecError, match=r"layer_groups\[1\]\.name: 'global' names layer_groups\[0\] too"):
+    with pytest.raises(SpecError, match=r"layer_groups\[1\]\.name: 'global' labels layer_groups\[0\] too"):
+        load_spec(path)
+    # a name that is another group's default label ('group 1', a help-text review: two rows labelled 'group 1')
+    path.write_text((ROOT / "model_specs" / "gemma3-1b.yaml").read_text().replace("name: global", "name: group 1", 1)
+                    .replace("  - name: local", "  -", 1))
+    with pytest.raises(SpecError, match=r"layer_groups\[1\]: its default label 'group 1' labels layer_groups\[0\] too"):
         load_spec(path)
     path.write_text((ROOT / "model_specs" / "gemma3-1b.yaml").read_text().replace("name: local", "name: 'é-ü 全'", 1))
     assert [g.label for g in load_spec(path).groups] == ["global", "é-ü 全"]
