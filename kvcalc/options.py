@@ -221,7 +221,7 @@ ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the derivatio
 NoWindowsOpt = Annotated[bool, typer.Option("--no-windows", help="Ignore sliding windows and attention chunks (those layers global): the cache, FLOPs and bytes read without them; a sparse indexer's top-k still applies.")]
 NoWindowsCacheOpt = Annotated[bool, typer.Option("--no-windows", help="Ignore sliding windows and attention chunks (those layers global): the cache without them; a sparse indexer's top-k still applies.")]
 ChartOpt = Annotated[str | None, typer.Option("--chart", metavar="KEY", callback=lambda key: key.lower() if key else key, help="Draw a bar chart of a numeric column (e.g. kv_cache_bytes) under the table; no plotting library needed.")]
-ColumnsOpt = Annotated[str, typer.Option("--columns", help="Columns: presets kv (default), cost, generate, mla, time (needs --hardware), all, and/or column keys, comma-separated; model and ctx are always shown. `kvcalc schema compare` lists every key with its meaning.")]
+ColumnsOpt = Annotated[str, typer.Option("--columns", help="Columns: presets kv (default), cost, generate, mla, time (needs --hardware), all, and/or column keys, comma-separated; model and ctx are always shown. `kvcalc schema compare` lists every figure key with its meaning; the kv preset's label columns are attention_label, heads_label, kv_label and head_dim_label.")]
 
 
 def _parse_gen(value: str | int) -> int:

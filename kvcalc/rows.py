@@ -249,8 +249,9 @@ class GroupRow:
     layer: int | None = figure("Layer", "int", "the layer (per-layer rows)")
     pages: int | None = figure("Pages", "int", "KV-cache pages each layer holds per sequence (--engine; 0 in a layer of "
                                "constant state alone, whose state pages the summary's engine_state_bytes counts)")
-    engine_bytes: int | None = figure("Engine, all\nits layers", "bytes", "its KV cache in the engine's whole pages "
-                                      "(--engine; constant states: the summary's engine_state_bytes)")
+    engine_bytes: int | None = figure("Engine, all\nits layers", "bytes", "its KV cache in the engine's whole pages, "
+                                      "with vLLM's padding slots of the group's spec (--engine; --per-layer gives them a "
+                                      "row of their own; constant states: the summary's engine_state_bytes)")
 
 
 def _group_row(gc: GroupCache) -> GroupRow:

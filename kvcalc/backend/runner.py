@@ -106,8 +106,10 @@ class RunReport:
 
 
 def _runs(group: ResolvedGroup) -> bool:
-    """Whether a run builds this group's layers: not constant-state layers (no KV cache to measure), nor KV-shared ones
-    (Gemma 3n's last layers: they hold nothing and read an earlier layer's cache, which the backend does not model)."""
+    """Whether a run builds this group's layers: not the kinds NOT_RUN names (the generic 'linear' state of a size
+    without structure, a projection that holds nothing), nor KV-shared ones (Gemma 3n's last layers: they hold nothing
+    and read an earlier layer's cache, which the backend does not model). Mamba, DeltaNet, KDA and lightning layers
+    run."""
     return group.attention.kind not in NOT_RUN and not group.layer.kv_shared
 
 
