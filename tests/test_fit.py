@@ -512,8 +512,11 @@ def test_sglang_multimodal_checkpoints_are_noted():
     # tower (0.836 · 0.91 on an H100) and loading the tower: kvcalc's text spec knows neither, and says so
     res = run("fit", "gemma4-26b-a4b", "--ctx", "32k", "--hardware", "h100-80gb", "--engine", "sglang")
     assert "note: gemma4-26b-a4b: SGLang serves its published checkpoint as multimodal" in res.stderr
-    for args in (("--engine", "sglang", "--reserve", "0.25"), ("--engine", "vllm")):
-        assert "multimodal" not in run("fit", "gemma4-26b-a4b", "--ctx", "32k", "--hardware", "h100-80gb", *args).stderr
+    assert "multimodal" not in run("fit", "gemma4-26b-a4b", "--ctx", "32k", "--hardware", "h100-80gb", "--engine",
+                                   "sglang", "--reserve", "0.25").stderr
+    # vLLM trims no fraction but loads the tower too (a SGLang sizing review)
+    res = run("fit", "gemma4-26b-a4b", "--ctx", "32k", "--hardware", "h100-80gb", "--engine", "vllm")
+    assert "serves its published checkpoint" not in res.stderr and "vLLM loads the vision tower" in res.stderr
     assert "multimodal" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang").stderr
 
 
@@ -639,3 +642,14 @@ def test_sglang_state_slots_keep_the_padding_slot_inside_the_share():
     per_sequence = 36 * ((32 // 4) * 128 * 128 * 4 + 3 * (2 * 16 * 128 + 32 * 128) // 4 * 2)
     slots = (room * 9 // 19 - per_sequence) // per_sequence
     assert slots == 2324 and (row["max_batch"], row["binding"]) == (slots // 5, "max_running_requests") == (464, "max_running_requests")
+
+
+def test_the_engines_load_the_vision_tower_of_multimodal_checkpoints():
+    # a SGLang sizing review: SGLang builds Gemma3ForConditionalGeneration with its SigLIP tower though it serves Gemma 3
+    # as text (gemma3_mm.py; model_config.py turns only the processing off), and vLLM loads the towers too: noted
+    for engine in ("vllm", "sglang"):
+        res = run("fit", "gemma3-27b", "--hardware", "h100-80gb", "--engine", engine, "--ctx", "4k")
+        assert "loads the vision tower of the family's multimodal checkpoints" in res.stderr
+        assert "vision tower" not in run("fit", "gemma3-27b", "--hardware", "h100-80gb", "--engine", engine, "--ctx",
+                                         "4k", "--reserve", "0.2").stderr
+    assert "vision tower" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "vllm").stderr

@@ -91,6 +91,11 @@ SGLANG_TIERS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 4096, 48, 160), (60 * 1024,
 SGLANG_MULTIMODAL = frozenset({"gemma4", "gemma3n", "qwen3_vl", "qwen3_5_moe", "whisper"})
 SGLANG_MULTIMODAL_GRAPHS = frozenset({"qwen3_5_moe"})  # is_multimodal_breakable_cuda_graph_supported
 SGLANG_TOWERS = SGLANG_MULTIMODAL - {"whisper"}  # Whisper's config has no vision_config, its encoder is in its spec
+# Families whose published checkpoints carry a vision (or audio) tower both engines load though kvcalc's specs are
+# text models: the above, and Gemma 3 (4B and up) and Llama 4, whose Gemma3ForConditionalGeneration and
+# Llama4ForConditionalGeneration SGLang builds with the tower though it serves them as text (gemma3_mm.py builds
+# SiglipVisionModel; model_config.py only turns their multimodal processing off); vLLM loads the tower of all of them
+TOWER_FAMILIES = SGLANG_TOWERS | {"gemma3", "llama4"}
 # Families whose attention backend SGLang picks before its ROCm default, aiter (model_override_base.py): Whisper's
 # flashinfer, and the model overrides' triton for Gemma 4 and OLMo 2 (arg_groups/model_overrides gemma4.py, olmo2.py;
 # SGLang serves OLMo 3 as OLMo 2, configs/olmo3.py)

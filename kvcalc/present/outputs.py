@@ -427,7 +427,13 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     """`fit`: one row per context (largest batch), or one row (longest context for the batch)."""
     from dataclasses import replace
 
-    from kvcalc.costs.engine_memory import SGLANG_TOWERS, default_prefill_chunk, default_reserve, vllm_extensible
+    from kvcalc.costs.engine_memory import (
+        SGLANG_TOWERS,
+        TOWER_FAMILIES,
+        default_prefill_chunk,
+        default_reserve,
+        vllm_extensible,
+    )
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
     from kvcalc.fit import FitRow, fit
@@ -479,6 +485,11 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
         warnings.append(f"note: {spec.name}: SGLang serves its published checkpoint as multimodal: it trims the static "
                         "fraction for the vision or audio tower (adjust_mem_fraction_for_vlm) and loads the tower's "
                         "weights, neither counted here (a text model's fraction is used): give --reserve to match")
+    elif s.engine in ("vllm", "sglang") and reserve is None and spec.family in TOWER_FAMILIES:
+        engine = {"vllm": "vLLM", "sglang": "SGLang"}[s.engine]
+        warnings.append(f"note: {spec.name}: {engine} loads the vision tower of the family's multimodal checkpoints "
+                        "(Gemma 3 of 4B and more, Llama 4, Gemma 4, Gemma 3n, Qwen3-VL, Qwen3.5), whose weights the "
+                        "text spec leaves out: give --reserve to match")
     figs = figures_of(FitRow)
     hide = ({"max_ctx", "batch"} if ctxs else {"max_batch", "ctx"}) | {"exceeds_max_context"}  # stderr says it
     hide |= {"state_bytes_per_gpu"}  # in the KV cache column already (csv and json carry it apart)
