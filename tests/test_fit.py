@@ -653,3 +653,16 @@ def test_the_engines_load_the_vision_tower_of_multimodal_checkpoints():
         assert "vision tower" not in run("fit", "gemma3-27b", "--hardware", "h100-80gb", "--engine", engine, "--ctx",
                                          "4k", "--reserve", "0.2").stderr
     assert "vision tower" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "vllm").stderr
+
+
+@pytest.mark.parametrize(("args", "said"), [(("--kv-dtype", "int4"), "--kv-dtype int4"),
+                                            (("--kv-dtype", "int8"), "--kv-dtype int8"),
+                                            (("--kv-dtype", "fp8", "--kv-quant", "per-token"), "--kv-quant per-token"),
+                                            (("--kv-dtype", "fp8", "--kv-quant", "g64"), "--kv-quant g64")])
+def test_sglang_caches_it_lacks_are_warned_of(args, said):
+    # a SGLang sizing review: SGLang 0.5.23's kv_cache_dtype is auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, nvfp4 or
+    # fp4_mx_block16 (arg_groups/fields/model.py): an int cache or kvcalc's scaled schemes passed in silence
+    res = run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "8k", *args)
+    assert f"warning: llama3.1-8b: --engine sglang {said}: SGLang 0.5.23 has no such cache" in res.stderr
+    assert "no such cache" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx",
+                                      "8k", "--kv-dtype", "fp8").stderr

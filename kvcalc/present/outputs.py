@@ -95,7 +95,8 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     neither serves lightning attention (MiniMax-M1: vLLM's registry lists MiniMaxM1ForCausalLM as removed after
     0.23.0; SGLang 0.5.23 has no such model) nor has a model file for OpenELM (neither registry names it; vLLM might
     run its remote code through its Transformers backend, unverified), SGLang none for Falcon and Jamba (its
-    Transformers backend may run them, unverified), and vLLM has no cache for some --kv-quant schemes (_vllm_lacks)."""
+    Transformers backend may run them, unverified), and vLLM has no cache for some --kv-quant schemes (_vllm_lacks),
+    SGLang none for int8, int4 or kvcalc's scaled schemes (_sglang_lacks)."""
     if s.engine not in ("vllm", "sglang"):
         return []
     from kvcalc.costs.engine_files import KNOWN_FAMILIES
@@ -130,6 +131,10 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
             out.append(f"warning: {spec.name}: --block-size {s.block_size}: vLLM raises a hybrid model's attention pages "
                        f"to {raised:,} tokens, so that a page holds a layer's constant state "
                        "(Platform.update_block_size_for_backend); its pages are counted at that size")
+        if s.engine == "sglang" and (lack := _sglang_lacks(s)) is not None:
+            out.append(f"warning: {spec.name}: --engine sglang {lack}: SGLang 0.5.23 has no such cache (its "
+                       "kv_cache_dtype: auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, nvfp4, fp4_mx_block16; no per-token, "
+                       "per-head or grouped scales): its pages are counted as the dtype and scheme would take them")
         if s.engine == "vllm" and (lack := _vllm_lacks(spec, s)) is not None:
             out.append(f"warning: {spec.name}: --engine vllm --kv-quant {s.kv_quant}: vLLM 0.34.0 has no such "
                        f"cache{lack} (it has per-tensor fp8, fp8_ds_mla on sparse MLA and per-token-head fp8/int8/int4 on GQA): its "
@@ -143,6 +148,17 @@ def _raised_block(spec: ModelSpec, s: Settings) -> int | None:
 
     hybrid = vllm_hybrid_pages(engine_groups(spec, s), s)
     return hybrid.block if hybrid is not None and hybrid.block != s.block_size else None
+
+
+def _sglang_lacks(s: Settings) -> str | None:
+    """The option whose cache SGLang 0.5.23 lacks (arg_groups/fields/model.py kv_cache_dtype's choices: 8-bit float,
+    bf16 or the model's dtype, and two FP4 recipes with block scales of their own), or None: an int8 or int4 dtype, or
+    a --kv-quant scheme of kvcalc's with per-token, per-head or grouped scales (fp8-ds-mla is its DSA cache)."""
+    if s.kv_dtype in ("int8", "int4"):
+        return f"--kv-dtype {s.kv_dtype}"
+    if s.kv_quant not in ("none", "fp8-ds-mla"):
+        return f"--kv-quant {s.kv_quant}"
+    return None
 
 
 def _vllm_lacks(spec: ModelSpec, s: Settings) -> str | None:
