@@ -29,8 +29,9 @@ from kvcalc.costs.engine_memory import (
     sglang_capacity,
     sglang_fits,
     sglang_short,
+    sglang_stage_pools,
 )
-from kvcalc.costs.parallel import PerGpu, Stage, check_layout, per_gpu, sglang_pools, stage_gpu, stages
+from kvcalc.costs.parallel import PerGpu, check_layout, per_gpu, stage_gpu, stages
 from kvcalc.fields import figure
 from kvcalc.settings import Settings
 from kvcalc.solve import largest_fitting
@@ -143,7 +144,7 @@ def batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chu
     """engine_batch_cap with each stage's room for the cache at the budget `fit` uses."""
     acts = activation_bytes(spec, s, chunk)
     budget = budget_bytes(hw, reserve, s.engine, acts)
-    return engine_batch_cap(spec, s, hw, {p.stage: pool_room(budget, p, acts) for p in stages(spec, s)})
+    return engine_batch_cap(spec, s, hw, budget, acts)
 
 
 def _kv_bytes(report: CacheReport) -> int:
@@ -176,7 +177,7 @@ def _fitter(spec: ModelSpec, budget: int, acts: int) -> Callable[[Settings], boo
 
     def fits(t: Settings) -> bool:
         if t.engine == "sglang":
-            return all(sglang_fits(sglang_pools(t, plan), pool_room(budget, plan, acts)) for plan in stages(spec, t))
+            return all(sglang_fits(p, room) for _, p, room in sglang_stage_pools(t, stages(spec, t), budget, acts))
         return _tightest(spec, t, budget, acts)[1] >= 0
 
     return fits
@@ -196,8 +197,7 @@ def sglang_pool_binding(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fra
     tries = [replace(s.at(x), batch=best + 1) for x in _peaks_up_to(s.ctx, falls)] if solve == "batch" else \
         [replace(s.at(x), batch=s.batch) for x in _peaks_up_to(best + 1, falls)]
     for t in tries:
-        for plan in stages(spec, t):
-            p, room = sglang_pools(t, plan), pool_room(budget, plan, acts)
+        for _, p, room in sglang_stage_pools(t, stages(spec, t), budget, acts):
             if (short := sglang_short(p, room)) is None:
                 continue
             c = sglang_capacity(p, room)
@@ -205,11 +205,6 @@ def sglang_pool_binding(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fra
                 return None  # one pool: plain memory
             return short, None if c is None else c.slots
     return None
-
-
-def pool_room(budget: int, plan: Stage, acts: int) -> int:
-    """What an engine's pools divide on a stage's GPU: the budget less the stage's weights and the activation estimate."""
-    return budget - plan.weights_bytes - acts
 
 
 def binding_context(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int, batch: int) -> int | None:

@@ -783,3 +783,22 @@ def test_vllm_prefill_chunk_by_chip(hw, chunk):
     from kvcalc.hardware import load_hardware
 
     assert default_prefill_chunk("vllm", load_hardware(hw)) == chunk
+
+
+def test_sglang_sizes_every_rank_as_its_heaviest():
+    # a SGLang sizing review: SGLang's profile takes the least memory free over all tp·pp ranks after loading
+    # (kv_cache_configurator._profile_available_bytes: get_available_gpu_memory over the world group), so every stage's
+    # pools divide the budget less the heaviest stage's weights; and _handle_max_mamba_cache charges every rank the
+    # largest stage's constant states ("Charge the largest per-stage share"). kvcalc used each stage's own
+    from kvcalc.costs.engine_memory import sglang_stage_pools
+    from kvcalc.costs.parallel import sglang_pools, stages
+
+    s = Settings(ctx=8192, tp=1, pp=4, engine="sglang")
+    nemo = spec("nemotron-h-56b")
+    plans = stages(nemo, s)
+    pools = sglang_stage_pools(s, plans, 80 * 2**30, 0)
+    heaviest = max(p.weights_bytes for p in plans)
+    assert len({p.weights_bytes for p in plans}) > 1  # the stages differ: the embedding, the head, the layer kinds
+    assert [room for _, _, room in pools] == [80 * 2**30 - heaviest] * 4
+    own = [sglang_pools(s, p).state_per_sequence for p in plans]
+    assert len(set(own)) > 1 and [p.state_per_sequence for _, p, _ in pools] == [max(own)] * 4

@@ -5,10 +5,11 @@ pages and the weights each engine holds are in kvcalc.costs.paged and kvcalc.cos
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, NamedTuple
 
-from kvcalc.costs.parallel import SGLangPools, sglang_pools, stages
+from kvcalc.costs.parallel import SGLangPools, Stage, sglang_pools, stages
 from kvcalc.settings import Settings
 
 if TYPE_CHECKING:
@@ -243,7 +244,19 @@ SGLANG_EXTRA_BUFFER_FAMILIES = frozenset({"qwen3_next", "nemotron_h", "falcon_h1
 VLLM_MAX_NUM_SEQS = (1024, 256)  # vllm serve's default max_num_seqs: GPUs of 70 GiB or more but A100s, and the rest
 
 
-def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, room: dict[int, int]) -> tuple[int, str] | None:
+def sglang_stage_pools(t: Settings, plans: Sequence[Stage], budget: int, acts: int) -> list[tuple[Stage, SGLangPools, int]]:
+    """Each stage's SGLang pools with the room they divide, as SGLang's start-up sizes every rank alike: the least
+    memory free over all ranks after loading (kv_cache_configurator._profile_available_bytes: get_available_gpu_memory
+    over the world group), so the budget less the heaviest stage's weights (and `acts`) on each; and under pp the
+    largest stage's constant states a sequence charged on each (_handle_max_mamba_cache: "Charge the largest per-stage
+    share so every rank derives the same pool"; its layers' share of the whole, equal for equal layers)."""
+    pools = [sglang_pools(t, plan) for plan in plans]
+    heaviest = max(plan.weights_bytes for plan in plans)
+    state = max(p.state_per_sequence for p in pools)
+    return [(plan, p._replace(state_per_sequence=state), budget - heaviest - acts) for plan, p in zip(plans, pools)]
+
+
+def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, acts: int) -> tuple[int, str] | None:
     """The most sequences the engine runs at once by default, and its name: vLLM's max_num_seqs (get_batch_defaults:
     1024 on a GPU of 70 GiB or more that is not an A100, else 256), SGLang's max_running_requests
     (kv_cache_configurator.resolve_max_num_reqs: min(clamp(tokens / context_len · 512, 2048, 4096), tokens // 2);
@@ -251,7 +264,8 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, room: dict[int,
     (arg_groups/speculative_hook.py _handle_eagle_family); with states min(that, K // 3, or // 5 with its extra
     buffer)); per data-parallel replica, so times dp, and
     SGLang's per attention-DP worker ("per dp worker": under --dp-attention each of a replica's tp ranks runs its own
-    scheduler over its own pool), so times tp there too. `room`: each stage's bytes for the cache (SGLang's pools).
+    scheduler over its own pool), so times tp there too. `budget` and `acts`: a GPU's budget and activation estimate,
+    whose rest SGLang's pools divide (sglang_stage_pools).
     None without an engine."""
     if s.engine == "vllm":
         large = hw.memory_bytes >= VLLM_LARGE_GPU and ("a100" not in hw.name.lower() or hw.memory_bytes >= VLLM_LARGEST_GPU)
@@ -260,8 +274,8 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, room: dict[int,
         return None
     caps = []
     workers = s.tp if s.dp_attention else 1  # a replica's attention-DP workers
-    for plan in stages(spec, s.at(1)):
-        c = sglang_capacity(sglang_pools(s.at(1), plan), room[plan.stage])
+    for _, pools, room in sglang_stage_pools(s.at(1), stages(spec, s.at(1)), budget, acts):
+        c = sglang_capacity(pools, room)
         if c is None:
             return None
         if s.mtp and spec.mtp_layers:  # speculative decoding: 48 unless set, split over the workers
