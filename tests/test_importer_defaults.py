@@ -196,7 +196,7 @@ def test_qwen2_max_window_layers_given_window_left_out(tmp_path):
     assert row(cfg, tmp_path)["kv_cache_bytes"] == (70 * CTX + 10 * 4096) * 4096 == 9_563_013_120
 
 
-# Qwen3 configs from the published files' numbers (FACTS.md §3: Qwen3-8B d 4096, L 36, h 32, kv 8, hd 128,
+# Qwen3 configs from the published files' numbers (FACTS.md §1.1: Qwen3-8B d 4096, L 36, h 32, kv 8, hd 128,
 # I 12288, V 151936, ctx 40960; Qwen3-30B-A3B d 2048, L 48, h 32, kv 4, hd 128, 128 experts, top-8, moe_I 768).
 QWEN3_8B = {"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
             "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936,

@@ -1,5 +1,5 @@
 """Multi-head attention and its grouped forms: MHA (n_kv = n_h), GQA (n_h query heads share n_kv K/V heads) and
-MQA (n_kv = 1). Cache per token and layer 2·n_kv·d_h (DeepSeek-V2 Table 1; both surveys' tables)."""
+MQA (n_kv = 1). Cache per token and layer 2·n_kv·d_h (DeepSeek-V2 Table 1; the surveys' tables, README)."""
 
 from __future__ import annotations
 
