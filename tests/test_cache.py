@@ -92,6 +92,23 @@ def test_gemma3_family_share_of_all_global(name, share_128k, gib_128k):
     assert round(windowed / 1024**3, 2) == gib_128k
 
 
+@pytest.mark.parametrize(("name", "share_8k", "share_32k"), [
+    # FACTS.md §2.7 (derived): the same share at 8K and 32K, where the local layers' 1,024 (1B: 512) tokens weigh more
+    ("gemma3-1b", 0.207, 0.167), ("gemma3-4b", 0.254, 0.174), ("gemma3-12b", 0.271, 0.193), ("gemma3-27b", 0.266, 0.188),
+])
+def test_gemma3_family_share_at_8k_and_32k(name, share_8k, share_32k):
+    s = spec(name)
+    for ctx, share in ((8192, share_8k), (32_768, share_32k)):
+        windowed, full = kv_cache(s, Settings(ctx=ctx)).bytes, kv_cache(without_windows(s), Settings(ctx=ctx)).bytes
+        assert round(windowed / full, 3) == share
+
+
+def test_kimi_k2_caches_as_deepseek_v3():
+    # FACTS.md §1.1: Kimi-K2-Instruct keeps DeepSeek-V3's MLA (kv_lora_rank 512, qk_rope_head_dim 64, 61 layers), so
+    # the bundled spec's cache a token is V3's, 61 · 576 · 2 = 70,272 bytes (Zhao et al. Table 1's V3 figure)
+    assert kv_cache(spec("kimi-k2"), Settings(ctx=1)).bytes_per_token == 61 * 576 * 2 == 70_272
+
+
 @pytest.mark.parametrize("name, bf16_bytes_per_token", [
     # Zhao et al., "Insights into DeepSeek-V3" (ISCA 2025, arXiv:2505.09343) Table 1: KV per token in BF16
     # (70.272 KB, 327.680 KB, 516.096 KB; KB = 1000 B); reproduced in FACTS.md §2.3.

@@ -188,3 +188,17 @@ def test_weights_bytes():
     assert weights_bytes(10, "fp32") == 40
     with pytest.raises(KvcalcError, match="unsupported weights dtype 'int3'"):
         weights_bytes(10, "int3")
+
+
+def test_deepseek_v3_mtp_module_against_its_readme():
+    # DeepSeek-V3 README_WEIGHTS.md (FACTS.md §4): the MTP module is "11.5B unique parameters" with "2.4B activated
+    # (including the shared 0.9B Embedding and 0.9B output Head)". kvcalc counts one more weight, eh_proj, the
+    # 2·7,168 × 7,168 input projection of the checkpoint: without it 11.51B and, with the shared embedding and head
+    # (2 · 129,280 · 7,168), 2.44B, both the README's to its rounding
+    v3 = spec("deepseek-v3")
+    plain, mtp = param_counts(v3), param_counts(v3, True)
+    added, active = mtp.total - plain.total, mtp.active - plain.active
+    assert (added, active) == (11_610_068_224, 688_100_608)
+    eh_proj, shared = 2 * 7168 * 7168, 2 * 129_280 * 7168
+    assert eh_proj == 102_760_448 and round((added - eh_proj) / 1e9, 1) == 11.5
+    assert round((active - eh_proj + shared) / 1e9, 1) == 2.4
