@@ -289,6 +289,10 @@ class ModelSpec(Strict):
         "reduce_row_parallel_results); absent: each block reduces its own output."
     )
     max_context: TokenCount = Field(description="Trained maximum context in tokens (HF max_position_embeddings).")
+    served_context: TokenCount | None = Field(
+        None, description="The context vLLM serves by default where it is below max_context (a LongRoPE model's "
+        "original_max_position_embeddings: vLLM config/model.py _get_and_verify_max_len); absent: max_context."
+    )
     ffn: FFN = Field(description="The FFN block of every layer unless a group overrides it.")
     layer_groups: list[LayerGroup] = Field(min_length=1, description="Layer groups; together they cover every layer once.")
     encoder: Encoder | None = Field(None, description="The encoder of an encoder–decoder model (Whisper, T5, BART).")
@@ -329,6 +333,9 @@ class ModelSpec(Strict):
         for gi in rest[:1]:
             picked[gi] = _select("rest", self.n_layers, set(owner))
             owner.update({layer: gi for layer in picked[gi]})
+        if self.served_context is not None and self.served_context > self.max_context:
+            problems.append(f"served_context: {self.served_context:,} is above max_context ({self.max_context:,}): "
+                            "vLLM serves no more than the maximum")
         labels = [self._label(i) for i in range(len(self.layer_groups))]  # a name 'group 1' meets group 1's default
         for i, label in enumerate(labels):
             if (first := labels.index(label)) < i:

@@ -328,6 +328,7 @@ def test_longrope_notes_vllms_default_max_model_len():
     data = import_config(cfg, "t", "m").data
     assert data["max_context"] == 131_072 and ("LongRoPE: vLLM's default max_model_len is original_max_position_"
                                                 "embeddings, 4,096 tokens (give it --max-model-len 131072") in data["notes"]
+    assert data["served_context"] == 4096  # the spec keeps it: fit under --engine vllm says so
     legacy = {**cfg, "rope_scaling": {**cfg["rope_scaling"], "type": "su"}}  # vLLM reads 'su' as longrope
     assert "LongRoPE" in import_config(legacy, "t", "m").data["notes"]
     short = config("configs-extra/phi-3-mini-4k-instruct.json")  # no LongRoPE: no note
@@ -369,3 +370,20 @@ def test_a_rope_scaling_kvcalc_cannot_read_is_refused(rope, message):
     with pytest.raises(SpecError) as err:
         import_config(cfg, "t.json", "m")
     assert str(err.value).startswith("t.json: " + message)
+
+
+def test_served_context_is_noted_under_vllm_and_bounded(tmp_path):
+    from conftest import ROOT
+    from kvcalc.errors import SpecError
+    from kvcalc.spec import load_spec
+
+    res = run("fit", str(REFERENCE / "configs-extra" / "phi-3.5-mini-instruct.json"), "--hardware", "rtx-4090", "--engine",
+              "vllm", "--ctx", "8k")
+    assert ("note: phi-3.5-mini-instruct: vLLM serves it at 4,096 tokens by default (LongRoPE: "
+            "original_max_position_embeddings); contexts past that need its --max-model-len (up to max_context, 131,072)"
+            ) in res.stderr
+    path = tmp_path / "s.yaml"
+    path.write_text((ROOT / "model_specs" / "llama3-8b.yaml").read_text().replace("max_context: 8192",
+                                                                                  "max_context: 8192\nserved_context: 9000"))
+    with pytest.raises(SpecError, match="served_context: 9,000 is above max_context"):
+        load_spec(path)

@@ -84,6 +84,8 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
     keys = config_keys(cfg, model_type)
     if stretched_by:  # show's Source column: not max_position_embeddings alone
         keys["max_context"] = f"{keys.get('max_context', 'max_position_embeddings')} × {stretched_by}"
+    if "served_context" in data:
+        keys["served_context"] = "original_max_position_embeddings (LongRoPE)"
     return Imported(data=data, keys=keys)
 
 
@@ -149,6 +151,7 @@ def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str
         notes.append(f"LongRoPE: vLLM's default max_model_len is original_max_position_embeddings, {original:,} tokens "
                      f"(give it --max-model-len {body['max_context']} for the {body['max_context']:,} of "
                      "max_context, the config's max_position_embeddings)")
+        body["served_context"] = original
     return stretched_by
 
 

@@ -493,10 +493,15 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     if s.engine == "vllm":
         one = rows[0] if not ctxs and s.batch == 1 else as_row(fit(spec, replace(s, batch=1), s.hardware, frac, chunk,
                                                                      "ctx"))
-        if 0 < one["max_ctx"] < spec.max_context:
-            warnings.append(f"note: {spec.name}: vLLM with its default max_model_len, the model's {spec.max_context:,} "
+        served = spec.served_context or spec.max_context  # vLLM's default max_model_len
+        if 0 < one["max_ctx"] < served:
+            warnings.append(f"note: {spec.name}: vLLM with its default max_model_len, the model's {served:,} "
                             "tokens, refuses to start here: one sequence of that length does not fit its pool (at "
                             f"most {one['max_ctx']:,} tokens do: give vLLM --max-model-len {one['max_ctx']} or less)")
+        if spec.served_context is not None and spec.served_context < spec.max_context:
+            warnings.append(f"note: {spec.name}: vLLM serves it at {spec.served_context:,} tokens by default (LongRoPE: "
+                            "original_max_position_embeddings); contexts past that need its --max-model-len "
+                            f"(up to max_context, {spec.max_context:,})")
     if s.engine == "sglang" and reserve is None and spec.family in SGLANG_TOWERS:
         warnings.append(f"note: {spec.name}: SGLang serves its published checkpoint as multimodal: it trims the static "
                         "fraction for the vision or audio tower (adjust_mem_fraction_for_vlm) and loads the tower's "
