@@ -291,6 +291,7 @@ def test_openelm_embeddings_untied_by_default(tmp_path):
     ({"full_attention": {"rope_type": "linear", "factor": 2.0}, "sliding_attention": {"rope_type": "linear", "factor": 4.0}},
      4 * 8192, True),
     ({"type": "linear", "factor": 1.0001}, 8192, True),  # 8,192.8 truncated, as vLLM's int(derived_max_model_len)
+    ({"type": "linear", "factor": 1.0}, 8192, False),  # a factor of 1 stretches nothing: no note, no Source change
 ])
 def test_a_linear_or_dynamic_rope_scaling_stretches_the_context(tmp_path, rope, context, noted):
     # a gap left open: vLLM multiplies max_model_len by a linear or dynamic RoPE factor (the positions stretched);
@@ -331,6 +332,9 @@ def test_longrope_notes_vllms_default_max_model_len():
     assert data["served_context"] == 4096  # the spec keeps it: fit under --engine vllm says so
     legacy = {**cfg, "rope_scaling": {**cfg["rope_scaling"], "type": "su"}}  # vLLM reads 'su' as longrope
     assert "LongRoPE" in import_config(legacy, "t", "m").data["notes"]
+    same = {**cfg, "original_max_position_embeddings": cfg["max_position_embeddings"]}  # vLLM's default is the maximum
+    assert "LongRoPE" not in (import_config(same, "t", "m").data.get("notes") or "")
+    assert "served_context" not in import_config(same, "t", "m").data
     short = config("configs-extra/phi-3-mini-4k-instruct.json")  # no LongRoPE: no note
     assert "LongRoPE" not in (import_config(short, "t", "m").data.get("notes") or "")
 
