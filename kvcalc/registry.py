@@ -62,13 +62,13 @@ def _read_mapping(path: Path) -> object:
 
 
 # The rule ModelSpec.name enforces (kvcalc/spec.py), in words for messages.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 NAME_RULE = f"a spec {SPEC_NAME_RULE}"
 
 
 def _as_name(text: str) -> str:
     """`text` made into a valid spec name: each run of other characters becomes '-'."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._") or "imported"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")[:128].rstrip("-._") or "imported"
 
 
 def check_name(name: str) -> str:

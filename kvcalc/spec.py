@@ -262,10 +262,15 @@ class ExtraWeights(Strict):
                                    "rank (replicated linears, norms); the rest split by tp.")
 
 
+NAME_LENGTH = 128  # a model's name at most (ModelSpec.name, registry.NAME_PATTERN)
+
+
 class ModelSpec(Strict):
     """A complete model spec, as written in a bundled YAML file or imported from a Hugging Face config."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Short name, as used on the command line.")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=NAME_LENGTH,
+                      description="Short name, as used on the command line (at most 128 characters: it heads rows, "
+                      "columns and captions, which LaTeX cannot stretch without bound).")
     family: str = Field(description="Model family, e.g. 'llama3', 'gemma3', 'deepseek'.")
     source: str | None = Field(None, description="Where the numbers come from (URL, config, paper section).")
     notes: str | None = Field(None, description="Free-form remarks.")
@@ -545,7 +550,8 @@ def _loc(loc: tuple) -> str:
 
 
 # The rule of a name (a spec's, a hardware preset's: the `pattern` of their name fields), in words for messages
-SPEC_NAME_RULE = "name starts with a letter or digit and has only letters, digits, '.', '_' and '-'"
+SPEC_NAME_RULE = ("name starts with a letter or digit, has only letters, digits, '.', '_' and '-', and at most 128 "
+                  "characters")
 GROUP_NAME_RULE = "a group's name is 1 to 80 characters, not all spaces, with no control characters (it labels a row)"
 
 # Strict fields: what a field wanted, for "n_layers: expected an integer, got true".
@@ -736,7 +742,7 @@ def format_validation_error(exc, origin: str, locate: Callable[[tuple], int | No
             msg = f"unknown kind {ctx.get('tag')!r}: choose one of {ctx.get('expected_tags', '').replace(chr(39), '')}"
         elif err["type"] in ("string_pattern_mismatch", "string_too_long") and where.endswith("].name"):
             msg = f"{GROUP_NAME_RULE}, got {_shown(err['input'])}"
-        elif err["type"] == "string_pattern_mismatch" and where.endswith("name"):
+        elif err["type"] in ("string_pattern_mismatch", "string_too_long") and where.endswith("name"):
             msg = f"a {SPEC_NAME_RULE}, got {_shown(err['input'])}"
         elif err["type"] == "too_short":
             n = err.get("ctx", {}).get("min_length", 1)

@@ -100,10 +100,13 @@ def test_an_invalid_name_is_refused_with_a_suggestion(tmp_path):
     out = tmp_path / "out.yaml"
     res = run("import", write(tmp_path, LLAMA), "--name", "A & B", "-o", out, ok=False)
     assert error(res) == (
-        "error: --name 'A & B': a spec name starts with a letter or digit and has only letters, digits, "
-        "'.', '_' and '-'; try --name 'A-B'"
+        "error: --name 'A & B': a spec name starts with a letter or digit, has only letters, digits, "
+        "'.', '_' and '-', and at most 128 characters; try --name 'A-B'"
     )
     assert not out.exists()
+    res = run("import", write(tmp_path, LLAMA), "--name", "x" * 129, "-o", out, ok=False)  # a LaTeX review: no bound
+    assert error(res) == (f"error: --name '{'x' * 129}': a spec name starts with a letter or digit, has only letters, "
+                          f"digits, '.', '_' and '-', and at most 128 characters; try --name '{'x' * 128}'")
 
 
 def test_a_valid_name_loads_back(tmp_path):

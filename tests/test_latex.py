@@ -273,6 +273,29 @@ def test_a_straight_double_quote_in_a_name_compiles_straight(tmp_path):
         _compile(tmp_path, out)
 
 
+def test_names_a_latex_review_broke_compile_and_read_as_written(tmp_path):
+    # a LaTeX review: ' [x]' (a space, then a bracket) was read as \\'s optional argument (Missing number); ɛ was
+    # pylatexenc's {\varepsilon}, math only (Missing $ inserted); '!`', '?`', "''" and '``' printed TeX's ligatures
+    # (¡, ¿, curly quotes); a table dims label with an underscore or a digit lost it to math mode or to plain text
+    path = tmp_path / "g.yaml"
+    path.write_text(GROUPS % (" [x] ɛ-local!`", "a_b ``2''''"))  # YAML single-quoted: '' is one quote
+    out = run("show", str(path), "-f", "latex").stdout
+    assert "\n{} [x] \\ensuremath{{\\varepsilon}}-local!{}` & " in out
+    assert "a\\_b `{}`2'{}' & " in out and "\\ensuremath" in out
+    check_pasteable(out)
+    dims = run("table", "dims", str(path), "-f", "latex").stdout
+    assert "(a\\_b `{}`2'{}')" in dims
+    if PDFLATEX:
+        _compile(tmp_path, out)
+        _compile(tmp_path, dims)
+
+
+def test_a_time_in_a_power_of_ten_is_set_in_math():
+    from kvcalc.present.latex import numeric_cell
+
+    assert numeric_cell("1.68e+21 s") == "$1.68 \\cdot 10^{21}$ s" and numeric_cell("9.46e-10") == "$9.46 \\cdot 10^{-10}$"
+
+
 def _compile(folder, out: str) -> str:
     """pdflatex on `out` in the document its first line asks for; the log, after asserting a clean run."""
     import subprocess

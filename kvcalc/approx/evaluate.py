@@ -99,7 +99,7 @@ class ApproxRow:
 class SpectrumRow:
     """One row of `approx --spectrum`: the singular values of one matrix at one input scale."""
 
-    matrix: str = figure("Matrix", "text", "the attention matrix, or the scores QK^T")
+    matrix: str = figure("Matrix", "text", "the attention matrix, or the scores QKᵀ")
     scale: float = figure("Scale", "sig", "the input scale multiplying Q and K")
     n: int = figure("n", "tokens", "sequence length")
     d: int = figure("d", "int", "query/key head dim")
@@ -447,7 +447,7 @@ def spectrum_rows(n: int, d: int, scales: list[float], data: str, seed: int, cau
     for scale in scales:
         q, k, _ = _data(data, n, d, d_v, scale, seed)
         sp = numeric.spectrum(q, k, causal)
-        for name, svals, ranks in (("attention", sp.attention, sp.rank_attention), ("scores QK^T", sp.scores, sp.rank_scores)):
+        for name, svals, ranks in (("attention", sp.attention, sp.rank_attention), ("scores QKᵀ", sp.scores, sp.rank_scores)):
             rows.append(as_row(SpectrumRow(matrix=name, scale=scale, n=n, d=d, s_1=float(svals[0]), rank_90=ranks[0.9],
                                            rank_99=ranks[0.99], rank_999=ranks[0.999],
                                            singular_values=[float(x) for x in svals[:16]])))

@@ -315,10 +315,10 @@ class AttentionKind(Strict):
         n, kv = self.query_heads, self.kv_heads(layer)
         if n and n % tp:
             return (f"{n} query heads, which {tp} ranks cannot split evenly (vLLM requires the attention heads divisible "
-                    "by the tensor-parallel size)")
+                    "by the tensor-parallel size, as SGLang's model files do)")
         if kv and kv % tp and tp % kv:
-            return (f"{kv} K/V heads, which {tp} ranks can neither split evenly nor replicate evenly (vLLM's "
-                    "QKVParallelLinear needs one to divide the other)")
+            return (f"{kv} K/V heads, which {tp} ranks can neither split evenly nor replicate evenly (the "
+                    "QKVParallelLinear of vLLM and SGLang needs one to divide the other)")
         return None
 
     def per_rank(self, layer: Layer, tp: int) -> AttentionKind:

@@ -37,7 +37,7 @@ _NAME = re.compile(r"([A-Za-z]+)(?:_([A-Za-z0-9]+))?(')?(ᵀ)?")  # d_c', W_UK�
 _FUNCTIONS = {"min": r"\min", "max": r"\max", "mod": r"\bmod"}  # core LaTeX's
 _THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+")  # 8,192: grouped with a thin space in math mode too
 # '16,384·t (global)': a model's formula for one group of layers, named after it (table dims)
-_LABELLED = re.compile(r"(.*\S) \(([A-Za-z][A-Za-z ,-]*)\)")
+_LABELLED = re.compile(r"(.*?\S) \((.+)\)")  # a formula has no ' (' of its own: the label is any text after one
 # what pylatexenc leaves as is, cannot convert, or converts to another glyph ('"' to '' , a closing quote in OT1's
 # roman): a straight double quote is typewriter's character 34, straight in OT1, T1 and lualatex's TU alike
 _BEFORE = {"|": r"\textbar{}", '"': r"\texttt{\char34}", "ᵀ": r"\textsuperscript{T}"}
@@ -45,6 +45,7 @@ _GROUPED = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # 8,192 and 10,000k: three di
 # "40.0 GiB" -> ("40.0", "GiB"): a whole number, one space, a unit; "8,192", "512+64" and "192/128" have none
 _UNIT = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?) ([^\d\s]\S*)$")
 _POWER = re.compile(r"(-?\d\.\d+)e([+-]\d+)")  # '9.46e-10' -> ('9.46', '-10')
+_POWER_UNIT = re.compile(_POWER.pattern + r"(?: (\S+))?")  # '1.68e+21 s' -> ('1.68', '+21', 's')
 
 
 # Macros pylatexenc writes that compile under \documentclass{article} with booktabs and array alone: each checked with
@@ -68,6 +69,9 @@ textrightarrow textsection textsterling textsuperscript textthreequarters textth
 texttwosuperior textuparrow textyen theta times top triangleleft triangleright u updownarrow uplus upsilon v varepsilon
 varphi varsigma vdash vdots vee wedge wp wr xi zeta
 """.split())
+# those of them that work in text mode (accents, letters, \text... symbols); the rest are math's
+_TEXT_MACROS = frozenset(m for m in _CORE_MACROS if m.startswith("text")) | frozenset(
+    "AE H IJ L O OE ae c i ij l o oe r ss u v ensuremath".split())
 _MACRO = re.compile(r"\\([A-Za-z]+)")
 _ASCII_BEFORE = re.compile("([" + re.escape("".join(c for c in _BEFORE if c.isascii())) + "])")
 _NON_ASCII = re.compile(r"([^\x00-\x7f])")
@@ -82,12 +86,14 @@ def tex(text: str) -> str:
     from pylatexenc.latexencode import unicode_to_latex
 
     out = []
+    text = unicodedata.normalize("NFC", text)  # e and a combining acute as é, which has a LaTeX form
     for part in _NON_ASCII.split(_CONTROL.sub(" ", text)):
         if len(part) == 1 and not part.isascii():
             out.append(_character(part))
         elif part:
             out.append("".join(_BEFORE.get(p) or unicode_to_latex(p) for p in _ASCII_BEFORE.split(part) if p))
-    return re.sub(r"-(?=-)", "-{}", "".join(out))
+    # TeX's ligatures of two characters: -- (an en dash), !` and ?` (inverted marks), '' and `` (curly double quotes)
+    return re.sub(r"-(?=-)|[!?`'](?=`)|'(?=')", lambda m: m[0] + "{}", "".join(out))
 
 
 def unwritable(text: str) -> list[str]:
@@ -105,8 +111,11 @@ def _character(c: str) -> str:
     if unicodedata.category(c) in ("Cf", "Cc", "Zl", "Zp"):
         return " " if unicodedata.category(c) in ("Zl", "Zp") else ""
     out = unicode_to_latex(c, unknown_char_warning=False)
-    if not out.isascii() or not set(_MACRO.findall(out)) <= _CORE_MACROS:
+    macros = set(_MACRO.findall(out))
+    if not out.isascii() or not macros <= _CORE_MACROS:
         return UNWRITABLE
+    if macros - _TEXT_MACROS and "ensuremath" not in macros:  # ɛ is {\varepsilon}: math only, so in \ensuremath
+        return rf"\ensuremath{{{out}}}"
     return out
 
 
@@ -160,8 +169,9 @@ def numeric_cell(text: str) -> str:
             mantissa, exponent = number.split("e")
             number = f"{mantissa} \\cdot 10^{{{int(exponent)}}}"
         return f"${number}\\times$"
-    if power := _POWER.fullmatch(text):  # an error in powers of ten (format_sig's 1.23e+03), as the ratios have them
-        return f"${power[1]} \\cdot 10^{{{int(power[2])}}}$"
+    if power := _POWER_UNIT.fullmatch(text):  # a power of ten (format_sig's 1.23e+03; a time's 1.68e+21 s), as ratios
+        unit = f" {tex(power[3])}" if power[3] else ""
+        return f"${power[1]} \\cdot 10^{{{int(power[2])}}}${unit}"
     text = _GROUPED.sub(r"\\,", tex(text))
     return f"$-${text[1:]}" if text.startswith("-") else text  # a minus sign, not a hyphen
 
@@ -244,7 +254,7 @@ def _row(cells: list[str]) -> str:
     """One row of LaTeX cells. A first cell that opens with '[' or '*' (a user's group name) is braced: after the
     previous row's \\\\ or a booktabs rule, LaTeX would read '[...]' as their optional argument and '*' as \\\\*."""
     first = cells[0] if cells else ""
-    if first.startswith(("[", "*")):
+    if first.lstrip().startswith(("[", "*")):  # \\ and the rules skip spaces looking for them
         cells = ["{}" + first] + cells[1:]
     return " & ".join(cells) + r" \\"
 
