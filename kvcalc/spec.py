@@ -294,6 +294,11 @@ class ModelSpec(Strict):
         "reduce_row_parallel_results); absent: each block reduces its own output."
     )
     max_context: TokenCount = Field(description="Trained maximum context in tokens (HF max_position_embeddings).")
+    multimodal: bool | None = Field(
+        None, description="Whether the checkpoint this spec describes carries a vision (or audio) tower the serving "
+        "engines load beside the text model kvcalc counts (HF: a vision_config or audio_config); absent: as its "
+        "family's published checkpoints do (Gemma 3 1B is a text model: false)."
+    )
     served_context: TokenCount | None = Field(
         None, description="The context vLLM serves by default where it is below max_context (a LongRoPE model's "
         "original_max_position_embeddings: vLLM config/model.py _get_and_verify_max_len); absent: max_context."

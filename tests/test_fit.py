@@ -666,3 +666,30 @@ def test_sglang_caches_it_lacks_are_warned_of(args, said):
     assert f"warning: llama3.1-8b: --engine sglang {said}: SGLang 0.5.23 has no such cache" in res.stderr
     assert "no such cache" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx",
                                       "8k", "--kv-dtype", "fp8").stderr
+
+
+def test_a_text_checkpoint_of_a_multimodal_family_gets_no_tower():
+    # a review of today's changes: Gemma 3 1B (Gemma3ForCausalLM) has no vision tower, yet the family's note said so;
+    # the spec says multimodal: false, and an import reads it from the architectures
+    import copy
+
+    from kvcalc.costs.engine_memory import sglang_mem_fraction
+    from kvcalc.hardware import load_hardware
+    from kvcalc.hf import import_config
+    from kvcalc.settings import Settings
+    from kvcalc.spec import spec_from_dict
+
+    for engine in ("vllm", "sglang"):
+        assert "vision tower" not in run("fit", "gemma3-1b", "--hardware", "h100-80gb", "--engine", engine).stderr
+    assert import_config(json.loads((REFERENCE / "models" / "gemma-3-1b-it.json").read_text()), "g", "g").data[
+        "multimodal"] is False
+    # Gemma 4's text model under SGLang: prefill CUDA graphs on (a text model is no multimodal checkpoint), so SGLang
+    # keeps 8 MiB a captured size more out of its static fraction than for the multimodal checkpoint, which has none
+    cfg = json.loads((REFERENCE / "models-2026" / "gemma-4-26b-a4b.json").read_text())
+    whole = spec_from_dict(import_config(cfg, "g", "g").data, "g")
+    text_cfg = copy.deepcopy(cfg)
+    text_cfg["architectures"] = ["Gemma4ForCausalLM"]
+    text = spec_from_dict(import_config(text_cfg, "g", "g").data, "g")
+    assert (whole.multimodal, text.multimodal) == (True, False)
+    hw, s = load_hardware("h100-80gb"), Settings(ctx=1, engine="sglang")
+    assert sglang_mem_fraction(text, s, hw, 8192) < sglang_mem_fraction(whole, s, hw, 8192)

@@ -97,6 +97,12 @@ SGLANG_TOWERS = SGLANG_MULTIMODAL - {"whisper"}  # Whisper's config has no visio
 # Llama4ForConditionalGeneration SGLang builds with the tower though it serves them as text (gemma3_mm.py builds
 # SiglipVisionModel; model_config.py only turns their multimodal processing off); vLLM loads the tower of all of them
 TOWER_FAMILIES = SGLANG_TOWERS | {"gemma3", "llama4"}
+
+
+def with_tower(spec: ModelSpec, families: frozenset[str]) -> bool:
+    """Whether `spec`'s checkpoint is one of `families`' multimodal ones: its family's, unless the spec says it is a
+    text model (ModelSpec.multimodal false: Gemma 3 1B, a gemma4_text import)."""
+    return spec.family in families and spec.multimodal is not False
 # Families whose attention backend SGLang picks before its ROCm default, aiter (model_override_base.py): Whisper's
 # flashinfer, and the model overrides' triton for Gemma 4 and OLMo 2 (arg_groups/model_overrides gemma4.py, olmo2.py;
 # SGLang serves OLMo 3 as OLMo 2, configs/olmo3.py)
@@ -139,7 +145,7 @@ def _sglang_reserved_mib(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int)
     reserved = 512 + max(chunk, 2048) * 1.5 + s.tp * s.pp / 8 * 1024 + max_bs * 2
     if s.dp_attention:  # attention-dp size: kvcalc's --dp-attention is SGLang's --dp = --tp
         reserved += max_bs * s.tp * 3 + (max_bs * s.tp * 1.5 if max_bs > 300 else 0)
-    graphs = spec.family not in SGLANG_MULTIMODAL - SGLANG_MULTIMODAL_GRAPHS and spec.family != "kimi_linear"
+    graphs = not with_tower(spec, SGLANG_MULTIMODAL - SGLANG_MULTIMODAL_GRAPHS) and spec.family != "kimi_linear"
     if hw.platform == "cuda" and s.pp == 1 and graphs:  # breakable prefill graphs (the CUDA default)
         mla = any(isinstance(g.attention, MLA) for g in spec.groups)
         reserved += 1.5 * 1024 if mla else 8 * _prefill_captures(chunk)

@@ -77,6 +77,10 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
         raise SpecError(f"{origin}: a value is nested too deeply to import") from None
     data = {"name": name, "family": body.pop("family"), "source": f"Hugging Face config.json ({origin}, model_type {model_type})"}
     stretched_by = _rope_scaled_context(cfg, model_type, body, notes, origin)
+    from kvcalc.costs.engine_memory import TOWER_FAMILIES
+
+    if data["family"] in TOWER_FAMILIES and (multimodal := _multimodal(cfg)) is not None:
+        body["multimodal"] = multimodal  # a text-only checkpoint of a multimodal family: Gemma3ForCausalLM (1B)
     if notes:
         data["notes"] = "; ".join(notes)
     data.update(body)
@@ -153,6 +157,17 @@ def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str
                      "max_context, the config's max_position_embeddings)")
         body["served_context"] = original
     return stretched_by
+
+
+def _multimodal(cfg: dict) -> bool | None:
+    """Whether a config is a multimodal checkpoint's, where it says: by its architectures where it names them (the
+    engines build a ...ForConditionalGeneration with its tower: Llama 4's, even trimmed to its text_config; a
+    ...ForCausalLM without: Gemma 3 1B), else by a vision_config or audio_config beside its text model; None where it
+    says neither (a text_config copied alone), which leaves the family's published checkpoints' answer."""
+    architectures = cfg.get("architectures")
+    if isinstance(architectures, list) and architectures and all(isinstance(a, str) for a in architectures):
+        return any(a.endswith("ForConditionalGeneration") for a in architectures)
+    return True if any(isinstance(cfg.get(k), dict) for k in ("vision_config", "audio_config")) else None
 
 
 def _distinct_names(groups: object) -> None:

@@ -449,6 +449,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
         default_prefill_chunk,
         default_reserve,
         vllm_extensible,
+        with_tower,
     )
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
@@ -502,11 +503,11 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
             warnings.append(f"note: {spec.name}: vLLM serves it at {spec.served_context:,} tokens by default (LongRoPE: "
                             "original_max_position_embeddings); contexts past that need its --max-model-len "
                             f"(up to max_context, {spec.max_context:,})")
-    if s.engine == "sglang" and reserve is None and spec.family in SGLANG_TOWERS:
+    if s.engine == "sglang" and reserve is None and with_tower(spec, SGLANG_TOWERS):
         warnings.append(f"note: {spec.name}: SGLang serves its published checkpoint as multimodal: it trims the static "
                         "fraction for the vision or audio tower (adjust_mem_fraction_for_vlm) and loads the tower's "
                         "weights, neither counted here (a text model's fraction is used): give --reserve to match")
-    elif s.engine in ("vllm", "sglang") and reserve is None and spec.family in TOWER_FAMILIES:
+    elif s.engine in ("vllm", "sglang") and reserve is None and with_tower(spec, TOWER_FAMILIES):
         engine = {"vllm": "vLLM", "sglang": "SGLang"}[s.engine]
         warnings.append(f"note: {spec.name}: {engine} loads the vision tower of the family's multimodal checkpoints "
                         "(Gemma 3 of 4B and more, Llama 4, Gemma 4, Gemma 3n, Qwen3-VL, Qwen3.5), whose weights the "
