@@ -588,7 +588,7 @@ def load_named(models: Sequence[str], command: str, no_windows: bool = False, no
     from kvcalc.present.emit import warn
 
     loaded = [load(m, no_windows) for m in models]
-    origins = [lm.origin for lm in loaded]
+    origins = [_read_from(m, lm) for m, lm in zip(models, loaded)]
     if (twice := first_repeat(origins)) is not None:
         first, second = [m for m, origin in zip(models, origins) if origin == twice][:2]
         again = "" if first == second else f" (as {second})"
@@ -597,6 +597,17 @@ def load_named(models: Sequence[str], command: str, no_windows: bool = False, no
         first, second = [m for m, lm in zip(models, loaded) if lm.spec.name == name][:2]
         warn(f"note: {first} and {second} are both named {name!r}: their rows come in the order given")
     return loaded
+
+
+def _read_from(arg: str, lm: LoadedModel) -> str:
+    """What MODEL `arg` read, as one string for any spelling of it: a file's real path (./x.yaml, an absolute path and
+    a link to it alike), else the origin load_model gives (a bundled name in any case, a Hub id)."""
+    import os
+
+    from kvcalc.registry import names_bundled
+
+    path = os.path.expanduser(arg)
+    return os.path.realpath(path) if not names_bundled(arg) and os.path.isfile(path) else lm.origin
 
 
 def version_callback(value: bool) -> None:

@@ -613,7 +613,7 @@ def test_vllm_notes_what_its_measured_sizing_takes_and_a_context_it_refuses():
     assert "refuses to start" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "vllm").stderr
     # SGLang divides the memory the GPU reports, below the preset's (a sizing review): said where the default stands
     res = run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "8k")
-    assert "note: llama3.1-8b: SGLang divides the memory the GPU reports" in res.stderr
+    assert "note: llama3.1-8b: SGLang divides the memory the device reports" in res.stderr
     assert "reports" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "8k",
                                 "--reserve", "0.2").stderr
 
@@ -693,3 +693,20 @@ def test_a_text_checkpoint_of_a_multimodal_family_gets_no_tower():
     assert (whole.multimodal, text.multimodal) == (True, False)
     hw, s = load_hardware("h100-80gb"), Settings(ctx=1, engine="sglang")
     assert sglang_mem_fraction(text, s, hw, 8192) < sglang_mem_fraction(whole, s, hw, 8192)
+
+
+def test_vllm_refusal_note_only_where_kvcalcs_cache_is_vllms_admission_bound():
+    # a review of today's changes: vLLM admits one request of max_model_len by max_admission_blocks_per_request, which
+    # for a window or chunk adds the tokens in flight (cdiv(W − 1 + in-flight, B) + 1 pages), so kvcalc's steady cache
+    # told Gemma 3 12B on an RTX 4090 '--max-model-len 9344' where vLLM takes about 2,368: no note for such models
+    assert "refuses to start" not in run("fit", "gemma3-12b", "--hardware", "rtx-4090", "--engine", "vllm").stderr
+    assert "refuses to start" in run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "vllm").stderr
+
+
+@pytest.mark.parametrize(("args", "said"), [(("--kv-dtype", "int8"), "int8"), (("--kv-dtype", "int4"), "int4")])
+def test_vllm_plain_int_caches_are_warned_of(args, said):
+    # vLLM 0.34.0's int caches are per token and head (CacheDType int8_per_token_head): a plain one is not among them
+    res = run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "vllm", "--ctx", "8k", *args)
+    assert f"warning: llama3.1-8b: --engine vllm --kv-dtype {said}: vLLM 0.34.0 has no such cache" in res.stderr
+    assert "no such cache" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "vllm", "--ctx", "8k",
+                                      *args, "--kv-quant", "per-head").stderr

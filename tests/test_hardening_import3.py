@@ -114,3 +114,16 @@ def test_two_groups_of_one_name_are_refused(tmp_path):
         load_spec(path)
     path.write_text((ROOT / "model_specs" / "gemma3-1b.yaml").read_text().replace("name: local", "name: 'é-ü 全'", 1))
     assert [g.label for g in load_spec(path).groups] == ["global", "é-ü 全"]
+
+
+def test_a_file_given_twice_under_two_paths_is_refused(tmp_path):
+    # a review of today's changes: x.yaml and its absolute path, or a link to it, read the same file: refused, not noted
+    from conftest import ROOT, run
+
+    spec = tmp_path / "x.yaml"
+    spec.write_text((ROOT / "model_specs" / "llama3-8b.yaml").read_text())
+    link = tmp_path / "link.yaml"
+    link.symlink_to("x.yaml")
+    for other in (f"{tmp_path}/./x.yaml", str(link)):
+        res = run("compare", str(spec), other, "--ctx", "8k", ok=False)
+        assert res.exit_code == 1 and f"compare: {spec} is given twice (as {other}): its rows would repeat" in res.stderr

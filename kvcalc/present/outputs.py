@@ -135,6 +135,11 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
             out.append(f"warning: {spec.name}: --engine sglang {lack}: SGLang 0.5.23 has no such cache (its "
                        "kv_cache_dtype: auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, nvfp4, fp4_mx_block16; no per-token, "
                        "per-head or grouped scales): its pages are counted as the dtype and scheme would take them")
+        if s.engine == "vllm" and s.kv_quant == "none" and s.kv_dtype in ("int8", "int4", "fp64"):
+            out.append(f"warning: {spec.name}: --engine vllm --kv-dtype {s.kv_dtype}: vLLM 0.34.0 has no such cache "
+                       "(config/cache.py CacheDType: the model's dtype, fp16, bf16, fp8 and its own schemes; its int8 and "
+                       "int4 caches carry a scale a token and head: --kv-quant per-head): its pages are counted as the "
+                       "plain dtype would take them")
         if s.engine == "vllm" and (lack := _vllm_lacks(spec, s)) is not None:
             out.append(f"warning: {spec.name}: --engine vllm --kv-quant {s.kv_quant}: vLLM 0.34.0 has no such "
                        f"cache{lack} (it has per-tensor fp8, fp8_ds_mla on sparse MLA and per-token-head fp8/int8/int4 on GQA): its "
@@ -154,7 +159,7 @@ def _sglang_lacks(s: Settings) -> str | None:
     """The option whose cache SGLang 0.5.23 lacks (arg_groups/fields/model.py kv_cache_dtype's choices: 8-bit float,
     bf16 or the model's dtype, and two FP4 recipes with block scales of their own), or None: an int8 or int4 dtype, or
     a --kv-quant scheme of kvcalc's with per-token, per-head or grouped scales (fp8-ds-mla is its DSA cache)."""
-    if s.kv_dtype in ("int8", "int4"):
+    if s.kv_dtype in ("int8", "int4", "fp64"):
         return f"--kv-dtype {s.kv_dtype}"
     if s.kv_quant not in ("none", "fp8-ds-mla"):
         return f"--kv-quant {s.kv_quant}"
@@ -483,15 +488,20 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     if s.engine == "vllm" and reserve is None and vllm_extensible(s.hardware):
         warnings.append(f"note: {spec.name}: vLLM sizes its cache from the memory it measures free after warmup (its "
                         "extensible KV cache, the default on NVIDIA and AMD GPUs): what it finds taken beyond the "
-                        "weights and the activation estimate (CUDA's context and graphs, communication buffers) and "
-                        "CUDA's total below the preset's memory are not counted here; a --reserve (1 − vLLM's "
+                        "weights and the activation estimate (the GPU runtime's context, CUDA or HIP graphs, "
+                        "communication buffers) and the runtime's total below the preset's memory are not counted "
+                        "here; a --reserve (1 − vLLM's "
                         "gpu_memory_utilization) past the margin leaves more")
     if s.engine == "sglang" and reserve is None:
-        warnings.append(f"note: {spec.name}: SGLang divides the memory the GPU reports (nvidia-smi's total for its "
-                        "static fraction, the memory free after its CUDA context for the pools), a little below the "
+        warnings.append(f"note: {spec.name}: SGLang divides the memory the device reports (its total for the static "
+                        "fraction, the memory free once its runtime has started for the pools), a little below the "
                         "preset's, not counted here (README: Hardware presets): the answer is an upper bound by it; a "
                         "--reserve (1 − its --mem-fraction-static) leaves more")
-    if s.engine == "vllm":
+    # vLLM refuses to start where one request of max_model_len does not fit (_check_enough_kv_cache_memory); its
+    # admission bound is kvcalc's cache for full attention alone: a window or chunk adds the tokens in flight
+    # (max_admission_blocks_per_request) and a state layer a checkpoint page, which kvcalc does not count
+    plain = all(g.layer.span is None and not g.attention.constant_state(g.layer) for g in spec.groups)
+    if s.engine == "vllm" and plain:
         one = rows[0] if not ctxs and s.batch == 1 else as_row(fit(spec, replace(s, batch=1), s.hardware, frac, chunk,
                                                                      "ctx"))
         served = spec.served_context or spec.max_context  # vLLM's default max_model_len
@@ -499,6 +509,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
             warnings.append(f"note: {spec.name}: vLLM with its default max_model_len, the model's {served:,} "
                             "tokens, refuses to start here: one sequence of that length does not fit its pool (at "
                             f"most {one['max_ctx']:,} tokens do: give vLLM --max-model-len {one['max_ctx']} or less)")
+    if s.engine == "vllm":
         if spec.served_context is not None and spec.served_context < spec.max_context:
             warnings.append(f"note: {spec.name}: vLLM serves it at {spec.served_context:,} tokens by default (LongRoPE: "
                             "original_max_position_embeddings); contexts past that need its --max-model-len "
