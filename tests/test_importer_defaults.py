@@ -286,6 +286,7 @@ def test_openelm_embeddings_untied_by_default(tmp_path):
     # types whose factor max_position_embeddings already includes (vLLM _get_and_verify_max_len): unchanged
     ({"rope_type": "llama3", "factor": 8.0}, 8192, False), ({"type": "yarn", "factor": 4}, 8192, False),
     ({"rope_type": "default"}, 8192, False),
+    ({"rope_type": "default", "factor": 2.0}, 2 * 8192, True),  # vLLM multiplies by a factor beside 'default' too
     ({"type": "linear", "factor": 0.5}, 4096, True),  # vLLM multiplies by any factor, one below 1 too
     # per layer type: vLLM takes the last factor of a stretching type
     ({"full_attention": {"rope_type": "linear", "factor": 2.0}, "sliding_attention": {"rope_type": "linear", "factor": 4.0}},

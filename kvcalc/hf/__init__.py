@@ -95,13 +95,13 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
 
 # RoPE types whose factor leaves max_position_embeddings the scaled context already (vLLM 0.34.0 config/model.py
 # _get_and_verify_max_len: "YaRN variants leave max_position_embeddings already scaled"); any other type with a factor
-# (linear, dynamic) stretches the positions by it
-ROPE_ALREADY_SCALED = frozenset({"default", "su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"})
+# (linear, dynamic; and 'default' with a factor, which vLLM multiplies by it too) stretches the positions by it
+ROPE_ALREADY_SCALED = frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"})
 # RoPE types vLLM 0.34.0 builds (model_executor/layers/rotary_embedding get_rope; 'su' and 'mrope' are renamed by
 # transformers_utils/config.py patch_rope_parameters): another name, a misspelling or another case ('YaRN'), would
 # multiply max_context by its factor there and then be refused ("Unknown RoPE scaling type")
-ROPE_TYPES = ROPE_ALREADY_SCALED | {"linear", "dynamic", "ntk", "proportional", "mllama4", "bailing_mrope", "openpangu",
-                                    "mrope"}
+ROPE_TYPES = ROPE_ALREADY_SCALED | {"default", "linear", "dynamic", "ntk", "proportional", "mllama4", "bailing_mrope",
+                                    "openpangu", "mrope"}
 
 
 def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str], origin: str) -> str | None:
