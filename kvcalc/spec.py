@@ -120,10 +120,18 @@ LayerSelector = Annotated[
 _RANGE = re.compile(r"^\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?$")  # ASCII digits (\d takes other scripts')
 
 
+# A group's name: printable text, not all spaces: no control or format character (a bidi override, a zero-width
+# space), no line or paragraph separator, and no ';', which separates the groups' formulas in table dims
+# (the control and format characters as ranges, which Python's re, pydantic's Rust regex and a JSON Schema all read)
+_NOT_SHOWN = (r"\u0000-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+              r"\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb;")  # the Basic Multilingual Plane's
+GROUP_NAME_PATTERN = rf"^[^{_NOT_SHOWN}]*[^\s{_NOT_SHOWN}][^{_NOT_SHOWN}]*$"
+
+
 class LayerGroup(Strict):
     """Layers that share one attention block (and optionally a window and an FFN override)."""
 
-    name: str | None = Field(None, max_length=80, pattern=r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$",
+    name: str | None = Field(None, max_length=80, pattern=GROUP_NAME_PATTERN,
                              description="A label such as 'local' or 'global': 1 to 80 printable characters, no "
                              "control characters (a table row, a legend).")
     layers: LayerSelector = Field(
@@ -557,7 +565,8 @@ def _loc(loc: tuple) -> str:
 # The rule of a name (a spec's, a hardware preset's: the `pattern` of their name fields), in words for messages
 SPEC_NAME_RULE = ("name starts with a letter or digit, has only letters, digits, '.', '_' and '-', and at most 128 "
                   "characters")
-GROUP_NAME_RULE = "a group's name is 1 to 80 characters, not all spaces, with no control characters (it labels a row)"
+GROUP_NAME_RULE = ("a group's name is 1 to 80 characters, not all spaces, with no control, format or separator "
+                   "character and no ';' (it labels a row)")
 
 # Strict fields: what a field wanted, for "n_layers: expected an integer, got true".
 _EXPECTED = {"int_type": "an integer", "bool_type": "true or false", "string_type": "a string", "float_type": "a number",

@@ -84,7 +84,10 @@ def test_a_model_given_twice_is_refused_and_two_of_one_name_noted(tmp_path, comm
     assert "both named" not in run(*command, "llama3-8b", "gemma3-1b").stderr
 
 
-@pytest.mark.parametrize("name", ["a\u0007b\u001b[31mred", "", "a\nb", "   ", "x" * 81])
+@pytest.mark.parametrize("name", ["a\u0007b\u001b[31mred", "", "a\nb", "   ", "x" * 81,
+                                  # a mutation review: a line separator, a bidi override (it shifts the row), a label
+                                  # of a zero-width space alone, a C1 control, and the ';' that separates formulas
+                                  "a\u2028b", "a\u202eb", "\u200b", "\x90", "glob; al"])
 def test_a_group_name_is_printable_text(tmp_path, name):
     # a hardening review: a group name's escape codes reached the terminal ("\u001b[31m" turned the table red), a
     # newline split its row, and "" became 'group 0' without a word
@@ -95,7 +98,8 @@ def test_a_group_name_is_printable_text(tmp_path, name):
     path = tmp_path / "g.yaml"
     path.write_text(text)
     with pytest.raises(SpecError, match=r"layer_groups\[1\]\.name: a group's name is 1 to 80 characters, not all spaces, "
-                                        r"with no control characters \(it labels a row\), got"):
+                                        r"with no control, format or separator character and no ';' \(it labels "
+                                        r"a row\), got"):
         load_spec(path)
 
 

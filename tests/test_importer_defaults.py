@@ -392,3 +392,25 @@ def test_served_context_is_noted_under_vllm_and_bounded(tmp_path):
                                                                                   "max_context: 8192\nserved_context: 9000"))
     with pytest.raises(SpecError, match="served_context: 9,000 is above max_context"):
         load_spec(path)
+
+
+def test_rope_spellings_vllm_renames_are_read_as_its_own():
+    # a mutation review: vLLM reads 'telechat3-yarn' as yarn and 'mrope' as default (patch_rope_parameters), so both
+    # import; a LongRoPE original_max_position_embeddings of 4096.0 is vLLM's int() 4,096, true is refused
+    from kvcalc.errors import SpecError
+    from kvcalc.hf import import_config
+
+    base = config("models/llama-3-8b.json")
+    assert import_config({**base, "rope_scaling": {"rope_type": "telechat3-yarn", "factor": 4.0}}, "t", "m").data[
+        "max_context"] == 8192  # a YaRN factor is in max_position_embeddings already
+    assert import_config({**base, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}, "t", "m").data[
+        "max_context"] == 8192
+    phi = config("configs-extra/phi-3.5-mini-instruct.json")
+    assert import_config({**phi, "original_max_position_embeddings": 4096.0}, "t", "m").data["served_context"] == 4096
+    with pytest.raises(SpecError, match="original_max_position_embeddings: must be a whole number"):
+        import_config({**phi, "original_max_position_embeddings": True}, "t", "m")
+    # and a stretch to 2^40 exactly is the largest context kvcalc takes; one token past is refused
+    big = {**base, "max_position_embeddings": 2**20, "rope_scaling": {"type": "linear", "factor": float(2**20)}}
+    assert import_config(big, "t", "m").data["max_context"] == 2**40
+    with pytest.raises(SpecError, match="outside 1..2\\^40"):
+        import_config({**big, "max_position_embeddings": 2**20 + 1}, "t", "m")

@@ -354,3 +354,12 @@ def test_breaks_only_in_long_words_and_thousands_grouped_before_a_unit():
     assert r"MLA & $W_{UQ} \cdot W_{UK}^{\top}$ & $d_{c}' \times n_{h} \cdot d_{c}$ & " in out
     assert r"& $1\,536 \times 65\,536$ \\" in out and r"& cache per token and layer & $d_{c} + d_{R}$ &" in out
     check_pasteable(out)
+
+
+def test_a_caption_with_a_decomposed_accent_is_written_not_refused():
+    # a mutation review: tex() NFC-normalises (e and a combining acute are é, \'e), but the caption's check did not
+    from kvcalc.present.latex import tex, unwritable
+
+    assert unwritable("Cafe\u0301") == [] and tex("Cafe\u0301") == "Caf\\'e"
+    out = run("show", "llama3-8b", "-f", "latex", "--caption", "Cafe\u0301").stdout
+    assert "\\caption{Caf\\'e}" in out

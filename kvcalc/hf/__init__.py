@@ -96,7 +96,8 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
 # RoPE types whose factor leaves max_position_embeddings the scaled context already (vLLM 0.34.0 config/model.py
 # _get_and_verify_max_len: "YaRN variants leave max_position_embeddings already scaled"); any other type with a factor
 # (linear, dynamic; and 'default' with a factor, which vLLM multiplies by it too) stretches the positions by it
-ROPE_ALREADY_SCALED = frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"})
+ROPE_ALREADY_SCALED = frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling",
+                                 "telechat3-yarn"})  # vLLM reads telechat3-yarn as yarn (patch_rope_parameters)
 # RoPE types vLLM 0.34.0 builds (model_executor/layers/rotary_embedding get_rope; 'su' and 'mrope' are renamed by
 # transformers_utils/config.py patch_rope_parameters): another name, a misspelling or another case ('YaRN'), would
 # multiply max_context by its factor there and then be refused ("Unknown RoPE scaling type")
@@ -149,7 +150,11 @@ def _rope_scaled_context(cfg: dict, model_type: str, body: dict, notes: list[str
         body["max_context"] = scaled
         stretched_by = f"{'text_config.' if text is inner else ''}{key} factor"
     original = text.get("original_max_position_embeddings")
-    if longrope and isinstance(original, int) and not isinstance(original, bool) and original < body["max_context"]:
+    if longrope and original is not None:  # vLLM int()s it: 4096.0 is 4,096, true or 4096.5 refused here
+        from kvcalc.hf.common import whole
+
+        original = whole(original, f"{'text_config.' if text is inner else ''}original_max_position_embeddings", origin)
+    if longrope and original is not None and original < body["max_context"]:
         # vLLM 0.34.0 config/model.py _get_and_verify_max_len: "For LongRoPE, default to
         # original_max_position_embeddings to avoid performance degradation for shorter sequences"
         notes.append(f"LongRoPE: vLLM's default max_model_len is original_max_position_embeddings, {original:,} tokens "

@@ -98,6 +98,7 @@ def tex(text: str) -> str:
 
 def unwritable(text: str) -> list[str]:
     """The characters of `text` that tex() cannot write in core LaTeX (it writes UNWRITABLE for each)."""
+    text = unicodedata.normalize("NFC", text)  # as tex() reads it: e and a combining acute are é
     return [c for c in dict.fromkeys(_NON_ASCII.findall(text)) if _character(c) == UNWRITABLE]
 
 
