@@ -76,7 +76,13 @@ def budget_bytes(hw: Hardware, reserve: Fraction, engine: str | None, acts: int)
     memory = hw.memory_bytes
     if engine != "vllm":
         return (memory * (1 - reserve)).__floor__()
-    return min((memory * (1 - reserve)).__ceil__(), memory - vllm_margin(hw, acts))
+    return min(vllm_requested(hw, reserve), memory - vllm_margin(hw, acts))
+
+
+def vllm_requested(hw: Hardware, reserve: Fraction) -> int:
+    """The memory vLLM requests at gpu_memory_utilization 1 − `reserve`: ⌈memory · (1 − reserve)⌉ (v1/worker/utils.py
+    request_memory); below it, budget_bytes is bound by the margin."""
+    return (hw.memory_bytes * (1 - reserve)).__ceil__()
 
 
 # SGLang 0.5.23's defaults by the GPU's memory in MiB (srt/arg_groups/memory_hook.py handle_gpu_memory_settings): below

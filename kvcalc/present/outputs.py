@@ -550,13 +550,12 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
 def _reserve_note(s: Settings, frac: Fraction, acts: int, units: str) -> str:
     """What fit's title says it keeps out of each GPU: the reserved fraction, or under --engine vllm with its
     extensible KV cache the margin that cache keeps free, where it is the larger (engine_memory.budget_bytes)."""
-    from kvcalc.costs.engine_memory import vllm_margin
+    from kvcalc.costs.engine_memory import budget_bytes, vllm_margin, vllm_requested
     from kvcalc.units import format_bytes
 
     assert s.hardware is not None  # fit's settings carry the hardware
-    memory = s.hardware.memory_bytes
     margin = vllm_margin(s.hardware, acts) if s.engine == "vllm" else 0
-    if margin and memory - margin < (memory * (1 - frac)).__ceil__():
+    if margin and budget_bytes(s.hardware, frac, s.engine, acts) < vllm_requested(s.hardware, frac):
         larger = f" (more than the {_percent(frac)}% reserved)" if frac else ""
         return f", vLLM's margin of {format_bytes(margin, units)} kept free{larger}"
     return f", {_percent(frac)}% reserved"
