@@ -83,3 +83,14 @@ def test_served_context_may_equal_max_context(tmp_path):
     path.write_text((ROOT / "model_specs" / "llama3-8b.yaml").read_text().replace(
         "max_context: 8192", "max_context: 8192\nserved_context: 8192"))
     assert load_spec(path).served_context == 8192
+
+
+def test_plot_refuses_two_of_one_name_without_a_note_first(tmp_path):
+    # plot refuses two models of one name (its legend could not tell them apart), so the note compare gives is not
+    # printed before its error
+    from conftest import ROOT
+
+    clash = tmp_path / "clash.yaml"
+    clash.write_text((ROOT / "model_specs" / "gemma3-1b.yaml").read_text().replace("name: gemma3-1b", "name: llama3-8b"))
+    res = run("plot", str(clash), "llama3-8b", "--ctx", "4k", "-o", str(tmp_path / "p.png"), ok=False)
+    assert res.exit_code == 1 and "plot: two models are named 'llama3-8b'" in res.stderr and "note:" not in res.stderr
