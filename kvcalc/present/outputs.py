@@ -135,7 +135,7 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
             out.append(f"warning: {spec.name}: --engine sglang {lack}: SGLang 0.5.23 has no such cache (its "
                        "kv_cache_dtype: auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, nvfp4, fp4_mx_block16; no per-token, "
                        "per-head or grouped scales): its pages are counted as the dtype and scheme would take them")
-        if s.engine == "vllm" and s.kv_quant == "none" and s.kv_dtype in ("int8", "int4", "fp64"):
+        if s.engine == "vllm" and s.kv_quant == "none" and s.kv_dtype in NO_PLAIN_CACHE:
             out.append(f"warning: {spec.name}: --engine vllm --kv-dtype {s.kv_dtype}: vLLM 0.34.0 has no such cache "
                        "(config/cache.py CacheDType: the model's dtype, fp16, bf16, fp8 and its own schemes; its int8 and "
                        "int4 caches carry a scale a token and head: --kv-quant per-head): its pages are counted as the "
@@ -155,11 +155,16 @@ def _raised_block(spec: ModelSpec, s: Settings) -> int | None:
     return hybrid.block if hybrid is not None and hybrid.block != s.block_size else None
 
 
+# kvcalc's dtypes neither engine holds as a plain cache: no fp64, and int caches only with scales (vLLM's per token
+# and head; SGLang's none)
+NO_PLAIN_CACHE = frozenset({"int8", "int4", "fp64"})
+
+
 def _sglang_lacks(s: Settings) -> str | None:
     """The option whose cache SGLang 0.5.23 lacks (arg_groups/fields/model.py kv_cache_dtype's choices: 8-bit float,
     bf16 or the model's dtype, and two FP4 recipes with block scales of their own), or None: an int8 or int4 dtype, or
     a --kv-quant scheme of kvcalc's with per-token, per-head or grouped scales (fp8-ds-mla is its DSA cache)."""
-    if s.kv_dtype in ("int8", "int4", "fp64"):
+    if s.kv_dtype in NO_PLAIN_CACHE:
         return f"--kv-dtype {s.kv_dtype}"
     if s.kv_quant not in ("none", "fp8-ds-mla"):
         return f"--kv-quant {s.kv_quant}"
@@ -509,11 +514,10 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
             warnings.append(f"note: {spec.name}: vLLM with its default max_model_len, the model's {served:,} "
                             "tokens, refuses to start here: one sequence of that length does not fit its pool (at "
                             f"most {one['max_ctx']:,} tokens do: give vLLM --max-model-len {one['max_ctx']} or less)")
-    if s.engine == "vllm":
-        if spec.served_context is not None and spec.served_context < spec.max_context:
-            warnings.append(f"note: {spec.name}: vLLM serves it at {spec.served_context:,} tokens by default (LongRoPE: "
-                            "original_max_position_embeddings); contexts past that need its --max-model-len "
-                            f"(up to max_context, {spec.max_context:,})")
+    if s.engine == "vllm" and spec.served_context is not None and spec.served_context < spec.max_context:
+        warnings.append(f"note: {spec.name}: vLLM serves it at {spec.served_context:,} tokens by default (LongRoPE: "
+                        "original_max_position_embeddings); contexts past that need its --max-model-len "
+                        f"(up to max_context, {spec.max_context:,})")
     if s.engine == "sglang" and reserve is None and with_tower(spec, SGLANG_TOWERS):
         warnings.append(f"note: {spec.name}: SGLang serves its published checkpoint as multimodal: it trims the static "
                         "fraction for the vision or audio tower (adjust_mem_fraction_for_vlm) and loads the tower's "
