@@ -418,11 +418,13 @@ def test_vllm_keeps_shared_experts_whole_under_sequence_parallel_moe():
     q = spec("qwen3-next-80b-a3b")
     assert per_gpu(q, Settings(**at, engine="vllm")).weights_bytes - per_gpu(q, Settings(**at)).weights_bytes \
         == 48 * 3 * 2048 * (512 - 128) * 2
-    # dp 1 (no sequence parallelism), or a model whose file splits them (GLM-4.7's glm4_moe.py): split over tp
+    # dp 1 (no sequence parallelism), or a model whose file splits them (GLM-4.7's glm4_moe.py): split over tp; GLM's
+    # only difference is its fp32 routers (89 MoE layers of 160 experts, d = 5,120, and their biases)
     one = dict(ctx=8192, tp=8, dp=1, ep=8)
     assert per_gpu(model, Settings(**one, engine="vllm")).weights_bytes == per_gpu(model, Settings(**one)).weights_bytes
     glm = spec("glm-4.7")
-    assert per_gpu(glm, Settings(**at, engine="vllm")).weights_bytes == per_gpu(glm, Settings(**at)).weights_bytes
+    assert per_gpu(glm, Settings(**at, engine="vllm")).weights_bytes - per_gpu(glm, Settings(**at)).weights_bytes \
+        == 89 * (5120 * 160 + 160) * 2
 
 
 def test_sglang_gives_the_extra_layers_to_the_last_stages():
@@ -779,23 +781,48 @@ def test_sglang_runs_gpt2_at_tp_1_only():
 
 
 def test_engines_keep_some_moe_routers_in_fp32():
-    # vLLM's mimo_v2.py (moe_router_dtype float32), SGLang's glm4_moe.py (Glm4MoeGate) and minimax_m2.py build each MoE
-    # router, d × E and E biases, in fp32 whatever the weights' dtype, whole on every rank: 2 bytes a parameter more
-    # than bf16 (3 more than fp8)
+    # vLLM's mimo_v2.py (moe_router_dtype float32), glm4_moe.py and minimax_m2.py (GateLinear params_dtype float32),
+    # SGLang's glm4_moe.py (Glm4MoeGate) and minimax_m2.py build each MoE router, d × E and E biases, in fp32 whatever
+    # the weights' dtype, whole on every rank: 2 bytes a parameter more than bf16 (3 more than fp8)
     def extra(model, engine: str, **at) -> int:
         return per_gpu(model, Settings(ctx=1, engine=engine, **at)).weights_bytes \
-            - per_gpu(model, Settings(ctx=1, engine="vllm" if engine == "sglang" else "sglang", **at)).weights_bytes
+            - per_gpu(model, Settings(ctx=1, **at)).weights_bytes
 
-    glm = spec("glm-4.7")  # 92 layers, 3 dense, 160 experts of d = 5,120
-    assert extra(glm, "sglang") == 89 * (5120 * 160 + 160) * 2 == 145_846_080
-    m2 = spec("minimax-m2.5")  # 62 MoE layers, 256 experts of d = 3,072
-    assert extra(m2, "sglang", tp=4) == 62 * (3072 * 256 + 256) * 2
-    # in fp8 weights vLLM keeps its routers in bf16 (not quantized: built with quant_config=None), 2 bytes less
-    assert extra(m2, "sglang", tp=4, weights_dtype="fp8") == 62 * (3072 * 256 + 256) * 2
+    glm = spec("glm-4.7")  # 92 layers, 3 dense, 160 experts of d = 5,120; a vocabulary of 151,552 = 64 · 2,368
+    m2 = spec("minimax-m2.5")  # 62 MoE layers, 256 experts of d = 3,072; 200,064 = 64 · 3,126 rows, untied
+    for engine in ("vllm", "sglang"):
+        assert extra(glm, engine, tp=8) == 89 * (5120 * 160 + 160) * 2 == 145_846_080
+        assert extra(m2, engine, tp=4) == 62 * (3072 * 256 + 256) * 2 == 97_549_312
+        # in fp8 weights: the routers 3 bytes a parameter more, the embedding and head (a quarter each at tp 4) 1 more
+        assert extra(m2, engine, tp=4, weights_dtype="fp8") \
+            == 62 * (3072 * 256 + 256) * 3 + 2 * 200_064 * 3072 // 4
     mimo = _reference("configs-extra-2/mimo-v2-flash.json")
     moe = sum(1 for g in mimo.groups for _ in g.layers) - 1  # moe_layer_freq: the first layer dense
     assert per_gpu(mimo, Settings(ctx=1, tp=8, engine="vllm")).weights_bytes \
         - per_gpu(mimo, Settings(ctx=1, tp=8)).weights_bytes == moe * (4096 * 256 + 256) * 2 == 98_590_208
+
+
+def test_engines_keep_convolutions_and_vllm_mamba1_unquantized():
+    # Both engines build the recurrent mixers' short convolutions with no quant_config (vLLM mamba_mixer2.py conv1d
+    # quant_config=None; SGLang mamba.py alike): under fp8 weights Nemotron-H 56B's 54 Mamba-2 layers keep their
+    # conv1d, conv_dim = d_inner + 2·n_groups·N = 256 · 64 + 2 · 8 · 256 = 20,480 channels of K = 4, in bf16, split
+    # over tp as its 8 groups allow; with the embedding and the untied head (131,072 · 8,192 each) 1 byte more each
+    nemotron = spec("nemotron-h-56b")
+    for engine in ("vllm", "sglang"):
+        for tp in (1, 2):
+            assert per_gpu(nemotron, Settings(ctx=1, tp=tp, engine=engine, weights_dtype="fp8")).weights_bytes \
+                - per_gpu(nemotron, Settings(ctx=1, tp=tp, weights_dtype="fp8")).weights_bytes \
+                == (2 * 131_072 * 8192 + 54 * 20_480 * 4) // tp
+    # vLLM's Mamba-1 mixer takes no quant_config at all (mamba_mixer.py): Jamba's 28 Mamba layers keep in_proj
+    # (4,096 × 2 · 8,192), x_proj (8,192 × (256 + 2 · 16)), dt_proj (256 × 8,192) and out_proj (8,192 × 4,096) in bf16
+    # too, 2,943,352,832 bytes more than SGLang's rules (its mamba1.py quantizes all but conv1d); SGLang's own extra is
+    # the embedding and head (65,536 · 4,096 each), the 16 MoE routers (16 experts) and the convolutions
+    jamba = _reference("models-2026/jamba-v0.1.json")
+    fp8 = {"ctx": 1, "weights_dtype": "fp8"}
+    vllm, sglang, plain = (per_gpu(jamba, Settings(**fp8, engine=e)).weights_bytes for e in ("vllm", "sglang", None))
+    assert sglang - plain == 2 * 65_536 * 4096 + 16 * 16 * 4096 + 28 * 8192 * 4 == 538_836_992
+    assert vllm - sglang == 28 * (4096 * 16_384 + 8192 * 288 + 256 * 8192 + 8192 * 4096) == 2_943_352_832
+    assert vllm == 55_052_513_152
 
 
 def test_engines_pad_the_vocabulary_to_a_multiple_of_64():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kvcalc.attention import KV_PROJECTIONS, MLA, Heads, Weight
+from kvcalc.attention import KV_PROJECTIONS, MLA, Heads, Mamba, Weight
 from kvcalc.dtypes import dtype_bits
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
@@ -93,9 +93,10 @@ SGLANG_NO_PP = frozenset({"cohere2", "falcon_h1", "gemma2", "gemma3", "gemma3n",
                           "olmo3", "qwen3_next", "starcoder2"})
 
 # Families whose engine builds each MoE router (the gate and its e_score_correction_bias) in fp32, whatever the weights'
-# dtype: vLLM's mimo_v2.py (moe_router_dtype, float32 by default); SGLang's glm4_moe.py (Glm4MoeGate) and
-# minimax_m2.py (the gate's params_dtype)
-FP32_ROUTER = {"vllm": frozenset({"mimo_v2_flash"}), "sglang": frozenset({"glm4_moe", "minimax-m2"})}
+# dtype: vLLM's mimo_v2.py (moe_router_dtype, float32 by default), glm4_moe.py and minimax_m2.py (GateLinear
+# params_dtype=torch.float32); SGLang's glm4_moe.py (Glm4MoeGate) and minimax_m2.py (the gate's params_dtype)
+FP32_ROUTER = {"vllm": frozenset({"mimo_v2_flash", "glm4_moe", "minimax-m2"}),
+               "sglang": frozenset({"glm4_moe", "minimax-m2"})}
 
 # Every family kvcalc's importers write (kvcalc/hf), a bundled spec names or an engine rule names (step3p5: SGLang's
 # hybrid-SWA pool, for a hand-written Step-3.5 spec): under --engine a family selects the engines' model-file rules
@@ -124,6 +125,12 @@ SGLANG_FUSED_INDEXER = frozenset({"glm"})
 # bf16 (vLLM Mxfp4Config.get_quant_method: UnquantizedLinearMethod for every LinearBase; SGLang's on CUDA: None)
 MXFP4_EXPERTS_ONLY = frozenset({"gpt-oss"})
 
+# The short convolutions' weights of the recurrent mixers, which both engines build with no quant_config (vLLM 0.34.0
+# mamba_mixer.py, mamba_mixer2.py and qwen_gdn_linear_attn.py conv1d; SGLang 0.5.23 mamba1.py, mamba.py, qwen3_next.py,
+# qwen3_5.py conv1d: quant_config=None; KDA's are fp32 in both, kimi_gdn_linear_attn.py and kimi_linear.py, whose
+# other 16 bits are left out as the small fp32 vectors are)
+CONV_WEIGHTS = frozenset({"conv1d", "conv_q", "conv_k", "conv_v"})
+
 VOCAB_PADDING = 64  # vLLM and SGLang vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
 
 
@@ -151,8 +158,9 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
       Fp8Config.get_quant_method: LinearBase and RoutedExperts, None otherwise; SGLang's alike): the embedding,
       learned positions and LM head (VocabParallelEmbedding, ParallelLMHead: UnquantizedEmbeddingMethod) and the MoE
       routers (gates built with quant_config=None) stay in the activations' bf16; so do the MTP eh_proj of
-      MTP_PROJ_BF16's families and the sparse-attention indexer's INDEXER_BF16 weights, and the attention of
-      MXFP4_EXPERTS_ONLY's families in int4 (their MXFP4 checkpoints; its scales, 1 byte a block of 32, are not
+      MTP_PROJ_BF16's families, the sparse-attention indexer's INDEXER_BF16 weights, the recurrent mixers'
+      CONV_WEIGHTS, every matrix of vLLM's Mamba-1 mixer (mamba_mixer.py takes no quant_config: Jamba's in_proj,
+      x_proj, dt_proj, out_proj) and the attention of MXFP4_EXPERTS_ONLY's families in int4 (their MXFP4 checkpoints; its scales, 1 byte a block of 32, are not
       counted, as no scheme's are).
 
     - The absorbed MLA up-projections beside kv_b_proj (W_UK, W_UV), which the MHA prefill still runs: SGLang copies
@@ -190,8 +198,9 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
 
 def _kept_in_bf16(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, int]], mtp_proj: int) -> int:
     """Parameters of a rank that quantized weights leave in bf16 beyond the embedding, head and routers (see
-    engine_extra_bytes): the indexer's INDEXER_BF16 weights, the attention of MXFP4_EXPERTS_ONLY's families in int4,
-    and the MTP eh_proj of MTP_PROJ_BF16's families."""
+    engine_extra_bytes): the indexer's INDEXER_BF16 weights, the recurrent mixers' CONV_WEIGHTS, vLLM's Mamba-1
+    matrices, the attention of MXFP4_EXPERTS_ONLY's families in int4, and the MTP eh_proj of MTP_PROJ_BF16's
+    families."""
     index = INDEXER_BF16.get(s.engine or "", ()) + (("W_IK",) if s.engine == "sglang" and spec.family in SGLANG_FUSED_INDEXER
                                                     else ())
     mxfp4 = s.weights_dtype == "int4" and spec.family in MXFP4_EXPERTS_ONLY
@@ -200,8 +209,8 @@ def _kept_in_bf16(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, 
         weights = engine_attention_weights(rank, s) if n else ()  # as the rank's weights are counted
         if isinstance(rank.attention, MLA) and rank.attention.indexed:
             params += n * sum(w.size for w in weights if w.name in index)
-        if mxfp4:
-            params += n * sum(w.size for w in weights if w.role == "matrix")
+        whole = mxfp4 or (s.engine == "vllm" and isinstance(rank.attention, Mamba))
+        params += n * sum(w.size for w in weights if w.role == "matrix" and (whole or w.name in CONV_WEIGHTS))
     return params
 
 
