@@ -798,8 +798,39 @@ def test_engines_keep_some_moe_routers_in_fp32():
             == 62 * (3072 * 256 + 256) * 3 + 2 * 200_064 * 3072 // 4
     mimo = _reference("configs-extra-2/mimo-v2-flash.json")
     moe = sum(1 for g in mimo.groups for _ in g.layers) - 1  # moe_layer_freq: the first layer dense
-    assert per_gpu(mimo, Settings(ctx=1, tp=8, engine="vllm")).weights_bytes \
-        - per_gpu(mimo, Settings(ctx=1, tp=8)).weights_bytes == moe * (4096 * 256 + 256) * 2 == 98_590_208
+    for engine in ("vllm", "sglang"):  # SGLang's mimo_v2.py MoEGate: moe_router_dtype, float32 by default, too
+        assert per_gpu(mimo, Settings(ctx=1, tp=8, engine=engine)).weights_bytes \
+            - per_gpu(mimo, Settings(ctx=1, tp=8)).weights_bytes == moe * (4096 * 256 + 256) * 2 == 98_590_208
+
+
+def test_step3p5_router_and_mtp_projection_as_its_engine_files_build_them(tmp_path):
+    # a hand-written Step-3.5 spec (no importer): vLLM's step3p5.py builds the router in fp32 (GateLinear
+    # params_dtype=torch.float32), SGLang's step3p5.py in the weights' dtype; both MTP files build eh_proj as a plain
+    # nn.Linear (bf16 under fp8 weights). GLM-4.7's shapes with Step-3.5's family: under vLLM its per-GPU weights are
+    # GLM's (the same two rules), under SGLang the 90 routers (d = 5,120, 160 experts and their biases; 89 MoE layers
+    # and the MTP layer's) are 2 bytes a parameter narrower than GLM's fp32 ones (bf16 under fp8 weights too: a router
+    # is never quantized); and the MTP eh_proj
+    # (2 · 5,120 → 5,120, whole) stays bf16
+    from conftest import ROOT
+    from kvcalc.registry import load_model
+
+    path = tmp_path / "step.yaml"
+    path.write_text((ROOT / "model_specs" / "glm-4.7.yaml").read_text().replace("family: glm4_moe", "family: step3p5")
+                    .replace("name: glm-4.7", "name: step-like"))
+    step, glm = load_model(str(path)).spec, spec("glm-4.7")
+    routers = (89 + 1) * (5120 * 160 + 160)
+    for dtype in ("bf16", "fp8"):
+        at = {"ctx": 1, "tp": 8, "weights_dtype": dtype, "mtp": True}
+        assert per_gpu(step, Settings(**at, engine="vllm")).weights_bytes \
+            == per_gpu(glm, Settings(**at, engine="vllm")).weights_bytes
+        assert per_gpu(glm, Settings(**at, engine="sglang")).weights_bytes \
+            - per_gpu(step, Settings(**at, engine="sglang")).weights_bytes == routers * 2
+    fp8 = {"ctx": 1, "tp": 8, "weights_dtype": "fp8", "mtp": True}
+    plain = path.read_text().replace("family: step3p5", "family: llama")  # a family with neither rule
+    (tmp_path / "plain.yaml").write_text(plain.replace("name: step-like", "name: plain-like"))
+    other = load_model(str(tmp_path / "plain.yaml")).spec
+    assert per_gpu(step, Settings(**fp8, engine="sglang")).weights_bytes \
+        - per_gpu(other, Settings(**fp8, engine="sglang")).weights_bytes == 2 * 5120 * 5120
 
 
 def test_engines_keep_convolutions_and_vllm_mamba1_unquantized():
@@ -823,6 +854,30 @@ def test_engines_keep_convolutions_and_vllm_mamba1_unquantized():
     assert sglang - plain == 2 * 65_536 * 4096 + 16 * 16 * 4096 + 28 * 8192 * 4 == 538_836_992
     assert vllm - sglang == 28 * (4096 * 16_384 + 8192 * 288 + 256 * 8192 + 8192 * 4096) == 2_943_352_832
     assert vllm == 55_052_513_152
+
+
+def test_whisper_as_the_engines_build_it():
+    # whisper-large-v3: d = 1,280, a vocabulary of 51,866, 32 encoder and 32 decoder layers with FFNs of 5,120
+    w = spec("whisper-large-v3")
+
+    def weights(tp: int, engine: str | None, dtype: str = "bf16") -> int:
+        return per_gpu(w, Settings(ctx=1, tp=tp, engine=engine, weights_dtype=dtype)).weights_bytes
+
+    for tp in (1, 2, 4):
+        split = -(-51_866 // tp)
+        # vLLM's whisper.py: the decoder's embed_tokens is an nn.Embedding, whole and unpadded on every rank, and the
+        # tied proj_out (a ParallelLMHead) takes its weight: one whole table where kvcalc's plain layout splits it
+        assert weights(tp, "vllm") - weights(tp, None) == (51_866 - split) * 1280 * 2
+        # under fp8 weights it stays bf16, as do the decoder's 448 positions and the encoder's convolutions and
+        # position table (nn.Conv1d, nn.Embedding in both engines; the encoder's extra_params, 7,331,840, with the
+        # convolutions' biases and the final LayerNorm)
+        assert weights(tp, "vllm", "fp8") - weights(tp, None, "fp8") \
+            == (51_866 - split) * 1280 + 51_866 * 1280 + 448 * 1280 + 7_331_840
+        # SGLang's whisper.py builds fc1 and fc2 with no quant_config: fp8 saves 1 byte a weight fewer on its 64 FFNs'
+        # matrices (2 · 1,280 · 5,120 / tp each) than under vLLM, whose FFNs take it
+        saved = {e: weights(tp, e) - weights(tp, e, "fp8") for e in ("vllm", "sglang")}
+        assert saved["vllm"] - saved["sglang"] == 64 * 2 * 1280 * (5120 // tp)
+    assert weights(2, "vllm") == 1_618_401_280 and weights(1, "sglang", "fp8") == 2_589_519_360
 
 
 def test_engines_pad_the_vocabulary_to_a_multiple_of_64():

@@ -14,7 +14,7 @@ from kvcalc.attention import KV_PROJECTIONS, MLA, Heads, Mamba, Weight
 from kvcalc.dtypes import dtype_bits
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
-from kvcalc.spec import ExtraWeights, ModelSpec, MoEFFN, ResolvedGroup
+from kvcalc.spec import DenseFFN, ExtraWeights, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -80,6 +80,14 @@ SGLANG_EMBED_EVERY_STAGE = frozenset({"minimax-m2"})
 # gemma3_causal.py (Gemma3TextScaledWordEmbedding; Gemma 3 and 3n's, and Gemma 4's in gemma4_causal.py), whisper.py
 # (the decoder's embed_tokens)
 SGLANG_WHOLE_EMBEDDING = frozenset({"gemma3", "gemma3n", "gemma4", "whisper"})
+# ... and vLLM's: whisper.py (WhisperDecoder.embed_tokens, an nn.Embedding; proj_out, a ParallelLMHead, is tied to it:
+# tie_weights sets its weight to the embedding's, so the head is that whole table)
+VLLM_WHOLE_EMBEDDING = frozenset({"whisper"})
+WHOLE_EMBEDDING = {"vllm": VLLM_WHOLE_EMBEDDING, "sglang": SGLANG_WHOLE_EMBEDDING}
+
+# SGLang model files whose FFN layers take no quant_config, so quantized weights leave them in bf16: whisper.py (the
+# encoder's and decoder's fc1 and fc2, a ColumnParallelLinear and a RowParallelLinear built without one; vLLM's pass it)
+SGLANG_UNQUANTIZED_FFN = frozenset({"whisper"})
 
 # ... and whose LM head is a table of its own even when the config ties it: whisper.py's proj_out, a ParallelLMHead
 # filled from the embedding's tensor
@@ -93,10 +101,11 @@ SGLANG_NO_PP = frozenset({"cohere2", "falcon_h1", "gemma2", "gemma3", "gemma3n",
                           "olmo3", "qwen3_next", "starcoder2"})
 
 # Families whose engine builds each MoE router (the gate and its e_score_correction_bias) in fp32, whatever the weights'
-# dtype: vLLM's mimo_v2.py (moe_router_dtype, float32 by default), glm4_moe.py and minimax_m2.py (GateLinear
-# params_dtype=torch.float32); SGLang's glm4_moe.py (Glm4MoeGate) and minimax_m2.py (the gate's params_dtype)
-FP32_ROUTER = {"vllm": frozenset({"mimo_v2_flash", "glm4_moe", "minimax-m2"}),
-               "sglang": frozenset({"glm4_moe", "minimax-m2"})}
+# dtype: vLLM's mimo_v2.py (moe_router_dtype, float32 by default), glm4_moe.py, minimax_m2.py and step3p5.py
+# (GateLinear params_dtype=torch.float32); SGLang's glm4_moe.py (Glm4MoeGate), minimax_m2.py (the gate's params_dtype)
+# and mimo_v2.py (MoEGate: moe_router_dtype, float32 by default)
+FP32_ROUTER = {"vllm": frozenset({"mimo_v2_flash", "glm4_moe", "minimax-m2", "step3p5"}),
+               "sglang": frozenset({"glm4_moe", "minimax-m2", "mimo_v2_flash"})}
 
 # Every family kvcalc's importers write (kvcalc/hf), a bundled spec names or an engine rule names (step3p5: SGLang's
 # hybrid-SWA pool, for a hand-written Step-3.5 spec): under --engine a family selects the engines' model-file rules
@@ -113,8 +122,9 @@ KNOWN_FAMILIES = frozenset({
 QUANTIZED_WEIGHTS = frozenset({"fp8", "int8", "int4"})
 # Families whose MTP eh_proj (2·d → d) the engines build as an unquantized nn.Linear (or a ReplicatedLinear with no
 # quant_config), in bf16 whatever the checkpoint: vLLM deepseek_mtp.py, deepseek_v32/nvidia/mtp.py, glm4_moe_mtp.py,
-# mimo_v2_mtp.py; SGLang deepseek_nextn.py, glm4_moe_nextn.py, mimo_v2_nextn.py (Qwen3-Next's fc takes quant_config)
-MTP_PROJ_BF16 = frozenset({"deepseek", "kimi", "glm", "glm4_moe", "mimo_v2_flash"})
+# mimo_v2_mtp.py, step3p5_mtp.py; SGLang deepseek_nextn.py, glm4_moe_nextn.py, mimo_v2_nextn.py, step3p5_mtp.py
+# (Qwen3-Next's fc takes quant_config)
+MTP_PROJ_BF16 = frozenset({"deepseek", "kimi", "glm", "glm4_moe", "mimo_v2_flash", "step3p5"})
 # DeepSeek Sparse Attention's indexer weights the engines keep in bf16 under quantized weights: vLLM fuses wk and
 # weights_proj with quant_config=None (deepseek_v2.py wk_weights_proj; FP8 wk upcast at load); SGLang keeps
 # weights_proj in bf16 and fuses wk with it (bf16) only where the indexer's RoPE is interleaved (dsa_indexer.py
@@ -147,12 +157,12 @@ class FfnSplit(NamedTuple):
 
 def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, int]],
                        ends: tuple[bool, bool, bool], routers: int = 0, draft_embedding: int = 0,
-                       mtp_proj: int = 0, tables: int = 0) -> int:
+                       mtp_proj: int = 0, tables: int = 0, plain: int = 0) -> int:
     """Bytes a rank of a stage holds beyond its weights in the weights' dtype: (layer group as the rank holds it, its
     layers here) for `held`, stage_ends for `ends`, the MoE routers' parameters there for `routers`, an MTP drafter's
     own embedding there for `draft_embedding`, the MTP layers' eh_proj for `mtp_proj` and the extra weights' lookup
-    tables (Gemma 3n's per-layer embeddings, a VocabParallelEmbedding or nn.Embedding: never quantized) for `tables`
-    (parameters).
+    tables (Gemma 3n's per-layer embeddings, a VocabParallelEmbedding or nn.Embedding: never quantized) for `tables`,
+    and what else the rank's engine builds unquantized for `plain` (unquantized_params) (parameters).
 
     - Under quantized weights (fp8, int8, int4) the engines quantize only their linear layers and experts (vLLM
       Fp8Config.get_quant_method: LinearBase and RoutedExperts, None otherwise; SGLang's alike): the embedding,
@@ -184,7 +194,7 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
                 extra += n * up * (copy_bits - kept)
     float_bits = 16 if quantized else bits  # what is not quantized stays in bf16
     if quantized:
-        extra += _kept_in_bf16(spec, s, held, mtp_proj) * (16 - bits)
+        extra += (_kept_in_bf16(spec, s, held, mtp_proj) + plain) * (16 - bits)
     extra += routers * ((32 if spec.family in FP32_ROUTER.get(s.engine, ()) else float_bits) - bits)
     table, positions, head = end_params(spec, s, ends)
     fp32_head = s.engine == "sglang" and spec.family == "falcon_h1"
@@ -211,6 +221,22 @@ def _kept_in_bf16(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, 
             params += n * sum(w.size for w in weights if w.name in index)
         whole = mxfp4 or (s.engine == "vllm" and isinstance(rank.attention, Mamba))
         params += n * sum(w.size for w in weights if w.role == "matrix" and (whole or w.name in CONV_WEIGHTS))
+    return params
+
+
+def unquantized_params(spec: ModelSpec, s: Settings, ffns: list[tuple[DenseFFN | MoEFFN | NoFFN, int]], first: bool) -> int:
+    """Parameters of a rank that an engine builds with no quantization outside the layer weights _kept_in_bf16 reads,
+    for a stage whose decoder runs (FFN block, its layers here) `ffns`, the first (`first`) holding the encoder: an
+    encoder's extra_params (Whisper's convolutions and position table, nn.Conv1d and nn.Embedding in both engines' whisper.py; T5's
+    and BART's tables: no linear layer among them) and SGLANG_UNQUANTIZED_FFN's FFN matrices, split over tp."""
+    if s.engine not in ("vllm", "sglang"):
+        return 0
+    e = spec.encoder
+    params = e.extra_params if first and e is not None else 0
+    if s.engine == "sglang" and spec.family in SGLANG_UNQUANTIZED_FFN:
+        for ffn, n in ffns + ([(e.ffn, e.n_layers)] if first and e is not None else []):
+            if isinstance(ffn, DenseFFN):  # fc1 (d -> d_ff, split over tp) and fc2 (d_ff -> d); biases left out
+                params += n * (3 if ffn.gated else 2) * spec.d_model * ceil_div(ffn.d_ff, s.tp)
     return params
 
 
@@ -324,8 +350,8 @@ def end_params(spec: ModelSpec, s: Settings, ends: tuple[bool, bool, bool]) -> t
 def embedding_rows(spec: ModelSpec, s: Settings) -> int:
     """Rows of the input embedding one rank holds: vocab_rows, whole under SGLang's DP attention
     (VocabParallelEmbedding enable_tp=False), and whole and unpadded where SGLang's model file builds a plain
-    nn.Embedding (SGLANG_WHOLE_EMBEDDING)."""
-    if s.engine == "sglang" and spec.family in SGLANG_WHOLE_EMBEDDING:
+    nn.Embedding (WHOLE_EMBEDDING)."""
+    if spec.family in WHOLE_EMBEDDING.get(s.engine or "", frozenset()):
         return spec.vocab_size
     return vocab_rows(spec, s, split=not s.dp_attention)
 

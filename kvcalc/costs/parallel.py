@@ -71,6 +71,7 @@ from kvcalc.costs.engine_files import (
     extra_table_per_rank,
     ffn_split,
     stage_ends,
+    unquantized_params,
     vocab_rows,
 )
 from kvcalc.costs.paged import PoolLayout, engine_groups, keeps_every_token, lookahead, sglang_buffers, vllm_layout
@@ -244,7 +245,10 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         draft = _draft_embedding(spec, s) if last and mtp is not None else 0
         eh_proj = spec.mtp_layers * _mtp_proj(spec, s) if last and mtp is not None else 0
         tables = sum(extra_table_per_rank(x, s) for x in spec.extra_weights.values()) if i == 0 else 0  # _stage_params'
-        extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)), routers, draft, eh_proj, tables)
+        ffns = [(run.ffn, run.count_in(layers.start, layers.stop)) for run in ffn_runs(spec)]
+        plain = unquantized_params(spec, s, ffns, i == 0)
+        extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)), routers, draft, eh_proj, tables,
+                                   plain)
         out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype) + extra,
                          null_block_bytes(s, layout, here, groups), tuple(sized)))
     return tuple(out)
