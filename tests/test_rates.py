@@ -475,3 +475,20 @@ def test_a_sweep_row_is_its_typed_results(at):
         expected = {**as_row(model_facts(model, report.mla_cache)), **as_row(cache_figures(model, report, first[report.ctx])),
                     **as_row(figures(model, x, kv_cache(model, x)))}
         assert list(row.items()) == list(expected.items()), (row["model"], report.ctx)
+
+
+def test_cost_says_first_cheaper_where_chunks_make_naive_cheaper_again(tmp_path):
+    """A review: with a chunked MLA layer beside a full one (chunked_mla's dims, a chunk of 10) the gap naive −
+    absorbed by hand is 16·((t − 1) mod 10 + 1) + 16·t − 512: first positive at t 27 (7 + 27 = 34 > 32), zero again
+    at t 31 (1 + 31 = 32: absorbed not cheaper there), so cost says 'first cheaper at', not 'from ... on'; a model
+    without chunks (each layer 16·t − 256) keeps 'from ... on', from t 17."""
+    local = [{"chunk": 10}, {}]
+    assert [t for t in range(25, 34) if by_hand(local, t) > 0] == [27, 28, 29, 30, 32, 33] and by_hand(local, 31) == 0
+    assert not flops.crossover_holds(chunked_mla(*local)) and flops.crossover_holds(chunked_mla({}, {}))
+    path = tmp_path / "chunked.yaml"
+    path.write_text(json.dumps(chunked_mla(*local).model_dump(exclude_defaults=True)))
+    out = run("cost", str(path), "--ctx", "5").stdout
+    assert "absorbed is first cheaper at context 27 (chunked layers: not at every context after)" in out
+    whole = tmp_path / "whole.yaml"
+    whole.write_text(json.dumps(chunked_mla({}, {}).model_dump(exclude_defaults=True)))
+    assert "absorbed is cheaper from context 17 on" in run("cost", str(whole), "--ctx", "5").stdout

@@ -611,10 +611,17 @@ def attention_part(breakdown: dict[str, int]) -> int:
 
 def mla_crossover(spec: ModelSpec, s: Settings, limit: int = 1 << 30) -> int | None:
     """The first context t at which the absorbed decode step needs fewer FLOPs than the naive one (None: never by
-    `limit`, or no choice of schedule). Both are affine in the keys attended, so the cheaper one changes at most once."""
+    `limit`, or no choice of schedule). Both are affine in the keys attended, so the cheaper one changes at most once,
+    unless MLA layers are chunked (crossover_holds)."""
     if not spec.has_schedules() or s.mla_cache == "expanded":
         return None
     return spec.memo(("mla_crossover", s.mla_cache, limit), lambda: _crossover(spec, s.mla_cache, limit))
+
+
+def crossover_holds(spec: ModelSpec) -> bool:
+    """Whether the absorbed step stays cheaper at every context past mla_crossover: yes unless some MLA layer is
+    chunked, whose keys fall back to 1 at each chunk start, so naive may be cheaper again for a stretch."""
+    return not any(g.layer.chunk and g.attention.schedules for g in spec.groups)
 
 
 def _crossover(spec: ModelSpec, mla_cache: str, limit: int) -> int | None:

@@ -159,10 +159,11 @@ def per_gpu_items(spec: ModelSpec, settings: Settings, report: CacheReport, unit
 
 
 def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binary", state_bytes: int = 0,
-                      per_gpu: list[tuple[str, Any, str, str]] | None = None) -> list[dict]:
+                      per_gpu: list[tuple[str, Any, str, str]] | None = None, crossover_holds: bool = True) -> list[dict]:
     """Key/value rows of `cost`: parameters, memory (the constant states too, where the model has them; under a
     parallel layout `per_gpu`, what the busiest GPU holds, from per_gpu_items), decode traffic, and (with hardware)
-    roofline times."""
+    roofline times. `crossover_holds`: whether the absorbed MLA step stays cheaper past its crossover
+    (kvcalc.costs.flops.crossover_holds)."""
     b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
     states = " + states read and written back" if state_bytes else ""
     items: list[tuple[str, Any, str, str]] = [
@@ -184,7 +185,9 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
     ]
     if fig.flops_decode_token_absorbed is not None:  # the schedules can be compared (MLA with a latent cache)
         t = fig.mla_crossover
-        text = f"absorbed is cheaper from context {t:,} on" if t else "naive stays cheaper"
+        text = (("absorbed is cheaper from context {:,} on" if crossover_holds else
+                 "absorbed is first cheaper at context {:,} (chunked layers: not at every context after)").format(t)
+                if t else "naive stays cheaper")
         items.append(("mla_crossover", t, text, "first context where the absorbed decode step needs fewer FLOPs than naive"))
     if fig.hardware is not None:
         hw = fig.hardware
