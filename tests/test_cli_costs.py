@@ -277,3 +277,18 @@ def test_cost_lists_the_busiest_gpus_share_under_a_layout():
     # on one GPU there is nothing to split: no per-GPU keys, as before
     one = json.loads(run("cost", "llama3-70b", "--ctx", "32k", "--hardware", "h100-80gb", "-f", "json").stdout)["summary"]
     assert not {"gpus", "kv_cache_bytes_per_gpu", "weights_bytes_per_gpu"} & one.keys()
+
+
+def test_cost_says_where_8_bit_weights_can_beat_the_bf16_peak():
+    # a review: FLOPs are costed at the dense bf16 peak, but engines run fp8 and int8 weights as W8A8 on 8-bit tensor
+    # cores (H100: twice the bf16 peak), so a compute-bound time is no lower bound there; a memory-bound one still is
+    note = "FLOPs at the bf16 peak, which 8-bit tensor cores can beat"
+    fp8 = run("cost", "llama3.1-70b", "--ctx", "16k", "--weights-dtype", "fp8", "--hardware", "h100-80gb").stdout
+    prefill = next(line for line in fp8.splitlines() if line.startswith("prefill_seconds"))
+    decode = next(line for line in fp8.splitlines() if line.startswith("decode_seconds_per_token"))
+    assert note in prefill and "memory-bound, lower bound" in decode
+    busy = run("cost", "deepseek-v3", "--ctx", "32k", "--batch", "64", "--weights-dtype", "fp8", "--kv-dtype", "fp8",
+               "--hardware", "h100-80gb").stdout
+    assert f"compute-bound, {note}" in busy
+    bf16 = run("cost", "llama3.1-70b", "--ctx", "16k", "--hardware", "h100-80gb").stdout
+    assert note not in bf16 and "h100-80gb, lower bound" in bf16

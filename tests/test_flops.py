@@ -275,6 +275,28 @@ def test_decode_bytes_moe_reads_active_experts():
     assert prefill_bytes(s, Settings(ctx=1000))["weights"] == 2 * (46_702_792_704 - 32_000 * 4096 + 1000 * 4096)
 
 
+@pytest.mark.parametrize("ctx, batch", [(1, 1), (2, 1), (3, 1), (4, 1), (1, 4), (1000, 1)])
+def test_prefill_reads_only_the_experts_its_tokens_can_reach(ctx, batch):
+    # a review: a prefill of T = batch · ctx tokens picks at most T · k of each MoE layer's E experts (top-k routing),
+    # so it reads min(E, T · k) of them, not all: Mixtral's 32 layers of 8 experts (3 · 4,096 · 14,336 each), 2 a
+    # token. One token's prefill reads what a decode step reads (a lower bound that was 3.6 times the step's)
+    s = spec("mixtral-8x7b")
+    t = batch * ctx
+    expert = 3 * 4096 * 14_336
+    read = 46_702_792_704 - 32 * (8 - min(8, 2 * t)) * expert - 32_000 * 4096 + min(32_000, t) * 4096
+    assert prefill_bytes(s, Settings(ctx=ctx, batch=batch))["weights"] == 2 * read
+    if t == 1:
+        assert prefill_bytes(s, Settings(ctx=1))["weights"] == decode_bytes(s, Settings(ctx=1))["weights"]
+    # DeepSeek-V3 at 16 tokens: 128 of the 256 experts (3 · 7,168 · 2,048) in each of its 58 MoE layers; with --mtp
+    # the MTP layer's MoE the same
+    v3 = spec("deepseek-v3")
+    tables = 129_280 * 7168  # the untied input embedding, read by lookup
+    assert prefill_bytes(v3, Settings(ctx=16))["weights"] \
+        == 2 * (671_026_419_200 - 58 * 128 * 3 * 7168 * 2048 - tables + 16 * 7168)
+    assert prefill_bytes(v3, Settings(ctx=16, mtp=True))["weights"] - prefill_bytes(v3, Settings(ctx=16))["weights"] \
+        == 2 * (11_610_068_224 - 128 * 3 * 7168 * 2048)
+
+
 @pytest.mark.parametrize("ctx", [1, 512, 513, 1024, 2048])
 def test_prefill_reads_each_lookup_table_at_most_whole(ctx):
     # GPT-2 (tied wte of 50,257 × 768, learned wpe of 1,024 × 768; 124,439,808 parameters, FACTS.md): the prefill

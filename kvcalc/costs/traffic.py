@@ -10,8 +10,9 @@ Conventions (also in the README):
   keys of its own chunk under a chunk, an earlier layer's cache for a KV-shared layer), and under DSA every index
   key and the top-k latents (kvcalc.costs.cache.read_at; by token, not by page). The input embedding is a lookup:
   only one row per sequence is read (a tied table is also read whole as the LM head: both reads are counted).
-- A prefill reads every weight once (a long prompt touches every expert; of each lookup table the rows its tokens
-  look up, at most the whole table) and writes the KV cache of its tokens.
+- A prefill reads every weight once, but of each MoE layer only the routed experts its T = batch · ctx tokens can
+  reach, min(E, T · k) (every expert once T · k >= E: the router may pick fewer; at T = 1 a decode step's top-k), and
+  of each lookup table the rows its tokens look up, at most the whole table; it writes the KV cache of its tokens.
 - Activations are left out (they are small next to weights and cache at decode time).
 """
 
@@ -19,9 +20,9 @@ from __future__ import annotations
 
 from kvcalc.attention import KV_PROJECTIONS
 from kvcalc.costs.cache import CacheReport, kv_cache, read_at
-from kvcalc.costs.params import param_counts, weights_bytes
+from kvcalc.costs.params import ffn_of_layer, ffn_params, ffn_runs, param_counts, weights_bytes
 from kvcalc.settings import Settings
-from kvcalc.spec import ModelSpec
+from kvcalc.spec import ModelSpec, MoEFFN
 
 
 def _lookup_tables(spec: ModelSpec) -> int:
@@ -61,6 +62,22 @@ def _read_once(spec: ModelSpec, mtp: bool) -> tuple[int, int]:
     return params.active - per_input - tables - unused, params.total - tables - unused
 
 
+def _unreached_experts(spec: ModelSpec, mtp: bool, tokens: int) -> int:
+    """Parameters of the routed experts a prefill of `tokens` tokens cannot reach: each MoE layer's tokens pick at
+    most tokens · k of its E experts (top-k routing), so E − min(E, tokens · k) of them are not read; the MTP layers
+    (`mtp`) run the last layer's FFN."""
+    runs = [(run.ffn, run.count) for run in ffn_runs(spec)]
+    if mtp and spec.mtp_group() is not None:
+        runs.append((ffn_of_layer(spec, spec.n_layers - 1), spec.mtp_layers))
+    out = 0
+    for ffn, n in runs:
+        if isinstance(ffn, MoEFFN):
+            e = ffn.n_routed_experts
+            per_expert = ffn_params(ffn, spec.d_model)[0]["ffn/routed"] // e
+            out += n * (e - min(e, tokens * ffn.n_experts_per_tok)) * per_expert
+    return out
+
+
 def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
                  weights: int | None = None) -> dict[str, int]:
     """Bytes one decode step at context `s.ctx` moves, by part: 'weights' and 'kv_cache' read (the keys attended),
@@ -89,9 +106,9 @@ def _decode_weights(spec: ModelSpec, s: Settings) -> int:
 
 
 def prefill_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> dict[str, int]:
-    """Bytes a prefill of `s.ctx` tokens moves, by part: 'weights' (all, read once) and 'kv_cache' (written). `cache`:
-    kv_cache(spec, s), when the caller has it."""
-    whole = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[1]
+    """Bytes a prefill of `s.ctx` tokens moves, by part: 'weights' (all read once, but the experts its tokens cannot
+    reach) and 'kv_cache' (written). `cache`: kv_cache(spec, s), when the caller has it."""
+    whole = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[1] - _unreached_experts(spec, s.mtp, s.batch * s.ctx)
     cache = cache or kv_cache(spec, s)
     out = {"weights": weights_bytes(whole + _lookup_rows(spec, s.batch * s.ctx), s.weights_dtype),
            "kv_cache": cache.bytes}

@@ -191,10 +191,14 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
         items.append(("mla_crossover", t, text, "first context where the absorbed decode step needs fewer FLOPs than naive"))
     if fig.hardware is not None:
         hw = fig.hardware
+        # FLOPs are costed at the bf16 peak: 8-bit weights an engine runs on 8-bit tensor cores (W8A8) can beat it
+        low = "FLOPs at the bf16 peak, which 8-bit tensor cores can beat" if fig.weights_dtype in ("fp8", "int8") \
+            else "lower bound"
+        step_low = "lower bound" if fig.decode_bound == "memory" else low
         items += [
-            ("prefill_seconds", fig.prefill_seconds, format_seconds(fig.prefill_seconds or 0), f"{hw}, lower bound"),
+            ("prefill_seconds", fig.prefill_seconds, format_seconds(fig.prefill_seconds or 0), f"{hw}, {low}"),
             ("decode_seconds_per_token", fig.decode_seconds_per_token, format_seconds(fig.decode_seconds_per_token or 0),
-             f"{hw}, {fig.decode_bound}-bound, lower bound"),
+             f"{hw}, {fig.decode_bound}-bound, {step_low}"),
             ("tokens_per_second", fig.tokens_per_second, cell(fig.tokens_per_second or 0, "rate"),
              "batch / decode time, upper bound"),
             ("fits_in_memory", fig.fits_in_memory, _yes(bool(fig.fits_in_memory)),
