@@ -186,7 +186,7 @@ def check_per_layer_rows(rows: int, name: str, fmt: str) -> None:
 @app.command()
 @guarded
 @output_options
-@cost_options(omit=("engine", "block_size"))  # cost's cache figures are the exact ones: no engine pages in them
+@cost_options
 def cost(
     model: ModelArg,
     opts: CostOptions,

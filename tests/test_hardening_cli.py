@@ -231,11 +231,23 @@ def test_fit_refuses_what_it_would_ignore():
         assert res.exit_code == 2 and f"fit takes no {option[0]} (" in res.stderr
 
 
-@pytest.mark.parametrize("option", [["--engine", "vllm"], ["--block-size", "16"]])
-def test_cost_does_not_offer_engine_pages(option):
-    # cost reports the exact cache: --engine and --block-size changed nothing in it, at any context or layout
-    res = run("cost", "llama3-8b", *option, ok=False)
-    assert res.exit_code == 2 and f"cost takes no {option[0]} (" in res.stderr
+def test_cost_under_an_engine_gives_what_compare_gives():
+    # a consistency review: an engine sets the states' dtypes and its model files the per-GPU weights, which cost
+    # prints, so cost takes --engine (and --block-size) as compare does: Qwen3-Next under SGLang keeps its recurrent
+    # state in fp32 and its convolution state in bf16, 36 · (524,288 · 4 + 24,576 · 2) = 77,266,944 bytes (the
+    # exact figure without an engine: the same elements in the KV dtype, bf16); GLM-4.7's routers are fp32 there
+    for model, extra in (("qwen3-next-80b-a3b", ["--engine", "sglang", "--hardware", "h100-80gb"]),
+                         ("glm-4.7", ["--tp", "8", "--engine", "sglang", "--block-size", "16"])):
+        cost = json.loads(run("cost", model, "--ctx", "32k", *extra, "-f", "json").stdout)["summary"]
+        row = json.loads(run("compare", model, "--ctx", "32k", *extra, "-f", "json").stdout)[0]
+        for key in set(cost) & set(row):
+            assert cost[key] == row[key], key
+        assert cost["engine_kv_bytes"] == row["engine_kv_bytes"]
+    assert cost["weights_bytes_per_gpu"] == 88_474_617_472
+    qwen = json.loads(run("cost", "qwen3-next-80b-a3b", "--ctx", "32k", "--engine", "sglang", "-f", "json").stdout)
+    assert qwen["summary"]["state_bytes"] == 36 * (524_288 * 4 + 24_576 * 2) == 77_266_944
+    res = run("cost", "llama3-8b", "--block-size", "16", ok=False)
+    assert res.exit_code != 0 and "give --engine too" in res.stderr
 
 
 def test_a_context_past_the_trained_maximum_is_flagged_in_every_command():

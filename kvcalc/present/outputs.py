@@ -397,14 +397,14 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     from kvcalc.costs.flops import crossover_holds
     from kvcalc.costs.parallel import check_layout
     from kvcalc.figures import cost_breakdowns, figures
-    from kvcalc.present.summary import SUMMARY_COLUMNS, SUMMARY_KEYS, cost_summary_rows, per_gpu_items
+    from kvcalc.present.summary import SUMMARY_COLUMNS, SUMMARY_KEYS, cost_summary_rows, engine_items, per_gpu_items
 
     spec = lm.spec
     check_layout(spec, s)  # before any figure: a setting that does not apply is refused by its own rule
     passes = cost_breakdowns(spec, s)
     cache = kv_cache(spec, s)
     summary = cost_summary_rows(figures(spec, s, cache), cache.bytes, units, cache.state_bytes,
-                                per_gpu_items(spec, s, cache, units), crossover_holds(spec))
+                                per_gpu_items(spec, s, cache, units), crossover_holds(spec), engine_items(cache, units))
     components = list(dict.fromkeys(k for p in passes.values() for k in p))
     rows = [{"component": c, **{p: passes[p].get(c, 0) for p in passes}} for c in components]
     rows.append({"component": "total", **{p: sum(passes[p].values()) for p in passes}})

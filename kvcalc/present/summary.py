@@ -41,7 +41,7 @@ SHOW_SUMMARY = SHOW_SUMMARY_REQUIRED + ("source", "encoder", "engine_kv_bytes", 
                                         "state_bytes", "cache_bytes")
 COST_SUMMARY_REQUIRED = ("params_total", "params_active", "weights_bytes", "kv_cache_bytes", "decode_bytes_read",
                          "decode_intensity")
-COST_SUMMARY = COST_SUMMARY_REQUIRED + ("state_bytes", "gpus", "kv_cache_bytes_per_gpu", "state_bytes_per_gpu",
+COST_SUMMARY = COST_SUMMARY_REQUIRED + ("state_bytes", "engine_kv_bytes", "engine_state_bytes", "gpus", "kv_cache_bytes_per_gpu", "state_bytes_per_gpu",
                                         "weights_bytes_per_gpu", "mla_crossover", "prefill_seconds", "decode_seconds_per_token", "tokens_per_second",
                                         "fits_in_memory", "tp_allreduce_bytes", "comm_seconds_per_token")
 
@@ -76,7 +76,6 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
                  settings: Settings | None = None) -> list[dict]:
     """Key facts of a loaded model and its cache, each with where it came from (and, under a parallel layout in
     `settings`, what the busiest GPU holds)."""
-    b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
     spec = loaded.spec
     keys = loaded.config_keys
     where = lambda field: f"{field}" + (f" (config.json: {keys[field]})" if field in keys else "")  # noqa: E731
@@ -117,15 +116,7 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
          f"ctx {report.ctx:,} × batch {report.batch}, windows applied"
          + (f", {report.kv_quant} scales" if report.kv_quant != "none" else "")),
     ]
-    if report.engine_bytes is not None:
-        items.append(("engine_kv_bytes", report.engine_bytes, b(report.engine_bytes),
-                      f"{report.engine}: whole pages of {report.block_size} token{'s' if report.block_size != 1 else ''}"
-                      " a layer and sequence"))
-        if report.state_bytes and report.engine_state_bytes is not None:
-            items.append(("engine_state_bytes", report.engine_state_bytes, b(report.engine_state_bytes),
-                          f"{report.engine}: constant states as it stores them"
-                          + (" (a state two pages in a hybrid, one in a model of states alone, each padded)"
-                             if report.engine == "vllm" else "")))
+    items += engine_items(report, units)
     if settings is not None:
         items += per_gpu_items(spec, settings, report, units)
     if report.state_elements:
@@ -136,6 +127,23 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
              "kv_cache_bytes + state_bytes"),
         ]
     return _rows(items)
+
+
+def engine_items(report: CacheReport, units: str) -> list[tuple[str, Any, str, str]]:
+    """The cache and states in the engine's pages under --engine (none without one), as show and cost list them."""
+    if report.engine_bytes is None:
+        return []
+    b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
+    items: list[tuple[str, Any, str, str]] = [
+        ("engine_kv_bytes", report.engine_bytes, b(report.engine_bytes),
+         f"{report.engine}: whole pages of {report.block_size} token{'s' if report.block_size != 1 else ''}"
+         " a layer and sequence")]
+    if report.state_bytes and report.engine_state_bytes is not None:
+        items.append(("engine_state_bytes", report.engine_state_bytes, b(report.engine_state_bytes),
+                      f"{report.engine}: constant states as it stores them"
+                      + (" (a state two pages in a hybrid, one in a model of states alone, each padded)"
+                         if report.engine == "vllm" else "")))
+    return items
 
 
 def per_gpu_items(spec: ModelSpec, settings: Settings, report: CacheReport, units: str) -> list[tuple[str, Any, str, str]]:
@@ -159,9 +167,11 @@ def per_gpu_items(spec: ModelSpec, settings: Settings, report: CacheReport, unit
 
 
 def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binary", state_bytes: int = 0,
-                      per_gpu: list[tuple[str, Any, str, str]] | None = None, crossover_holds: bool = True) -> list[dict]:
-    """Key/value rows of `cost`: parameters, memory (the constant states too, where the model has them; under a
-    parallel layout `per_gpu`, what the busiest GPU holds, from per_gpu_items), decode traffic, and (with hardware)
+                      per_gpu: list[tuple[str, Any, str, str]] | None = None, crossover_holds: bool = True,
+                      engine: list[tuple[str, Any, str, str]] | None = None) -> list[dict]:
+    """Key/value rows of `cost`: parameters, memory (the constant states too, where the model has them; under
+    --engine its pages, from engine_items; under a parallel layout `per_gpu`, what the busiest GPU holds, from
+    per_gpu_items), decode traffic, and (with hardware)
     roofline times. `crossover_holds`: whether the absorbed MLA step stays cheaper past its crossover
     (kvcalc.costs.flops.crossover_holds)."""
     b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
@@ -176,7 +186,7 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
     if state_bytes:
         items.append(("state_bytes", state_bytes, b(state_bytes),
                       "constant states of linear-attention and SSM layers, any ctx"))
-    items += per_gpu or []
+    items += (engine or []) + (per_gpu or [])
     items += [
         ("decode_bytes_read", fig.decode_bytes_read, b(fig.decode_bytes_read),
          f"one decode step at ctx: active weights + KV cache{states} (MoE: a lower bound when batch exceeds 1)"),
