@@ -160,3 +160,18 @@ def test_a_byte_count_below_one_unit_is_not_repeated():
     line = next(x for x in run("show", "llama3-8b", "--ctx", "4k", "--tp", "2").stdout.splitlines()
                 if x.startswith("state_bytes_per_gpu"))
     assert line.split()[1:4] == ["0", "B", "its"]
+
+
+def test_a_state_column_names_the_states_dtypes_where_they_are_not_the_caches():
+    # a consistency review: a title said 'kv bf16' above a State column of Nemotron-H's fp32 SSM states (Mamba-2's
+    # mamba_ssm_cache_dtype, float32) beside bf16 convolution states: 54 · (4,194,304 · 4 + 61,440 · 2) bytes
+    out = run("compare", "nemotron-h-56b", "--ctx", "8k", "--columns", "kv,state_bytes", "--units", "bytes").stdout
+    assert out.splitlines()[0] == "Batch 1, kv bf16, weights bf16, states fp32+bf16"
+    assert f"{54 * (4_194_304 * 4 + 61_440 * 2):,}" in out
+    # states in the KV dtype (Qwen3-Next without an engine) get no words; none without a state column
+    assert "states" not in run("compare", "qwen3-next-80b-a3b", "--ctx", "8k", "--columns", "kv,state_bytes").stdout.splitlines()[0]
+    assert "states" not in run("compare", "nemotron-h-56b", "--ctx", "8k").stdout.splitlines()[0]
+    # under vLLM an 8-bit cache leaves the states in the model's bf16: a sweep over both dtypes says so once
+    sweep = run("sweep", "qwen3-next-80b-a3b", "--ctx", "1k..8k", "--points", "2", "--columns", "model,ctx,state_bytes",
+                "--kv-dtype", "bf16,fp8", "--engine", "vllm").stdout
+    assert sweep.splitlines()[0] == "Growth with context, batch 1, kv bf16, fp8, weights bf16, vllm pages, states bf16"

@@ -206,6 +206,18 @@ def serving_note(s: Settings) -> str:
     return out
 
 
+def state_note(specs: list[ModelSpec], grid: list[Settings], cols: list[Column]) -> str:
+    """The title's words for the constant states' dtypes where a state column is shown and a model stores its states
+    in other dtypes than the KV cache's (Mamba-2's fp32 SSM state beside a bf16 convolution state: 'fp32+bf16')."""
+    if not any("state" in c.key for c in cols):
+        return ""
+    from kvcalc.costs.cache import cache_plan
+
+    labels = dict.fromkeys(plan.state_dtype for s in grid for spec in specs
+                           if (plan := cache_plan(spec, s)).state_elements and plan.state_dtype != s.kv_dtype)
+    return f", states {' or '.join(labels)}" if labels else ""
+
+
 def mla_note(specs: list[ModelSpec], s: Settings, decode: bool, cols: list[Column] | None = None) -> str:
     """The title's words for MLA's cache layout (and its decode schedule where decode FLOPs are shown), when a model
     has MLA layers and no column names the layout (the attention column: 'MLA (latent)'): a latent and an expanded
@@ -274,7 +286,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
         derivations = [derivation(r, lm.origin, lm.config_keys, lm.spec, s.at(r.ctx)) for lm, r in zip(origins, reports)]
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns.strip().lower() == "kv" else
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} (lower bounds)" if hardware else ""))
-    title += serving_note(s) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
+    title += serving_note(s) + state_note(specs, [s], cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
     title += ", windows ignored" if no_windows else ""
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
     lines = _derivation_lines(derivations, units)
@@ -320,7 +332,7 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     s = grid[0]
     each = lambda name: ", ".join(str(v) for v in dict.fromkeys(getattr(at, name) for at in grid))  # noqa: E731
     title = f"Growth with context, batch {each('batch')}, kv {each('kv_dtype')}, weights {s.weights_dtype}"
-    title += serving_note(s) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
+    title += serving_note(s) + state_note(specs, grid, cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
     title += f", {hardware} (lower bounds)" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs), to_terminal()), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
