@@ -175,3 +175,15 @@ def test_a_state_column_names_the_states_dtypes_where_they_are_not_the_caches():
     sweep = run("sweep", "qwen3-next-80b-a3b", "--ctx", "1k..8k", "--points", "2", "--columns", "model,ctx,state_bytes",
                 "--kv-dtype", "bf16,fp8", "--engine", "vllm").stdout
     assert sweep.splitlines()[0] == "Growth with context, batch 1, kv bf16, fp8, weights bf16, vllm pages, states bf16"
+
+
+def test_generation_columns_past_the_maximum_are_warned_of_as_cost_warns():
+    # a consistency review: cost warned that llama3-70b's 8,192-token prompt plus 1,024 generated tokens pass its
+    # trained maximum of 8,192; compare and sweep printed the same generation FLOPs in silence
+    said = "warning: llama3-70b: the prompt of 8,192 plus 1,024 generated tokens (9,216) exceeds its trained maximum"
+    assert said in run("cost", "llama3-70b", "--ctx", "8k").stderr
+    assert said in run("compare", "llama3-70b", "--ctx", "8k", "--columns", "generate").stderr
+    assert said in run("sweep", "llama3-70b", "--ctx", "1k..8k", "--points", "2", "--columns", "all").stderr
+    # no generation column, or a prompt within the maximum: nothing said
+    assert "generated" not in run("compare", "llama3-70b", "--ctx", "8k").stderr
+    assert "warning" not in run("compare", "llama3-70b", "--ctx", "7k", "--columns", "generate").stderr

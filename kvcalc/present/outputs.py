@@ -39,6 +39,16 @@ def _ctx_warnings(specs: list[ModelSpec], ctxs: list[int]) -> list[str]:
     return [w for spec in specs for w in over_max(spec, max(ctxs), f"ctx {max(ctxs):,}")]
 
 
+def _gen_warnings(specs: list[ModelSpec], ctxs: list[int], gens: list[int], cols: list[Column]) -> list[str]:
+    """Where a generation column is shown, a warning for a model whose prompt is within its maximum but whose
+    generation passes it (the prompt past it is _ctx_warnings'), as cost warns."""
+    if not any(c.key.startswith("flops_generate") for c in cols):
+        return []
+    p, g = max(ctxs), max(gens)
+    return [w for spec in specs if p <= spec.max_context
+            for w in over_max(spec, p + g, f"the prompt of {p:,} plus {g:,} generated tokens ({p + g:,})")]
+
+
 def plot_warnings(loaded: list[LoadedModel], ctxs: list[int], s: Settings) -> list[str]:
     """What `plot` says on stderr, as the table commands do: the specs' own warnings, options a model has nothing for,
     and a context past a model's maximum (a figure to 1M of a model trained to 8k says so)."""
@@ -291,7 +301,8 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
     lines = _derivation_lines(derivations, units)
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
-    return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs) + option_warnings(specs, s))
+    return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs)
+                  + _gen_warnings(specs, ctxs, [s.gen], cols) + option_warnings(specs, s))
 
 
 def _derivation_lines(derivations: list[dict], units: str) -> list[str]:
@@ -336,7 +347,8 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     title += f", {hardware} (lower bounds)" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs), to_terminal()), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
-                  warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs) + option_warnings(specs, s))
+                  warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs)
+                  + _gen_warnings(specs, ctxs, [at.gen for at in grid], cols) + option_warnings(specs, s))
 
 
 def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, units: str) -> Output:
