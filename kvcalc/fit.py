@@ -144,7 +144,7 @@ def batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chu
     """engine_batch_cap with each stage's room for the cache at the budget `fit` uses."""
     acts = activation_bytes(spec, s, chunk)
     budget = budget_bytes(hw, reserve, s.engine, acts)
-    return engine_batch_cap(spec, s, hw, budget, acts)
+    return engine_batch_cap(spec, s, hw, budget, acts, chunk)
 
 
 def _kv_bytes(report: CacheReport) -> int:

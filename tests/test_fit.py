@@ -277,6 +277,13 @@ def test_engines_cap_the_sequences_they_run_at_once():
     # solving for the context, a batch past the cap is computed, with a warning
     res = run("fit", "llama3.2-1b", "--hardware", "h100-80gb", "--engine", "vllm", "--batch", "2000")
     assert "vllm runs at most 1,024 sequences at once by default (max_num_seqs)" in res.stderr
+    # a mutation review: vLLM clamps a default max_num_seqs to max_num_batched_tokens, the prefill chunk
+    # (arg_utils.py _set_default_max_num_seqs_and_batched_tokens_args): 256 on a TPU v5p (its chunk), 512 with a
+    # --prefill-chunk of 512, per replica
+    assert best("tpu-v5p", "--engine", "vllm") == (256, "max_num_seqs")
+    assert best("h100-80gb", "--engine", "vllm", "--prefill-chunk", "512") == (512, "max_num_seqs")
+    assert best("h100-80gb", "--engine", "vllm", "--prefill-chunk", "512", "--dp", "2") == (2 * 512, "max_num_seqs")
+    assert best("h100-80gb", "--engine", "vllm", "--prefill-chunk", "4096") == (1024, "max_num_seqs")
 
 
 def test_a_layout_from_gpus_is_named_as_gpus():

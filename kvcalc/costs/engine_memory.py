@@ -268,9 +268,11 @@ def sglang_stage_pools(t: Settings, plans: Sequence[Stage], budget: int, acts: i
     return [(plan, p._replace(state_per_sequence=state), budget - heaviest - acts) for plan, p in zip(plans, pools)]
 
 
-def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, acts: int) -> tuple[int, str] | None:
+def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, acts: int,
+                     chunk: int) -> tuple[int, str] | None:
     """The most sequences the engine runs at once by default, and its name: vLLM's max_num_seqs (get_batch_defaults:
-    1024 on a GPU of 70 GiB or more that is not an A100, else 256), SGLang's max_running_requests
+    1024 on a GPU of 70 GiB or more that is not an A100, else 256; at most the prefill chunk `chunk`, its
+    max_num_batched_tokens: _set_default_max_num_seqs_and_batched_tokens_args, 256 on a TPU v5p), SGLang's max_running_requests
     (kv_cache_configurator.resolve_max_num_reqs: min(clamp(tokens / context_len · 512, 2048, 4096), tokens // 2);
     under --mtp, speculative decoding, min(max(1, 48 // its attention-DP workers), tokens // 2), as SGLang sets 48
     (arg_groups/speculative_hook.py _handle_eagle_family); with states min(that, K // 3, or // 5 with its extra
@@ -281,7 +283,7 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, ac
     None without an engine."""
     if s.engine == "vllm":
         large = hw.memory_bytes >= VLLM_LARGE_GPU and ("a100" not in hw.name.lower() or hw.memory_bytes >= VLLM_LARGEST_GPU)
-        return VLLM_MAX_NUM_SEQS[0 if large else 1] * s.dp, "max_num_seqs"
+        return min(VLLM_MAX_NUM_SEQS[0 if large else 1], chunk) * s.dp, "max_num_seqs"
     if s.engine != "sglang":
         return None
     caps = []
