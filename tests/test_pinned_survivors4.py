@@ -65,3 +65,14 @@ def test_a_hardware_figure_in_peta(tmp_path):
     mine = json.loads(run("cost", "llama3-8b", "--ctx", "4k", "--hardware", str(path), "-f", "json").stdout)["summary"]
     preset = json.loads(run("cost", "llama3-8b", "--ctx", "4k", "--hardware", "h100-80gb", "-f", "json").stdout)["summary"]
     assert mine["decode_seconds_per_token"] == preset["decode_seconds_per_token"]
+
+
+def test_vllm_refuses_a_tp_that_does_not_split_a_dense_ffn():
+    # a mutation review: Llama 3.2 3B's FFN of 8,192 over tp 24 was sized (8,192 / 24 rounded up), but vLLM's
+    # MergedColumnParallelLinear asserts each output size divides by tp: it does not load
+    res = run("fit", "llama3.2-3b", "--hardware", "h100-80gb", "--tp", "24", "--engine", "vllm", "--batch", "1", ok=False)
+    assert res.exit_code == 1
+    assert "vLLM splits llama3.2-3b's FFN of width 8,192 evenly over 24 ranks, and 24 does not divide it" in res.stderr
+    # without an engine kvcalc's plain layout sizes it, each rank ceil(8,192 / 24) = 342 wide; tp 8 loads under vLLM
+    assert _fit("llama3.2-3b", "--hardware", "h100-80gb", "--tp", "24", "--batch", "1")["gpus"] == 24
+    assert _fit("llama3.2-3b", "--hardware", "h100-80gb", "--tp", "8", "--engine", "vllm", "--batch", "1")["gpus"] == 8

@@ -371,6 +371,25 @@ def _check_vllm_tp(spec: ModelSpec, tp: int) -> None:
                               f"tp with no floor of one, so it runs at tp {n_kv} at most")
 
 
+def _check_vllm_ffn(spec: ModelSpec, s: Settings) -> None:
+    """A KvcalcError where vLLM cannot split a dense FFN's width (a dense layer's, a leading dense layer's or a shared
+    expert's) evenly over the ranks ffn_split gives it: its MergedColumnParallelLinear asserts every output size divides
+    by tp, and ColumnParallelLinear and RowParallelLinear divide() (vllm/model_executor/layers/linear.py)."""
+    from kvcalc.costs.params import ffn_runs
+
+    split = ffn_split(spec, s)
+    for run in ffn_runs(spec):
+        ffn = run.ffn
+        widths = ([("FFN", ffn.d_ff, split.dense_tp)] if isinstance(ffn, DenseFFN) else
+                  [("shared expert", ffn.shared_d_ff or ffn.moe_d_ff, split.shared_tp)]
+                  if isinstance(ffn, MoEFFN) and ffn.n_shared_experts else [])
+        for what, width, ranks in widths:
+            if width % ranks:
+                raise KvcalcError(f"--tp {s.tp} --engine vllm: vLLM splits {spec.name}'s {what} of width {width:,} "
+                                  f"evenly over {ranks} ranks, and {ranks} does not divide it (its linear layers "
+                                  "assert it)")
+
+
 def _check_sglang(spec: ModelSpec, s: Settings) -> None:
     """A KvcalcError where SGLang (0.5.23) cannot run the layout, or builds it by rules kvcalc lacks."""
     if s.pp > 1 and spec.family in SGLANG_NO_PP:
@@ -410,6 +429,7 @@ def check_engine(spec: ModelSpec, s: Settings) -> None:
         _check_sglang(spec, s)
     if s.engine == "vllm" and s.tp > 1:
         _check_vllm_tp(spec, s.tp)
+        _check_vllm_ffn(spec, s)
     if s.pp > 1 and s.engine == "vllm" and spec.family in VLLM_NO_PP:
         # config/model.py verify_with_parallel_config: "Pipeline parallelism is not supported for this model" unless
         # the class implements SupportsPP, which Gemma3nForCausalLM and Gemma3nForConditionalGeneration do not
