@@ -131,3 +131,18 @@ def test_a_file_given_twice_under_two_paths_is_refused(tmp_path):
     for other in (f"{tmp_path}/./x.yaml", str(link)):
         res = run("compare", str(spec), other, "--ctx", "8k", ok=False)
         assert res.exit_code == 1 and f"compare: {spec} is given twice (as {other}): its rows would repeat" in res.stderr
+
+
+def test_a_null_gemma3_window_is_noted_and_qwen3_vl_says_one_thing_of_its_window():
+    # a README review: a null sliding_window where the config class's default is a window is noted (Mistral's, Gemma
+    # 2's); Gemma 3's (Gemma3TextConfig: 4096) was read as no window in silence
+    cfg = json.loads((REFERENCE / "models" / "gemma-3-1b-it.json").read_text())
+    imported = import_config({**cfg, "sliding_window": None}, "c.json", "m").data
+    assert "sliding_window null read as no window (Gemma3TextConfig's default, 4096, does not apply)" in imported["notes"]
+    assert all("sliding_window" not in g for g in imported["layer_groups"])
+    # Qwen3-VL's text model has no window whatever use_sliding_window says: one note, not 'ignored' then 'is false'
+    vl = json.loads(next(REFERENCE.glob("**/qwen3-vl-8b-instruct.json")).read_text())
+    vl["text_config"] = {**vl["text_config"], "use_sliding_window": True, "sliding_window": 1024}
+    notes = import_config(vl, "c.json", "m").data["notes"]
+    assert "use_sliding_window ignored: Qwen3-VL's text model applies no window (sliding_window 1024 does not apply)" \
+        in notes and "use_sliding_window is false" not in notes

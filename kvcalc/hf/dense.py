@@ -148,6 +148,9 @@ def _gemma3(cfg, origin, notes):
         cfg = {**text}
         notes.append("text model read from text_config (vision tower not counted)")
     _causal(cfg, origin)
+    if "sliding_window" in cfg and cfg["sliding_window"] is None:  # as common.decoder notes it for Mistral's
+        notes.append(f"sliding_window null read as no window (Gemma3TextConfig's default, "
+                     f"{GEMMA3_TEXT_DEFAULTS['sliding_window']}, does not apply): every layer attends its whole context")
     cfg = fill_defaults(cfg, GEMMA3_TEXT_DEFAULTS, "Gemma3TextConfig", notes)
     # null: the other spelling, then Gemma3TextConfig's 6; 0 is refused (no layer would be global: (i + 1) % 0 fails)
     pattern = get(cfg, "sliding_window_pattern", origin) or get(cfg, "_sliding_window_pattern", origin) or 6

@@ -17,7 +17,7 @@ Rules, from transformers' models/qwen3_vl and models/qwen3_vl_moe (configuration
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import flag, importer, show, text_tie, with_defaults
+from kvcalc.hf.common import flag, get, importer, show, text_tie, with_defaults
 from kvcalc.hf.dense import _qwen3, _qwen3_moe
 
 
@@ -31,7 +31,10 @@ def _text(cfg: dict, origin: str, notes: list[str]) -> dict:
     text = text_tie(cfg, text, origin)
     tie = flag(text, "tie_word_embeddings", origin, False)
     if flag(text, "use_sliding_window", origin):
-        notes.append("use_sliding_window ignored: Qwen3-VL's text model applies no window")
+        window = get(text, "sliding_window", origin, minimum=0)  # read (its bounds checked), then left out
+        notes.append("use_sliding_window ignored: Qwen3-VL's text model applies no window"
+                     + (f" (sliding_window {window} does not apply)" if window else ""))
+        text = {**text, "sliding_window": None}
     text = with_defaults(text, cfg["model_type"], notes)
     return {**text, "tie_word_embeddings": tie, "use_sliding_window": False}
 
