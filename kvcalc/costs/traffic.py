@@ -66,16 +66,19 @@ def _unreached_experts(spec: ModelSpec, mtp: bool, tokens: int) -> int:
     """Parameters of the routed experts a prefill of `tokens` tokens cannot reach: each MoE layer's tokens pick at
     most tokens · k of its E experts (top-k routing), so E − min(E, tokens · k) of them are not read; the MTP layers
     (`mtp`) run the last layer's FFN."""
+    return sum(n * (e - min(e, tokens * k)) * per_expert
+               for n, e, k, per_expert in spec.memo(("moe_runs", mtp), _moe_runs, spec, mtp))
+
+
+def _moe_runs(spec: ModelSpec, mtp: bool) -> list[tuple[int, int, int, int]]:
+    """(layers, experts E, top-k, parameters an expert) of each run of MoE layers, the MTP layers' too (`mtp`): once
+    per spec."""
     runs = [(run.ffn, run.count) for run in ffn_runs(spec)]
     if mtp and spec.mtp_group() is not None:
         runs.append((ffn_of_layer(spec, spec.n_layers - 1), spec.mtp_layers))
-    out = 0
-    for ffn, n in runs:
-        if isinstance(ffn, MoEFFN):
-            e = ffn.n_routed_experts
-            per_expert = ffn_params(ffn, spec.d_model)[0]["ffn/routed"] // e
-            out += n * (e - min(e, tokens * ffn.n_experts_per_tok)) * per_expert
-    return out
+    return [(n, ffn.n_routed_experts, ffn.n_experts_per_tok,
+             ffn_params(ffn, spec.d_model)[0]["ffn/routed"] // ffn.n_routed_experts)
+            for ffn, n in runs if isinstance(ffn, MoEFFN)]
 
 
 def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
