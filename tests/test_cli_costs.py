@@ -282,13 +282,38 @@ def test_cost_lists_the_busiest_gpus_share_under_a_layout():
 def test_cost_says_where_8_bit_weights_can_beat_the_bf16_peak():
     # a review: FLOPs are costed at the dense bf16 peak, but engines run fp8 and int8 weights as W8A8 on 8-bit tensor
     # cores (H100: twice the bf16 peak), so a compute-bound time is no lower bound there; a memory-bound one still is
-    note = "FLOPs at the bf16 peak, which 8-bit tensor cores can beat"
+    peak = "FLOPs at the bf16 peak, which 8-bit tensor cores (where the GPU has them) can beat"
     fp8 = run("cost", "llama3.1-70b", "--ctx", "16k", "--weights-dtype", "fp8", "--hardware", "h100-80gb").stdout
-    prefill = next(line for line in fp8.splitlines() if line.startswith("prefill_seconds"))
-    decode = next(line for line in fp8.splitlines() if line.startswith("decode_seconds_per_token"))
-    assert note in prefill and "memory-bound, lower bound" in decode
+    line = {ln.split()[0]: ln for ln in fp8.splitlines() if ln.strip()}
+    assert f"lower bound where memory-bound; where compute-bound, {peak}" in line["prefill_seconds"]
+    assert "memory-bound, lower bound" in line["decode_seconds_per_token"]
+    assert line["tokens_per_second"].rstrip().endswith("batch / decode time, upper bound")
     busy = run("cost", "deepseek-v3", "--ctx", "32k", "--batch", "64", "--weights-dtype", "fp8", "--kv-dtype", "fp8",
                "--hardware", "h100-80gb").stdout
-    assert f"compute-bound, {note}" in busy
+    assert f"compute-bound, {peak}" in busy and "batch / decode time, upper bound but for 8-bit tensor cores" in busy
     bf16 = run("cost", "llama3.1-70b", "--ctx", "16k", "--hardware", "h100-80gb").stdout
-    assert note not in bf16 and "h100-80gb, lower bound" in bf16
+    assert peak not in bf16 and "h100-80gb, lower bound" in bf16
+    # compare's and sweep's titles say it too
+    title = run("compare", "llama3.1-70b", "--ctx", "16k", "--weights-dtype", "fp8", "--hardware", "h100-80gb",
+                "--columns", "model,prefill_seconds").stdout.splitlines()[0]
+    assert title.endswith("h100-80gb (lower bounds; compute at the bf16 peak)")
+
+
+def test_cost_on_one_gpu_under_an_engine_lists_the_weights_it_fits():
+    # a review: llama3.1-70b in fp8 under vLLM keeps its embedding and untied head in bf16 (2 · 128,256 · 8,192 bytes
+    # more), which fits_in_memory counts: cost lists the GPU's weights beside it, as compare does
+    out = json.loads(run("cost", "llama3.1-70b", "--ctx", "8k", "--batch", "5", "--weights-dtype", "fp8", "--engine",
+                         "vllm", "--hardware", "h100-80gb", "-f", "json").stdout)["summary"]
+    assert out["weights_bytes_per_gpu"] == out["weights_bytes"] + 2 * 128_256 * 8192 == 72_655_052_800
+    assert out["fits_in_memory"] is False  # 72,655,052,800 + 13,421,772,800 > 80 GiB
+    assert out["weights_bytes"] + out["kv_cache_bytes"] <= 80 * 2**30 < out["weights_bytes_per_gpu"] + out["kv_cache_bytes"]
+    plain = json.loads(run("cost", "llama3.1-70b", "--ctx", "8k", "-f", "json").stdout)["summary"]
+    assert "weights_bytes_per_gpu" not in plain  # one GPU, no engine: nothing differs
+
+
+def test_a_short_moe_prefill_is_called_an_estimate():
+    # a review: a prefill of T tokens reads min(E, T · k) experts a layer, the most it can reach; the router may pick
+    # fewer, so where T · k < E (deepseek-v3: 16 tokens of 8 experts each, of 256) its time is no lower bound
+    short = run("cost", "deepseek-v3", "--ctx", "1", "--batch", "16", "--hardware", "h100-80gb").stdout
+    assert "an estimate: MoE layers read every expert its tokens can reach, more than the router may pick" in short
+    assert "an estimate" not in run("cost", "deepseek-v3", "--ctx", "32", "--hardware", "h100-80gb").stdout  # 256 = E

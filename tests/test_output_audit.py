@@ -168,6 +168,9 @@ def test_a_state_column_names_the_states_dtypes_where_they_are_not_the_caches():
     out = run("compare", "nemotron-h-56b", "--ctx", "8k", "--columns", "kv,state_bytes", "--units", "bytes").stdout
     assert out.splitlines()[0] == "Batch 1, kv bf16, weights bf16, states fp32+bf16"
     assert f"{54 * (4_194_304 * 4 + 61_440 * 2):,}" in out
+    # beside a model whose states are in the KV dtype (Qwen3-Next without an engine) the words name the model
+    both = run("compare", "nemotron-h-56b", "qwen3-next-80b-a3b", "--ctx", "8k", "--columns", "model,state_bytes").stdout
+    assert both.splitlines()[0] == "Batch 1, kv bf16, weights bf16, states nemotron-h-56b fp32+bf16"
     # states in the KV dtype (Qwen3-Next without an engine) get no words; none without a state column
     assert "states" not in run("compare", "qwen3-next-80b-a3b", "--ctx", "8k", "--columns", "kv,state_bytes").stdout.splitlines()[0]
     assert "states" not in run("compare", "nemotron-h-56b", "--ctx", "8k").stdout.splitlines()[0]

@@ -11,7 +11,8 @@ Conventions (also in the README):
   key and the top-k latents (kvcalc.costs.cache.read_at; by token, not by page). The input embedding is a lookup:
   only one row per sequence is read (a tied table is also read whole as the LM head: both reads are counted).
 - A prefill reads every weight once, but of each MoE layer only the routed experts its T = batch · ctx tokens can
-  reach, min(E, T · k) (every expert once T · k >= E: the router may pick fewer; at T = 1 a decode step's top-k), and
+  reach, min(E, T · k) (every expert once T · k >= E; at T = 1 a decode step's top-k). Where T · k < E this is an
+  upper estimate (the router may pick fewer: partial_experts), so the prefill time there is no lower bound. And
   of each lookup table the rows its tokens look up, at most the whole table; it writes the KV cache of its tokens.
 - Activations are left out (they are small next to weights and cache at decode time).
 """
@@ -68,6 +69,12 @@ def _unreached_experts(spec: ModelSpec, mtp: bool, tokens: int) -> int:
     (`mtp`) run the last layer's FFN."""
     return sum(n * (e - min(e, tokens * k)) * per_expert
                for n, e, k, per_expert in spec.memo(("moe_runs", mtp), _moe_runs, spec, mtp))
+
+
+def partial_experts(spec: ModelSpec, s: Settings) -> bool:
+    """Whether a prefill's batch · ctx tokens can reach fewer than all of some MoE layer's experts (T · k < E), where
+    its expert traffic is an upper estimate."""
+    return any(s.batch * s.ctx * k < e for _, e, k, _ in spec.memo(("moe_runs", s.mtp), _moe_runs, spec, s.mtp))
 
 
 def _moe_runs(spec: ModelSpec, mtp: bool) -> list[tuple[int, int, int, int]]:

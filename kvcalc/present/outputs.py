@@ -208,6 +208,12 @@ def list_output() -> Output:
     return Output([Table("list", LIST_COLUMNS, rows, "Bundled models", LIST_KEYS)])
 
 
+def bounds_note(s: Settings) -> str:
+    """The title's words for roofline times: lower bounds, but where 8-bit weights run on 8-bit tensor cores, which can
+    beat the bf16 peak FLOPs are costed at (README, Roofline time)."""
+    return "(lower bounds; compute at the bf16 peak)" if s.weights_dtype in ("fp8", "int8") else "(lower bounds)"
+
+
 def serving_note(s: Settings) -> str:
     """The title's words for a quantisation scheme and a paged engine, when asked for."""
     out = f", {s.kv_quant} scales" if s.kv_quant != "none" else ""
@@ -223,9 +229,16 @@ def state_note(specs: list[ModelSpec], grid: list[Settings], cols: list[Column])
         return ""
     from kvcalc.costs.cache import cache_plan
 
-    labels = dict.fromkeys(plan.state_dtype for s in grid for spec in specs
-                           if (plan := cache_plan(spec, s)).state_elements and plan.state_dtype != s.kv_dtype)
-    return f", states {' or '.join(labels)}" if labels else ""
+    labels: dict[str, dict[str, None]] = {}  # model -> its states' dtypes unlike the cache's
+    for spec in specs:
+        for at in grid:
+            if (plan := cache_plan(spec, at)).state_elements and plan.state_dtype != at.kv_dtype:
+                labels.setdefault(spec.name, {})[plan.state_dtype] = None
+    if not labels:
+        return ""
+    if len(specs) == 1:
+        return f", states {' or '.join(*labels.values())}"
+    return ", states " + "; ".join(f"{name} {' or '.join(d)}" for name, d in labels.items())
 
 
 def mla_note(specs: list[ModelSpec], s: Settings, decode: bool, cols: list[Column] | None = None) -> str:
@@ -295,7 +308,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
 
         derivations = [derivation(r, lm.origin, lm.config_keys, lm.spec, s.at(r.ctx)) for lm, r in zip(origins, reports)]
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns.strip().lower() == "kv" else
-             f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} (lower bounds)" if hardware else ""))
+             f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} {bounds_note(s)}" if hardware else ""))
     title += serving_note(s) + state_note(specs, [s], cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
     title += ", windows ignored" if no_windows else ""
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
@@ -344,7 +357,7 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     each = lambda name: ", ".join(str(v) for v in dict.fromkeys(getattr(at, name) for at in grid))  # noqa: E731
     title = f"Growth with context, batch {each('batch')}, kv {each('kv_dtype')}, weights {s.weights_dtype}"
     title += serving_note(s) + state_note(specs, grid, cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
-    title += f", {hardware} (lower bounds)" if hardware else ""
+    title += f", {hardware} {bounds_note(s)}" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs), to_terminal()), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
                   warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs)
@@ -420,6 +433,7 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     from kvcalc.costs.cache import kv_cache
     from kvcalc.costs.flops import crossover_holds
     from kvcalc.costs.parallel import check_layout
+    from kvcalc.costs.traffic import partial_experts
     from kvcalc.figures import cost_breakdowns, figures
     from kvcalc.present.summary import SUMMARY_COLUMNS, SUMMARY_KEYS, cost_summary_rows, engine_items, per_gpu_items
 
@@ -428,7 +442,8 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     passes = cost_breakdowns(spec, s)
     cache = kv_cache(spec, s)
     summary = cost_summary_rows(figures(spec, s, cache), cache.bytes, units, cache.state_bytes,
-                                per_gpu_items(spec, s, cache, units), crossover_holds(spec), engine_items(cache, units))
+                                per_gpu_items(spec, s, cache, units, engine_too=True), crossover_holds(spec),
+                                engine_items(cache, units), partial_experts(spec, s))
     components = list(dict.fromkeys(k for p in passes.values() for k in p))
     rows = [{"component": c, **{p: passes[p].get(c, 0) for p in passes}} for c in components]
     rows.append({"component": "total", **{p: sum(passes[p].values()) for p in passes}})

@@ -146,10 +146,12 @@ def engine_items(report: CacheReport, units: str) -> list[tuple[str, Any, str, s
     return items
 
 
-def per_gpu_items(spec: ModelSpec, settings: Settings, report: CacheReport, units: str) -> list[tuple[str, Any, str, str]]:
-    """What the busiest GPU holds under a parallel layout (gpus > 1; none on one GPU): its layers, KV cache (in the
+def per_gpu_items(spec: ModelSpec, settings: Settings, report: CacheReport, units: str,
+                  engine_too: bool = False) -> list[tuple[str, Any, str, str]]:
+    """What the busiest GPU holds under a parallel layout (gpus > 1; none on one GPU, unless `engine_too` and an
+    engine's model files make its weights differ: cost's fits_in_memory reads them): its layers, KV cache (in the
     engine's pages under --engine), states and weights, as show and cost list them."""
-    if settings.gpus == 1:
+    if settings.gpus == 1 and not (engine_too and settings.engine):
         return []
     from kvcalc.costs.parallel import held_layers_text, mtp_layers_on, per_gpu, rank_block_size, stages
 
@@ -163,17 +165,19 @@ def per_gpu_items(spec: ModelSpec, settings: Settings, report: CacheReport, unit
             ("kv_cache_bytes_per_gpu", gpu.kv_cache_bytes, b(gpu.kv_cache_bytes),
              "its KV cache" + (f", whole pages of {block} token{'s' if block != 1 else ''}" if block is not None else "")),
             ("state_bytes_per_gpu", gpu.state_bytes, b(gpu.state_bytes), "its constant states"),
-            ("weights_bytes_per_gpu", gpu.weights_bytes, b(gpu.weights_bytes), f"its weights in {settings.weights_dtype}")]
+            ("weights_bytes_per_gpu", gpu.weights_bytes, b(gpu.weights_bytes), f"its weights in {settings.weights_dtype}"
+             + (f", with what {settings.engine} keeps wider" if settings.engine else ""))]
 
 
 def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binary", state_bytes: int = 0,
                       per_gpu: list[tuple[str, Any, str, str]] | None = None, crossover_holds: bool = True,
-                      engine: list[tuple[str, Any, str, str]] | None = None) -> list[dict]:
+                      engine: list[tuple[str, Any, str, str]] | None = None, partial_experts: bool = False) -> list[dict]:
     """Key/value rows of `cost`: parameters, memory (the constant states too, where the model has them; under
     --engine its pages, from engine_items; under a parallel layout `per_gpu`, what the busiest GPU holds, from
     per_gpu_items), decode traffic, and (with hardware)
     roofline times. `crossover_holds`: whether the absorbed MLA step stays cheaper past its crossover
-    (kvcalc.costs.flops.crossover_holds)."""
+    (kvcalc.costs.flops.crossover_holds). `partial_experts`: whether the prefill's tokens reach fewer than all of an
+    MoE layer's experts, so its traffic is an upper estimate (kvcalc.costs.traffic.partial_experts)."""
     b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
     states = " + states read and written back" if state_bytes else ""
     items: list[tuple[str, Any, str, str]] = [
@@ -202,15 +206,18 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
     if fig.hardware is not None:
         hw = fig.hardware
         # FLOPs are costed at the bf16 peak: 8-bit weights an engine runs on 8-bit tensor cores (W8A8) can beat it
-        low = "FLOPs at the bf16 peak, which 8-bit tensor cores can beat" if fig.weights_dtype in ("fp8", "int8") \
-            else "lower bound"
-        step_low = "lower bound" if fig.decode_bound == "memory" else low
+        eight = fig.weights_dtype in ("fp8", "int8")
+        peak = "FLOPs at the bf16 peak, which 8-bit tensor cores (where the GPU has them) can beat"
+        low = f"lower bound where memory-bound; where compute-bound, {peak}" if eight else "lower bound"
+        step_low = "lower bound" if fig.decode_bound == "memory" or not eight else peak
         items += [
-            ("prefill_seconds", fig.prefill_seconds, format_seconds(fig.prefill_seconds or 0), f"{hw}, {low}"),
+            ("prefill_seconds", fig.prefill_seconds, format_seconds(fig.prefill_seconds or 0),
+             f"{hw}, " + ("an estimate: MoE layers read every expert its tokens can reach, more than the router may pick"
+                          + ("; FLOPs at the bf16 peak" if eight else "") if partial_experts else low)),
             ("decode_seconds_per_token", fig.decode_seconds_per_token, format_seconds(fig.decode_seconds_per_token or 0),
              f"{hw}, {fig.decode_bound}-bound, {step_low}"),
             ("tokens_per_second", fig.tokens_per_second, cell(fig.tokens_per_second or 0, "rate"),
-             "batch / decode time, upper bound"),
+             "batch / decode time, upper bound" + ("" if step_low == "lower bound" else " but for 8-bit tensor cores")),
             ("fits_in_memory", fig.fits_in_memory, _yes(bool(fig.fits_in_memory)),
              f"{'the busiest GPU: its ' if per_gpu else ''}weights + KV cache{' + states' if state_bytes else ''} "
              f"vs {hw} memory"),
