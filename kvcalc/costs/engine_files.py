@@ -372,8 +372,8 @@ def _check_vllm_tp(spec: ModelSpec, tp: int) -> None:
 
 
 def _check_vllm_ffn(spec: ModelSpec, s: Settings) -> None:
-    """A KvcalcError where vLLM cannot split a dense FFN's width (a dense layer's, a leading dense layer's or a shared
-    expert's) evenly over the ranks ffn_split gives it: its MergedColumnParallelLinear asserts every output size divides
+    """A KvcalcError where vLLM cannot split a dense FFN's width (a dense layer's, a leading dense layer's, or the
+    shared experts', which deepseek_v2.py builds as one MLP n_shared · d_ff wide) evenly over the ranks ffn_split gives it: its MergedColumnParallelLinear asserts every output size divides
     by tp, and ColumnParallelLinear and RowParallelLinear divide() (vllm/model_executor/layers/linear.py)."""
     from kvcalc.costs.params import ffn_runs
 
@@ -381,7 +381,7 @@ def _check_vllm_ffn(spec: ModelSpec, s: Settings) -> None:
     for run in ffn_runs(spec):
         ffn = run.ffn
         widths = ([("FFN", ffn.d_ff, split.dense_tp)] if isinstance(ffn, DenseFFN) else
-                  [("shared expert", ffn.shared_d_ff or ffn.moe_d_ff, split.shared_tp)]
+                  [("shared experts", ffn.n_shared_experts * (ffn.shared_d_ff or ffn.moe_d_ff), split.shared_tp)]
                   if isinstance(ffn, MoEFFN) and ffn.n_shared_experts else [])
         for what, width, ranks in widths:
             if width % ranks:
