@@ -190,3 +190,14 @@ def test_generation_columns_past_the_maximum_are_warned_of_as_cost_warns():
     # no generation column, or a prompt within the maximum: nothing said
     assert "generated" not in run("compare", "llama3-70b", "--ctx", "8k").stderr
     assert "warning" not in run("compare", "llama3-70b", "--ctx", "7k", "--columns", "generate").stderr
+
+
+def test_show_and_fit_name_the_states_dtypes_too():
+    # a review: the README says a table with a state column names the states' dtypes; show's group table and fit's
+    # (whose 'KV + states per GPU' column holds them) said only 'bf16'
+    show = run("show", "nemotron-h-56b", "--ctx", "8k").stdout
+    assert "KV cache by layer group at ctx 8,192, batch 1, bf16, states fp32+bf16" in show
+    assert "states" not in next(line for line in run("show", "qwen3-next-80b-a3b", "--ctx", "8k").stdout.splitlines()
+                                if line.startswith("KV cache by layer group"))
+    fit = run("fit", "nemotron-h-56b", "--hardware", "h100-80gb", "--tp", "2", "--ctx", "8k").stdout.splitlines()[0]
+    assert fit == "nemotron-h-56b on 2× h100-80gb (tp 2, pp 1, dp 1), weights bf16, kv bf16, states fp32+bf16, 10% reserved"

@@ -393,6 +393,7 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
                and (crossed or c.key != "cross_tokens_held")]
     columns += [STATE_COLUMN] if report.state_elements else []
     columns += PAGE_COLUMNS if s.engine else []
+    title += state_note([spec], [s], columns)
     over = {"exceeds_max_context": payload["exceeds_max_context"]}  # csv's flag on every group row (stderr says it)
     tables = [Table("summary", SUMMARY_COLUMNS, summary, f"{spec.name} ({lm.origin})", SUMMARY_KEYS),
               Table("layers" if per_layer else "groups", columns, [{**r, **over} for r in breakdown], title,
@@ -574,15 +575,17 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
              "prefill_chunk"}  # the settings: the title says them
     cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
     cols = [Column.of(figs[0])] + cols
+    states = ""
     if any(row.get("state_bytes_per_gpu") is not None for row in rows):  # a hybrid: its states are in that column
         cols = [Column(c.key, "KV + states\nper GPU", c.kind) if c.key == "kv_cache_bytes_per_gpu" else c for c in cols]
+        states = state_note([spec], [s], [Column("state_bytes_per_gpu", "", "bytes")])
     from kvcalc.costs.parallel import stages
     from kvcalc.units import format_bytes
 
     held = {p.held_back for p in stages(spec, s)}  # vLLM's null block: no column shows it, so the title says it
     dp_attention = ", DP attention" if s.dp_attention else ""
     title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}{dp_attention}), weights "
-             f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}{mla_note([spec], s, False)}"
+             f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}{states}{mla_note([spec], s, False)}"
              + (f" ({'up to ' if len(held) > 1 else ''}{format_bytes(max(held), units)} a GPU held back: the pool's "
                 "null block)" if max(held) else "")
              + _reserve_note(s, frac, rows[0]["activation_bytes"], units))
