@@ -8,6 +8,9 @@ from kvcalc.errors import KvcalcError
 # kvcalc.costs.quant when --kv-quant names one.
 DTYPE_BITS = {"fp64": 64, "fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
 DTYPES = tuple(DTYPE_BITS)
+# Weight dtypes engines run as W8A8 on 8-bit tensor cores where a GPU has them (vLLM's Fp8LinearMethod; H100's dense
+# fp8 peak is twice its bf16 one), whose compute a roofline costed at the bf16 peak can overstate (README: Roofline time)
+W8A8_WEIGHTS = frozenset({"fp8", "int8"})
 
 
 def dtype_bits(dtype: str, what: str = "kv") -> int:

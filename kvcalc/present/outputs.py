@@ -211,7 +211,9 @@ def list_output() -> Output:
 def bounds_note(s: Settings) -> str:
     """The title's words for roofline times: lower bounds, but where 8-bit weights run on 8-bit tensor cores, which can
     beat the bf16 peak FLOPs are costed at (README, Roofline time)."""
-    return "(lower bounds; compute at the bf16 peak)" if s.weights_dtype in ("fp8", "int8") else "(lower bounds)"
+    from kvcalc.dtypes import W8A8_WEIGHTS
+
+    return "(lower bounds; compute at the bf16 peak)" if s.weights_dtype in W8A8_WEIGHTS else "(lower bounds)"
 
 
 def serving_note(s: Settings) -> str:

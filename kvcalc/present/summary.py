@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.costs.cache import CacheReport
+from kvcalc.dtypes import W8A8_WEIGHTS
 from kvcalc.fields import Figure
 from kvcalc.figures import CostFigures
 from kvcalc.present.render import Column, cell
@@ -206,7 +207,7 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
     if fig.hardware is not None:
         hw = fig.hardware
         # FLOPs are costed at the bf16 peak: 8-bit weights an engine runs on 8-bit tensor cores (W8A8) can beat it
-        eight = fig.weights_dtype in ("fp8", "int8")
+        eight = fig.weights_dtype in W8A8_WEIGHTS
         peak = "FLOPs at the bf16 peak, which 8-bit tensor cores (where the GPU has them) can beat"
         low = f"lower bound where memory-bound; where compute-bound, {peak}" if eight else "lower bound"
         step_low = "lower bound" if fig.decode_bound == "memory" or not eight else peak
