@@ -216,3 +216,16 @@ def test_kda_real_dims():
     compare = json.loads(cli("compare", config, "--ctx", "66", "--kv-dtype", "fp32", "--state-dtype", "fp32",
                              "--format", "json").stdout)[0]
     assert total["measured"] == total["predicted"] == compare["state_bytes"] == 20 * 4 * (32 * 128 * 128 + 9 * 4096)
+
+
+@pytest.mark.parametrize("attention, label", [({"kind": "linear", "state_elements": 100}, "linear"),
+                                              ({"kind": "projection"}, "projection")])
+def test_a_spec_with_nothing_to_run_is_refused_by_what_it_holds(attention, label, tmp_path):
+    """A spec whose every layer is of a kind the backend does not run is refused naming those kinds (it once said
+    'constant-state layers only', wrong for a projection, which holds nothing)."""
+    spec = {**tiny_hybrid(attention), "n_layers": 1, "layer_groups": [{"name": "only", "layers": "all",
+                                                                        "attention": attention}]}
+    result = cli("run", write(tmp_path, spec), "--ctx", "8", ok=False)
+    assert result.exit_code == 1 and "Traceback" not in result.stderr, result
+    assert f"tiny: no layer the NumPy backend runs ('only' is {label}: it runs neither linear nor projection" in (
+        " ".join(result.stderr.split())), result

@@ -157,7 +157,10 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
                                   "the analytic figures (show, compare) count it")
     order = layer_order(spec)
     if not order:
-        raise KvcalcError(f"{spec.name}: no attention layer to run (constant-state layers only)")
+        kept = "; ".join(f"{g.label!r} is " + ("KV-shared" if g.layer.kv_shared else g.attention.kind) for g in spec.groups)
+        raise KvcalcError(f"kvcalc run: {spec.name}: no layer the NumPy backend runs ({kept}: it runs neither "
+                          f"{' nor '.join(NOT_RUN)} layers, nor KV-shared ones); the analytic figures (show, compare) "
+                          "count them")
     n_layers = s.layers or len([g for g in spec.groups if _runs(g)])
     if n_layers > len(order):
         raise KvcalcError(f"--layers {n_layers}: {spec.name} has only {len(order)} attention layers")
