@@ -243,6 +243,34 @@ def test_sglang_sets_aside_a_state_pool_for_a_hybrid_with_constant_states():
     assert row["max_batch"] == (_room(row) * 9 // 19 - s) // s // 5 == 149
 
 
+def test_sglang_extra_buffer_gives_a_running_request_three_state_slots():
+    # a review: under SGLang's extra-buffer radix cache (Qwen3-Next: overrides.py _MAMBA_EXTRA_BUFFER_ARCHS, the
+    # default overlap schedule) HybridReqToTokenPool.alloc takes a request's working slot and _alloc_ping_pong_buffer
+    # get_mamba_tracking_slots(extra_buffer=True, overlap=True) = 2 more, freed together (free_mamba_cache); kvcalc
+    # counted one. S as above, 19,316,736 bytes a GPU at tp 4; 77,266,944 on one GPU (tp 1: 36 · (32 · 128 · 128 · 4
+    # + 8,192 · 3 · 2))
+    s = 36 * (8 * 128 * 128 * 4 + 2048 * 3 * 2)
+    row = fit("qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4", "--ctx", "8k")[0]
+    assert (row["max_batch"], row["binding"]) == (149, "max_running_requests")  # K // 5 = 745 // 5, unchanged
+    assert row["state_bytes_per_gpu"] == 149 * 3 * s == 8_634_580_992
+    one = 36 * (32 * 128 * 128 * 4 + 8192 * 3 * 2)
+    show = json.loads(run("show", "qwen3-next-80b-a3b", "--engine", "sglang", "--ctx", "8k", "--batch", "4",
+                          "-f", "json").stdout)["summary"]
+    assert (show["state_bytes"], show["engine_state_bytes"]) == (4 * one, 3 * 4 * one) == (309_067_776, 927_203_328)
+    # 745 slots hold 248 such requests (744 slots), not 249: the state pool binds there, not the KV pool
+    ok = fit("qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4", "--batch", "248")[0]
+    over = run("fit", "qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine", "sglang", "--gpus", "4",
+               "--batch", "249")
+    assert ok["max_ctx"] > 0 and json.loads(run("fit", "qwen3-next-80b-a3b", "--hardware", "h100-80gb", "--engine",
+                                                "sglang", "--gpus", "4", "--batch", "249", "-f", "json").stdout)[0]["max_ctx"] == 0
+    assert "its state pool: 745 slots" in over.stderr and "3 a sequence" in " ".join(over.stderr.split())
+    # vLLM's states are its pages (two resident a layer), and a family without the extra buffer keeps one slot
+    from kvcalc.costs.paged import state_slots
+
+    assert (state_slots("qwen3_next", "sglang"), state_slots("qwen3_next", "vllm"), state_slots("jamba", "sglang"),
+            state_slots("nemotron_h", None)) == (3, 1, 1, 1)
+
+
 def test_sglang_pools_leave_a_plain_model_as_one_pool():
     # one kind of layer: one pool of room / rate tokens, as without the pools (llama3-70b at tp 8: 80 layers ·
     # 2 · 1 KV head · 128 · 2 = 40,960 bytes a token a GPU)

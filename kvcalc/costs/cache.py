@@ -34,6 +34,7 @@ from kvcalc.costs.paged import (
     pages,
     sglang_buffers,
     span_bytes,
+    state_slots,
     vllm_layout,
 )
 from kvcalc.costs.quant import component_bytes, entry_bytes, group_size
@@ -191,6 +192,7 @@ class CachePlan:
     every_token: bool = False  # the engine pages every token of a windowed layer (kvcalc.costs.paged.keeps_every_token)
     buffers: dict[tuple[int, str], int] | None = None  # SGLang's encoder–decoder buffers (kvcalc.costs.paged.sglang_buffers)
     ahead: int = 0  # slots an engine's step allocates past ctx under --mtp (kvcalc.costs.paged.lookahead)
+    state_slots: int = 1  # state slots a sequence takes outside vLLM's hybrid pages (kvcalc.costs.paged.state_slots)
 
 
 @dataclass(frozen=True)
@@ -248,7 +250,8 @@ class CacheReport:
     def groups(self) -> tuple[GroupCache, ...]:
         """The cache of each layer group."""
         return tuple(group_cache(g, self.settings, self.plan.enc_ctx, self.plan.every_token, self.plan.layout, i,
-                                 self.plan.buffers, self.plan.ahead) for i, g in enumerate(self.plan.groups))
+                                 self.plan.buffers, self.plan.ahead, self.plan.state_slots)
+                     for i, g in enumerate(self.plan.groups))
 
     @property
     def cache_bytes(self) -> int:
@@ -267,11 +270,12 @@ def token_bytes(formula: Formula, heads: int, s: Settings) -> int:
 
 def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, every_token: bool = False,
                 layout: PoolLayout | None = None, index: int = 0, pads: dict[tuple[int, str], int] | None = None,
-                ahead: int = 0) -> GroupCache:
+                ahead: int = 0, slots: int = 1) -> GroupCache:
     """The cache of one layer group of a model at settings `s`; `enc_tokens`: encoder positions its cross-attention
     holds (encoder–decoder models); `every_token`: the engine pages every token of a windowed layer; `layout`: vLLM's
     pool of a model whose layers' specs differ, this group its `index`-th, with the padding slots `pads` (None: the
-    whole model's; kvcalc.costs.paged); `ahead`: slots an engine's step allocates past ctx (kvcalc.costs.paged.lookahead)."""
+    whole model's; kvcalc.costs.paged); `ahead`: slots an engine's step allocates past ctx (kvcalc.costs.paged.lookahead);
+    `slots`: state slots a sequence takes where no layout pages its states (kvcalc.costs.paged.state_slots)."""
     att, layer = group.attention, group.layer
     formula = att.cache_formula(layer, s.mla_cache)
     held = att.tokens_held(layer, s.ctx)
@@ -310,7 +314,8 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, every_to
             paged += span_bytes(cross, cross_heads, pages(enc_tokens, enc_tokens, block), block, group.cross, s)
         paged *= s.batch
         state_one = own.state_page if own.state_page is not None else parts_bytes(parts, 1)
-        engine_state = s.batch * state_one * own.state_pages if state.elements else 0  # vLLM: padded pages a state
+        held_states = own.state_pages if layout is not None else slots  # vLLM: padded pages a state; SGLang: its slots
+        engine_state = s.batch * state_one * held_states if state.elements else 0
     return GroupCache(group, formula, held, state.elements, per_layer, total, layer_bytes, bytes_,
                       state if state.elements else None, state_total, parts_bytes(parts, s.batch * len(group.layers)),
                       cross, enc_tokens if cross else 0, token_bytes(formula, heads, s), heads, block, n_pages or 0,
@@ -373,9 +378,10 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     ahead = lookahead(spec.mtp_layers, s)
     one = replace(s, ctx=1, batch=1)
     every = keeps_every_token(spec.family, s.engine)
+    slots = state_slots(spec.family, s.engine)
     extra = sglang_buffers(groups, s, spec.encoder.n_layers if spec.encoder else 0, family=spec.family) \
         if layout is None else None
-    rows = tuple(group_cache(g, one, enc, every, layout, i, extra, ahead) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx
+    rows = tuple(group_cache(g, one, enc, every, layout, i, extra, ahead, slots) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx
     for r in rows:
         if r.formula.elements:
             check_vllm_block(r.group.attention, s)
@@ -415,6 +421,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
         every_token=every,
         buffers=extra or None,
         ahead=ahead,
+        state_slots=slots,
     )
 
 

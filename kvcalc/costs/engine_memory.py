@@ -215,8 +215,8 @@ def sglang_capacity(p: SGLangPools, room: int) -> SGLangCapacity | None:
     slots = None
     if p.state_per_sequence:
         r = SGLANG_MAMBA_FULL_MEMORY_RATIO
-        slots = int(room * r / (1 + r) // p.state_per_sequence) - 1  # (share − S) // S
-        room -= (slots + 1) * p.state_per_sequence
+        slots = int(room * r / (1 + r) // p.state_slot) - 1  # (share − S) // S
+        room -= (slots + 1) * p.state_slot
     if room < 0 or slots is not None and slots < 1:
         return None
 
@@ -233,10 +233,10 @@ def sglang_capacity(p: SGLangPools, room: int) -> SGLangCapacity | None:
 
 def sglang_short(p: SGLangPools, room: int) -> str | None:
     """The SGLang static pool a stage's cache and states overflow in `room` bytes (sglang_capacity), or None where
-    they fit: 'state' (each running sequence holds a state slot), 'swa' (the sliding-window pool's tokens) or 'kv'
-    (the token pool's)."""
+    they fit: 'state' (each running sequence holds its state slots, kvcalc.costs.paged.state_slots), 'swa' (the
+    sliding-window pool's tokens) or 'kv' (the token pool's)."""
     c = sglang_capacity(p, room)
-    if c is None or c.slots is not None and p.sequences > c.slots:
+    if c is None or c.slots is not None and p.sequences * p.state_slots > c.slots:
         return "state"
     if c.swa_tokens is not None:
         return "kv" if p.full_bytes > c.tokens * p.full_rate else "swa" if p.swa_bytes > c.swa_tokens * p.swa_rate else None
@@ -248,11 +248,10 @@ def sglang_fits(p: SGLangPools, room: int) -> bool:
     return sglang_short(p, room) is None
 
 
-# SGLang's mamba radix cache takes the extra-buffer strategy for these architectures (arg_groups/overrides.py
-# _MAMBA_EXTRA_BUFFER_ARCHS, with the default triton linear-attention backend and overlap schedule): a running request
-# holds 3 + 2 state slots (MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO + the tracking slots), otherwise 3
-SGLANG_EXTRA_BUFFER_FAMILIES = frozenset({"qwen3_next", "nemotron_h", "falcon_h1", "granitemoehybrid", "kimi_linear",
-                                          "qwen3_5_moe"})
+# State slots SGLang keeps a running request beside its radix cache's (kv_cache_configurator.py
+# MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO); _calculate_mamba_ratio adds the extra-buffer strategy's tracking slots
+# (kvcalc.costs.paged.state_slots), and resolve_max_num_reqs caps max_running_requests at max_mamba_cache_size // ratio
+SGLANG_MAMBA_RATIO = 3
 VLLM_MAX_NUM_SEQS = (1024, 256)  # vllm serve's default max_num_seqs: GPUs of 70 GiB or more but A100s, and the rest
 
 
@@ -297,6 +296,6 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, ac
         else:
             cap = min(max(min(c.tokens * 512 // spec.max_context, 4096), 2048), c.tokens // 2)
         if c.slots is not None:
-            cap = min(cap, c.slots // (5 if spec.family in SGLANG_EXTRA_BUFFER_FAMILIES else 3))
+            cap = min(cap, c.slots // (SGLANG_MAMBA_RATIO + pools.state_slots - 1))
         caps.append(cap)
     return min(caps) * s.dp * workers, "max_running_requests"

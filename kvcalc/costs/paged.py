@@ -83,6 +83,22 @@ VLLM_RESIDENT_STATES = 2
 SGLANG_HYBRID_SWA = frozenset({"llama4", "gpt-oss", "mimo_v2_flash", "step3p5", "gemma4"})
 
 
+# SGLang 0.5.23 runs a hybrid's radix cache with its extra-buffer strategy for these families (arg_groups/overrides.py
+# _MAMBA_EXTRA_BUFFER_ARCHS, which _mamba_radix_cache_resolution picks under the default overlap schedule and triton
+# linear-attention backend): HybridReqToTokenPool.alloc gives a new request its working state slot and
+# _alloc_ping_pong_buffer its mamba_initial_tracking_slots more (allocation_sizing.get_mamba_tracking_slots: 2 with
+# overlap), all freed together when it ends (free_mamba_cache)
+SGLANG_EXTRA_BUFFER_FAMILIES = frozenset({"qwen3_next", "nemotron_h", "falcon_h1", "granitemoehybrid", "kimi_linear",
+                                          "qwen3_5_moe"})
+SGLANG_TRACKING_SLOTS = 2
+
+
+def state_slots(family: str, engine: str | None) -> int:
+    """State slots a running sequence takes in the engine's pool outside vLLM's hybrid pages (PoolLayout counts
+    those): SGLang's working slot and its 2 tracking slots under the extra-buffer strategy; else one."""
+    return 1 + SGLANG_TRACKING_SLOTS if engine == "sglang" and family in SGLANG_EXTRA_BUFFER_FAMILIES else 1
+
+
 def keeps_every_token(family: str, engine: str | None) -> bool:
     """Whether the engine pages every token of a windowed or chunked layer of a model of `family` (SGLang outside
     its hybrid-SWA models)."""

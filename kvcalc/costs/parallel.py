@@ -74,7 +74,15 @@ from kvcalc.costs.engine_files import (
     unquantized_params,
     vocab_rows,
 )
-from kvcalc.costs.paged import PoolLayout, engine_groups, keeps_every_token, lookahead, sglang_buffers, vllm_layout
+from kvcalc.costs.paged import (
+    PoolLayout,
+    engine_groups,
+    keeps_every_token,
+    lookahead,
+    sglang_buffers,
+    state_slots,
+    vllm_layout,
+)
 from kvcalc.costs.state import parts_bytes
 from kvcalc.dtypes import bits_to_bytes
 from kvcalc.errors import KvcalcError
@@ -166,6 +174,7 @@ class Stage:
     weights_bytes: int
     held_back: int = 0  # bytes of the pool no sequence gets (vLLM: BlockPool's null block, one block of the pool)
     sized: tuple[_StageGroup, ...] = ()  # layers the engine's pool sizing counts here but no pool holds (sglang_pools)
+    state_slots: int = 1  # state slots a sequence takes in the engine's pool (kvcalc.costs.paged.state_slots)
 
 
 def mtp_layers_on(spec: ModelSpec, s: Settings, stage: int) -> tuple[int, ...]:
@@ -207,7 +216,8 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     one = dataclasses.replace(s, ctx=1, batch=1, tp=1, pp=1, dp=1, ep=1)
     every = keeps_every_token(spec.family, s.engine)
     ahead = lookahead(spec.mtp_layers, s)
-    caches = [group_cache(g, one, enc, every, layout, j, {}, ahead) for j, g in enumerate(held)]  # padding: by stage, below
+    slots = state_slots(spec.family, s.engine)
+    caches = [group_cache(g, one, enc, every, layout, j, {}, ahead, slots) for j, g in enumerate(held)]  # padding: by stage, below
     ranges = pp_stages(spec.n_layers, s.pp, s.engine)
     out = []
     for i, layers in enumerate(ranges):
@@ -250,7 +260,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)), routers, draft, eh_proj, tables,
                                    plain)
         out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype) + extra,
-                         null_block_bytes(s, layout, here, groups), tuple(sized)))
+                         null_block_bytes(s, layout, here, groups), tuple(sized), slots))
     return tuple(out)
 
 
@@ -358,7 +368,7 @@ def _group_state(s: Settings, g: _StageGroup) -> int:
 class SGLangPools(NamedTuple):
     """One stage's GPU as SGLang's static pools divide it (fit): the cache its full-attention layers and its sliding
     (or chunked) layers hold at the settings, the bytes one token takes in each (a token in every such layer), the page
-    size, one sequence's constant states with the sequences that hold them, and the bytes a token takes in layers the
+    size, one sequence's constant states (in all the state slots it takes) with the sequences that hold them, and the bytes a token takes in layers the
     sizing counts here but no pool holds (full, sliding: Stage.sized)."""
 
     full_bytes: int
@@ -370,6 +380,12 @@ class SGLangPools(NamedTuple):
     sequences: int
     sized_full_rate: Fraction = Fraction(0)
     sized_swa_rate: Fraction = Fraction(0)
+    state_slots: int = 1  # slots of the state pool one sequence's states take (kvcalc.costs.paged.state_slots)
+
+    @property
+    def state_slot(self) -> int:
+        """Bytes of one slot of the state pool: a sequence's states in all the stage's layers, once."""
+        return self.state_per_sequence // self.state_slots
 
 
 def sglang_pools(s: Settings, plan: Stage) -> SGLangPools:
@@ -400,7 +416,7 @@ def sglang_pools(s: Settings, plan: Stage) -> SGLangPools:
             sized_swa += _token_rate(g, g.n)
         else:
             sized_full += _token_rate(g, g.n)
-    return SGLangPools(full, swa, full_rate, swa_rate, block, state, sequences, sized_full, sized_swa)
+    return SGLangPools(full, swa, full_rate, swa_rate, block, state, sequences, sized_full, sized_swa, plan.state_slots)
 
 
 def _token_rate(g: _StageGroup, layers: int) -> Fraction:

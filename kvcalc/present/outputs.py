@@ -615,6 +615,7 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
     """What fit's rows cannot say: a window's fall that one sequence more meets below --ctx, the SGLang pool that
     binds, that nothing fits, and an engine's default cap on sequences below --batch."""
     from kvcalc.costs.engine_memory import SGLANG_MAMBA_FULL_MEMORY_RATIO, SGLANG_SWA_FULL_TOKENS_RATIO
+    from kvcalc.costs.paged import state_slots
     from kvcalc.fit import batch_cap, binding_context, sglang_pool_binding
     from kvcalc.units import format_bytes
 
@@ -635,8 +636,11 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
         if pool is not None:
             what, slots = pool
             at = f"at {row['ctx']:,} tokens" if ctxs else f"at batch {row['batch']:,}"
-            words = {"state": f"its state pool: {slots:,} slots, one a sequence (r/(1 + r) of the room after weights "
-                              f"and activations, r = --mamba-full-memory-ratio {float(SGLANG_MAMBA_FULL_MEMORY_RATIO):g})"
+            per = state_slots(spec.family, s.engine)
+            each = "one a sequence" if per == 1 else \
+                f"{per} a sequence (its own and the extra buffer's {per - 1} tracking slots)"
+            words = {"state": f"its state pool: {slots:,} slots (r/(1 + r) of the room after weights and activations, "
+                              f"r = --mamba-full-memory-ratio {float(SGLANG_MAMBA_FULL_MEMORY_RATIO):g}), {each}"
                               if slots else "its state pool",
                      "swa": f"its sliding-window pool (--swa-full-tokens-ratio {float(SGLANG_SWA_FULL_TOKENS_RATIO):g} of "
                             "the full pool's tokens)",

@@ -143,7 +143,9 @@ def engine_items(report: CacheReport, units: str) -> list[tuple[str, Any, str, s
         items.append(("engine_state_bytes", report.engine_state_bytes, b(report.engine_state_bytes),
                       f"{report.engine}: constant states as it stores them"
                       + (" (a state two pages in a hybrid, one in a model of states alone, each padded)"
-                         if report.engine == "vllm" else "")))
+                         if report.engine == "vllm" else
+                         f" ({report.plan.state_slots} slots a sequence: its own and its extra buffer's tracking slots)"
+                         if report.plan.state_slots > 1 else "")))
     return items
 
 
