@@ -512,9 +512,9 @@ def test_explain_says_what_a_review_found_unclear_or_untrue():
             "128; index_k 128 in fp8 with an fp32 scale a 128 = 132: 788 bytes) = 50,432 bytes a layer") in out
     # a --block-size vLLM raises for a hybrid model is said, not only applied
     res = run("compare", "qwen3-next-80b-a3b", "--ctx", "4k", "--engine", "vllm", "--block-size", "16")
-    assert "warning: qwen3-next-80b-a3b: --block-size 16: vLLM raises a hybrid model's attention pages to 544 tokens" in res.stderr
+    assert "warning: qwen3-next-80b-a3b: --block-size 16: vLLM raises a hybrid model's attention pages to 576 tokens" in res.stderr
     assert json.loads(run("compare", "qwen3-next-80b-a3b", "--ctx", "4k", "--engine", "vllm", "--block-size", "16",
-                          "-f", "json").stdout)[0]["block_size"] == 544
+                          "-f", "json").stdout)[0]["block_size"] == 576
     assert "raises" not in run("compare", "qwen3-next-80b-a3b", "--ctx", "4k", "--engine", "vllm", "--block-size", "1024").stderr
     # a constant-state group per GPU says its states, not '0 = 0 = 0 elements (the same on each of 2 tp ranks)'
     out = run("compare", "qwen3-next-80b-a3b", "--ctx", "4k", "--tp", "2", "--explain").stdout

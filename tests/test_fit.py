@@ -88,17 +88,17 @@ def test_weights_count_the_mtp_layers_when_asked():
 
 
 def test_kv_cache_of_all_sequences_is_in_pages_under_an_engine():
-    # one GPU: the whole batch's KV cache in vLLM's pages (12 attention layers, 544-token pages of 2 KV heads, 256,
+    # one GPU: the whole batch's KV cache in vLLM's pages (12 attention layers, 576-token pages of 2 KV heads, 256,
     # bf16: 2,048 bytes a token) is what the GPU holds without the states' pages
     row = fit("qwen3-next-80b-a3b", "--hardware", "h200-141gb", "--engine", "vllm", "--block-size", "16", "--weights-dtype", "fp8",
               "--reserve", "0.1", "--ctx", "100000")[0]
-    pages = -(-100_000 // 544)
-    assert row["kv_cache_bytes"] == row["batch"] * 12 * pages * 544 * 2048
-    state_pages = row["batch"] * 36 * 2 * 544 * 2048  # each Gated DeltaNet layer's states in two padded pages
+    pages = -(-100_000 // 576)  # 64 · ceil(1,097,728 / (64 · 2,048)): on the Gated DeltaNet's 64-token grid
+    assert row["kv_cache_bytes"] == row["batch"] * 12 * pages * 576 * 2048
+    state_pages = row["batch"] * 36 * 2 * 576 * 2048  # each Gated DeltaNet layer's states in two padded pages
     assert row["kv_cache_bytes_per_gpu"] == row["kv_cache_bytes"] + state_pages
     # 21 sequences (22 when the fp8 figure counted the embedding, LM head and routers in fp8: the engines keep them in
     # bf16, 0.6 GB more here)
-    assert (row["batch"], row["kv_cache_bytes"]) == (21, 21 * 12 * 184 * 544 * 2048) == (21, 51_659_145_216)
+    assert (row["batch"], row["kv_cache_bytes"]) == (21, 21 * 12 * 174 * 576 * 2048) == (21, 51_725_205_504)
 
 
 @pytest.mark.slow

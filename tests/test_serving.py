@@ -4,6 +4,7 @@ out by hand from the model's numbers and the rule it follows (kvcalc/costs/quant
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -269,18 +270,19 @@ def test_fit_prefill_chunk_defaults_to_vllm_serve():
 
 
 def test_vllm_hybrid_pages_unify_attention_and_state():
-    # vLLM _align_hybrid_block_size (no prefix caching of states): attention block a = 16 · ceil(S / (16 · A)), every
-    # state padded to one page of a · A bytes. Qwen3-Next: Gated DeltaNet state of one layer S (bf16) against
-    # A = 2 · 2 KV heads · 256 · 2 bytes = 2048 bytes a token.
+    # vLLM _align_hybrid_block_size: attention block a = k · ceil(S / (k · A)), every state padded to one page of
+    # a · A bytes, k = lcm(max(16, 16), 64) under --block-size 16 (the Gated DeltaNet's checkpoint grid on Hopper).
+    # Qwen3-Next: Gated DeltaNet state of one layer S (bf16) against A = 2 · 2 KV heads · 256 · 2 bytes = 2048 a token.
     qwen = spec("qwen3-next-80b-a3b")
     r = kv_cache(qwen, Settings(ctx=1000, engine="vllm", block_size=16))
     state = r.groups[0].state_elements_per_layer * 2
-    a = 16 * -(-state // (16 * 2048))
-    # vLLM's start-up log for Qwen3-Next at tp 1 (as users post it): "Setting attention block size to 544 tokens ...",
-    # "Padding mamba page size by 1.49% ..."
-    assert a == 544
-    assert round(100 * (a * 2048 - state) / state, 2) == 1.49
-    assert r.engine_bytes == 12 * 2 * a * 2048  # 12 attention layers, 1000 tokens in 2 pages of 544
+    a = 64 * -(-state // (64 * 2048))
+    # users post vLLM's start-up log for Qwen3-Next at tp 1 and block size 16 with k = 16 (a Triton Gated DeltaNet
+    # prefill, or a vLLM before the checkpoint grid): "Setting attention block size to 544 tokens ...", "Padding mamba
+    # page size by 1.49% ..."; on Hopper's FlashInfer prefill vLLM 0.34.0 pads by 7.46% to 576
+    assert 16 * -(-state // (16 * 2048)) == 544 and a == 576
+    assert round(100 * (a * 2048 - state) / state, 2) == 7.46
+    assert r.engine_bytes == 12 * 2 * a * 2048  # 12 attention layers, 1000 tokens in 2 pages of 576
     # 36 linear layers, two padded pages each (vLLM 0.34.0's prefix caching for hybrids: mamba_cache_mode "align",
     # "only 2 + num_speculative_blocks state blocks are resident")
     assert r.engine_state_bytes == 36 * 2 * a * 2048
@@ -297,6 +299,30 @@ def test_vllm_hybrid_pages_unify_attention_and_state():
     for engine, slots in (("sglang", 3), ("ideal", 1)):
         exact = kv_cache(qwen, Settings(ctx=1000, engine=engine))
         assert (exact.engine_bytes, exact.engine_state_bytes) == (exact.bytes, slots * exact.state_bytes)
+
+
+def test_vllm_gated_deltanet_hybrid_block_is_on_the_checkpoint_grid():
+    # a review: in mamba_cache_mode "align" (vLLM 0.34.0's default for hybrids) _align_hybrid_block_size takes k =
+    # lcm(max(16, block size), the layers' prefill checkpoint alignment): 64 for a Qwen Gated DeltaNet layer on the
+    # FlashInfer prefill vLLM picks on Hopper (FLASHINFER_GDN_CHECKPOINT_ALIGNMENT), none for Mamba-2. Qwen3-Next:
+    # one layer's state 32 · 128 · 128 + 3 · 8,192 = 548,864 bf16 elements = 1,097,728 bytes; A = 2 · 2 · 256 · 2 =
+    # 2,048 bytes a token; a block of k · ceil(S / (k · A)) tokens (544 under 16 before: k = 16)
+    qwen = spec("qwen3-next-80b-a3b")
+    state, a = 548_864 * 2, 2048
+
+    def block(asked: int) -> int:
+        k = math.lcm(max(16, asked), 64)
+        return max(k * -(-state // (k * a)), asked)
+
+    assert [block(b) for b in (16, 32, 48, 64, 80, 128)] == [576, 576, 576, 576, 640, 640]
+    for asked in (16, 32, 48, 80):
+        r = kv_cache(qwen, Settings(ctx=8192, engine="vllm", block_size=asked))
+        pages = -(-8192 // block(asked))
+        assert (r.engine_bytes, r.engine_state_bytes) == (12 * pages * block(asked) * a, 36 * 2 * block(asked) * a)
+    assert kv_cache(qwen, Settings(ctx=8192, engine="vllm", block_size=16)).engine_bytes == 212_336_640  # not 544's
+    # Mamba-2 declares no checkpoint grid: Nemotron-H's block stays 16 · ceil(S / (16 · A)) = 4,128 under 16
+    nem = kv_cache(spec("nemotron-h-56b"), Settings(ctx=1000, engine="vllm", block_size=16))
+    assert nem.block_size == 4128
 
 
 def test_vllm_hybrid_block_under_a_group_scheme_holds_the_state_at_the_page_rate():
@@ -363,7 +389,7 @@ def test_vllm_groups_pad_every_spec_to_whole_groups(tmp_path):
     plain = kv_cache(with_mtp, Settings(ctx=1000, engine="vllm", block_size=16))
     # and each state layer holds a page more for the speculated token (MambaSpec.num_speculative_blocks: vLLM's
     # MambaManager allocates 1 + num_speculative_tokens blocks a request)
-    assert q.engine_state_bytes == plain.engine_state_bytes // 36 // 2 * 39 * 3 == 39 * 3 * 544 * 2048
+    assert q.engine_state_bytes == plain.engine_state_bytes // 36 // 2 * 39 * 3 == 39 * 3 * 576 * 2048  # 576: k = 64
     assert q.engine_bytes == plain.engine_bytes // 12 * 13
     # one spec, or one type of attention at one block size, is one group: nothing changes
     for name in ("llama3-70b", "mistral-7b", "deepseek-v3.2", "gpt-oss-120b", "llama4-scout", "whisper-large-v3"):
@@ -447,8 +473,8 @@ def test_vllm_hybrid_pages_per_rank_and_in_fit():
     g = per_gpu(spec("qwen3-next-80b-a3b"), s)
     rank = kv_cache(spec("qwen3-next-80b-a3b"), Settings(ctx=1000))
     state = rank.groups[0].state_elements_per_layer * 2 // 4
-    a = 16 * -(-state // (16 * 1024))
-    assert a == 272
+    a = 64 * -(-state // (64 * 1024))  # k = lcm(16, 64): the Gated DeltaNet's checkpoint grid
+    assert a == 320
     assert g.kv_cache_bytes == 12 * -(-1000 // a) * a * 1024 and g.state_bytes == 36 * 2 * a * 1024
 
 
@@ -456,13 +482,14 @@ def test_vllm_hybrid_pages_per_rank_and_in_fit():
 @pytest.mark.parametrize(("tp", "heads"), [(2, 1), (4, 1), (8, 1)])
 def test_the_page_each_rank_allocates_is_shown_under_tp(tp, heads):
     # block_size stays the one-GPU page (engine_kv_bytes uses it); block_size_per_gpu is the page a rank allocates:
-    # vLLM's 16 · ceil(S / (16 · A)) with a 1/tp share of each Gated DeltaNet state S and A = 2 · heads · 256 · 2 bytes
+    # vLLM's 64 · ceil(S / (64 · A)) (k = lcm(16, 64)) with a 1/tp share of each Gated DeltaNet state S and A = 2 ·
+    # heads · 256 · 2 bytes
     rows = json.loads(run("compare", "qwen3-next-80b-a3b", "--ctx", "8193", "--engine", "vllm", "--block-size", "16", "--tp", str(tp),
                           "-f", "json").stdout)
     state = 548_864 * 2 // tp  # bf16: 32 · 128 · 128 recurrent + 3 · 8,192 conv elements a layer
-    a = 16 * -(-state // (16 * 2 * heads * 256 * 2))
-    assert (rows[0]["block_size"], rows[0]["block_size_per_gpu"]) == (544, a)
-    assert a == {2: 544, 4: 272, 8: 144}[tp]
+    a = 64 * -(-state // (64 * 2 * heads * 256 * 2))
+    assert (rows[0]["block_size"], rows[0]["block_size_per_gpu"]) == (576, a)
+    assert a == {2: 576, 4: 320, 8: 192}[tp]
     assert rows[0]["kv_cache_bytes_per_gpu"] == 12 * -(-8193 // a) * a * 2 * heads * 256 * 2
     show = run("show", "qwen3-next-80b-a3b", "--ctx", "8193", "--engine", "vllm", "--block-size", "16", "--tp", str(tp)).stdout
     assert f"its KV cache, whole pages of {a} tokens" in show
@@ -509,11 +536,11 @@ def test_a_chunked_layer_holds_its_current_aligned_chunk_in_pages():
 def test_vllm_keeps_states_at_the_model_dtype_under_an_fp8_kv_cache():
     # an audit: vLLM's CacheConfig.mamba_cache_dtype "auto" takes the model's dtype, not the KV cache's, so an fp8
     # cache leaves Qwen3-Next's states at bf16: S = 548,864 · 2 = 1,097,728 bytes a layer, A = 2 · 2 · 256 · 1 = 1,024
-    # bytes a token (fp8), block 16 · ceil(S / (16 · A)) = 1,072 tokens (it was 544 with fp8 states)
+    # bytes a token (fp8), block 64 · ceil(S / (64 · A)) = 1,088 tokens (k = lcm(16, 64); it was 576 with fp8 states)
     r = row("qwen3-next-80b-a3b", "--ctx", "100000", "--batch", "3", "--engine", "vllm", "--block-size", "16", "--kv-dtype", "fp8")
-    assert r["block_size"] == 16 * -(-1_097_728 // (16 * 1024)) == 1072
-    assert r["engine_state_bytes"] == 36 * 3 * 2 * 1072 * 1024 == 237_109_248  # two state pages, each a whole block
-    assert r["engine_kv_bytes"] == 12 * 3 * -(-100_000 // 1072) * 1072 * 1024 == 3_714_711_552
+    assert r["block_size"] == 64 * -(-1_097_728 // (64 * 1024)) == 1088
+    assert r["engine_state_bytes"] == 36 * 3 * 2 * 1088 * 1024 == 240_648_192  # two state pages, each a whole block
+    assert r["engine_kv_bytes"] == 12 * 3 * -(-100_000 // 1088) * 1088 * 1024 == 3_689_938_944
     # without an engine, or with --state-dtype, the states follow the settings as before
     assert row("qwen3-next-80b-a3b", "--ctx", "100000", "--batch", "3", "--kv-dtype", "fp8")["state_bytes"] == 36 * 3 * 548_864
 

@@ -36,10 +36,12 @@ Rules (also in the README):
   MambaSpec.max_num_blocks_per_req; the extra prefill-checkpoint page of a Mamba-2 layer is not counted), one in a
   model of states alone, and makes every page the same size (vllm/platforms/interface.py `_align_hybrid_block_size`): the attention block grows to a = k · ceil(S / (k · A)) tokens, with S the
   bytes of one layer's state, A the bytes one token adds to an attention layer and k = max(the backend's smallest
-  block, 16, or 64 for FlashMLA, the block size: 64 by default), at least 128 for an MLA hybrid, and each state page
+  block, 16, or 64 for FlashMLA, the block size: 64 by default), at least 128 for an MLA hybrid, a multiple of 64
+  where every state layer is a Gated DeltaNet (VLLM_GDN_CHECKPOINT_ALIGNMENT), and each state page
   is padded to a · A bytes (under kvcalc's g<G> scheme, not vLLM's, a page is not a · A: the first multiple of k
   whose page holds S, `_holding_block`). SGLang
-  keeps states in its own Mamba pool at their exact size (mem_cache/memory_pool.py MambaPool); ideal is exact.
+  keeps states in its own Mamba pool at their exact size (mem_cache/memory_pool.py MambaPool), a slot a sequence or
+  three under its extra-buffer strategy (state_slots); ideal is exact.
 - vLLM's groups (vllm/v1/core/kv_cache_planning.py get_kv_cache_groups): a model whose layers' specs differ is kept in
   groups of one spec and equal size, the fewest layers a spec has, or the most when that is under 1.5 times the
   fewest (_get_kv_cache_groups_uniform_page_size), each spec split into ceil(n / size) groups, its layers dealt round
@@ -60,7 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from math import gcd
+from math import gcd, lcm
 
 from kvcalc.attention import MLA, AttentionKind, Formula, Layer
 from kvcalc.costs.quant import component_bytes, group_size
@@ -73,6 +75,11 @@ from kvcalc.spec import ModelSpec, ResolvedGroup
 DEFAULT_BLOCK = {"ideal": 1, "vllm": 64, "sglang": 1}
 VLLM_KERNEL_BLOCK = 16  # FlashAttention's smallest kernel block (get_supported_kernel_block_sizes: MultipleOf(16))
 VLLM_MLA_HYBRID_BLOCK = 128  # _align_hybrid_block_size: an MLA/Mamba hybrid's block a multiple of 128 (TRT-LLM MLA)
+# _align_hybrid_block_size in mamba_cache_mode "align" (the hybrids' default): the block is also a multiple of the
+# Mamba layers' prefill checkpoint alignment where every one declares it (get_mamba_prefill_checkpoint_alignment): a
+# Qwen Gated DeltaNet layer on the FlashInfer prefill, vLLM's pick on Hopper (qwen_gdn_linear_attn.py
+# _resolve_gdn_prefill_backend), declares FLASHINFER_GDN_CHECKPOINT_ALIGNMENT; no other state kind declares one
+VLLM_GDN_CHECKPOINT_ALIGNMENT = 64
 # A hybrid's state pages a request holds at a time in vLLM 0.34.0, which enables prefix caching for hybrid models by
 # default (ModelConfig.is_prefix_caching_supported; MambaModelConfig: mamba_cache_mode "align"): the running state and
 # the last block's (MambaSpec.max_num_blocks_per_req: "only 2 + num_speculative_blocks state blocks are resident")
@@ -349,10 +356,13 @@ def vllm_hybrid_pages(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s
     first = growing[0].attention  # vLLM sizes the page by the first attention layer's spec
     formula = first.cache_formula(growing[0].layer, s.mla_cache)
     heads = first.cache_heads(growing[0].layer, s.mla_cache)
-    # _align_hybrid_block_size: k = max(the backend's smallest kernel block, the block size), 128 at least for MLA
+    # _align_hybrid_block_size: k = max(the backend's smallest kernel block, the block size), 128 at least for MLA,
+    # a multiple of the Gated DeltaNet's checkpoint grid
     asked = s.block_size or DEFAULT_BLOCK["vllm"]
     k = max(VLLM_MLA_BLOCK if isinstance(first, MLA) else VLLM_KERNEL_BLOCK, asked)
     k = max(k, VLLM_MLA_HYBRID_BLOCK) if isinstance(first, MLA) else k
+    if all(g.attention.kind == "gated_deltanet" and g.parallel is None for g, b in zip(groups, state_bytes) if b):
+        k = lcm(k, VLLM_GDN_CHECKPOINT_ALIGNMENT)
     block = max(_holding_block(formula, heads, k, max(state_bytes), first, s), asked)
     return HybridPages(block, page_bytes(formula, heads, block, first, s))
 
