@@ -22,12 +22,14 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from kvcalc.costs.engine_memory import (
+    SGLangCapacity,
     budget_bytes,
     default_prefill_chunk,
     default_reserve,
     engine_batch_cap,
-    sglang_capacity,
     sglang_fits,
+    sglang_pool_sizes,
+    sglang_refusal,
     sglang_short,
     sglang_stage_pools,
 )
@@ -177,18 +179,19 @@ def _fitter(spec: ModelSpec, budget: int, acts: int) -> Callable[[Settings], boo
 
     def fits(t: Settings) -> bool:
         if t.engine == "sglang":
-            return all(sglang_fits(p, room) for _, p, room in sglang_stage_pools(t, stages(spec, t), budget, acts))
+            return all(sglang_fits(p, room) for _, p, room in sglang_stage_pools(spec, t, budget, acts))
         return _tightest(spec, t, budget, acts)[1] >= 0
 
     return fits
 
 
 def sglang_pool_binding(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int,
-                        solve: str, best: int) -> tuple[str, int | None] | None:
+                        solve: str, best: int) -> tuple[str, SGLangCapacity | None, bool] | None:
     """Under --engine sglang, which of its static pools stops one step past the answer `best` (a batch or a context):
     'state' (every state slot taken: sglang_capacity's slots, the room's mamba_full_memory_ratio share), 'swa' (the
-    sliding-window pool) or 'kv' (the token pool, beside a state or sliding-window pool), with the state slots there
-    are; None elsewhere, where one pool holds everything, or where none stops it."""
+    sliding-window pool) or 'kv' (the token pool, beside a state or sliding-window pool), with the pools' sizes
+    (sglang_pool_sizes) and whether SGLang refuses to start with them at all (sglang_refusal); None elsewhere, where
+    one pool holds everything, or where none stops it."""
     if s.engine != "sglang":
         return None
     acts = activation_bytes(spec, s, chunk)
@@ -197,13 +200,13 @@ def sglang_pool_binding(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fra
     tries = [replace(s.at(x), batch=best + 1) for x in _peaks_up_to(s.ctx, falls)] if solve == "batch" else \
         [replace(s.at(x), batch=s.batch) for x in _peaks_up_to(best + 1, falls)]
     for t in tries:
-        for _, p, room in sglang_stage_pools(t, stages(spec, t), budget, acts):
+        for _, p, room in sglang_stage_pools(spec, t, budget, acts):
             if (short := sglang_short(p, room)) is None:
                 continue
-            c = sglang_capacity(p, room)
+            c = sglang_pool_sizes(p, room)
             if short == "kv" and (c is None or c.slots is None and c.swa_tokens is None):
                 return None  # one pool: plain memory
-            return short, None if c is None else c.slots
+            return short, c, c is None or sglang_refusal(p, c) is not None
     return None
 
 

@@ -745,3 +745,39 @@ def test_vllm_plain_int_caches_are_warned_of(args, said):
     assert f"warning: llama3.1-8b: --engine vllm --kv-dtype {said}: vLLM 0.34.0 has no such cache" in res.stderr
     assert "no such cache" not in run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "vllm", "--ctx", "8k",
                                       *args, "--kv-quant", "per-head").stderr
+
+
+def test_sglang_refuses_to_start_where_a_pool_serves_no_request():
+    # a review: SGLang's start-up raises where its pools cannot serve one request, so nothing fits there.
+    # - pool_configurator.validate_swa_pool_size: an SWA pool of sliding_window_size + page_size tokens or fewer; for
+    #   Llama 4 that window is attention_chunk_size, 8,192 (load_model_utils.resolve_sliding_window_size). Scout at tp
+    #   2: 12 full and 36 chunked layers of 2 · 4 KV heads · 128 · 2 = 2,048 bytes a token a GPU, full_tokens = room /
+    #   (12 · 2,048 + 0.8 · 36 · 2,048), swa_tokens = 0.8 · full_tokens
+    def pools(row):
+        full = int(Fraction(_room(row)) / (12 * 2048 + Fraction(4, 5) * 36 * 2048))
+        return full, int(full * Fraction(4, 5))
+
+    args = ("llama4-scout", "--hardware", "h200-141gb", "--tp", "2", "--engine", "sglang", "--reserve")
+    refused, served = fit(*args, "0.2835")[0], fit(*args, "0.28")[0]
+    assert pools(refused) == (8402, 6721) and 6721 <= 8192 + 1 and refused["max_ctx"] == 0
+    assert pools(served) == (14_743, 11_794) and served["max_ctx"] == 14_743
+    res = run("fit", *args, "0.2835")
+    assert ("warning: llama4-scout: nothing fits: SGLang refuses to start: its sliding-window pool of 6,721 tokens "
+            "would not hold one request's window and a page (8,192 + 1 tokens: validate_swa_pool_size)") in " ".join(
+        res.stderr.split())
+    # - resolve_max_num_reqs: max_mamba_cache_size // ratio requests, ratio 3 + 2 under Nemotron-H's extra buffer; 0
+    #   raises a RuntimeError. K = (room · 9/19 − S) // S, S = 54 Mamba-2 layers · (256 · 64 · 256 fp32 + 3 · 20,480
+    #   bf16)
+    s = 54 * (256 * 64 * 256 * 4 + 3 * 20_480 * 2)
+    args = ("nemotron-h-56b", "--hardware", "h200-141gb", "--engine", "sglang", "--reserve")
+    refused, served = fit(*args, "0.18")[0], fit(*args, "0.17")[0]
+    assert ((_room(refused) * 9 // 19 - s) // s, refused["max_ctx"]) == (4, 0)
+    assert ((_room(served) * 9 // 19 - s) // s, served["max_ctx"], served["batch"]) == (5, 8192, 1)
+    assert ("nothing fits: SGLang refuses to start: its state pool holds 4 slots, fewer than the 5 it reserves a "
+            "request") in " ".join(run("fit", *args, "0.18").stderr.split())
+    # gpt-oss's SGLang window is sliding_window − 1 (gpt_oss.py get_attention_sliding_window_size: exclusive)
+    from kvcalc.costs.paged import sglang_window
+    from kvcalc.registry import load_model
+
+    assert [sglang_window(load_model(m).spec) for m in ("gpt-oss-20b", "llama4-scout", "gemma3-27b", "llama3-70b")] \
+        == [127, 8192, 0, 0]

@@ -825,7 +825,7 @@ def test_sglang_sizes_every_rank_as_its_heaviest():
     s = Settings(ctx=8192, tp=1, pp=4, engine="sglang")
     nemo = spec("nemotron-h-56b")
     plans = stages(nemo, s)
-    pools = sglang_stage_pools(s, plans, 80 * 2**30, 0)
+    pools = sglang_stage_pools(nemo, s, 80 * 2**30, 0)
     heaviest = max(p.weights_bytes for p in plans)
     assert len({p.weights_bytes for p in plans}) > 1  # the stages differ: the embedding, the head, the layer kinds
     assert [room for _, _, room in pools] == [80 * 2**30 - heaviest] * 4

@@ -5,10 +5,10 @@ pages and the weights each engine holds are in kvcalc.costs.paged and kvcalc.cos
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, NamedTuple
 
+from kvcalc.costs.paged import sglang_window
 from kvcalc.costs.parallel import SGLangPools, Stage, sglang_pools, stages
 from kvcalc.settings import Settings
 
@@ -206,8 +206,23 @@ class SGLangCapacity(NamedTuple):
 
 
 def sglang_capacity(p: SGLangPools, room: int) -> SGLangCapacity | None:
+    """SGLang's pools in `room` bytes (sglang_pool_sizes), None where it refuses to start (sglang_refusal)."""
+    c = sglang_pool_sizes(p, room)
+    return None if c is None or sglang_refusal(p, c) else c
+
+
+def sglang_refusal(p: SGLangPools, c: SGLangCapacity) -> str | None:
+    """The pool SGLang refuses to start with, None where both serve a request: 'state', fewer slots than a request's
+    ratio (resolve_max_num_reqs: max_mamba_cache_size // ratio = 0 requests, a RuntimeError), or 'swa', an SWA pool of
+    at most its window and a page (pool_configurator.validate_swa_pool_size: a ValueError)."""
+    if c.slots is not None and c.slots < SGLANG_MAMBA_RATIO + p.state_slots - 1:
+        return "state"
+    return "swa" if c.swa_tokens is not None and c.swa_tokens <= p.swa_floor else None
+
+
+def sglang_pool_sizes(p: SGLangPools, room: int) -> SGLangCapacity | None:
     """SGLang's pools in `room` bytes (a GPU's memory after weights and activations), as its startup divides them
-    (None where not even the state pool fits): the state pool first (kv_cache_configurator._handle_max_mamba_cache:
+    (None where not even one state slot fits): the state pool first (kv_cache_configurator._handle_max_mamba_cache:
     max_mamba_cache_size K = (room · r/(1 + r) − S) // S slots of one sequence's states S, the pool's padding slot
     inside that share, and (K + 1) · S bytes taken from the room: "+1 accounts for each pool's padding slot"), then with both
     full and sliding layers, full_tokens = room / (full rate + 0.8 · SWA rate) and swa_tokens = 0.8 · full_tokens
@@ -235,8 +250,12 @@ def sglang_short(p: SGLangPools, room: int) -> str | None:
     """The SGLang static pool a stage's cache and states overflow in `room` bytes (sglang_capacity), or None where
     they fit: 'state' (each running sequence holds its state slots, kvcalc.costs.paged.state_slots), 'swa' (the
     sliding-window pool's tokens) or 'kv' (the token pool's)."""
-    c = sglang_capacity(p, room)
-    if c is None or c.slots is not None and p.sequences * p.state_slots > c.slots:
+    c = sglang_pool_sizes(p, room)
+    if c is None:
+        return "state"
+    if refused := sglang_refusal(p, c):
+        return refused
+    if c.slots is not None and p.sequences * p.state_slots > c.slots:
         return "state"
     if c.swa_tokens is not None:
         return "kv" if p.full_bytes > c.tokens * p.full_rate else "swa" if p.swa_bytes > c.swa_tokens * p.swa_rate else None
@@ -255,16 +274,20 @@ SGLANG_MAMBA_RATIO = 3
 VLLM_MAX_NUM_SEQS = (1024, 256)  # vllm serve's default max_num_seqs: GPUs of 70 GiB or more but A100s, and the rest
 
 
-def sglang_stage_pools(t: Settings, plans: Sequence[Stage], budget: int, acts: int) -> list[tuple[Stage, SGLangPools, int]]:
-    """Each stage's SGLang pools with the room they divide, as SGLang's start-up sizes every rank alike: the least
-    memory free over all ranks after loading (kv_cache_configurator._profile_available_bytes: get_available_gpu_memory
-    over the world group), so the budget less the heaviest stage's weights (and `acts`) on each; and under pp the
-    largest stage's constant states a sequence charged on each (_handle_max_mamba_cache: "Charge the largest per-stage
-    share so every rank derives the same pool"; its layers' share of the whole, equal for equal layers)."""
+def sglang_stage_pools(spec: ModelSpec, t: Settings, budget: int, acts: int) -> list[tuple[Stage, SGLangPools, int]]:
+    """Each stage's SGLang pools at settings `t` with the room they divide, as SGLang's start-up sizes every rank
+    alike: the least memory free over all ranks after loading (kv_cache_configurator._profile_available_bytes:
+    get_available_gpu_memory over the world group), so the budget less the heaviest stage's weights (and `acts`) on
+    each; under pp the largest stage's constant states a sequence charged on each (_handle_max_mamba_cache: "Charge
+    the largest per-stage share so every rank derives the same pool"; its layers' share of the whole, equal for equal
+    layers); and the SWA pool's floor, SGLang's window and a page (kvcalc.costs.paged.sglang_window)."""
+    plans = stages(spec, t)
     pools = [sglang_pools(t, plan) for plan in plans]
     heaviest = max(plan.weights_bytes for plan in plans)
     state = max(p.state_per_sequence for p in pools)
-    return [(plan, p._replace(state_per_sequence=state), budget - heaviest - acts) for plan, p in zip(plans, pools)]
+    window = sglang_window(spec)
+    return [(plan, p._replace(state_per_sequence=state, swa_floor=window + p.block if window else 0),
+             budget - heaviest - acts) for plan, p in zip(plans, pools)]
 
 
 def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, acts: int,
@@ -287,7 +310,7 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, ac
         return None
     caps = []
     workers = s.tp if s.dp_attention else 1  # a replica's attention-DP workers
-    for _, pools, room in sglang_stage_pools(s.at(1), stages(spec, s.at(1)), budget, acts):
+    for _, pools, room in sglang_stage_pools(spec, s.at(1), budget, acts):
         c = sglang_capacity(pools, room)
         if c is None:
             return None

@@ -106,6 +106,24 @@ def state_slots(family: str, engine: str | None) -> int:
     return 1 + SGLANG_TRACKING_SLOTS if engine == "sglang" and family in SGLANG_EXTRA_BUFFER_FAMILIES else 1
 
 
+# The window SGLang's hybrid-SWA pool must hold for one request (model_runner_components/load_model_utils.py
+# resolve_sliding_window_size): the model file's get_attention_sliding_window_size where it has one, W − 1 (gpt_oss.py,
+# gemma4_causal.py: "inclusive (HF) -> exclusive (sglang)"), else the config's sliding window, else
+# attention_chunk_size (Llama 4)
+SGLANG_WINDOW_EXCLUSIVE = frozenset({"gpt-oss", "gemma4"})
+
+
+def sglang_window(spec: ModelSpec) -> int:
+    """SGLang's sliding_window_size for a model whose windowed (or chunked) layers it keeps in its SWA pool (0 for
+    every other model): the pool refuses to start at that + a page or fewer tokens (validate_swa_pool_size)."""
+    if spec.family not in SGLANG_HYBRID_SWA:
+        return 0
+    spans = [g.layer.span for g in spec.groups if g.layer.span]
+    if not spans:
+        return 0
+    return max(spans) - (1 if spec.family in SGLANG_WINDOW_EXCLUSIVE else 0)
+
+
 def keeps_every_token(family: str, engine: str | None) -> bool:
     """Whether the engine pages every token of a windowed or chunked layer of a model of `family` (SGLang outside
     its hybrid-SWA models)."""

@@ -381,6 +381,7 @@ class SGLangPools(NamedTuple):
     sized_full_rate: Fraction = Fraction(0)
     sized_swa_rate: Fraction = Fraction(0)
     state_slots: int = 1  # slots of the state pool one sequence's states take (kvcalc.costs.paged.state_slots)
+    swa_floor: int = 0  # the SWA pool's tokens at or below which SGLang refuses to start (sglang_stage_pools)
 
     @property
     def state_slot(self) -> int:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from fractions import Fraction
 
     from kvcalc.backend.runner import RunReport
+    from kvcalc.costs.engine_memory import SGLangCapacity
     from kvcalc.registry import LoadedModel
     from kvcalc.settings import Settings
     from kvcalc.spec import ModelSpec
@@ -629,12 +630,17 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
             warnings.append(f"note: {spec.name}: {more:,} {'sequence fits' if more == 1 else 'sequences fit'} at "
                             f"{row['ctx']:,} tokens but not at {x:,}, which they pass through: a window's pages rise "
                             "and fall by one as the context grows, and fit counts every context up to --ctx")
+    refusals: set[str] = set()
     for row in rows:  # under SGLang 'memory' is one of its static pools: say which, as free bytes can remain
         pool = sglang_pool_binding(spec, s.at(row["ctx"]) if ctxs else s, s.hardware, frac, chunk,
                                    "batch" if ctxs else "ctx", row["max_batch" if ctxs else "max_ctx"]) \
             if row["binding"] == "memory" else None
+        if pool is not None and pool[2]:  # SGLang refuses to start at all: every setting alike
+            refusals.add(_sglang_refusal_words(spec, s, *pool[:2]))
+            continue
         if pool is not None:
-            what, slots = pool
+            what, sizes, _ = pool
+            slots = sizes.slots if sizes is not None else None
             at = f"at {row['ctx']:,} tokens" if ctxs else f"at batch {row['batch']:,}"
             per = state_slots(spec.family, s.engine)
             each = "one a sequence" if per == 1 else \
@@ -647,6 +653,7 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
                      "kv": f"its token pool (the state pool keeps {slots:,} slots)" if slots else "its token pool"}[what]
             warnings.append(f"note: {spec.name}: {at} SGLang's limit is {words}; the budget left per GPU is what the "
                             "other pools keep")
+    warnings += [f"warning: {spec.name}: nothing fits: SGLang refuses to start: {words}" for words in sorted(refusals)]
     if rows and all(row["max_batch" if ctxs else "max_ctx"] == 0 for row in rows) and rows[0]["binding"] == "weights":
         short = -max(row["free_bytes_per_gpu"] for row in rows)
         warnings.append(f"warning: {spec.name}: nothing fits: the weights leave the busiest GPU {format_bytes(short, units)}"
@@ -655,6 +662,21 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
         warnings.append(f"warning: --batch {s.batch:,}: {s.engine} runs at most {cap[0]:,} sequences at once by default "
                         f"({cap[1]}); the rest wait, or raise it")
     return warnings
+
+
+def _sglang_refusal_words(spec: ModelSpec, s: Settings, what: str, sizes: SGLangCapacity | None) -> str:
+    """Why SGLang's start-up refuses the pools fit found (kvcalc.costs.engine_memory.sglang_refusal), in words."""
+    from kvcalc.costs.engine_memory import SGLANG_MAMBA_RATIO
+    from kvcalc.costs.paged import sglang_window, state_slots
+
+    if what == "swa" and sizes is not None and sizes.swa_tokens is not None:
+        return (f"its sliding-window pool of {sizes.swa_tokens:,} tokens would not hold one request's window and a "
+                f"page ({sglang_window(spec):,} + {s.block_size or 1:,} tokens: validate_swa_pool_size); more memory, "
+                "a smaller --reserve or a larger --swa-full-tokens-ratio")
+    ratio = SGLANG_MAMBA_RATIO + state_slots(spec.family, s.engine) - 1
+    held = f"{sizes.slots:,} slots" if sizes is not None and sizes.slots is not None else "not one slot"
+    return (f"its state pool holds {held}, fewer than the {ratio} it reserves a request (resolve_max_num_reqs: "
+            f"max_mamba_cache_size // {ratio} = 0 requests); more memory or a smaller --reserve")
 
 
 def _percent(frac: Fraction) -> str:
