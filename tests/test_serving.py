@@ -504,8 +504,8 @@ def test_the_page_each_rank_allocates_is_shown_under_tp(tp, heads):
 def test_a_chunked_layer_holds_its_current_aligned_chunk_in_pages():
     # Llama 4 Scout, C = 8192, vLLM pages of B = 16: a chunk starts at a multiple of C, so a chunked layer reserves
     # C / B = 512 pages past the first chunk, whatever ctx, and one page more, for the next chunk's first token while
-    # vLLM frees the chunk before one step late (async scheduling; vLLM's ChunkedLocalAttentionSpec bound
-    # cdiv(C + 1, B)): 513; the 12 global layers hold ceil(ctx / B). At tp 8 a rank holds 1 of the 8 KV heads: a page
+    # vLLM frees the chunk before one step late (async scheduling: C + 1 tokens, cdiv(C + 1, B) pages): 513; the 12
+    # global layers hold ceil(ctx / B). At tp 8 a rank holds 1 of the 8 KV heads: a page
     # is 16 · 2 · 128 · 2 bytes
     page = 16 * 2 * 1 * 128 * 2
     def per_gpu_at(ctx: int, batch: int = 1) -> int:

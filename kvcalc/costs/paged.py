@@ -15,8 +15,9 @@ Rules (also in the README):
 - vLLM: a window layer at its bound, not by alignment: ceil(W / B) + 1 once the window caps the layer (a page more
   than the window touches when B divides W − 1; SlidingWindowManager frees the pages before the window, so where the
   window starts on a page vLLM holds one fewer than this bound at that step), never more than ceil(ctx / B) (the "+1 here because the sliding window may not start from the
-  beginning of the block" of vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes; that function
-  sizes a prefill step, W − 1 + max_num_batched_tokens tokens, while kvcalc counts the cache of a sequence at ctx).
+  beginning of the block" of vllm/v1/kv_cache_interface.py SlidingWindowSpec.max_admission_blocks_per_request; that
+  function sizes W − 1 + max_in_flight_tokens tokens, a prefill's in flight, while kvcalc counts the cache of a
+  sequence at ctx).
 - SGLang frees a windowed or chunked layer's old tokens only in its hybrid-SWA pool, built for Llama4, GptOss,
   MiMoV2Flash, Step3p5 and Gemma4 (srt/configs/model_config.py is_hybrid_swa_model); any other model's layers keep
   every token in its one pool (`keeps_every_token`: ceil(ctx / B) pages a layer). Under --mtp a step allocates up to
@@ -292,7 +293,8 @@ def chunk_pages(chunk: int, block: int, lag: bool = False, ahead: int = 0) -> in
     C / B when B divides C. `lag`: vLLM frees the pages before the current chunk only for tokens already computed
     (async scheduling: KVCacheManager.allocate_slots removes skipped blocks up to the computed tokens less the one in
     flight), so on a chunk's first step a layer still holds the chunk before it: C + 1 tokens, (r + C) // B + 1
-    pages; C / B + 1 when B divides C, vLLM's own ChunkedLocalAttentionSpec bound cdiv(C + 1, B) there. `ahead`: slots
+    pages; C / B + 1 when B divides C (vLLM's admission bound, ChunkedLocalAttentionSpec.max_admission_blocks_per_request,
+    allows a prefill's in-flight tokens more: cdiv(min(C + max_in_flight_tokens, max_model_len), B)). `ahead`: slots
     a step allocates past the sequence (`lookahead`), spanned too."""
     span = chunk + (1 if lag else 0) + ahead
     return (block - gcd(block, chunk) + span - 1) // block + 1
