@@ -147,7 +147,8 @@ def _engine(gc, report: CacheReport) -> dict:
             **({"stored_token_bytes": sum(part[-1] for part in stored), "stored_as": "; ".join(
                 f"{name} {channels:,} in {_stored_words(name, dtype, scheme)} = {n:,}"
                 for name, channels, dtype, scheme, n in stored)} if stored is not None else {}),
-            "rule": layer_pages_rule(report.ctx, gc.tokens_held, g.layer, report.engine, gc.every_token, report.plan.ahead),
+            "rule": layer_pages_rule(report.ctx, gc.tokens_held, g.layer, report.engine, gc.every_token, report.plan.ahead,
+                                     report.plan.ahead_limit),
             "bytes_per_layer": gc.engine_bytes_per_layer, "bytes": gc.engine_bytes,
             **({"padding_layers": gc.pad_layers} if gc.pad_layers else {}),
             **({"padded_page": gc.padded_page} if gc.padded_page is not None else {})}

@@ -636,6 +636,25 @@ def test_mtp_pages_cover_the_slots_a_vllm_step_allocates_ahead():
         + 2 * (129_280 // 8) * 7168 + 59 * (7168 * 256 + 256) + 2 * 7168**2 == 702_757_632
 
 
+def test_vllm_stops_the_slots_ahead_at_max_model_len():
+    # a review: KVCacheManager.allocate_slots takes min(tokens + lookahead, max_model_len) slots, so within 3 tokens of
+    # DeepSeek-V3's 163,840 (its default max_model_len) the slots ahead stop there: 2,560 pages a layer, not 2,561;
+    # past it (a context vLLM would not serve, computed anyway) they run on
+    block = 62 * 64 * (512 + 64) * 2
+    pages = {ctx: row("deepseek-v3", "--ctx", str(ctx), "--mtp", "--engine", "vllm")["engine_kv_bytes"] // block
+             for ctx in (163_836, 163_837, 163_838, 163_840, 163_841)}
+    assert pages == {163_836: -(-163_839 // 64), 163_837: 2560, 163_838: 2560, 163_840: 2560, 163_841: 2561}
+    # vLLM's start-up check counts cdiv(max_model_len, 64) pages, no slots ahead: where fit's longest sequence is
+    # P · 64 − 3 tokens, vLLM admits P · 64
+    res = run("fit", "deepseek-v3", "--hardware", "h200-141gb", "--tp", "8", "--weights-dtype", "fp8", "--engine",
+              "vllm", "--mtp", "--reserve", "0.37", "-f", "json")
+    best = json.loads(res.stdout)[0]["max_ctx"]
+    assert best == 1704 * 64 - 3 == 109_053
+    text = run("fit", "deepseek-v3", "--hardware", "h200-141gb", "--tp", "8", "--weights-dtype", "fp8", "--engine",
+               "vllm", "--mtp", "--reserve", "0.37")
+    assert "give vLLM --max-model-len 109056 or less" in text.stderr
+
+
 def test_mtp_pages_cover_the_slots_an_sglang_step_allocates_ahead():
     # an audit of SGLang 0.5.23: with speculative decoding a decode step allocates up to the committed length
     # + 2 · max(steps · topk, draft tokens) slots (mem_cache/allocation_sizing.py; its EAGLE defaults (3, 1, 4) for

@@ -30,6 +30,7 @@ from kvcalc.costs.paged import (
     keeps_every_token,
     layer_pages,
     lookahead,
+    lookahead_limit,
     page_bytes,
     pages,
     sglang_buffers,
@@ -112,6 +113,7 @@ class GroupTerm:
     padded: bool = False  # vLLM pads this group's page to the unified page (GroupCache.padded_page)
     pad_layers: int = 0  # vLLM's padding slots counted with this group (GroupCache.pad_layers)
     ahead: int = 0  # slots an engine's step allocates past ctx under --mtp (kvcalc.costs.paged.lookahead)
+    ahead_limit: int | None = None  # the tokens those slots stop at (kvcalc.costs.paged.lookahead_limit)
 
     def pages_at(self, ctx: int, s: Settings) -> int | None:
         """Pages one layer's self-attention holds for one sequence at `ctx` under --engine (the engine's rule,
@@ -119,7 +121,7 @@ class GroupTerm:
         if self.block is None:
             return None
         return layer_pages(ctx, self.attention.tokens_held(self.layer, ctx), self.block, self.layer, s.engine,
-                           self.every_token, self.ahead)
+                           self.every_token, self.ahead, self.ahead_limit)
 
     def layer_bytes(self, ctx: int, batch: int, s: Settings) -> int:
         """One layer's cache of `batch` sequences at `ctx` (as GroupCache.bytes_per_layer; in the engine's whole pages
@@ -192,6 +194,7 @@ class CachePlan:
     every_token: bool = False  # the engine pages every token of a windowed layer (kvcalc.costs.paged.keeps_every_token)
     buffers: dict[tuple[int, str], int] | None = None  # SGLang's encoder–decoder buffers (kvcalc.costs.paged.sglang_buffers)
     ahead: int = 0  # slots an engine's step allocates past ctx under --mtp (kvcalc.costs.paged.lookahead)
+    ahead_limit: int | None = None  # the tokens those slots stop at (kvcalc.costs.paged.lookahead_limit)
     state_slots: int = 1  # state slots a sequence takes outside vLLM's hybrid pages (kvcalc.costs.paged.state_slots)
 
 
@@ -250,7 +253,7 @@ class CacheReport:
     def groups(self) -> tuple[GroupCache, ...]:
         """The cache of each layer group."""
         return tuple(group_cache(g, self.settings, self.plan.enc_ctx, self.plan.every_token, self.plan.layout, i,
-                                 self.plan.buffers, self.plan.ahead, self.plan.state_slots)
+                                 self.plan.buffers, self.plan.ahead, self.plan.state_slots, self.plan.ahead_limit)
                      for i, g in enumerate(self.plan.groups))
 
     @property
@@ -270,12 +273,13 @@ def token_bytes(formula: Formula, heads: int, s: Settings) -> int:
 
 def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, every_token: bool = False,
                 layout: PoolLayout | None = None, index: int = 0, pads: dict[tuple[int, str], int] | None = None,
-                ahead: int = 0, slots: int = 1) -> GroupCache:
+                ahead: int = 0, slots: int = 1, limit: int | None = None) -> GroupCache:
     """The cache of one layer group of a model at settings `s`; `enc_tokens`: encoder positions its cross-attention
     holds (encoder–decoder models); `every_token`: the engine pages every token of a windowed layer; `layout`: vLLM's
     pool of a model whose layers' specs differ, this group its `index`-th, with the padding slots `pads` (None: the
     whole model's; kvcalc.costs.paged); `ahead`: slots an engine's step allocates past ctx (kvcalc.costs.paged.lookahead);
-    `slots`: state slots a sequence takes where no layout pages its states (kvcalc.costs.paged.state_slots)."""
+    `slots`: state slots a sequence takes where no layout pages its states (kvcalc.costs.paged.state_slots); `limit`:
+    the tokens `ahead` stops at (kvcalc.costs.paged.lookahead_limit)."""
     att, layer = group.attention, group.layer
     formula = att.cache_formula(layer, s.mla_cache)
     held = att.tokens_held(layer, s.ctx)
@@ -306,7 +310,7 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, every_to
         pad, pad_state = pads.get((index, "kv"), 0), pads.get((index, "state"), 0)
     if s.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
         block = own.block or block_tokens(att, s)
-        n_pages = layer_pages(s.ctx, held, block, layer, s.engine, every_token, ahead)
+        n_pages = layer_pages(s.ctx, held, block, layer, s.engine, every_token, ahead, limit)
         paged = (n_pages * own.padded_page if own.padded_page is not None
                  else span_bytes(formula, heads, n_pages, block, att, s))
         if cross is not None and group.cross is not None:
@@ -351,7 +355,8 @@ def cache_at(plan: CachePlan, s: Settings) -> CacheReport:
     if plan.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
         engine_bytes = s.batch * sum(  # vLLM's padding slots hold pages as the layers of their spec do (PoolLayout.pads)
             (t.n_layers + t.pad_layers)
-            * (t.pages_bytes(layer_pages(ctx, h, t.block, t.layer, plan.engine, t.every_token, t.ahead), s) + t.fixed_paged)
+            * (t.pages_bytes(layer_pages(ctx, h, t.block, t.layer, plan.engine, t.every_token, t.ahead, t.ahead_limit), s)
+               + t.fixed_paged)
             for t, h in zip(plan.terms, held) if t.block is not None)
     return CacheReport.at(plan, s, elements, bytes_, engine_bytes)
 
@@ -375,17 +380,17 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     if mtp is not None:  # --mtp: the multi-token-prediction layers keep a cache like the last layer's
         groups = groups + (mtp,)
     layout = vllm_layout(groups, s, spec.mtp_layers if s.mtp else 0)
-    ahead = lookahead(spec.mtp_layers, s)
+    ahead, limit = lookahead(spec.mtp_layers, s), lookahead_limit(spec, s)
     one = replace(s, ctx=1, batch=1)
     every = keeps_every_token(spec.family, s.engine)
     slots = state_slots(spec.family, s.engine)
     extra = sglang_buffers(groups, s, spec.encoder.n_layers if spec.encoder else 0, family=spec.family) \
         if layout is None else None
-    rows = tuple(group_cache(g, one, enc, every, layout, i, extra, ahead, slots) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx
+    rows = tuple(group_cache(g, one, enc, every, layout, i, extra, ahead, slots, limit) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx
     for r in rows:
         if r.formula.elements:
             check_vllm_block(r.group.attention, s)
-    terms = tuple(group_term(r, s, enc, ahead) for r in rows)
+    terms = tuple(group_term(r, s, enc, ahead, limit) for r in rows)
     # a KV-shared layer (Gemma 3n) adds nothing per token: it reads the cache of the layer it shares
     growing = [r for r in rows if not r.group.layer.kv_shared]
     per_token = sum(r.formula.elements * r.n_layers for r in growing)
@@ -421,13 +426,14 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
         every_token=every,
         buffers=extra or None,
         ahead=ahead,
+        ahead_limit=limit,
         state_slots=slots,
     )
 
 
-def group_term(r: GroupCache, s: Settings, enc: int, ahead: int = 0) -> GroupTerm:
+def group_term(r: GroupCache, s: Settings, enc: int, ahead: int = 0, limit: int | None = None) -> GroupTerm:
     """A group's GroupTerm, from its cache at ctx 1 for one sequence (`r`) at settings `s`; `ahead`: slots an engine's step
-    allocates past ctx (kvcalc.costs.paged.lookahead)."""
+    allocates past ctx (kvcalc.costs.paged.lookahead), up to `limit` tokens (lookahead_limit)."""
     g, n = r.group, r.n_layers
     cross = r.cross_formula
     fixed_bytes = fixed_paged = page = 0
@@ -441,7 +447,7 @@ def group_term(r: GroupCache, s: Settings, enc: int, ahead: int = 0) -> GroupTer
         page = r.padded_page or page_bytes(r.formula, r.heads, r.block_size, g.attention, s)
     return GroupTerm(g.attention, g.layer, n, r.formula, r.heads, r.formula.elements, cross.elements * enc if cross else 0,
                      fixed_bytes, r.block_size, page, fixed_paged, dtype_bits(s.kv_dtype), r.every_token,
-                     r.padded_page is not None, r.pad_layers, ahead)
+                     r.padded_page is not None, r.pad_layers, ahead, limit)
 
 
 def without_windows(spec: ModelSpec) -> ModelSpec:

@@ -238,14 +238,28 @@ def lookahead(mtp_layers: int, s: Settings) -> int:
     return 0
 
 
+def lookahead_limit(spec: ModelSpec, s: Settings) -> int | None:
+    """The tokens a sequence's slots stop at under --mtp: vLLM allocates min(tokens + lookahead, max_model_len)
+    (KVCacheManager.allocate_slots), its default max_model_len the model's served context; None elsewhere."""
+    if s.engine == "vllm" and lookahead(spec.mtp_layers, s):
+        return spec.served_context or spec.max_context
+    return None
+
+
+def ahead_at(ctx: int, ahead: int, limit: int | None) -> int:
+    """The slots past `ctx` a step allocates (`lookahead`), stopped at `limit` (lookahead_limit) where ctx is within it."""
+    return min(ahead, limit - ctx) if limit is not None and ctx <= limit else ahead
+
+
 def layer_pages(ctx: int, held: int, block: int, layer: Layer, engine: str | None, every: bool = False,
-                ahead: int = 0) -> int:
+                ahead: int = 0, limit: int | None = None) -> int:
     """Pages one sequence holds in one layer under the engine's rule (see the module's rules); `every`: the engine
     keeps every token of a windowed layer (`keeps_every_token`); `ahead`: slots a step allocates past ctx
-    (`lookahead`), which the layer's pages cover as tokens it holds."""
+    (`lookahead`), which the layer's pages cover as tokens it holds, up to `limit` (`lookahead_limit`)."""
     rule = _layer_rule(ctx, held, layer, engine, every)
     if rule == "empty":
         return 0
+    ahead = ahead_at(ctx, ahead, limit)
     ctx, held = ctx + ahead, held + ahead
     if rule in ("every", "shared"):
         return pages(ctx, ctx, block)
@@ -267,9 +281,11 @@ PAGE_RULES = {"empty": "holds no tokens: 0 pages",
               "touched": "the pages its held tokens touch: (ctx − 1) // B − (ctx − held) // B + 1"}
 
 
-def layer_pages_rule(ctx: int, held: int, layer: Layer, engine: str | None, every: bool = False, ahead: int = 0) -> str:
+def layer_pages_rule(ctx: int, held: int, layer: Layer, engine: str | None, every: bool = False, ahead: int = 0,
+                     limit: int | None = None) -> str:
     """The rule `layer_pages` applies, in words (for --explain)."""
     rule = PAGE_RULES[_layer_rule(ctx, held, layer, engine, every)]
+    ahead = ahead_at(ctx, ahead, limit)
     return rule + (f", ctx and held counting the {ahead} slots a --mtp step allocates ahead" if ahead else "")
 
 

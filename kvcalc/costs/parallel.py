@@ -79,6 +79,7 @@ from kvcalc.costs.paged import (
     engine_groups,
     keeps_every_token,
     lookahead,
+    lookahead_limit,
     sglang_buffers,
     state_slots,
     vllm_layout,
@@ -215,9 +216,9 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     layout = vllm_layout(held, s, spec.mtp_layers if s.mtp else 0)  # each rank sizes its own pages
     one = dataclasses.replace(s, ctx=1, batch=1, tp=1, pp=1, dp=1, ep=1)
     every = keeps_every_token(spec.family, s.engine)
-    ahead = lookahead(spec.mtp_layers, s)
+    ahead, limit = lookahead(spec.mtp_layers, s), lookahead_limit(spec, s)
     slots = state_slots(spec.family, s.engine)
-    caches = [group_cache(g, one, enc, every, layout, j, {}, ahead, slots) for j, g in enumerate(held)]  # padding: by stage, below
+    caches = [group_cache(g, one, enc, every, layout, j, {}, ahead, slots, limit) for j, g in enumerate(held)]  # padding: by stage, below
     ranges = pp_stages(spec.n_layers, s.pp, s.engine)
     out = []
     for i, layers in enumerate(ranges):
@@ -232,12 +233,12 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
             n = len(group.layers) if group is mtp else bisect_left(group.layers, layers.stop) - bisect_left(group.layers, layers.start)
             if group is mtp and not last:  # the MTP layers on the last stage
                 if s.engine == "sglang":  # SGLang sizes every stage's pool for them (sglang_pools)
-                    sized.append(_StageGroup(group.label, n, group_term(gc, one, enc, ahead), state_elements=0,
+                    sized.append(_StageGroup(group.label, n, group_term(gc, one, enc, ahead, limit), state_elements=0,
                                              state_parts=(), engine_state_bytes=None, latent_split=False))
                 n = 0
             pad, pad_state = pads.get((j, "kv"), 0), pads.get((j, "state"), 0)
             if n or pad or pad_state:  # its layers here, or vLLM's padding slots of their spec
-                groups.append(_StageGroup(group.label, n, group_term(gc, one, enc, ahead), gc.state_elements_per_layer, gc.state_parts,
+                groups.append(_StageGroup(group.label, n, group_term(gc, one, enc, ahead, limit), gc.state_elements_per_layer, gc.state_parts,
                                           gc.engine_state_bytes_per_layer,
                                           s.dp_attention and isinstance(group.attention, MLA), pad, pad_state))
         # SGLang's DP attention runs attention at attention-tp size 1: every rank holds the whole attention weights

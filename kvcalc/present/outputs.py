@@ -505,6 +505,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
         vllm_extensible,
         with_tower,
     )
+    from kvcalc.costs.paged import lookahead
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
     from kvcalc.fit import FitRow, fit
@@ -554,10 +555,13 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
         one = rows[0] if not ctxs and s.batch == 1 else as_row(fit(spec, replace(s, batch=1), s.hardware, frac, chunk,
                                                                      "ctx"))
         served = spec.served_context or spec.max_context  # vLLM's default max_model_len
-        if 0 < one["max_ctx"] < served:
+        # its check counts cdiv(max_model_len, B) pages, without the slots a --mtp step allocates ahead, which stop
+        # at max_model_len (kvcalc.costs.paged.lookahead_limit): the sequence that fits plus those slots is admitted
+        admitted = one["max_ctx"] + lookahead(spec.mtp_layers, s)
+        if 0 < one["max_ctx"] and admitted < served:
             warnings.append(f"note: {spec.name}: vLLM with its default max_model_len, the model's {served:,} "
                             "tokens, refuses to start here: one sequence of that length does not fit its pool (at "
-                            f"most {one['max_ctx']:,} tokens do: give vLLM --max-model-len {one['max_ctx']} or less)")
+                            f"most {admitted:,} tokens do: give vLLM --max-model-len {admitted} or less)")
     if s.engine == "vllm" and spec.served_context is not None and spec.served_context < spec.max_context:
         warnings.append(f"note: {spec.name}: vLLM serves it at {spec.served_context:,} tokens by default (LongRoPE: "
                         "original_max_position_embeddings); contexts past that need its --max-model-len "
