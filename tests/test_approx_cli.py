@@ -340,3 +340,45 @@ def test_an_npz_without_its_suffix_still_gives_the_sizes(tmp_path):
     plain = path.rename(tmp_path / "heads")
     res = run("approx", "--data", str(plain), "--n", "32", ok=False)
     assert res.exit_code == 2 and "give the sizes: leave out --n" in res.stderr
+
+
+PERFORMER_PEAK = """
+import json, sys
+from kvcalc.approx import evaluate as ev
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+
+methods = ev.parse_methods("performer:r=1024")
+ev.evaluate(methods, 64, 16, 7, [1.0], "gaussian", 1, True)  # a tiny warm-up: the modules a run imports
+base = status("VmRSS")
+try:
+    open("/proc/self/clear_refs", "w").write("5")  # restart VmHWM from the current RSS
+except OSError:
+    pass
+ev.evaluate(methods, 512, 64, 63, [1.0], "gaussian", 1, True)
+print(json.dumps({"base": base, "hwm": status("VmHWM"), "plan": ev.predicted_peak(methods, 512, 63, True)}))
+"""
+
+
+@pytest.mark.slow
+def test_the_causal_performers_peak_is_within_its_plan():
+    # a review: the causal Performer's readout held φ(k) ⊗ v, its terms with z's and their prefix sums (and cumsum's
+    # copy) at once, about 3.4 times the one n × r × (d_v + 1) array the memory check counted, so a run it let start
+    # could be killed. It now frees the products and sums into place: two such arrays, 2 · 512 · 1,024 · 64 float64
+    # (536,870,912 bytes), with φ(q) and φ(k) (n × r each) beside 5 n × n, and the measured peak stays within it
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    res = subprocess.run([sys.executable, "-c", PERFORMER_PEAK], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    m = json.loads(res.stdout)
+    assert m["plan"] == 8 * (5 * 512**2 + 2 * 512 * 1024 * 64 + 2 * 512 * 1024) == 555_745_280
+    # the interpreter's own allocations (a megabyte or two) beside: within 2 %, and not an overestimate either
+    assert m["plan"] <= 1.1 * (m["hwm"] - m["base"]) and m["hwm"] - m["base"] <= 1.02 * m["plan"], m

@@ -406,10 +406,11 @@ def _linear_readout(phi_q: np.ndarray, phi_k: np.ndarray, v1: np.ndarray, causal
     outer = c.einsum("approx/state", "tr,te->tre", phi_k, v)  # [t, r, e]: one multiply per term
     c.count("approx/state", outer.size)  # the cumulative sum's adds, one per term (n·r·e)
     terms = np.concatenate([outer, phi_k[:, :, None]], axis=2)  # z's terms beside: its prefix sums are uncounted
+    del outer  # at most two arrays of [t, r, e + 1] at once (evaluate.held_at_peak counts them)
     starts = [0] if shift is None else [0, *np.flatnonzero(np.diff(shift) > 0) + 1]  # where the shift grows
     prefix = np.empty_like(terms)
     for a, b in zip(starts, [*starts[1:], len(terms)]):
-        prefix[a:b] = np.cumsum(terms[a:b], axis=0)
+        np.cumsum(terms[a:b], axis=0, out=prefix[a:b])  # into place: no third array
         if a:  # the sums before, rescaled from the previous shift to this run's
             assert shift is not None
             prefix[a:b] += prefix[a - 1] * np.exp(shift[a - 1] - shift[a])
