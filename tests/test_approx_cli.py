@@ -382,3 +382,17 @@ def test_the_causal_performers_peak_is_within_its_plan():
     assert m["plan"] == 8 * (5 * 512**2 + 2 * 512 * 1024 * 64 + 2 * 512 * 1024) == 555_745_280
     # the interpreter's own allocations (a megabyte or two) beside: within 2 %, and not an overestimate either
     assert m["plan"] <= 1.1 * (m["hwm"] - m["base"]) and m["hwm"] - m["base"] <= 1.02 * m["plan"], m
+
+
+def test_the_title_names_d_v_the_head_and_the_seeds():
+    # a review: FLOPs and decode state depend on d_v, which the title left out (d_v 128 beside d 32 read as d_v 32);
+    # by hand for performer r=64, n 256, d 32, d_v 128: 4·256·32·64 + 2·2·256·64·128 + 2·256·64 = 10,518,528 FLOPs and
+    # a state of 2·(64·128 + 64) = 16,512 bytes, one head's and sequence's
+    res = run("approx", "-q", "--n", "256", "--d", "32", "--dv", "128", "--method", "performer:r=64", "--scale", "1",
+              "--seeds", "2", "--causal", "--spectrum")
+    assert ("Approximate attention against exact (causal), one head, n 256, d 32, d_v 128, data gaussian: FLOPs and "
+            "decode state per head and sequence; errors are means over 2 seeds") in res.stdout
+    assert "Singular values (causal; the scores QKᵀ unmasked; data seed 0)" in res.stdout
+    (row,) = json.loads(run("approx", "-q", "--n", "256", "--d", "32", "--dv", "128", "--method", "performer:r=64",
+                            "--scale", "1", "--seeds", "1", "-f", "json").stdout)
+    assert (row["flops"], row["decode_state_bytes"]) == (10_518_528, 16_512)

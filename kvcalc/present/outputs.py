@@ -889,15 +889,17 @@ def approx_output(rows: list[dict], n: int, d: int, data: str, causal: bool, spe
     from kvcalc.approx.evaluate import ApproxRow, SpectrumRow
     from kvcalc.fields import figures_of
 
-    n, d = (rows[0]["n"], rows[0]["d"]) if rows else (n, d)
+    n, d, d_v, seeds = (rows[0]["n"], rows[0]["d"], rows[0]["d_v"], rows[0]["seeds"]) if rows else (n, d, d, 1)
     mode = "causal" if causal else "non-causal"
-    title = f"Approximate attention against exact ({mode}), n {n:,}, d {d}, data {data}: errors are means over seeds"
+    title = (f"Approximate attention against exact ({mode}), one head, n {n:,}, d {d}, d_v {d_v}, data {data}: FLOPs "
+             f"and decode state per head and sequence; errors are means over {seeds} seed{'s' if seeds != 1 else ''}")
     keys = [f.key for f in figures_of(ApproxRow)]
     tables = [Table("approx", _shown(ApproxRow, APPROX_SHOWN), rows, title, keys)]
     payload: Any = [{k: r[k] for k in keys} for r in rows]
     if spectrum is not None:
         tables.append(Table("spectrum", _shown(SpectrumRow, SPECTRUM_SHOWN), spectrum,
-                            f"Singular values ({mode}): rank for 90/99/99.9% of the energy"))
+                            f"Singular values ({mode}{'; the scores QKᵀ unmasked' if causal else ''}; data seed 0): "
+                            "rank for 90/99/99.9% of the energy"))
         payload = {"methods": payload, "spectrum": spectrum}
     return Output(tables, payload)
 
