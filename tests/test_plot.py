@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -63,7 +64,7 @@ def test_panels_are_log_log_with_one_line_per_model(models, metrics):
         assert len([line for line in ax.lines if line.get_label() in MODELS]) == len(MODELS)
         assert ax.get_xlabel() == "Context (tokens)"
     assert [ax.get_ylabel() for ax in fig.axes] == [
-        {"cache": "KV cache (bytes)", "flops-decode": "Decode FLOPs per token"}[m] for m in metrics]
+        {"cache": "KV cache (bytes)", "flops-decode": "Decode FLOPs per step"}[m] for m in metrics]
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert set(MODELS) <= set(legend)
 
@@ -160,8 +161,8 @@ def test_no_memory_line_without_hardware(models):
 def test_every_metric_draws(models):
     s = Settings(ctx=1, hardware=load_hardware("h100-80gb"))
     fig = plot_figure(models, [1024, 4096], list(METRICS), s)
-    assert [ax.get_ylabel() for ax in fig.axes] == ["KV cache (bytes)", "Constant state (bytes)", "Decode FLOPs per token",
-                                                     "Prefill FLOPs", "Decode time per token (s)"]
+    assert [ax.get_ylabel() for ax in fig.axes] == ["KV cache (bytes)", "Constant state (bytes)", "Decode FLOPs per step",
+                                                     "Prefill FLOPs", "Decode time per step (s)"]
     assert all(ax.get_yscale() == "log" for ax in fig.axes)
 
 
@@ -319,3 +320,20 @@ def test_one_context_is_a_visible_point_and_a_context_past_the_maximum_is_warned
     res = run("plot", "llama3-70b", "-o", str(tmp_path / "f.svg"))
     assert "warning: llama3-70b: ctx 1,048,576 exceeds its trained maximum of 8,192 tokens" in res.stderr
     assert "exceeds" not in run("plot", "llama3-70b", "--ctx", "1k..8k", "-o", str(tmp_path / "g.svg")).stderr
+
+
+@pytest.mark.slow
+def test_a_figure_names_the_settings_its_values_depend_on(models):
+    # a review: at batch 8 the decode panels plot a step of all 8 sequences (flops_decode_token, sweep's 'FLOPs/step':
+    # llama3-70b at 4k, 8 times batch 1's attention-free part plus each sequence's attention) under a label 'per
+    # token', and no figure named its batch, dtypes or MLA layout. The labels say 'per step', and the title names
+    # the settings that differ from the defaults, with MLA's layout and schedule as the tables' titles do
+    s = Settings(ctx=1, batch=8, kv_dtype="fp8")
+    fig = plot_figure(models, [4096], ["cache", "flops-decode"], s)
+    assert [ax.get_ylabel() for ax in fig.axes] == ["KV cache (bytes)", "Decode FLOPs per step"]
+    assert fig._suptitle.get_text() == "batch 8, KV cache fp8, MLA latent cache, absorbed decode"
+    one = Settings(ctx=4096)
+    (line,) = [ln for ln in fig.axes[1].lines if ln.get_label() == "llama3-70b"]
+    assert line.get_ydata()[0] == sum(decode_flops(models[0][1], replace(one, batch=8, kv_dtype="fp8")).values())
+    # a figure of models without MLA layers at the defaults has no title
+    assert plot_figure(models[:1], [4096], ["cache"], one)._suptitle is None

@@ -109,9 +109,9 @@ class Metric:
 METRIC_INFO: dict[str, Metric] = {m.name: m for m in (
     Metric("cache", "KV cache (bytes)", _cache_bytes),
     Metric("state", "Constant state (bytes)", _state_bytes, windowed=False),
-    Metric("flops-decode", "Decode FLOPs per token", _decode_flops),
+    Metric("flops-decode", "Decode FLOPs per step", _decode_flops),  # a step: a token for every sequence
     Metric("flops-prefill", "Prefill FLOPs", _prefill_flops),
-    Metric("decode-time", "Decode time per token (s)", _decode_seconds, needs_hardware=True),
+    Metric("decode-time", "Decode time per step (s)", _decode_seconds, needs_hardware=True),
 )}
 METRICS = tuple(METRIC_INFO)
 
@@ -289,11 +289,27 @@ def plot_figure(models: list[tuple[str, ModelSpec]], ctxs: list[int], metrics: l
         handles: dict[str, Any] = {}
         for ax, metric in zip(axes, chosen):
             _panel(ax, models, points, metric, s, handles)
+        if caption := settings_caption([spec for _, spec in models], s, [m.name for m in chosen]):
+            fig.suptitle(caption)
         # the models in their order, then the markers' meanings
         shown = [h for k, h in handles.items() if k.startswith("model:")] + \
                 [h for k, h in handles.items() if not k.startswith("model:")]
         _legend_below(fig, shown)
     return fig
+
+
+def settings_caption(specs: list[ModelSpec], s: Settings, metrics: list[str]) -> str:
+    """The figure's title: the settings its figures depend on that are not the defaults (the batch, the dtypes, a
+    quantisation scheme and an engine's pages), and MLA's cache layout and decode schedule where a model has MLA
+    layers, as the tables' titles name them; empty where nothing needs saying."""
+    from kvcalc.present.outputs import mla_note, serving_note
+
+    parts = [f"batch {s.batch:,}"] if s.batch != 1 else []
+    parts += [f"KV cache {s.kv_dtype}"] if s.kv_dtype != "bf16" else []
+    parts += [f"weights {s.weights_dtype}"] if s.weights_dtype != "bf16" and "decode-time" in metrics else []
+    parts += [w.strip() for w in (serving_note(s) + mla_note(specs, s, "flops-decode" in metrics
+                                                             or "decode-time" in metrics)).split(", ") if w.strip()]
+    return ", ".join(parts)
 
 
 def _legend_below(fig: Figure, shown: list[Any]) -> None:
