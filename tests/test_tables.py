@@ -330,3 +330,18 @@ def test_models_table_marks_a_context_past_a_models_maximum():
     rows = [line.removesuffix(r" \\").split(" & ") for line in out.splitlines() if line.startswith(("llama3-70b", "gemma3"))]
     assert [cells[-1] for cells in rows] == ["yes", "no"]
     assert "max ctx" not in run("table", "models", "--ctx", "8k", "-f", "latex").stdout
+
+
+def test_table_dims_refuses_a_model_named_as_one_of_its_own_columns(tmp_path):
+    # a review: the model columns are keyed by name beside the table's own (kind, item, symbolic, note), so a model
+    # named 'kind' overwrote the Kind column with its shapes (GQA's row read '8,192 × 8,192' where 'GQA' belongs) and
+    # one named 'note' the notes; every format. Such a name is refused, as two models of one name are
+    from conftest import ROOT
+
+    for name in ("kind", "item", "symbolic", "note"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text((ROOT / "model_specs" / "llama3-8b.yaml").read_text().replace("name: llama3-8b", f"name: {name}"))
+        for fmt in ("table", "csv", "json"):
+            res = run("table", "dims", str(path), "-f", fmt, ok=False)
+            assert res.exit_code == 1 and res.stdout == "", res
+            assert f"table dims: a model is named {name!r}, as the table's own column {name!r} is" in res.stderr

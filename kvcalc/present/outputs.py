@@ -757,6 +757,10 @@ def dims_output(loaded: list[LoadedModel], kinds: tuple[str, ...]) -> Output:
     if (twice := first_repeat(names)) is not None:  # its columns are keyed by name
         raise KvcalcError(f"table dims: two models are named {twice!r}, whose columns would be one: give one another "
                           "name (its spec's `name:`)")
+    own = [f.key for f in figures_of(DimsRow)]
+    if clash := next((name for name in names if name in own), None):  # a model's column would overwrite the table's
+        raise KvcalcError(f"table dims: a model is named {clash!r}, as the table's own column {clash!r} is, whose "
+                          f"cells it would overwrite: give it another name (its spec's `name:`; not {', '.join(own)})")
     rows, models = dims_rows([lm.spec for lm in loaded], kinds)
     columns = [Column.of(f) for f in figures_of(DimsRow)] + [Column(c.key, c.header, "formula") for c in models]
     # shapes in × out, as the code multiplies row vectors (h·W); DeepSeek-V2 §2.1 writes W h, out × in
