@@ -68,6 +68,9 @@ _GATE_NOTE = "sigmoid output gate, one per query channel (Qwen3-Next: q_proj emi
 CACHE = {"mha": "2·n_h·d_h", "gqa": "2·n_kv·d_h", "mqa": "2·d_h", "mla": "d_c + d_R"}
 DECODE_FLOPS = {"mha": "4·n_h·d_h·t", "gqa": "4·n_h·d_h·t", "mqa": "4·n_h·d_h·t",
                 "mla": "2·n_h·(d_c + d_R)·t + 2·n_h·d_c·t"}
+_DECODE_NOTE = "one layer's attention at context t"
+# MLA's decode FLOPs are the absorbed schedule's, the latent cache's default (kvcalc.costs.flops; README: MLA decode)
+_DECODE_NOTES = {"mla": _DECODE_NOTE + ", absorbed: scores over the latent and RoPE key, values mixed in the latent"}
 # The same rows where a model shown has values of another per-head size than its keys (v_head_dim, d_v ≠ d_h:
 # MiMo-V2-Flash, K 192 and V 128): the papers' forms above take d_v = d_h
 _KV_DIFFER = {
@@ -76,6 +79,9 @@ _KV_DIFFER = {
     "mqa": {"W_V": "d × d_v", "W_O": "n_h·d_v × d", "cache per token and layer": "d_h + d_v"},
     "mla": {"W_UV": "d_c × n_h·d_v", "W_O": "n_h·d_v × d"},  # d_h = qk_nope_head_dim, d_v = v_head_dim; cache unchanged
 }
+# and the notes that name d_h where d_v is meant
+_KV_DIFFER_NOTES = {"mla": {"W_UV·W_O": "absorbed into the output: per head, W_UV's d_c × d_v block times W_O's d_v × d "
+                                        "block, d_c × d, the n_h heads stacked"}}
 _KV_DIFFER_DECODE = "2·n_h·(d_h + d_v)·t"
 _KV_DIFFER_NOTE = "d_v ≠ d_h in a model shown"
 
@@ -231,12 +237,14 @@ def dims_rows(specs: list[ModelSpec], kinds: tuple[str, ...] = KINDS) -> tuple[l
         if kind in _HEADS_ROWS and any("W_G" in cells[(c.key, kind)] for c in columns):
             items.insert(1, ("W_G", "d × n_h·d_h", _GATE_NOTE))  # a model's output gate, beside its query
         items += [("cache per token and layer", CACHE[kind], "elements (DeepSeek-V2 Table 1)"),
-                  (DECODE_ITEM, DECODE_FLOPS[kind], "one layer's attention at context t")]
+                  (DECODE_ITEM, DECODE_FLOPS[kind], _DECODE_NOTES.get(kind, _DECODE_NOTE))]
         if kind in _KV_DIFFER and any(kind in c.groups and _values_differ(c.groups[kind]) for c in columns):
             general = dict(_KV_DIFFER[kind])
             if kind != "mla":  # MLA's absorbed decode reads the latent: no d_v in it
                 general[DECODE_ITEM] = _KV_DIFFER_DECODE
+            notes = _KV_DIFFER_NOTES.get(kind, {})
             items = [(n, general[n], f"{note}; {_KV_DIFFER_NOTE}" if note else _KV_DIFFER_NOTE) if n in general
+                     else (n, shape, f"{notes[n]}; {_KV_DIFFER_NOTE}") if n in notes
                      else (n, shape, note) for n, shape, note in items]
         if kind == "mla" and any("W_IK" in cells[(c.key, kind)] for c in columns):
             items = [(n, _INDEXED[n], _INDEXED_NOTE) if n in _INDEXED else (n, shape, note) for n, shape, note in items]

@@ -130,7 +130,10 @@ def test_mla_values_of_another_size_show_d_v(tmp_path):
     assert got["cache per token and layer"][0::2] == ("d_c + d_R", "288")  # 256 + 32
     assert got["decode FLOPs per token"][0] == "2·n_h·(d_c + d_R)·t + 2·n_h·d_c·t"
     assert got["decode FLOPs per token"][2] == f"{2 * 8 * 288 + 2 * 8 * 256:,}·t"
-    assert got["decode FLOPs per token"][1] == "one layer's attention at context t"
+    assert got["decode FLOPs per token"][1] == ("one layer's attention at context t, absorbed: scores over the latent "
+                                                "and RoPE key, values mixed in the latent")  # the schedule named
+    assert got["W_UV·W_O"][1].startswith("absorbed into the output: per head, W_UV's d_c × d_v block times W_O's "
+                                         "d_v × d block") and got["W_UV·W_O"][2] == "2,048 × 1,024"  # 8·256
     papers = {r["item"]: r["symbolic"] for r in rows("dims", "deepseek-v2")}
     assert papers["W_UV"] == "d_c × n_h·d_h" and papers["W_O"] == "n_h·d_h × d"
 
