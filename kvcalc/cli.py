@@ -345,7 +345,7 @@ def paper(
     import shlex
 
     from kvcalc.present.outfile import whole_file
-    from kvcalc.present.outputs import PAPER_README_HEAD, paper_readme, paper_tables
+    from kvcalc.present.outputs import PAPER_FIGURE_CTX, PAPER_README_HEAD, paper_figure_notes, paper_readme, paper_tables
     from kvcalc.settings import Settings
     from kvcalc.tables import DEFAULT_MODELS
 
@@ -383,12 +383,16 @@ def paper(
     figures = []
     try:
         from kvcalc.present.plot import plot_figure, require_matplotlib, save_figure
-        from kvcalc.units import parse_token_range
-
         require_matplotlib()
+        from kvcalc.present.emit import warn
+
+        for line in paper_figure_notes([lm.spec for lm in loaded]):
+            warn(line)
+        lo, hi = PAPER_FIGURE_CTX
+        span = [lo << i for i in range((hi // lo).bit_length())]  # every doubling
         for metric in ("cache", "flops-decode"):
             for ext in ("pdf", "png"):
-                fig = plot_figure([(lm.spec.name, lm.spec) for lm in loaded], parse_token_range("1k..1M", None), [metric], s)
+                fig = plot_figure([(lm.spec.name, lm.spec) for lm in loaded], span, [metric], s)
                 save_figure(fig, output / f"{metric}.{ext}")
                 figures.append(f"{metric}.{ext}")
     except KvcalcError as exc:
@@ -404,7 +408,7 @@ def paper(
         ver = "(not installed)"
     listed = {**files, **{f: "" for f in figures}}
     with whole_file(output / "README.md") as path:
-        path.write_text(paper_readme(listed, command, ver), encoding="utf-8")
+        path.write_text(paper_readme(listed, command, ver, kv_dtype), encoding="utf-8")
     typer.echo(f"wrote {len(listed) + 1} files to {output}", err=True)
 
 

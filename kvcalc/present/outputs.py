@@ -854,14 +854,29 @@ def paper_tables(loaded: list[LoadedModel], s: Settings) -> tuple[dict[str, str]
 
 
 PAPER_README_HEAD = "# kvcalc paper bundle"  # how a bundle's README starts: a folder holding one is rewritten in place
+PAPER_FIGURE_CTX = (1024, 1024**2)  # the contexts the bundle's figures span: 1k to 1M, every doubling
 
 
-def paper_readme(files: dict[str, str], command: str, version: str) -> str:
+def paper_figure_notes(specs: list[ModelSpec]) -> list[str]:
+    """What `paper` says of its figures' range: the models it plots past their trained maximum (one note, not one
+    warning a context, as the figures are drawn over a fixed range)."""
+    hi = PAPER_FIGURE_CTX[1]
+    past = [f"{spec.name} ({spec.max_context:,})" for spec in specs if spec.max_context < hi]
+    if not past:
+        return []
+    return [f"note: the figures run to {hi:,} tokens, past the trained maximum of {', '.join(past)}: computed anyway"]
+
+
+def paper_readme(files: dict[str, str], command: str, version: str, kv_dtype: str = "bf16") -> str:
     """The README of a `paper` bundle: each file, and the command and kvcalc version that made them."""
+    from kvcalc.units import format_tokens
+
+    lo, hi = (format_tokens(n) for n in PAPER_FIGURE_CTX)
+    span = f"against context, {lo} to {hi} tokens, one sequence"
     what = {
         "dims": "the dimensions table: weight shapes, MLA's absorbed products, cache per token, decode FLOPs",
         "models": "the models table: hidden size, heads, KV heads or latent, head dim, layers, parameters, cache",
-        "cache": "figure: KV cache against context", "flops-decode": "figure: decode FLOPs per token against context",
+        "cache": f"figure: KV cache ({kv_dtype}) {span}", "flops-decode": f"figure: decode FLOPs per step {span}",
     }
     lines = [PAPER_README_HEAD, "", f"Made by kvcalc {version} with:", "", "```sh", command, "```", "",
              "Run the same command to regenerate every file (tables are byte-identical).", "", "| File | What |",
