@@ -186,11 +186,13 @@ def reformer_lsh(n: int, d: int, d_v: int, *, c: int, n_r: int) -> MethodCost:
         "scores": n_r * 2 * n * 2 * c * d,  # each query meets 2c keys: its chunk and the one before (look_one_back)
         "mix": n_r * 2 * n * 2 * c * d_v,
     }
-    # decode assumes balanced buckets (c keys each): hash the new query, then 2c keys per round; data-dependent otherwise
+    # decode assumes balanced buckets (c keys each): hash the new query, then 2c keys per round; data-dependent
+    # otherwise. The buckets are the n / c of a model of length n (a decoder keeps its model's: HF's LSHSelfAttention
+    # hashes the new query into num_buckets beside the cached keys' past_buckets)
     decode = n_r * (2 * d * (n_b // 2) + 2 * min(n, 2 * c) * (d + d_v))
     return MethodCost("reformer_lsh", {"c": c, "n_r": n_r}, n, d, d_v, out, decode, True, "kv", n * (d + d_v),
                       "Reformer (Kitaev et al. 2020) §2–3; lucidrains/reformer-pytorch LSHAttention (hash_vectors, "
-                      "look_one_back); state: shared QK and V, bucket ids recomputable")
+                      "look_one_back); state: shared QK and V (the keys' n·n_r bucket ids beside, integers, not counted)")
 
 
 # ---------------------------------------------------------------- low rank

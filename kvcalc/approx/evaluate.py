@@ -468,7 +468,8 @@ def spectrum_rows(n: int, d: int, scales: list[float], data: str, seed: int, cau
 # The README's table of costs for one concrete setting (a test keeps the README equal to it)
 README_SETTING = (4096, 128)  # n, d = d_v
 README_METHODS: list[tuple[str, str, dict[str, int | bool]]] = [
-    ("exact (causal)", "exact", {"causal": True}), ("window w=512", "window", {"w": 512}),
+    ("exact (causal)", "exact", {"causal": True}), ("exact (non-causal)", "exact", {"causal": False}),
+    ("window w=512", "window", {"w": 512}),
     ("Longformer w=512, g=16", "longformer", {"w": 512, "g": 16}), ("BigBird b=64, r=3", "bigbird", {"b": 64, "r": 3}),
     ("Reformer LSH c=64, 2 rounds", "reformer_lsh", {"c": 64, "n_r": 2}), ("Linformer k=256", "linformer", {"k": 256}),
     ("Nyström m=64, T=6", "nystrom", {"m": 64, "T": 6}), ("Performer r=256 (causal)", "performer", {"r": 256, "causal": True}),
