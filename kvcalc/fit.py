@@ -32,6 +32,7 @@ from kvcalc.costs.engine_memory import (
     sglang_refusal,
     sglang_short,
     sglang_stage_pools,
+    vllm_admitted,
 )
 from kvcalc.costs.parallel import PerGpu, check_layout, per_gpu, stage_gpu, stages
 from kvcalc.fields import figure
@@ -76,6 +77,8 @@ class FitRow:
                                      "one with the least left; under --engine vllm its pool's null block counted)")
     binding: str = figure("Binding", "text", "what limits the maximum: memory, max_context (the model's), batch_limit, "
                           "the engine's default cap on sequences at once (max_num_seqs, max_running_requests), "
+                          "startup (vLLM's start-up check of one request of max_model_len, which counts a window's "
+                          "and a chunk's prefill tokens in flight and a state's checkpoint), "
                           "or, where nothing fits, weights or activations (what alone passes the budget)")
     exceeds_max_context: bool = figure("Over\nmax ctx", "bool", "the context (--ctx) is above the trained maximum; "
                                        "the batch is solved anyway")
@@ -147,6 +150,12 @@ def batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chu
     acts = activation_bytes(spec, s, chunk)
     budget = budget_bytes(hw, reserve, s.engine, acts)
     return engine_batch_cap(spec, s, hw, budget, acts, chunk)
+
+
+def admitted_length(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int) -> int | None:
+    """vllm_admitted at the budget `fit` uses: the longest max_model_len vLLM starts with (None where not modelled)."""
+    acts = activation_bytes(spec, s, chunk)
+    return vllm_admitted(spec, s, budget_bytes(hw, reserve, s.engine, acts), acts, chunk)
 
 
 def _kv_bytes(report: CacheReport) -> int:
@@ -251,12 +260,16 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction | None, ch
         best = largest_fitting(lambda c: all(fits(s.at(x)) for x in _peaks_up_to(c, falls)), limit)
         at = s.at(max(best, 1))
         binding = nothing_fits() if not best else "max_context" if best == spec.max_context else "max_ctx" if best == limit else "memory"
+        if (admitted := vllm_admitted(spec, s, budget, acts, chunk)) is not None and admitted < best:
+            best, binding = admitted, "startup"  # vLLM starts with no max_model_len past it (a window's in flight)
     else:
         # the sequences pass through every context up to s.ctx: a batch fits when it does at each peak below it
         peaks = _peaks_up_to(s.ctx, _window_falls(spec, s))
         best = largest_fitting(lambda b: all(fits(replace(s.at(x), batch=b)) for x in peaks),
                                BATCH_LIMIT)
         binding = nothing_fits() if not best else "batch_limit" if best == BATCH_LIMIT else "memory"
+        if best and (admitted := vllm_admitted(spec, s, budget, acts, chunk)) is not None and admitted < s.ctx:
+            best, binding = 0, "startup"  # vLLM does not start with a max_model_len of ctx
         cap = batch_cap(spec, s, hw, reserve, chunk)
         if cap is not None and best > cap[0]:  # the engine runs no more at once by default
             best, binding = cap

@@ -733,8 +733,10 @@ def test_a_text_checkpoint_of_a_multimodal_family_gets_no_tower():
 def test_vllm_refusal_note_only_where_kvcalcs_cache_is_vllms_admission_bound():
     # a review of today's changes: vLLM admits one request of max_model_len by max_admission_blocks_per_request, which
     # for a window or chunk adds the tokens in flight (cdiv(W − 1 + in-flight, B) + 1 pages), so kvcalc's steady cache
-    # told Gemma 3 12B on an RTX 4090 '--max-model-len 9344' where vLLM takes about 2,368: no note for such models
-    assert "refuses to start" not in run("fit", "gemma3-12b", "--hardware", "rtx-4090", "--engine", "vllm").stderr
+    # told Gemma 3 12B on an RTX 4090 '--max-model-len 9344' where vLLM takes about 2,368. Now its admission bound is
+    # counted (kvcalc.costs.engine_memory.vllm_admitted; test_vllm_starts_only_with_a_max_model_len...): 2,368
+    res = run("fit", "gemma3-12b", "--hardware", "rtx-4090", "--engine", "vllm")
+    assert "give vLLM --max-model-len 2368 or less" in res.stderr and "9344" not in res.stderr
     assert "refuses to start" in run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "vllm").stderr
 
 
@@ -781,3 +783,34 @@ def test_sglang_refuses_to_start_where_a_pool_serves_no_request():
 
     assert [sglang_window(load_model(m).spec) for m in ("gpt-oss-20b", "llama4-scout", "gemma3-27b", "llama3-70b")] \
         == [127, 8192, 0, 0]
+
+
+def test_vllm_starts_only_with_a_max_model_len_its_admission_check_holds():
+    # a review: vLLM's start-up check (kv_cache_planning._check_enough_kv_cache_memory) wants one request of
+    # max_model_len's blocks and the null block in the pool, each group's max_admission_blocks_per_request: a window
+    # W takes cdiv(min(W − 1 + I, L), B) + 1 with I = max_in_flight_tokens = (pp + 1) · max_num_batched_tokens (async
+    # scheduling): more than the ceil(W / B) + 1 pages a decoding sequence holds, so fit said 131,072 tokens fit where
+    # vLLM does not start. Gemma 3 27B on an H100 (B = 64, M = 8,192, I = 16,384): groups of 10 layers, 1 full and 6
+    # windowed (W = 1,024); a block is 10 · 64 · 8,192 bytes (16 KV heads · 128 · 2 · 2); A(L) = cdiv(L, 64) + 6 ·
+    # (cdiv(1,023 + 16,384, 64) + 1) = cdiv(L, 64) + 6 · 273
+    args = ("gemma3-27b", "--hardware", "h100-80gb", "--engine", "vllm", "--reserve", "0.2")
+    row = fit(*args)[0]
+    blocks = _room(row) // (10 * 64 * 8192)
+    assert blocks == 2602
+    assert (row["max_ctx"], row["binding"]) == (64 * (blocks - 1 - 6 * 273), "startup") == (61_632, "startup")
+    res = run("fit", *args)
+    assert ("vLLM with its default max_model_len, the model's 131,072 tokens, refuses to start here: one request's "
+            "blocks (its windows' prefill tokens in flight included: max_admission_blocks_per_request) do not fit its "
+            "pool (at most 61,632 tokens do: give vLLM --max-model-len 61632 or less)") in " ".join(res.stderr.split())
+    # solving for the batch: at 32k A = 512 + 1,638 fits the 2,601 blocks, at 64k 1,024 + 1,638 does not
+    rows = fit(*args, "--ctx", "32k,64k")
+    assert [(r["max_batch"] > 0, r["binding"]) for r in rows] == [(True, "memory"), (False, "startup")]
+    # at the default reserve vLLM starts at 131,072 (3,686 blocks of the 5,673 free): nothing said
+    assert fit("gemma3-27b", "--hardware", "h100-80gb", "--engine", "vllm")[0]["max_ctx"] == 131_072
+    # a hybrid's states: Nemotron-H on an H200 (pages of 4,160 tokens, 10 · 4,160 · 4,096-byte blocks): 1 attention
+    # group and 6 state groups of 2 resident blocks and Mamba-2's prefill checkpoint each, A(1) = 1 + 18 = 19; at
+    # --reserve 0.225 the pool has 18 blocks: vLLM starts at no length
+    row = fit("nemotron-h-56b", "--hardware", "h200-141gb", "--engine", "vllm", "--reserve", "0.225")[0]
+    assert (_room(row) // (10 * 4160 * 4096), row["max_ctx"], row["binding"]) == (18, 0, "startup")
+    assert "do not fit its pool at any length" in run("fit", "nemotron-h-56b", "--hardware", "h200-141gb", "--engine",
+                                                      "vllm", "--reserve", "0.225").stderr

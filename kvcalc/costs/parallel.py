@@ -58,7 +58,7 @@ from fractions import Fraction
 from typing import NamedTuple
 
 from kvcalc.attention import MLA, Formula
-from kvcalc.costs.cache import GroupTerm, group_cache, group_term
+from kvcalc.costs.cache import GroupCache, GroupTerm, group_cache, group_term
 from kvcalc.costs.engine_files import (
     VLLM_MTP_FC_SPLIT,
     FfnSplit,
@@ -165,6 +165,16 @@ class _StageGroup:
     pad_state: int = 0  # the same for its constant state's spec
 
 
+class AdmissionGroup(NamedTuple):
+    """One of vLLM's KV cache groups as its start-up check counts one request's blocks (vllm/v1/kv_cache_interface.py
+    max_admission_blocks_per_request, MambaSpec.max_memory_usage_bytes; vLLM 0.34.0): its kind ('full', 'window',
+    'chunk' or 'state'), the tokens a page holds, and the window or chunk (a state: the blocks it reserves)."""
+
+    kind: str
+    block: int
+    span: int = 0
+
+
 @dataclass(frozen=True)
 class Stage:
     """A pipeline stage apart from the context and batch: its groups and the bytes of its weights."""
@@ -176,6 +186,7 @@ class Stage:
     held_back: int = 0  # bytes of the pool no sequence gets (vLLM: BlockPool's null block, one block of the pool)
     sized: tuple[_StageGroup, ...] = ()  # layers the engine's pool sizing counts here but no pool holds (sglang_pools)
     state_slots: int = 1  # state slots a sequence takes in the engine's pool (kvcalc.costs.paged.state_slots)
+    admission: tuple[AdmissionGroup, ...] = ()  # vLLM's groups as its start-up check counts them (admission_groups)
 
 
 def mtp_layers_on(spec: ModelSpec, s: Settings, stage: int) -> tuple[int, ...]:
@@ -261,8 +272,51 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)), routers, draft, eh_proj, tables,
                                    plain)
         out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype) + extra,
-                         null_block_bytes(s, layout, here, groups), tuple(sized), slots))
+                         null_block_bytes(s, layout, here, groups), tuple(sized), slots,
+                         admission_groups(held, caches, layout) if s.engine == "vllm" else ()))
     return tuple(out)
+
+
+def admission_groups(groups: Sequence[ResolvedGroup], caches: Sequence[GroupCache],
+                     layout: PoolLayout | None) -> tuple[AdmissionGroup, ...]:
+    """vLLM's KV cache groups of a model's layer `groups` (as one rank holds them, `caches` their cache) as its
+    start-up check counts them (AdmissionGroup): the groups of its pool `layout` (PoolLayout.groups: a group for each
+    spec's share; vLLM keeps a stage's empty groups, so every stage has them all), or, without a layout (one spec,
+    or one type of attention at one block size), one group of the layers' kind; a model of states alone one state
+    group, vLLM's mamba_cache_mode "none" (a state page and no checkpoint)."""
+    def attention(g: ResolvedGroup, block: int) -> AdmissionGroup:
+        layer = g.layer
+        if layer.window:
+            return AdmissionGroup("window", block, layer.window)
+        return AdmissionGroup("chunk", block, layer.chunk) if layer.chunk else AdmissionGroup("full", block)
+
+    if layout is None:
+        held = [(g, c) for g, c in zip(groups, caches) if c.block_size is not None and c.formula.elements
+                and not g.layer.kv_shared]
+        if held:
+            return (attention(held[0][0], held[0][1].block_size or 1),)
+        return (AdmissionGroup("state", 0, 1),) if any(c.state_elements_per_layer for c in caches) else ()
+    states = [g for g, c in zip(groups, caches) if c.state_elements_per_layer]
+    out = []
+    for bucket, _ in layout.groups:
+        i, part = layout.buckets[bucket]
+        if part == "state":  # mamba_cache_mode "align": 2 state blocks and the prefill checkpoint's, where one is kept
+            out.append(AdmissionGroup("state", 0, 2 + checkpoint_blocks(groups[i], states)))
+        else:
+            out.append(attention(groups[i], layout.pages[i].block or 1))
+    return tuple(out)
+
+
+def checkpoint_blocks(g: ResolvedGroup, states: Sequence[ResolvedGroup]) -> int:
+    """The prefill-checkpoint block a hybrid's state layer reserves in vLLM's "align" mode (MambaSpec
+    num_prefill_checkpoint_blocks): 1 for a Mamba-2 mixer (mamba_mixer2.py get_kv_cache_spec) and for a Gated DeltaNet
+    where every state layer is one (qwen_gdn_linear_attn.py, on the FlashInfer prefill vLLM picks on Hopper, as
+    kvcalc.costs.paged.vllm_hybrid_pages follows); 0 for the other kinds."""
+    mixer = g.parallel if g.parallel is not None else g.attention
+    if mixer.kind == "mamba2":
+        return 1
+    gdn = all(s.attention.kind == "gated_deltanet" and s.parallel is None for s in states)
+    return 1 if mixer.kind == "gated_deltanet" and gdn else 0
 
 
 def null_block_bytes(s: Settings, layout: PoolLayout | None, here: frozenset[int], groups: list[_StageGroup]) -> int:

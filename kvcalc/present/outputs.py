@@ -508,7 +508,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     from kvcalc.costs.paged import lookahead
     from kvcalc.errors import KvcalcError
     from kvcalc.fields import as_row, figures_of
-    from kvcalc.fit import FitRow, fit
+    from kvcalc.fit import FitRow, admitted_length, fit
 
     s = opts.settings(ctxs[0] if ctxs else 1)
     if ctxs and s.batch != 1:
@@ -549,12 +549,25 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
                         "--reserve (1 − its --mem-fraction-static) leaves more")
     # vLLM refuses to start where one request of max_model_len does not fit (_check_enough_kv_cache_memory); its
     # admission bound is kvcalc's cache for full attention alone: a window or chunk adds the tokens in flight
-    # (max_admission_blocks_per_request) and a state layer a checkpoint page, which kvcalc does not count
+    # (max_admission_blocks_per_request) and a state layer a checkpoint page (kvcalc.costs.engine_memory.vllm_admitted)
     plain = all(g.layer.span is None and not g.attention.constant_state(g.layer) for g in spec.groups)
+    served = spec.served_context or spec.max_context  # vLLM's default max_model_len
+    if s.engine == "vllm" and not plain and (admitted := admitted_length(spec, s, s.hardware, frac, chunk)) is not None \
+            and admitted < served:
+        extra = [words for has, words in (
+            (any(g.layer.window for g in spec.groups), "its windows' prefill tokens in flight"),
+            (any(g.layer.chunk for g in spec.groups), "its chunks' prefill tokens in flight"),
+            (any(m.constant_state(layer) for g in spec.groups for m, layer in
+                 ((g.attention, g.layer), (g.parallel, g.parallel_layer)) if m is not None), "its states' blocks")) if has]
+        what = (f"one request's blocks ({' and '.join(extra)} included: max_admission_blocks_per_request) do not fit "
+                "its pool")
+        warnings.append(f"note: {spec.name}: vLLM with its default max_model_len, the model's {served:,} tokens, "
+                        f"refuses to start here: {what}" + (f" (at most {admitted:,} tokens do: give vLLM "
+                                                            f"--max-model-len {admitted} or less)" if admitted else
+                                                            " at any length"))
     if s.engine == "vllm" and plain:
         one = rows[0] if not ctxs and s.batch == 1 else as_row(fit(spec, replace(s, batch=1), s.hardware, frac, chunk,
                                                                      "ctx"))
-        served = spec.served_context or spec.max_context  # vLLM's default max_model_len
         # its check counts cdiv(max_model_len, B) pages, without the slots a --mtp step allocates ahead, which stop
         # at max_model_len (kvcalc.costs.paged.lookahead_limit): the sequence that fits plus those slots is admitted
         admitted = one["max_ctx"] + lookahead(spec.mtp_layers, s)
