@@ -27,6 +27,7 @@ from kvcalc.costs.engine_memory import (
     default_prefill_chunk,
     default_reserve,
     engine_batch_cap,
+    sglang_capacity,
     sglang_fits,
     sglang_pool_sizes,
     sglang_refusal,
@@ -156,6 +157,26 @@ def admitted_length(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fractio
     """vllm_admitted at the budget `fit` uses: the longest max_model_len vLLM starts with (None where not modelled)."""
     acts = activation_bytes(spec, s, chunk)
     return vllm_admitted(spec, s, budget_bytes(hw, reserve, s.engine, acts), acts, chunk)
+
+
+def sglang_longest_request(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int) -> int | None:
+    """The most tokens, prompt and output, SGLang serves one request at these settings (None without --engine sglang
+    or where it does not start): min(context_len − 2, pool − P − 1) for a pool of that many tokens in pages of P
+    (tp_worker.get_worker_info: max_req_len = min(context_len − 1, pool − 1); scheduler.init_req_max_new_tokens: the
+    output stops at max_req_len − prompt − 1, and by memory at pool − ⌈prompt / P⌉·P − P − 1, reached with a prompt
+    of whole pages), and under --mtp context_len less the tokenizer's reserve, max(steps · topk, draft tokens)."""
+    from kvcalc.costs.paged import SGLANG_SPEC_DRAFT_TOKENS, SGLANG_SPEC_STEPS, SGLANG_SPEC_TOPK
+
+    if s.engine != "sglang":
+        return None
+    acts = activation_bytes(spec, s, chunk)
+    pools = [(p, sglang_capacity(p, room)) for _, p, room in sglang_stage_pools(spec, s, budget_bytes(hw, reserve, s.engine, acts), acts)]
+    if any(c is None for _, c in pools):
+        return None
+    pool = min(c.tokens for _, c in pools if c is not None)
+    block = max(p.block for p, _ in pools)
+    reserved = max(SGLANG_SPEC_STEPS * SGLANG_SPEC_TOPK, SGLANG_SPEC_DRAFT_TOKENS) if s.mtp and spec.mtp_layers else 0
+    return min(spec.max_context - 2, spec.max_context - reserved, pool - block - 1)
 
 
 def _kv_bytes(report: CacheReport) -> int:

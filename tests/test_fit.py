@@ -814,3 +814,25 @@ def test_vllm_starts_only_with_a_max_model_len_its_admission_check_holds():
     assert (_room(row) // (10 * 4160 * 4096), row["max_ctx"], row["binding"]) == (18, 0, "startup")
     assert "do not fit its pool at any length" in run("fit", "nemotron-h-56b", "--hardware", "h200-141gb", "--engine",
                                                       "vllm", "--reserve", "0.225").stderr
+
+
+def test_sglang_caps_a_request_a_few_tokens_below_its_pool_and_context():
+    # a review: SGLang's max_req_len is min(context_len − 1, pool − 1) (tp_worker.get_worker_info) and a request's
+    # output stops at max_req_len − prompt − 1 (scheduler.init_req_max_new_tokens), by memory at pool − ⌈prompt / P⌉·P
+    # − P − 1: a request is at most min(context_len − 2, pool − P − 1) tokens. Llama 3.1 8B on an RTX 4090: a pool of
+    # room / (32 · 8 · 128 · 2 · 2) tokens, pages of 1
+    row = fit("llama3.1-8b", "--hardware", "rtx-4090", "--engine", "sglang")[0]
+    pool = _room(row) // 131_072
+    assert row["max_ctx"] == pool == 15_879
+    said = "SGLang serves a request of at most {:,} tokens, prompt and output"
+    assert said.format(pool - 2) in run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "sglang").stderr
+    # gpt-oss-20b on an H100: its context binds, 131,072 − 2
+    assert said.format(131_070) in run("fit", "gpt-oss-20b", "--hardware", "h100-80gb", "--engine", "sglang").stderr
+    # DeepSeek-V3.2's pages of 64 (its NSA page): 158,336 − 64 − 1
+    args = ("deepseek-v3.2", "--hardware", "h200-141gb", "--tp", "8", "--weights-dtype", "fp8", "--kv-dtype", "fp8",
+            "--reserve", "0.38", "--engine", "sglang")
+    assert fit(*args)[0]["max_ctx"] == 158_336
+    assert said.format(158_336 - 64 - 1) in run("fit", *args).stderr
+    # not where the answer is below it (a batch of 8 shares the pool)
+    assert "serves a request" not in run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "sglang",
+                                         "--batch", "8").stderr

@@ -634,7 +634,7 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
     binds, that nothing fits, and an engine's default cap on sequences below --batch."""
     from kvcalc.costs.engine_memory import SGLANG_MAMBA_FULL_MEMORY_RATIO, SGLANG_SWA_FULL_TOKENS_RATIO
     from kvcalc.costs.paged import state_slots
-    from kvcalc.fit import batch_cap, binding_context, sglang_pool_binding
+    from kvcalc.fit import batch_cap, binding_context, sglang_longest_request, sglang_pool_binding
     from kvcalc.units import format_bytes
 
     assert s.hardware is not None  # fit's settings carry the hardware
@@ -671,6 +671,11 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
             warnings.append(f"note: {spec.name}: {at} SGLang's limit is {words}; the budget left per GPU is what the "
                             "other pools keep")
     warnings += [f"warning: {spec.name}: nothing fits: SGLang refuses to start: {words}" for words in sorted(refusals)]
+    if not ctxs and rows and rows[0]["max_ctx"] and (longest := sglang_longest_request(spec, s, s.hardware, frac, chunk)) \
+            is not None and rows[0]["max_ctx"] > longest:  # SGLang's own cap on a request, a few tokens below
+        warnings.append(f"note: {spec.name}: SGLang serves a request of at most {longest:,} tokens, prompt and output "
+                        "(max_req_len: min(context_len, its pool's tokens) − 1, the output stopping a token before "
+                        "it, and a page more below the pool's end)")
     if rows and all(row["max_batch" if ctxs else "max_ctx"] == 0 for row in rows) and rows[0]["binding"] == "weights":
         short = -max(row["free_bytes_per_gpu"] for row in rows)
         warnings.append(f"warning: {spec.name}: nothing fits: the weights leave the busiest GPU {format_bytes(short, units)}"
