@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from kvcalc.costs.cache import CacheReport
-from kvcalc.costs.paged import SGLANG_TRACKING_SLOTS, layer_pages_rule, stored_token
+from kvcalc.costs.paged import layer_pages_rule, stored_token
 from kvcalc.costs.quant import group_size
 from kvcalc.costs.state import component_dtypes
 from kvcalc.dtypes import dtype_bits, elements_to_bytes
@@ -281,8 +281,8 @@ def derivation_lines(d: dict, units: str = "binary") -> list[str]:
                               f"{g['state']['engine_bytes_per_layer']:,}" for g in d["groups"] if "state" in g)
             how = ("two pages each in a hybrid, with vLLM's prefix caching, one in a model of states alone; one more per"
                    " speculative token under --mtp; padded to the unified page" if d["engine"] == "vllm" else
-                   f"a slot a sequence, and the {SGLANG_TRACKING_SLOTS} tracking slots more of its radix cache's extra"
-                   " buffer where SGLang uses one, each exact")
+                   f"a slot a sequence and {_count(d['engine_state_bytes'] // d['state_bytes'] - 1, 'tracking slot')}"
+                   " more, its radix cache's extra buffer, each exact")
             lines.append(f"  constant states as {d['engine']} stores them ({how}):"
                          f" {each} = {d['engine_state_bytes']:,} bytes{aside_bytes(d['engine_state_bytes'], units)}")
     return lines

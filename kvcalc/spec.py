@@ -505,6 +505,11 @@ class ModelSpec(Strict):
         """Whether some layer's cache has a layout to choose (MLA: latent or expanded)."""
         return any(g.attention.layouts for g in self.groups)
 
+    def has_states(self) -> bool:
+        """Whether some layer, or the mixer beside its attention (Falcon-H1), keeps a constant state."""
+        return any(m.constant_state(layer) for g in self.groups for m, layer in
+                   ((g.attention, g.layer), (g.parallel, g.parallel_layer)) if m is not None)
+
     def has_schedules(self) -> bool:
         """Whether some layer has decode schedules of different cost (MLA: naive or absorbed)."""
         return any(g.attention.schedules for g in self.groups)

@@ -266,9 +266,12 @@ def test_sglang_extra_buffer_gives_a_running_request_three_state_slots():
     assert "its state pool: 745 slots" in over.stderr and "3 a sequence" in " ".join(over.stderr.split())
     # vLLM's states are its pages (two resident a layer), and a family without the extra buffer keeps one slot
     from kvcalc.costs.paged import state_slots
+    from kvcalc.settings import Settings
 
-    assert (state_slots("qwen3_next", "sglang"), state_slots("qwen3_next", "vllm"), state_slots("jamba", "sglang"),
-            state_slots("nemotron_h", None)) == (3, 1, 1, 1)
+    at = lambda engine, pp=1: Settings(ctx=1, engine=engine, pp=pp)  # noqa: E731
+    assert (state_slots("qwen3_next", at("sglang")), state_slots("qwen3_next", at("vllm")),
+            state_slots("jamba", at("sglang")), state_slots("nemotron_h", at(None)),
+            state_slots("nemotron_h", at("sglang", 2))) == (3, 1, 1, 1, 2)
 
 
 def test_sglang_pools_leave_a_plain_model_as_one_pool():
@@ -836,3 +839,27 @@ def test_sglang_caps_a_request_a_few_tokens_below_its_pool_and_context():
     # not where the answer is below it (a batch of 8 shares the pool)
     assert "serves a request" not in run("fit", "llama3.1-8b", "--hardware", "rtx-4090", "--engine", "sglang",
                                          "--batch", "8").stderr
+
+
+def test_sglang_extra_buffer_under_pp_keeps_one_tracking_slot():
+    # a review: under pp > 1 SGLang turns its overlap schedule off (overrides._pipeline_parallel_overlap_disable)
+    # after choosing the extra-buffer strategy, so get_mamba_tracking_slots(extra_buffer=True, overlap=False) = 1: a
+    # request holds 2 slots and the cap is K // (3 + 1). Nemotron-H at pp 2 on H100s: K = 14 slots a stage of S =
+    # 27 of its 54 Mamba-2 layers · (256 · 64 · 256 · 4 + 3 · 20,480 · 2) = 456,302,592 bytes
+    s = 27 * (256 * 64 * 256 * 4 + 3 * 20_480 * 2)
+    assert s == 456_302_592
+    row = fit("nemotron-h-56b", "--engine", "sglang", "--hardware", "h100-80gb", "--pp", "2", "--ctx", "8k")[0]
+    slots = (_room(row) * 9 // 19 - s) // s
+    assert slots == 14 and (row["max_batch"], row["binding"]) == (14 // 4, "max_running_requests") == (3, "max_running_requests")
+    assert row["state_bytes_per_gpu"] == 3 * 2 * s
+    show = json.loads(run("show", "nemotron-h-56b", "--engine", "sglang", "--pp", "2", "--ctx", "8k", "--batch", "2",
+                          "-f", "json").stdout)["summary"]
+    assert show["engine_state_bytes"] == 2 * show["state_bytes"]
+    # a batch of 7 takes 14 slots: it fits (above the cap of 3, warned), where 3 a sequence said nothing did
+    res = run("fit", "nemotron-h-56b", "--engine", "sglang", "--hardware", "h100-80gb", "--pp", "2", "--batch", "7")
+    assert "its state pool" not in res.stderr and "sglang runs at most 3 sequences" in res.stderr
+    # a pool of one slot is said in the singular, and one of none names the check that raises
+    one = run("fit", "nemotron-h-56b", "--hardware", "h200-141gb", "--engine", "sglang", "--reserve", "0.22").stderr
+    none = run("fit", "nemotron-h-56b", "--hardware", "h200-141gb", "--engine", "sglang", "--reserve", "0.24").stderr
+    assert "its state pool holds 1 slot, fewer than the 5" in " ".join(one.split())
+    assert "not one sequence's states (_handle_max_mamba_cache" in " ".join(none.split())

@@ -653,6 +653,10 @@ def test_vllm_stops_the_slots_ahead_at_max_model_len():
     text = run("fit", "deepseek-v3", "--hardware", "h200-141gb", "--tp", "8", "--weights-dtype", "fp8", "--engine",
                "vllm", "--mtp", "--reserve", "0.37")
     assert "give vLLM --max-model-len 109056 or less" in text.stderr
+    # --explain says where the slots stop, and that none are left at max_model_len itself
+    for ctx, said in ((163_838, "counting 2 of the 3 slots"), (163_840, "counting 0 of the 3 slots")):
+        out = run("show", "deepseek-v3", "--engine", "vllm", "--mtp", "--ctx", str(ctx), "--explain").stdout
+        assert f"{said} a --mtp step allocates ahead, which stop at vLLM's max_model_len, 163,840" in out
 
 
 def test_mtp_pages_cover_the_slots_an_sglang_step_allocates_ahead():

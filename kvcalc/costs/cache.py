@@ -334,7 +334,7 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
 def cache_plan(spec: ModelSpec, s: Settings) -> CachePlan:
     """The CachePlan of `spec` at settings `s` (their context and batch not read), once per spec and settings."""
     return spec.memo(("cache_plan", s.kv_dtype, s.mla_cache, s.kv_quant, s.engine, s.block_size, s.state_dtype, s.enc_ctx,
-                      s.mtp), _plan, spec, s)
+                      s.mtp, state_slots(spec.family, s)), _plan, spec, s)
 
 
 def cache_at(plan: CachePlan, s: Settings) -> CacheReport:
@@ -383,7 +383,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     ahead, limit = lookahead(spec.mtp_layers, s), lookahead_limit(spec, s)
     one = replace(s, ctx=1, batch=1)
     every = keeps_every_token(spec.family, s.engine)
-    slots = state_slots(spec.family, s.engine)
+    slots = state_slots(spec.family, s)
     extra = sglang_buffers(groups, s, spec.encoder.n_layers if spec.encoder else 0, family=spec.family) \
         if layout is None else None
     rows = tuple(group_cache(g, one, enc, every, layout, i, extra, ahead, slots, limit) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx

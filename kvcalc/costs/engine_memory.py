@@ -298,8 +298,8 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, ac
     max_num_batched_tokens: _set_default_max_num_seqs_and_batched_tokens_args, 256 on a TPU v5p), SGLang's max_running_requests
     (kv_cache_configurator.resolve_max_num_reqs: min(clamp(tokens / context_len · 512, 2048, 4096), tokens // 2);
     under --mtp, speculative decoding, min(max(1, 48 // its attention-DP workers), tokens // 2), as SGLang sets 48
-    (arg_groups/speculative_hook.py _handle_eagle_family); with states min(that, K // 3, or // 5 with its extra
-    buffer)); per data-parallel replica, so times dp, and
+    (arg_groups/speculative_hook.py _handle_eagle_family); with states min(that, K // (3 + its tracking slots),
+    kvcalc.costs.paged.tracking_slots)); per data-parallel replica, so times dp, and
     SGLang's per attention-DP worker ("per dp worker": under --dp-attention each of a replica's tp ranks runs its own
     scheduler over its own pool), so times tp there too. `budget` and `acts`: a GPU's budget and activation estimate,
     whose rest SGLang's pools divide (sglang_stage_pools).

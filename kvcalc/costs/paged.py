@@ -94,17 +94,25 @@ SGLANG_HYBRID_SWA = frozenset({"llama4", "gpt-oss", "mimo_v2_flash", "step3p5", 
 # SGLang 0.5.23 runs a hybrid's radix cache with its extra-buffer strategy for these families (arg_groups/overrides.py
 # _MAMBA_EXTRA_BUFFER_ARCHS, which _mamba_radix_cache_resolution picks under the default overlap schedule and triton
 # linear-attention backend): HybridReqToTokenPool.alloc gives a new request its working state slot and
-# _alloc_ping_pong_buffer its mamba_initial_tracking_slots more (allocation_sizing.get_mamba_tracking_slots: 2 with
-# overlap), all freed together when it ends (free_mamba_cache)
+# _alloc_ping_pong_buffer its mamba_initial_tracking_slots more (allocation_sizing.get_mamba_tracking_slots: 2 with the
+# overlap schedule, 1 without it, as under pp > 1, which turns the schedule off after the strategy is chosen:
+# overrides._pipeline_parallel_overlap_disable), all freed together when it ends (free_mamba_cache)
 SGLANG_EXTRA_BUFFER_FAMILIES = frozenset({"qwen3_next", "nemotron_h", "falcon_h1", "granitemoehybrid", "kimi_linear",
                                           "qwen3_5_moe"})
-SGLANG_TRACKING_SLOTS = 2
 
 
-def state_slots(family: str, engine: str | None) -> int:
+def tracking_slots(family: str, s: Settings) -> int:
+    """The tracking slots SGLang's extra-buffer strategy gives a running sequence beside its own: 2 under the overlap
+    schedule, 1 under pp > 1 (no overlap); 0 for other families and engines."""
+    if s.engine != "sglang" or family not in SGLANG_EXTRA_BUFFER_FAMILIES:
+        return 0
+    return 2 if s.pp == 1 else 1
+
+
+def state_slots(family: str, s: Settings) -> int:
     """State slots a running sequence takes in the engine's pool outside vLLM's hybrid pages (PoolLayout counts
-    those): SGLang's working slot and its 2 tracking slots under the extra-buffer strategy; else one."""
-    return 1 + SGLANG_TRACKING_SLOTS if engine == "sglang" and family in SGLANG_EXTRA_BUFFER_FAMILIES else 1
+    those): its own and SGLang's tracking slots (tracking_slots)."""
+    return 1 + tracking_slots(family, s)
 
 
 # The window SGLang's hybrid-SWA pool must hold for one request (model_runner_components/load_model_utils.py
@@ -285,7 +293,10 @@ def layer_pages_rule(ctx: int, held: int, layer: Layer, engine: str | None, ever
                      limit: int | None = None) -> str:
     """The rule `layer_pages` applies, in words (for --explain)."""
     rule = PAGE_RULES[_layer_rule(ctx, held, layer, engine, every)]
-    ahead = ahead_at(ctx, ahead, limit)
+    slots = ahead_at(ctx, ahead, limit)
+    if slots < ahead:  # stopped at max_model_len
+        return rule + (f", ctx and held counting {slots} of the {ahead} slots a --mtp step allocates ahead, which stop at "
+                       f"vLLM's max_model_len, {limit:,}")
     return rule + (f", ctx and held counting the {ahead} slots a --mtp step allocates ahead" if ahead else "")
 
 

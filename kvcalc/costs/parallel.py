@@ -228,7 +228,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     one = dataclasses.replace(s, ctx=1, batch=1, tp=1, pp=1, dp=1, ep=1)
     every = keeps_every_token(spec.family, s.engine)
     ahead, limit = lookahead(spec.mtp_layers, s), lookahead_limit(spec, s)
-    slots = state_slots(spec.family, s.engine)
+    slots = state_slots(spec.family, s)
     caches = [group_cache(g, one, enc, every, layout, j, {}, ahead, slots, limit) for j, g in enumerate(held)]  # padding: by stage, below
     ranges = pp_stages(spec.n_layers, s.pp, s.engine)
     out = []

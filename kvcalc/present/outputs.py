@@ -78,8 +78,7 @@ def nothing_for(spec: ModelSpec, *, mtp: bool = False, enc_ctx: bool = False, ml
         lacks.append((mla, "no MLA layers"))
     if ep and not any(getattr(run.ffn, "n_routed_experts", 0) for run in ffn_runs(spec)):
         lacks.append(("--ep", "no routed experts"))
-    if state and not any(m.constant_state(layer) for g in spec.groups for m, layer in
-                         ((g.attention, g.layer), (g.parallel, g.parallel_layer)) if m is not None):
+    if state and not spec.has_states():
         lacks.append(("--state-dtype", "no constant-state layers (linear attention, SSMs)"))
     return lacks
 
@@ -550,15 +549,14 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     # vLLM refuses to start where one request of max_model_len does not fit (_check_enough_kv_cache_memory); its
     # admission bound is kvcalc's cache for full attention alone: a window or chunk adds the tokens in flight
     # (max_admission_blocks_per_request) and a state layer a checkpoint page (kvcalc.costs.engine_memory.vllm_admitted)
-    plain = all(g.layer.span is None and not g.attention.constant_state(g.layer) for g in spec.groups)
+    plain = all(g.layer.span is None for g in spec.groups) and not spec.has_states()  # Falcon-H1's parallel mixer too
     served = spec.served_context or spec.max_context  # vLLM's default max_model_len
     if s.engine == "vllm" and not plain and (admitted := admitted_length(spec, s, s.hardware, frac, chunk)) is not None \
             and admitted < served:
         extra = [words for has, words in (
             (any(g.layer.window for g in spec.groups), "its windows' prefill tokens in flight"),
             (any(g.layer.chunk for g in spec.groups), "its chunks' prefill tokens in flight"),
-            (any(m.constant_state(layer) for g in spec.groups for m, layer in
-                 ((g.attention, g.layer), (g.parallel, g.parallel_layer)) if m is not None), "its states' blocks")) if has]
+            (spec.has_states(), "its states' blocks")) if has]
         what = (f"one request's blocks ({' and '.join(extra)} included: max_admission_blocks_per_request) do not fit "
                 "its pool")
         warnings.append(f"note: {spec.name}: vLLM with its default max_model_len, the model's {served:,} tokens, "
@@ -659,9 +657,9 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
             what, sizes, _ = pool
             slots = sizes.slots if sizes is not None else None
             at = f"at {row['ctx']:,} tokens" if ctxs else f"at batch {row['batch']:,}"
-            per = state_slots(spec.family, s.engine)
+            per = state_slots(spec.family, s)
             each = "one a sequence" if per == 1 else \
-                f"{per} a sequence (its own and the extra buffer's {per - 1} tracking slots)"
+                f"{per} a sequence (its own and the extra buffer's {per - 1} tracking slot{'s' if per > 2 else ''})"
             words = {"state": f"its state pool: {slots:,} slots (r/(1 + r) of the room after weights and activations, "
                               f"r = --mamba-full-memory-ratio {float(SGLANG_MAMBA_FULL_MEMORY_RATIO):g}), {each}"
                               if slots else "its state pool",
@@ -681,8 +679,11 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
         warnings.append(f"warning: {spec.name}: nothing fits: the weights leave the busiest GPU {format_bytes(short, units)}"
                         " over its budget (more GPUs or pipeline stages, a smaller --weights-dtype, or a smaller --reserve)")
     if not ctxs and (cap := batch_cap(spec, s, s.hardware, frac, chunk)) is not None and s.batch > cap[0]:
+        states = s.engine == "sglang" and spec.has_states()
         warnings.append(f"warning: --batch {s.batch:,}: {s.engine} runs at most {cap[0]:,} sequences at once by default "
-                        f"({cap[1]}); the rest wait, or raise it")
+                        f"({cap[1]}); the rest wait, or raise it" + (
+                            " (with states only up to its state slots over the slots it reserves a request, which a "
+                            "larger state pool raises: --mamba-full-memory-ratio, --max-mamba-cache-size)" if states else ""))
     return warnings
 
 
@@ -695,8 +696,11 @@ def _sglang_refusal_words(spec: ModelSpec, s: Settings, what: str, sizes: SGLang
         return (f"its sliding-window pool of {sizes.swa_tokens:,} tokens would not hold one request's window and a "
                 f"page ({sglang_window(spec):,} + {s.block_size or 1:,} tokens: validate_swa_pool_size); more memory, "
                 "a smaller --reserve or a larger --swa-full-tokens-ratio")
-    ratio = SGLANG_MAMBA_RATIO + state_slots(spec.family, s.engine) - 1
-    held = f"{sizes.slots:,} slots" if sizes is not None and sizes.slots is not None else "not one slot"
+    ratio = SGLANG_MAMBA_RATIO + state_slots(spec.family, s) - 1
+    if sizes is None or sizes.slots is None:  # not one slot: _handle_max_mamba_cache raises before any request cap
+        return ("its state pool's share of the memory holds not one sequence's states (_handle_max_mamba_cache: not "
+                "enough memory for the state cache); more memory or a smaller --reserve")
+    held = f"{sizes.slots:,} slot{'s' if sizes.slots != 1 else ''}"
     return (f"its state pool holds {held}, fewer than the {ratio} it reserves a request (resolve_max_num_reqs: "
             f"max_mamba_cache_size // {ratio} = 0 requests); more memory or a smaller --reserve")
 
@@ -923,7 +927,7 @@ def _shown(cls: type, keys: tuple[str, ...]) -> list[Column]:
 
 def approx_output(rows: list[dict], n: int, d: int, data: str, causal: bool, spectrum: list[dict] | None) -> Output:
     """`approx`: cost and measured error of each method and scale (and, with --spectrum, the singular values)."""
-    from kvcalc.approx.evaluate import ApproxRow, SpectrumRow
+    from kvcalc.approx.evaluate import DATA, ApproxRow, SpectrumRow
     from kvcalc.fields import figures_of
 
     n, d, d_v, seeds = (rows[0]["n"], rows[0]["d"], rows[0]["d_v"], rows[0]["seeds"]) if rows else (n, d, d, 1)
@@ -935,7 +939,8 @@ def approx_output(rows: list[dict], n: int, d: int, data: str, causal: bool, spe
     payload: Any = [{k: r[k] for k in keys} for r in rows]
     if spectrum is not None:
         tables.append(Table("spectrum", _shown(SpectrumRow, SPECTRUM_SHOWN), spectrum,
-                            f"Singular values ({mode}{'; the scores QKᵀ unmasked' if causal else ''}; data seed 0): "
+                            f"Singular values ({mode}{'; the scores QKᵀ unmasked' if causal else ''}"
+                            f"{'; data seed 0' if data in DATA else ''}): "
                             "rank for 90/99/99.9% of the energy"))
         payload = {"methods": payload, "spectrum": spectrum}
     return Output(tables, payload)
