@@ -156,7 +156,7 @@ def batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chu
 def admitted_length(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int) -> int | None:
     """vllm_admitted at the budget `fit` uses: the longest max_model_len vLLM starts with (None where not modelled)."""
     acts = activation_bytes(spec, s, chunk)
-    return vllm_admitted(spec, s, budget_bytes(hw, reserve, s.engine, acts), acts, chunk)
+    return vllm_admitted(spec, s, budget_bytes(hw, reserve, s.engine, acts), acts, chunk, spec.max_context)
 
 
 def sglang_longest_request(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int) -> int | None:
@@ -279,17 +279,17 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction | None, ch
         falls = _window_falls(spec, s)
         # a sequence passes through every context below its last: c fits when every context up to c does
         best = largest_fitting(lambda c: all(fits(s.at(x)) for x in _peaks_up_to(c, falls)), limit)
-        at = s.at(max(best, 1))
         binding = nothing_fits() if not best else "max_context" if best == spec.max_context else "max_ctx" if best == limit else "memory"
-        if (admitted := vllm_admitted(spec, s, budget, acts, chunk)) is not None and admitted < best:
+        if (admitted := vllm_admitted(spec, s, budget, acts, chunk, best)) is not None and admitted < best:
             best, binding = admitted, "startup"  # vLLM starts with no max_model_len past it (a window's in flight)
+        at = s.at(max(best, 1))
     else:
         # the sequences pass through every context up to s.ctx: a batch fits when it does at each peak below it
         peaks = _peaks_up_to(s.ctx, _window_falls(spec, s))
         best = largest_fitting(lambda b: all(fits(replace(s.at(x), batch=b)) for x in peaks),
                                BATCH_LIMIT)
         binding = nothing_fits() if not best else "batch_limit" if best == BATCH_LIMIT else "memory"
-        if best and (admitted := vllm_admitted(spec, s, budget, acts, chunk)) is not None and admitted < s.ctx:
+        if best and (admitted := vllm_admitted(spec, s, budget, acts, chunk, s.ctx)) is not None and admitted < s.ctx:
             best, binding = 0, "startup"  # vLLM does not start with a max_model_len of ctx
         cap = batch_cap(spec, s, hw, reserve, chunk)
         if cap is not None and best > cap[0]:  # the engine runs no more at once by default

@@ -801,6 +801,10 @@ def test_vllm_starts_only_with_a_max_model_len_its_admission_check_holds():
     blocks = _room(row) // (10 * 64 * 8192)
     assert blocks == 2602
     assert (row["max_ctx"], row["binding"]) == (64 * (blocks - 1 - 6 * 273), "startup") == (61_632, "startup")
+    # the row's figures are at that context (they were at the 131,072 memory alone holds): the full group's 10 layers
+    # cdiv(61,632, 64) = 963 pages and the windowed groups' 60 slots 17, of 64 · 8,192 bytes
+    page = 64 * 8192
+    assert (row["ctx"], row["kv_cache_bytes"]) == (61_632, (10 * 963 + 60 * 17) * page) == (61_632, 5_583_667_200)
     res = run("fit", *args)
     assert ("vLLM with its default max_model_len, the model's 131,072 tokens, refuses to start here: one request's "
             "blocks (its windows' prefill tokens in flight included: max_admission_blocks_per_request) do not fit its "
@@ -817,6 +821,15 @@ def test_vllm_starts_only_with_a_max_model_len_its_admission_check_holds():
     assert (_room(row) // (10 * 4160 * 4096), row["max_ctx"], row["binding"]) == (18, 0, "startup")
     assert "do not fit its pool at any length" in run("fit", "nemotron-h-56b", "--hardware", "h200-141gb", "--engine",
                                                       "vllm", "--reserve", "0.225").stderr
+    # Whisper's cross-attention is a group of its own (CrossAttentionSpec): cdiv(max_num_encoder_input_tokens, B)
+    # blocks, that a prefill chunk (8,192 on an H100), 128, beside cdiv(L, 64); a block 32 · 64 · 20 · 64 · 2 · 2 bytes
+    row = fit("whisper-large-v3", "--hardware", "h100-80gb", "--engine", "vllm", "--reserve", "0.95")[0]
+    block = 32 * 64 * 20 * 64 * 2 * 2
+    assert (1 + 128 + 1) * block > _room(row) >= (-(-448 // 64) + 24 + 1) * block  # what decoding alone holds fits
+    assert (row["max_ctx"], row["binding"]) == (0, "startup")
+    # plain models are as before, and a --ctx past the model's maximum is computed anyway, not refused as 'startup'
+    rows = fit("llama3-70b", "--hardware", "h100-80gb", "--tp", "2", "--engine", "vllm", "--ctx", "8k,16k,32k")
+    assert [(r["max_batch"], r["binding"]) for r in rows] == [(9, "memory"), (4, "memory"), (2, "memory")]
 
 
 def test_sglang_caps_a_request_a_few_tokens_below_its_pool_and_context():

@@ -325,11 +325,13 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, ac
     return min(caps) * s.dp * workers, "max_running_requests"
 
 
-def vllm_admission_blocks(groups: Sequence[AdmissionGroup], length: int, in_flight: int) -> int:
+def vllm_admission_blocks(groups: Sequence[AdmissionGroup], length: int, in_flight: int, encoder: int = 0) -> int:
     """Blocks vLLM's start-up check reserves for one request of `length` tokens (its max_model_len): each group's
     max_admission_blocks_per_request (vllm/v1/kv_cache_interface.py, 0.34.0): full attention cdiv(L, B); a window W
     cdiv(min(W − 1 + in_flight, L), B) + 1 (its tokens in flight beside the window, and a page the window may start
-    inside); a chunk C cdiv(min(C + in_flight, L), B); a state its blocks (AdmissionGroup.span)."""
+    inside); a chunk C cdiv(min(C + in_flight, L), B); cross-attention cdiv(encoder, B) for `encoder` input tokens
+    (CrossAttentionSpec: max_num_encoder_input_tokens); a state its blocks (MambaSpec.max_memory_usage_bytes,
+    AdmissionGroup.span)."""
     total = 0
     for g in groups:
         if g.kind == "full":
@@ -338,17 +340,20 @@ def vllm_admission_blocks(groups: Sequence[AdmissionGroup], length: int, in_flig
             total += -(-min(g.span - 1 + in_flight, length) // g.block) + 1
         elif g.kind == "chunk":
             total += -(-min(g.span + in_flight, length) // g.block)
+        elif g.kind == "cross":
+            total += -(-encoder // g.block)
         else:
             total += g.span
     return total
 
 
-def vllm_admitted(spec: ModelSpec, s: Settings, budget: int, acts: int, chunk: int) -> int | None:
-    """The longest max_model_len vLLM starts with at these settings, up to the model's max_context (0: none): its
+def vllm_admitted(spec: ModelSpec, s: Settings, budget: int, acts: int, chunk: int, upper: int) -> int | None:
+    """The longest max_model_len vLLM starts with at these settings, up to `upper` tokens (0: none): its
     start-up check (kv_cache_planning._check_enough_kv_cache_memory) wants one request's blocks
     (vllm_admission_blocks) and the null block in each worker's memory for the cache, the budget less the stage's
     weights and `acts`; the tokens in flight are max_in_flight_tokens, (pp + 1) prefill chunks under async
-    scheduling, vLLM's default (VllmConfig.max_concurrent_batches). None without --engine vllm, and under --mtp,
+    scheduling, vLLM's default (VllmConfig.max_concurrent_batches), and an encoder's input tokens one prefill chunk
+    (SchedulerConfig: max_num_encoder_input_tokens = max_num_batched_tokens). None without --engine vllm, and under --mtp,
     whose speculative blocks and retained tokens it does not count."""
     from kvcalc.solve import largest_fitting
 
@@ -358,7 +363,7 @@ def vllm_admitted(spec: ModelSpec, s: Settings, budget: int, acts: int, chunk: i
     plans = stages(spec, s)
 
     def starts(length: int) -> bool:
-        return all((vllm_admission_blocks(p.admission, length, in_flight) + 1) * p.held_back
+        return all((vllm_admission_blocks(p.admission, length, in_flight, chunk) + 1) * p.held_back
                    <= budget - p.weights_bytes - acts for p in plans)
 
-    return largest_fitting(starts, spec.max_context)
+    return largest_fitting(starts, upper)

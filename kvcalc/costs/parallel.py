@@ -168,7 +168,7 @@ class _StageGroup:
 class AdmissionGroup(NamedTuple):
     """One of vLLM's KV cache groups as its start-up check counts one request's blocks (vllm/v1/kv_cache_interface.py
     max_admission_blocks_per_request, MambaSpec.max_memory_usage_bytes; vLLM 0.34.0): its kind ('full', 'window',
-    'chunk' or 'state'), the tokens a page holds, and the window or chunk (a state: the blocks it reserves)."""
+    'chunk', 'cross' or 'state'), the tokens a page holds, and the window or chunk (a state: the blocks it reserves)."""
 
     kind: str
     block: int
@@ -293,8 +293,10 @@ def admission_groups(groups: Sequence[ResolvedGroup], caches: Sequence[GroupCach
     if layout is None:
         held = [(g, c) for g, c in zip(groups, caches) if c.block_size is not None and c.formula.elements
                 and not g.layer.kv_shared]
-        if held:
-            return (attention(held[0][0], held[0][1].block_size or 1),)
+        if held:  # an encoder–decoder model's cross-attention is a group of its own (CrossAttentionSpec)
+            block = held[0][1].block_size or 1
+            cross = (AdmissionGroup("cross", block),) if any(g.cross is not None for g, _ in held) else ()
+            return (attention(held[0][0], block), *cross)
         return (AdmissionGroup("state", 0, 1),) if any(c.state_elements_per_layer for c in caches) else ()
     states = [g for g, c in zip(groups, caches) if c.state_elements_per_layer]
     out = []

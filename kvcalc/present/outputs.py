@@ -549,15 +549,20 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     # vLLM refuses to start where one request of max_model_len does not fit (_check_enough_kv_cache_memory); its
     # admission bound is kvcalc's cache for full attention alone: a window or chunk adds the tokens in flight
     # (max_admission_blocks_per_request) and a state layer a checkpoint page (kvcalc.costs.engine_memory.vllm_admitted)
-    plain = all(g.layer.span is None for g in spec.groups) and not spec.has_states()  # Falcon-H1's parallel mixer too
+    plain = all(g.layer.span is None and g.cross is None for g in spec.groups) and not spec.has_states()
     served = spec.served_context or spec.max_context  # vLLM's default max_model_len
     if s.engine == "vllm" and not plain and (admitted := admitted_length(spec, s, s.hardware, frac, chunk)) is not None \
             and admitted < served:
-        extra = [words for has, words in (
-            (any(g.layer.window for g in spec.groups), "its windows' prefill tokens in flight"),
-            (any(g.layer.chunk for g in spec.groups), "its chunks' prefill tokens in flight"),
-            (spec.has_states(), "its states' blocks")) if has]
-        what = (f"one request's blocks ({' and '.join(extra)} included: max_admission_blocks_per_request) do not fit "
+        extra = [(words, source) for has, words, source in (
+            (any(g.layer.window for g in spec.groups), "its windows' prefill tokens in flight",
+             "max_admission_blocks_per_request"),
+            (any(g.layer.chunk for g in spec.groups), "its chunks' prefill tokens in flight",
+             "max_admission_blocks_per_request"),
+            (any(g.cross is not None for g in spec.groups), "a prefill chunk of encoder input for its cross-attention",
+             "CrossAttentionSpec"),
+            (spec.has_states(), "its states' blocks", "MambaSpec.max_memory_usage_bytes")) if has]
+        sources = ", ".join(dict.fromkeys(source for _, source in extra))
+        what = (f"one request's blocks ({' and '.join(words for words, _ in extra)} included: {sources}) do not fit "
                 "its pool")
         warnings.append(f"note: {spec.name}: vLLM with its default max_model_len, the model's {served:,} tokens, "
                         f"refuses to start here: {what}" + (f" (at most {admitted:,} tokens do: give vLLM "
