@@ -22,7 +22,16 @@ from kvcalc.costs.flops import (
     row_flops_with,
     row_passes,
 )
-from kvcalc.costs.parallel import PerGpu, Stage, busiest_gpu, check_layout, per_gpu, rank_block_size, stage_read_bytes, stages
+from kvcalc.costs.parallel import (
+    PerGpu,
+    Stage,
+    busiest_gpu,
+    check_layout,
+    rank_block_size,
+    stage_read_bytes,
+    stage_written_bytes,
+    stages,
+)
 from kvcalc.costs.params import param_totals, weights_bytes
 from kvcalc.costs.traffic import decode_bytes, decode_weights, prefill_bytes
 from kvcalc.fields import figure
@@ -190,19 +199,19 @@ def _roofline(spec: ModelSpec, s: Settings, hw: Hardware, prefill_flops_: int, d
 
 def _parallel_roofline(spec: ModelSpec, s: Settings, hw: Hardware) -> tuple[Roofline, Roofline]:
     """Prefill and decode rooflines of one GPU's share under a parallel layout (README, Serving): a replica's
-    ceil(batch / dp) sequences; FLOPs and weights divided by tp; the cache and states one rank holds (MLA's latent is
-    not divided); pipeline stages run one after another for a token, so pp does not shorten a step."""
+    ceil(batch / dp) sequences; FLOPs and weights divided by tp; the cache and states one rank writes and reads (MLA's
+    latent is not divided), as elements and states once, not an engine's pages (stage_written_bytes,
+    stage_read_bytes); pipeline stages run one after another for a token, so pp does not shorten a step."""
     from kvcalc.hardware import roofline
 
     replica = replace(s, batch=-(-s.batch // s.dp), tp=1, pp=1, dp=1, ep=1, dp_attention=False)
     ranked = replace(replica, tp=s.tp, dp_attention=s.dp_attention)
-    rank = per_gpu(spec, ranked)  # one TP rank, every layer
     tp = s.tp
     decode = -(-decode_total(spec, replica) // tp)
     read = stage_read_bytes(ranked, stages(spec, ranked)[0])  # the keys the rank's queries attend, its states
     decode_read = -(-decode_bytes(spec, replica)["weights"] // tp) + read
     prefill = -(-prefill_total(spec, replica) // tp)
-    prefill_moved = -(-prefill_bytes(spec, replica)["weights"] // tp) + rank.kv_cache_bytes + rank.state_bytes
+    prefill_moved = -(-prefill_bytes(spec, replica)["weights"] // tp) + stage_written_bytes(ranked, stages(spec, ranked)[0])
     return roofline(prefill, prefill_moved, hw), roofline(decode, decode_read, hw)
 
 

@@ -492,3 +492,17 @@ def test_cost_says_first_cheaper_where_chunks_make_naive_cheaper_again(tmp_path)
     whole = tmp_path / "whole.yaml"
     whole.write_text(json.dumps(chunked_mla({}, {}).model_dump(exclude_defaults=True)))
     assert "absorbed is cheaper from context 17 on" in run("cost", str(whole), "--ctx", "5").stdout
+
+
+def test_a_parallel_prefill_moves_the_cache_and_states_once_not_the_engines_pages():
+    # a review: under a parallel layout the prefill's bytes counted the busiest rank's cache in the engine's whole
+    # pages and its states as stored (vLLM's two padded pages, SGLang's three slots a sequence; under pp 1 for a
+    # replica, where SGLang keeps 2 under pp 2), where one GPU's roofline (kvcalc.costs.traffic.prefill_bytes) counts
+    # the cache written and each state once. Nemotron-H at tp 2, ctx 16 (bf16 cache, its fp32 SSM state fixed by the
+    # spec): the same prefill time under no engine, SGLang and vLLM
+    def prefill(*engine):
+        out = run("compare", "nemotron-h-56b", "--tp", "2", "--hardware", "h100-80gb", "--ctx", "16", *engine,
+                  "--columns", "prefill_seconds", "-f", "json")
+        return json.loads(out.stdout)[0]["prefill_seconds"]
+
+    assert prefill() == prefill("--engine", "sglang") == prefill("--engine", "vllm")

@@ -126,10 +126,14 @@ class GroupTerm:
     def layer_bytes(self, ctx: int, batch: int, s: Settings) -> int:
         """One layer's cache of `batch` sequences at `ctx` (as GroupCache.bytes_per_layer; in the engine's whole pages
         with --engine, as GroupCache.engine_bytes_per_layer)."""
-        held = self.attention.tokens_held(self.layer, ctx)
         pages = self.pages_at(ctx, s)
         if pages is not None:
             return batch * (self.pages_bytes(pages, s) + self.fixed_paged)
+        return self.exact_bytes(ctx, batch, s)
+
+    def exact_bytes(self, ctx: int, batch: int, s: Settings) -> int:
+        """One layer's cache of `batch` sequences at `ctx` as its elements and scales, not an engine's pages."""
+        held = self.attention.tokens_held(self.layer, ctx)
         if s.kv_quant == "none":
             return bits_to_bytes(self._elements(held, batch), self.bits)
         return batch * (entry_bytes(self.formula, self.heads, held, s.kv_dtype, s.kv_quant) + self.fixed_bytes)

@@ -299,7 +299,8 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, ac
     (kv_cache_configurator.resolve_max_num_reqs: min(clamp(tokens / context_len · 512, 2048, 4096), tokens // 2);
     under --mtp, speculative decoding, min(max(1, 48 // its attention-DP workers), tokens // 2), as SGLang sets 48
     (arg_groups/speculative_hook.py _handle_eagle_family); with states min(that, K // (3 + its tracking slots),
-    kvcalc.costs.paged.tracking_slots)); per data-parallel replica, so times dp, and
+    kvcalc.costs.paged.tracking_slots)); under pp its pp micro-batches of max(that // pp, 1) sequences each
+    (scheduler.py pp_max_micro_batch_size, scheduler_pp_mixin); per data-parallel replica, so times dp, and
     SGLang's per attention-DP worker ("per dp worker": under --dp-attention each of a replica's tp ranks runs its own
     scheduler over its own pool), so times tp there too. `budget` and `acts`: a GPU's budget and activation estimate,
     whose rest SGLang's pools divide (sglang_stage_pools).
@@ -322,7 +323,10 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, ac
         if c.slots is not None:
             cap = min(cap, c.slots // (SGLANG_MAMBA_RATIO + pools.state_slots - 1))
         caps.append(cap)
-    return min(caps) * s.dp * workers, "max_running_requests"
+    cap = min(caps)
+    if s.pp > 1:  # pp micro-batches of max(cap // pp, 1) sequences each (scheduler.py pp_max_micro_batch_size)
+        cap = min(cap, s.pp * max(cap // s.pp, 1))
+    return cap * s.dp * workers, "max_running_requests"
 
 
 def vllm_admission_blocks(groups: Sequence[AdmissionGroup], length: int, in_flight: int, encoder: int = 0) -> int:

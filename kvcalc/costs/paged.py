@@ -42,7 +42,7 @@ Rules (also in the README):
   is padded to a · A bytes (under kvcalc's g<G> scheme, not vLLM's, a page is not a · A: the first multiple of k
   whose page holds S, `_holding_block`). SGLang
   keeps states in its own Mamba pool at their exact size (mem_cache/memory_pool.py MambaPool), a slot a sequence or
-  three under its extra-buffer strategy (state_slots); ideal is exact.
+  three under its extra-buffer strategy, two under pp > 1 (state_slots); ideal is exact.
 - vLLM's groups (vllm/v1/core/kv_cache_planning.py get_kv_cache_groups): a model whose layers' specs differ is kept in
   groups of one spec and equal size, the fewest layers a spec has, or the most when that is under 1.5 times the
   fewest (_get_kv_cache_groups_uniform_page_size), each spec split into ceil(n / size) groups, its layers dealt round

@@ -530,6 +530,14 @@ def stage_read_bytes(s: Settings, plan: Stage) -> int:
     return total
 
 
+def stage_written_bytes(s: Settings, plan: Stage) -> int:
+    """What a prefill at the settings' context writes on one GPU of a stage (its share of the sequences), as on one
+    GPU (kvcalc.costs.traffic.prefill_bytes): each layer's cache as its elements and scales and each state once, not
+    the engine's whole or padded pages, its padding slots or its tracking slots."""
+    return sum(g.n * (g.term.exact_bytes(s.ctx, _sequences(s, g), s) + parts_bytes(g.state_parts, _sequences(s, g)))
+               for g in plan.groups)
+
+
 def _sequences(s: Settings, g: _StageGroup) -> int:
     """Sequences whose cache of group `g` one GPU holds: its replica's ceil(batch / dp), split over the tp ranks under
     SGLang's DP attention."""

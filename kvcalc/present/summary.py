@@ -144,7 +144,8 @@ def engine_items(report: CacheReport, units: str) -> list[tuple[str, Any, str, s
                       f"{report.engine}: constant states as it stores them"
                       + (" (a state two pages in a hybrid, one in a model of states alone, each padded)"
                          if report.engine == "vllm" else
-                         f" ({report.plan.state_slots} slots a sequence: its own and its extra buffer's tracking slots)"
+                         f" ({report.plan.state_slots} slots a sequence: its own and its extra buffer's tracking "
+                         f"slot{'s' if report.plan.state_slots > 2 else ''})"
                          if report.plan.state_slots > 1 else "")))
     return items
 
