@@ -77,7 +77,8 @@ class FitRow:
     free_bytes_per_gpu: int = figure("Left\nper GPU", "bytes", "budget left on the busiest GPU at that maximum (the "
                                      "one with the least left; under --engine vllm its pool's null block counted)")
     binding: str = figure("Binding", "text", "what limits the maximum: memory, max_context (the model's), batch_limit, "
-                          "the engine's default cap on sequences at once (max_num_seqs, max_running_requests), "
+                          "the engine's default cap on sequences at once (max_num_seqs, max_running_requests, "
+                          "pp_max_micro_batch_size), "
                           "startup (vLLM's start-up check of one request of max_model_len, which counts a window's "
                           "and a chunk's prefill tokens in flight and a state's checkpoint), "
                           "or, where nothing fits, weights or activations (what alone passes the budget)")

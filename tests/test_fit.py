@@ -866,15 +866,25 @@ def test_sglang_extra_buffer_under_pp_keeps_one_tracking_slot():
     # max_running_requests 14 // 4 = 3, run in pp = 2 micro-batches of max(3 // 2, 1) = 1 each (scheduler.py
     # pp_max_micro_batch_size; a review): 2 at once
     mrr = slots // 4
-    assert slots == 14 and (row["max_batch"], row["binding"]) == (2 * max(mrr // 2, 1), "max_running_requests") \
-        == (2, "max_running_requests")
+    assert slots == 14 and (row["max_batch"], row["binding"]) == (2 * max(mrr // 2, 1), "pp_max_micro_batch_size") \
+        == (2, "pp_max_micro_batch_size")
     assert row["state_bytes_per_gpu"] == 2 * 2 * s
     show = json.loads(run("show", "nemotron-h-56b", "--engine", "sglang", "--pp", "2", "--ctx", "8k", "--batch", "2",
                           "-f", "json").stdout)["summary"]
     assert show["engine_state_bytes"] == 2 * show["state_bytes"]
     # a batch of 7 takes 14 slots: it fits (above the cap of 2, warned), where 3 a sequence said nothing did
     res = run("fit", "nemotron-h-56b", "--engine", "sglang", "--hardware", "h100-80gb", "--pp", "2", "--batch", "7")
-    assert "its state pool" not in res.stderr and "sglang runs at most 2 sequences" in res.stderr
+    assert "its state pool" not in res.stderr and ("sglang runs at most 2 sequences at once by default "
+                                                    "(pp_max_micro_batch_size); the rest wait, or raise it "
+                                                    "(--pp-max-micro-batch-size") in res.stderr
+    # pp with speculative decoding: SGLang needs SGLANG_ENABLE_PP_SPEC (a note), which refuses attention DP
+    # (arg_groups/validation_hook.py check_pipeline_parallel_compat)
+    args = ("deepseek-v3", "--engine", "sglang", "--hardware", "h200-141gb", "--tp", "8", "--weights-dtype", "fp8",
+            "--mtp", "--ctx", "1024")
+    assert "only with SGLANG_ENABLE_PP_SPEC=1 set" in run("fit", *args, "--pp", "2").stderr
+    assert "SGLANG_ENABLE_PP_SPEC" not in run("fit", *args).stderr
+    res = run("fit", *args, "--pp", "4", "--dp-attention", ok=False)
+    assert res.exit_code == 1 and "which refuses attention DP" in res.stderr
     # a pool of one slot is said in the singular, and one of none names the check that raises
     one = run("fit", "nemotron-h-56b", "--hardware", "h200-141gb", "--engine", "sglang", "--reserve", "0.22").stderr
     none = run("fit", "nemotron-h-56b", "--hardware", "h200-141gb", "--engine", "sglang", "--reserve", "0.24").stderr

@@ -395,6 +395,12 @@ def _check_sglang(spec: ModelSpec, s: Settings) -> None:
     if s.pp > 1 and spec.family in SGLANG_NO_PP:
         raise KvcalcError(f"--pp {s.pp} --engine sglang: SGLang runs {spec.name} without pipeline parallelism (its "
                           "model file takes no pipeline proxy tensors; give --pp 1, or no --engine)")
+    if s.pp > 1 and s.mtp and spec.mtp_layers and s.dp_attention:
+        # arg_groups/validation_hook.py check_pipeline_parallel_compat: pp with speculative decoding needs a prefill
+        # node, or SGLANG_ENABLE_PP_SPEC, which refuses attention DP
+        raise KvcalcError(f"--pp {s.pp} --mtp --dp-attention --engine sglang: SGLang serves pipeline parallelism with "
+                          "speculative decoding only under SGLANG_ENABLE_PP_SPEC, which refuses attention DP "
+                          "(check_pipeline_parallel_compat; give --pp 1, or leave out --mtp or --dp-attention)")
     if s.pp > 1 and spec.tie_embeddings and spec.family in SGLANG_TIED_NO_PP:
         raise KvcalcError(f"--pp {s.pp} --engine sglang: SGLang ties {spec.name}'s head to the embedding, which its "
                           "last pipeline stage does not build (give --pp 1, or no --engine)")

@@ -323,10 +323,10 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, ac
         if c.slots is not None:
             cap = min(cap, c.slots // (SGLANG_MAMBA_RATIO + pools.state_slots - 1))
         caps.append(cap)
-    cap = min(caps)
-    if s.pp > 1:  # pp micro-batches of max(cap // pp, 1) sequences each (scheduler.py pp_max_micro_batch_size)
-        cap = min(cap, s.pp * max(cap // s.pp, 1))
-    return cap * s.dp * workers, "max_running_requests"
+    cap, name = min(caps), "max_running_requests"
+    if s.pp > 1 and s.pp * max(cap // s.pp, 1) < cap:  # pp micro-batches of max(cap // pp, 1) sequences each
+        cap, name = s.pp * max(cap // s.pp, 1), "pp_max_micro_batch_size"  # scheduler.py, its default
+    return cap * s.dp * workers, name
 
 
 def vllm_admission_blocks(groups: Sequence[AdmissionGroup], length: int, in_flight: int, encoder: int = 0) -> int:

@@ -141,6 +141,10 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
             out.append(f"warning: {spec.name}: --block-size {s.block_size}: vLLM raises a hybrid model's attention pages "
                        f"to {raised:,} tokens, so that a page holds a layer's constant state "
                        "(Platform.update_block_size_for_backend); its pages are counted at that size")
+        if s.engine == "sglang" and s.pp > 1 and s.mtp and spec.mtp_layers:  # check_pipeline_parallel_compat
+            out.append(f"note: {spec.name}: --engine sglang --pp {s.pp} --mtp: SGLang 0.5.23 serves pipeline "
+                       "parallelism with speculative decoding only with SGLANG_ENABLE_PP_SPEC=1 set (without it only as "
+                       "a disaggregated prefill node): the figures are for a server started so")
         if s.engine == "sglang" and (lack := _sglang_lacks(s)) is not None:
             out.append(f"warning: {spec.name}: --engine sglang {lack}: SGLang 0.5.23 has no such cache (its "
                        "kv_cache_dtype: auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, nvfp4, fp4_mx_block16; no per-token, "
@@ -684,9 +688,11 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
         warnings.append(f"warning: {spec.name}: nothing fits: the weights leave the busiest GPU {format_bytes(short, units)}"
                         " over its budget (more GPUs or pipeline stages, a smaller --weights-dtype, or a smaller --reserve)")
     if not ctxs and (cap := batch_cap(spec, s, s.hardware, frac, chunk)) is not None and s.batch > cap[0]:
-        states = s.engine == "sglang" and spec.has_states()
+        states = s.engine == "sglang" and spec.has_states() and cap[1] == "max_running_requests"
+        flag = {"pp_max_micro_batch_size": " (--pp-max-micro-batch-size: its pp micro-batches of "
+                                           "max(max_running_requests // pp, 1) sequences)"}.get(cap[1], "")
         warnings.append(f"warning: --batch {s.batch:,}: {s.engine} runs at most {cap[0]:,} sequences at once by default "
-                        f"({cap[1]}); the rest wait, or raise it" + (
+                        f"({cap[1]}); the rest wait, or raise it{flag}" + (
                             " (with states only up to its state slots over the slots it reserves a request, which a "
                             "larger state pool raises: --mamba-full-memory-ratio, --max-mamba-cache-size)" if states else ""))
     return warnings
