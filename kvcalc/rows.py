@@ -236,7 +236,9 @@ class GroupRow:
     formula: str = figure("Per token\nand layer", "formula", "cache elements one token adds to one layer")
     elements_per_token_per_layer: int = figure("Elements", "int", "the formula's value")
     bytes_per_token_per_layer: int = figure("Bytes per\ntoken·layer", "bytes",
-                                            "those elements in kv_dtype, with the --kv-quant scheme's scales")
+                                            "those elements in kv_dtype, with the --kv-quant scheme's scales (a "
+                                            "KV-shared layer's too, Gemma 3n's, though it holds none: its tokens "
+                                            "held are 0 and it adds nothing to kv_bytes_per_token)")
     state_elements_per_layer: int | None = figure("State", "int", "constant state per sequence and layer")
     tokens_held: int = figure("Tokens\nheld", "tokens", "tokens each layer keeps per sequence: min(ctx, W) under a window")
     cross_tokens_held: int | None = figure("Encoder\npositions", "tokens", "encoder positions each layer's cross-attention "

@@ -194,3 +194,20 @@ def test_minimax_m2_qk_norm_noted_and_window_refused_to_apply():
     s = imported({**config("minimax-m2.5"), "sliding_window": 4096})
     att = s.layer_groups[0].attention
     assert s.layer_groups[0].sliding_window is None and att.qk_norm and att.qk_norm_width == "projection"
+
+
+@pytest.mark.parametrize("keys", [{"index_topk_freq": 2}, {"index_topk_pattern": "FS" * 30 + "F"},
+                                  {"indexer_types": ["full", "shared"] * 30 + ["full"]}])
+def test_deepseek_v32_shared_indexer_layers_are_refused_as_glm5s(keys, tmp_path):
+    # a review: vLLM's deepseek_v32 attention builds no indexer, nor its cache, on the layers that
+    # compute_skip_topk_layers names (indexer_types, index_topk_pattern, or index_topk_freq with
+    # index_skip_topk_offset 2: layers 2, 4, ..., 60 of 61 at freq 2); the importer counted an indexer on every layer
+    # (85,888 bytes a token in bf16, where 78,208 = 61 · 1,152 + 31 · 256 is held). Refused, as GLM-5's are
+    path = tmp_path / "dsv32.json"
+    path.write_text(json.dumps({**json.loads((REFERENCE / "models-2026" / "deepseek-v3.2.json").read_text()), **keys}))
+    res = run("compare", path, ok=False)
+    assert res.exit_code == 1 and "'shared' layers reuse another layer's top-k without an indexer" in res.stderr
+    # every layer full (freq 1, the default) imports as before
+    path.write_text(json.dumps({**json.loads((REFERENCE / "models-2026" / "deepseek-v3.2.json").read_text()),
+                                "index_topk_freq": 1}))
+    assert run("compare", path).exit_code == 0

@@ -3,7 +3,8 @@ linear-attention layer of Kimi Linear: Gated DeltaNet with a decay per channel i
 d × d state S, updated per token by S_t = (I − β_t·k_t·k_tᵀ)·Diag(α_t)·S_{t-1} + β_t·k_t·v_tᵀ and read out as
 o_t = S_tᵀq_t, after a causal depthwise convolution over each of q, k and v.
 
-Shapes and names follow vLLM's `KimiDeltaAttention` (vllm/model_executor/layers/kda.py) and the checkpoint of
+Shapes and names follow vLLM 0.34.0's `KimiGatedDeltaNetAttention` (vllm/model_executor/layers/mamba/gdn/
+kimi_gdn_linear_attn.py) and the checkpoint of
 moonshotai/Kimi-Linear-48B-A3B-Instruct (its remote code modeling_kimi.py, tensor names self_attn.q_proj, f_a_proj, ...):
 H = linear_attn_config.num_heads, d = linear_attn_config.head_dim (keys and values alike), K = short_conv_kernel_size;
 projection_size = H·d.

@@ -17,6 +17,7 @@ from kvcalc.hf.common import (
     not_null,
     show,
     type_defaults,
+    whole,
 )
 
 # MoEGate.topk_method in DeepSeek's remote code and DeepseekV2Config / DeepseekV3Config in transformers: greedy
@@ -53,6 +54,34 @@ def _check_mlp_layer_types(cfg: dict, origin: str, plan: list[str]) -> None:
                             f"make layer {i} {want!r}: give them alike")
 
 
+def indexer_types(cfg: dict, origin: str, n_layers: int) -> list[str]:
+    """Each layer's indexer, 'full' (its own) or 'shared' (the previous full layer's top-k, no indexer), as vLLM's
+    compute_skip_topk_layers and GlmMoeDsaConfig read them: indexer_types, else index_topk_pattern ('F'/'S'), else
+    'full' where max(i − index_skip_topk_offset + 1, 0) % index_topk_freq == 0 (freq 1 by default: every layer)."""
+    types = cfg.get("indexer_types")
+    if types is None:
+        pattern = cfg.get("index_topk_pattern")
+        if pattern is not None:
+            types = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern] if isinstance(pattern, str) else list(pattern)
+        else:
+            freq = max(get(cfg, "index_topk_freq", origin) or 1, 1)
+            offset = whole(cfg.get("index_skip_topk_offset", 2), "index_skip_topk_offset", origin, minimum=0)  # default 2
+            types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n_layers)]
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in ("full", "shared") for t in types):
+        raise SpecError(f"{origin}: indexer_types: must list 'full' or 'shared' for each of {n_layers} layers, got {show(types)}")
+    return types
+
+
+def check_indexer_types(cfg: dict, origin: str, n_layers: int) -> None:
+    """Refuse a DSA config whose layers share another's indexer (vLLM builds no indexer, nor its cache, there:
+    deepseek_v32/attention.py skip_topk), which kvcalc's MLA cannot state yet."""
+    shared = [i for i, t in enumerate(indexer_types(cfg, origin, n_layers)) if t == "shared"]
+    if shared:
+        raise SpecError(
+            f"{origin}: indexer_types: {len(shared)} 'shared' layers reuse another layer's top-k without an indexer of "
+            "their own; kvcalc's MLA cannot state that yet (it needs a per-layer flag for a shared indexer)")
+
+
 @importer("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 def _deepseek(cfg, origin, notes):
     # the config classes' attribute_map: DeepseekV2Config's num_experts, V3's (Kimi K2's, V3.2's, GLM-5's)
@@ -77,6 +106,7 @@ def _deepseek(cfg, origin, notes):
         # DeepSeek-V3.2 (DeepSeek Sparse Attention): the lightning indexer of every layer (inference/model.py Indexer)
         att.update(index_n_heads=need(cfg, "index_n_heads", origin), index_head_dim=need(cfg, "index_head_dim", origin),
                    index_topk=need(cfg, "index_topk", origin))
+        check_indexer_types(cfg, origin, need(cfg, "num_hidden_layers", origin))  # IndexCache's shared layers
     if flag(cfg, "attention_bias", origin):  # DeepseekV3Attention: q_a_proj, kv_a_proj_with_mqa and o_proj take this bias
         raise SpecError(f"{origin}: attention_bias: biases on q_a_proj, kv_a_proj_with_mqa and o_proj are not supported")
     q_rank = get(cfg, "q_lora_rank", origin, minimum=0)

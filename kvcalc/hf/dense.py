@@ -30,12 +30,14 @@ from kvcalc.hf.common import (
 
 @importer("llama")
 def _llama(cfg, origin, notes):
-    # LlamaConfig has no sliding_window: Llama's attention slides only where layer_types names sliding layers (vLLM
-    # 0.34.0 llama.py, LlamaAttention: sliding_window = config.sliding_window only for a 'sliding_attention' layer)
+    # LlamaConfig has no sliding_window: transformers' Llama slides only where layer_types names sliding layers. vLLM
+    # 0.34.0 reads such a key as a model-wide window (arg_utils: CacheConfig.sliding_window where layer_types is
+    # None; Attention takes it for a layer given none), so it would slide every layer: noted, not counted
     window = get(cfg, "sliding_window", origin, minimum=0)  # read (its bounds checked) even where it does not apply
     if window and not cfg.get("layer_types"):
-        notes.append(f"sliding_window {window} without layer_types does not apply to a Llama model: "
-                     "every layer attends its whole context")
+        notes.append(f"sliding_window {window} without layer_types does not apply to a Llama model: every layer "
+                     "attends its whole context (transformers), as counted; vLLM would slide every layer by it "
+                     "(its model-wide CacheConfig.sliding_window), which is not counted")
         cfg = {**cfg, "sliding_window": None}
     # LlamaAttention: q/k/v/o bias=attention_bias; LlamaMLP: gate/up/down bias=mlp_bias
     return decoder(cfg, origin, "llama", notes, reads=("attention_bias", "mlp_bias"))

@@ -24,35 +24,13 @@ GlmMoeDsaIndexer), which builds on models/deepseek_v3 and models/deepseek_v32:
 
 from __future__ import annotations
 
-from kvcalc.errors import SpecError
-from kvcalc.hf.common import get, importer, show, whole
+from kvcalc.hf.common import importer
 from kvcalc.hf.deepseek import _deepseek
-
-
-def _indexer_types(cfg: dict, origin: str, n_layers: int) -> list[str]:
-    types = cfg.get("indexer_types")
-    if types is None:
-        pattern = cfg.get("index_topk_pattern")
-        if pattern is not None:
-            types = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern] if isinstance(pattern, str) else list(pattern)
-        else:
-            freq = max(get(cfg, "index_topk_freq", origin) or 1, 1)
-            offset = whole(cfg.get("index_skip_topk_offset", 2), "index_skip_topk_offset", origin, minimum=0)  # default 2
-            types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n_layers)]
-    if not isinstance(types, list) or len(types) != n_layers or any(t not in ("full", "shared") for t in types):
-        raise SpecError(f"{origin}: indexer_types: must list 'full' or 'shared' for each of {n_layers} layers, got {show(types)}")
-    return types
 
 
 @importer("glm_moe_dsa")
 def _glm_moe_dsa(cfg: dict, origin: str, notes: list[str]) -> dict:
     cfg = dict(cfg)  # GlmMoeDsaConfig's defaults (3 dense layers first, ...): CONFIG_DEFAULTS, filled in by _deepseek
-    base = _deepseek(cfg, origin, notes)
-    n = base["n_layers"]
-    shared = [i for i, t in enumerate(_indexer_types(cfg, origin, n)) if t == "shared"]
-    if shared:
-        raise SpecError(
-            f"{origin}: indexer_types: {len(shared)} 'shared' layers reuse another layer's top-k without an indexer of "
-            "their own; kvcalc's MLA cannot state that yet (it needs a per-layer flag for a shared indexer)")
+    base = _deepseek(cfg, origin, notes)  # refuses layers that share another's indexer (check_indexer_types)
     base["family"] = "glm"
     return base

@@ -2,8 +2,9 @@
 with a growing latent cache, and a DeepSeek-V3-style MoE.
 
 Rules, from the vendor's remote code (moonshotai/Kimi-Linear-48B-A3B-Instruct configuration_kimi.py, modeling_kimi.py)
-as vLLM mirrors it (vllm/transformers_utils/configs/kimi_linear.py, vllm/model_executor/models/kimi_linear.py,
-vllm/model_executor/layers/kda.py):
+as vLLM 0.34.0 mirrors it (vllm/transformers_utils/configs/kimi_linear.py; the registry maps KimiLinearForCausalLM to
+vllm/models/kimi_k3, its state shapes in kimi_k3/nvidia/model.py; the KDA layer
+vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py, KimiGatedDeltaNetAttention):
 - `linear_attn_config.kda_layers` and `full_attn_layers` list layers 1-based: KimiLinearConfig.is_kda_layer(i) is
   (i + 1) in kda_layers. Kimi-Linear-48B: KDA on 20 layers, MLA on 7 (4, 8, …, 24 and the last, 27).
 - KDA layers (KimiDeltaAttention): num_heads heads of head_dim for q, k and v alike; the top-level `head_dim` (72)

@@ -31,7 +31,8 @@ def _minimax_m2(cfg: dict, origin: str, notes: list[str]) -> dict:
         raise SpecError(f"{origin}: shared_intermediate_size: MiniMaxM2SparseMoeBlock has no shared expert, got "
                         f"{show(cfg['shared_intermediate_size'])}")
     if cfg.get("sliding_window"):
-        notes.append(f"sliding_window {show(cfg['sliding_window'])} ignored: MiniMaxM2Model applies no window")
+        notes.append(f"sliding_window {show(cfg['sliding_window'])} ignored: MiniMaxM2Model applies no window (vLLM "
+                     "would slide every layer by it as a model-wide window, CacheConfig.sliding_window: not counted)")
         cfg["sliding_window"] = None
     # MiniMaxM2Config: use_qk_norm defaults to true
     qk = {"qk_norm": True, "qk_norm_width": "projection"} if flag(cfg, "use_qk_norm", origin, True) else {}

@@ -28,7 +28,9 @@ WHOLE_PROJECTION_QK_NORM = {"qk_norm": True, "qk_norm_width": "projection"}
 def _olmo2(cfg: dict, origin: str, notes: list[str]) -> dict:
     if cfg.get("sliding_window"):  # Olmo2Config has no window, Olmo2Model builds the causal mask alone (SGLang too,
         # without layer_types): every layer attends its whole context
-        notes.append(f"sliding_window {show(cfg['sliding_window'])} ignored: OLMo 2's attention has no window")
+        notes.append(f"sliding_window {show(cfg['sliding_window'])} ignored: OLMo 2's attention has no window (vLLM, "
+                     "through its Transformers backend, would slide every layer by it as a model-wide window: not "
+                     "counted)")
         cfg = {**cfg, "sliding_window": None}
     return decoder(cfg, origin, "olmo2", notes, attention=WHOLE_PROJECTION_QK_NORM)
 
