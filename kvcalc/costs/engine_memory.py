@@ -216,7 +216,7 @@ def sglang_refusal(p: SGLangPools, c: SGLangCapacity) -> str | None:
     """The pool SGLang refuses to start with, None where both serve a request: 'state', fewer slots than a request's
     ratio (resolve_max_num_reqs: max_mamba_cache_size // ratio = 0 requests, a RuntimeError), or 'swa', an SWA pool of
     at most its window and a page (pool_configurator.validate_swa_pool_size: a ValueError)."""
-    if c.slots is not None and c.slots < SGLANG_MAMBA_RATIO + p.state_slots - 1:
+    if c.slots is not None and c.slots < mamba_ratio(p.state_slots):
         return "state"
     return "swa" if c.swa_tokens is not None and c.swa_tokens <= p.swa_floor else None
 
@@ -272,6 +272,12 @@ def sglang_fits(p: SGLangPools, room: int) -> bool:
 # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO); _calculate_mamba_ratio adds the extra-buffer strategy's tracking slots
 # (kvcalc.costs.paged.state_slots), and resolve_max_num_reqs caps max_running_requests at max_mamba_cache_size // ratio
 SGLANG_MAMBA_RATIO = 3
+
+
+def mamba_ratio(state_slots: int) -> int:
+    """The state slots SGLang reserves a running request (_calculate_mamba_ratio): SGLANG_MAMBA_RATIO and the tracking
+    slots of `state_slots` (kvcalc.costs.paged.state_slots: its own slot and those)."""
+    return SGLANG_MAMBA_RATIO + state_slots - 1
 VLLM_MAX_NUM_SEQS = (1024, 256)  # vllm serve's default max_num_seqs: GPUs of 70 GiB or more but A100s, and the rest
 
 
@@ -321,7 +327,7 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, ac
         else:
             cap = min(max(min(c.tokens * 512 // spec.max_context, 4096), 2048), c.tokens // 2)
         if c.slots is not None:
-            cap = min(cap, c.slots // (SGLANG_MAMBA_RATIO + pools.state_slots - 1))
+            cap = min(cap, c.slots // mamba_ratio(pools.state_slots))
         caps.append(cap)
     cap, name = min(caps), "max_running_requests"
     if s.pp > 1 and s.pp * max(cap // s.pp, 1) < cap:  # pp micro-batches of max(cap // pp, 1) sequences each

@@ -700,14 +700,14 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
 
 def _sglang_refusal_words(spec: ModelSpec, s: Settings, what: str, sizes: SGLangCapacity | None) -> str:
     """Why SGLang's start-up refuses the pools fit found (kvcalc.costs.engine_memory.sglang_refusal), in words."""
-    from kvcalc.costs.engine_memory import SGLANG_MAMBA_RATIO
+    from kvcalc.costs.engine_memory import mamba_ratio
     from kvcalc.costs.paged import sglang_window, state_slots
 
     if what == "swa" and sizes is not None and sizes.swa_tokens is not None:
         return (f"its sliding-window pool of {sizes.swa_tokens:,} tokens would not hold one request's window and a "
                 f"page ({sglang_window(spec):,} + {s.block_size or 1:,} tokens: validate_swa_pool_size); more memory, "
                 "a smaller --reserve or a larger --swa-full-tokens-ratio")
-    ratio = SGLANG_MAMBA_RATIO + state_slots(spec.family, s) - 1
+    ratio = mamba_ratio(state_slots(spec.family, s))
     if sizes is None or sizes.slots is None:  # not one slot: _handle_max_mamba_cache raises before any request cap
         return ("its state pool's share of the memory holds not one sequence's states (_handle_max_mamba_cache: not "
                 "enough memory for the state cache); more memory or a smaller --reserve")
