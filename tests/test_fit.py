@@ -890,3 +890,17 @@ def test_sglang_extra_buffer_under_pp_keeps_one_tracking_slot():
     none = run("fit", "nemotron-h-56b", "--hardware", "h200-141gb", "--engine", "sglang", "--reserve", "0.24").stderr
     assert "its state pool holds 1 slot, fewer than the 5" in " ".join(one.split())
     assert "not one sequence's states (_handle_max_mamba_cache" in " ".join(none.split())
+
+
+def test_mtp_without_mtp_layers_keeps_vllms_startup_check_and_the_weights_shortfall_is_the_weights():
+    # a review: --mtp on a model without MTP layers decodes plainly, so vLLM's start-up check still binds (it switched
+    # the check off: 131,072 where 61,632 is the answer)
+    args = ("gemma3-27b", "--engine", "vllm", "--hardware", "h100-80gb", "--reserve", "0.2")
+    assert [(r["max_ctx"], r["binding"]) for r in (fit(*args)[0], fit(*args, "--mtp")[0])] == [(61_632, "startup")] * 2
+    # a review: 'the weights leave the busiest GPU X over its budget' gave the row's Left (activations and a
+    # token's cache off too, so X grew with --ctx); X is the weights less the budget: Llama 3.1 70B in bf16 on an RTX
+    # 4090, 141,107,412,992 − (25,769,803,776 − 2,576,980,378) = 117,914,589,594 bytes, at any context
+    for ctx in ("1", "128k"):
+        res = run("fit", "llama3.1-70b", "--hardware", "rtx-4090", "-c", ctx, "--units", "bytes")
+        assert "the weights leave the busiest GPU 117,914,589,594 B over its budget" in res.stderr
+    assert 141_107_412_992 - (25_769_803_776 - 2_576_980_378) == 117_914_589_594

@@ -367,7 +367,7 @@ def vllm_admitted(spec: ModelSpec, s: Settings, budget: int, acts: int, chunk: i
     whose speculative blocks and retained tokens it does not count."""
     from kvcalc.solve import largest_fitting
 
-    if s.engine != "vllm" or s.mtp:
+    if s.engine != "vllm" or s.mtp and spec.mtp_layers:  # --mtp without MTP layers decodes plainly
         return None
     in_flight = (s.pp + 1) * chunk
     plans = stages(spec, s)

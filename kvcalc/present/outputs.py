@@ -684,14 +684,20 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
                         "(max_req_len: min(context_len, its pool's tokens) − 1, the output stopping a token before "
                         "it, and a page more below the pool's end)")
     if rows and all(row["max_batch" if ctxs else "max_ctx"] == 0 for row in rows) and rows[0]["binding"] == "weights":
-        short = -max(row["free_bytes_per_gpu"] for row in rows)
+        # the weights alone against the budget (the row's Left takes the activations and a token's cache off too)
+        short = max(row["weights_bytes_per_gpu"] - (row["memory_bytes"] - row["reserved_bytes"]) // row["gpus"]
+                    for row in rows)
+        margin = ", or under --engine vllm a smaller --prefill-chunk, whose activations set its margin" \
+            if s.engine == "vllm" else ""
         warnings.append(f"warning: {spec.name}: nothing fits: the weights leave the busiest GPU {format_bytes(short, units)}"
-                        " over its budget (more GPUs or pipeline stages, a smaller --weights-dtype, or a smaller --reserve)")
+                        " over its budget (more GPUs or pipeline stages, a smaller --weights-dtype, or a smaller "
+                        f"--reserve{margin})")
     if not ctxs and (cap := batch_cap(spec, s, s.hardware, frac, chunk)) is not None and s.batch > cap[0]:
         states = s.engine == "sglang" and spec.has_states() and cap[1] == "max_running_requests"
         flag = {"pp_max_micro_batch_size": " (--pp-max-micro-batch-size: its pp micro-batches of "
                                            "max(max_running_requests // pp, 1) sequences)"}.get(cap[1], "")
-        warnings.append(f"warning: --batch {s.batch:,}: {s.engine} runs at most {cap[0]:,} sequences at once by default "
+        warnings.append(f"warning: --batch {s.batch:,}: {s.engine} runs at most {cap[0]:,} "
+                        f"sequence{'s' if cap[0] != 1 else ''} at once by default "
                         f"({cap[1]}); the rest wait, or raise it{flag}" + (
                             " (with states only up to its state slots over the slots it reserves a request, which a "
                             "larger state pool raises: --mamba-full-memory-ratio, --max-mamba-cache-size)" if states else ""))
