@@ -62,6 +62,7 @@ Rules (also in the README):
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import gcd, lcm
 
@@ -81,6 +82,13 @@ VLLM_MLA_HYBRID_BLOCK = 128  # _align_hybrid_block_size: an MLA/Mamba hybrid's b
 # Qwen Gated DeltaNet layer on the FlashInfer prefill, vLLM's pick on Hopper (qwen_gdn_linear_attn.py
 # _resolve_gdn_prefill_backend), declares FLASHINFER_GDN_CHECKPOINT_ALIGNMENT; no other state kind declares one
 VLLM_GDN_CHECKPOINT_ALIGNMENT = 64
+
+
+def gdn_checkpoints(states: Sequence[ResolvedGroup]) -> bool:
+    """Whether vLLM takes a hybrid's prefill checkpoints on its Gated DeltaNet's grid: every state layer (`states`, the
+    groups with a state) a Gated DeltaNet (get_mamba_prefill_checkpoint_alignment: all its Mamba layers declare one),
+    as on Hopper's FlashInfer prefill, which kvcalc follows."""
+    return all(g.attention.kind == "gated_deltanet" and g.parallel is None for g in states)
 # A hybrid's state pages a request holds at a time in vLLM 0.34.0, which enables prefix caching for hybrid models by
 # default (ModelConfig.is_prefix_caching_supported; MambaModelConfig: mamba_cache_mode "align"): the running state and
 # the last block's (MambaSpec.max_num_blocks_per_req: "only 2 + num_speculative_blocks state blocks are resident")
@@ -408,7 +416,7 @@ def vllm_hybrid_pages(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s
     asked = s.block_size or DEFAULT_BLOCK["vllm"]
     k = max(VLLM_MLA_BLOCK if isinstance(first, MLA) else VLLM_KERNEL_BLOCK, asked)
     k = max(k, VLLM_MLA_HYBRID_BLOCK) if isinstance(first, MLA) else k
-    if all(g.attention.kind == "gated_deltanet" and g.parallel is None for g, b in zip(groups, state_bytes) if b):
+    if gdn_checkpoints([g for g, b in zip(groups, state_bytes) if b]):
         k = lcm(k, VLLM_GDN_CHECKPOINT_ALIGNMENT)
     block = max(_holding_block(formula, heads, k, max(state_bytes), first, s), asked)
     return HybridPages(block, page_bytes(formula, heads, block, first, s))

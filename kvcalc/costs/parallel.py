@@ -77,6 +77,7 @@ from kvcalc.costs.engine_files import (
 from kvcalc.costs.paged import (
     PoolLayout,
     engine_groups,
+    gdn_checkpoints,
     keeps_every_token,
     lookahead,
     lookahead_limit,
@@ -317,8 +318,7 @@ def checkpoint_blocks(g: ResolvedGroup, states: Sequence[ResolvedGroup]) -> int:
     mixer = g.parallel if g.parallel is not None else g.attention
     if mixer.kind == "mamba2":
         return 1
-    gdn = all(s.attention.kind == "gated_deltanet" and s.parallel is None for s in states)
-    return 1 if mixer.kind == "gated_deltanet" and gdn else 0
+    return 1 if mixer.kind == "gated_deltanet" and gdn_checkpoints(states) else 0
 
 
 def null_block_bytes(s: Settings, layout: PoolLayout | None, here: frozenset[int], groups: list[_StageGroup]) -> int:
