@@ -422,6 +422,22 @@ def test_sglang_keeps_recurrent_states_in_fp32():
         == kv_cache(spec("minimax-m1"), Settings(ctx=1000)).state_bytes
 
 
+def test_sglang_pages_deepseek_v32_in_64_whatever_block_size_asks():
+    # a review: SGLang 0.5.23 on CUDA sets page_size to 64 · index_kpool (1: V3.2's config has none) for a DSA model
+    # over any --page-size (arg_groups/model_overrides/deepseek_v2.py, "Setting page size to 64 for DeepSeek DSA");
+    # kvcalc took --block-size 16: 13 pages of 16 = 208 slots at ctx 200, not 4 pages of 64 = 256
+    for block in (None, "16", "64", "128"):
+        r = row("deepseek-v3.2", "--ctx", "200", "--engine", "sglang", *(("--block-size", block) if block else ()))
+        assert (r["block_size"], r["engine_kv_bytes"]) == (64, 61 * 256 * (576 * 2 + 132)) == (64, 20_050_944), block
+    warned = run("cost", "deepseek-v3.2", "--ctx", "200", "--engine", "sglang", "--block-size", "16").stderr
+    assert "--block-size 16: SGLang pages a DeepSeek Sparse Attention model in 64 tokens" in warned
+    for block in ("64", None):  # the size it takes anyway, or none asked: nothing to say
+        args = ("--block-size", block) if block else ()
+        assert "SGLang pages" not in run("cost", "deepseek-v3.2", "--ctx", "200", "--engine", "sglang", *args).stderr
+    # other models keep the page asked
+    assert row("deepseek-v3", "--ctx", "200", "--engine", "sglang", "--block-size", "16")["block_size"] == 16
+
+
 def test_vllm_mla_pages_are_what_a_backend_takes():
     # An MLA layer's token: (512 + 64) bf16 = 1,152 bytes (deepseek-v2: 60 layers)
     def mla(name, block, **kw):

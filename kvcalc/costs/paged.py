@@ -30,7 +30,7 @@ Rules (also in the README):
   else 64. --block-size sets the rest.
 - vLLM and SGLang store DeepSeek-V3.2's indexer key as fp8 with one fp32 scale per 128 values (DeepseekV32IndexerCache;
   NSATokenToKVPool: head_dim + head_dim // 128 · 4 bytes a token) whatever the KV dtype, SGLang in pages of 64
-  (server_args.py sets page_size 64 for DeepSeek NSA); vLLM turns an fp8 cache of a sparse MLA model
+  whatever --block-size (arg_groups/model_overrides/deepseek_v2.py sets page_size 64 for DeepSeek DSA on CUDA); vLLM turns an fp8 cache of a sparse MLA model
   into its fp8_ds_mla layout (656 bytes a token for DeepSeek-V3.2; kvcalc.costs.quant).
 - Constant states (linear attention, SSMs): vLLM keeps each layer's states of a request in pages of its KV pool,
   two at a time in a hybrid (prefix caching is on by default for hybrids in vLLM 0.34.0: mamba_cache_mode "align",
@@ -193,7 +193,9 @@ def check_vllm_block(attention: AttentionKind, s: Settings) -> None:
 
 
 VLLM_MLA_BLOCK = 64  # vllm/platforms/cuda.py forces 64 for the FlashMLA and FlashMLASparse backends
-SGLANG_NSA_BLOCK = 64  # sglang server_args.py: "Setting page size to 64 for DeepSeek NSA" (NSATokenToKVPool asserts it)
+# SGLang 0.5.23 on CUDA sets page_size to 64 · index_kpool (1 unless the config says) for DeepSeek DSA models, over
+# any --page-size (arg_groups/model_overrides/deepseek_v2.py: "Setting page size to {page_size} for DeepSeek DSA")
+SGLANG_NSA_BLOCK = 64
 
 
 def block_tokens(attention: AttentionKind, s: Settings) -> int:
@@ -213,10 +215,10 @@ def block_tokens(attention: AttentionKind, s: Settings) -> int:
             raise KvcalcError(f"--block-size {asked} --engine vllm: vLLM 0.34.0 runs {why} only in pages of a multiple "
                               f"of {step} tokens (give one, or leave --block-size out for its {VLLM_MLA_BLOCK})")
         return VLLM_MLA_BLOCK if asked is None else asked
+    if s.engine == "sglang" and isinstance(attention, MLA) and attention.indexed:
+        return SGLANG_NSA_BLOCK  # whatever --block-size asks: SGLang overrides its page_size for DSA models
     if s.block_size is not None:
         return s.block_size
-    if s.engine == "sglang" and isinstance(attention, MLA) and attention.indexed:
-        return SGLANG_NSA_BLOCK
     return DEFAULT_BLOCK[s.engine or "ideal"]
 
 

@@ -109,7 +109,9 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     SGLang none for int8, int4 or kvcalc's scaled schemes (_sglang_lacks)."""
     if s.engine not in ("vllm", "sglang"):
         return []
+    from kvcalc.attention import MLA
     from kvcalc.costs.engine_files import KNOWN_FAMILIES
+    from kvcalc.costs.paged import SGLANG_NSA_BLOCK
 
     out = []
     for spec in specs:
@@ -141,6 +143,11 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
             out.append(f"warning: {spec.name}: --block-size {s.block_size}: vLLM raises a hybrid model's attention pages "
                        f"to {raised:,} tokens, so that a page holds a layer's constant state "
                        "(Platform.update_block_size_for_backend); its pages are counted at that size")
+        if s.engine == "sglang" and s.block_size and s.block_size != SGLANG_NSA_BLOCK and any(
+                isinstance(g.attention, MLA) and g.attention.indexed for g in spec.groups):
+            out.append(f"warning: {spec.name}: --block-size {s.block_size}: SGLang pages a DeepSeek Sparse Attention model "
+                       f"in {SGLANG_NSA_BLOCK} tokens whatever the page size asked (its model overrides, on CUDA); its "
+                       "pages are counted at that size")
         if s.engine == "sglang" and s.pp > 1 and s.mtp and spec.mtp_layers:  # check_pipeline_parallel_compat
             out.append(f"note: {spec.name}: --engine sglang --pp {s.pp} --mtp: SGLang 0.5.23 serves pipeline "
                        "parallelism with speculative decoding only with SGLANG_ENABLE_PP_SPEC=1 set (without it only as "
