@@ -570,5 +570,9 @@ def test_vllm_refuses_attention_pages_no_backend_runs(model, block, refused):
                                                                    "Triton, FlexAttention) run pages of a multiple of 16 tokens only")
     assert (res.exit_code == 1 and message in res.stderr) if refused else (res.exit_code == 0 and message not in res.stderr)
     assert "Traceback" not in res.stderr
-    # SGLang has no such rule
-    assert run("fit", model, "--hardware", "h100-80gb", "--engine", "sglang", "--block-size", block, "--ctx", "4k").exit_code == 0
+    # SGLang has no such rule, but a hybrid under its extra-buffer radix cache takes only a page dividing its 256-token
+    # state-tracking interval (validate_mamba_extra_buffer): 5000 and 24 no, 16 and 8 yes
+    res = run("fit", model, "--hardware", "h100-80gb", "--engine", "sglang", "--block-size", block, "--ctx", "4k", ok=False)
+    hybrid_refused = model in ("nemotron-h-56b", "qwen3-next-80b-a3b") and 256 % int(block) != 0
+    assert res.exit_code == (1 if hybrid_refused else 0), str(res)
+    assert ("every 256 tokens" in res.stderr) == hybrid_refused

@@ -438,6 +438,26 @@ def test_sglang_pages_deepseek_v32_in_64_whatever_block_size_asks():
     assert row("deepseek-v3", "--ctx", "200", "--engine", "sglang", "--block-size", "16")["block_size"] == 16
 
 
+def test_sglang_refuses_a_hybrid_page_that_does_not_divide_its_tracking_interval():
+    # a review: SGLang 0.5.23's extra-buffer radix cache snapshots a hybrid's states every mamba_track_interval = 256
+    # tokens and asserts the page size divides it (mamba_hook.validate_mamba_extra_buffer): it does not start with
+    # --page-size 100 or 512 on Qwen3-Next or Nemotron-H; kvcalc counted pages of 100
+    for name in ("qwen3-next-80b-a3b", "nemotron-h-56b"):
+        for block in (100, 512, 48):
+            with pytest.raises(KvcalcError, match=f"--block-size {block} --engine sglang: .* every 256 tokens"):
+                kv_cache(spec(name), Settings(ctx=1000, engine="sglang", block_size=block))
+        # a divisor of 256 runs: 1,000 tokens in 4 pages of 256 = 1,024 slots a full-attention layer
+        r = kv_cache(spec(name), Settings(ctx=1000, engine="sglang", block_size=256))
+        assert r.block_size == 256
+    # Qwen3-Next's 12 full-attention layers, 2 KV heads of 256 in bf16: 2 · 2 · 256 · 2 = 2,048 bytes a token
+    assert kv_cache(spec("qwen3-next-80b-a3b"), Settings(ctx=1000, engine="sglang", block_size=256)).engine_bytes \
+        == 12 * 1024 * 2048
+    assert run("compare", "nemotron-h-56b", "--engine", "sglang", "--block-size", "100", ok=False).exit_code == 1
+    # other engines, and models without states, keep any page
+    kv_cache(spec("qwen3-next-80b-a3b"), Settings(ctx=1000, engine="ideal", block_size=100))
+    kv_cache(spec("llama3-8b"), Settings(ctx=1000, engine="sglang", block_size=100))
+
+
 def test_vllm_mla_pages_are_what_a_backend_takes():
     # An MLA layer's token: (512 + 64) bf16 = 1,152 bytes (deepseek-v2: 60 layers)
     def mla(name, block, **kw):

@@ -25,6 +25,7 @@ from kvcalc.costs.paged import (
     PoolLayout,
     block_tokens,
     check_encoder_positions,
+    check_sglang_block,
     check_vllm_block,
     engine_groups,
     keeps_every_token,
@@ -394,6 +395,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     for r in rows:
         if r.formula.elements:
             check_vllm_block(r.group.attention, s)
+    check_sglang_block(spec, s)
     terms = tuple(group_term(r, s, enc, ahead, limit) for r in rows)
     # a KV-shared layer (Gemma 3n) adds nothing per token: it reads the cache of the layer it shares
     growing = [r for r in rows if not r.group.layer.kv_shared]

@@ -117,6 +117,24 @@ def tracking_slots(family: str, s: Settings) -> int:
     return 2 if s.pp == 1 else 1
 
 
+# SGLang 0.5.23's mamba_track_interval default (arg_groups/fields/exec_.py): the extra-buffer strategy snapshots a
+# hybrid's states every so many tokens, and validate_mamba_extra_buffer (arg_groups/mamba_hook.py) asserts that the
+# page size divides it
+SGLANG_TRACK_INTERVAL = 256
+
+
+def check_sglang_block(spec: ModelSpec, s: Settings) -> None:
+    """A KvcalcError for a --block-size SGLang 0.5.23 does not start with on a hybrid it runs with the extra-buffer
+    radix cache (tracking_slots): one that does not divide its state-tracking interval."""
+    if s.block_size is None or not tracking_slots(spec.family, s) or not spec.has_states():
+        return
+    if SGLANG_TRACK_INTERVAL % s.block_size:
+        raise KvcalcError(f"--block-size {s.block_size} --engine sglang: SGLang 0.5.23 snapshots {spec.name}'s states "
+                          f"every {SGLANG_TRACK_INTERVAL} tokens for its radix cache (mamba_track_interval) and does not "
+                          "start unless the page size divides that (validate_mamba_extra_buffer): give a power of 2 up "
+                          f"to {SGLANG_TRACK_INTERVAL}, or leave --block-size out for its {DEFAULT_BLOCK['sglang']}")
+
+
 def state_slots(family: str, s: Settings) -> int:
     """State slots a running sequence takes in the engine's pool outside vLLM's hybrid pages (PoolLayout counts
     those): its own and SGLang's tracking slots (tracking_slots)."""
