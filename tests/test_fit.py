@@ -528,6 +528,15 @@ def test_sglang_fit_takes_its_static_fraction_and_no_activation_estimate():
     res = run("fit", "llama3.1-8b", "--hardware", "h100-80gb", "--engine", "sglang", "--ctx", "4k", "--prefill-chunk",
               str(2**40), ok=False)
     assert res.exit_code == 1 and "leaving no static memory: give a smaller --prefill-chunk, or --reserve" in res.stderr
+    # where the ranks' 128 MiB each is the larger term, the message names them, not the chunk (a review: it always
+    # named --prefill-chunk). An RTX 4090, 24,576 MiB, tp 8: chunk 4,096 and max_bs 160 (SGLang's tier under 35 GiB);
+    # 512 + 2 · 160 = 832 MiB, 4,096 · 1.5 = 6,144 MiB, 8 · 20 / 8 · 1,024 = 20,480 MiB (pp > 1: no prefill graphs)
+    res = run("fit", "llama3.1-405b", "--hardware", "rtx-4090", "--engine", "sglang", "--ctx", "4k", "--tp", "8", "--pp",
+              "20", ok=False)
+    assert res.exit_code == 1 and ("SGLang would keep 27,456 MiB of the 24,576 MiB of rtx-4090 for activations and "
+                                   "graphs (20,480 MiB for 160 ranks (tp · pp) at 128 MiB each, 6,144 MiB for a prefill "
+                                   "chunk of 4,096 tokens at 1.5 MiB a token, 832 MiB for its base and decode graphs), "
+                                   "leaving no static memory: give fewer GPUs, or --reserve") in res.stderr, res.stderr
     from kvcalc.costs.engine_memory import _prefill_captures
 
     assert (_prefill_captures(8192), _prefill_captures(16384), _prefill_captures(2**40)) == (58, 74, 50 + (2**40 - 4608) // 512 + 1)

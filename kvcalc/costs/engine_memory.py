@@ -134,9 +134,19 @@ def sglang_mem_fraction(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) 
     gpu_mem, reserved = hw.memory_bytes / 2**20, _sglang_reserved_mib(spec, s, hw, chunk)
     fraction = Fraction(str(round((gpu_mem - reserved) / gpu_mem, 3)))
     if fraction <= 0:
-        raise KvcalcError(f"--prefill-chunk {chunk:,} --engine sglang: SGLang would keep {reserved:,.0f} MiB of the "
-                          f"{gpu_mem:,.0f} MiB of {hw.name} for activations and graphs (1.5 MiB a chunk token), leaving "
-                          "no static memory: give a smaller --prefill-chunk, or --reserve")
+        parts = _sglang_reserved_parts(spec, s, hw, chunk)
+        words = {"chunk": f"a prefill chunk of {chunk:,} tokens at 1.5 MiB a token",
+                 "ranks": f"{s.tp * s.pp:,} rank{'s' if s.tp * s.pp != 1 else ''} (tp · pp) at 128 MiB each",
+                 "dp": f"attention-dp decode graphs of {s.tp:,} ranks",
+                 "graphs": "prefill graphs", "base": "its base and decode graphs"}
+        largest = max(parts, key=lambda k: parts[k])
+        fix = {"chunk": "a smaller --prefill-chunk", "ranks": "fewer GPUs", "dp": "no --dp-attention or a smaller --tp",
+               "graphs": "a smaller --prefill-chunk"}.get(largest, "a GPU with more memory")
+        shown = ", ".join(f"{parts[k]:,.0f} MiB for {words[k]}" for k in sorted(parts, key=lambda k: -parts[k])
+                          if parts[k])
+        raise KvcalcError(f"--engine sglang: SGLang would keep {reserved:,.0f} MiB of the {gpu_mem:,.0f} MiB of "
+                          f"{hw.name} for activations and graphs ({shown}), leaving no static memory: give {fix}, "
+                          "or --reserve")
     return fraction * (Fraction(85, 100) if _sglang_aiter(spec, s, hw) else 1)
 
 
@@ -146,17 +156,24 @@ def _sglang_reserved_mib(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int)
     size · 3, and · 1.5 more past 300, under DP attention) + the prefill graphs (on by default on CUDA at pp 1, off for
     KDA hybrids and multimodal models outside its allow-list: 1.5 GiB for an MLA model, else 8 a captured size up to
     chunk), at least 10 GiB on a GPU of over 60 GiB."""
+    reserved = sum(_sglang_reserved_parts(spec, s, hw, chunk).values())
+    return max(reserved, 10 * 1024) if hw.memory_bytes > 60 * 2**30 else reserved
+
+
+def _sglang_reserved_parts(spec: ModelSpec, s: Settings, hw: Hardware, chunk: int) -> dict[str, float]:
+    """_sglang_reserved_mib's terms in MiB, by name (each a sum of halves and eighths of 1,024: exact in floats)."""
     from kvcalc.attention import MLA
 
     max_bs = _sglang_tier(hw, s.tp)[1]
-    reserved = 512 + max(chunk, 2048) * 1.5 + s.tp * s.pp / 8 * 1024 + max_bs * 2
+    parts = {"base": 512 + max_bs * 2, "chunk": max(chunk, 2048) * 1.5, "ranks": s.tp * s.pp / 8 * 1024,
+             "dp": 0.0, "graphs": 0.0}
     if s.dp_attention:  # attention-dp size: kvcalc's --dp-attention is SGLang's --dp = --tp
-        reserved += max_bs * s.tp * 3 + (max_bs * s.tp * 1.5 if max_bs > 300 else 0)
+        parts["dp"] = max_bs * s.tp * 3 + (max_bs * s.tp * 1.5 if max_bs > 300 else 0)
     graphs = not with_tower(spec, SGLANG_MULTIMODAL - SGLANG_MULTIMODAL_GRAPHS) and spec.family != "kimi_linear"
     if hw.platform == "cuda" and s.pp == 1 and graphs:  # breakable prefill graphs (the CUDA default)
         mla = any(isinstance(g.attention, MLA) for g in spec.groups)
-        reserved += 1.5 * 1024 if mla else 8 * _prefill_captures(chunk)
-    return max(reserved, 10 * 1024) if hw.memory_bytes > 60 * 2**30 else reserved
+        parts["graphs"] = 1.5 * 1024 if mla else 8 * _prefill_captures(chunk)
+    return parts
 
 
 def _sglang_aiter(spec: ModelSpec, s: Settings, hw: Hardware) -> bool:
