@@ -1018,8 +1018,26 @@ def test_engines_keep_the_indexer_mtp_projection_and_mxfp4_attention_in_bf16():
     oss = spec("gpt-oss-120b")
     int4 = Settings(ctx=1, weights_dtype="int4")
     rest = 36 * (2880 * 5120 + 4096 * 2880) + 2 * 201_088 * 2880 + 36 * (2880 * 128 + 128)
-    assert per_gpu(oss, replace(int4, engine="vllm")).weights_bytes - per_gpu(oss, int4).weights_bytes \
-        == rest * 12 // 8 == 3_190_586_112
+    # and its experts carry MXFP4's block scales, a byte for 32 values (vLLM and SGLang mxfp4.py: w13_weight_scale,
+    # w2_weight_scale, uint8; a review: they were not counted, 3.34 GiB at tp 1, and fit gave gpt-oss-120b at 128k on
+    # one H100 4 sequences, not 3): 36 layers · 128 experts · 3 matrices of 2,880 × 2,880 over 32
+    scales = 36 * 128 * 3 * 2880 * 2880 // 32
+    for engine in ("vllm", "sglang"):
+        assert per_gpu(oss, replace(int4, engine=engine)).weights_bytes - per_gpu(oss, int4).weights_bytes \
+            == rest * 12 // 8 + scales == 3_190_586_112 + 3_583_180_800, engine
+    # split over tp 2 (each expert's 2,880 columns halved) or ep 2 (64 experts a rank): half the scales a rank, beside
+    # half the attention and of the vocabulary's 201,088 rows (a multiple of 64: no padding), the routers whole
+    rest = 36 * (2880 * 5120 + 4096 * 2880) // 2 + 2 * 100_544 * 2880 + 36 * (2880 * 128 + 128)
+    for layout in ({"tp": 2}, {"tp": 2, "ep": 2}):
+        assert per_gpu(oss, replace(int4, engine="vllm", **layout)).weights_bytes \
+            - per_gpu(oss, replace(int4, **layout)).weights_bytes == rest * 12 // 8 + scales // 2, layout
+    # not without an engine, nor in another dtype, nor for another family
+    from kvcalc.costs.params import param_counts
+
+    assert per_gpu(oss, int4).weights_bytes == -(-param_counts(oss).total // 2)
+    assert per_gpu(oss, replace(int4, engine="vllm", weights_dtype="int8")).weights_bytes \
+        - per_gpu(oss, replace(int4, weights_dtype="int8")).weights_bytes \
+        == (2 * 201_088 * 2880 + 36 * (2880 * 128 + 128)) * 8 // 8  # the tables and routers alone: no MXFP4 there
     # GLM-5 interleaves its indexer's RoPE, so SGLang fuses wk with weights_proj in bf16: its wk too (d × 128 a layer)
     glm5 = _reference("configs-extra/glm-5.json")
     held = [(g, len(g.layers)) for g in glm5.groups]

@@ -134,6 +134,19 @@ SGLANG_FUSED_INDEXER = frozenset({"glm"})
 # Families whose 4-bit checkpoints are MXFP4 of the experts alone: under --weights-dtype int4 their attention stays
 # bf16 (vLLM Mxfp4Config.get_quant_method: UnquantizedLinearMethod for every LinearBase; SGLang's on CUDA: None)
 MXFP4_EXPERTS_ONLY = frozenset({"gpt-oss"})
+# OCP MX: one E8M0 scale, a byte, a block of 32 values along a matrix's input (vLLM and SGLang mxfp4.py create_weights:
+# w13_weight_scale and w2_weight_scale, uint8, mxfp4_block = 32)
+MXFP4_BLOCK = 32
+
+
+def mxfp4_scale_bytes(spec: ModelSpec, s: Settings, expert_params: int) -> int:
+    """The block scales beside the MXFP4 experts a rank holds (their matrices' parameters `expert_params`): a byte a
+    block of 32 under an engine and --weights-dtype int4 for MXFP4_EXPERTS_ONLY's families, else 0. At the
+    checkpoint's shapes: the padding some MXFP4 backends add to the experts (to multiples of 64 to 256) is not
+    counted (README)."""
+    if s.engine not in ("vllm", "sglang") or s.weights_dtype != "int4" or spec.family not in MXFP4_EXPERTS_ONLY:
+        return 0
+    return ceil_div(expert_params, MXFP4_BLOCK)
 
 # The short convolutions' weights of the recurrent mixers, which both engines build with no quant_config (vLLM 0.34.0
 # mamba_mixer.py, mamba_mixer2.py and qwen_gdn_linear_attn.py conv1d; SGLang 0.5.23 mamba1.py, mamba.py, qwen3_next.py,
@@ -170,8 +183,8 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
       routers (gates built with quant_config=None) stay in the activations' bf16; so do the MTP eh_proj of
       MTP_PROJ_BF16's families, the sparse-attention indexer's INDEXER_BF16 weights, the recurrent mixers'
       CONV_WEIGHTS, every matrix of vLLM's Mamba-1 mixer (mamba_mixer.py takes no quant_config: Jamba's in_proj,
-      x_proj, dt_proj, out_proj) and the attention of MXFP4_EXPERTS_ONLY's families in int4 (their MXFP4 checkpoints; its scales, 1 byte a block of 32, are not
-      counted, as no scheme's are).
+      x_proj, dt_proj, out_proj) and the attention of MXFP4_EXPERTS_ONLY's families in int4 (their MXFP4 checkpoints,
+      whose experts' block scales mxfp4_scale_bytes counts).
 
     - The absorbed MLA up-projections beside kv_b_proj (W_UK, W_UV), which the MHA prefill still runs: SGLang copies
       them always (deepseek_weight_loader.py post_load_weights: w_kc and w_vc, .contiguous(); minicpm3.py deletes

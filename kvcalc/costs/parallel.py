@@ -70,6 +70,7 @@ from kvcalc.costs.engine_files import (
     extra_per_rank,
     extra_table_per_rank,
     ffn_split,
+    mxfp4_scale_bytes,
     stage_ends,
     unquantized_params,
     vocab_rows,
@@ -122,16 +123,20 @@ def ffn_params_per_rank(ffn: DenseFFN | MoEFFN | NoFFN, d: int, tp: int, ep: int
     if isinstance(ffn, DenseFFN):
         ff = ceil_div(ffn.d_ff, split.dense_tp)
         return mats * d * ff + ((up * ff + d) if ffn.bias else 0)
-    if ep > 1:  # ceil(E / ep) experts; below tp each split over the tp / ep ranks sharing them (SGLang moe_tp_size)
-        experts, ff = ceil_div(ffn.n_routed_experts, ep), (ceil_div(ffn.moe_d_ff, tp // ep) if ep < tp else ffn.moe_d_ff)
-    else:
-        width = ffn.moe_d_ff
-        if tp > 1 and width // tp < split.moe_pad:  # padded so each tp rank's share is moe_pad wide (KIMI_MOE_PAD)
-            width = split.moe_pad * tp
-        experts, ff = ffn.n_routed_experts, ceil_div(width, split.moe_tp)
+    experts, ff = routed_share(ffn, tp, ep, split)
     routed = experts * (mats * d * ff + ((up * ff + d) if ffn.expert_bias else 0))
     shared = ffn.n_shared_experts * mats * d * ceil_div(ffn.shared_d_ff or ffn.moe_d_ff, split.shared_tp) + (d if ffn.shared_gate else 0)
     return routed + shared + router_params(ffn, d)
+
+
+def routed_share(ffn: MoEFFN, tp: int, ep: int, split: FfnSplit) -> tuple[int, int]:
+    """The routed experts one rank holds and the width of its share of each (see the module's rules)."""
+    if ep > 1:  # ceil(E / ep) experts; below tp each split over the tp / ep ranks sharing them (SGLang moe_tp_size)
+        return ceil_div(ffn.n_routed_experts, ep), (ceil_div(ffn.moe_d_ff, tp // ep) if ep < tp else ffn.moe_d_ff)
+    width = ffn.moe_d_ff
+    if tp > 1 and width // tp < split.moe_pad:  # padded so each tp rank's share is moe_pad wide (KIMI_MOE_PAD)
+        width = split.moe_pad * tp
+    return ffn.n_routed_experts, ceil_div(width, split.moe_tp)
 
 
 def router_params(ffn: MoEFFN, d: int) -> int:
@@ -272,6 +277,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         plain = unquantized_params(spec, s, ffns, i == 0)
         extra = engine_extra_bytes(spec, s, counted, stage_ends(spec, s, i, len(ranges)), routers, draft, eh_proj, tables,
                                    plain)
+        extra += mxfp4_scale_bytes(spec, s, _routed_matrices(spec, s, ffns))
         out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype) + extra,
                          null_block_bytes(s, layout, here, groups), tuple(sized), slots,
                          admission_groups(held, caches, layout) if s.engine == "vllm" else ()))
@@ -364,6 +370,17 @@ def _draft_embedding(spec: ModelSpec, s: Settings) -> int:
     if s.engine not in ("vllm", "sglang") or s.pp == 1:
         return 0
     return vocab_rows(spec, s, split=not s.dp_attention) * spec.d_model
+
+
+def _routed_matrices(spec: ModelSpec, s: Settings, ffns: list[tuple[DenseFFN | MoEFFN | NoFFN, int]]) -> int:
+    """Parameters of the routed experts' matrices a rank holds for the FFN blocks `ffns` (block, its layers here)."""
+    split = ffn_split(spec, s)
+    out = 0
+    for ffn, n in ffns:
+        if isinstance(ffn, MoEFFN) and n:
+            experts, ff = routed_share(ffn, s.tp, s.ep, split)
+            out += n * experts * (3 if ffn.gated else 2) * spec.d_model * ff
+    return out
 
 
 def _stage_params(spec: ModelSpec, s: Settings, stage: int, layers: range, stages: int, ranks: list[ResolvedGroup]) -> int:
