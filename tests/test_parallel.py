@@ -38,6 +38,8 @@ def test_mla_latent_is_replicated_and_dp_attention_splits_the_batch():
     assert (r["kv_cache_bytes"], r["kv_cache_bytes_per_gpu"]) == (8 * one, one)
     res = run("compare", "llama3-8b", "--dp-attention", ok=False)
     assert res.exit_code == 1 and "--dp-attention: llama3-8b has no MLA layer" in res.stderr
+    # the reason is kvcalc's, not SGLang's (a review: SGLang runs DP attention on GQA models too, qwen3_moe.py)
+    assert "kvcalc models SGLang's DP attention for MLA models only" in res.stderr
     # an audit: with the expanded layout the heads were split over tp as well as the sequences (a 64th of the
     # cache on a GPU); a rank attends with every head, so one sequence's 128 heads of K (192) and V (128) per GPU
     seq = 60 * 128 * (192 + 128) * 4 * K * 2

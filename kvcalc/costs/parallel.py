@@ -363,10 +363,12 @@ def _mtp_proj(spec: ModelSpec, s: Settings) -> int:
 
 
 def _draft_embedding(spec: ModelSpec, s: Settings) -> int:
-    """Parameters of the MTP drafter's own embedding on a rank of the last stage: under pipeline stages vLLM's
-    (spec_decode eagle utils maybe_share_target_embed returns early when pp > 1) and SGLang's, whose last stage has no
-    target embedding to share (speculative/pp_draft_embedding.py resolve_draft_embed_and_head loads the draft's own
-    VocabParallelEmbedding, split as the target's: whole under DP attention); the head stays shared. 0 otherwise."""
+    """Parameters of the MTP drafter's embedding on a rank of the last stage: under pipeline stages vLLM's own
+    (spec_decode eagle utils maybe_share_target_embed returns early when pp > 1), and SGLang's: the target's, which
+    its DeepSeek file builds on the last stage too under speculative decoding (deepseek_v2.py
+    pp_stage_needs_embedding) and the draft shares, or where a file builds none there the draft's own
+    (speculative/pp_draft_embedding.py resolve_draft_embed_and_head), one VocabParallelEmbedding split as the
+    target's either way (whole under DP attention); the head stays shared. 0 otherwise."""
     if s.engine not in ("vllm", "sglang") or s.pp == 1:
         return 0
     return vocab_rows(spec, s, split=not s.dp_attention) * spec.d_model
@@ -591,7 +593,9 @@ def check_layout(spec: ModelSpec, s: Settings) -> None:
         raise KvcalcError(f"--kv-quant fp8-ds-mla: {spec.name} has no MLA layer (fp8_ds_mla is vLLM's layout of "
                           "DeepSeek's MLA latent cache); per-token or per-head scales fit other caches")
     if s.dp_attention and not spec.has_layouts():
-        raise KvcalcError(f"--dp-attention: {spec.name} has no MLA layer (SGLang's DP attention splits a latent cache)")
+        raise KvcalcError(f"--dp-attention: {spec.name} has no MLA layer, and kvcalc models SGLang's DP attention for "
+                          "MLA models only (SGLang runs it on some GQA models too, their heads split over the "
+                          "attention tp size: not modelled)")
     if s.dp_attention and s.engine == "vllm":
         # vLLM has no such flag: its attention runs data-parallel across --data-parallel-size ranks, each a replica
         # of the attention, with the experts shared by expert parallelism, which kvcalc computes as --dp N --ep M
