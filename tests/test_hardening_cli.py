@@ -576,3 +576,32 @@ def test_vllm_refuses_attention_pages_no_backend_runs(model, block, refused):
     hybrid_refused = model in ("nemotron-h-56b", "qwen3-next-80b-a3b") and 256 % int(block) != 0
     assert res.exit_code == (1 if hybrid_refused else 0), str(res)
     assert ("every 256 tokens" in res.stderr) == hybrid_refused
+
+
+@pytest.mark.parametrize(("attention", "said"), [
+    ("{kind: gqa, n_heads: 4, n_kv_heads: 2, head_dim: 3}", "head_dim 3"),
+    ("{kind: mha, n_heads: 4, head_dim: 1}", "head_dim 1"),
+    ("{kind: mla, n_heads: 2, kv_lora_rank: 16, qk_nope_head_dim: 4, qk_rope_head_dim: 3, v_head_dim: 4}",
+     "qk_rope_head_dim 3"),
+])
+def test_run_refuses_an_odd_rope_dimension_without_a_traceback(tmp_path, attention, said):
+    # a review: `kvcalc run` on a spec with an odd RoPE dimension (which show and compare take) ended in numpy's
+    # "cannot reshape array" traceback; the backend's RoPE turns pairs of channels
+    path = tmp_path / "odd.yaml"
+    path.write_text("name: odd\nfamily: test\nsource: test\nd_model: 64\nn_layers: 1\nvocab_size: 100\n"
+                    f"max_context: 4096\nffn: {{kind: dense, d_ff: 64}}\nlayer_groups:\n- layers: all\n  attention: {attention}\n")
+    res = run("run", str(path), "--ctx", "4", "--decode", "1", ok=False)
+    assert res.exit_code == 1 and "Traceback" not in res.stderr, str(res)
+    assert f"kvcalc run: odd: layer group 'all layers' has {said}, an odd dimension" in res.stderr
+    assert run("compare", str(path), "--ctx", "4").exit_code == 0  # the analytic figures count it
+
+
+def test_run_rope_demo_takes_even_dims_of_an_odd_nope_mla(tmp_path):
+    # the RoPE demonstration, shaped like the model's MLA, rotates d_nope under 'plain' RoPE: an odd qk_nope_head_dim
+    # is taken down to an even one there (a review: it crashed as above)
+    path = tmp_path / "nope3.yaml"
+    path.write_text("name: nope3\nfamily: test\nsource: test\nd_model: 64\nn_layers: 1\nvocab_size: 100\n"
+                    "max_context: 4096\nffn: {kind: dense, d_ff: 64}\nlayer_groups:\n- layers: all\n  attention: "
+                    "{kind: mla, n_heads: 2, kv_lora_rank: 16, qk_nope_head_dim: 3, qk_rope_head_dim: 4, v_head_dim: 5}\n")
+    out = run("run", str(path), "--ctx", "4", "--decode", "1").stdout
+    assert "RoPE demo: RoPE on up-projected keys breaks absorption" in out and "d_nope 2, d_R 4" in out

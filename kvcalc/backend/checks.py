@@ -292,8 +292,9 @@ def _demo_dims(spec):
     if att is None:
         return 4, 32, 24, 16, 8, 16
     shrink = lambda n, cap: max(2, min(n, cap))  # noqa: E731
+    even = lambda n, cap: shrink(n, cap) // 2 * 2  # noqa: E731 -- rotated dims: RoPE turns pairs of channels
     return shrink(att.n_heads, 4), shrink(att.kv_lora_rank, 64), shrink(att.q_lora_rank or 0, 48) if att.q_lora_rank else None, \
-        shrink(att.qk_nope_head_dim, 16), shrink(att.qk_rope_head_dim, 8), shrink(att.v_head_dim, 16)
+        even(att.qk_nope_head_dim, 16), even(att.qk_rope_head_dim, 8), shrink(att.v_head_dim, 16)
 
 
 def rope_demo(spec, s, tol) -> list[Check]:

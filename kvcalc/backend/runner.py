@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvcalc.attention import Work
+from kvcalc.attention import MLA, AttentionKind, Heads, Layer, Work
 from kvcalc.attention.recurrent import Recurrent
 from kvcalc.backend import checks
 from kvcalc.backend.attention import NOT_RUN, Cache, LatentAttention, layer_entry, with_cross
@@ -141,6 +141,16 @@ class _Quiet:
     def advance(self, name: str) -> None: ...
 
 
+def _rotated(att: AttentionKind, layer: Layer) -> tuple[str, int] | None:
+    """The field and width of the dimension the backend applies RoPE to in a layer of `att`: MHA/GQA/MQA's head_dim
+    (GroupedQueryAttention rotates whole heads), MLA's decoupled qk_rope_head_dim; None for kinds without RoPE."""
+    if isinstance(att, MLA):
+        return "qk_rope_head_dim", att.qk_rope_head_dim
+    if isinstance(att, Heads):
+        return "head_dim", att.d_h(layer)
+    return None
+
+
 def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
     """Run the attention layers of `spec` for real and compare everything measurable with the analytic model."""
     progress = progress or _Quiet()
@@ -151,6 +161,11 @@ def run(spec: ModelSpec, s: RunSettings, progress=None) -> RunReport:
             layer_entry(g.attention.kind)
             if g.parallel is not None:
                 layer_entry(g.parallel.kind)
+            for att, layer in ((g.attention, g.layer), (g.parallel, g.parallel_layer)):
+                if att is not None and (rotated := _rotated(att, layer)) is not None and rotated[1] % 2:
+                    raise KvcalcError(f"kvcalc run: {spec.name}: layer group {g.label!r} has {rotated[0]} "
+                                      f"{rotated[1]}, an odd dimension, which the NumPy backend's RoPE does not run (it "
+                                      "rotates pairs of channels); the analytic figures (show, compare) count it")
             if g.layer.chunk and g.attention.kind == "mla":  # LatentAttention has no chunk mask
                 raise KvcalcError(f"kvcalc run: {spec.name}: layer group {g.label!r} is MLA with chunked attention "
                                   f"(attention_chunk_size {g.layer.chunk}), which the NumPy backend does not run; "
