@@ -245,6 +245,36 @@ def test_deepseek_v2_which_schedule_is_cheaper():
     assert cost(131_072, "naive", "expanded") < cost(131_072, "absorbed")
 
 
+def _wide_latent(tmp_path, full: bool):
+    """One MLA layer of full attention (or none) beside 2,048 with a window of 1, n_h 1, d_c 2^20, nope = v = 1,
+    d_R 2: per key naive spends 2·(d_c·(1 + 1) + 1 + 2 + 1) FLOPs, absorbed 2·(2·d_c + 2), 4 more for naive; absorbed's
+    fixed steps (q_absorb, v_up) cost more, so the crossover lies far out, where only the full layer's keys grow."""
+    mla = "{kind: mla, n_heads: 1, kv_lora_rank: 1048576, qk_nope_head_dim: 1, qk_rope_head_dim: 2, v_head_dim: 1}"
+    groups = (f"- layers: [0]\n  attention: {mla}\n- layers: rest\n  sliding_window: 1\n  attention: {mla}\n" if full
+              else f"- layers: all\n  sliding_window: 1\n  attention: {mla}\n")
+    path = tmp_path / "wide.yaml"
+    path.write_text("name: wide\nfamily: test\nsource: test\nd_model: 64\nn_layers: 2049\nvocab_size: 100\n"
+                    f"max_context: 4096\nffn: {{kind: dense, d_ff: 64}}\nlayer_groups:\n{groups}")
+    return path
+
+
+def test_mla_crossover_is_found_up_to_the_largest_context(tmp_path):
+    # a review: mla_crossover searched only up to 2^30 although contexts run to 2^40, so a crossover past it read
+    # 'naive stays cheaper' beside an absorbed step cheaper in the same output
+    from kvcalc.registry import load_model
+
+    wide = load_model(str(_wide_latent(tmp_path, full=True))).spec
+    gap = lambda t: sum(decode_flops(wide, Settings(ctx=t, mla_schedule="naive")).values()) \
+        - sum(decode_flops(wide, Settings(ctx=t, mla_schedule="absorbed")).values())  # noqa: E731
+    t = mla_crossover(wide, Settings(ctx=1))
+    assert t == 2_148_530_177 > 2**31 and gap(t) > 0 >= gap(t - 1)
+    out = run("cost", str(_wide_latent(tmp_path, full=True)), "--ctx", str(2**32), "--gen", "1").stdout
+    assert "absorbed is cheaper from context 2,148,530,177 on" in out
+    # windows of 1 alone: the keys never grow, absorbed is never cheaper
+    out = run("cost", str(_wide_latent(tmp_path, full=False)), "--ctx", str(2**32), "--gen", "1").stdout
+    assert "absorbed is never cheaper" in out
+
+
 def test_absorbed_needs_a_latent_cache():
     with pytest.raises(KvcalcError, match="needs --mla-cache latent"):
         decode_flops(spec("deepseek-v2"), Settings(ctx=10, mla_schedule="absorbed", mla_cache="expanded"))

@@ -37,6 +37,7 @@ from kvcalc.costs.rates import Direct, LayerRates, rates
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
 from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
+from kvcalc.units import MAX_TOKENS
 
 WorkFn = Callable[[ResolvedGroup], Work]  # group -> what one of its layers does in the pass
 
@@ -609,9 +610,9 @@ def attention_part(breakdown: dict[str, int]) -> int:
     return sum(v for k, v in breakdown.items() if k in ("attn/scores", "attn/mix", "attn/kv_up"))
 
 
-def mla_crossover(spec: ModelSpec, s: Settings, limit: int = 1 << 30) -> int | None:
+def mla_crossover(spec: ModelSpec, s: Settings, limit: int = MAX_TOKENS) -> int | None:
     """The first context t at which the absorbed decode step needs fewer FLOPs than the naive one (None: never by
-    `limit`, or no choice of schedule). Both are affine in the keys attended, so the cheaper one changes at most once,
+    `limit`, the largest context kvcalc takes, or no choice of schedule). Both are affine in the keys attended, so the cheaper one changes at most once,
     unless MLA layers are chunked (crossover_holds)."""
     if not spec.has_schedules() or s.mla_cache == "expanded":
         return None

@@ -205,7 +205,7 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
         t = fig.mla_crossover
         text = (("absorbed is cheaper from context {:,} on" if crossover_holds else
                  "absorbed is first cheaper at context {:,} (chunked layers: not at every context after)").format(t)
-                if t else "naive stays cheaper")
+                if t else "absorbed is never cheaper")
         items.append(("mla_crossover", t, text, "first context where the absorbed decode step needs fewer FLOPs than naive"))
     if fig.hardware is not None:
         hw = fig.hardware
