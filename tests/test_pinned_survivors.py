@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import REFERENCE, run
+from conftest import REFERENCE, ROOT, run
 from kvcalc.costs.params import param_counts
 from kvcalc.costs.traffic import _lookup_rows
 from kvcalc.registry import load_path
@@ -55,14 +55,29 @@ def test_a_lookup_table_is_read_at_most_whole():
     # 7,680 values; a decode step of b tokens reads min(rows, b) of each. Past 262,400 tokens both are read whole
     spec = load_path(REFERENCE / "configs-gemma3n" / "gemma-3n-e2b.json").spec
     whole = 262_400 * 2048 + 262_144 * 7680
-    assert _lookup_rows(spec, 1) == 2048 + 7680
-    assert _lookup_rows(spec, 262_144) == 262_144 * 2048 + 262_144 * 7680
-    assert _lookup_rows(spec, 262_400) == _lookup_rows(spec, 524_288) == _lookup_rows(spec, 1 << 20) == whole
+    assert _lookup_rows(spec, 1, 1) == 2048 + 7680
+    assert _lookup_rows(spec, 262_144, 1) == 262_144 * 2048 + 262_144 * 7680
+    assert _lookup_rows(spec, 262_400, 1) == _lookup_rows(spec, 524_288, 1) == _lookup_rows(spec, 1 << 20, 1) == whole
     # and a decode step's weights: the same at batch 524,288 as at 262,400, 2 bytes a value more at 262,144 rows fewer
     from kvcalc.costs.traffic import decode_weights
 
     at = [decode_weights(spec, Settings(ctx=1, batch=b)) for b in (262_144, 262_400, 524_288)]
     assert at[1] == at[2] and at[1] - at[0] == (262_400 - 262_144) * 2048 * 2
+
+
+def test_learned_positions_are_read_once_for_the_batch():
+    # a review: a decode step of b sequences read b rows of GPT-2's wpe, though every sequence of kvcalc's batch is
+    # at the same position (one row), and a prefill of b · ctx tokens min(1,024, b · ctx) rows, not min(1,024, ctx).
+    # GPT-2: d 768, bf16: at ctx 100 and batch 64, a step reads 64 wte rows and 1 wpe row
+    from kvcalc.costs.traffic import decode_weights, prefill_bytes
+
+    gpt2 = load_path(ROOT / "model_specs" / "gpt2.yaml").spec
+    one, many = (decode_weights(gpt2, Settings(ctx=100, batch=b)) for b in (1, 64))
+    assert many - one == 63 * 768 * 2  # the 63 more wte rows alone
+    # a prefill of 8 sequences of 100 tokens: 800 wte rows (at most 50,257), 100 wpe rows
+    p1, p8 = (prefill_bytes(gpt2, Settings(ctx=100, batch=b))["weights"] for b in (1, 8))
+    assert p8 - p1 == 700 * 768 * 2
+    assert _lookup_rows(gpt2, 800, 100) == (800 + 100) * 768
 
 
 def test_show_says_its_cells_of_a_part_byte_are_rounded(tmp_path):

@@ -9,11 +9,13 @@ Conventions (also in the README):
   KV cache at context t, what its query attends: the keys each layer's query sees (min(t, W) under a window, the
   keys of its own chunk under a chunk, an earlier layer's cache for a KV-shared layer), and under DSA every index
   key and the top-k latents (kvcalc.costs.cache.read_at; by token, not by page). The input embedding is a lookup:
-  only one row per sequence is read (a tied table is also read whole as the LM head: both reads are counted).
+  only one row per sequence is read (a tied table is also read whole as the LM head: both reads are counted), and of
+  learned positions one row a step, every sequence of the batch being at the same position.
 - A prefill reads every weight once, but of each MoE layer only the routed experts its T = batch · ctx tokens can
   reach, min(E, T · k) (every expert once T · k >= E; at T = 1 a decode step's top-k). Where T · k < E this is an
   upper estimate (the router may pick fewer: partial_experts), so the prefill time there is no lower bound. And
-  of each lookup table the rows its tokens look up, at most the whole table; it writes the KV cache of its tokens.
+  of each lookup table the rows its tokens look up, at most the whole table (of learned positions the ctx rows of one
+  sequence: the batch's sequences share them); it writes the KV cache of its tokens.
 - Activations are left out (they are small next to weights and cache at decode time).
 """
 
@@ -34,12 +36,13 @@ def _lookup_tables(spec: ModelSpec) -> int:
     return tables + spec.position_params
 
 
-def _lookup_rows(spec: ModelSpec, tokens: int) -> int:
-    """Values `tokens` token reads fetch from the lookup tables, each table at most whole: the input embedding (a tied
-    one too: the LM head's whole read is counted apart), learned positions, and the extra weights' tables."""
+def _lookup_rows(spec: ModelSpec, tokens: int, positions: int) -> int:
+    """Values the reads of `tokens` tokens at `positions` positions fetch from the lookup tables, each table at most
+    whole: the input embedding (a tied one too: the LM head's whole read is counted apart), learned positions, and the
+    extra weights' tables."""
     rows = min(spec.vocab_size, tokens) * spec.d_model
-    if spec.learned_positions:  # one position row a token (n_ctx = max_context rows: GPT-2's wpe, Whisper's)
-        rows += min(spec.max_context, tokens) * spec.d_model
+    if spec.learned_positions:  # a row a position (n_ctx = max_context rows: GPT-2's wpe, Whisper's), whatever the batch
+        rows += min(spec.max_context, positions) * spec.d_model
     return rows + sum(min(x.table, tokens * x.row) for x in spec.extra_weights.values())
 
 
@@ -111,7 +114,7 @@ def decode_weights(spec: ModelSpec, s: Settings) -> int:
 
 
 def _decode_weights(spec: ModelSpec, s: Settings) -> int:
-    read = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[0] + _lookup_rows(spec, s.batch)
+    read = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[0] + _lookup_rows(spec, s.batch, 1)
     return weights_bytes(read, s.weights_dtype)
 
 
@@ -120,7 +123,7 @@ def prefill_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None
     reach) and 'kv_cache' (written). `cache`: kv_cache(spec, s), when the caller has it."""
     whole = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[1] - _unreached_experts(spec, s.mtp, s.batch * s.ctx)
     cache = cache or kv_cache(spec, s)
-    out = {"weights": weights_bytes(whole + _lookup_rows(spec, s.batch * s.ctx), s.weights_dtype),
+    out = {"weights": weights_bytes(whole + _lookup_rows(spec, s.batch * s.ctx, s.ctx), s.weights_dtype),
            "kv_cache": cache.bytes}
     if cache.state_bytes:
         out["state"] = cache.state_bytes  # written once at the end of the prompt

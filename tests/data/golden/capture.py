@@ -3,6 +3,10 @@
 Run once, from the repository root, on the commit before a change that must keep every number:
     python tests/data/golden/capture.py
 It writes golden.json.gz (gzip of JSON): {command line: parsed JSON output}. Do not regenerate it to make a failing test pass.
+
+2026-12-06: a decode step reads one row of learned positions for the batch, not one a sequence: the 4 'compare gpt2
+... --batch 8' lines were updated, leaf by leaf, by the script capture_scale.py describes for that date (only
+decode_bytes_read, down by 7 · 768 · 2 bytes, and the figures derived from it changed).
 """
 
 from __future__ import annotations
