@@ -275,6 +275,27 @@ def test_mla_crossover_is_found_up_to_the_largest_context(tmp_path):
     assert "absorbed is never cheaper" in out
 
 
+def test_cost_notes_the_absorbed_prefill_engines_run_for_long_dsa_prompts():
+    # a review: vLLM and SGLang attend a DeepSeek Sparse Attention prefill in the latent space past their dense
+    # ranges (SGLang: SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD 2,048; vLLM: mla_attention.py _use_sparse_mha),
+    # and the README said every engine attends a prefill per head. DeepSeek-V3.2 at 131,072 tokens, 61 layers,
+    # n_h 128, d_c 512, d_R 64, nope 128, v 128, top-k 2,048: p = Σ min(t, 2,048) pairs
+    n, k, h, c, r, nope, v = 131_072, 2048, 128, 512, 64, 128, 128
+    p = k * (k + 1) // 2 + (n - k) * k
+    per_head = 2 * n * c * h * (nope + v) + 2 * p * h * (nope + r) + 2 * p * h * v  # kv_up, scores, mix
+    latent = 2 * n * h * nope * c + 2 * p * h * (c + r) + 2 * p * h * c + 2 * n * h * c * v  # q_absorb, scores, mix, v_up
+    counted = json.loads(run("cost", "deepseek-v3.2", "--ctx", "128k", "--gen", "1", "-f", "json").stdout)["flops"][
+        "prefill"]["total"]
+    res = run("cost", "deepseek-v3.2", "--ctx", "128k", "--gen", "1")  # notes go to stderr in the human formats
+    absorbed = counted + 61 * (latent - per_head)
+    assert absorbed == 22_758_498_487_500_800
+    assert (f"note: deepseek-v3.2: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long in the absorbed "
+            f"form") in res.stderr and f"22.8 PFLOP ({absorbed:,} FLOPs), not the per-head form's 19.6 PFLOP" in res.stderr
+    # within the dense range both engines attend per head, as counted; and no other MLA model is noted
+    assert "absorbed form" not in run("cost", "deepseek-v3.2", "--ctx", "2048").stderr
+    assert "absorbed form" not in run("cost", "deepseek-v3", "--ctx", "128k").stderr
+
+
 def test_absorbed_needs_a_latent_cache():
     with pytest.raises(KvcalcError, match="needs --mla-cache latent"):
         decode_flops(spec("deepseek-v2"), Settings(ctx=10, mla_schedule="absorbed", mla_cache="expanded"))

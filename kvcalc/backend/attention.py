@@ -359,7 +359,8 @@ class LatentAttention:
         return self._out(fc, out5), self._held(c_kv, k_rope, k, v, s, index_k)
 
     def prefill(self, fc: FlopCounter, x: np.ndarray) -> tuple[np.ndarray, Cache]:
-        """The prompt attended per head, with K and V up-projected from the latent (every engine's prefill).
+        """The prompt attended per head, with K and V up-projected from the latent (the engines' prefill, but for
+        DeepSeek Sparse Attention's long prompts, which they attend in the latent space: README, MLA schedules).
 
         A chunk of heads at a time, each chunk a task for the prefill threads: its queries, its K and V, then its
         attention, in that thread's buffers. Only the expanded cache keeps every head's K and V.

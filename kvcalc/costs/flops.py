@@ -12,7 +12,8 @@ Conventions (also in the README):
   attention); without one, each step re-runs a prefill of the whole prefix of t = P+1 … P+G tokens (O(N³)).
 - The LM head runs for the positions whose logits are needed: the last one in prefill (`logits="all"` for all),
   one per decode step.
-- MLA: prefill up-projects the prompt's K and V once and attends per head (every engine does). Decode follows the
+- MLA: prefill up-projects the prompt's K and V once and attends per head (every engine does, but for DeepSeek Sparse
+  Attention's long prompts, which vLLM and SGLang attend in the latent space: `cost` notes that prefill's total). Decode follows the
   schedule: 'naive' rebuilds per-head K and V from the cache (with a latent cache, every cached token at every
   step, as Hugging Face transformers 5.x; with an expanded cache, only the new token); 'absorbed' folds W_UK into
   the query and W_UV into the output and attends in the latent space (DeepSeek-V2 §2.1.3; vLLM, SGLang).
@@ -459,9 +460,9 @@ def _coefficients(spec: ModelSpec, p: Pass) -> _Coefficients | None:
     return _Coefficients(const, per_token, per_logit, tuple(keyed))
 
 
-def _prefill(spec: ModelSpec, s: Settings, logits: str = "last") -> Pass:
+def _prefill(spec: ModelSpec, s: Settings, logits: str = "last", schedule: str = "naive") -> Pass:
     n = s.ctx
-    return Pass(lambda g: prefill_work(g, n, s.dense_attn), n, n if logits == "all" else 1, "naive", _enc(spec, s),
+    return Pass(lambda g: prefill_work(g, n, s.dense_attn), n, n if logits == "all" else 1, schedule, _enc(spec, s),
                 cross_kv=1, mtp=s.mtp)
 
 
@@ -500,9 +501,10 @@ def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[st
     return {k: s.batch * v for k, v in _generate(spec, s, cached).breakdown(spec).items()}
 
 
-def prefill_total(spec: ModelSpec, s: Settings, logits: str = "last") -> int:
-    """sum(prefill_flops(spec, s, logits).values()), without the breakdown."""
-    p = _prefill(spec, s, logits)
+def prefill_total(spec: ModelSpec, s: Settings, logits: str = "last", schedule: str = "naive") -> int:
+    """sum(prefill_flops(spec, s, logits).values()), without the breakdown; `schedule` 'absorbed': with MLA's layers
+    attending in the latent space, as the engines run DeepSeek Sparse Attention's long prefills (README)."""
+    p = _prefill(spec, s, logits, schedule)
     encoder = sum(encoder_flops(spec, p.enc).values()) if p.enc else 0
     return s.batch * (p.total(spec) + encoder)
 

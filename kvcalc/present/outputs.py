@@ -468,11 +468,35 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     title = f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}" + mla_note([spec], s, False)
     warnings = _load_warnings([lm]) + over_max(spec, s.ctx + s.gen,
                                                f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
-    warnings += option_warnings([spec], s)
+    warnings += option_warnings([spec], s) + _dsa_prefill_notes(spec, s, sum(passes["prefill"].values()))
     over = {"exceeds_max_context": payload["exceeds_max_context"]}  # csv's flag on every FLOPs row (stderr says it)
     flops = Table("flops", cols, [{**r, **over} for r in rows], title, [c.key for c in cols] + list(over))
     return Output([flops, Table("summary", SUMMARY_COLUMNS, summary, "Memory, traffic and time", SUMMARY_KEYS)],
                   payload, warnings=warnings)
+
+
+# SGLang 0.5.23 attends a DeepSeek Sparse Attention prefill per head while its keys are at most this many
+# (SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD, srt/environ.py), in the latent space past it (dsa_backend.py)
+DSA_DENSE_PREFILL = 2048
+
+
+def _dsa_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str]:
+    """The note beside a DeepSeek Sparse Attention model's prefill of more than DSA_DENSE_PREFILL tokens: vLLM and
+    SGLang run it in the absorbed form (SGLang past 2,048 keys; vLLM 0.34.0 past its dense and masked MHA ranges,
+    2,048 to 32,768 tokens by tp and chunk: mla_attention.py _use_sparse_mha), whose total it gives beside the
+    per-head one counted."""
+    from kvcalc.attention import MLA
+    from kvcalc.costs.flops import prefill_total
+    from kvcalc.units import format_flops
+
+    if s.ctx <= DSA_DENSE_PREFILL or s.dense_attn or not any(
+            isinstance(g.attention, MLA) and g.attention.indexed for g in spec.groups):
+        return []
+    absorbed = prefill_total(spec, s, schedule="absorbed")
+    return [f"note: {spec.name}: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long in the absorbed "
+            f"form, attending in the latent space (SGLang past {DSA_DENSE_PREFILL:,} keys, vLLM past 2,048 to 32,768 "
+            f"tokens by tp and chunk): {format_flops(absorbed)} ({absorbed:,} FLOPs), not the per-head form's "
+            f"{format_flops(counted)} counted here"]
 
 
 def run_output(report: RunReport, lm: LoadedModel | None = None) -> Output:
