@@ -289,8 +289,8 @@ def test_cost_notes_the_absorbed_prefill_engines_run_for_long_dsa_prompts():
     res = run("cost", "deepseek-v3.2", "--ctx", "128k", "--gen", "1")  # notes go to stderr in the human formats
     absorbed = counted + 61 * (latent - per_head)
     assert absorbed == 22_758_498_487_500_800
-    assert (f"note: deepseek-v3.2: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long in the absorbed "
-            f"form") in res.stderr and f"22.8 PFLOP ({absorbed:,} FLOPs), not the per-head form's 19.6 PFLOP" in res.stderr
+    assert ("note: deepseek-v3.2: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long in the absorbed "
+            "form") in res.stderr and f"22.8 PFLOP ({absorbed:,} FLOPs), not the per-head form's 19.6 PFLOP" in res.stderr
     # within the dense range both engines attend per head, as counted; and no other MLA model is noted
     assert "absorbed form" not in run("cost", "deepseek-v3.2", "--ctx", "2048").stderr
     assert "absorbed form" not in run("cost", "deepseek-v3", "--ctx", "128k").stderr
