@@ -640,7 +640,9 @@ def main() -> None:
             sys.stderr.write("error: standard output is closed: nothing to write to\n")
         raise SystemExit(1)
     from kvcalc.errors import interrupted
+    from kvcalc.options import LEAVE_AT_ONCE
 
+    LEAVE_AT_ONCE.append(True)  # a process of its own: a Ctrl-C after NumPy ran ends it at once (options.guarded)
     try:
         app_for(sys.argv[1:])()
     except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C outside a command's own guard (typer parses, imports)

@@ -485,6 +485,11 @@ def _silence_stdout() -> None:
 
 
 INTERRUPTED: list[bool] = []  # `interrupted` printed (by guarded); typer turns a Ctrl-C in its own parsing into a silent 130
+# Set by the command line's entry point (kvcalc.cli.main), not by an in-process caller: after a Ctrl-C in a command
+# that ran NumPy (`run`, `approx`), the process ends at once (_leave_now), since the interpreter's exit can hang for
+# good in OpenBLAS's shutdown (gotoblas_quit joins a worker thread left waiting when a product was interrupted or
+# abandoned: kvcalc.backend.ops._waited), or crash there
+LEAVE_AT_ONCE: list[bool] = []
 
 
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -503,6 +508,8 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
             if interrupted(exc):
                 warn("interrupted")
                 INTERRUPTED.append(True)
+                if LEAVE_AT_ONCE and "numpy" in sys.modules:  # the backend ran: see LEAVE_AT_ONCE
+                    _leave_now(130)
                 raise typer.Exit(130) from None
             code = _exit_status(exc, warn)
             if code is None:
@@ -510,6 +517,19 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(code) from None
 
     return wrapper
+
+
+def _leave_now(code: int) -> None:
+    """End the process with `code` without the interpreter's exit (its atexit and library shutdown hooks): what is
+    written is flushed first; an output file was already removed as the interrupt passed its block."""
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
 
 
 def _exit_status(exc: BaseException, warn: Callable[[str], None]) -> int | None:
