@@ -50,6 +50,21 @@ def test_a_constant_state_rounds_to_bytes_once_for_the_batch():
     assert kv_cache(spec, Settings(ctx=1024, batch=2, state_dtype="int4")).state_bytes == 1001
 
 
+def test_a_gpus_states_round_to_bytes_once():
+    # a review: one GPU's states rounded each layer's up (16 · ⌈1,000,001 · 4 / 8⌉ = 8,000,016) beside a state_bytes of
+    # ⌈16 · 1,000,001 · 4 / 8⌉ = 8,000,008 (README conventions: bytes on totals); at batch 3, ⌈48 · 1,000,001 / 2⌉
+    from kvcalc.costs.cache import kv_cache
+    from kvcalc.costs.parallel import per_gpu
+
+    spec = spec_from_dict({
+        "name": "states-odd", "family": "llama", "d_model": 2048, "n_layers": 16, "vocab_size": 1000,
+        "max_context": 131072, "ffn": {"kind": "dense", "d_ff": 4096},
+        "layer_groups": [{"layers": "all", "attention": {"kind": "linear", "state_elements": 1_000_001}}]}, "t")
+    for batch, expected in ((1, 8_000_008), (3, 24_000_024)):
+        s = Settings(ctx=4096, batch=batch, state_dtype="int4")
+        assert per_gpu(spec, s).state_bytes == kv_cache(spec, s).state_bytes == expected
+
+
 def test_a_lookup_table_is_read_at_most_whole():
     # Gemma 3n E2B: the input embedding, 262,400 rows of 2,048, and the per-layer table, 262,144 rows of 30 · 256 =
     # 7,680 values; a decode step of b tokens reads min(rows, b) of each. Past 262,400 tokens both are read whole

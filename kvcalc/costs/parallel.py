@@ -86,7 +86,7 @@ from kvcalc.costs.paged import (
     state_slots,
     vllm_layout,
 )
-from kvcalc.costs.state import parts_bytes
+from kvcalc.costs.state import merged_bytes, parts_bytes
 from kvcalc.dtypes import bits_to_bytes
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
@@ -417,16 +417,24 @@ def stage_gpu(s: Settings, plan: Stage) -> PerGpu:
     # without pages or scales, the bytes of the elements' total, as kv_cache_bytes (README conventions: a 4-bit cache
     # of an odd count of elements a group rounds once, not once a group)
     exact = s.engine is None and s.kv_quant == "none"
-    kv = state = elements = 0
+    kv = elements = 0
     for g in plan.groups:
         if exact:
             elements += (g.n + g.pad) * g.term.layer_elements(s.ctx, _sequences(s, g))
         else:
             kv += (g.n + g.pad) * _layer_kv(s, g)
-        state += _group_state(s, g)
     if exact and plan.groups:
         kv = bits_to_bytes(elements, plan.groups[0].term.bits)
-    return _new(PerGpu, (s.tp * s.pp * s.dp, plan.stage, plan.layers, kv, state, plan.weights_bytes))
+    return _new(PerGpu, (s.tp * s.pp * s.dp, plan.stage, plan.layers, kv, _states(s, plan.groups), plan.weights_bytes))
+
+
+def _states(s: Settings, groups: Sequence[_StageGroup]) -> int:
+    """The constant states of stage groups' layers on one GPU, its share of the sequences: the engine's pages (with
+    vLLM's padding slots), or the elements of each dtype rounded to bytes once (as CacheReport.state_bytes)."""
+    pages = sum((g.n + g.pad_state) * _sequences(s, g) * g.engine_state_bytes for g in groups
+                if g.engine_state_bytes is not None)
+    return pages + merged_bytes((g.n * _sequences(s, g) * n, dtype) for g in groups if g.engine_state_bytes is None
+                                for n, dtype in g.state_parts)
 
 
 def _layer_kv(s: Settings, g: _StageGroup) -> int:
@@ -434,11 +442,6 @@ def _layer_kv(s: Settings, g: _StageGroup) -> int:
     return g.term.layer_bytes(s.ctx, _sequences(s, g), s)
 
 
-def _group_state(s: Settings, g: _StageGroup) -> int:
-    """The constant states of a stage group's layers on one GPU, its share of the sequences (--engine: its pages)."""
-    if g.engine_state_bytes is not None:  # the engine's state pages, with vLLM's padding slots
-        return (g.n + g.pad_state) * _sequences(s, g) * g.engine_state_bytes
-    return g.n * parts_bytes(g.state_parts, _sequences(s, g)) if g.state_elements else 0
 
 
 class SGLangPools(NamedTuple):
@@ -530,7 +533,7 @@ def gpu_groups(s: Settings, plan: Stage) -> list[GroupOnGpu]:
     for g in plan.groups:
         per_layer = _layer_kv(s, g)
         out.append(GroupOnGpu(g.label, g.n, g.term.formula, g.term.attention.tokens_held(g.term.layer, s.ctx),
-                              _sequences(s, g), g.latent_split, per_layer, (g.n + g.pad) * per_layer, _group_state(s, g),
+                              _sequences(s, g), g.latent_split, per_layer, (g.n + g.pad) * per_layer, _states(s, [g]),
                               g.pad, g.term.pages_at(s.ctx, s), g.term.block))
     return out
 
@@ -542,19 +545,17 @@ def stage_read_bytes(s: Settings, plan: Stage) -> int:
     """What one GPU of a stage reads of its cache and states in a decode step at the settings' context (its share of
     the sequences), as on one GPU (kvcalc.costs.traffic): the keys each layer's query attends, by token
     (GroupTerm.read_bytes), and every state read and written back; not the engine's whole or padded pages."""
-    total = 0
-    for g in plan.groups:
-        batch = _sequences(s, g)
-        total += g.n * (g.term.read_bytes(s.ctx, batch, s) + 2 * parts_bytes(g.state_parts, batch))
-    return total
+    keys = sum(g.n * g.term.read_bytes(s.ctx, _sequences(s, g), s) for g in plan.groups)
+    # each state read and written back: twice its bytes, as traffic.decode_bytes counts them on one GPU
+    return keys + 2 * merged_bytes((g.n * _sequences(s, g) * n, dtype) for g in plan.groups for n, dtype in g.state_parts)
 
 
 def stage_written_bytes(s: Settings, plan: Stage) -> int:
     """What a prefill at the settings' context writes on one GPU of a stage (its share of the sequences), as on one
     GPU (kvcalc.costs.traffic.prefill_bytes): each layer's cache as its elements and scales and each state once, not
     the engine's whole or padded pages, its padding slots or its tracking slots."""
-    return sum(g.n * (g.term.exact_bytes(s.ctx, _sequences(s, g), s) + parts_bytes(g.state_parts, _sequences(s, g)))
-               for g in plan.groups)
+    return sum(g.n * g.term.exact_bytes(s.ctx, _sequences(s, g), s) for g in plan.groups) \
+        + merged_bytes((g.n * _sequences(s, g) * n, dtype) for g in plan.groups for n, dtype in g.state_parts)
 
 
 def _sequences(s: Settings, g: _StageGroup) -> int:

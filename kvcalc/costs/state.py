@@ -10,6 +10,8 @@ variable, else the config's mamba_ssm_dtype, else "float32"). Bytes round up to 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kvcalc.attention.recurrent import RecurrentState
 from kvcalc.dtypes import elements_to_bytes
 from kvcalc.settings import Settings
@@ -61,6 +63,15 @@ def parts_bytes(parts: tuple[tuple[int, str], ...], copies: int) -> int:
     """Bytes of `copies` (sequences × layers) of a state given as (elements, dtype) pairs, each dtype's elements
     rounded up to whole bytes once."""
     return sum(elements_to_bytes(copies * n, dtype) for n, dtype in parts)
+
+
+def merged_bytes(parts: Iterable[tuple[int, str]]) -> int:
+    """Bytes of states given as (elements, dtype) pairs from several layers or groups, each dtype's elements summed
+    and rounded up to whole bytes once (README conventions: bytes on totals)."""
+    by_dtype: dict[str, int] = {}
+    for n, dtype in parts:
+        by_dtype[dtype] = by_dtype.get(dtype, 0) + n
+    return sum(elements_to_bytes(n, dtype) for dtype, n in by_dtype.items())
 
 
 def state_label(parts: tuple[tuple[int, str], ...], default: str) -> str:
