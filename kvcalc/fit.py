@@ -98,6 +98,13 @@ class FitRow:
     reserve: float = figure("Reserve", "float", "fraction of each GPU's memory left unused (--reserve, or its default; "
                             "under --engine vllm its extensible KV cache's margin may leave more: reserved_bytes)")
     prefill_chunk: int = figure("Prefill\nchunk", "tokens", "tokens of one prefill chunk, for the activation estimate (SGLang: its chunked_prefill_size, in its static fraction)")
+    mla_cache: str | None = figure("MLA\ncache", "text", "MLA cache layout: latent or expanded (MLA models)")
+    block_size: int | None = figure("Page\ntokens", "tokens", "tokens a page of the engine holds, as it pages this model "
+                                    "(the largest group's; left out without --engine)")
+    state_dtype: str | None = figure("State\ndtype", "text", "storage type of the constant states (models with states: "
+                                     "'fp32+bf16' where they differ by part)")
+    enc_ctx: int | None = figure("Encoder\nctx", "tokens", "encoder positions cross-attention caches (encoder–decoder "
+                                 "models)")
 
 
 
@@ -297,13 +304,17 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction | None, ch
             best, binding = cap
         at = replace(s, batch=max(best, 1))
     g, left = _tightest(spec, at, budget, acts)
+    report = kv_cache(spec, at)
+    plan = report.plan
     return FitRow(
         model=spec.name, hardware=hw.name, gpus=s.gpus, memory_bytes=s.gpus * hw.memory_bytes,
         reserved_bytes=s.gpus * (hw.memory_bytes - budget), weights_bytes=weights_bytes(param_counts(spec, s.mtp).total, s.weights_dtype),
         weights_bytes_per_gpu=g.weights_bytes, activation_bytes=acts, batch=at.batch, ctx=at.ctx,
         max_ctx=best if solve == "ctx" else None, max_batch=best if solve == "batch" else None,
-        kv_cache_bytes=_kv_bytes(kv_cache(spec, at)), kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
+        kv_cache_bytes=_kv_bytes(report), kv_cache_bytes_per_gpu=g.kv_cache_bytes + g.state_bytes,
         state_bytes_per_gpu=g.state_bytes or None, free_bytes_per_gpu=left, binding=binding, exceeds_max_context=at.ctx > spec.max_context,
         kv_dtype=s.kv_dtype, kv_quant=s.kv_quant, weights_dtype=s.weights_dtype, engine=s.engine, tp=s.tp, pp=s.pp,
         dp=s.dp, ep=s.ep, dp_attention=s.dp_attention, mtp=s.mtp, reserve=float(reserve), prefill_chunk=chunk,
+        mla_cache=plan.mla_cache, block_size=plan.block_size,
+        state_dtype=plan.state_dtype if plan.state_elements else None, enc_ctx=plan.enc_ctx or None,
     )

@@ -913,3 +913,25 @@ def test_mtp_without_mtp_layers_keeps_vllms_startup_check_and_the_weights_shortf
         res = run("fit", "llama3.1-70b", "--hardware", "rtx-4090", "-c", ctx, "--units", "bytes")
         assert "the weights leave the busiest GPU 117,914,589,594 B over its budget" in res.stderr
     assert 141_107_412_992 - (25_769_803_776 - 2_576_980_378) == 117_914_589_594
+
+
+def test_fit_rows_carry_the_layout_page_states_and_encoder_settings():
+    # a review: runs differing in --mla-cache, --block-size, --state-dtype or --enc-ctx gave rows with the same setting
+    # keys (deepseek-v2 at tp 8, batch 4: max_ctx 163,840 latent, 30,926 expanded, told apart by nothing)
+    def row(*args):
+        return json.loads(run("fit", *args, "-f", "json").stdout)[0]
+
+    latent, expanded = (row("deepseek-v2", "--hardware", "h200-141gb", "--tp", "8", "--batch", "4", "--mla-cache", m)
+                        for m in ("latent", "expanded"))
+    assert (latent["mla_cache"], expanded["mla_cache"]) == ("latent", "expanded")
+    assert latent["max_ctx"] != expanded["max_ctx"]
+    # the page the engine gives the model: vLLM raises a hybrid's attention page to hold a layer's state
+    assert row("gemma3-27b", "--hardware", "h100-80gb", "--batch", "4", "--engine", "vllm", "--block-size", "16")[
+        "block_size"] == 16
+    assert row("nemotron-h-56b", "--hardware", "h100-80gb", "--gpus", "2", "--engine", "vllm", "--block-size", "16")[
+        "block_size"] == 4128
+    assert row("nemotron-h-56b", "--hardware", "h100-80gb", "--gpus", "2", "--state-dtype", "bf16")["state_dtype"] == "bf16"
+    assert row("nemotron-h-56b", "--hardware", "h100-80gb", "--gpus", "2")["state_dtype"] == "fp32+bf16"
+    assert row("whisper-large-v3", "--hardware", "h100-80gb", "--enc-ctx", "100")["enc_ctx"] == 100
+    plain = row("llama3-8b", "--hardware", "h100-80gb")
+    assert not {"mla_cache", "block_size", "state_dtype", "enc_ctx"} & set(plain)  # none applies: left out
