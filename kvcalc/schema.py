@@ -261,12 +261,23 @@ def _cost() -> dict[str, Any]:
                     description="FLOPs by component of each pass (MLA: decode and cached generation per schedule)",
                     anyOf=[{"required": ["decode_token", "generate_cached"]},
                            {"required": ["decode_token_naive", "generate_cached_naive"]}])
+    from kvcalc.fit import FitRow
+
     props = {**{k: _figure_schema(FIGURES[k]) for k in ("model", "ctx", "gen", "batch")}, "flops": flops,
              "summary": _summary(COST_SUMMARY, COST_SUMMARY_REQUIRED, {}),
              "exceeds_max_context": {"type": "boolean", "description": "ctx + gen is above the model's trained maximum "
                                      "(computed anyway)"}}
+    # the settings the figures assume (kvcalc.present.outputs.cost_settings), described as fit's rows carry them
+    fit = _props((FitRow,))
+    always = ("kv_dtype", "kv_quant", "weights_dtype", "tp", "pp", "dp", "ep", "dp_attention", "mtp")
+    settings = {**{k: fit[k] for k in always},
+                "dense_attn": {"type": "boolean", "description": "--dense-attn: attention counted as the full N×N matrix"},
+                **{k: fit[k] for k in ("mla_cache", "engine", "block_size", "state_dtype", "enc_ctx")},
+                "mla_schedule": _figure_schema(FIGURES["mla_schedule"], True),
+                "hardware": _figure_schema(FIGURES["hardware"], True)}
+    required = [*props, *always, "dense_attn"]
     return _document("kvcalc cost --format json: FLOPs by component of each pass, then parameters, memory, traffic and "
-                     "times", _object(props, props))
+                     "times, and the settings they assume", _object({**props, **settings}, required))
 
 
 # ---------------------------------------------------------------- run

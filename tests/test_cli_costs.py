@@ -317,3 +317,27 @@ def test_a_short_moe_prefill_is_called_an_estimate():
     short = run("cost", "deepseek-v3", "--ctx", "1", "--batch", "16", "--hardware", "h100-80gb").stdout
     assert "an estimate: MoE layers read every expert its tokens can reach, more than the router may pick" in short
     assert "an estimate" not in run("cost", "deepseek-v3", "--ctx", "32", "--hardware", "h100-80gb").stdout  # 256 = E
+
+
+def test_cost_names_the_settings_its_figures_assume():
+    # a review: cost's output named neither the KV dtype and scheme, nor the states' dtype, nor MLA's decode schedule,
+    # which changes deepseek-v2's decode time at batch 64 about 30-fold (its json carried none of them either)
+    import json
+
+    from conftest import run
+
+    out = run("cost", "deepseek-v2", "--ctx", "4k", "--batch", "64", "--hardware", "h100-80gb", "--mla-schedule",
+              "naive").stdout
+    assert "Memory, traffic and time: kv bf16, weights bf16, h100-80gb (lower bounds), MLA latent cache, naive decode" in out
+    doc = json.loads(run("cost", "deepseek-v2", "--ctx", "4k", "--batch", "64", "--hardware", "h100-80gb",
+                         "--mla-schedule", "naive", "-f", "json").stdout)
+    assert {k: doc[k] for k in ("kv_dtype", "kv_quant", "mla_cache", "mla_schedule", "hardware")} == {
+        "kv_dtype": "bf16", "kv_quant": "none", "mla_cache": "latent", "mla_schedule": "naive", "hardware": "h100-80gb"}
+    doc = json.loads(run("cost", "llama3-8b", "--ctx", "4k", "--kv-dtype", "int4", "--kv-quant", "g64", "-f", "json").stdout)
+    assert (doc["kv_dtype"], doc["kv_quant"]) == ("int4", "g64")
+    assert not {"mla_cache", "mla_schedule", "engine", "block_size", "state_dtype", "enc_ctx", "hardware"} & set(doc)
+    assert "kv int4, weights bf16, g64 scales" in run("cost", "llama3-8b", "--ctx", "4k", "--kv-dtype", "int4",
+                                                        "--kv-quant", "g64").stdout
+    doc = json.loads(run("cost", "qwen3-next-80b-a3b", "--ctx", "4k", "--state-dtype", "fp32", "--engine", "sglang",
+                         "-f", "json").stdout)
+    assert (doc["state_dtype"], doc["engine"], doc["block_size"]) == ("fp32", "sglang", 1)

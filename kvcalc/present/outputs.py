@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from fractions import Fraction
 
     from kvcalc.backend.runner import RunReport
+    from kvcalc.costs.cache import CachePlan
     from kvcalc.costs.engine_memory import SGLangCapacity
     from kvcalc.registry import LoadedModel
     from kvcalc.settings import Settings
@@ -238,8 +239,11 @@ def serving_note(s: Settings) -> str:
 def state_note(specs: list[ModelSpec], grid: list[Settings], cols: list[Column]) -> str:
     """The title's words for the constant states' dtypes where a state column is shown and a model stores its states
     in other dtypes than the KV cache's (Mamba-2's fp32 SSM state beside a bf16 convolution state: 'fp32+bf16')."""
-    if not any("state" in c.key for c in cols):
-        return ""
+    return state_words(specs, grid) if any("state" in c.key for c in cols) else ""
+
+
+def state_words(specs: list[ModelSpec], grid: list[Settings]) -> str:
+    """state_note's words, whatever the columns."""
     from kvcalc.costs.cache import cache_plan
 
     labels: dict[str, dict[str, None]] = {}  # model -> its states' dtypes unlike the cache's
@@ -464,15 +468,42 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     cols = [Column("component", "Component")] + [Column(p, PASS_TITLES[p], "flops") for p in passes]
     payload = {"model": spec.name, "ctx": s.ctx, "gen": s.gen, "batch": s.batch,
                "flops": {p: {**b, "total": sum(b.values())} for p, b in passes.items()},
-               "summary": {r["key"]: r["value"] for r in summary}, "exceeds_max_context": s.ctx + s.gen > spec.max_context}
+               "summary": {r["key"]: r["value"] for r in summary}, "exceeds_max_context": s.ctx + s.gen > spec.max_context,
+               **cost_settings(spec, s, cache.plan)}
     title = f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}" + mla_note([spec], s, False)
     warnings = _load_warnings([lm]) + over_max(spec, s.ctx + s.gen,
                                                f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
     warnings += option_warnings([spec], s) + _dsa_prefill_notes(spec, s, sum(passes["prefill"].values()))
     over = {"exceeds_max_context": payload["exceeds_max_context"]}  # csv's flag on every FLOPs row (stderr says it)
     flops = Table("flops", cols, [{**r, **over} for r in rows], title, [c.key for c in cols] + list(over))
-    return Output([flops, Table("summary", SUMMARY_COLUMNS, summary, "Memory, traffic and time", SUMMARY_KEYS)],
-                  payload, warnings=warnings)
+    return Output([flops, Table("summary", SUMMARY_COLUMNS, summary, "Memory, traffic and time" + summary_note(spec, s),
+                                SUMMARY_KEYS)], payload, warnings=warnings)
+
+
+def cost_settings(spec: ModelSpec, s: Settings, plan: CachePlan) -> dict[str, Any]:
+    """The settings cost's figures assume, for its json (after its own keys): the dtypes and scheme, the layout and
+    engine, and where they apply the MLA cache and decode schedule, the engine's page (as it pages this model), the
+    states' dtype, the encoder positions and the hardware (left out where they do not)."""
+    applies = {
+        "mla_cache": plan.mla_cache,
+        "mla_schedule": s.schedule if spec.has_schedules() else None,
+        "engine": s.engine, "block_size": plan.block_size,
+        "state_dtype": plan.state_dtype if plan.state_elements else None,
+        "enc_ctx": plan.enc_ctx or None,
+        "hardware": s.hardware.name if s.hardware is not None else None,
+    }
+    return {"kv_dtype": s.kv_dtype, "kv_quant": s.kv_quant, "weights_dtype": s.weights_dtype, "tp": s.tp, "pp": s.pp,
+            "dp": s.dp, "ep": s.ep, "dp_attention": s.dp_attention, "mtp": s.mtp, "dense_attn": s.dense_attn,
+            **{k: v for k, v in applies.items() if v is not None}}
+
+
+def summary_note(spec: ModelSpec, s: Settings) -> str:
+    """The words of cost's summary title for the settings its figures depend on (its FLOPs table's title names the
+    prompt, the generated tokens and the batch): dtypes, a scheme's scales, an engine's pages, the states' dtypes,
+    MLA's cache and decode schedule, the roofline's bounds."""
+    hardware = f", {s.hardware.name} {bounds_note(s)}" if s.hardware is not None else ""
+    return (f": kv {s.kv_dtype}, weights {s.weights_dtype}" + serving_note(s) + hardware + state_words([spec], [s])
+            + mla_note([spec], s, True))
 
 
 # SGLang 0.5.23 attends a DeepSeek Sparse Attention prefill per head while its keys are at most this many
