@@ -267,7 +267,10 @@ def test_mla_crossover_is_found_up_to_the_largest_context(tmp_path):
     gap = lambda t: sum(decode_flops(wide, Settings(ctx=t, mla_schedule="naive")).values()) \
         - sum(decode_flops(wide, Settings(ctx=t, mla_schedule="absorbed")).values())  # noqa: E731
     t = mla_crossover(wide, Settings(ctx=1))
-    assert t == 2_148_530_177 > 2**31 and gap(t) > 0 >= gap(t - 1)
+    # by hand: the gap is 4·t + 2,048 · 4 − 4 · 2,049 · 2^20 (naive's 4 more FLOPs a key in the full layer and in each
+    # windowed one's key, absorbed's fixed q_absorb and v_up, 2 · d_c · (nope + v) = 4 · 2^20 more a layer): first
+    # positive at t = 2,049 · 2^20 − 2,048 + 1
+    assert t == 2049 * 2**20 - 2047 == 2_148_530_177 > 2**31 and gap(t) > 0 >= gap(t - 1)
     out = run("cost", str(_wide_latent(tmp_path, full=True)), "--ctx", str(2**32), "--gen", "1").stdout
     assert "absorbed is cheaper from context 2,148,530,177 on" in out
     # windows of 1 alone: the keys never grow, absorbed is never cheaper
@@ -275,24 +278,33 @@ def test_mla_crossover_is_found_up_to_the_largest_context(tmp_path):
     assert "absorbed is never cheaper" in out
 
 
-def test_cost_notes_the_absorbed_prefill_engines_run_for_long_dsa_prompts():
-    # a review: vLLM and SGLang attend a DeepSeek Sparse Attention prefill in the latent space past their dense
-    # ranges (SGLang: SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD 2,048; vLLM: mla_attention.py _use_sparse_mha),
-    # and the README said every engine attends a prefill per head. DeepSeek-V3.2 at 131,072 tokens, 61 layers,
-    # n_h 128, d_c 512, d_R 64, nope 128, v 128, top-k 2,048: p = Σ min(t, 2,048) pairs
+def test_cost_notes_the_absorbed_prefill_engines_run_for_dsa_prompts():
+    # a review: vLLM attends a DeepSeek Sparse Attention prefill in the latent space past its dense MHA of at most
+    # top-k tokens and its masked MHA ranges (mla_attention.py _use_sparse_mha); SGLang by default at any length, its
+    # prefill CUDA graphs setting use_mha off (dsa_backend.py); the README said every engine attends a prefill per
+    # head. DeepSeek-V3.2 at 131,072 tokens, 61 layers, n_h 128, d_c 512, d_R 64, nope 128, v 128, top-k 2,048:
+    # p = Σ min(t, 2,048) pairs
     n, k, h, c, r, nope, v = 131_072, 2048, 128, 512, 64, 128, 128
     p = k * (k + 1) // 2 + (n - k) * k
     per_head = 2 * n * c * h * (nope + v) + 2 * p * h * (nope + r) + 2 * p * h * v  # kv_up, scores, mix
     latent = 2 * n * h * nope * c + 2 * p * h * (c + r) + 2 * p * h * c + 2 * n * h * c * v  # q_absorb, scores, mix, v_up
-    counted = json.loads(run("cost", "deepseek-v3.2", "--ctx", "128k", "--gen", "1", "-f", "json").stdout)["flops"][
-        "prefill"]["total"]
-    res = run("cost", "deepseek-v3.2", "--ctx", "128k", "--gen", "1")  # notes go to stderr in the human formats
-    absorbed = counted + 61 * (latent - per_head)
+    prefill = json.loads(run("cost", "deepseek-v3.2", "--ctx", "128k", "--gen", "1", "-f", "json").stdout)["flops"][
+        "prefill"]
+    assert prefill["attn/kv_up"] + prefill["attn/scores"] + prefill["attn/mix"] == 61 * per_head  # the form counted
+    absorbed = prefill["total"] + 61 * (latent - per_head)
     assert absorbed == 22_758_498_487_500_800
-    assert ("note: deepseek-v3.2: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long in the absorbed "
-            "form") in res.stderr and f"22.8 PFLOP ({absorbed:,} FLOPs), not the per-head form's 19.6 PFLOP" in res.stderr
-    # within the dense range both engines attend per head, as counted; and no other MLA model is noted
-    assert "absorbed form" not in run("cost", "deepseek-v3.2", "--ctx", "2048").stderr
+    res = run("cost", "deepseek-v3.2", "--ctx", "128k", "--gen", "1")  # notes go to stderr in the human formats
+    assert ("note: deepseek-v3.2 at 131,072 tokens: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long "
+            "in the absorbed form") in res.stderr
+    assert f"22.8 PFLOP ({absorbed:,} FLOPs), not the per-head form's 19.6 PFLOP counted here" in res.stderr
+    # within top-k vLLM attends per head, as counted, and SGLang still in the latent space by default
+    short = run("cost", "deepseek-v3.2", "--ctx", "2048").stderr
+    assert "SGLang runs a DeepSeek Sparse Attention prefill in the absorbed form by default, at any length" in short
+    assert "vLLM attends a prompt of at most top-k 2,048 tokens per head, as counted" in short
+    # compare notes it beside its prefill column, per context; no other MLA model is noted
+    shown = run("compare", "deepseek-v3.2", "--ctx", "2k,128k", "--columns", "cost").stderr
+    assert "deepseek-v3.2 at 2,048 tokens" in shown and "deepseek-v3.2 at 131,072 tokens" in shown
+    assert "absorbed form" not in run("compare", "deepseek-v3.2", "--ctx", "128k").stderr  # no prefill column
     assert "absorbed form" not in run("cost", "deepseek-v3", "--ctx", "128k").stderr
 
 

@@ -453,6 +453,15 @@ def test_sglang_refuses_a_hybrid_page_that_does_not_divide_its_tracking_interval
     assert kv_cache(spec("qwen3-next-80b-a3b"), Settings(ctx=1000, engine="sglang", block_size=256)).engine_bytes \
         == 12 * 1024 * 2048
     assert run("compare", "nemotron-h-56b", "--engine", "sglang", "--block-size", "100", ok=False).exit_code == 1
+    # the per-GPU path asks too (a review: plot's per-GPU cache and states drew 10 pages of 100 a layer), and so it
+    # does vLLM's page rule
+    with pytest.raises(KvcalcError, match="--block-size 100 --engine sglang: .* every 256 tokens"):
+        per_gpu(spec("qwen3-next-80b-a3b"), Settings(ctx=1000, engine="sglang", block_size=100))
+    with pytest.raises(KvcalcError, match="--block-size 24 --engine vllm: .* a multiple of 16 tokens"):
+        per_gpu(spec("llama3-8b"), Settings(ctx=1000, engine="vllm", block_size=24))
+    res = run("plot", "qwen3-next-80b-a3b", "-o", "unused.png", "--engine", "sglang", "--block-size", "100", "--ctx",
+              "1k..4k", "-m", "state", ok=False)
+    assert res.exit_code == 1 and "every 256 tokens" in res.stderr
     # other engines, and models without states, keep any page
     kv_cache(spec("qwen3-next-80b-a3b"), Settings(ctx=1000, engine="ideal", block_size=100))
     kv_cache(spec("llama3-8b"), Settings(ctx=1000, engine="sglang", block_size=100))

@@ -25,8 +25,7 @@ from kvcalc.costs.paged import (
     PoolLayout,
     block_tokens,
     check_encoder_positions,
-    check_sglang_block,
-    check_vllm_block,
+    check_pages,
     engine_groups,
     keeps_every_token,
     layer_pages,
@@ -392,10 +391,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     extra = sglang_buffers(groups, s, spec.encoder.n_layers if spec.encoder else 0, family=spec.family) \
         if layout is None else None
     rows = tuple(group_cache(g, one, enc, every, layout, i, extra, ahead, slots, limit) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx
-    for r in rows:
-        if r.formula.elements:
-            check_vllm_block(r.group.attention, s)
-    check_sglang_block(spec, s)
+    check_pages(spec, s, [r.group.attention for r in rows if r.formula.elements])
     terms = tuple(group_term(r, s, enc, ahead, limit) for r in rows)
     # a KV-shared layer (Gemma 3n) adds nothing per token: it reads the cache of the layer it shares
     growing = [r for r in rows if not r.group.layer.kv_shared]

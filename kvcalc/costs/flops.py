@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from kvcalc.attention import AttentionKind, Layer, Work, tri
+from kvcalc.attention import MLA, AttentionKind, Layer, Work, tri
 from kvcalc.costs.params import add_times, ffn_of_layer, ffn_runs
 from kvcalc.costs.rates import Direct, LayerRates, rates
 from kvcalc.errors import KvcalcError
@@ -507,6 +507,18 @@ def prefill_total(spec: ModelSpec, s: Settings, logits: str = "last", schedule: 
     p = _prefill(spec, s, logits, schedule)
     encoder = sum(encoder_flops(spec, p.enc).values()) if p.enc else 0
     return s.batch * (p.total(spec) + encoder)
+
+
+def dsa_latent_prefill(spec: ModelSpec, s: Settings) -> tuple[int, int] | None:
+    """(the index top-k, prefill_total with every MLA layer attending in the latent space) for a model with DeepSeek
+    Sparse Attention, whose prefill the engines run so (SGLang by default at any length: its prefill CUDA graphs set
+    use_mha off, dsa_backend.py; vLLM past its dense MHA of at most top-k tokens and its masked MHA ranges,
+    mla_attention.py _use_sparse_mha); None for any other model or under --dense-attn."""
+    topk = next((g.attention.index_topk for g in spec.groups if isinstance(g.attention, MLA) and g.attention.indexed),
+                None)
+    if topk is None or s.dense_attn:
+        return None
+    return topk, prefill_total(spec, s, schedule="absorbed")
 
 
 def decode_total(spec: ModelSpec, s: Settings) -> int:

@@ -210,6 +210,15 @@ def check_vllm_block(attention: AttentionKind, s: Settings) -> None:
                           f"only: give one, or leave --block-size out for its {DEFAULT_BLOCK['vllm']}")
 
 
+def check_pages(spec: ModelSpec, s: Settings, cached: Sequence[AttentionKind]) -> None:
+    """A KvcalcError for a --block-size the settings' engine does not start with on `spec`, whose layers of the
+    attention kinds `cached` hold a cache: vLLM's (check_vllm_block) and SGLang's (check_sglang_block). Every path to
+    an engine's pages asks it (CachePlan, the per-GPU stages)."""
+    for attention in cached:
+        check_vllm_block(attention, s)
+    check_sglang_block(spec, s)
+
+
 VLLM_MLA_BLOCK = 64  # vllm/platforms/cuda.py forces 64 for the FlashMLA and FlashMLASparse backends
 # SGLang 0.5.23 on CUDA sets page_size to 64 · index_kpool (1 unless the config says) for DeepSeek DSA models, over
 # any --page-size (arg_groups/model_overrides/deepseek_v2.py: "Setting page size to {page_size} for DeepSeek DSA")

@@ -77,6 +77,7 @@ from kvcalc.costs.engine_files import (
 )
 from kvcalc.costs.paged import (
     PoolLayout,
+    check_pages,
     engine_groups,
     gdn_checkpoints,
     keeps_every_token,
@@ -236,6 +237,7 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     ahead, limit = lookahead(spec.mtp_layers, s), lookahead_limit(spec, s)
     slots = state_slots(spec.family, s)
     caches = [group_cache(g, one, enc, every, layout, j, {}, ahead, slots, limit) for j, g in enumerate(held)]  # padding: by stage, below
+    check_pages(spec, s, [g.attention for g, c in zip(held, caches) if c.formula.elements])
     ranges = pp_stages(spec.n_layers, s.pp, s.engine)
     out = []
     for i, layers in enumerate(ranges):

@@ -332,7 +332,17 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     lines = _derivation_lines(derivations, units)
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
     return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs)
-                  + _gen_warnings(specs, ctxs, [s.gen], cols) + option_warnings(specs, s))
+                  + _gen_warnings(specs, ctxs, [s.gen], cols) + option_warnings(specs, s) + _prefill_notes(specs, ctxs, s, cols))
+
+
+def _prefill_notes(specs: list[ModelSpec], ctxs: list[int], s: Settings, cols: list[Column]) -> list[str]:
+    """dsa_prefill_notes for each model and context, where the prefill FLOPs are shown."""
+    from kvcalc.costs.flops import prefill_total
+
+    if not any(c.key == "flops_prefill" for c in cols):
+        return []
+    return [line for spec in specs for ctx in ctxs
+            for line in dsa_prefill_notes(spec, s.at(ctx), prefill_total(spec, s.at(ctx)))]
 
 
 def _derivation_lines(derivations: list[dict], units: str) -> list[str]:
@@ -473,7 +483,7 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     title = f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}" + mla_note([spec], s, False)
     warnings = _load_warnings([lm]) + over_max(spec, s.ctx + s.gen,
                                                f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
-    warnings += option_warnings([spec], s) + _dsa_prefill_notes(spec, s, sum(passes["prefill"].values()))
+    warnings += option_warnings([spec], s) + dsa_prefill_notes(spec, s, sum(passes["prefill"].values()))
     over = {"exceeds_max_context": payload["exceeds_max_context"]}  # csv's flag on every FLOPs row (stderr says it)
     flops = Table("flops", cols, [{**r, **over} for r in rows], title, [c.key for c in cols] + list(over))
     return Output([flops, Table("summary", SUMMARY_COLUMNS, summary, "Memory, traffic and time" + summary_note(spec, s),
@@ -506,28 +516,24 @@ def summary_note(spec: ModelSpec, s: Settings) -> str:
             + mla_note([spec], s, True))
 
 
-# SGLang 0.5.23 attends a DeepSeek Sparse Attention prefill per head while its keys are at most this many
-# (SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD, srt/environ.py), in the latent space past it (dsa_backend.py)
-DSA_DENSE_PREFILL = 2048
-
-
-def _dsa_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str]:
-    """The note beside a DeepSeek Sparse Attention model's prefill of more than DSA_DENSE_PREFILL tokens: vLLM and
-    SGLang run it in the absorbed form (SGLang past 2,048 keys; vLLM 0.34.0 past its dense and masked MHA ranges,
-    2,048 to 32,768 tokens by tp and chunk: mla_attention.py _use_sparse_mha), whose total it gives beside the
-    per-head one counted."""
-    from kvcalc.attention import MLA
-    from kvcalc.costs.flops import prefill_total
+def dsa_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str]:
+    """The note beside a DeepSeek Sparse Attention model's prefill (`counted` FLOPs, per head): the engines attend it
+    in the latent space, whose total kvcalc.costs.flops.dsa_latent_prefill gives (README, MLA schedules)."""
+    from kvcalc.costs.flops import dsa_latent_prefill
     from kvcalc.units import format_flops
 
-    if s.ctx <= DSA_DENSE_PREFILL or s.dense_attn or not any(
-            isinstance(g.attention, MLA) and g.attention.indexed for g in spec.groups):
+    if (latent := dsa_latent_prefill(spec, s)) is None:
         return []
-    absorbed = prefill_total(spec, s, schedule="absorbed")
-    return [f"note: {spec.name}: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long in the absorbed "
-            f"form, attending in the latent space (SGLang past {DSA_DENSE_PREFILL:,} keys, vLLM past 2,048 to 32,768 "
-            f"tokens by tp and chunk): {format_flops(absorbed)} ({absorbed:,} FLOPs), not the per-head form's "
-            f"{format_flops(counted)} counted here"]
+    topk, flops = latent
+    both = f"{format_flops(flops)} ({flops:,} FLOPs), not the per-head form's {format_flops(counted)} counted here"
+    if s.ctx <= topk:
+        return [f"note: {spec.name} at {s.ctx:,} tokens: SGLang runs a DeepSeek Sparse Attention prefill in the absorbed form by default, "
+                "at any length (its prefill CUDA graphs turn the per-head path off), attending in the latent space: "
+                f"{both}; vLLM attends a prompt of at most top-k {topk:,} tokens per head, as counted"]
+    return [f"note: {spec.name} at {s.ctx:,} tokens: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long in the absorbed "
+            f"form, attending in the latent space (vLLM past top-k {topk:,} tokens or its masked MHA ranges, up to "
+            "32,768 by tp and chunk; SGLang by default at any length, its prefill CUDA graphs turning the per-head "
+            f"path off): {both}"]
 
 
 def run_output(report: RunReport, lm: LoadedModel | None = None) -> Output:
