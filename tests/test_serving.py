@@ -438,6 +438,19 @@ def test_sglang_pages_deepseek_v32_in_64_whatever_block_size_asks():
     assert row("deepseek-v3", "--ctx", "200", "--engine", "sglang", "--block-size", "16")["block_size"] == 16
 
 
+def test_titles_give_the_page_an_engine_sets_beside_the_one_asked():
+    # a review: titles said 'sglang pages of 16' beside a warning that SGLang pages DeepSeek-V3.2 in 64, and 'vllm
+    # pages of 16' where vLLM raises Nemotron-H's to 4,128 tokens (to hold a Mamba-2 state)
+    out = run("show", "deepseek-v3.2", "--engine", "sglang", "--block-size", "16", "--ctx", "100k").stdout
+    assert "sglang pages of 64 (16 asked)" in out
+    out = run("compare", "nemotron-h-56b", "llama3-8b", "--engine", "vllm", "--block-size", "16", "--ctx", "4k").stdout
+    assert "vllm pages of 16 (nemotron-h-56b's 4,128)" in out
+    out = run("fit", "nemotron-h-56b", "--engine", "vllm", "--block-size", "16", "--hardware", "h100-80gb", "--gpus",
+              "2").stdout
+    assert "vllm pages of 4,128 (16 asked)" in out
+    assert "vllm pages of 32\n" in run("compare", "llama3-8b", "--engine", "vllm", "--block-size", "32", "--ctx", "4k").stdout
+
+
 def test_sglang_refuses_a_hybrid_page_that_does_not_divide_its_tracking_interval():
     # a review: SGLang 0.5.23's extra-buffer radix cache snapshots a hybrid's states every mamba_track_interval = 256
     # tokens and asserts the page size divides it (mamba_hook.validate_mamba_extra_buffer): it does not start with

@@ -3,7 +3,7 @@ kvcalc.present.emit prints)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -228,11 +228,22 @@ def bounds_note(s: Settings) -> str:
     return "(lower bounds; compute at the bf16 peak)" if s.weights_dtype in W8A8_WEIGHTS else "(lower bounds)"
 
 
-def serving_note(s: Settings) -> str:
-    """The title's words for a quantisation scheme and a paged engine, when asked for."""
+def serving_note(s: Settings, specs: Sequence[ModelSpec] = ()) -> str:
+    """The title's words for a quantisation scheme and a paged engine, when asked for: the --block-size asked, and
+    beside it the page an engine gives one of `specs` instead (vLLM raises a hybrid's to hold a state, SGLang sets
+    DeepSeek Sparse Attention's to 64: a warning says why)."""
+    from kvcalc.costs.cache import cache_plan
+
     out = f", {s.kv_quant} scales" if s.kv_quant != "none" else ""
     if s.engine:
         out += f", {s.engine} pages" + (f" of {s.block_size}" if s.block_size else "")
+        if s.block_size:
+            other = {spec.name: block for spec in specs
+                     if (block := cache_plan(spec, s).block_size) is not None and block != s.block_size}
+            if len(specs) == 1 and other:
+                out = out[:-len(f" of {s.block_size}")] + f" of {next(iter(other.values())):,} ({s.block_size} asked)"
+            elif other:
+                out += " (" + ", ".join(f"{name}'s {block:,}" for name, block in other.items()) + ")"
     return out
 
 
@@ -326,7 +337,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
         derivations = [derivation(r, lm.origin, lm.config_keys, lm.spec, s.at(r.ctx)) for lm, r in zip(origins, reports)]
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns.strip().lower() == "kv" else
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} {bounds_note(s)}" if hardware else ""))
-    title += serving_note(s) + state_note(specs, [s], cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
+    title += serving_note(s, specs) + state_note(specs, [s], cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
     title += ", windows ignored" if no_windows else ""
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
     lines = _derivation_lines(derivations, units)
@@ -383,7 +394,7 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     s = grid[0]
     each = lambda name: ", ".join(str(v) for v in dict.fromkeys(getattr(at, name) for at in grid))  # noqa: E731
     title = f"Growth with context, batch {each('batch')}, kv {each('kv_dtype')}, weights {s.weights_dtype}"
-    title += serving_note(s) + state_note(specs, grid, cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
+    title += serving_note(s, specs) + state_note(specs, grid, cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
     title += f", {hardware} {bounds_note(s)}" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs), to_terminal()), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
@@ -413,7 +424,7 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
     if explain:
         payload["derivation"] = d
     title = (f"KV cache by {'layer' if per_layer else 'layer group'} at ctx {s.ctx:,}, batch {s.batch}, {s.kv_dtype}"
-             + serving_note(s))
+             + serving_note(s, [spec]))
     chunked = any(g.layer.chunk for g in spec.groups)  # the Chunk column only where some layer has one
     crossed = spec.encoder is not None  # the Encoder positions column only where a layer has cross-attention
     columns = [c for c in GROUP_COLUMNS if (chunked or c.key != "attention_chunk_size")
@@ -512,7 +523,7 @@ def summary_note(spec: ModelSpec, s: Settings) -> str:
     prompt, the generated tokens and the batch): dtypes, a scheme's scales, an engine's pages, the states' dtypes,
     MLA's cache and decode schedule, the roofline's bounds."""
     hardware = f", {s.hardware.name} {bounds_note(s)}" if s.hardware is not None else ""
-    return (f": kv {s.kv_dtype}, weights {s.weights_dtype}" + serving_note(s) + hardware + state_words([spec], [s])
+    return (f": kv {s.kv_dtype}, weights {s.weights_dtype}" + serving_note(s, [spec]) + hardware + state_words([spec], [s])
             + mla_note([spec], s, True))
 
 
@@ -680,7 +691,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     held = {p.held_back for p in stages(spec, s)}  # vLLM's null block: no column shows it, so the title says it
     dp_attention = ", DP attention" if s.dp_attention else ""
     title = (f"{spec.name} on {s.gpus}× {opts.hardware_name} (tp {s.tp}, pp {s.pp}, dp {s.dp}{dp_attention}), weights "
-             f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s)}{states}{mla_note([spec], s, False)}"
+             f"{s.weights_dtype}, kv {s.kv_dtype}{serving_note(s, [spec])}{states}{mla_note([spec], s, False)}"
              + (f" ({'up to ' if len(held) > 1 else ''}{format_bytes(max(held), units)} a GPU held back: the pool's "
                 "null block)" if max(held) else "")
              + _reserve_note(s, frac, rows[0]["activation_bytes"], units))

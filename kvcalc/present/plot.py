@@ -307,7 +307,7 @@ def settings_caption(specs: list[ModelSpec], s: Settings, metrics: list[str]) ->
     parts = [f"batch {s.batch:,}"] if s.batch != 1 else []
     parts += [f"KV cache {s.kv_dtype}"] if s.kv_dtype != "bf16" else []
     parts += [f"weights {s.weights_dtype}"] if s.weights_dtype != "bf16" and "decode-time" in metrics else []
-    parts += [w.strip() for w in (serving_note(s) + mla_note(specs, s, "flops-decode" in metrics
+    parts += [w.strip() for w in (serving_note(s, specs) + mla_note(specs, s, "flops-decode" in metrics
                                                              or "decode-time" in metrics)).split(", ") if w.strip()]
     return ", ".join(parts)
 
