@@ -249,10 +249,12 @@ def test_mtp_on_a_model_without_mtp_layers_says_it_adds_nothing():
         plain, mtp = run(*args), run(*args, "--mtp")  # warnings go with the human formats (stderr)
         warning = f"warning: {m}: --mtp: its spec has no multi-token-prediction layers (mtp_layers), so nothing is added"
         assert warning in mtp.stderr and warning not in plain.stderr and "deepseek-v3: --mtp" not in mtp.stderr, args
-        if args[0] != "compare":  # compare's deepseek-v3 row does change; fit's rows say the setting, nothing more
+        if args[0] != "compare":  # compare's deepseek-v3 row does change; fit's rows and cost say the setting, no more
             asked, plain = (json.loads(run(*args, *extra, "-f", "json").stdout) for extra in (["--mtp"], []))
             if args[0] == "fit":
                 assert [r.pop("mtp") for r in asked] == [True] and [r.pop("mtp") for r in plain] == [False]
+            if args[0] == "cost":
+                assert (asked.pop("mtp"), plain.pop("mtp")) == (True, False)
             assert asked == plain, args
 
 

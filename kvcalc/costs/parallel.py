@@ -433,10 +433,13 @@ def stage_gpu(s: Settings, plan: Stage) -> PerGpu:
 def _states(s: Settings, groups: Sequence[_StageGroup]) -> int:
     """The constant states of stage groups' layers on one GPU, its share of the sequences: the engine's pages (with
     vLLM's padding slots), or the elements of each dtype rounded to bytes once (as CacheReport.state_bytes)."""
-    pages = sum((g.n + g.pad_state) * _sequences(s, g) * g.engine_state_bytes for g in groups
-                if g.engine_state_bytes is not None)
-    return pages + merged_bytes((g.n * _sequences(s, g) * n, dtype) for g in groups if g.engine_state_bytes is None
-                                for n, dtype in g.state_parts)
+    pages, parts = 0, []
+    for g in groups:  # a stage's few groups (a fit's search asks every step: no generator for a model without states)
+        if g.engine_state_bytes is not None:
+            pages += (g.n + g.pad_state) * _sequences(s, g) * g.engine_state_bytes
+        elif g.state_parts:
+            parts += [(g.n * _sequences(s, g) * n, dtype) for n, dtype in g.state_parts]
+    return pages + merged_bytes(parts) if parts else pages
 
 
 def _layer_kv(s: Settings, g: _StageGroup) -> int:
