@@ -314,13 +314,22 @@ def _gpu_lines(d: dict, units: str) -> list[str]:
                      f"{_engine_layers(g['layers_here'], g['padding_layers'], d.get('engine')) if 'padding_layers' in g else g['layers_here']}"
                      f" = {g['bytes']:,}")
     cached = [g["bytes"] for g in p["groups"] if g["bytes"]]  # a constant-state group holds no per-token cache
-    sums = " + ".join(f"{b:,}" for b in cached) + " = " if len(cached) > 1 else ""
-    lines.append(f"    KV cache per GPU: {sums}{p['kv_cache_bytes']:,} bytes{aside_bytes(p['kv_cache_bytes'], units)}")
+    lines.append(f"    KV cache per GPU: {_sum_of(cached, p['kv_cache_bytes'])}{aside_bytes(p['kv_cache_bytes'], units)}")
     if p["state_bytes"]:
         states = [g["state_bytes"] for g in p["groups"] if g["state_bytes"]]
-        sums = " + ".join(f"{b:,}" for b in states) + " = " if len(states) > 1 else ""
-        lines.append(f"    constant states per GPU: {sums}{p['state_bytes']:,} bytes{aside_bytes(p['state_bytes'], units)}")
+        lines.append(f"    constant states per GPU: {_sum_of(states, p['state_bytes'])}{aside_bytes(p['state_bytes'], units)}")
     return lines
+
+
+def _sum_of(parts: list[int], total: int) -> str:
+    """'a + b = total bytes' where the groups' bytes add up to the GPU's; where each group's were rounded from a part
+    byte and the GPU's total once (README conventions: bytes on totals), it says so rather than a false sum."""
+    if len(parts) < 2:
+        return f"{total:,} bytes"
+    terms = " + ".join(f"{b:,}" for b in parts)
+    if sum(parts) == total:
+        return f"{terms} = {total:,} bytes"
+    return f"{total:,} bytes (the groups' {terms}, each rounded up to whole bytes, the total rounded once)"
 
 
 def _kind_text(kind: str) -> str:

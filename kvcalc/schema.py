@@ -36,7 +36,7 @@ def _figure_schema(fig: Figure, optional: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "array", "items": {"type": "number"}, "description": fig.meaning}
     else:
         out = {"type": JSON_TYPE[fig.kind], "description": fig.meaning}
-    if optional:
+    if optional and "left out" not in fig.meaning:
         out["description"] += " (left out when not applicable)"
     return out
 

@@ -338,6 +338,9 @@ def test_cost_names_the_settings_its_figures_assume():
     assert not {"mla_cache", "mla_schedule", "engine", "block_size", "state_dtype", "enc_ctx", "hardware"} & set(doc)
     assert "kv int4, weights bf16, g64 scales" in run("cost", "llama3-8b", "--ctx", "4k", "--kv-dtype", "int4",
                                                         "--kv-quant", "g64").stdout
+    out = run("cost", "deepseek-v3", "--ctx", "4k", "--mtp", "--dense-attn").stdout  # the FLOPs table's own settings
+    assert "deepseek-v3: FLOPs, prompt 4,096 tokens, 1,024 generated, batch 1, MLA latent cache, attention as dense " \
+        "N×N matrices, its 1 MTP layer run" in out
     doc = json.loads(run("cost", "qwen3-next-80b-a3b", "--ctx", "4k", "--state-dtype", "fp32", "--engine", "sglang",
                          "-f", "json").stdout)
     assert (doc["state_dtype"], doc["engine"], doc["block_size"]) == ("fp32", "sglang", 1)

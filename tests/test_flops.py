@@ -301,6 +301,10 @@ def test_cost_notes_the_absorbed_prefill_engines_run_for_dsa_prompts():
     short = run("cost", "deepseek-v3.2", "--ctx", "2048").stderr
     assert "SGLang runs a DeepSeek Sparse Attention prefill in the absorbed form by default, at any length" in short
     assert "vLLM attends a prompt of at most top-k 2,048 tokens per head, as counted" in short
+    # and under an engine that attends it per head there, nothing: vLLM, or SGLang under pp (its prefill graphs off)
+    for engine in (["--engine", "vllm"], ["--engine", "sglang", "--pp", "2"]):
+        assert "absorbed form" not in run("cost", "deepseek-v3.2", "--ctx", "2048", *engine).stderr, engine
+    assert "absorbed form" in run("cost", "deepseek-v3.2", "--ctx", "2048", "--engine", "sglang").stderr
     # compare notes it beside its prefill column, per context; no other MLA model is noted
     shown = run("compare", "deepseek-v3.2", "--ctx", "2k,128k", "--columns", "cost").stderr
     assert "deepseek-v3.2 at 2,048 tokens" in shown and "deepseek-v3.2 at 131,072 tokens" in shown

@@ -65,6 +65,22 @@ def test_a_gpus_states_round_to_bytes_once():
         assert per_gpu(spec, s).state_bytes == kv_cache(spec, s).state_bytes == expected
 
 
+def test_explain_does_not_write_a_false_sum_of_rounded_groups(tmp_path):
+    # a review: 7 layers of 1,000,001 state elements and 7 of 333 in int4 on a GPU: ⌈7,000,007 / 2⌉ = 3,500,004 and
+    # ⌈2,331 / 2⌉ = 1,166 by group, ⌈7,002,338 / 2⌉ = 3,501,169 on the GPU, which --explain wrote
+    # '3,500,004 + 1,166 = 3,501,169'
+    path = tmp_path / "odd3.yaml"
+    path.write_text("name: odd3\nfamily: test\nsource: test\nd_model: 256\nn_layers: 15\nvocab_size: 1000\n"
+                    "max_context: 131072\nffn: {kind: dense, d_ff: 512}\nlayer_groups:\n"
+                    "- layers: 0-6\n  attention: {kind: linear, state_elements: 1000001}\n"
+                    "- layers: 7-13\n  attention: {kind: linear, state_elements: 333}\n"
+                    "- layers: rest\n  attention: {kind: gqa, n_heads: 4, n_kv_heads: 2, head_dim: 128}\n")
+    out = run("show", str(path), "--state-dtype", "int4", "--tp", "2", "--explain").stdout
+    assert ("constant states per GPU: 3,501,169 bytes (the groups' 3,500,004 + 1,166, each rounded up to whole bytes, "
+            "the total rounded once)") in out
+    assert "3,500,004 + 1,166 = " not in out
+
+
 def test_a_lookup_table_is_read_at_most_whole():
     # Gemma 3n E2B: the input embedding, 262,400 rows of 2,048, and the per-layer table, 262,144 rows of 30 · 256 =
     # 7,680 values; a decode step of b tokens reads min(rows, b) of each. Past 262,400 tokens both are read whole

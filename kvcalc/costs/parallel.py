@@ -447,8 +447,6 @@ def _layer_kv(s: Settings, g: _StageGroup) -> int:
     return g.term.layer_bytes(s.ctx, _sequences(s, g), s)
 
 
-
-
 class SGLangPools(NamedTuple):
     """One stage's GPU as SGLang's static pools divide it (fit): the cache its full-attention layers and its sliding
     (or chunked) layers hold at the settings, the bytes one token takes in each (a token in every such layer), the page

@@ -491,7 +491,9 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
                "flops": {p: {**b, "total": sum(b.values())} for p, b in passes.items()},
                "summary": {r["key"]: r["value"] for r in summary}, "exceeds_max_context": s.ctx + s.gen > spec.max_context,
                **cost_settings(spec, s, cache.plan)}
-    title = f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}" + mla_note([spec], s, False)
+    title = (f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}" + mla_note([spec], s, False)
+             + (", attention as dense N×N matrices" if s.dense_attn else "")
+             + (f", its {spec.mtp_layers} MTP layer{'s' if spec.mtp_layers != 1 else ''} run" if s.mtp and spec.mtp_layers else ""))
     warnings = _load_warnings([lm]) + over_max(spec, s.ctx + s.gen,
                                                f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
     warnings += option_warnings([spec], s) + dsa_prefill_notes(spec, s, sum(passes["prefill"].values()))
@@ -537,6 +539,8 @@ def dsa_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str]:
         return []
     topk, flops = latent
     both = f"{format_flops(flops)} ({flops:,} FLOPs), not the per-head form's {format_flops(counted)} counted here"
+    if s.ctx <= topk and (s.engine == "vllm" or (s.engine == "sglang" and s.pp > 1)):
+        return []  # vLLM attends it per head, as SGLang does without its prefill graphs (off under pp: cuda_graph_hook)
     if s.ctx <= topk:
         return [f"note: {spec.name} at {s.ctx:,} tokens: SGLang runs a DeepSeek Sparse Attention prefill in the absorbed form by default, "
                 "at any length (its prefill CUDA graphs turn the per-head path off), attending in the latent space: "
@@ -678,7 +682,7 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     hide = ({"max_ctx", "batch"} if ctxs else {"max_batch", "ctx"}) | {"exceeds_max_context"}  # stderr says it
     hide |= {"state_bytes_per_gpu"}  # in the KV cache column already (csv and json carry it apart)
     hide |= {"kv_dtype", "kv_quant", "weights_dtype", "engine", "tp", "pp", "dp", "ep", "dp_attention", "mtp", "reserve",
-             "prefill_chunk"}  # the settings: the title says them
+             "prefill_chunk", "mla_cache", "block_size", "state_dtype", "enc_ctx"}  # the settings: the title says them
     cols = [Column.of(f) for f in figs if f.key not in hide and f.key not in ("model", "hardware", "memory_bytes")]
     cols = [Column.of(figs[0])] + cols
     states = ""
