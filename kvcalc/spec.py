@@ -514,6 +514,10 @@ class ModelSpec(Strict):
         """Whether some layer has decode schedules of different cost (MLA: naive or absorbed)."""
         return any(g.attention.schedules for g in self.groups)
 
+    def sparse_topk(self) -> int | None:
+        """The index top-k of the model's DeepSeek Sparse Attention layers (the first such group's), None without any."""
+        return next((k for g in self.groups if (k := g.attention.sparse_topk()) is not None), None)
+
 
 def _ranges(indices: Sequence[int]) -> str:
     """[0,1,2,5,7,8] -> '0-2,5,7-8': every run, exactly (what an imported spec writes as a group's selector)."""

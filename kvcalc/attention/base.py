@@ -217,6 +217,10 @@ class AttentionKind(Strict):
             return "none (reads an earlier layer's cache)"
         return "min(ctx, W)" if layer.window else "min(ctx, C)" if layer.chunk else "ctx"
 
+    def sparse_topk(self) -> int | None:
+        """The keys a sparse indexer lets each query attend (DeepSeek Sparse Attention's index_topk), None without one."""
+        return None
+
     def reads_held(self, layer: Layer) -> bool:
         """Whether a decode step reads exactly the tokens the layer holds, in every cached tensor: not under a chunk
         (it holds up to C tokens, its query sees those of its own chunk) nor KV-shared (it holds none and reads an

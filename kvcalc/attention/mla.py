@@ -61,6 +61,9 @@ class MLA(AttentionKind):
         """Whether a sparse indexer selects the keys attended (DeepSeek Sparse Attention)."""
         return self.index_topk is not None
 
+    def sparse_topk(self) -> int | None:
+        return self.index_topk
+
     @property
     def qk_head_dim(self) -> int:
         """d_qk = d_nope + d_R: a query or key head, its RoPE part included."""

@@ -265,8 +265,7 @@ def ffn_split(spec: ModelSpec, s: Settings) -> FfnSplit:
     sequence_parallel = s.engine == "vllm" and s.ep > 1 and s.tp > 1 and s.dp > 1
     one_stage = sequence_parallel and s.pp == 1
     shared = (sequence_parallel and spec.family in VLLM_SP_SHARED) or (one_stage and spec.family in VLLM_SP_SHARED_ONE_STAGE)
-    sparse_mla = spec.family in ("deepseek", "glm") and any(isinstance(g.attention, MLA) and g.attention.indexed
-                                                           for g in spec.groups)
+    sparse_mla = spec.family in ("deepseek", "glm") and spec.sparse_topk() is not None
     dense = one_stage and (spec.family in VLLM_SP_SHARED_ONE_STAGE or sparse_mla)
     pad = KIMI_MOE_PAD if s.engine == "vllm" and spec.family == "kimi_linear" else 0
     if s.engine == "sglang" and spec.family == "qwen3_next" and s.ep > 1:

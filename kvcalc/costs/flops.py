@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from kvcalc.attention import MLA, AttentionKind, Layer, Work, tri
+from kvcalc.attention import AttentionKind, Layer, Work, tri
 from kvcalc.costs.params import add_times, ffn_of_layer, ffn_runs
 from kvcalc.costs.rates import Direct, LayerRates, rates
 from kvcalc.errors import KvcalcError
@@ -514,8 +514,7 @@ def dsa_latent_prefill(spec: ModelSpec, s: Settings) -> tuple[int, int] | None:
     Sparse Attention, whose prefill the engines run so (SGLang by default at any length: its prefill CUDA graphs set
     use_mha off, dsa_backend.py; vLLM past its dense MHA of at most top-k tokens and its masked MHA ranges,
     mla_attention.py _use_sparse_mha); None for any other model or under --dense-attn."""
-    topk = next((g.attention.index_topk for g in spec.groups if isinstance(g.attention, MLA) and g.attention.indexed),
-                None)
+    topk = spec.sparse_topk()
     if topk is None or s.dense_attn:
         return None
     return topk, prefill_total(spec, s, schedule="absorbed")

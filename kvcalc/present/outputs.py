@@ -110,7 +110,6 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     SGLang none for int8, int4 or kvcalc's scaled schemes (_sglang_lacks)."""
     if s.engine not in ("vllm", "sglang"):
         return []
-    from kvcalc.attention import MLA
     from kvcalc.costs.engine_files import KNOWN_FAMILIES
     from kvcalc.costs.paged import SGLANG_NSA_BLOCK
 
@@ -144,8 +143,7 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
             out.append(f"warning: {spec.name}: --block-size {s.block_size}: vLLM raises a hybrid model's attention pages "
                        f"to {raised:,} tokens, so that a page holds a layer's constant state "
                        "(Platform.update_block_size_for_backend); its pages are counted at that size")
-        if s.engine == "sglang" and s.block_size and s.block_size != SGLANG_NSA_BLOCK and any(
-                isinstance(g.attention, MLA) and g.attention.indexed for g in spec.groups):
+        if s.engine == "sglang" and s.block_size and s.block_size != SGLANG_NSA_BLOCK and spec.sparse_topk():
             out.append(f"warning: {spec.name}: --block-size {s.block_size}: SGLang pages a DeepSeek Sparse Attention model "
                        f"in {SGLANG_NSA_BLOCK} tokens whatever the page size asked (its model overrides, on CUDA); its "
                        "pages are counted at that size")
