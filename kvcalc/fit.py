@@ -305,7 +305,6 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction | None, ch
         at = replace(s, batch=max(best, 1))
     g, left = _tightest(spec, at, budget, acts)
     report = kv_cache(spec, at)
-    plan = report.plan
     return FitRow(
         model=spec.name, hardware=hw.name, gpus=s.gpus, memory_bytes=s.gpus * hw.memory_bytes,
         reserved_bytes=s.gpus * (hw.memory_bytes - budget), weights_bytes=weights_bytes(param_counts(spec, s.mtp).total, s.weights_dtype),
@@ -315,6 +314,5 @@ def fit(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction | None, ch
         state_bytes_per_gpu=g.state_bytes or None, free_bytes_per_gpu=left, binding=binding, exceeds_max_context=at.ctx > spec.max_context,
         kv_dtype=s.kv_dtype, kv_quant=s.kv_quant, weights_dtype=s.weights_dtype, engine=s.engine, tp=s.tp, pp=s.pp,
         dp=s.dp, ep=s.ep, dp_attention=s.dp_attention, mtp=s.mtp, reserve=float(reserve), prefill_chunk=chunk,
-        mla_cache=plan.mla_cache, block_size=plan.block_size,
-        state_dtype=plan.state_dtype if plan.state_elements else None, enc_ctx=plan.enc_ctx or None,
+        **report.plan.applied(),
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TypedDict
 
 from kvcalc.attention import AttentionKind, Formula, Layer
 from kvcalc.costs.paged import (
@@ -171,6 +172,15 @@ class GroupTerm:
         return span_bytes(self.formula, self.heads, n_pages, self.block, self.attention, s)
 
 
+class AppliedSettings(TypedDict):
+    """CachePlan.applied: the cache's settings as output keys, None where one does not apply."""
+
+    mla_cache: str | None
+    block_size: int | None
+    state_dtype: str | None
+    enc_ctx: int | None
+
+
 @dataclass(frozen=True)
 class CachePlan:
     """The cache of a model at settings, apart from the context and the batch (kv_cache makes it once per spec and
@@ -200,6 +210,13 @@ class CachePlan:
     ahead: int = 0  # slots an engine's step allocates past ctx under --mtp (kvcalc.costs.paged.lookahead)
     ahead_limit: int | None = None  # the tokens those slots stop at (kvcalc.costs.paged.lookahead_limit)
     state_slots: int = 1  # state slots a sequence takes outside vLLM's hybrid pages (kvcalc.costs.paged.state_slots)
+
+    def applied(self) -> AppliedSettings:
+        """The cache's settings that apply to this model, as output keys (fit's rows, cost's json): MLA's layout, the
+        engine's page, the states' dtype, the encoder positions; None where one does not apply."""
+        return AppliedSettings(mla_cache=self.mla_cache, block_size=self.block_size,
+                               state_dtype=self.state_dtype if self.state_elements else None,
+                               enc_ctx=self.enc_ctx or None)
 
 
 @dataclass(frozen=True)

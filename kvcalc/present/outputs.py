@@ -233,16 +233,17 @@ def serving_note(s: Settings, specs: Sequence[ModelSpec] = ()) -> str:
     from kvcalc.costs.cache import cache_plan
 
     out = f", {s.kv_quant} scales" if s.kv_quant != "none" else ""
-    if s.engine:
-        out += f", {s.engine} pages" + (f" of {s.block_size}" if s.block_size else "")
-        if s.block_size:
-            other = {spec.name: block for spec in specs
-                     if (block := cache_plan(spec, s).block_size) is not None and block != s.block_size}
-            if len(specs) == 1 and other:
-                out = out[:-len(f" of {s.block_size}")] + f" of {next(iter(other.values())):,} ({s.block_size} asked)"
-            elif other:
-                out += " (" + ", ".join(f"{name}'s {block:,}" for name, block in other.items()) + ")"
-    return out
+    if not s.engine:
+        return out
+    out += f", {s.engine} pages"
+    if not s.block_size:
+        return out
+    other = {spec.name: block for spec in specs
+             if (block := cache_plan(spec, s).block_size) is not None and block != s.block_size}
+    if len(specs) == 1 and other:
+        return out + f" of {next(iter(other.values())):,} ({s.block_size} asked)"
+    given = ", ".join(f"{name}'s {block:,}" for name, block in other.items())
+    return out + f" of {s.block_size}" + (f" ({given})" if given else "")
 
 
 def state_note(specs: list[ModelSpec], grid: list[Settings], cols: list[Column]) -> str:
@@ -505,14 +506,8 @@ def cost_settings(spec: ModelSpec, s: Settings, plan: CachePlan) -> dict[str, An
     """The settings cost's figures assume, for its json (after its own keys): the dtypes and scheme, the layout and
     engine, and where they apply the MLA cache and decode schedule, the engine's page (as it pages this model), the
     states' dtype, the encoder positions and the hardware (left out where they do not)."""
-    applies = {
-        "mla_cache": plan.mla_cache,
-        "mla_schedule": s.schedule if spec.has_schedules() else None,
-        "engine": s.engine, "block_size": plan.block_size,
-        "state_dtype": plan.state_dtype if plan.state_elements else None,
-        "enc_ctx": plan.enc_ctx or None,
-        "hardware": s.hardware.name if s.hardware is not None else None,
-    }
+    applies = {**plan.applied(), "mla_schedule": s.schedule if spec.has_schedules() else None, "engine": s.engine,
+               "hardware": s.hardware.name if s.hardware is not None else None}
     return {"kv_dtype": s.kv_dtype, "kv_quant": s.kv_quant, "weights_dtype": s.weights_dtype, "tp": s.tp, "pp": s.pp,
             "dp": s.dp, "ep": s.ep, "dp_attention": s.dp_attention, "mtp": s.mtp, "dense_attn": s.dense_attn,
             **{k: v for k, v in applies.items() if v is not None}}
@@ -540,11 +535,11 @@ def dsa_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str]:
     if s.ctx <= topk and (s.engine == "vllm" or (s.engine == "sglang" and s.pp > 1)):
         return []  # vLLM attends it per head, as SGLang does without its prefill graphs (off under pp: cuda_graph_hook)
     if s.ctx <= topk:
-        return [f"note: {spec.name} at {s.ctx:,} tokens: SGLang runs a DeepSeek Sparse Attention prefill in the absorbed form by default, "
-                "at any length (its prefill CUDA graphs turn the per-head path off), attending in the latent space: "
-                f"{both}; vLLM attends a prompt of at most top-k {topk:,} tokens per head, as counted"]
-    return [f"note: {spec.name} at {s.ctx:,} tokens: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long in the absorbed "
-            f"form, attending in the latent space (vLLM past top-k {topk:,} tokens or its masked MHA ranges, up to "
+        return [f"note: {spec.name} at {s.ctx:,} tokens: SGLang runs a DeepSeek Sparse Attention prefill in the "
+                "absorbed form by default, at any length (its prefill CUDA graphs turn the per-head path off), attending "
+                f"in the latent space: {both}; vLLM attends a prompt of at most top-k {topk:,} tokens per head, as counted"]
+    return [f"note: {spec.name} at {s.ctx:,} tokens: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long "
+            f"in the absorbed form, attending in the latent space (vLLM past top-k {topk:,} tokens or its masked MHA ranges, up to "
             "32,768 by tp and chunk; SGLang by default at any length, its prefill CUDA graphs turning the per-head "
             f"path off): {both}"]
 
