@@ -168,6 +168,30 @@ class FfnSplit(NamedTuple):
     moe_pad: int = 0
 
 
+class Widths(NamedTuple):
+    """Bits an engine keeps each kind of weight in (engine_extra_bytes's rules): `bits`, --weights-dtype's, for what it
+    quantizes; `plain` for what it leaves unquantized (the activations' bf16 under quantized weights, else `bits`), the
+    absorbed MLA copies too; `router` for the MoE routers; `head` for the LM head; `table` for the embedding's rows
+    (a tied head's width where the head is widened in place)."""
+
+    bits: int
+    plain: int
+    router: int
+    head: int
+    table: int
+
+
+def widths(spec: ModelSpec, s: Settings) -> Widths:
+    """The Widths of `spec`'s weights under the settings' engine (all `bits` without one)."""
+    bits = dtype_bits(s.weights_dtype, "weights")
+    if s.engine not in ("vllm", "sglang"):
+        return Widths(bits, bits, bits, bits, bits)
+    plain = 16 if s.weights_dtype in QUANTIZED_WEIGHTS else bits  # what is not quantized stays in bf16
+    router = 32 if spec.family in FP32_ROUTER.get(s.engine, ()) else plain
+    head = 32 if s.engine == "sglang" and spec.family == "falcon_h1" else plain  # falcon_h1.py: lm_head.float()
+    return Widths(bits, plain, router, head, head if spec.tie_embeddings else plain)
+
+
 def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, int]],
                        ends: tuple[bool, bool, bool], routers: int = 0, draft_embedding: int = 0,
                        mtp_proj: int = 0, tables: int = 0, plain: int = 0) -> int:
@@ -182,9 +206,10 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
       learned positions and LM head (VocabParallelEmbedding, ParallelLMHead: UnquantizedEmbeddingMethod) and the MoE
       routers (gates built with quant_config=None) stay in the activations' bf16; so do the MTP eh_proj of
       MTP_PROJ_BF16's families, the sparse-attention indexer's INDEXER_BF16 weights, the recurrent mixers'
-      CONV_WEIGHTS, every matrix of vLLM's Mamba-1 mixer (mamba_mixer.py takes no quant_config: Jamba's in_proj,
-      x_proj, dt_proj, out_proj) and the attention of MXFP4_EXPERTS_ONLY's families in int4 (their MXFP4 checkpoints,
-      whose experts' block scales mxfp4_scale_bytes counts).
+      CONV_WEIGHTS (a parallel mixer's too: Falcon-H1's MambaMixer2), every matrix of vLLM's Mamba-1 mixer
+      (mamba_mixer.py takes no quant_config: Jamba's in_proj, x_proj, dt_proj, out_proj) and the attention of
+      MXFP4_EXPERTS_ONLY's families in int4 (their MXFP4 checkpoints, whose experts' block scales mxfp4_scale_bytes
+      counts).
 
     - The absorbed MLA up-projections beside kv_b_proj (W_UK, W_UV), which the MHA prefill still runs: SGLang copies
       them always (deepseek_weight_loader.py post_load_weights: w_kc and w_vc, .contiguous(); minicpm3.py deletes
@@ -195,45 +220,78 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
     - The MoE routers of FP32_ROUTER's families in fp32."""
     if s.engine not in ("vllm", "sglang"):
         return 0
-    bits = dtype_bits(s.weights_dtype, "weights")
-    quantized = s.weights_dtype in QUANTIZED_WEIGHTS
-    copy_bits = 16 if quantized else bits
+    w = widths(spec, s)
     extra = 0
-    if s.engine == "sglang" or (quantized and spec.family != "minicpm3"):  # vLLM runs MiniCPM3 without MLAAttention
+    if mla_copies(spec, s):
         for rank, n in held:
             if n and isinstance(rank.attention, MLA):
-                up = sum(w.size for w in rank.attention.weights(rank.layer) if w.name in ("W_UK", "W_UV"))
-                kept = bits if spec.family == "minicpm3" else 0  # the copies replace kv_b_proj there
-                extra += n * up * (copy_bits - kept)
-    float_bits = 16 if quantized else bits  # what is not quantized stays in bf16
-    if quantized:
-        extra += (_kept_in_bf16(spec, s, held, mtp_proj) + plain) * (16 - bits)
-    extra += routers * ((32 if spec.family in FP32_ROUTER.get(s.engine, ()) else float_bits) - bits)
+                kept = w.bits if spec.family == "minicpm3" else 0  # the copies replace kv_b_proj there
+                extra += n * _up_projections(rank) * (w.plain - kept)
+    extra += (_kept_in_bf16(spec, s, held, mtp_proj) + plain) * (w.plain - w.bits)
+    extra += routers * (w.router - w.bits)
     table, positions, head = end_params(spec, s, ends)
-    fp32_head = s.engine == "sglang" and spec.family == "falcon_h1"
-    extra += head * ((32 if fp32_head else float_bits) - bits)
+    extra += head * (w.head - w.bits)
     # a tied head's float() is the embedding's, where the stage has no head of its own
-    extra += table * ((32 if fp32_head and spec.tie_embeddings and not head else float_bits) - bits)
-    extra += positions * (float_bits - bits)
-    extra += (draft_embedding + tables) * (float_bits - bits)
+    extra += table * ((w.table if not head else w.plain) - w.bits)
+    extra += (positions + draft_embedding + tables) * (w.plain - w.bits)
     return -(-extra // 8)
+
+
+def mla_copies(spec: ModelSpec, s: Settings) -> bool:
+    """Whether the engine keeps the absorbed MLA up-projections W_UK, W_UV as copies of their own (engine_extra_bytes):
+    SGLang always, vLLM where kv_b_proj is quantized (but MiniCPM3, which vLLM runs without MLAAttention)."""
+    quantized = s.weights_dtype in QUANTIZED_WEIGHTS
+    return s.engine == "sglang" or (s.engine == "vllm" and quantized and spec.family != "minicpm3")
+
+
+def _up_projections(rank: ResolvedGroup) -> int:
+    """Parameters of an MLA layer's W_UK and W_UV (kv_b_proj's halves), as `rank` holds them."""
+    return sum(w.size for w in rank.attention.weights(rank.layer) if w.name in ("W_UK", "W_UV"))
+
+
+def engine_read_extra_bits(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, int]], head: int,
+                           lookups: int, routers: int, mtp_proj: int, plain: int, absorbed: bool) -> int:
+    """Bits beyond --weights-dtype's of the weights a pass reads, where the settings' engine keeps them wider
+    (engine_extra_bytes's rules, widths): (layer group, its layers the pass runs) for `held`, the LM head's parameters
+    (read whole) for `head`, the values looked up in the embedding, learned positions and extra tables for `lookups`,
+    and the routers', MTP eh_proj's and unquantized_params' parameters it reads. `absorbed`: the pass reads MLA's
+    W_UK, W_UV from the engine's copies (the absorbed decode) rather than from kv_b_proj (the MHA prefill, a naive
+    decode), or kv_b_proj is gone (MiniCPM3 under SGLang). Besides the widths: the V slot a fused qkv_proj holds for
+    a layer whose values are its keys (engine_attention_weights), which the projection reads. 0 without an engine."""
+    if s.engine not in ("vllm", "sglang"):
+        return 0
+    w = widths(spec, s)
+    extra = (_kept_in_bf16(spec, s, held, mtp_proj) + plain) * (w.plain - w.bits)
+    copies = mla_copies(spec, s) and (absorbed or (s.engine == "sglang" and spec.family == "minicpm3"))
+    for rank, n in held:
+        if copies and isinstance(rank.attention, MLA):
+            extra += n * _up_projections(rank) * (w.plain - w.bits)
+        if not rank.layer.kv_shared:  # a KV-shared layer runs no K or V projection
+            extra += n * sum(x.size for x in k_as_v(rank)) * w.bits
+    extra += routers * (w.router - w.bits) + head * (w.head - w.bits)
+    return extra + lookups * (w.table - w.bits)
 
 
 def _kept_in_bf16(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, int]], mtp_proj: int) -> int:
     """Parameters of a rank that quantized weights leave in bf16 beyond the embedding, head and routers (see
-    engine_extra_bytes): the indexer's INDEXER_BF16 weights, the recurrent mixers' CONV_WEIGHTS, vLLM's Mamba-1
-    matrices, the attention of MXFP4_EXPERTS_ONLY's families in int4, and the MTP eh_proj of MTP_PROJ_BF16's
-    families."""
+    engine_extra_bytes): the indexer's INDEXER_BF16 weights, the recurrent mixers' CONV_WEIGHTS (a parallel mixer's
+    too), vLLM's Mamba-1 matrices, the attention of MXFP4_EXPERTS_ONLY's families in int4, and the MTP eh_proj of
+    MTP_PROJ_BF16's families."""
     index = INDEXER_BF16.get(s.engine or "", ()) + (("W_IK",) if s.engine == "sglang" and spec.family in SGLANG_FUSED_INDEXER
                                                     else ())
     mxfp4 = s.weights_dtype == "int4" and spec.family in MXFP4_EXPERTS_ONLY
     params = mtp_proj if spec.family in MTP_PROJ_BF16 else 0
     for rank, n in held:
-        weights = engine_attention_weights(rank, s) if n else ()  # as the rank's weights are counted
+        if not n:
+            continue
+        weights = engine_attention_weights(rank, s)  # as the rank's weights are counted
         if isinstance(rank.attention, MLA) and rank.attention.indexed:
             params += n * sum(w.size for w in weights if w.name in index)
         whole = mxfp4 or (s.engine == "vllm" and isinstance(rank.attention, Mamba))
         params += n * sum(w.size for w in weights if w.role == "matrix" and (whole or w.name in CONV_WEIGHTS))
+        if rank.parallel is not None:  # a mixer beside the attention (Falcon-H1's MambaMixer2): its convolution
+            params += n * sum(w.size for w in rank.parallel.weights(rank.parallel_layer)
+                              if w.role == "matrix" and w.name in CONV_WEIGHTS)
     return params
 
 
@@ -308,12 +366,19 @@ def engine_attention_weights(rank: ResolvedGroup, s: Settings) -> tuple[Weight, 
     weights = rank.attention.weights(rank.layer)
     if s.engine not in ("vllm", "sglang") or not isinstance(rank.attention, Heads):
         return weights
-    att, layer = rank.attention, rank.layer
-    if att.k_eq_v:
-        weights += (Weight("W_V", "attn/v", (layer.d_model, att.n_kv * att.d_v(layer))),)
-    if s.engine == "vllm" and layer.kv_shared:
+    weights += k_as_v(rank)
+    if s.engine == "vllm" and rank.layer.kv_shared:
         weights = tuple(w for w in weights if w.name not in KV_PROJECTIONS)
     return weights
+
+
+def k_as_v(rank: ResolvedGroup) -> tuple[Weight, ...]:
+    """The V slot both engines' fused qkv_proj keeps, loaded with the key's weights, for a layer whose values are its
+    keys (Gemma 4's attention_k_eq_v: vLLM gemma4.py, SGLang gemma4_causal.py should_dup_k_to_v); none otherwise."""
+    att, layer = rank.attention, rank.layer
+    if isinstance(att, Heads) and att.k_eq_v:
+        return (Weight("W_V", "attn/v", (layer.d_model, att.n_kv * att.d_v(layer))),)
+    return ()
 
 
 def extra_per_rank(x: ExtraWeights, s: Settings) -> int:

@@ -87,6 +87,7 @@ from kvcalc.costs.paged import (
     state_slots,
     vllm_layout,
 )
+from kvcalc.costs.params import expert_matrices, router_params
 from kvcalc.costs.state import merged_bytes, parts_bytes
 from kvcalc.dtypes import bits_to_bytes
 from kvcalc.errors import KvcalcError
@@ -138,11 +139,6 @@ def routed_share(ffn: MoEFFN, tp: int, ep: int, split: FfnSplit) -> tuple[int, i
     if tp > 1 and width // tp < split.moe_pad:  # padded so each tp rank's share is moe_pad wide (KIMI_MOE_PAD)
         width = split.moe_pad * tp
     return ffn.n_routed_experts, ceil_div(width, split.moe_tp)
-
-
-def router_params(ffn: MoEFFN, d: int) -> int:
-    """An MoE layer's router: d × E and, with router_bias, E biases (e_score_correction_bias); whole on every rank."""
-    return d * ffn.n_routed_experts + (ffn.n_routed_experts if ffn.router_bias else 0)
 
 
 class PerGpu(NamedTuple):
@@ -383,7 +379,7 @@ def _routed_matrices(spec: ModelSpec, s: Settings, ffns: list[tuple[DenseFFN | M
     for ffn, n in ffns:
         if isinstance(ffn, MoEFFN) and n:
             experts, ff = routed_share(ffn, s.tp, s.ep, split)
-            out += n * experts * (3 if ffn.gated else 2) * spec.d_model * ff
+            out += n * experts * expert_matrices(ffn, spec.d_model, ff)
     return out
 
 

@@ -123,13 +123,23 @@ def ffn_params(ffn: DenseFFN | MoEFFN | NoFFN, d_model: int) -> tuple[dict[str, 
         dense = {"ffn/dense": _matrices(ffn.gated) * d * ffn.d_ff + bias}
         return dense, dense
     # gpt-oss: each expert's gate_up projection has a bias of 2·d_ff, its down projection one of d
-    expert = _matrices(ffn.gated) * d * ffn.moe_d_ff + (((2 if ffn.gated else 1) * ffn.moe_d_ff + d) if ffn.expert_bias else 0)
+    expert = expert_matrices(ffn, d) + (((2 if ffn.gated else 1) * ffn.moe_d_ff + d) if ffn.expert_bias else 0)
     shared = ffn.n_shared_experts * _matrices(ffn.gated) * d * (ffn.shared_d_ff or ffn.moe_d_ff)
     shared += d if ffn.shared_gate else 0  # Qwen3-Next shared_expert_gate: Linear(d_model, 1)
-    router = d * ffn.n_routed_experts + (ffn.n_routed_experts if ffn.router_bias else 0)
+    router = router_params(ffn, d)
     total = {"ffn/routed": ffn.n_routed_experts * expert, "ffn/shared": shared, "ffn/router": router}
     active = {"ffn/routed": ffn.n_experts_per_tok * expert, "ffn/shared": shared, "ffn/router": router}
     return total, active
+
+
+def expert_matrices(ffn: MoEFFN, d_model: int, d_ff: int | None = None) -> int:
+    """One routed expert's matrices (gate, up and down, or up and down), at its width moe_d_ff or a rank's `d_ff`."""
+    return _matrices(ffn.gated) * d_model * (ffn.moe_d_ff if d_ff is None else d_ff)
+
+
+def router_params(ffn: MoEFFN, d_model: int) -> int:
+    """An MoE layer's router: d × E and, with router_bias, E biases (e_score_correction_bias); whole on every rank."""
+    return d_model * ffn.n_routed_experts + (ffn.n_routed_experts if ffn.router_bias else 0)
 
 
 @dataclass(frozen=True)
@@ -233,5 +243,5 @@ def weights_bytes(params: int, weights_dtype: str) -> int:
     return -(-params * dtype_bits(weights_dtype, "weights") // 8)
 
 
-__all__ = ["FfnRun", "ParamReport", "add_times", "attention_params", "ffn_of_layer", "ffn_runs", "param_counts", "param_totals",
-           "weights_bytes"]
+__all__ = ["FfnRun", "ParamReport", "add_times", "attention_params", "expert_matrices", "ffn_of_layer", "ffn_runs",
+           "param_counts", "param_totals", "router_params", "weights_bytes"]

@@ -21,9 +21,22 @@ Conventions (also in the README):
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import NamedTuple
+
 from kvcalc.attention import KV_PROJECTIONS
 from kvcalc.costs.cache import CacheReport, kv_cache, read_at
-from kvcalc.costs.params import ffn_of_layer, ffn_params, ffn_runs, param_counts, weights_bytes
+from kvcalc.costs.engine_files import engine_read_extra_bits, mxfp4_scale_bytes, unquantized_params
+from kvcalc.costs.params import (
+    expert_matrices,
+    ffn_of_layer,
+    ffn_params,
+    ffn_runs,
+    mtp_proj_and_norms,
+    param_counts,
+    router_params,
+)
+from kvcalc.dtypes import dtype_bits
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, MoEFFN
 
@@ -66,29 +79,66 @@ def _read_once(spec: ModelSpec, mtp: bool) -> tuple[int, int]:
     return params.active - per_input - tables - unused, params.total - tables - unused
 
 
+class _MoeRun(NamedTuple):
+    """A run of MoE layers as traffic reads it: its layers, experts E, top-k, parameters an expert (biases too), an
+    expert's matrices and the router's parameters."""
+
+    layers: int
+    experts: int
+    top_k: int
+    per_expert: int
+    matrices: int
+    router: int
+
+
 def _unreached_experts(spec: ModelSpec, mtp: bool, tokens: int) -> int:
     """Parameters of the routed experts a prefill of `tokens` tokens cannot reach: each MoE layer's tokens pick at
     most tokens · k of its E experts (top-k routing), so E − min(E, tokens · k) of them are not read; the MTP layers
     (`mtp`) run the last layer's FFN."""
-    return sum(n * (e - min(e, tokens * k)) * per_expert
-               for n, e, k, per_expert in spec.memo(("moe_runs", mtp), _moe_runs, spec, mtp))
+    return sum(r.layers * (r.experts - min(r.experts, tokens * r.top_k)) * r.per_expert for r in _moe_runs(spec, mtp))
 
 
 def partial_experts(spec: ModelSpec, s: Settings) -> bool:
     """Whether a prefill's batch · ctx tokens can reach fewer than all of some MoE layer's experts (T · k < E), where
     its expert traffic is an upper estimate."""
-    return any(s.batch * s.ctx * k < e for _, e, k, _ in spec.memo(("moe_runs", s.mtp), _moe_runs, spec, s.mtp))
+    return any(s.batch * s.ctx * r.top_k < r.experts for r in _moe_runs(spec, s.mtp))
 
 
-def _moe_runs(spec: ModelSpec, mtp: bool) -> list[tuple[int, int, int, int]]:
-    """(layers, experts E, top-k, parameters an expert) of each run of MoE layers, the MTP layers' too (`mtp`): once
-    per spec."""
+def _moe_runs(spec: ModelSpec, mtp: bool) -> list[_MoeRun]:
+    """The runs of MoE layers, the MTP layers' too (`mtp`: they run the last layer's FFN): once per spec."""
+    return spec.memo(("moe_runs", mtp), _plan_moe_runs, spec, mtp)
+
+
+def _plan_moe_runs(spec: ModelSpec, mtp: bool) -> list[_MoeRun]:
     runs = [(run.ffn, run.count) for run in ffn_runs(spec)]
     if mtp and spec.mtp_group() is not None:
         runs.append((ffn_of_layer(spec, spec.n_layers - 1), spec.mtp_layers))
-    return [(n, ffn.n_routed_experts, ffn.n_experts_per_tok,
-             ffn_params(ffn, spec.d_model)[0]["ffn/routed"] // ffn.n_routed_experts)
+    d = spec.d_model
+    return [_MoeRun(n, ffn.n_routed_experts, ffn.n_experts_per_tok,
+                    ffn_params(ffn, d)[0]["ffn/routed"] // ffn.n_routed_experts, expert_matrices(ffn, d),
+                    router_params(ffn, d))
             for ffn, n in runs if isinstance(ffn, MoEFFN)]
+
+
+def _weights_read_bytes(spec: ModelSpec, s: Settings, params: int, tokens: int, positions: int, prefill: bool) -> int:
+    """Bytes of the `params` weights a pass of `tokens` tokens at `positions` positions reads (a decode step: the
+    batch at one position; a prefill: batch · ctx at ctx), at --weights-dtype, and under an engine at the widths it
+    keeps them (engine_files.engine_read_extra_bits) with the MXFP4 block scales of the experts the pass reaches
+    (mxfp4_scale_bytes: a decode step's top-k, a prefill's min(E, T · k)); rounded up once."""
+    bits = params * dtype_bits(s.weights_dtype, "weights")
+    if s.engine not in ("vllm", "sglang"):
+        return -(-bits // 8)
+    runs = _moe_runs(spec, s.mtp)
+    mtp = spec.mtp_group() if s.mtp else None
+    held = [(g, len(g.layers)) for g in spec.groups] + ([(mtp, spec.mtp_layers)] if mtp is not None else [])
+    whole = replace(s, tp=1, pp=1, dp=1, ep=1, dp_attention=False)  # the whole model's weights, as one replica reads them
+    plain = unquantized_params(spec, whole, [(run.ffn, run.count) for run in ffn_runs(spec)], first=prefill)
+    bits += engine_read_extra_bits(
+        spec, s, held, head=spec.vocab_size * spec.d_model, lookups=_lookup_rows(spec, tokens, positions),
+        routers=sum(r.layers * r.router for r in runs), mtp_proj=spec.mtp_layers * mtp_proj_and_norms(spec)[0] if mtp else 0,
+        plain=plain, absorbed=not prefill and s.schedule == "absorbed")
+    experts = sum(r.layers * min(r.experts, tokens * r.top_k) * r.matrices for r in runs)
+    return -(-bits // 8) + mxfp4_scale_bytes(spec, s, experts)
 
 
 def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
@@ -108,14 +158,15 @@ def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
 
 
 def decode_weights(spec: ModelSpec, s: Settings) -> int:
-    """Bytes of the weights a decode step reads for the batch, once per spec, MTP, batch and weights dtype (no context
-    changes them)."""
-    return spec.memo(("decode_weights", s.mtp, s.batch, s.weights_dtype), _decode_weights, spec, s)
+    """Bytes of the weights a decode step reads for the batch, once per spec, MTP, batch, weights dtype, engine and MLA
+    schedule (no context changes them)."""
+    key = ("decode_weights", s.mtp, s.batch, s.weights_dtype, s.engine, s.schedule)
+    return spec.memo(key, _decode_weights, spec, s)
 
 
 def _decode_weights(spec: ModelSpec, s: Settings) -> int:
     read = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[0] + _lookup_rows(spec, s.batch, 1)
-    return weights_bytes(read, s.weights_dtype)
+    return _weights_read_bytes(spec, s, read, s.batch, 1, prefill=False)
 
 
 def prefill_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> dict[str, int]:
@@ -123,7 +174,8 @@ def prefill_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None
     reach) and 'kv_cache' (written). `cache`: kv_cache(spec, s), when the caller has it."""
     whole = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[1] - _unreached_experts(spec, s.mtp, s.batch * s.ctx)
     cache = cache or kv_cache(spec, s)
-    out = {"weights": weights_bytes(whole + _lookup_rows(spec, s.batch * s.ctx, s.ctx), s.weights_dtype),
+    tokens = s.batch * s.ctx
+    out = {"weights": _weights_read_bytes(spec, s, whole + _lookup_rows(spec, tokens, s.ctx), tokens, s.ctx, prefill=True),
            "kv_cache": cache.bytes}
     if cache.state_bytes:
         out["state"] = cache.state_bytes  # written once at the end of the prompt
