@@ -325,7 +325,7 @@ def plot(
     from kvcalc.present.emit import warn
     from kvcalc.present.outputs import plot_warnings
 
-    for line in plot_warnings(loaded, ctxs, s):
+    for line in plot_warnings(loaded, ctxs, s, metric or ["cache"]):
         warn(line)
     fig = plot_figure([(lm.spec.name, lm.spec) for lm in loaded], ctxs, metric or ["cache"], s)
     save_figure(fig, output)

@@ -312,6 +312,24 @@ def test_cost_notes_the_absorbed_prefill_engines_run_for_dsa_prompts():
     assert "absorbed form" not in run("cost", "deepseek-v3", "--ctx", "128k").stderr
 
 
+def test_sweep_and_plot_note_the_absorbed_dsa_prefill_once_at_their_longest_context(tmp_path):
+    # a sweep or plot of DeepSeek-V3.2's prefill says what cost says, once a model and setting, at the longest context
+    # (not once a row); nothing where no prefill figure is shown, nor where every context is attended per head
+    # (vLLM within top-k 2,048)
+    note = "note: deepseek-v3.2 at 131,072 tokens: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long"
+    res = run("sweep", "deepseek-v3.2", "--ctx", "1k..128k")
+    assert res.stderr.count("absorbed form") == 1 and note in res.stderr
+    assert "absorbed form" not in run("sweep", "deepseek-v3.2", "--ctx", "1k..128k", "--columns", "kv").stderr
+    assert "absorbed form" not in run("sweep", "deepseek-v3.2", "--ctx", "1k..2k", "--engine", "vllm").stderr
+    # a prefill time is the per-head FLOPs at the roofline: compare notes it beside that column too
+    timed = run("compare", "deepseek-v3.2", "--ctx", "128k", "--columns", "model,ctx,prefill_seconds",
+                "--hardware", "h100-80gb")
+    assert note in timed.stderr
+    plotted = run("plot", "deepseek-v3.2", "--ctx", "1k..128k", "-m", "flops-prefill", "-o", str(tmp_path / "p.png"))
+    assert plotted.stderr.count("absorbed form") == 1 and note in plotted.stderr
+    assert "absorbed form" not in run("plot", "deepseek-v3.2", "--ctx", "1k..128k", "-o", str(tmp_path / "c.png")).stderr
+
+
 def test_absorbed_needs_a_latent_cache():
     with pytest.raises(KvcalcError, match="needs --mla-cache latent"):
         decode_flops(spec("deepseek-v2"), Settings(ctx=10, mla_schedule="absorbed", mla_cache="expanded"))

@@ -51,11 +51,14 @@ def _gen_warnings(specs: list[ModelSpec], ctxs: list[int], gens: list[int], cols
             for w in over_max(spec, p + g, f"the prompt of {p:,} plus {g:,} generated tokens ({p + g:,})")]
 
 
-def plot_warnings(loaded: list[LoadedModel], ctxs: list[int], s: Settings) -> list[str]:
+def plot_warnings(loaded: list[LoadedModel], ctxs: list[int], s: Settings, metrics: list[str] | None = None) -> list[str]:
     """What `plot` says on stderr, as the table commands do: the specs' own warnings, options a model has nothing for,
-    and a context past a model's maximum (a figure to 1M of a model trained to 8k says so)."""
+    a context past a model's maximum (a figure to 1M of a model trained to 8k says so), and beside a prefill's FLOPs
+    (`metrics`: flops-prefill) the note of a DeepSeek Sparse Attention model, at the longest context."""
     specs = [lm.spec for lm in loaded]
-    return [w for lm in loaded for w in lm.warnings] + option_warnings(specs, s) + _ctx_warnings(specs, ctxs)
+    prefill = {"flops_prefill"} if "flops-prefill" in (metrics or []) else set()
+    return ([w for lm in loaded for w in lm.warnings] + option_warnings(specs, s) + _ctx_warnings(specs, ctxs)
+            + _prefill_notes(specs, [max(ctxs)], [s], prefill))
 
 
 def mla_options(mla_cache: str, mla_schedule: str | None) -> str | None:
@@ -342,17 +345,23 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     lines = _derivation_lines(derivations, units)
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
     return Output([table], payload, lines, _load_warnings(loaded) + _ctx_warnings(specs, ctxs)
-                  + _gen_warnings(specs, ctxs, [s.gen], cols) + option_warnings(specs, s) + _prefill_notes(specs, ctxs, s, cols))
+                  + _gen_warnings(specs, ctxs, [s.gen], cols) + option_warnings(specs, s) + _prefill_notes(specs, ctxs, [s], {c.key for c in cols}))
 
 
-def _prefill_notes(specs: list[ModelSpec], ctxs: list[int], s: Settings, cols: list[Column]) -> list[str]:
-    """dsa_prefill_notes for each model and context, where the prefill FLOPs are shown."""
+# the figures that count a prefill's FLOPs (the time: at its roofline)
+PREFILL_KEYS = frozenset({"flops_prefill", "prefill_seconds"})
+
+
+def _prefill_notes(specs: list[ModelSpec], ctxs: list[int], grid: list[Settings], keys: set[str]) -> list[str]:
+    """dsa_prefill_notes, where a prefill figure is among the `keys` shown: for each model at each context of `ctxs`
+    and settings of `grid`, each distinct note once."""
     from kvcalc.costs.flops import prefill_total
 
-    if not any(c.key == "flops_prefill" for c in cols):
+    if not PREFILL_KEYS & keys:
         return []
-    return [line for spec in specs for ctx in ctxs
-            for line in dsa_prefill_notes(spec, s.at(ctx), prefill_total(spec, s.at(ctx)))]
+    notes = (line for s in grid for spec in specs for ctx in ctxs
+             for line in dsa_prefill_notes(spec, s.at(ctx), prefill_total(spec, s.at(ctx))))
+    return list(dict.fromkeys(notes))
 
 
 def _derivation_lines(derivations: list[dict], units: str) -> list[str]:
@@ -398,7 +407,9 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs), to_terminal()), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
                   warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs)
-                  + _gen_warnings(specs, ctxs, [at.gen for at in grid], cols) + option_warnings(specs, s))
+                  + _gen_warnings(specs, ctxs, [at.gen for at in grid], cols) + option_warnings(specs, s)
+                  # at the sweep's longest context, a note a model and setting (not one a row)
+                  + _prefill_notes(specs, [max(ctxs)], grid, {c.key for c in cols}))
 
 
 def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, units: str) -> Output:
