@@ -5,6 +5,7 @@ by hand from the model's config."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -129,3 +130,68 @@ def test_decode_bytes_carry_the_engine_widths_into_the_step_time(engine):
                           "--hardware", "h100-80gb", "-f", "json").stdout)["summary"]
     assert one["decode_bytes_read"] - free["decode_bytes_read"] == 2_056_541_696
     assert one["decode_seconds_per_token"] > free["decode_seconds_per_token"]
+
+
+def test_a_decode_step_reads_the_scales_of_the_experts_whose_weights_it_counts():
+    # decode traffic counts each token's top-k experts (a lower bound at batch > 1), so their scales alone: at batch 8
+    # the weights read grow by the 7 more embedding rows (bf16) only, not by 28 more experts' scales a layer
+    m = spec("gpt-oss-120b")
+    at = {"ctx": 8192, "weights_dtype": "int4", "engine": "vllm"}
+    assert decode_weights(m, Settings(**at, batch=8)) - decode_weights(m, Settings(**at)) == 7 * 2880 * 2
+
+
+def test_sglang_reads_the_absorbed_copies_in_a_prefill_its_graphs_capture():
+    # SGLang's breakable prefill CUDA graph (the CUDA default at pp 1) captures chunks of up to min(8,192,
+    # chunked_prefill_size) tokens of an MLA model and pins the absorbed method there (attention_backend_handler.py):
+    # on an H100 (chunks of 8,192) deepseek-v3's fp8 prefill reads the bf16 copies of W_UK, W_UV, 61 · 2 · 512 · 128²,
+    # a byte more each than kv_b_proj's fp8; not on a B200 (chunks of 16,384 run eagerly, per head), an MI300X (no
+    # prefill graphs off CUDA), nor under pp 2 (its prefill graphs off)
+    from kvcalc.hardware import load_hardware
+
+    m = spec("deepseek-v3")
+    copies = 61 * 2 * 512 * 128 * 128
+
+    def weights(engine: str, hw: str, **more) -> int:
+        return prefill_bytes(m, Settings(ctx=4096, weights_dtype="fp8", engine=engine, hardware=load_hardware(hw),
+                                         **more))["weights"]
+
+    assert weights("sglang", "h100-80gb") - weights("vllm", "h100-80gb") == copies == 1_023_410_176
+    for hw in ("b200-180gb", "mi300x"):
+        assert weights("sglang", hw) == weights("vllm", hw), hw
+    assert weights("sglang", "h100-80gb", pp=2) == weights("vllm", "h100-80gb", pp=2)
+    # without a GPU named the prefill's path is unknown: kv_b_proj's bytes, as vLLM reads them
+    plain = Settings(ctx=4096, weights_dtype="fp8")
+    assert prefill_bytes(m, replace(plain, engine="sglang"))["weights"] == prefill_bytes(m, replace(plain, engine="vllm"))["weights"]
+
+
+def test_deepseek_sparse_attention_prefills_past_top_k_read_the_copies_in_both_engines():
+    # vLLM attends a DSA prefill absorbed once the prompt passes top-k 2,048 (its dense MHA prefill needs seq_len <=
+    # top-k; its masked MHA is Blackwell's alone); SGLang at any length at pp 1. deepseek-v3.2 in fp8: 61 layers' copies
+    m = spec("deepseek-v3.2")
+    copies = 61 * 2 * 512 * 128 * 128
+
+    def weights(ctx: int, engine: str | None) -> int:
+        return prefill_bytes(m, Settings(ctx=ctx, weights_dtype="fp8", engine=engine))["weights"]
+
+    base = {ctx: weights(ctx, "vllm") for ctx in (2048, 4096)}
+    wk = 61 * 7168 * 128  # the indexer's wk, which SGLang quantizes (DeepSeek's RoPE is not interleaved), vLLM not
+    assert weights(2048, "sglang") - base[2048] == copies - wk  # within top-k: SGLang absorbed, vLLM per head
+    assert weights(4096, "sglang") - base[4096] == -wk  # past it: both read the copies
+    # against the engine-free figure at 4k: the copies, the head, 4,096 embedding rows and the routers in bf16, and
+    # the indexer's wk and weights_proj (7,168 · 128 + 7,168 · 64, fused with no quantization by vLLM) a layer
+    rest = 58 * (7168 * 256 + 256) + 129_280 * 7168 + 4096 * 7168 + 61 * (7168 * 128 + 7168 * 64)
+    assert base[4096] - weights(4096, None) == copies + rest
+
+
+def test_sglang_runs_a_kv_shared_layers_whole_qkv_proj():
+    # SGLang's Gemma 3n (and Gemma 4) files run the fused qkv_proj in every layer and drop a KV-shared layer's K and V
+    # after (gemma3n_causal.py forward); vLLM builds q_proj alone there. Gemma 3n E2B: 10 KV-shared layers of
+    # d = 2,048 by 2 KV heads of 256, K and V: 10 · 2 · 2,048 · 512 weights more a step, in bf16
+    from kvcalc.hf import spec_from_config
+
+    m = spec_from_config(json.loads((REFERENCE / "configs-gemma3n" / "gemma-3n-e2b.json").read_text()),
+                         "config.json", "m")[0]
+    free, vllm, sglang = (decode_weights(m, Settings(ctx=4096, engine=e)) for e in (None, "vllm", "sglang"))
+    assert vllm == free and sglang - free == 10 * 2 * 2048 * 512 * 2 == 41_943_040
+    free, sglang = (prefill_bytes(m, Settings(ctx=4096, engine=e))["weights"] for e in (None, "sglang"))
+    assert sglang - free == 41_943_040

@@ -330,6 +330,30 @@ def test_sweep_and_plot_note_the_absorbed_dsa_prefill_once_at_their_longest_cont
     assert "absorbed form" not in run("plot", "deepseek-v3.2", "--ctx", "1k..128k", "-o", str(tmp_path / "c.png")).stderr
 
 
+def test_cost_notes_sglangs_absorbed_mla_prefill_where_its_graphs_capture_the_chunks():
+    # SGLang 0.5.23 captures an MLA model's prefill chunks (up to min(8,192, chunked_prefill_size) tokens) in its
+    # breakable CUDA graph, the CUDA default at pp 1, inside which _handle_attention_backend pins the absorbed method.
+    # DeepSeek-V3 at 4,096 tokens: 61 layers of n_h 128, d_c 512, d_R 64, nope 128, v 128, p = 4,096 · 4,097 / 2 pairs
+    n, h, c, r, nope, v = 4096, 128, 512, 64, 128, 128
+    p = n * (n + 1) // 2
+    per_head = 2 * n * c * h * (nope + v) + 2 * p * h * (nope + r) + 2 * p * h * v  # kv_up, scores, mix
+    latent = 2 * n * h * nope * c + 2 * p * h * (c + r) + 2 * p * h * c + 2 * n * h * c * v  # q_absorb, scores, mix, v_up
+    counted = json.loads(run("cost", "deepseek-v3", "--ctx", "4k", "-f", "json").stdout)["flops"]["prefill"]["total"]
+    absorbed = counted + 61 * (latent - per_head)
+    assert absorbed == 434_998_187_917_312
+    words = "SGLang attends this MLA prefill in the absorbed form, in the latent space"
+    h100 = run("cost", "deepseek-v3", "--ctx", "4k", "--engine", "sglang", "--hardware", "h100-80gb").stderr
+    assert words in h100 and f"435 TFLOP ({absorbed:,} FLOPs), not the per-head form's 334 TFLOP counted here" in h100
+    assert "captures every chunk of at most 8,192 tokens" in h100
+    unnamed = run("cost", "deepseek-v3", "--ctx", "4k", "--engine", "sglang").stderr  # no GPU: the condition said
+    assert words in unnamed and "its default on GPUs below 160 GiB, which --hardware tells" in unnamed
+    # per head, as counted: vLLM (forward_mha), no engine, SGLang on a B200 (chunks of 16,384 run eagerly), on AMD
+    # (no prefill graphs off CUDA) and under pp (its prefill graphs off)
+    for more in ([], ["--engine", "vllm"], ["--engine", "sglang", "--hardware", "b200-180gb"],
+                 ["--engine", "sglang", "--hardware", "mi300x"], ["--engine", "sglang", "--pp", "2"]):
+        assert "absorbed form" not in run("cost", "deepseek-v3", "--ctx", "4k", *more).stderr, more
+
+
 def test_absorbed_needs_a_latent_cache():
     with pytest.raises(KvcalcError, match="needs --mla-cache latent"):
         decode_flops(spec("deepseek-v2"), Settings(ctx=10, mla_schedule="absorbed", mla_cache="expanded"))

@@ -134,6 +134,11 @@ SGLANG_FUSED_INDEXER = frozenset({"glm"})
 # Families whose 4-bit checkpoints are MXFP4 of the experts alone: under --weights-dtype int4 their attention stays
 # bf16 (vLLM Mxfp4Config.get_quant_method: UnquantizedLinearMethod for every LinearBase; SGLang's on CUDA: None)
 MXFP4_EXPERTS_ONLY = frozenset({"gpt-oss"})
+# SGLang 0.5.23 families whose MLA is DeepseekV2AttentionMLA (deepseek_v2.py, models/deepseek_common): DeepSeek V2, V3
+# and V3.2, Kimi K2 (DeepseekV3ForCausalLM), GLM-5 (GlmMoeDsa); their breakable prefill CUDA graphs capture prefill
+# batches of up to SGLANG_MLA_CAPTURE tokens (memory_hook.py: min(8192, chunked_prefill_size) for an MLA model)
+SGLANG_GRAPH_MLA = frozenset({"deepseek", "kimi", "glm"})
+SGLANG_MLA_CAPTURE = 8192
 # OCP MX: one E8M0 scale, a byte, a block of 32 values along a matrix's input (vLLM and SGLang mxfp4.py create_weights:
 # w13_weight_scale and w2_weight_scale, uint8, mxfp4_block = 32)
 MXFP4_BLOCK = 32
@@ -237,6 +242,37 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
     return -(-extra // 8)
 
 
+def absorbed_prefill(spec: ModelSpec, s: Settings) -> bool | None:
+    """Whether the settings' engine attends a prefill of s.ctx tokens of `spec`'s MLA layers absorbed, in the latent
+    space (reading W_UK, W_UV from their copies), rather than per head through kv_b_proj; None where that turns on the
+    GPU and none is named (no --hardware). False without an engine or MLA, or under --dense-attn.
+
+    - DeepSeek Sparse Attention: past top-k tokens in both (vLLM's dense MHA prefill needs seq_len <= top-k,
+      sparse_mla_attention.py _use_dense_mha_prefill; its masked MHA runs on Blackwell alone), and within top-k under
+      SGLang at pp 1 (its prefill CUDA graphs turn use_mha off, dsa_backend.py).
+    - SGLang's DeepSeek-V2 attention (SGLANG_GRAPH_MLA) where its breakable prefill CUDA graph captures every chunk:
+      inside it _handle_attention_backend pins the absorbed method (attention_backend_handler.py), and it captures up to
+      min(8,192, chunked_prefill_size) tokens (memory_hook.py), so on CUDA at pp 1 with a chunk of at most 8,192 (GPUs
+      below 160 GiB; above it the chunks of 16,384 run eagerly, per head).
+    - SGLang's MiniCPM3 always (minicpm3.py deletes kv_b_proj after loading its absorbed copies)."""
+    if s.engine not in ("vllm", "sglang") or s.dense_attn or not any(isinstance(g.attention, MLA) for g in spec.groups):
+        return False
+    topk = spec.sparse_topk()
+    if topk is not None:
+        return s.ctx > topk or (s.engine == "sglang" and s.pp == 1)
+    if s.engine != "sglang":
+        return False
+    if spec.family == "minicpm3":
+        return True
+    if spec.family not in SGLANG_GRAPH_MLA or s.pp > 1:
+        return False
+    if s.hardware is None:
+        return None
+    from kvcalc.costs.engine_memory import sglang_chunk, sglang_prefill_graphs
+
+    return sglang_prefill_graphs(spec, s, s.hardware) and sglang_chunk(s.hardware, s.tp) <= SGLANG_MLA_CAPTURE
+
+
 def mla_copies(spec: ModelSpec, s: Settings) -> bool:
     """Whether the engine keeps the absorbed MLA up-projections W_UK, W_UV as copies of their own (engine_extra_bytes):
     SGLang always, vLLM where kv_b_proj is quantized (but MiniCPM3, which vLLM runs without MLAAttention)."""
@@ -256,8 +292,9 @@ def engine_read_extra_bits(spec: ModelSpec, s: Settings, held: list[tuple[Resolv
     (read whole) for `head`, the values looked up in the embedding, learned positions and extra tables for `lookups`,
     and the routers', MTP eh_proj's and unquantized_params' parameters it reads. `absorbed`: the pass reads MLA's
     W_UK, W_UV from the engine's copies (the absorbed decode) rather than from kv_b_proj (the MHA prefill, a naive
-    decode), or kv_b_proj is gone (MiniCPM3 under SGLang). Besides the widths: the V slot a fused qkv_proj holds for
-    a layer whose values are its keys (engine_attention_weights), which the projection reads. 0 without an engine."""
+    decode), or kv_b_proj is gone (MiniCPM3 under SGLang). Besides the widths, what the engine runs beyond the
+    checkpoint's use: the V slot a fused qkv_proj holds for a layer whose values are its keys (engine_attention_weights),
+    and under SGLang a KV-shared layer's K and V projections (traffic counts neither). 0 without an engine."""
     if s.engine not in ("vllm", "sglang"):
         return 0
     w = widths(spec, s)
@@ -266,8 +303,12 @@ def engine_read_extra_bits(spec: ModelSpec, s: Settings, held: list[tuple[Resolv
     for rank, n in held:
         if copies and isinstance(rank.attention, MLA):
             extra += n * _up_projections(rank) * (w.plain - w.bits)
-        if not rank.layer.kv_shared:  # a KV-shared layer runs no K or V projection
+        if not rank.layer.kv_shared:
             extra += n * sum(x.size for x in k_as_v(rank)) * w.bits
+        elif s.engine == "sglang":  # a KV-shared layer runs its whole fused qkv_proj there, K and V dropped after
+            # (gemma3n_causal.py, gemma4_causal.py; vLLM builds q_proj alone): its K and V weights read, k_norm not
+            extra += n * sum(x.size for x in engine_attention_weights(rank, s)
+                             if x.name in KV_PROJECTIONS and x.name != "k_norm") * w.bits
     extra += routers * (w.router - w.bits) + head * (w.head - w.bits)
     return extra + lookups * (w.table - w.bits)
 

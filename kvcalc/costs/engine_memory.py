@@ -116,6 +116,19 @@ def with_tower(spec: ModelSpec, families: frozenset[str]) -> bool:
 SGLANG_NOT_AITER = frozenset({"whisper", "gemma4", "olmo2", "olmo3"})
 
 
+def sglang_prefill_graphs(spec: ModelSpec, s: Settings, hw: Hardware) -> bool:
+    """Whether SGLang captures `spec`'s prefills in its breakable CUDA graphs (cuda_graph_config.py
+    default_prefill_backend: on CUDA; cuda_graph_hook.py: off at pp > 1, for KDA hybrids and for multimodal models
+    outside its allow-list)."""
+    graphs = not with_tower(spec, SGLANG_MULTIMODAL - SGLANG_MULTIMODAL_GRAPHS) and spec.family != "kimi_linear"
+    return hw.platform == "cuda" and s.pp == 1 and graphs
+
+
+def sglang_chunk(hw: Hardware, tp: int) -> int:
+    """SGLang's default chunked_prefill_size on `hw` (SGLANG_TIERS)."""
+    return _sglang_tier(hw, tp)[0]
+
+
 def _sglang_tier(hw: Hardware, tp: int) -> tuple[int, int]:
     """SGLang's chunked_prefill_size and decode graphs' max_bs on `hw` at `tp` (SGLANG_TIERS)."""
     mib = Fraction(hw.memory_bytes, 2**20)
@@ -169,8 +182,7 @@ def _sglang_reserved_parts(spec: ModelSpec, s: Settings, hw: Hardware, chunk: in
              "dp": 0.0, "graphs": 0.0}
     if s.dp_attention:  # attention-dp size: kvcalc's --dp-attention is SGLang's --dp = --tp
         parts["dp"] = max_bs * s.tp * 3 + (max_bs * s.tp * 1.5 if max_bs > 300 else 0)
-    graphs = not with_tower(spec, SGLANG_MULTIMODAL - SGLANG_MULTIMODAL_GRAPHS) and spec.family != "kimi_linear"
-    if hw.platform == "cuda" and s.pp == 1 and graphs:  # breakable prefill graphs (the CUDA default)
+    if sglang_prefill_graphs(spec, s, hw):  # breakable prefill graphs (the CUDA default)
         mla = any(isinstance(g.attention, MLA) for g in spec.groups)
         parts["graphs"] = 1.5 * 1024 if mla else 8 * _prefill_captures(chunk)
     return parts

@@ -503,21 +503,10 @@ def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[st
 
 def prefill_total(spec: ModelSpec, s: Settings, logits: str = "last", schedule: str = "naive") -> int:
     """sum(prefill_flops(spec, s, logits).values()), without the breakdown; `schedule` 'absorbed': with MLA's layers
-    attending in the latent space, as the engines run DeepSeek Sparse Attention's long prefills (README)."""
+    attending in the latent space, as the engines run some MLA prefills (engine_files.absorbed_prefill, README)."""
     p = _prefill(spec, s, logits, schedule)
     encoder = sum(encoder_flops(spec, p.enc).values()) if p.enc else 0
     return s.batch * (p.total(spec) + encoder)
-
-
-def dsa_latent_prefill(spec: ModelSpec, s: Settings) -> tuple[int, int] | None:
-    """(the index top-k, prefill_total with every MLA layer attending in the latent space) for a model with DeepSeek
-    Sparse Attention, whose prefill the engines run so (SGLang by default at any length: its prefill CUDA graphs set
-    use_mha off, dsa_backend.py; vLLM past its dense MHA of at most top-k tokens and its masked MHA ranges,
-    mla_attention.py _use_sparse_mha); None for any other model or under --dense-attn."""
-    topk = spec.sparse_topk()
-    if topk is None or s.dense_attn:
-        return None
-    return topk, prefill_total(spec, s, schedule="absorbed")
 
 
 def decode_total(spec: ModelSpec, s: Settings) -> int:

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from kvcalc.attention import KV_PROJECTIONS
 from kvcalc.costs.cache import CacheReport, kv_cache, read_at
-from kvcalc.costs.engine_files import engine_read_extra_bits, mxfp4_scale_bytes, unquantized_params
+from kvcalc.costs.engine_files import absorbed_prefill, engine_read_extra_bits, mxfp4_scale_bytes, unquantized_params
 from kvcalc.costs.params import (
     expert_matrices,
     ffn_of_layer,
@@ -120,11 +120,13 @@ def _plan_moe_runs(spec: ModelSpec, mtp: bool) -> list[_MoeRun]:
             for ffn, n in runs if isinstance(ffn, MoEFFN)]
 
 
-def _weights_read_bytes(spec: ModelSpec, s: Settings, params: int, tokens: int, positions: int, prefill: bool) -> int:
+def _weights_read_bytes(spec: ModelSpec, s: Settings, params: int, tokens: int, positions: int, prefill: bool,
+                        absorbed: bool = False) -> int:
     """Bytes of the `params` weights a pass of `tokens` tokens at `positions` positions reads (a decode step: the
     batch at one position; a prefill: batch · ctx at ctx), at --weights-dtype, and under an engine at the widths it
-    keeps them (engine_files.engine_read_extra_bits) with the MXFP4 block scales of the experts the pass reaches
-    (mxfp4_scale_bytes: a decode step's top-k, a prefill's min(E, T · k)); rounded up once."""
+    keeps them (engine_files.engine_read_extra_bits: a decode step reads MLA's copies under the absorbed schedule, a
+    prefill where `absorbed`) with the MXFP4 block scales of the experts the pass reaches (mxfp4_scale_bytes: a decode
+    step's top-k, a prefill's min(E, T · k)); rounded up once."""
     bits = params * dtype_bits(s.weights_dtype, "weights")
     if s.engine not in ("vllm", "sglang"):
         return -(-bits // 8)
@@ -136,8 +138,9 @@ def _weights_read_bytes(spec: ModelSpec, s: Settings, params: int, tokens: int, 
     bits += engine_read_extra_bits(
         spec, s, held, head=spec.vocab_size * spec.d_model, lookups=_lookup_rows(spec, tokens, positions),
         routers=sum(r.layers * r.router for r in runs), mtp_proj=spec.mtp_layers * mtp_proj_and_norms(spec)[0] if mtp else 0,
-        plain=plain, absorbed=not prefill and s.schedule == "absorbed")
-    experts = sum(r.layers * min(r.experts, tokens * r.top_k) * r.matrices for r in runs)
+        plain=plain, absorbed=absorbed if prefill else s.schedule == "absorbed")
+    reach = tokens if prefill else 1  # a decode step's weights: the top-k experts of one token (a lower bound)
+    experts = sum(r.layers * min(r.experts, reach * r.top_k) * r.matrices for r in runs)
     return -(-bits // 8) + mxfp4_scale_bytes(spec, s, experts)
 
 
@@ -169,13 +172,19 @@ def _decode_weights(spec: ModelSpec, s: Settings) -> int:
     return _weights_read_bytes(spec, s, read, s.batch, 1, prefill=False)
 
 
-def prefill_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> dict[str, int]:
+def prefill_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
+                  absorbed: bool | None = None) -> dict[str, int]:
     """Bytes a prefill of `s.ctx` tokens moves, by part: 'weights' (all read once, but the experts its tokens cannot
-    reach) and 'kv_cache' (written). `cache`: kv_cache(spec, s), when the caller has it."""
+    reach) and 'kv_cache' (written). `cache`: kv_cache(spec, s), when the caller has it; `absorbed`: whether the engine
+    attends its MLA layers absorbed (engine_files.absorbed_prefill, asked at `s` unless given: a caller pricing one
+    replica of a layout asks it at the layout)."""
+    if absorbed is None:
+        absorbed = absorbed_prefill(spec, s) is True
     whole = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[1] - _unreached_experts(spec, s.mtp, s.batch * s.ctx)
     cache = cache or kv_cache(spec, s)
     tokens = s.batch * s.ctx
-    out = {"weights": _weights_read_bytes(spec, s, whole + _lookup_rows(spec, tokens, s.ctx), tokens, s.ctx, prefill=True),
+    out = {"weights": _weights_read_bytes(spec, s, whole + _lookup_rows(spec, tokens, s.ctx), tokens, s.ctx, prefill=True,
+                                          absorbed=absorbed),
            "kv_cache": cache.bytes}
     if cache.state_bytes:
         out["state"] = cache.state_bytes  # written once at the end of the prompt

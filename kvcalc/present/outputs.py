@@ -353,14 +353,14 @@ PREFILL_KEYS = frozenset({"flops_prefill", "prefill_seconds"})
 
 
 def _prefill_notes(specs: list[ModelSpec], ctxs: list[int], grid: list[Settings], keys: set[str]) -> list[str]:
-    """dsa_prefill_notes, where a prefill figure is among the `keys` shown: for each model at each context of `ctxs`
+    """latent_prefill_notes, where a prefill figure is among the `keys` shown: for each model at each context of `ctxs`
     and settings of `grid`, each distinct note once."""
     from kvcalc.costs.flops import prefill_total
 
     if not PREFILL_KEYS & keys:
         return []
     notes = (line for s in grid for spec in specs for ctx in ctxs
-             for line in dsa_prefill_notes(spec, s.at(ctx), prefill_total(spec, s.at(ctx))))
+             for line in latent_prefill_notes(spec, s.at(ctx), prefill_total(spec, s.at(ctx))))
     return list(dict.fromkeys(notes))
 
 
@@ -506,7 +506,7 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
              + (f", its {spec.mtp_layers} MTP layer{'s' if spec.mtp_layers != 1 else ''} run" if s.mtp and spec.mtp_layers else ""))
     warnings = _load_warnings([lm]) + over_max(spec, s.ctx + s.gen,
                                                f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
-    warnings += option_warnings([spec], s) + dsa_prefill_notes(spec, s, sum(passes["prefill"].values()))
+    warnings += option_warnings([spec], s) + latent_prefill_notes(spec, s, sum(passes["prefill"].values()))
     over = {"exceeds_max_context": payload["exceeds_max_context"]}  # csv's flag on every FLOPs row (stderr says it)
     flops = Table("flops", cols, [{**r, **over} for r in rows], title, [c.key for c in cols] + list(over))
     return Output([flops, Table("summary", SUMMARY_COLUMNS, summary, "Memory, traffic and time" + summary_note(spec, s),
@@ -533,15 +533,35 @@ def summary_note(spec: ModelSpec, s: Settings) -> str:
             + mla_note([spec], s, True))
 
 
-def dsa_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str]:
-    """The note beside a DeepSeek Sparse Attention model's prefill (`counted` FLOPs, per head): the engines attend it
-    in the latent space, whose total kvcalc.costs.flops.dsa_latent_prefill gives (README, MLA schedules)."""
-    from kvcalc.costs.flops import dsa_latent_prefill
+def latent_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str]:
+    """The note beside an MLA model's prefill (`counted` FLOPs, per head) where an engine attends it in the latent
+    space, the absorbed form, whose total prefill_total(schedule='absorbed') gives (README, MLA schedules): DeepSeek
+    Sparse Attention's in both engines (named without --engine too), another MLA model's under --engine sglang
+    (kvcalc.costs.engine_files.absorbed_prefill says when)."""
+    from kvcalc.costs.engine_files import SGLANG_MLA_CAPTURE, absorbed_prefill
+    from kvcalc.costs.flops import prefill_total
     from kvcalc.units import format_flops
 
-    if (latent := dsa_latent_prefill(spec, s)) is None:
+    if s.dense_attn or not spec.has_schedules():
         return []
-    topk, flops = latent
+    topk = spec.sparse_topk()
+    if topk is None:
+        absorbed = absorbed_prefill(spec, s)
+        if absorbed is False:
+            return []
+        if spec.family == "minicpm3":
+            why = "its MiniCPM3 file keeps no kv_b_proj"
+        elif absorbed is None:
+            why = (f"on CUDA at pp 1, where its breakable prefill CUDA graph captures every chunk and pins that form: "
+                   f"chunks of at most {SGLANG_MLA_CAPTURE:,} tokens, its default on GPUs below 160 GiB, which --hardware "
+                   "tells")
+        else:
+            why = f"its breakable prefill CUDA graph captures every chunk of at most {SGLANG_MLA_CAPTURE:,} tokens and pins that form"
+        flops = prefill_total(spec, s, schedule="absorbed")
+        return [f"note: {spec.name} at {s.ctx:,} tokens: SGLang attends this MLA prefill in the absorbed form, in the "
+                f"latent space ({why}): {format_flops(flops)} ({flops:,} FLOPs), not the per-head form's "
+                f"{format_flops(counted)} counted here"]
+    flops = prefill_total(spec, s, schedule="absorbed")
     both = f"{format_flops(flops)} ({flops:,} FLOPs), not the per-head form's {format_flops(counted)} counted here"
     if s.ctx <= topk and (s.engine == "vllm" or (s.engine == "sglang" and s.pp > 1)):
         return []  # vLLM attends it per head, as SGLang does without its prefill graphs (off under pp: cuda_graph_hook)
@@ -550,9 +570,9 @@ def dsa_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str]:
                 "absorbed form by default, at any length (its prefill CUDA graphs turn the per-head path off), attending "
                 f"in the latent space: {both}; vLLM attends a prompt of at most top-k {topk:,} tokens per head, as counted"]
     return [f"note: {spec.name} at {s.ctx:,} tokens: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long "
-            f"in the absorbed form, attending in the latent space (vLLM past top-k {topk:,} tokens or its masked MHA ranges, up to "
-            "32,768 by tp and chunk; SGLang by default at any length, its prefill CUDA graphs turning the per-head "
-            f"path off): {both}"]
+            f"in the absorbed form, attending in the latent space (vLLM past top-k {topk:,} tokens, but for its masked "
+            "MHA on Blackwell GPUs, up to 32,768 by tp and chunk; SGLang by default at any length, its prefill CUDA "
+            f"graphs turning the per-head path off): {both}"]
 
 
 def run_output(report: RunReport, lm: LoadedModel | None = None) -> Output:
