@@ -195,3 +195,22 @@ def test_sglang_runs_a_kv_shared_layers_whole_qkv_proj():
     assert vllm == free and sglang - free == 10 * 2 * 2048 * 512 * 2 == 41_943_040
     free, sglang = (prefill_bytes(m, Settings(ctx=4096, engine=e))["weights"] for e in (None, "sglang"))
     assert sglang - free == 41_943_040
+
+
+def test_sglangs_minicpm3_keeps_its_absorbed_copies_in_kv_b_projs_stead_and_dtype():
+    # minicpm3.py (SGLang) splits kv_b_proj's weight into w_kc and w_vc after loading and deletes kv_b_proj: the same
+    # bytes in the same dtype (fp8 stays fp8, for bmm_fp8), so under fp8 weights a GPU holds only the bf16 embedding
+    # more (tied: 73,448 rows padded to 73,472, 2 bytes each, against kvcalc's 73,448 in fp8), and its prefill, which
+    # SGLang always attends absorbed, reads the copies at kv_b_proj's width
+    from kvcalc.hf import spec_from_config
+
+    m = spec_from_config(json.loads((REFERENCE / "configs-extra-6" / "minicpm3-4b.json").read_text()),
+                         "config.json", "m")[0]
+    assert (m.vocab_size, m.d_model, m.tie_embeddings) == (73_448, 2560, True)
+    fp8 = Settings(ctx=1, weights_dtype="fp8")
+    assert per_gpu(m, replace(fp8, engine="sglang")).weights_bytes - per_gpu(m, fp8).weights_bytes \
+        == 73_472 * 2560 * 2 - 73_448 * 2560
+    at = Settings(ctx=4096, weights_dtype="fp8")
+    # the head (the tied table, read whole) and 4,096 rows looked up, a byte more each in bf16: nothing for the copies
+    assert prefill_bytes(m, replace(at, engine="sglang"))["weights"] - prefill_bytes(m, at)["weights"] \
+        == 73_448 * 2560 + 4096 * 2560

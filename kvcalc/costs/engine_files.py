@@ -217,8 +217,8 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
       counts).
 
     - The absorbed MLA up-projections beside kv_b_proj (W_UK, W_UV), which the MHA prefill still runs: SGLang copies
-      them always (deepseek_weight_loader.py post_load_weights: w_kc and w_vc, .contiguous(); minicpm3.py deletes
-      kv_b_proj after), vLLM where kv_b_proj is quantized (MLAAttention.process_weights_after_loading: W_UK_T and W_UV
+      them always (deepseek_weight_loader.py post_load_weights: w_kc and w_vc, .contiguous(); minicpm3.py keeps
+      them in kv_b_proj's stead, in its dtype: no bytes more), vLLM where kv_b_proj is quantized (MLAAttention.process_weights_after_loading: W_UK_T and W_UV
       dequantized by get_and_maybe_dequant_weights; views of an unquantized weight); a quantized one is dequantized to
       the activations' bf16 (block_quant_dequant), an unquantized one copied in its dtype.
     - Falcon-H1's LM head (or tied, its embedding) in fp32 under SGLang (falcon_h1.py: lm_head.float()).
@@ -230,8 +230,7 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
     if mla_copies(spec, s):
         for rank, n in held:
             if n and isinstance(rank.attention, MLA):
-                kept = w.bits if spec.family == "minicpm3" else 0  # the copies replace kv_b_proj there
-                extra += n * _up_projections(rank) * (w.plain - kept)
+                extra += n * _up_projections(rank) * w.plain
     extra += (_kept_in_bf16(spec, s, held, mtp_proj) + plain) * (w.plain - w.bits)
     extra += routers * (w.router - w.bits)
     table, positions, head = end_params(spec, s, ends)
@@ -254,7 +253,7 @@ def absorbed_prefill(spec: ModelSpec, s: Settings) -> bool | None:
       inside it _handle_attention_backend pins the absorbed method (attention_backend_handler.py), and it captures up to
       min(8,192, chunked_prefill_size) tokens (memory_hook.py), so on CUDA at pp 1 with a chunk of at most 8,192 (GPUs
       below 160 GiB; above it the chunks of 16,384 run eagerly, per head).
-    - SGLang's MiniCPM3 always (minicpm3.py deletes kv_b_proj after loading its absorbed copies)."""
+    - SGLang's MiniCPM3 always (minicpm3.py replaces kv_b_proj with its absorbed copies after loading)."""
     if s.engine not in ("vllm", "sglang") or s.dense_attn or not any(isinstance(g.attention, MLA) for g in spec.groups):
         return False
     topk = spec.sparse_topk()
@@ -274,10 +273,12 @@ def absorbed_prefill(spec: ModelSpec, s: Settings) -> bool | None:
 
 
 def mla_copies(spec: ModelSpec, s: Settings) -> bool:
-    """Whether the engine keeps the absorbed MLA up-projections W_UK, W_UV as copies of their own (engine_extra_bytes):
-    SGLang always, vLLM where kv_b_proj is quantized (but MiniCPM3, which vLLM runs without MLAAttention)."""
+    """Whether the engine keeps the absorbed MLA up-projections W_UK, W_UV as copies beside kv_b_proj
+    (engine_extra_bytes): SGLang always, vLLM where kv_b_proj is quantized; not for MiniCPM3, whose SGLang file
+    replaces kv_b_proj with them in its own dtype (minicpm3.py post-load: w_kc, w_vc, del kv_b_proj; an fp8 one stays
+    fp8 for bmm_fp8), and which vLLM runs without MLAAttention."""
     quantized = s.weights_dtype in QUANTIZED_WEIGHTS
-    return s.engine == "sglang" or (s.engine == "vllm" and quantized and spec.family != "minicpm3")
+    return spec.family != "minicpm3" and (s.engine == "sglang" or (s.engine == "vllm" and quantized))
 
 
 def _up_projections(rank: ResolvedGroup) -> int:
@@ -291,15 +292,15 @@ def engine_read_extra_bits(spec: ModelSpec, s: Settings, held: list[tuple[Resolv
     (engine_extra_bytes's rules, widths): (layer group, its layers the pass runs) for `held`, the LM head's parameters
     (read whole) for `head`, the values looked up in the embedding, learned positions and extra tables for `lookups`,
     and the routers', MTP eh_proj's and unquantized_params' parameters it reads. `absorbed`: the pass reads MLA's
-    W_UK, W_UV from the engine's copies (the absorbed decode) rather than from kv_b_proj (the MHA prefill, a naive
-    decode), or kv_b_proj is gone (MiniCPM3 under SGLang). Besides the widths, what the engine runs beyond the
+    W_UK, W_UV from the engine's copies (mla_copies; the absorbed decode) rather than from kv_b_proj (the MHA
+    prefill, a naive decode). Besides the widths, what the engine runs beyond the
     checkpoint's use: the V slot a fused qkv_proj holds for a layer whose values are its keys (engine_attention_weights),
     and under SGLang a KV-shared layer's K and V projections (traffic counts neither). 0 without an engine."""
     if s.engine not in ("vllm", "sglang"):
         return 0
     w = widths(spec, s)
     extra = (_kept_in_bf16(spec, s, held, mtp_proj) + plain) * (w.plain - w.bits)
-    copies = mla_copies(spec, s) and (absorbed or (s.engine == "sglang" and spec.family == "minicpm3"))
+    copies = mla_copies(spec, s) and absorbed
     for rank, n in held:
         if copies and isinstance(rank.attention, MLA):
             extra += n * _up_projections(rank) * (w.plain - w.bits)
