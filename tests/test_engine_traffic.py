@@ -37,6 +37,8 @@ def test_gpt_oss_decode_reads_bf16_attention_head_routers_and_expert_scales_unde
     out = json.loads(run("cost", "gpt-oss-120b", "--ctx", "8k", "--engine", "vllm", "--weights-dtype", "int4",
                          "-f", "json").stdout)["summary"]
     assert out["decode_bytes_read"] == 2_873_134_656 + 2_433_864_672 == 5_306_999_328
+    table = run("cost", "gpt-oss-120b", "--ctx", "8k", "--engine", "vllm", "--weights-dtype", "int4").stdout
+    assert "one decode step at ctx: active weights as vllm keeps them + KV cache" in table
 
 
 def test_gpt_oss_prefill_reads_every_experts_scales_once_its_tokens_reach_them():

@@ -492,7 +492,7 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     cache = kv_cache(spec, s)
     summary = cost_summary_rows(figures(spec, s, cache), cache.bytes, units, cache.state_bytes,
                                 per_gpu_items(spec, s, cache, units, engine_too=True), crossover_holds(spec),
-                                engine_items(cache, units), partial_experts(spec, s))
+                                engine_items(cache, units), partial_experts(spec, s), s.engine)
     components = list(dict.fromkeys(k for p in passes.values() for k in p))
     rows = [{"component": c, **{p: passes[p].get(c, 0) for p in passes}} for c in components]
     rows.append({"component": "total", **{p: sum(passes[p].values()) for p in passes}})

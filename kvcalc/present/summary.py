@@ -175,13 +175,15 @@ def per_gpu_items(spec: ModelSpec, settings: Settings, report: CacheReport, unit
 
 def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binary", state_bytes: int = 0,
                       per_gpu: list[tuple[str, Any, str, str]] | None = None, crossover_holds: bool = True,
-                      engine: list[tuple[str, Any, str, str]] | None = None, partial_experts: bool = False) -> list[dict]:
+                      engine: list[tuple[str, Any, str, str]] | None = None, partial_experts: bool = False,
+                      engine_name: str | None = None) -> list[dict]:
     """Key/value rows of `cost`: parameters, memory (the constant states too, where the model has them; under
     --engine its pages, from engine_items; under a parallel layout `per_gpu`, what the busiest GPU holds, from
     per_gpu_items), decode traffic, and (with hardware)
     roofline times. `crossover_holds`: whether the absorbed MLA step stays cheaper past its crossover
     (kvcalc.costs.flops.crossover_holds). `partial_experts`: whether the prefill's tokens reach fewer than all of an
-    MoE layer's experts, so its traffic is an upper estimate (kvcalc.costs.traffic.partial_experts)."""
+    MoE layer's experts, so its traffic is an upper estimate (kvcalc.costs.traffic.partial_experts). `engine_name`:
+    --engine's, whose weight widths the traffic reads (kvcalc.costs.traffic)."""
     b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
     states = " + states read and written back" if state_bytes else ""
     items: list[tuple[str, Any, str, str]] = [
@@ -197,7 +199,8 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
     items += (engine or []) + (per_gpu or [])
     items += [
         ("decode_bytes_read", fig.decode_bytes_read, b(fig.decode_bytes_read),
-         f"one decode step at ctx: active weights + KV cache{states} (MoE: a lower bound when batch exceeds 1)"),
+         f"one decode step at ctx: active weights{f' as {engine_name} keeps them' if engine_name else ''} + KV cache"
+         f"{states} (MoE: a lower bound when batch exceeds 1)"),
         ("decode_intensity", fig.decode_intensity, f"{format_number(fig.decode_intensity)} FLOP/byte",
          f"{format_flops(fig.flops_decode_token)} per decode step / bytes read"),
     ]
