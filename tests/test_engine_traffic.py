@@ -216,3 +216,27 @@ def test_sglangs_minicpm3_keeps_its_absorbed_copies_in_kv_b_projs_stead_and_dtyp
     # the head (the tied table, read whole) and 4,096 rows looked up, a byte more each in bf16: nothing for the copies
     assert prefill_bytes(m, replace(at, engine="sglang"))["weights"] - prefill_bytes(m, at)["weights"] \
         == 73_448 * 2560 + 4096 * 2560
+
+
+def test_dsa_traffic_reads_and_writes_the_index_keys_and_fp8_latents_as_the_engines_store_them():
+    # Both engines keep DeepSeek-V3.2's indexer key in fp8 with an fp32 scale a 128 values (132 bytes a token and
+    # layer, vLLM DeepseekV32IndexerCache; SGLang index_k_with_scale_buffer) whatever --kv-dtype, and an fp8 latent in
+    # FlashMLA's 656-byte fp8_ds_mla entry; a decode step scores every index key and reads the top-k 2,048 latents
+    # (1,152 bytes in bf16: 512 + 64 values). 61 layers at 128k, one sequence
+    m = spec("deepseek-v3.2")
+    n, k = 131_072, 2048
+    expect = {("bf16", None): 61 * (n * 256 + k * 1152), ("bf16", "engine"): 61 * (n * 132 + k * 1152),
+              ("fp8", None): 61 * (n * 128 + k * 576), ("fp8", "engine"): 61 * (n * 132 + k * 656)}
+    for (kv, which), read in expect.items():
+        for engine in ((None,) if which is None else ("vllm", "sglang")):
+            assert decode_bytes(m, Settings(ctx=n, kv_dtype=kv, engine=engine))["kv_cache"] == read, (kv, engine)
+    assert expect[("bf16", "engine")] == 1_199_308_800 and expect[("fp8", "engine")] == 1_137_344_512
+    # a prefill writes every token's index key and latent: 61 · 131,072 · (132 + 1,152) in bf16, (132 + 656) in fp8
+    for kv, token in (("bf16", 132 + 1152), ("fp8", 132 + 656)):
+        assert prefill_bytes(m, Settings(ctx=n, kv_dtype=kv, engine="vllm"))["kv_cache"] == 61 * n * token
+    # the step time a user sees (a review): batch 32 on an H200, 4.8 TB/s, memory-bound
+    out = json.loads(run("cost", "deepseek-v3.2", "--ctx", "128k", "--batch", "32", "--engine", "vllm",
+                         "--hardware", "h200-141gb", "-f", "json").stdout)["summary"]
+    weights = decode_weights(m, Settings(ctx=n, batch=32, engine="vllm"))
+    assert out["decode_bytes_read"] == weights + 32 * expect[("bf16", "engine")] == 113_332_626_944
+    assert out["decode_seconds_per_token"] == pytest.approx(113_332_626_944 / 4.8e12, rel=1e-12)

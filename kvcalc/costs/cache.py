@@ -16,6 +16,7 @@ Conventions (also in the README):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TypedDict
@@ -37,6 +38,7 @@ from kvcalc.costs.paged import (
     sglang_buffers,
     span_bytes,
     state_slots,
+    stored_layout,
     vllm_layout,
 )
 from kvcalc.costs.quant import component_bytes, entry_bytes, group_size
@@ -155,13 +157,32 @@ class GroupTerm:
 
     def read_bytes(self, ctx: int, batch: int, s: Settings) -> int:
         """One layer's cache bytes that a decode step at `ctx` reads for `batch` sequences (read_elements, with the
-        scheme's scales under --kv-quant): by token, not by page, since a kernel reads the tokens it attends."""
-        if s.kv_quant == "none":
+        scheme's scales under --kv-quant, and under --engine each tensor as the engine stores it, stored_layout): by
+        token, not by page, since a kernel reads the tokens it attends."""
+        if s.kv_quant == "none" and not self.restored(s):
             return bits_to_bytes(batch * self.read_elements(ctx), self.bits)
         att, layer = self.attention, self.layer
-        one = sum(component_bytes(name, ch, self.heads, att.tokens_read(layer, ctx, name), s.kv_dtype, s.kv_quant)
-                  for name, ch in self.formula.components.items())
-        return batch * (one + self.fixed_bytes)
+        return batch * (self._tensor_bytes(lambda name: att.tokens_read(layer, ctx, name), s) + self.fixed_bytes)
+
+    def written_bytes(self, ctx: int, batch: int, s: Settings) -> int:
+        """One layer's cache bytes that a prefill of `ctx` tokens writes for `batch` sequences: exact_bytes, but
+        under --engine each tensor as the engine stores it (stored_layout), by token, not by page."""
+        if not self.restored(s):
+            return self.exact_bytes(ctx, batch, s)
+        held = self.attention.tokens_held(self.layer, ctx)
+        return batch * (self._tensor_bytes(lambda name: held, s) + self.fixed_bytes)
+
+    def restored(self, s: Settings) -> bool:
+        """Whether the settings' engine stores one of the layer's tensors otherwise than at --kv-dtype in --kv-quant's
+        layout (DeepSeek-V3.2's indexer key in fp8 with scales; a sparse MLA latent in fp8_ds_mla entries)."""
+        return s.engine is not None and any(stored_layout(name, self.attention, s) != (s.kv_dtype, s.kv_quant)
+                                            for name in self.formula.components)
+
+    def _tensor_bytes(self, tokens: Callable[[str], int], s: Settings) -> int:
+        """Bytes of one layer's cached tensors, `tokens(name)` tokens of each, in the layout the settings store it
+        (the engine's where it has one)."""
+        return sum(component_bytes(name, ch, self.heads, tokens(name), *stored_layout(name, self.attention, s))
+                   for name, ch in self.formula.components.items())
 
     def pages_bytes(self, n_pages: int, s: Settings) -> int:
         """Bytes of `n_pages` whole pages of one layer and sequence (--engine): n · page_bytes, except under a group
@@ -385,11 +406,22 @@ def cache_at(plan: CachePlan, s: Settings) -> CacheReport:
 def read_at(plan: CachePlan, s: Settings) -> int:
     """Bytes of KV cache that a decode step at `s.ctx` reads, all layers and sequences: each layer's tokens read
     (GroupTerm.read_elements / read_bytes), so a chunked layer reads its chunk's keys and DSA the top-k latents beside
-    every index key (README: decode traffic). Where every layer reads what it holds (plan.reads_held) this is
-    cache_at's bytes without pages, which a caller holding them may use instead."""
-    if plan.kv_quant == "none":  # the elements at kv_dtype, rounded once at the end (as cache_at)
+    every index key, under --engine each tensor as the engine stores it (README: decode traffic). Where every layer
+    reads what it holds (plan.reads_held) and the engine stores nothing otherwise, this is cache_at's bytes without
+    pages, which a caller holding them may use instead."""
+    if plan.kv_quant == "none" and not any(t.restored(s) for t in plan.terms):
+        # the elements at kv_dtype, rounded once at the end (as cache_at)
         return bits_to_bytes(s.batch * sum(t.n_layers * t.read_elements(s.ctx) for t in plan.terms), plan.bits)
     return sum(t.n_layers * t.read_bytes(s.ctx, s.batch, s) for t in plan.terms)
+
+
+def written_at(plan: CachePlan, s: Settings, exact: int) -> int:
+    """Bytes of KV cache that a prefill of `s.ctx` tokens writes, all layers and sequences: `exact`, the cache's own
+    bytes (cache_at's without pages), unless the settings' engine stores a tensor otherwise (GroupTerm.restored):
+    then each layer's tensors as it stores them, by token (GroupTerm.written_bytes)."""
+    if not any(t.restored(s) for t in plan.terms):
+        return exact
+    return sum(t.n_layers * t.written_bytes(s.ctx, s.batch, s) for t in plan.terms)
 
 
 def _plan(spec: ModelSpec, s: Settings) -> CachePlan:

@@ -543,7 +543,8 @@ _new = tuple.__new__  # a PerGpu past its generated __new__ (a row of a sweep ma
 def stage_read_bytes(s: Settings, plan: Stage) -> int:
     """What one GPU of a stage reads of its cache and states in a decode step at the settings' context (its share of
     the sequences), as on one GPU (kvcalc.costs.traffic): the keys each layer's query attends, by token
-    (GroupTerm.read_bytes), and every state read and written back; not the engine's whole or padded pages."""
+    (GroupTerm.read_bytes: each tensor as the engine stores it), and every state read and written back; not the
+    engine's whole or padded pages."""
     keys = sum(g.n * g.term.read_bytes(s.ctx, _sequences(s, g), s) for g in plan.groups)
     # each state read and written back: twice its bytes, as traffic.decode_bytes counts them on one GPU
     return keys + 2 * merged_bytes((g.n * _sequences(s, g) * n, dtype) for g in plan.groups for n, dtype in g.state_parts)
@@ -551,9 +552,10 @@ def stage_read_bytes(s: Settings, plan: Stage) -> int:
 
 def stage_written_bytes(s: Settings, plan: Stage) -> int:
     """What a prefill at the settings' context writes on one GPU of a stage (its share of the sequences), as on one
-    GPU (kvcalc.costs.traffic.prefill_bytes): each layer's cache as its elements and scales and each state once, not
-    the engine's whole or padded pages, its padding slots or its tracking slots."""
-    return sum(g.n * g.term.exact_bytes(s.ctx, _sequences(s, g), s) for g in plan.groups) \
+    GPU (kvcalc.costs.traffic.prefill_bytes): each layer's cache as its elements and scales (each tensor as the engine
+    stores it, GroupTerm.written_bytes) and each state once, not the engine's whole or padded pages, its padding
+    slots or its tracking slots."""
+    return sum(g.n * g.term.written_bytes(s.ctx, _sequences(s, g), s) for g in plan.groups) \
         + merged_bytes((g.n * _sequences(s, g) * n, dtype) for g in plan.groups for n, dtype in g.state_parts)
 
 

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from kvcalc.attention import KV_PROJECTIONS
-from kvcalc.costs.cache import CacheReport, kv_cache, read_at
+from kvcalc.costs.cache import CacheReport, kv_cache, read_at, written_at
 from kvcalc.costs.engine_files import absorbed_prefill, engine_read_extra_bits, mxfp4_scale_bytes, unquantized_params
 from kvcalc.costs.params import (
     expert_matrices,
@@ -185,7 +185,7 @@ def prefill_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None
     tokens = s.batch * s.ctx
     out = {"weights": _weights_read_bytes(spec, s, whole + _lookup_rows(spec, tokens, s.ctx), tokens, s.ctx, prefill=True,
                                           absorbed=absorbed),
-           "kv_cache": cache.bytes}
+           "kv_cache": written_at(cache.plan, s, cache.bytes)}
     if cache.state_bytes:
         out["state"] = cache.state_bytes  # written once at the end of the prompt
     return out
