@@ -130,6 +130,8 @@ class CacheFigures:
     ratio: float | None = figure("vs\nfirst", "ratio", "kv_cache_bytes over the first model's at the same ctx")
     enc_ctx: int | None = figure("Encoder\nctx", "tokens", "encoder positions cross-attention caches (encoder–decoder models)")
     state_bytes: int = figure("State", "bytes", "constant states of linear-attention and SSM layers, for the batch")
+    state_dtype: str | None = figure("State\ndtype", "text", "storage types of the constant states, joined by + where "
+                                     "they differ (models with states)")
     cache_bytes: int = figure("Cache +\nstate", "bytes", "kv_cache_bytes + state_bytes")
     kv_quant: str = figure("KV\nquant", "text", "quantisation scheme whose scales the cache stores (none: payload only)")
     engine: str | None = figure("Engine", "text", "serving engine whose paged cache engine_kv_bytes counts (--engine)")
@@ -155,16 +157,18 @@ def _cache_values(spec: ModelSpec, report: CacheReport, first_bytes: int | None)
 def _cache_fixed(report: CacheReport) -> dict[str, Any]:
     """The cache values that no context changes (a sweep's row head holds them)."""
     plan, state = report.plan, report.state_bytes
+    applied = plan.applied()
     return {
         "batch": report.settings.batch,
         "kv_dtype": plan.kv_dtype,
-        "mla_cache": plan.mla_cache,
+        "mla_cache": applied["mla_cache"],
         "kv_bytes_per_token": plan.bytes_per_token,
-        "enc_ctx": plan.enc_ctx or None,
+        "enc_ctx": applied["enc_ctx"],
         "state_bytes": state,
+        "state_dtype": applied["state_dtype"],
         "kv_quant": plan.kv_quant,
         "engine": plan.engine,
-        "block_size": plan.block_size,
+        "block_size": applied["block_size"],
         "engine_state_bytes": report.engine_state_bytes if state else None,
     }
 

@@ -344,3 +344,16 @@ def test_cost_names_the_settings_its_figures_assume():
     doc = json.loads(run("cost", "qwen3-next-80b-a3b", "--ctx", "4k", "--state-dtype", "fp32", "--engine", "sglang",
                          "-f", "json").stdout)
     assert (doc["state_dtype"], doc["engine"], doc["block_size"]) == ("fp32", "sglang", 1)
+
+
+def test_compare_and_sweep_rows_say_their_states_dtype():
+    # a review: compare's and sweep's csv and json gave state_bytes with no word of its dtype, which cost and fit
+    # carry: vLLM keeps Qwen3-Next's states at the model's bf16 beside an fp8 cache (mamba_cache_dtype auto);
+    # Nemotron-H's Mamba-2 keeps an fp32 SSM state beside a bf16 convolution state; a model without states has no key
+    rows = json.loads(run("compare", "qwen3-next-80b-a3b", "nemotron-h-56b", "llama3-8b", "--ctx", "8k", "--engine",
+                          "vllm", "--kv-dtype", "fp8", "-f", "json").stdout)
+    assert [r.get("state_dtype") for r in rows] == ["bf16", "fp32+bf16", None]
+    assert rows[0]["kv_dtype"] == "fp8" and rows[0]["state_bytes"] > 0
+    sweep = list(csv.DictReader(io.StringIO(run("sweep", "nemotron-h-56b", "llama3-8b", "--ctx", "4k,8k",
+                                                "--columns", "model,ctx,state_bytes,state_dtype", "-f", "csv").stdout)))
+    assert [(r["model"], r["state_dtype"]) for r in sweep] == [("nemotron-h-56b", "fp32+bf16")] * 2 + [("llama3-8b", "")] * 2

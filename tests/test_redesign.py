@@ -252,7 +252,8 @@ def test_json_keys_keep_their_order_and_only_add():
     assert set(JSON_KEYS) - set(before) == {"family", "d_model", "attention_chunk_size", "state_bytes", "cache_bytes", "enc_ctx",
                                             "gpus", "kv_cache_bytes_per_gpu", "state_bytes_per_gpu", "weights_bytes_per_gpu",
                                             "kv_quant", "engine", "block_size", "engine_kv_bytes", "engine_state_bytes",
-                                            "tp_allreduce_bytes", "comm_seconds_per_token", "block_size_per_gpu"}
+                                            "tp_allreduce_bytes", "comm_seconds_per_token", "block_size_per_gpu",
+                                            "state_dtype"}
 
 
 @pytest.mark.slow
