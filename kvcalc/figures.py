@@ -120,8 +120,9 @@ def fixed_figures(spec: ModelSpec, s: Settings) -> dict[str, Any]:
     reduce = decode_allreduce(spec, s)
     if reduce is not None:
         out.update(tp_allreduce_bytes=reduce.bytes)
-        if s.hardware is not None and s.hardware.interconnect_bandwidth:
-            out.update(comm_seconds_per_token=float(allreduce_seconds(reduce, s.tp, s.hardware.interconnect_bandwidth)))
+        bandwidth = s.hardware.group_bandwidth(s.tp) if s.hardware is not None else None
+        if bandwidth:
+            out.update(comm_seconds_per_token=float(allreduce_seconds(reduce, s.tp, bandwidth)))
     return out
 
 

@@ -92,8 +92,23 @@ class Hardware(Strict):
         description="Scale-up interconnect bandwidth per device in bytes/s, one direction, decimal (NVLink 5 is quoted as"
         " 1.8 TB/s total, both directions together, and stored as 900 GB/s = 900000000000); absent when not published.",
     )
+    interconnect_peers: Annotated[int, Field(ge=1, le=1 << 20, strict=True)] | None = Field(
+        None,
+        description="Where the scale-up links join the devices directly, all to all (no switch): the peers they are"
+        " split among evenly, so one peer is reached over interconnect_bandwidth / peers (Gaudi 3's HLS-3: 21 ports to"
+        " 7 peers, 3 each); absent for a switched fabric (NVSwitch), where every peer is reached at the whole bandwidth.",
+    )
     source: str = Field(description="URL(s) of the vendor datasheet or page the numbers come from.")
     notes: str | None = Field(None, description="Free-form remarks: accumulate modes, what was chosen and why.")
+
+    def group_bandwidth(self, group: int) -> Fraction | None:
+        """The interconnect bandwidth one device spends on a collective among `group` devices (one direction): the
+        whole interconnect_bandwidth through a switch; in a direct mesh the links to the group's other devices,
+        interconnect_bandwidth · min(group − 1, peers) / peers. None where none is published."""
+        bandwidth = self.interconnect_bandwidth
+        if bandwidth is None or self.interconnect_peers is None:
+            return None if bandwidth is None else Fraction(bandwidth)
+        return Fraction(bandwidth * min(group - 1, self.interconnect_peers), self.interconnect_peers)
 
     @property
     def platform(self) -> str:
@@ -240,6 +255,10 @@ class HardwareRow:
     interconnect_bandwidth: int | None = figure("Interconnect\n(each way)", "bandwidth",
                                                 "scale-up interconnect per device, bytes/s, one direction (where published)")
     source: str = figure("Source", "text", "URL(s) of the vendor datasheet or page the figures come from (csv and json)")
+    interconnect_peers: int | None = figure("Mesh\npeers", "int", "peers a direct mesh splits the interconnect among "
+                                            "(each reached at interconnect_bandwidth / peers); none through a switch")
+    description: str = figure("Part", "text", "the exact part: form factor, memory, power (csv and json)")
+    notes: str | None = figure("Notes", "text", "what was chosen and why, where a figure is not the vendor's (csv and json)")
 
 
 def hardware_rows(hardware: list[Hardware]) -> list[dict]:
@@ -247,5 +266,6 @@ def hardware_rows(hardware: list[Hardware]) -> list[dict]:
     return [as_row(HardwareRow(name=hw.name, vendor=hw.vendor, peak_flops_bf16=hw.peak_flops_bf16,
                                memory_bandwidth=hw.memory_bandwidth, memory_bytes=hw.memory_bytes,
                                ridge_flops_per_byte=float(hw.ridge_point), interconnect_bandwidth=hw.interconnect_bandwidth,
-                               source=hw.source))
+                               source=hw.source, interconnect_peers=hw.interconnect_peers, description=hw.description,
+                               notes=hw.notes))
             for hw in hardware]

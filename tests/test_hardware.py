@@ -4,6 +4,7 @@ the roofline has its closed forms, and user files fail with file, field and rule
 from __future__ import annotations
 
 import dataclasses
+import json
 from decimal import Decimal
 from fractions import Fraction
 
@@ -73,8 +74,9 @@ PUBLISHED = {
     # 256 GB HBM3E (ROCm GPU specs: VRAM 256 GiB), 6 TB/s.
     "mi325x": (tera("1307.4"), tera("6"), 256 * GiB),
     # https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html: BF16 matrix 2.5 PFLOPS dense
-    # (5 with sparsity), 288 GB HBM3E (ROCm GPU specs: VRAM 288 GiB), 8 TB/s.
-    "mi355x": (tera("2500"), tera("8"), 288 * GiB),
+    # (5 with sparsity), 288 GB HBM3E (ROCm GPU specs: VRAM 288 GiB, 256 CUs), 8 TB/s; the 2.5 is AMD's rounding of
+    # 256 CUs x 4096 bf16 FLOP a clock x 2.4 GHz (Hot Chips 2025), stored unrounded so a time stays a lower bound.
+    "mi355x": (256 * 4096 * giga("2.4"), tera("8"), 288 * GiB),
     # https://docs.cloud.google.com/tpu/docs/v5e: 197 TFLOPs (bf16) per chip; HBM2 16 GB, 819 GBps.
     "tpu-v5e": (tera("197"), giga("819"), 16 * GiB),
     # https://docs.cloud.google.com/tpu/docs/v5p: 459 TFLOPs (BF16) per chip; HBM 95 GiB, 2765 GBps.
@@ -271,8 +273,11 @@ def test_hardware_rows_have_stable_keys_and_raw_numbers():
             "name", "vendor", "peak_flops_bf16", "memory_bandwidth", "memory_bytes", "ridge_flops_per_byte",
             "interconnect_bandwidth",  # added by #7: keys only grow
             "source",  # a review: the command's help promised sources no output carried (csv and json, not the table)
+            "interconnect_peers", "description", "notes",  # a review: no output said which part a preset is
         ]
         assert row["source"] == hw.source and "https://" in row["source"]
+        assert row["description"] == hw.description and row["notes"] == hw.notes
+        assert row["interconnect_peers"] == (7 if hw.name == "gaudi3" else None)
         assert row["interconnect_bandwidth"] == PUBLISHED_INTERCONNECT.get(hw.name)
         assert row["peak_flops_bf16"] == hw.peak_flops_bf16 and isinstance(row["memory_bytes"], int)
         assert isinstance(row["ridge_flops_per_byte"], float)
@@ -504,3 +509,35 @@ def test_a_file_of_another_kind_is_named_in_one_line():
         f"error: {spec}: a model spec (it has d_model, layer_groups, n_layers), not a hardware preset; give it as a MODEL"]
     res = run("cost", "llama3-8b", "--hardware", str(config), ok=False)
     assert len(res.stderr.strip().splitlines()) == 1 and "a Hugging Face config.json (it has model_type" in res.stderr
+
+
+def test_a_direct_mesh_reaches_a_tp_group_over_the_links_to_its_peers():
+    # Intel's network docs: an HLS-3 box joins its 8 Gaudi 3s all to all, 21 scale-up ports of 25 GB/s each way, 3 to
+    # each of the 7 peers: 75 GB/s a peer. A ring all-reduce of B bytes over tp cards moves 2·(tp − 1)/tp · B through
+    # the links to the group's other cards: llama3.1-70b, batch 32, d = 8,192, 80 layers · 2 + 1 all-reduces of
+    # 32 · 8,192 · 2 bytes = 84,410,368 bytes a step
+    gaudi = load_hardware("gaudi3")
+    assert [gaudi.group_bandwidth(tp) for tp in (2, 4, 8, 16)] == [75 * 10**9, 225 * 10**9, 525 * 10**9, 525 * 10**9]
+    assert load_hardware("h100-80gb").group_bandwidth(2) == 450 * 10**9  # NVSwitch: every peer at the whole link
+    total = (2 * 80 + 1) * 32 * 8192 * 2
+    assert total == 84_410_368
+    for tp, bandwidth in ((2, 75 * 10**9), (4, 225 * 10**9), (8, 525 * 10**9)):
+        out = json.loads(run("cost", "llama3.1-70b", "--ctx", "4096", "--batch", "32", "--tp", str(tp), "--hardware", "gaudi3",
+                             "-f", "json").stdout)["summary"]
+        assert out["tp_allreduce_bytes"] == total
+        assert out["comm_seconds_per_token"] == float(Fraction(2 * (tp - 1) * total, tp * bandwidth))
+
+
+def test_vllm_takes_a_preset_for_an_a100_by_its_name_or_description(tmp_path):
+    # vLLM's batch defaults test the CUDA device's name ('NVIDIA A100-SXM4-80GB': 2,048 batched tokens and 256
+    # sequences where other GPUs of 70 GiB or more get 8,192 and 1,024); a file of one's own for an A100 under another
+    # name says so in its description, as the bundled preset does
+    from kvcalc.costs.engine_memory import default_prefill_chunk, vllm_a100
+
+    text = ("name: ampere80\nvendor: NVIDIA\ndescription: {}\npeak_flops_bf16: 312e12\nmemory_bandwidth: 2039e9\n"
+            "memory_bytes: 80GiB\nsource: https://www.nvidia.com/en-us/data-center/a100/\n")
+    (tmp_path / "a.yaml").write_text(text.format("NVIDIA A100-SXM4-80GB"))
+    (tmp_path / "h.yaml").write_text(text.format("an 80 GiB Hopper"))
+    a100, other = (load_hardware(str(tmp_path / f)) for f in ("a.yaml", "h.yaml"))
+    assert vllm_a100(a100) and vllm_a100(load_hardware("a100-80gb")) and not vllm_a100(other)
+    assert [default_prefill_chunk("vllm", hw) for hw in (a100, other)] == [2048, 8192]

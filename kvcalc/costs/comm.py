@@ -12,7 +12,8 @@ Rules (also in the README):
 - A decode step sends one token a sequence: messages of ceil(batch / dp) × d_model values at 2 bytes (bf16
   activations). `tp = 1` has none.
 - Time: a ring all-reduce moves 2·(tp − 1)/tp of its message through each GPU's link each way (NCCL's bus
-  bandwidth), so time = 2·(tp − 1)/tp · bytes / interconnect_bandwidth. Latency, overlap with compute, pipeline
+  bandwidth), so time = 2·(tp − 1)/tp · bytes / the bandwidth a device has to the tp group: interconnect_bandwidth
+  through a switch, the links to its tp − 1 peers in a direct mesh (Hardware.group_bandwidth: Gaudi 3). Latency, overlap with compute, pipeline
   hand-offs, the LM head's logit gather, expert all-to-all, SGLang's DP-attention gathers and the reductions of the
   multi-token-prediction layers that --mtp adds to a step's FLOPs are not counted.
 """
@@ -63,6 +64,7 @@ def _allreduce_count(spec: ModelSpec, dp_attention: bool = False) -> int:
     return count + sum(run.count for run in ffn_runs(spec) if not isinstance(run.ffn, NoFFN))
 
 
-def allreduce_seconds(reduce: AllReduce, tp: int, link_bandwidth: int) -> Fraction:
-    """A ring all-reduce's time: 2·(tp − 1)/tp of the bytes through each link (one direction), summed."""
-    return Fraction(2 * (tp - 1) * reduce.bytes, tp * link_bandwidth)
+def allreduce_seconds(reduce: AllReduce, tp: int, bandwidth: int | Fraction) -> Fraction:
+    """A ring all-reduce's time: 2·(tp − 1)/tp of the bytes through each device's links to the group (one
+    direction, `bandwidth`: Hardware.group_bandwidth), summed."""
+    return Fraction(2 * (tp - 1) * reduce.bytes, tp) / bandwidth

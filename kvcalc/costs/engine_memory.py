@@ -116,6 +116,13 @@ def with_tower(spec: ModelSpec, families: frozenset[str]) -> bool:
 SGLANG_NOT_AITER = frozenset({"whisper", "gemma4", "olmo2", "olmo3"})
 
 
+def vllm_a100(hw: Hardware) -> bool:
+    """Whether vLLM's batch defaults take `hw` for an A100 (engine/arg_utils.py get_batch_defaults tests the CUDA
+    device's name, 'NVIDIA A100-SXM4-80GB'): 'a100' in the preset's name or description, the preset's words for the
+    part."""
+    return "a100" in f"{hw.name} {hw.description}".casefold()
+
+
 def sglang_prefill_graphs(spec: ModelSpec, s: Settings, hw: Hardware) -> bool:
     """Whether SGLang captures `spec`'s prefills in its breakable CUDA graphs (cuda_graph_config.py
     default_prefill_backend: on CUDA; cuda_graph_hook.py: off at pp > 1, for KDA hybrids and for multimodal models
@@ -222,7 +229,7 @@ def default_prefill_chunk(engine: str | None, hw: Hardware) -> int:
             return VLLM_TPU_CHUNK[chip]
     if engine == "vllm" and hw.memory_bytes >= VLLM_LARGEST_GPU:
         return 16384
-    if engine == "vllm" and hw.memory_bytes >= VLLM_LARGE_GPU and "a100" not in hw.name.lower():
+    if engine == "vllm" and hw.memory_bytes >= VLLM_LARGE_GPU and not vllm_a100(hw):
         return 8192
     return 2048
 
@@ -341,7 +348,7 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, ac
     whose rest SGLang's pools divide (sglang_stage_pools).
     None without an engine."""
     if s.engine == "vllm":
-        large = hw.memory_bytes >= VLLM_LARGE_GPU and ("a100" not in hw.name.lower() or hw.memory_bytes >= VLLM_LARGEST_GPU)
+        large = hw.memory_bytes >= VLLM_LARGE_GPU and (not vllm_a100(hw) or hw.memory_bytes >= VLLM_LARGEST_GPU)
         return min(VLLM_MAX_NUM_SEQS[0 if large else 1], chunk) * s.dp, "max_num_seqs"
     if s.engine != "sglang":
         return None

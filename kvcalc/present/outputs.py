@@ -888,9 +888,11 @@ def hardware_output() -> Output:
 
     rows = hardware_rows([load_hardware(name) for name in bundled_hardware()])
     figs = figures_of(HardwareRow)
-    cols = [Column.of(f) for f in figs if f.key != "source"]  # URLs: in csv and json, too wide for a table
-    return Output([Table("hardware", cols, rows, "Hardware presets (vendor peak figures; csv and json carry the "
-                         "sources)", [f.key for f in figs])])
+    wide = ("source", "description", "notes")  # URLs and prose: in csv and json, too wide for a table
+    cols = [Column.of(f) for f in figs if f.key not in wide]
+    return Output([Table("hardware", cols, rows, "Hardware presets (peak figures, as each preset's source states them "
+                         "or its notes say; csv and json carry the part, the notes and the sources)",
+                         [f.key for f in figs])])
 
 
 def dims_output(loaded: list[LoadedModel], kinds: tuple[str, ...]) -> Output:
