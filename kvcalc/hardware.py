@@ -98,8 +98,34 @@ class Hardware(Strict):
         " split among evenly, so one peer is reached over interconnect_bandwidth / peers (Gaudi 3's HLS-3: 21 ports to"
         " 7 peers, 3 each); absent for a switched fabric (NVSwitch), where every peer is reached at the whole bandwidth.",
     )
+    compute_capability: str | None = Field(
+        None,
+        description="An NVIDIA GPU's compute capability, major.minor (9.0: Hopper; 10.0: B200), which selects vLLM's"
+        " per-architecture kernels (its Gated DeltaNet prefill); absent for other vendors, and where unknown (read as"
+        " Hopper's).",
+    )
     source: str = Field(description="URL(s) of the vendor datasheet or page the numbers come from.")
     notes: str | None = Field(None, description="Free-form remarks: accumulate modes, what was chosen and why.")
+
+    @field_validator("compute_capability", mode="before")
+    @classmethod
+    def _capability_text(cls, value: object) -> object:
+        """major.minor as written (a YAML float, 9.0, by its text)."""
+        if value is None:
+            return value
+        text = getattr(value, "text", repr(value)) if isinstance(value, float) else value
+        if not isinstance(text, str) or not re.fullmatch(r"[0-9]{1,2}\.[0-9]", text):
+            raise ValueError(f"{str(text)[:40]!r}: write it as major.minor, as NVIDIA lists it (9.0 for Hopper, 8.0 "
+                             "for an A100)")
+        return text
+
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        """compute_capability as (major, minor); None where absent."""
+        if self.compute_capability is None:
+            return None
+        major, minor = self.compute_capability.split(".")
+        return int(major), int(minor)
 
     def group_bandwidth(self, group: int) -> Fraction | None:
         """The interconnect bandwidth one device spends on a collective among `group` devices (one direction): the
@@ -259,6 +285,8 @@ class HardwareRow:
                                             "(each reached at interconnect_bandwidth / peers); none through a switch")
     description: str = figure("Part", "text", "the exact part: form factor, memory, power (csv and json)")
     notes: str | None = figure("Notes", "text", "what was chosen and why, where a figure is not the vendor's (csv and json)")
+    compute_capability: str | None = figure("Compute\ncapability", "text", "an NVIDIA GPU's, which picks vLLM's kernels "
+                                            "(its Gated DeltaNet prefill)")
 
 
 def hardware_rows(hardware: list[Hardware]) -> list[dict]:
@@ -267,5 +295,5 @@ def hardware_rows(hardware: list[Hardware]) -> list[dict]:
                                memory_bandwidth=hw.memory_bandwidth, memory_bytes=hw.memory_bytes,
                                ridge_flops_per_byte=float(hw.ridge_point), interconnect_bandwidth=hw.interconnect_bandwidth,
                                source=hw.source, interconnect_peers=hw.interconnect_peers, description=hw.description,
-                               notes=hw.notes))
+                               notes=hw.notes, compute_capability=hw.compute_capability))
             for hw in hardware]

@@ -374,3 +374,32 @@ def test_mtp_refused_where_the_engine_runs_it_by_rules_kvcalc_lacks():
     run("compare", BUNDLED, "--ctx", "4k", "--engine", "sglang")
     run("compare", BUNDLED, "--ctx", "4k", "--engine", "vllm", "--tp", "2", "--pp", "2")
     run("compare", BUNDLED, "--ctx", "4k", "--engine", "vllm", "--tp", "2", "--mtp")
+
+
+def test_vllms_gdn_checkpoint_grid_follows_the_gpus_prefill_kernel():
+    # vLLM 0.34.0 (qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend) prefills a Gated DeltaNet with FlashInfer on
+    # compute capability 9.0 and, at head_k_dim 128 under its CUDA 13 wheels, on the 10.x and 12.x families; only that
+    # backend declares the 64-token checkpoint grid that _align_hybrid_block_size rounds the hybrid's block to, and
+    # the one prefill-checkpoint block a state group reserves. Elsewhere (Ampere, Ada, ROCm) Triton: no grid.
+    # Qwen3-Next at --block-size 16: a layer's state page of S bytes needs k · ceil(S / (k · 2,048)) tokens of a
+    # full-attention page (2 KV heads of 256, K and V, bf16: 2,048 bytes a token): 544 with k = 16, 576 with k = 64
+    from conftest import spec
+    from kvcalc.costs.cache import kv_cache
+    from kvcalc.costs.parallel import stages
+    from kvcalc.hardware import load_hardware
+    from kvcalc.settings import Settings
+
+    m = spec(BUNDLED)
+    assert m.groups[0].attention.linear_key_head_dim == 128
+    grid = {None: 576, "h100-80gb": 576, "b200-180gb": 576, "rtx-5090": 576, "a100-80gb": 544, "l40s": 544,
+            "rtx-4090": 544, "mi300x": 544}
+    for name, block in grid.items():
+        s = Settings(ctx=8192, engine="vllm", block_size=16, hardware=load_hardware(name) if name else None)
+        report = kv_cache(m, s)
+        assert report.plan.block_size == block, name
+        pages = -(-8192 // block)  # 12 full-attention layers' pages at 8k; 36 state layers' 2 resident pages each
+        assert report.engine_bytes == 12 * pages * block * 2048, name
+        states = [g for g in stages(m, s)[0].admission if g.kind == "state"]
+        # vLLM's 3 state groups (36 layers in groups of the 12 attention layers' size), each reserving 2 blocks and
+        # the checkpoint's, where one is kept
+        assert [g.span for g in states] == [3 if block == 576 else 2] * 3, name

@@ -274,6 +274,7 @@ def test_hardware_rows_have_stable_keys_and_raw_numbers():
             "interconnect_bandwidth",  # added by #7: keys only grow
             "source",  # a review: the command's help promised sources no output carried (csv and json, not the table)
             "interconnect_peers", "description", "notes",  # a review: no output said which part a preset is
+            "compute_capability",  # vLLM's Gated DeltaNet prefill by GPU
         ]
         assert row["source"] == hw.source and "https://" in row["source"]
         assert row["description"] == hw.description and row["notes"] == hw.notes
@@ -541,3 +542,17 @@ def test_vllm_takes_a_preset_for_an_a100_by_its_name_or_description(tmp_path):
     a100, other = (load_hardware(str(tmp_path / f)) for f in ("a.yaml", "h.yaml"))
     assert vllm_a100(a100) and vllm_a100(load_hardware("a100-80gb")) and not vllm_a100(other)
     assert [default_prefill_chunk("vllm", hw) for hw in (a100, other)] == [2048, 8192]
+
+
+def test_compute_capability_reads_as_written_and_refuses_other_forms(tmp_path):
+    text = ("name: mine\nvendor: NVIDIA\ndescription: a GPU\npeak_flops_bf16: 989.4e12\nmemory_bandwidth: 3.35e12\n"
+            "memory_bytes: 80GiB\nsource: https://example.com\ncompute_capability: {}\n")
+    for written, cap in (("9.0", (9, 0)), ('"10.0"', (10, 0)), ("12.0", (12, 0))):
+        (tmp_path / "h.yaml").write_text(text.format(written))
+        assert load_hardware(str(tmp_path / "h.yaml")).capability == cap
+    for bad in ("9", '"sm90"', "9.00"):
+        (tmp_path / "h.yaml").write_text(text.format(bad))
+        with pytest.raises(SpecError) as err:
+            load_hardware(str(tmp_path / "h.yaml"))
+        assert "compute_capability" in str(err.value), bad
+    assert [load_hardware(n).capability for n in ("h100-80gb", "a100-80gb", "mi300x")] == [(9, 0), (8, 0), None]

@@ -29,6 +29,7 @@ from kvcalc.costs.paged import (
     check_encoder_positions,
     check_pages,
     engine_groups,
+    gdn_key,
     keeps_every_token,
     layer_pages,
     lookahead,
@@ -376,7 +377,7 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
 def cache_plan(spec: ModelSpec, s: Settings) -> CachePlan:
     """The CachePlan of `spec` at settings `s` (their context and batch not read), once per spec and settings."""
     return spec.memo(("cache_plan", s.kv_dtype, s.mla_cache, s.kv_quant, s.engine, s.block_size, s.state_dtype, s.enc_ctx,
-                      s.mtp, state_slots(spec.family, s)), _plan, spec, s)
+                      s.mtp, state_slots(spec.family, s), gdn_key(s)), _plan, spec, s)
 
 
 def cache_at(plan: CachePlan, s: Settings) -> CacheReport:

@@ -79,16 +79,41 @@ VLLM_KERNEL_BLOCK = 16  # FlashAttention's smallest kernel block (get_supported_
 VLLM_MLA_HYBRID_BLOCK = 128  # _align_hybrid_block_size: an MLA/Mamba hybrid's block a multiple of 128 (TRT-LLM MLA)
 # _align_hybrid_block_size in mamba_cache_mode "align" (the hybrids' default): the block is also a multiple of the
 # Mamba layers' prefill checkpoint alignment where every one declares it (get_mamba_prefill_checkpoint_alignment): a
-# Qwen Gated DeltaNet layer on the FlashInfer prefill, vLLM's pick on Hopper (qwen_gdn_linear_attn.py
-# _resolve_gdn_prefill_backend), declares FLASHINFER_GDN_CHECKPOINT_ALIGNMENT; no other state kind declares one
+# Qwen Gated DeltaNet layer on the FlashInfer prefill (qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend: Hopper,
+# and Blackwell at head_k_dim 128; vllm_gdn_flashinfer) declares FLASHINFER_GDN_CHECKPOINT_ALIGNMENT; no other state
+# kind declares one
 VLLM_GDN_CHECKPOINT_ALIGNMENT = 64
 
 
-def gdn_checkpoints(states: Sequence[ResolvedGroup]) -> bool:
+def gdn_checkpoints(states: Sequence[ResolvedGroup], s: Settings) -> bool:
     """Whether vLLM takes a hybrid's prefill checkpoints on its Gated DeltaNet's grid: every state layer (`states`, the
     groups with a state) a Gated DeltaNet (get_mamba_prefill_checkpoint_alignment: all its Mamba layers declare one),
-    as on Hopper's FlashInfer prefill, which kvcalc follows."""
-    return all(g.attention.kind == "gated_deltanet" and g.parallel is None for g in states)
+    each prefilled by FlashInfer (vllm_gdn_flashinfer), the only backend that declares one."""
+    return all(g.attention.kind == "gated_deltanet" and g.parallel is None for g in states) and \
+        vllm_gdn_flashinfer(s, [getattr(g.attention, "linear_key_head_dim", 0) for g in states])
+
+
+def vllm_gdn_flashinfer(s: Settings, head_k_dims: Sequence[int]) -> bool:
+    """Whether vLLM 0.34.0 prefills a Gated DeltaNet of these key head dims with FlashInfer on the settings' GPU
+    (qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend, 'auto'): on compute capability 9.0 (Hopper); on the 10.x
+    and 12.x families (B200, GB200; RTX 5090) with head_k_dim 128 under CUDA 13, its wheels' runtime; elsewhere Triton:
+    Ampere and Ada (A100, L40S, RTX 4090), and off CUDA (AMD, TPU). Without a GPU named, or an NVIDIA preset that gives
+    no compute_capability, Hopper's."""
+    hw = s.hardware
+    if hw is None:
+        return True
+    if hw.platform != "cuda":
+        return False
+    cap = hw.capability
+    if cap is None or cap == (9, 0):
+        return True
+    return cap[0] in (10, 12) and all(d == 128 for d in head_k_dims)
+
+
+def gdn_key(s: Settings) -> tuple[str, str | None] | None:
+    """What of the settings' GPU vllm_gdn_flashinfer reads, for the memo keys of plans that page under vLLM."""
+    hw = s.hardware
+    return None if s.engine != "vllm" or hw is None else (hw.platform, hw.compute_capability)
 # A hybrid's state pages a request holds at a time in vLLM 0.34.0, which enables prefix caching for hybrid models by
 # default (ModelConfig.is_prefix_caching_supported; MambaModelConfig: mamba_cache_mode "align"): the running state and
 # the last block's (MambaSpec.max_num_blocks_per_req: "only 2 + num_speculative_blocks state blocks are resident")
@@ -445,7 +470,7 @@ def vllm_hybrid_pages(groups: tuple[ResolvedGroup, ...] | list[ResolvedGroup], s
     asked = s.block_size or DEFAULT_BLOCK["vllm"]
     k = max(VLLM_MLA_BLOCK if isinstance(first, MLA) else VLLM_KERNEL_BLOCK, asked)
     k = max(k, VLLM_MLA_HYBRID_BLOCK) if isinstance(first, MLA) else k
-    if gdn_checkpoints([g for g, b in zip(groups, state_bytes) if b]):
+    if gdn_checkpoints([g for g, b in zip(groups, state_bytes) if b], s):
         k = lcm(k, VLLM_GDN_CHECKPOINT_ALIGNMENT)
     block = max(_holding_block(formula, heads, k, max(state_bytes), first, s), asked)
     return HybridPages(block, page_bytes(formula, heads, block, first, s))

@@ -80,6 +80,7 @@ from kvcalc.costs.paged import (
     check_pages,
     engine_groups,
     gdn_checkpoints,
+    gdn_key,
     keeps_every_token,
     lookahead,
     lookahead_limit,
@@ -213,7 +214,7 @@ def stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     """Every stage of the settings' layout apart from the context and batch, once per spec and layout (see the module's
     rules)."""
     key = ("stages", s.tp, s.pp, s.ep, s.dp_attention, s.weights_dtype, s.kv_dtype, s.mla_cache, s.kv_quant, s.engine,
-           s.block_size, s.state_dtype, s.enc_ctx, s.mtp, ffn_split(spec, s))
+           s.block_size, s.state_dtype, s.enc_ctx, s.mtp, ffn_split(spec, s), gdn_key(s))
     return spec.memo(key, _plan_stages, spec, s)
 
 
@@ -278,17 +279,18 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
         extra += mxfp4_scale_bytes(spec, s, _routed_matrices(spec, s, ffns))
         out.append(Stage(i, layers, tuple(groups), weights_bytes(params, s.weights_dtype) + extra,
                          null_block_bytes(s, layout, here, groups), tuple(sized), slots,
-                         admission_groups(held, caches, layout) if s.engine == "vllm" else ()))
+                         admission_groups(held, caches, layout, s) if s.engine == "vllm" else ()))
     return tuple(out)
 
 
 def admission_groups(groups: Sequence[ResolvedGroup], caches: Sequence[GroupCache],
-                     layout: PoolLayout | None) -> tuple[AdmissionGroup, ...]:
+                     layout: PoolLayout | None, s: Settings) -> tuple[AdmissionGroup, ...]:
     """vLLM's KV cache groups of a model's layer `groups` (as one rank holds them, `caches` their cache) as its
     start-up check counts them (AdmissionGroup): the groups of its pool `layout` (PoolLayout.groups: a group for each
     spec's share; vLLM keeps a stage's empty groups, so every stage has them all), or, without a layout (one spec,
     or one type of attention at one block size), one group of the layers' kind; a model of states alone one state
-    group, vLLM's mamba_cache_mode "none" (a state page and no checkpoint)."""
+    group, vLLM's mamba_cache_mode "none" (a state page and no checkpoint). `s`: the settings, whose GPU picks the
+    prefill kernels that keep checkpoints (checkpoint_blocks)."""
     def attention(g: ResolvedGroup, block: int) -> AdmissionGroup:
         layer = g.layer
         if layer.window:
@@ -308,21 +310,21 @@ def admission_groups(groups: Sequence[ResolvedGroup], caches: Sequence[GroupCach
     for bucket, _ in layout.groups:
         i, part = layout.buckets[bucket]
         if part == "state":  # mamba_cache_mode "align": 2 state blocks and the prefill checkpoint's, where one is kept
-            out.append(AdmissionGroup("state", 0, 2 + checkpoint_blocks(groups[i], states)))
+            out.append(AdmissionGroup("state", 0, 2 + checkpoint_blocks(groups[i], states, s)))
         else:
             out.append(attention(groups[i], layout.pages[i].block or 1))
     return tuple(out)
 
 
-def checkpoint_blocks(g: ResolvedGroup, states: Sequence[ResolvedGroup]) -> int:
+def checkpoint_blocks(g: ResolvedGroup, states: Sequence[ResolvedGroup], s: Settings) -> int:
     """The prefill-checkpoint block a hybrid's state layer reserves in vLLM's "align" mode (MambaSpec
     num_prefill_checkpoint_blocks): 1 for a Mamba-2 mixer (mamba_mixer2.py get_kv_cache_spec) and for a Gated DeltaNet
-    where every state layer is one (qwen_gdn_linear_attn.py, on the FlashInfer prefill vLLM picks on Hopper, as
-    kvcalc.costs.paged.vllm_hybrid_pages follows); 0 for the other kinds."""
+    where every state layer is one, on the FlashInfer prefill (qwen_gdn_linear_attn.py; kvcalc.costs.paged.
+    gdn_checkpoints, as vllm_hybrid_pages asks it); 0 for the other kinds."""
     mixer = g.parallel if g.parallel is not None else g.attention
     if mixer.kind == "mamba2":
         return 1
-    return 1 if mixer.kind == "gated_deltanet" and gdn_checkpoints(states) else 0
+    return 1 if mixer.kind == "gated_deltanet" and gdn_checkpoints(states, s) else 0
 
 
 def null_block_bytes(s: Settings, layout: PoolLayout | None, here: frozenset[int], groups: list[_StageGroup]) -> int:
