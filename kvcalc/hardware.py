@@ -130,11 +130,14 @@ class Hardware(Strict):
     def group_bandwidth(self, group: int) -> Fraction | None:
         """The interconnect bandwidth one device spends on a collective among `group` devices (one direction): the
         whole interconnect_bandwidth through a switch; in a direct mesh the links to the group's other devices,
-        interconnect_bandwidth · min(group − 1, peers) / peers. None where none is published."""
+        interconnect_bandwidth · (group − 1) / peers. None where none is published, and for a group larger than one
+        mesh (peers + 1 devices), which leaves it over links no preset describes."""
         bandwidth = self.interconnect_bandwidth
         if bandwidth is None or self.interconnect_peers is None:
             return None if bandwidth is None else Fraction(bandwidth)
-        return Fraction(bandwidth * min(group - 1, self.interconnect_peers), self.interconnect_peers)
+        if group - 1 > self.interconnect_peers:
+            return None
+        return Fraction(bandwidth * (group - 1), self.interconnect_peers)
 
     @property
     def platform(self) -> str:

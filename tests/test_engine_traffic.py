@@ -70,9 +70,11 @@ def test_deepseek_v3_absorbed_decode_reads_the_bf16_copies_of_an_fp8_kv_b_proj()
         # the naive schedule reads kv_b_proj itself, in fp8
         naive = Settings(**at, engine=engine, mla_schedule="naive")
         assert decode_weights(m, naive) - decode_weights(m, Settings(**at, mla_schedule="naive")) == rest
-        # a prefill runs the MHA path through kv_b_proj: no copies; its 4,096 tokens look up 4,096 rows
+        # vLLM's prefill runs the MHA path through kv_b_proj: no copies; SGLang's, in its prefill graph (an 80 GiB
+        # Hopper's chunks of 8,192 without --hardware), the absorbed one through them; 4,096 tokens look up 4,096 rows
+        copied = copies if engine == "sglang" else 0
         assert prefill_bytes(m, Settings(**at, engine=engine))["weights"] - prefill_bytes(m, Settings(**at))["weights"] \
-            == 58 * (7168 * 256 + 256) + 129_280 * 7168 + 4096 * 7168
+            == 58 * (7168 * 256 + 256) + 129_280 * 7168 + 4096 * 7168 + copied
     # in bf16 vLLM's W_UK, W_UV are views and SGLang's copies bf16 as the rest: the same bytes read as without an engine
     for engine in ("vllm", "sglang"):
         assert decode_weights(m, Settings(ctx=4096, engine=engine)) == decode_weights(m, Settings(ctx=4096))
@@ -143,11 +145,11 @@ def test_a_decode_step_reads_the_scales_of_the_experts_whose_weights_it_counts()
 
 
 def test_sglang_reads_the_absorbed_copies_in_a_prefill_its_graphs_capture():
-    # SGLang's breakable prefill CUDA graph (the CUDA default at pp 1) captures chunks of up to min(8,192,
+    # SGLang's breakable prefill CUDA graph (the CUDA default at pp 1) captures forwards of up to min(8,192,
     # chunked_prefill_size) tokens of an MLA model and pins the absorbed method there (attention_backend_handler.py):
-    # on an H100 (chunks of 8,192) deepseek-v3's fp8 prefill reads the bf16 copies of W_UK, W_UV, 61 · 2 · 512 · 128²,
-    # a byte more each than kv_b_proj's fp8; not on a B200 (chunks of 16,384 run eagerly, per head), an MI300X (no
-    # prefill graphs off CUDA), nor under pp 2 (its prefill graphs off)
+    # on an H100 deepseek-v3's fp8 prefill of 4,096 tokens reads the bf16 copies of W_UK, W_UV, 61 · 2 · 512 · 128²,
+    # a byte more each than kv_b_proj's fp8; not on a B200 (a DeepseekV3ForCausalLM's default trtllm_mla backend
+    # turns the prefill graphs off there), an MI300X (no prefill graphs off CUDA), nor under pp 2 (graphs off)
     from kvcalc.hardware import load_hardware
 
     m = spec("deepseek-v3")
@@ -161,9 +163,13 @@ def test_sglang_reads_the_absorbed_copies_in_a_prefill_its_graphs_capture():
     for hw in ("b200-180gb", "mi300x"):
         assert weights("sglang", hw) == weights("vllm", hw), hw
     assert weights("sglang", "h100-80gb", pp=2) == weights("vllm", "h100-80gb", pp=2)
-    # without a GPU named the prefill's path is unknown: kv_b_proj's bytes, as vLLM reads them
+    # without a GPU named, an 80 GiB Hopper's defaults: the copies
     plain = Settings(ctx=4096, weights_dtype="fp8")
-    assert prefill_bytes(m, replace(plain, engine="sglang"))["weights"] == prefill_bytes(m, replace(plain, engine="vllm"))["weights"]
+    assert prefill_bytes(m, replace(plain, engine="sglang"))["weights"] \
+        - prefill_bytes(m, replace(plain, engine="vllm"))["weights"] == copies
+    # --dense-attn, a way of counting FLOPs, leaves the bytes an engine moves alone
+    assert prefill_bytes(m, replace(plain, engine="sglang", dense_attn=True))["weights"] \
+        == prefill_bytes(m, replace(plain, engine="sglang"))["weights"]
 
 
 def test_deepseek_sparse_attention_prefills_past_top_k_read_the_copies_in_both_engines():

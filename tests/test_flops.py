@@ -294,17 +294,24 @@ def test_cost_notes_the_absorbed_prefill_engines_run_for_dsa_prompts():
     absorbed = prefill["total"] + 61 * (latent - per_head)
     assert absorbed == 22_758_498_487_500_800
     res = run("cost", "deepseek-v3.2", "--ctx", "128k", "--gen", "1")  # notes go to stderr in the human formats
-    assert ("note: deepseek-v3.2 at 131,072 tokens: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long "
-            "in the absorbed form") in res.stderr
+    assert ("note: deepseek-v3.2 at 131,072 tokens: vLLM and SGLang attend this DeepSeek Sparse Attention prefill in "
+            "the absorbed form, in the latent space") in res.stderr
     assert f"22.8 PFLOP ({absorbed:,} FLOPs), not the per-head form's 19.6 PFLOP counted here" in res.stderr
-    # within top-k vLLM attends per head, as counted, and SGLang still in the latent space by default
+    assert "vLLM past its dense MHA prefill of at most top-k 2,048 tokens" in res.stderr
+    # within top-k vLLM attends per head, as counted, and SGLang in its prefill graph in the latent space (no GPU
+    # named: an 80 GiB Hopper's chunks of 8,192, which it captures)
     short = run("cost", "deepseek-v3.2", "--ctx", "2048").stderr
-    assert "SGLang runs a DeepSeek Sparse Attention prefill in the absorbed form by default, at any length" in short
-    assert "vLLM attends a prompt of at most top-k 2,048 tokens per head, as counted" in short
-    # and under an engine that attends it per head there, nothing: vLLM, or SGLang under pp (its prefill graphs off)
-    for engine in (["--engine", "vllm"], ["--engine", "sglang", "--pp", "2"]):
-        assert "absorbed form" not in run("cost", "deepseek-v3.2", "--ctx", "2048", *engine).stderr, engine
+    assert "SGLang attends this DeepSeek Sparse Attention prefill in the absorbed form" in short
+    assert "SGLang inside its breakable prefill CUDA graph" in short and "assumed without --hardware" in short
+    assert short.rstrip().endswith("vLLM attends it per head, as counted")
+    # and where the engine attends it per head there, nothing: vLLM, SGLang under pp (its prefill graphs off, an
+    # eager per-head prefill on Hopper within top-k), SGLang on an MI355X (no graphs off CUDA; gfx950 has the
+    # per-head kernel); an MI300X (gfx942) has no per-head kernel: absorbed
+    for more in (["--engine", "vllm"], ["--engine", "sglang", "--pp", "2"], ["--engine", "sglang", "--hardware", "mi355x"]):
+        assert "absorbed form" not in run("cost", "deepseek-v3.2", "--ctx", "2048", *more).stderr, more
     assert "absorbed form" in run("cost", "deepseek-v3.2", "--ctx", "2048", "--engine", "sglang").stderr
+    mi300x = run("cost", "deepseek-v3.2", "--ctx", "2048", "--engine", "sglang", "--hardware", "mi300x").stderr
+    assert "per-head DSA prefill needs a Hopper, Blackwell or MI355X GPU" in mi300x
     # compare notes it beside its prefill column, per context; no other MLA model is noted
     shown = run("compare", "deepseek-v3.2", "--ctx", "2k,128k", "--columns", "cost").stderr
     assert "deepseek-v3.2 at 2,048 tokens" in shown and "deepseek-v3.2 at 131,072 tokens" in shown
@@ -316,7 +323,7 @@ def test_sweep_and_plot_note_the_absorbed_dsa_prefill_once_at_their_longest_cont
     # a sweep or plot of DeepSeek-V3.2's prefill says what cost says, once a model and setting, at the longest context
     # (not once a row); nothing where no prefill figure is shown, nor where every context is attended per head
     # (vLLM within top-k 2,048)
-    note = "note: deepseek-v3.2 at 131,072 tokens: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long"
+    note = "note: deepseek-v3.2 at 131,072 tokens: vLLM and SGLang attend this DeepSeek Sparse Attention prefill"
     res = run("sweep", "deepseek-v3.2", "--ctx", "1k..128k")
     assert res.stderr.count("absorbed form") == 1 and note in res.stderr
     assert "absorbed form" not in run("sweep", "deepseek-v3.2", "--ctx", "1k..128k", "--columns", "kv").stderr
@@ -344,14 +351,24 @@ def test_cost_notes_sglangs_absorbed_mla_prefill_where_its_graphs_capture_the_ch
     words = "SGLang attends this MLA prefill in the absorbed form, in the latent space"
     h100 = run("cost", "deepseek-v3", "--ctx", "4k", "--engine", "sglang", "--hardware", "h100-80gb").stderr
     assert words in h100 and f"435 TFLOP ({absorbed:,} FLOPs), not the per-head form's 334 TFLOP counted here" in h100
-    assert "captures every chunk of at most 8,192 tokens" in h100
-    unnamed = run("cost", "deepseek-v3", "--ctx", "4k", "--engine", "sglang").stderr  # no GPU: the condition said
-    assert words in unnamed and "its default on GPUs below 160 GiB, which --hardware tells" in unnamed
-    # per head, as counted: vLLM (forward_mha), no engine, SGLang on a B200 (chunks of 16,384 run eagerly), on AMD
-    # (no prefill graphs off CUDA) and under pp (its prefill graphs off)
-    for more in ([], ["--engine", "vllm"], ["--engine", "sglang", "--hardware", "b200-180gb"],
-                 ["--engine", "sglang", "--hardware", "mi300x"], ["--engine", "sglang", "--pp", "2"]):
-        assert "absorbed form" not in run("cost", "deepseek-v3", "--ctx", "4k", *more).stderr, more
+    assert "inside its breakable prefill CUDA graph, which captures forwards of at most 8,192 tokens" in h100
+    unnamed = run("cost", "deepseek-v3", "--ctx", "4k", "--engine", "sglang").stderr  # no GPU: Hopper's, said
+    assert words in unnamed and "as on an 80 GiB Hopper GPU with its chunks of 8,192, assumed without --hardware" in unnamed
+    # per head, as counted: vLLM (forward_mha), no engine, SGLang on a B200 (its default trtllm_mla backend for a
+    # DeepseekV3ForCausalLM turns the prefill graphs off), on AMD (no prefill graphs off CUDA), under pp (graphs off),
+    # on a B200 past its capture (batch 4 of 4k: forwards of 16,384 tokens, its chunk there, replay eagerly), and from
+    # an expanded cache (no latent)
+    for model, more in (("deepseek-v3", []), ("deepseek-v3", ["--engine", "vllm"]),
+                        ("deepseek-v3", ["--engine", "sglang", "--hardware", "b200-180gb"]),
+                        ("deepseek-v3", ["--engine", "sglang", "--hardware", "mi300x"]),
+                        ("deepseek-v3", ["--engine", "sglang", "--pp", "2"]),
+                        ("deepseek-v2", ["--engine", "sglang", "--hardware", "b200-180gb", "--batch", "4"]),
+                        ("deepseek-v3", ["--engine", "sglang", "--mla-cache", "expanded"])):
+        assert "absorbed form" not in run("cost", model, "--ctx", "4k", *more).stderr, (model, more)
+    # DeepSeek-V2 (a DeepseekV2ForCausalLM, no trtllm_mla default) on a B200: a forward of 4,096 tokens is captured,
+    # whatever its chunk of 16,384
+    assert "absorbed form" in run("cost", "deepseek-v2", "--ctx", "4k", "--engine", "sglang", "--hardware",
+                                  "b200-180gb").stderr
 
 
 def test_absorbed_needs_a_latent_cache():

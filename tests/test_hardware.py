@@ -518,7 +518,11 @@ def test_a_direct_mesh_reaches_a_tp_group_over_the_links_to_its_peers():
     # the links to the group's other cards: llama3.1-70b, batch 32, d = 8,192, 80 layers · 2 + 1 all-reduces of
     # 32 · 8,192 · 2 bytes = 84,410,368 bytes a step
     gaudi = load_hardware("gaudi3")
-    assert [gaudi.group_bandwidth(tp) for tp in (2, 4, 8, 16)] == [75 * 10**9, 225 * 10**9, 525 * 10**9, 525 * 10**9]
+    assert [gaudi.group_bandwidth(tp) for tp in (2, 4, 8)] == [75 * 10**9, 225 * 10**9, 525 * 10**9]
+    # 16 cards span two boxes, joined by 3 scale-out ports a card that no preset field describes: no estimate
+    assert gaudi.group_bandwidth(16) is None
+    assert "comm_seconds_per_token" not in json.loads(run("cost", "llama3.1-70b", "--ctx", "4096", "--tp", "16",
+                                                          "--hardware", "gaudi3", "-f", "json").stdout)["summary"]
     assert load_hardware("h100-80gb").group_bandwidth(2) == 450 * 10**9  # NVSwitch: every peer at the whole link
     total = (2 * 80 + 1) * 32 * 8192 * 2
     assert total == 84_410_368

@@ -13,7 +13,8 @@ Rules (also in the README):
   activations). `tp = 1` has none.
 - Time: a ring all-reduce moves 2·(tp − 1)/tp of its message through each GPU's link each way (NCCL's bus
   bandwidth), so time = 2·(tp − 1)/tp · bytes / the bandwidth a device has to the tp group: interconnect_bandwidth
-  through a switch, the links to its tp − 1 peers in a direct mesh (Hardware.group_bandwidth: Gaudi 3). Latency, overlap with compute, pipeline
+  through a switch, the links to its tp − 1 peers in a direct mesh (Hardware.group_bandwidth: Gaudi 3), where a
+  direct reduce-scatter and all-gather take that time; none for a group larger than one mesh. Latency, overlap with compute, pipeline
   hand-offs, the LM head's logit gather, expert all-to-all, SGLang's DP-attention gathers and the reductions of the
   multi-token-prediction layers that --mtp adds to a step's FLOPs are not counted.
 """
@@ -65,6 +66,7 @@ def _allreduce_count(spec: ModelSpec, dp_attention: bool = False) -> int:
 
 
 def allreduce_seconds(reduce: AllReduce, tp: int, bandwidth: int | Fraction) -> Fraction:
-    """A ring all-reduce's time: 2·(tp − 1)/tp of the bytes through each device's links to the group (one
-    direction, `bandwidth`: Hardware.group_bandwidth), summed."""
+    """An all-reduce's time: 2·(tp − 1)/tp of the bytes through each device's links to the group (one direction,
+    `bandwidth`: Hardware.group_bandwidth), summed: a ring through a switch, or in a direct mesh a reduce-scatter and
+    all-gather sending each peer its share at once, which take the same time over the links to the tp − 1 peers."""
     return Fraction(2 * (tp - 1) * reduce.bytes, tp) / bandwidth

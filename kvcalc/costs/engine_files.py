@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvcalc.attention import KV_PROJECTIONS, MLA, Heads, Mamba, Weight
+from kvcalc.costs.params import ffn_runs
 from kvcalc.dtypes import dtype_bits
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
@@ -139,6 +140,8 @@ MXFP4_EXPERTS_ONLY = frozenset({"gpt-oss"})
 # batches of up to SGLANG_MLA_CAPTURE tokens (memory_hook.py: min(8192, chunked_prefill_size) for an MLA model)
 SGLANG_GRAPH_MLA = frozenset({"deepseek", "kimi", "glm"})
 SGLANG_MLA_CAPTURE = 8192
+# SGLang's chunked_prefill_size on an 80 GiB GPU (memory_hook.py), which absorbed_prefill assumes without --hardware
+SGLANG_ASSUMED_CHUNK = 8192
 # OCP MX: one E8M0 scale, a byte, a block of 32 values along a matrix's input (vLLM and SGLang mxfp4.py create_weights:
 # w13_weight_scale and w2_weight_scale, uint8, mxfp4_block = 32)
 MXFP4_BLOCK = 32
@@ -241,35 +244,68 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
     return -(-extra // 8)
 
 
-def absorbed_prefill(spec: ModelSpec, s: Settings) -> bool | None:
-    """Whether the settings' engine attends a prefill of s.ctx tokens of `spec`'s MLA layers absorbed, in the latent
-    space (reading W_UK, W_UV from their copies), rather than per head through kv_b_proj; None where that turns on the
-    GPU and none is named (no --hardware). False without an engine or MLA, or under --dense-attn.
+def absorbed_prefill(spec: ModelSpec, s: Settings) -> bool:
+    """Whether the settings' engine attends a prefill of s.ctx tokens (batch · ctx in all) of `spec`'s MLA layers
+    absorbed, in the latent space (reading W_UK, W_UV from their copies), rather than per head through kv_b_proj.
+    False without an engine or MLA, and from an expanded cache (no latent to attend). Without --hardware, on an
+    80 GiB Hopper GPU's defaults (SGLANG_ASSUMED_CHUNK; the notes say so).
 
-    - DeepSeek Sparse Attention: past top-k tokens in both (vLLM's dense MHA prefill needs seq_len <= top-k,
-      sparse_mla_attention.py _use_dense_mha_prefill; its masked MHA runs on Blackwell alone), and within top-k under
-      SGLang at pp 1 (its prefill CUDA graphs turn use_mha off, dsa_backend.py).
-    - SGLang's DeepSeek-V2 attention (SGLANG_GRAPH_MLA) where its breakable prefill CUDA graph captures every chunk:
-      inside it _handle_attention_backend pins the absorbed method (attention_backend_handler.py), and it captures up to
-      min(8,192, chunked_prefill_size) tokens (memory_hook.py), so on CUDA at pp 1 with a chunk of at most 8,192 (GPUs
-      below 160 GiB; above it the chunks of 16,384 run eagerly, per head).
-    - SGLang's MiniCPM3 always (minicpm3.py replaces kv_b_proj with its absorbed copies after loading)."""
-    if s.engine not in ("vllm", "sglang") or s.dense_attn or not any(isinstance(g.attention, MLA) for g in spec.groups):
+    - vLLM: DeepSeek Sparse Attention's past top-k tokens (its dense MHA prefill needs seq_len <= top-k,
+      sparse_mla_attention.py _use_dense_mha_prefill; the masked MHA that attends some longer prompts per head runs
+      on Blackwell with a bf16 cache alone, not followed); every other MLA prefill per head (forward_mha).
+    - SGLang: where its breakable prefill CUDA graph captures the forwards (sglang_captured), inside which
+      attention_backend_handler.py pins the absorbed method and dsa_backend.py turns use_mha off; DeepSeek Sparse
+      Attention eagerly too, past top-k keys or on a GPU without its per-head kernel (sglang_dsa_per_head);
+      MiniCPM3 always (minicpm3.py replaces kv_b_proj with its absorbed copies after loading)."""
+    mla = any(isinstance(g.attention, MLA) for g in spec.groups)
+    if s.engine not in ("vllm", "sglang") or not mla or s.mla_cache != "latent":
         return False
     topk = spec.sparse_topk()
-    if topk is not None:
-        return s.ctx > topk or (s.engine == "sglang" and s.pp == 1)
-    if s.engine != "sglang":
-        return False
+    if s.engine == "vllm":
+        return topk is not None and s.ctx > topk
     if spec.family == "minicpm3":
         return True
-    if spec.family not in SGLANG_GRAPH_MLA or s.pp > 1:
-        return False
-    if s.hardware is None:
-        return None
+    if topk is not None:
+        return sglang_captured(spec, s) or s.ctx > topk or not sglang_dsa_per_head(s)
+    return spec.family in SGLANG_GRAPH_MLA and sglang_captured(spec, s)
+
+
+def sglang_captured(spec: ModelSpec, s: Settings) -> bool:
+    """Whether SGLang runs an MLA prefill's forwards in its breakable CUDA graph: its prefill graphs on
+    (engine_memory.sglang_prefill_graphs), but off for a DeepseekV3ForCausalLM (DeepSeek-V3, Kimi K2:
+    sglang_deepseek_v3) on compute capability 10.x, whose default backend there, trtllm_mla, turns them off
+    (model_overrides/deepseek_v2.py; cuda_graph_hook.py disable_prefill_cuda_graph_for_deepseek_trtllm_mla); and every
+    forward, min(batch · ctx, chunked_prefill_size) tokens, within its capture of SGLANG_MLA_CAPTURE tokens (a
+    forward past it replays eagerly: prefill_cuda_graph_runner.py can_replay_locally)."""
     from kvcalc.costs.engine_memory import sglang_chunk, sglang_prefill_graphs
 
-    return sglang_prefill_graphs(spec, s, s.hardware) and sglang_chunk(s.hardware, s.tp) <= SGLANG_MLA_CAPTURE
+    hw = s.hardware
+    platform, chunk = ("cuda", SGLANG_ASSUMED_CHUNK) if hw is None else (hw.platform, sglang_chunk(hw, s.tp))
+    blackwell = hw is not None and hw.capability is not None and hw.capability[0] == 10
+    if not sglang_prefill_graphs(spec, s, platform) or (blackwell and sglang_deepseek_v3(spec)):
+        return False
+    return min(s.batch * s.ctx, chunk) <= SGLANG_MLA_CAPTURE
+
+
+def sglang_deepseek_v3(spec: ModelSpec) -> bool:
+    """Whether SGLang serves `spec` as a DeepseekV3ForCausalLM (DeepSeek-V3, R1, Kimi K2), told from DeepSeek-V2 by its
+    routing: noaux_tc's e_score_correction_bias (a router bias), which V2's greedy routing lacks; DSA models apart."""
+    return spec.family in ("deepseek", "kimi") and spec.sparse_topk() is None and \
+        any(isinstance(run.ffn, MoEFFN) and run.ffn.router_bias for run in ffn_runs(spec))
+
+
+def sglang_dsa_per_head(s: Settings) -> bool:
+    """Whether SGLang's eager DSA prefill can attend a prompt within top-k per head (dsa_backend.py
+    set_dsa_prefill_impl, MHA_ONE_SHOT): on compute capability 9.0 or 10.x, or AMD's gfx95x (MI355X: CDNA 4), with a
+    bf16 or fp8 cache; without --hardware, or an NVIDIA preset without a compute_capability, Hopper's."""
+    hw = s.hardware
+    if s.kv_dtype not in ("bf16", "fp8"):
+        return False
+    if hw is None or (hw.platform == "cuda" and hw.capability is None):
+        return True
+    if hw.platform == "rocm":
+        return "cdna 4" in hw.description.casefold()
+    return hw.platform == "cuda" and hw.capability is not None and (hw.capability == (9, 0) or hw.capability[0] == 10)
 
 
 def mla_copies(spec: ModelSpec, s: Settings) -> bool:
@@ -494,8 +530,6 @@ def _check_vllm_ffn(spec: ModelSpec, s: Settings) -> None:
     """A KvcalcError where vLLM cannot split a dense FFN's width (a dense layer's, a leading dense layer's, or the
     shared experts', which deepseek_v2.py builds as one MLP n_shared · d_ff wide) evenly over the ranks ffn_split gives it: its MergedColumnParallelLinear asserts every output size divides
     by tp, and ColumnParallelLinear and RowParallelLinear divide() (vllm/model_executor/layers/linear.py)."""
-    from kvcalc.costs.params import ffn_runs
-
     split = ffn_split(spec, s)
     for run in ffn_runs(spec):
         ffn = run.ffn

@@ -123,12 +123,12 @@ def vllm_a100(hw: Hardware) -> bool:
     return "a100" in f"{hw.name} {hw.description}".casefold()
 
 
-def sglang_prefill_graphs(spec: ModelSpec, s: Settings, hw: Hardware) -> bool:
-    """Whether SGLang captures `spec`'s prefills in its breakable CUDA graphs (cuda_graph_config.py
-    default_prefill_backend: on CUDA; cuda_graph_hook.py: off at pp > 1, for KDA hybrids and for multimodal models
-    outside its allow-list)."""
+def sglang_prefill_graphs(spec: ModelSpec, s: Settings, platform: str) -> bool:
+    """Whether SGLang builds its breakable CUDA graphs for `spec`'s prefills on a GPU of `platform`
+    (Hardware.platform; cuda_graph_config.py default_prefill_backend: on CUDA; cuda_graph_hook.py: off at pp > 1, for
+    KDA hybrids and for multimodal models outside its allow-list)."""
     graphs = not with_tower(spec, SGLANG_MULTIMODAL - SGLANG_MULTIMODAL_GRAPHS) and spec.family != "kimi_linear"
-    return hw.platform == "cuda" and s.pp == 1 and graphs
+    return platform == "cuda" and s.pp == 1 and graphs
 
 
 def sglang_chunk(hw: Hardware, tp: int) -> int:
@@ -189,7 +189,7 @@ def _sglang_reserved_parts(spec: ModelSpec, s: Settings, hw: Hardware, chunk: in
              "dp": 0.0, "graphs": 0.0}
     if s.dp_attention:  # attention-dp size: kvcalc's --dp-attention is SGLang's --dp = --tp
         parts["dp"] = max_bs * s.tp * 3 + (max_bs * s.tp * 1.5 if max_bs > 300 else 0)
-    if sglang_prefill_graphs(spec, s, hw):  # breakable prefill graphs (the CUDA default)
+    if sglang_prefill_graphs(spec, s, hw.platform):  # breakable prefill graphs (the CUDA default)
         mla = any(isinstance(g.attention, MLA) for g in spec.groups)
         parts["graphs"] = 1.5 * 1024 if mla else 8 * _prefill_captures(chunk)
     return parts

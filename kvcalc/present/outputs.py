@@ -492,7 +492,8 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     cache = kv_cache(spec, s)
     summary = cost_summary_rows(figures(spec, s, cache), cache.bytes, units, cache.state_bytes,
                                 per_gpu_items(spec, s, cache, units, engine_too=True), crossover_holds(spec),
-                                engine_items(cache, units), partial_experts(spec, s), s.engine)
+                                engine_items(cache, units), partial_experts(spec, s),
+                                s.engine if s.engine in ("vllm", "sglang") else None)
     components = list(dict.fromkeys(k for p in passes.values() for k in p))
     rows = [{"component": c, **{p: passes[p].get(c, 0) for p in passes}} for c in components]
     rows.append({"component": "total", **{p: sum(passes[p].values()) for p in passes}})
@@ -535,44 +536,48 @@ def summary_note(spec: ModelSpec, s: Settings) -> str:
 
 def latent_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str]:
     """The note beside an MLA model's prefill (`counted` FLOPs, per head) where an engine attends it in the latent
-    space, the absorbed form, whose total prefill_total(schedule='absorbed') gives (README, MLA schedules): DeepSeek
-    Sparse Attention's in both engines (named without --engine too), another MLA model's under --engine sglang
-    (kvcalc.costs.engine_files.absorbed_prefill says when)."""
-    from kvcalc.costs.engine_files import SGLANG_MLA_CAPTURE, absorbed_prefill
+    space, the absorbed form, whose total prefill_total(schedule='absorbed') gives (README, MLA schedules): under
+    --engine that engine's, else for DeepSeek Sparse Attention both engines' (kvcalc.costs.engine_files.
+    absorbed_prefill says when; none under --dense-attn, whose count is a convention of its own)."""
+    from dataclasses import replace
+
+    from kvcalc.costs.engine_files import SGLANG_MLA_CAPTURE, absorbed_prefill, sglang_captured
     from kvcalc.costs.flops import prefill_total
     from kvcalc.units import format_flops
 
+    topk = spec.sparse_topk()
     if s.dense_attn or not spec.has_schedules():
         return []
-    topk = spec.sparse_topk()
-    if topk is None:
-        absorbed = absorbed_prefill(spec, s)
-        if absorbed is False:
-            return []
-        if spec.family == "minicpm3":
-            why = "its MiniCPM3 file keeps no kv_b_proj"
-        elif absorbed is None:
-            why = (f"on CUDA at pp 1, where its breakable prefill CUDA graph captures every chunk and pins that form: "
-                   f"chunks of at most {SGLANG_MLA_CAPTURE:,} tokens, its default on GPUs below 160 GiB, which --hardware "
-                   "tells")
+    engines = [s.engine] if s.engine in ("vllm", "sglang") else (["vllm", "sglang"] if topk is not None else [])
+    absorbing = [e for e in engines if absorbed_prefill(spec, replace(s, engine=e))]
+    if not absorbing:
+        return []
+    names = {"vllm": "vLLM", "sglang": "SGLang"}
+    whys = []
+    for e in absorbing:
+        if e == "vllm":
+            whys.append(f"vLLM past its dense MHA prefill of at most top-k {topk:,} tokens, but for the masked MHA it "
+                        "runs on Blackwell with a bf16 cache, per head up to 32,768 tokens by tp and chunk, not followed "
+                        "here")
+        elif spec.family == "minicpm3":
+            whys.append("SGLang's MiniCPM3 file keeps no kv_b_proj")
+        elif sglang_captured(spec, replace(s, engine=e)):
+            whys.append(f"SGLang inside its breakable prefill CUDA graph, which captures forwards of at most "
+                        f"{SGLANG_MLA_CAPTURE:,} tokens" + (", as on an 80 GiB Hopper GPU with its chunks of 8,192, "
+                                                            "assumed without --hardware" if s.hardware is None else ""))
+        elif topk is not None and s.ctx > topk:
+            whys.append(f"SGLang past top-k {topk:,} keys")
         else:
-            why = f"its breakable prefill CUDA graph captures every chunk of at most {SGLANG_MLA_CAPTURE:,} tokens and pins that form"
-        flops = prefill_total(spec, s, schedule="absorbed")
-        return [f"note: {spec.name} at {s.ctx:,} tokens: SGLang attends this MLA prefill in the absorbed form, in the "
-                f"latent space ({why}): {format_flops(flops)} ({flops:,} FLOPs), not the per-head form's "
-                f"{format_flops(counted)} counted here"]
+            whys.append("SGLang, whose per-head DSA prefill needs a Hopper, Blackwell or MI355X GPU and a bf16 or fp8 "
+                        "cache")
+    per_head = [names[e] for e in engines if e not in absorbing]
     flops = prefill_total(spec, s, schedule="absorbed")
-    both = f"{format_flops(flops)} ({flops:,} FLOPs), not the per-head form's {format_flops(counted)} counted here"
-    if s.ctx <= topk and (s.engine == "vllm" or (s.engine == "sglang" and s.pp > 1)):
-        return []  # vLLM attends it per head, as SGLang does without its prefill graphs (off under pp: cuda_graph_hook)
-    if s.ctx <= topk:
-        return [f"note: {spec.name} at {s.ctx:,} tokens: SGLang runs a DeepSeek Sparse Attention prefill in the "
-                "absorbed form by default, at any length (its prefill CUDA graphs turn the per-head path off), attending "
-                f"in the latent space: {both}; vLLM attends a prompt of at most top-k {topk:,} tokens per head, as counted"]
-    return [f"note: {spec.name} at {s.ctx:,} tokens: vLLM and SGLang run a DeepSeek Sparse Attention prefill this long "
-            f"in the absorbed form, attending in the latent space (vLLM past top-k {topk:,} tokens, but for its masked "
-            "MHA on Blackwell GPUs, up to 32,768 by tp and chunk; SGLang by default at any length, its prefill CUDA "
-            f"graphs turning the per-head path off): {both}"]
+    kind = "DeepSeek Sparse Attention" if topk is not None else "MLA"
+    verb = "attends" if len(absorbing) == 1 else "attend"
+    tail = f"; {' and '.join(per_head)} attends it per head, as counted" if per_head else ""
+    return [f"note: {spec.name} at {s.ctx:,} tokens: {' and '.join(names[e] for e in absorbing)} {verb} this {kind} "
+            f"prefill in the absorbed form, in the latent space: {format_flops(flops)} ({flops:,} FLOPs), not the "
+            f"per-head form's {format_flops(counted)} counted here ({'; '.join(whys)}){tail}"]
 
 
 def run_output(report: RunReport, lm: LoadedModel | None = None) -> Output:
