@@ -312,6 +312,10 @@ def test_cost_notes_the_absorbed_prefill_engines_run_for_dsa_prompts():
     assert "absorbed form" in run("cost", "deepseek-v3.2", "--ctx", "2048", "--engine", "sglang").stderr
     mi300x = run("cost", "deepseek-v3.2", "--ctx", "2048", "--engine", "sglang", "--hardware", "mi300x").stderr
     assert "per-head DSA prefill needs a Hopper, Blackwell or MI355X GPU" in mi300x
+    # without --engine the note asks both engines' rules of the same settings, a layout SGLang would refuse too
+    # (--ep past --tp): the command still answers
+    layout = run("cost", "deepseek-v3.2", "--ctx", "128k", "--tp", "2", "--dp", "4", "--ep", "8").stderr
+    assert "vLLM and SGLang attend this DeepSeek Sparse Attention prefill" in layout
     # compare notes it beside its prefill column, per context; no other MLA model is noted
     shown = run("compare", "deepseek-v3.2", "--ctx", "2k,128k", "--columns", "cost").stderr
     assert "deepseek-v3.2 at 2,048 tokens" in shown and "deepseek-v3.2 at 131,072 tokens" in shown

@@ -244,8 +244,8 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
     return -(-extra // 8)
 
 
-def absorbed_prefill(spec: ModelSpec, s: Settings) -> bool:
-    """Whether the settings' engine attends a prefill of s.ctx tokens (batch · ctx in all) of `spec`'s MLA layers
+def absorbed_prefill(spec: ModelSpec, s: Settings, engine: str | None = None) -> bool:
+    """Whether the settings' engine (or `engine`, asked of another: a note naming both) attends a prefill of s.ctx tokens (batch · ctx in all) of `spec`'s MLA layers
     absorbed, in the latent space (reading W_UK, W_UV from their copies), rather than per head through kv_b_proj.
     False without an engine or MLA, and from an expanded cache (no latent to attend). Without --hardware, on an
     80 GiB Hopper GPU's defaults (SGLANG_ASSUMED_CHUNK; the notes say so).
@@ -258,10 +258,11 @@ def absorbed_prefill(spec: ModelSpec, s: Settings) -> bool:
       Attention eagerly too, past top-k keys or on a GPU without its per-head kernel (sglang_dsa_per_head);
       MiniCPM3 always (minicpm3.py replaces kv_b_proj with its absorbed copies after loading)."""
     mla = any(isinstance(g.attention, MLA) for g in spec.groups)
-    if s.engine not in ("vllm", "sglang") or not mla or s.mla_cache != "latent":
+    engine = engine or s.engine
+    if engine not in ("vllm", "sglang") or not mla or s.mla_cache != "latent":
         return False
     topk = spec.sparse_topk()
-    if s.engine == "vllm":
+    if engine == "vllm":
         return topk is not None and s.ctx > topk
     if spec.family == "minicpm3":
         return True

@@ -539,8 +539,6 @@ def latent_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str
     space, the absorbed form, whose total prefill_total(schedule='absorbed') gives (README, MLA schedules): under
     --engine that engine's, else for DeepSeek Sparse Attention both engines' (kvcalc.costs.engine_files.
     absorbed_prefill says when; none under --dense-attn, whose count is a convention of its own)."""
-    from dataclasses import replace
-
     from kvcalc.costs.engine_files import SGLANG_MLA_CAPTURE, absorbed_prefill, sglang_captured
     from kvcalc.costs.flops import prefill_total
     from kvcalc.units import format_flops
@@ -549,7 +547,7 @@ def latent_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str
     if s.dense_attn or not spec.has_schedules():
         return []
     engines = [s.engine] if s.engine in ("vllm", "sglang") else (["vllm", "sglang"] if topk is not None else [])
-    absorbing = [e for e in engines if absorbed_prefill(spec, replace(s, engine=e))]
+    absorbing = [e for e in engines if absorbed_prefill(spec, s, e)]
     if not absorbing:
         return []
     names = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -561,7 +559,7 @@ def latent_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str
                         "here")
         elif spec.family == "minicpm3":
             whys.append("SGLang's MiniCPM3 file keeps no kv_b_proj")
-        elif sglang_captured(spec, replace(s, engine=e)):
+        elif sglang_captured(spec, s):
             whys.append(f"SGLang inside its breakable prefill CUDA graph, which captures forwards of at most "
                         f"{SGLANG_MLA_CAPTURE:,} tokens" + (", as on an 80 GiB Hopper GPU with its chunks of 8,192, "
                                                             "assumed without --hardware" if s.hardware is None else ""))
