@@ -203,7 +203,6 @@ def _parallel_roofline(spec: ModelSpec, s: Settings, hw: Hardware) -> tuple[Roof
     ceil(batch / dp) sequences; FLOPs and weights divided by tp; the cache and states one rank writes and reads (MLA's
     latent is not divided), as elements and states once, not an engine's pages (stage_written_bytes,
     stage_read_bytes); pipeline stages run one after another for a token, so pp does not shorten a step."""
-    from kvcalc.costs.engine_files import absorbed_prefill
     from kvcalc.hardware import roofline
 
     replica = replace(s, batch=-(-s.batch // s.dp), tp=1, pp=1, dp=1, ep=1, dp_attention=False)
@@ -213,8 +212,8 @@ def _parallel_roofline(spec: ModelSpec, s: Settings, hw: Hardware) -> tuple[Roof
     read = stage_read_bytes(ranked, stages(spec, ranked)[0])  # the keys the rank's queries attend, its states
     decode_read = -(-decode_bytes(spec, replica)["weights"] // tp) + read
     prefill = -(-prefill_total(spec, replica) // tp)
-    absorbed = absorbed_prefill(spec, s) is True  # at the layout: SGLang's prefill graphs are off under pp
-    prefill_moved = (-(-prefill_bytes(spec, replica, absorbed=absorbed)["weights"] // tp)
+    # the MLA prefill's form at the layout: SGLang's prefill graphs are off under pp, its forwards a replica's
+    prefill_moved = (-(-prefill_bytes(spec, replica, layout=s)["weights"] // tp)
                      + stage_written_bytes(ranked, stages(spec, ranked)[0]))
     return roofline(prefill, prefill_moved, hw), roofline(decode, decode_read, hw)
 

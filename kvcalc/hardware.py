@@ -121,8 +121,11 @@ class Hardware(Strict):
 
     @property
     def capability(self) -> tuple[int, int] | None:
-        """compute_capability as (major, minor); None where absent."""
+        """compute_capability as (major, minor); where absent, an A100's 8.0 for an NVIDIA part whose name or
+        description says A100 (as vLLM's batch defaults tell one), else None."""
         if self.compute_capability is None:
+            if self.platform == "cuda" and "a100" in f"{self.name} {self.description}".casefold():
+                return 8, 0
             return None
         major, minor = self.compute_capability.split(".")
         return int(major), int(minor)

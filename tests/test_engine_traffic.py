@@ -246,3 +246,21 @@ def test_dsa_traffic_reads_and_writes_the_index_keys_and_fp8_latents_as_the_engi
     weights = decode_weights(m, Settings(ctx=n, batch=32, engine="vllm"))
     assert out["decode_bytes_read"] == weights + 32 * expect[("bf16", "engine")] == 113_332_626_944
     assert out["decode_seconds_per_token"] == pytest.approx(113_332_626_944 / 4.8e12, rel=1e-12)
+
+
+def test_a_prefill_partly_absorbed_reads_kv_b_proj_and_the_copies():
+    # DeepSeek-V2 on a B200 under SGLang at 24k: the first forward of 16,384 tokens per head (kv_b_proj, fp8), the
+    # last of 8,192 absorbed (the bf16 copies): both read, the copies' 60 · 2 · 512 · 128² parameters at 2 bytes each
+    # beside kv_b_proj's; a 4k prompt, all absorbed, reads the copies in kv_b_proj's stead (a byte more each)
+    from kvcalc.hardware import load_hardware
+
+    m = spec("deepseek-v2")
+    b200 = load_hardware("b200-180gb")
+    copies = 60 * 2 * 512 * 128 * 128
+
+    def weights(ctx: int, engine: str) -> int:
+        return prefill_bytes(m, Settings(ctx=ctx, weights_dtype="fp8", engine=engine, hardware=b200))["weights"]
+
+    assert weights(24_576, "sglang") - weights(24_576, "vllm") == 2 * copies
+    assert weights(4096, "sglang") - weights(4096, "vllm") == copies
+    assert weights(32_768, "sglang") == weights(32_768, "vllm")  # two eager forwards of 16,384: per head

@@ -375,6 +375,38 @@ def test_cost_notes_sglangs_absorbed_mla_prefill_where_its_graphs_capture_the_ch
                                   "b200-180gb").stderr
 
 
+def test_sglang_attends_a_chunked_prefills_later_forwards_absorbed_where_its_rules_say():
+    # SGLang decides the form forward by forward (a review): on a B200 (chunks of 16,384) DeepSeek-V2's 24k prompt is
+    # a forward of 16,384 tokens, run eagerly per head (flashinfer at a prefix of 0), and one of 8,192 inside the
+    # prefill graph, absorbed; on an MI300X at tp 4 (32 heads a rank: Triton, no graphs off CUDA) DeepSeek-V3's second
+    # chunk of 16,384 (a prefix > 0) absorbed; on an A100 under pp 2 (graphs off, Triton) DeepSeek-V2's second chunk
+    # of 8,192. Absorbed minus per head a layer and pair: 128 heads · 2 · ((512 + 64 + 512) − (128 + 64 + 128))
+    pair = 128 * 2 * ((512 + 64 + 512) - (128 + 64 + 128))
+    assert pair == 196_608
+    pairs = lambda a, b: b * (b + 1) // 2 - a * (a + 1) // 2  # noqa: E731 - causal pairs of queries a+1..b
+    for model, layers, ctx, start, more in (
+            ("deepseek-v2", 60, 24_576, 16_384, ["--hardware", "b200-180gb"]),
+            ("deepseek-v3", 61, 32_768, 16_384, ["--hardware", "mi300x", "--tp", "4"]),
+            ("deepseek-v2", 60, 16_384, 8_192, ["--hardware", "a100-80gb", "--pp", "2"])):
+        counted = json.loads(run("cost", model, "--ctx", str(ctx), "-f", "json").stdout)["flops"]["prefill"]["total"]
+        total = counted + layers * pair * pairs(start, ctx)
+        note = run("cost", model, "--ctx", str(ctx), "--engine", "sglang", *more).stderr
+        assert f"SGLang attends the last {ctx - start:,} of each prompt's queries in the absorbed form" in note, model
+        assert f"({total:,} FLOPs), not the per-head form's" in note, (model, more)
+    # a batch of 3 such prompts on a B200 mixes the forms forward by forward: said, without a total
+    mixed = run("cost", "deepseek-v2", "--ctx", "8k", "--batch", "3", "--engine", "sglang", "--hardware", "b200-180gb")
+    assert "attends some of this batch's prefill forwards in the absorbed form" in mixed.stderr
+    # a --dp replica's forwards are its own sequences': 9 prompts of 1k over 9 replicas, each a forward of 1,024
+    # tokens inside the graph on a B200, as one prompt alone
+    dp = run("cost", "deepseek-v2", "--ctx", "1k", "--dp", "9", "--batch", "9", "--engine", "sglang", "--hardware",
+             "b200-180gb").stderr
+    assert "SGLang attends this MLA prefill in the absorbed form" in dp
+    # a sweep notes the longest context that has a note, and how many more do: on a B200 the 1k and 4k prompts are
+    # captured, the 32k one (two eager forwards of 16,384) per head
+    sweep = run("sweep", "deepseek-v2", "--ctx", "1k,4k,32k", "--engine", "sglang", "--hardware", "b200-180gb").stderr
+    assert "note: deepseek-v2 at 4,096 tokens: SGLang attends" in sweep and "(so too at 1 more of its 3 contexts)" in sweep
+
+
 def test_absorbed_needs_a_latent_cache():
     with pytest.raises(KvcalcError, match="needs --mla-cache latent"):
         decode_flops(spec("deepseek-v2"), Settings(ctx=10, mla_schedule="absorbed", mla_cache="expanded"))

@@ -560,3 +560,7 @@ def test_compute_capability_reads_as_written_and_refuses_other_forms(tmp_path):
             load_hardware(str(tmp_path / "h.yaml"))
         assert "compute_capability" in str(err.value), bad
     assert [load_hardware(n).capability for n in ("h100-80gb", "a100-80gb", "mi300x")] == [(9, 0), (8, 0), None]
+    # a file without it that describes an A100 (as vLLM's defaults tell one) is an A100 here too, not Hopper
+    (tmp_path / "a.yaml").write_text(text.replace("description: a GPU", "description: NVIDIA A100-SXM4-80GB")
+                                     .replace("compute_capability: {}\n", ""))
+    assert load_hardware(str(tmp_path / "a.yaml")).capability == (8, 0)

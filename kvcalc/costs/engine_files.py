@@ -140,8 +140,11 @@ MXFP4_EXPERTS_ONLY = frozenset({"gpt-oss"})
 # batches of up to SGLANG_MLA_CAPTURE tokens (memory_hook.py: min(8192, chunked_prefill_size) for an MLA model)
 SGLANG_GRAPH_MLA = frozenset({"deepseek", "kimi", "glm"})
 SGLANG_MLA_CAPTURE = 8192
-# SGLang's chunked_prefill_size on an 80 GiB GPU (memory_hook.py), which absorbed_prefill assumes without --hardware
+# SGLang's chunked_prefill_size on an 80 GiB GPU (memory_hook.py), which absorbed_queries assumes without --hardware
 SGLANG_ASSUMED_CHUNK = 8192
+# the prefix below which fa3 and flashinfer attend a continuing prefill forward absorbed (forward_mha.py
+# chunked_prefix_cache_threshold: SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD, 8192)
+SGLANG_CHUNKED_PREFIX_THRESHOLD = 8192
 # OCP MX: one E8M0 scale, a byte, a block of 32 values along a matrix's input (vLLM and SGLang mxfp4.py create_weights:
 # w13_weight_scale and w2_weight_scale, uint8, mxfp4_block = 32)
 MXFP4_BLOCK = 32
@@ -245,47 +248,112 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
 
 
 def absorbed_prefill(spec: ModelSpec, s: Settings, engine: str | None = None) -> bool:
-    """Whether the settings' engine (or `engine`, asked of another: a note naming both) attends a prefill of s.ctx tokens (batch · ctx in all) of `spec`'s MLA layers
-    absorbed, in the latent space (reading W_UK, W_UV from their copies), rather than per head through kv_b_proj.
-    False without an engine or MLA, and from an expanded cache (no latent to attend). Without --hardware, on an
-    80 GiB Hopper GPU's defaults (SGLANG_ASSUMED_CHUNK; the notes say so).
+    """Whether the settings' engine (or `engine`, asked of another: a note naming both) attends every query of a
+    prefill of `spec`'s MLA layers absorbed, in the latent space (reading W_UK, W_UV from their copies), rather than
+    per head through kv_b_proj (absorbed_queries, all of them)."""
+    return absorbed_queries(spec, s, engine) == s.ctx
+
+
+def absorbed_queries(spec: ModelSpec, s: Settings, engine: str | None = None) -> int | None:
+    """How many of each sequence's s.ctx prompt queries the settings' engine (or `engine`) attends absorbed, in the
+    latent space: the last ones, s.ctx for all, 0 for none; None where a replica's batch splits into forwards some of
+    which attend absorbed and others per head (not told sequence by sequence). 0 without an engine or MLA, and from an
+    expanded cache (no latent to attend). Without --hardware, on an 80 GiB Hopper GPU's defaults (the notes say so).
 
     - vLLM: DeepSeek Sparse Attention's past top-k tokens (its dense MHA prefill needs seq_len <= top-k,
       sparse_mla_attention.py _use_dense_mha_prefill; the masked MHA that attends some longer prompts per head runs
       on Blackwell with a bf16 cache alone, not followed); every other MLA prefill per head (forward_mha).
-    - SGLang: where its breakable prefill CUDA graph captures the forwards (sglang_captured), inside which
-      attention_backend_handler.py pins the absorbed method and dsa_backend.py turns use_mha off; DeepSeek Sparse
-      Attention eagerly too, past top-k keys or on a GPU without its per-head kernel (sglang_dsa_per_head);
-      MiniCPM3 always (minicpm3.py replaces kv_b_proj with its absorbed copies after loading)."""
+    - SGLang: MiniCPM3 always (minicpm3.py replaces kv_b_proj with its absorbed copies); its DeepSeek-V2 attention
+      (SGLANG_GRAPH_MLA) forward by forward (sglang_forward_absorbed), a replica's batch · ctx tokens in forwards of
+      chunked_prefill_size."""
     mla = any(isinstance(g.attention, MLA) for g in spec.groups)
     engine = engine or s.engine
     if engine not in ("vllm", "sglang") or not mla or s.mla_cache != "latent":
-        return False
+        return 0
     topk = spec.sparse_topk()
     if engine == "vllm":
-        return topk is not None and s.ctx > topk
+        return s.ctx if topk is not None and s.ctx > topk else 0
     if spec.family == "minicpm3":
+        return s.ctx
+    if spec.family not in SGLANG_GRAPH_MLA:
+        return 0
+    from kvcalc.costs.engine_memory import sglang_chunk
+
+    chunk = SGLANG_ASSUMED_CHUNK if s.hardware is None else sglang_chunk(s.hardware, s.tp)
+    sequences = ceil_div(ceil_div(s.batch, s.dp), s.tp if s.dp_attention else 1)  # one replica's (DP worker's)
+    total = sequences * s.ctx
+    n = ceil_div(total, chunk)
+    last = total - (n - 1) * chunk
+    if sequences == 1:  # forwards [i·chunk, (i + 1)·chunk), their prefixes known: the absorbed ones are the last
+        head = min(n - 1, 8)  # full forwards whose prefix can fall below a threshold (chunks of 2,048 tokens at least)
+        absorbed = sum(chunk for i in range(head) if sglang_forward_absorbed(spec, s, chunk, i * chunk))
+        if n - 1 > head and sglang_forward_absorbed(spec, s, chunk, head * chunk):  # the rest, at prefixes alike
+            absorbed += (n - 1 - head) * chunk
+        return absorbed + (last if sglang_forward_absorbed(spec, s, last, (n - 1) * chunk) else 0)
+    if n == 1:  # one forward of whole sequences: each at a prefix of 0, its keys ending at ctx
+        return s.ctx if sglang_forward_absorbed(spec, s, total, 0, s.ctx) else 0
+    kinds = {sglang_forward_absorbed(spec, s, chunk, None), sglang_forward_absorbed(spec, s, last, None)}
+    if len(kinds) > 1 or None in kinds:
+        return None
+    return s.ctx if kinds == {True} else 0
+
+
+def sglang_forward_absorbed(spec: ModelSpec, s: Settings, tokens: int, prefix: int | None,
+                            end: int | None = None) -> bool | None:
+    """Whether SGLang attends a prefill forward of `tokens` tokens, after `prefix` of its sequences (None: a batch's,
+    unknown) and with keys up to position `end` (prefix + tokens unless given), absorbed; None where that turns on
+    the prefix. Inside its breakable prefill CUDA graph
+    (sglang_graphs; a forward of at most SGLANG_MLA_CAPTURE tokens, prefill_cuda_graph_runner.py
+    can_replay_locally) always (attention_backend_handler.py pins the method; dsa_backend.py turns use_mha off);
+    eagerly by the backend (sglang_mla_backend): DeepSeek Sparse Attention per head where the forward's keys end
+    within top-k on a GPU with its per-head kernel (sglang_dsa_per_head); fa3 and flashinfer per head at a prefix of 0
+    or of at least SGLANG_CHUNKED_PREFIX_THRESHOLD (_handle_attention_backend), Triton at a prefix of 0
+    (handle_attention_triton), trtllm_mla and aiter always per head."""
+    if sglang_graphs(spec, s) and tokens <= SGLANG_MLA_CAPTURE:
         return True
+    topk = spec.sparse_topk()
     if topk is not None:
-        return sglang_captured(spec, s) or s.ctx > topk or not sglang_dsa_per_head(s)
-    return spec.family in SGLANG_GRAPH_MLA and sglang_captured(spec, s)
-
-
-def sglang_captured(spec: ModelSpec, s: Settings) -> bool:
-    """Whether SGLang runs an MLA prefill's forwards in its breakable CUDA graph: its prefill graphs on
-    (engine_memory.sglang_prefill_graphs), but off for a DeepseekV3ForCausalLM (DeepSeek-V3, Kimi K2:
-    sglang_deepseek_v3) on compute capability 10.x, whose default backend there, trtllm_mla, turns them off
-    (model_overrides/deepseek_v2.py; cuda_graph_hook.py disable_prefill_cuda_graph_for_deepseek_trtllm_mla); and every
-    forward, min(batch · ctx, chunked_prefill_size) tokens, within its capture of SGLANG_MLA_CAPTURE tokens (a
-    forward past it replays eagerly: prefill_cuda_graph_runner.py can_replay_locally)."""
-    from kvcalc.costs.engine_memory import sglang_chunk, sglang_prefill_graphs
-
-    hw = s.hardware
-    platform, chunk = ("cuda", SGLANG_ASSUMED_CHUNK) if hw is None else (hw.platform, sglang_chunk(hw, s.tp))
-    blackwell = hw is not None and hw.capability is not None and hw.capability[0] == 10
-    if not sglang_prefill_graphs(spec, s, platform) or (blackwell and sglang_deepseek_v3(spec)):
+        if prefix is None:
+            return None if s.ctx > topk else not sglang_dsa_per_head(s)
+        return (prefix + tokens if end is None else end) > topk or not sglang_dsa_per_head(s)
+    backend = sglang_mla_backend(spec, s)
+    if backend in ("trtllm_mla", "aiter", "other"):
         return False
-    return min(s.batch * s.ctx, chunk) <= SGLANG_MLA_CAPTURE
+    if prefix is None:
+        return None
+    if backend == "triton":
+        return prefix > 0
+    return 0 < prefix < SGLANG_CHUNKED_PREFIX_THRESHOLD
+
+
+def sglang_graphs(spec: ModelSpec, s: Settings) -> bool:
+    """Whether SGLang builds its breakable prefill CUDA graphs for an MLA model: engine_memory.sglang_prefill_graphs,
+    but not for a DeepseekV3ForCausalLM (sglang_deepseek_v3) on compute capability 10.x, whose default backend there,
+    trtllm_mla, turns them off (model_overrides/deepseek_v2.py; cuda_graph_hook.py
+    disable_prefill_cuda_graph_for_deepseek_trtllm_mla)."""
+    from kvcalc.costs.engine_memory import sglang_prefill_graphs
+
+    platform = "cuda" if s.hardware is None else s.hardware.platform
+    return sglang_prefill_graphs(spec, s, platform) and sglang_mla_backend(spec, s) != "trtllm_mla"
+
+
+def sglang_mla_backend(spec: ModelSpec, s: Settings) -> str:
+    """SGLang's default attention backend for `spec`'s MLA on the settings' GPU (model_override_base.py
+    get_default_attn_backend; model_overrides/deepseek_v2.py): fa3 on compute capability 9.0 (and without --hardware,
+    or an NVIDIA preset without a compute_capability), trtllm_mla for a DeepseekV3ForCausalLM on 10.x and flashinfer
+    for another there, Triton on the other NVIDIA GPUs; on AMD aiter where a rank holds 16 or 128 heads, else Triton;
+    'other' off NVIDIA and AMD."""
+    hw = s.hardware
+    if hw is None or (hw.platform == "cuda" and (hw.capability is None or hw.capability == (9, 0))):
+        return "fa3"
+    if hw.platform == "cuda":
+        if hw.capability is not None and hw.capability[0] == 10:
+            return "trtllm_mla" if sglang_deepseek_v3(spec) else "flashinfer"
+        return "triton"
+    if hw.platform == "rocm":
+        heads = next(g.attention.n_heads for g in spec.groups if isinstance(g.attention, MLA))
+        return "aiter" if (heads if s.dp_attention else heads // s.tp) in (16, 128) else "triton"
+    return "other"
 
 
 def sglang_deepseek_v3(spec: ModelSpec) -> bool:
@@ -309,6 +377,16 @@ def sglang_dsa_per_head(s: Settings) -> bool:
     return hw.platform == "cuda" and hw.capability is not None and (hw.capability == (9, 0) or hw.capability[0] == 10)
 
 
+def sglang_captured(spec: ModelSpec, s: Settings) -> bool:
+    """Whether SGLang runs every forward of the prefill (a replica's batch · ctx tokens, in forwards of
+    chunked_prefill_size) inside its breakable CUDA graph (sglang_forward_absorbed's first rule)."""
+    from kvcalc.costs.engine_memory import sglang_chunk
+
+    chunk = SGLANG_ASSUMED_CHUNK if s.hardware is None else sglang_chunk(s.hardware, s.tp)
+    sequences = ceil_div(ceil_div(s.batch, s.dp), s.tp if s.dp_attention else 1)
+    return sglang_graphs(spec, s) and min(sequences * s.ctx, chunk) <= SGLANG_MLA_CAPTURE
+
+
 def mla_copies(spec: ModelSpec, s: Settings) -> bool:
     """Whether the engine keeps the absorbed MLA up-projections W_UK, W_UV as copies beside kv_b_proj
     (engine_extra_bytes): SGLang always, vLLM where kv_b_proj is quantized; not for MiniCPM3, whose SGLang file
@@ -324,13 +402,14 @@ def _up_projections(rank: ResolvedGroup) -> int:
 
 
 def engine_read_extra_bits(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGroup, int]], head: int,
-                           lookups: int, routers: int, mtp_proj: int, plain: int, absorbed: bool) -> int:
+                           lookups: int, routers: int, mtp_proj: int, plain: int, absorbed: bool,
+                           both: bool = False) -> int:
     """Bits beyond --weights-dtype's of the weights a pass reads, where the settings' engine keeps them wider
     (engine_extra_bytes's rules, widths): (layer group, its layers the pass runs) for `held`, the LM head's parameters
     (read whole) for `head`, the values looked up in the embedding, learned positions and extra tables for `lookups`,
     and the routers', MTP eh_proj's and unquantized_params' parameters it reads. `absorbed`: the pass reads MLA's
     W_UK, W_UV from the engine's copies (mla_copies; the absorbed decode) rather than from kv_b_proj (the MHA
-    prefill, a naive decode). Besides the widths, what the engine runs beyond the
+    prefill, a naive decode); `both`: from both (a prefill some of whose forwards attend absorbed). Besides the widths, what the engine runs beyond the
     checkpoint's use: the V slot a fused qkv_proj holds for a layer whose values are its keys (engine_attention_weights),
     and under SGLang a KV-shared layer's K and V projections (traffic counts neither). 0 without an engine."""
     if s.engine not in ("vllm", "sglang"):
@@ -339,8 +418,8 @@ def engine_read_extra_bits(spec: ModelSpec, s: Settings, held: list[tuple[Resolv
     extra = (_kept_in_bf16(spec, s, held, mtp_proj) + plain) * (w.plain - w.bits)
     copies = mla_copies(spec, s) and absorbed
     for rank, n in held:
-        if copies and isinstance(rank.attention, MLA):
-            extra += n * _up_projections(rank) * (w.plain - w.bits)
+        if copies and isinstance(rank.attention, MLA):  # in kv_b_proj's stead, or beside it
+            extra += n * _up_projections(rank) * (w.plain - (0 if both else w.bits))
         if not rank.layer.kv_shared:
             extra += n * sum(x.size for x in k_as_v(rank)) * w.bits
         elif s.engine == "sglang":  # a KV-shared layer runs its whole fused qkv_proj there, K and V dropped after

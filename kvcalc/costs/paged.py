@@ -110,10 +110,10 @@ def vllm_gdn_flashinfer(s: Settings, head_k_dims: Sequence[int]) -> bool:
     return cap[0] in (10, 12) and all(d == 128 for d in head_k_dims)
 
 
-def gdn_key(s: Settings) -> tuple[str, str | None] | None:
+def gdn_key(s: Settings) -> tuple[str, tuple[int, int] | None] | None:
     """What of the settings' GPU vllm_gdn_flashinfer reads, for the memo keys of plans that page under vLLM."""
     hw = s.hardware
-    return None if s.engine != "vllm" or hw is None else (hw.platform, hw.compute_capability)
+    return None if s.engine != "vllm" or hw is None else (hw.platform, hw.capability)
 # A hybrid's state pages a request holds at a time in vLLM 0.34.0, which enables prefix caching for hybrid models by
 # default (ModelConfig.is_prefix_caching_supported; MambaModelConfig: mamba_cache_mode "align"): the running state and
 # the last block's (MambaSpec.max_num_blocks_per_req: "only 2 + num_speculative_blocks state blocks are resident")

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from kvcalc.attention import KV_PROJECTIONS
 from kvcalc.costs.cache import CacheReport, kv_cache, read_at, written_at
-from kvcalc.costs.engine_files import absorbed_prefill, engine_read_extra_bits, mxfp4_scale_bytes, unquantized_params
+from kvcalc.costs.engine_files import absorbed_queries, engine_read_extra_bits, mxfp4_scale_bytes, unquantized_params
 from kvcalc.costs.params import (
     expert_matrices,
     ffn_of_layer,
@@ -121,11 +121,12 @@ def _plan_moe_runs(spec: ModelSpec, mtp: bool) -> list[_MoeRun]:
 
 
 def _weights_read_bytes(spec: ModelSpec, s: Settings, params: int, tokens: int, positions: int, prefill: bool,
-                        absorbed: bool = False) -> int:
+                        absorbed: int | None = 0) -> int:
     """Bytes of the `params` weights a pass of `tokens` tokens at `positions` positions reads (a decode step: the
     batch at one position; a prefill: batch · ctx at ctx), at --weights-dtype, and under an engine at the widths it
     keeps them (engine_files.engine_read_extra_bits: a decode step reads MLA's copies under the absorbed schedule, a
-    prefill where `absorbed`) with the MXFP4 block scales of the experts the pass reaches (mxfp4_scale_bytes: a decode
+    prefill where it attends `absorbed` of its ctx queries absorbed (engine_files.absorbed_queries): in kv_b_proj's
+    stead for all of them, beside it for some) with the MXFP4 block scales of the experts the pass reaches (mxfp4_scale_bytes: a decode
     step's top-k, a prefill's min(E, T · k)); rounded up once."""
     bits = params * dtype_bits(s.weights_dtype, "weights")
     if s.engine not in ("vllm", "sglang"):
@@ -138,7 +139,8 @@ def _weights_read_bytes(spec: ModelSpec, s: Settings, params: int, tokens: int, 
     bits += engine_read_extra_bits(
         spec, s, held, head=spec.vocab_size * spec.d_model, lookups=_lookup_rows(spec, tokens, positions),
         routers=sum(r.layers * r.router for r in runs), mtp_proj=spec.mtp_layers * mtp_proj_and_norms(spec)[0] if mtp else 0,
-        plain=plain, absorbed=absorbed if prefill else s.schedule == "absorbed")
+        plain=plain, absorbed=absorbed != 0 if prefill else s.schedule == "absorbed",
+        both=prefill and absorbed != s.ctx)
     reach = tokens if prefill else 1  # a decode step's weights: the top-k experts of one token (a lower bound)
     experts = sum(r.layers * min(r.experts, reach * r.top_k) * r.matrices for r in runs)
     return -(-bits // 8) + mxfp4_scale_bytes(spec, s, experts)
@@ -173,13 +175,12 @@ def _decode_weights(spec: ModelSpec, s: Settings) -> int:
 
 
 def prefill_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
-                  absorbed: bool | None = None) -> dict[str, int]:
+                  layout: Settings | None = None) -> dict[str, int]:
     """Bytes a prefill of `s.ctx` tokens moves, by part: 'weights' (all read once, but the experts its tokens cannot
-    reach) and 'kv_cache' (written). `cache`: kv_cache(spec, s), when the caller has it; `absorbed`: whether the engine
-    attends its MLA layers absorbed (engine_files.absorbed_prefill, asked at `s` unless given: a caller pricing one
-    replica of a layout asks it at the layout)."""
-    if absorbed is None:
-        absorbed = absorbed_prefill(spec, s) is True
+    reach) and 'kv_cache' (written). `cache`: kv_cache(spec, s), when the caller has it; `layout`: the settings whose
+    engine rules say which queries attend MLA absorbed (engine_files.absorbed_queries; `s` unless given: a caller
+    pricing one replica of a layout gives the layout)."""
+    absorbed = absorbed_queries(spec, layout or s)
     whole = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[1] - _unreached_experts(spec, s.mtp, s.batch * s.ctx)
     cache = cache or kv_cache(spec, s)
     tokens = s.batch * s.ctx

@@ -58,7 +58,7 @@ def plot_warnings(loaded: list[LoadedModel], ctxs: list[int], s: Settings, metri
     specs = [lm.spec for lm in loaded]
     prefill = {"flops_prefill"} if "flops-prefill" in (metrics or []) else set()
     return ([w for lm in loaded for w in lm.warnings] + option_warnings(specs, s) + _ctx_warnings(specs, ctxs)
-            + _prefill_notes(specs, [max(ctxs)], [s], prefill))
+            + _prefill_notes(specs, ctxs, [s], prefill, longest=True))
 
 
 def mla_options(mla_cache: str, mla_schedule: str | None) -> str | None:
@@ -352,16 +352,27 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
 PREFILL_KEYS = frozenset({"flops_prefill", "prefill_seconds"})
 
 
-def _prefill_notes(specs: list[ModelSpec], ctxs: list[int], grid: list[Settings], keys: set[str]) -> list[str]:
+def _prefill_notes(specs: list[ModelSpec], ctxs: list[int], grid: list[Settings], keys: set[str],
+                   longest: bool = False) -> list[str]:
     """latent_prefill_notes, where a prefill figure is among the `keys` shown: for each model at each context of `ctxs`
-    and settings of `grid`, each distinct note once."""
+    and settings of `grid`, each distinct note once; `longest`: only at the longest context that has one, with how
+    many more do (a sweep's, a plot's: a note a model and setting, not one a row)."""
     from kvcalc.costs.flops import prefill_total
 
     if not PREFILL_KEYS & keys:
         return []
-    notes = (line for s in grid for spec in specs for ctx in ctxs
-             for line in latent_prefill_notes(spec, s.at(ctx), prefill_total(spec, s.at(ctx))))
-    return list(dict.fromkeys(notes))
+    out = []
+    for s in grid:
+        for spec in specs:
+            noted = [(ctx, lines) for ctx in ctxs if (lines := latent_prefill_notes(spec, s.at(ctx),
+                                                                                    prefill_total(spec, s.at(ctx))))]
+            if longest and noted:
+                ctx, lines = max(noted)
+                more = len(noted) - 1
+                out += lines[:-1] + [lines[-1] + (f" (so too at {more:,} more of its {len(ctxs):,} contexts)" if more else "")]
+            else:
+                out += [line for _, lines in noted for line in lines]
+    return list(dict.fromkeys(out))
 
 
 def _derivation_lines(derivations: list[dict], units: str) -> list[str]:
@@ -409,7 +420,7 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
                   warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs)
                   + _gen_warnings(specs, ctxs, [at.gen for at in grid], cols) + option_warnings(specs, s)
                   # at the sweep's longest context, a note a model and setting (not one a row)
-                  + _prefill_notes(specs, [max(ctxs)], grid, {c.key for c in cols}))
+                  + _prefill_notes(specs, ctxs, grid, {c.key for c in cols}, longest=True))
 
 
 def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, units: str) -> Output:
@@ -535,11 +546,17 @@ def summary_note(spec: ModelSpec, s: Settings) -> str:
 
 
 def latent_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str]:
-    """The note beside an MLA model's prefill (`counted` FLOPs, per head) where an engine attends it in the latent
-    space, the absorbed form, whose total prefill_total(schedule='absorbed') gives (README, MLA schedules): under
-    --engine that engine's, else for DeepSeek Sparse Attention both engines' (kvcalc.costs.engine_files.
-    absorbed_prefill says when; none under --dense-attn, whose count is a convention of its own)."""
-    from kvcalc.costs.engine_files import SGLANG_MLA_CAPTURE, absorbed_prefill, sglang_captured
+    """The note beside an MLA model's prefill (`counted` FLOPs, per head) where an engine attends some or all of its
+    queries in the latent space, the absorbed form, and that prefill's total (README, MLA schedules): under --engine
+    that engine's, else for DeepSeek Sparse Attention both engines' (kvcalc.costs.engine_files.absorbed_queries says
+    which queries; none under --dense-attn, whose count is a convention of its own)."""
+    from kvcalc.costs.engine_files import (
+        SGLANG_MLA_CAPTURE,
+        absorbed_queries,
+        sglang_captured,
+        sglang_graphs,
+        sglang_mla_backend,
+    )
     from kvcalc.costs.flops import prefill_total
     from kvcalc.units import format_flops
 
@@ -547,35 +564,54 @@ def latent_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str
     if s.dense_attn or not spec.has_schedules():
         return []
     engines = [s.engine] if s.engine in ("vllm", "sglang") else (["vllm", "sglang"] if topk is not None else [])
-    absorbing = [e for e in engines if absorbed_prefill(spec, s, e)]
+    queries = {e: absorbed_queries(spec, s, e) for e in engines}
+    absorbing = [e for e in engines if queries[e] != 0]
     if not absorbing:
         return []
     names = {"vllm": "vLLM", "sglang": "SGLang"}
-    whys = []
+    excess = lambda n: prefill_total(spec, s.at(n), schedule="absorbed") - prefill_total(spec, s.at(n))  # noqa: E731
+    notes = []
     for e in absorbing:
+        q = queries[e]
         if e == "vllm":
-            whys.append(f"vLLM past its dense MHA prefill of at most top-k {topk:,} tokens, but for the masked MHA it "
-                        "runs on Blackwell with a bf16 cache, per head up to 32,768 tokens by tp and chunk, not followed "
-                        "here")
+            why = (f"vLLM past its dense MHA prefill of at most top-k {topk:,} tokens, but for the masked MHA it runs "
+                   "on Blackwell with a bf16 cache, per head up to 32,768 tokens by tp and chunk, not followed here")
         elif spec.family == "minicpm3":
-            whys.append("SGLang's MiniCPM3 file keeps no kv_b_proj")
-        elif sglang_captured(spec, s):
-            whys.append(f"SGLang inside its breakable prefill CUDA graph, which captures forwards of at most "
-                        f"{SGLANG_MLA_CAPTURE:,} tokens" + (", as on an 80 GiB Hopper GPU with its chunks of 8,192, "
-                                                            "assumed without --hardware" if s.hardware is None else ""))
-        elif topk is not None and s.ctx > topk:
-            whys.append(f"SGLang past top-k {topk:,} keys")
+            why = "SGLang's MiniCPM3 file keeps no kv_b_proj"
+        elif q == s.ctx and sglang_captured(spec, s):
+            why = (f"SGLang inside its breakable prefill CUDA graph, which captures forwards of at most "
+                   f"{SGLANG_MLA_CAPTURE:,} tokens" + (", as on an 80 GiB Hopper GPU with its chunks of 8,192, assumed "
+                                                       "without --hardware" if s.hardware is None else ""))
+        elif q == s.ctx and topk is not None and s.ctx > topk:
+            why = f"SGLang past top-k {topk:,} keys"
+        elif q == s.ctx and topk is not None:
+            why = "SGLang, whose per-head DSA prefill needs a Hopper, Blackwell or MI355X GPU and a bf16 or fp8 cache"
+        elif sglang_mla_backend(spec, s) == "triton" and not sglang_graphs(spec, s):
+            why = "SGLang's Triton backend, run eagerly, attends every forward after a sequence's first so"
         else:
-            whys.append("SGLang, whose per-head DSA prefill needs a Hopper, Blackwell or MI355X GPU and a bf16 or fp8 "
-                        "cache")
+            why = (f"SGLang runs its chunked prefill's last forward, of at most {SGLANG_MLA_CAPTURE:,} tokens, inside its "
+                   "breakable prefill CUDA graph, which attends so, and the earlier, larger ones eagerly, per head")
+        if q == s.ctx:
+            flops = prefill_total(spec, s, schedule="absorbed")
+            what = (f"{names[e]} attends this {'DeepSeek Sparse Attention' if topk is not None else 'MLA'} prefill in "
+                    f"the absorbed form, in the latent space: {format_flops(flops)} ({flops:,} FLOPs)")
+        elif q is not None:  # the last q queries of each sequence
+            flops = counted + excess(s.ctx) - excess(s.ctx - q)
+            what = (f"{names[e]} attends the last {q:,} of each prompt's queries in the absorbed form, in the latent "
+                    f"space, the others per head: {format_flops(flops)} ({flops:,} FLOPs)")
+        else:
+            what = (f"{names[e]} attends some of this batch's prefill forwards in the absorbed form, in the latent "
+                    "space, the others per head: more FLOPs")
+        notes.append((what, why))
     per_head = [names[e] for e in engines if e not in absorbing]
-    flops = prefill_total(spec, s, schedule="absorbed")
-    kind = "DeepSeek Sparse Attention" if topk is not None else "MLA"
-    verb = "attends" if len(absorbing) == 1 else "attend"
     tail = f"; {' and '.join(per_head)} attends it per head, as counted" if per_head else ""
-    return [f"note: {spec.name} at {s.ctx:,} tokens: {' and '.join(names[e] for e in absorbing)} {verb} this {kind} "
-            f"prefill in the absorbed form, in the latent space: {format_flops(flops)} ({flops:,} FLOPs), not the "
-            f"per-head form's {format_flops(counted)} counted here ({'; '.join(whys)}){tail}"]
+    if len(notes) == 2 and queries["vllm"] == queries["sglang"] == s.ctx:  # one total, both engines
+        flops = prefill_total(spec, s, schedule="absorbed")
+        return [f"note: {spec.name} at {s.ctx:,} tokens: vLLM and SGLang attend this DeepSeek Sparse Attention prefill "
+                f"in the absorbed form, in the latent space: {format_flops(flops)} ({flops:,} FLOPs), not the "
+                f"per-head form's {format_flops(counted)} counted here ({'; '.join(why for _, why in notes)})"]
+    return [f"note: {spec.name} at {s.ctx:,} tokens: {what}, not the per-head form's {format_flops(counted)} counted "
+            f"here ({why}){tail}" for what, why in notes]
 
 
 def run_output(report: RunReport, lm: LoadedModel | None = None) -> Output:
