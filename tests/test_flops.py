@@ -401,6 +401,11 @@ def test_sglang_attends_a_chunked_prefills_later_forwards_absorbed_where_its_rul
     dp = run("cost", "deepseek-v2", "--ctx", "1k", "--dp", "9", "--batch", "9", "--engine", "sglang", "--hardware",
              "b200-180gb").stderr
     assert "SGLang attends this MLA prefill in the absorbed form" in dp
+    # under DP attention SGLang divides its chunk among the attention-DP workers (parallel_hook.py): on B200s at tp 8
+    # a worker's forwards are 16,384 / 8 = 2,048 tokens, all captured, so the 24k prompt is attended absorbed whole
+    workers = run("cost", "deepseek-v2", "--ctx", "24k", "--engine", "sglang", "--hardware", "b200-180gb", "--tp", "8",
+                  "--dp-attention").stderr
+    assert "SGLang attends this MLA prefill in the absorbed form" in workers
     # a sweep notes the longest context that has a note, and how many more do: on a B200 the 1k and 4k prompts are
     # captured, the 32k one (two eager forwards of 16,384) per head
     sweep = run("sweep", "deepseek-v2", "--ctx", "1k,4k,32k", "--engine", "sglang", "--hardware", "b200-180gb").stderr

@@ -277,10 +277,7 @@ def absorbed_queries(spec: ModelSpec, s: Settings, engine: str | None = None) ->
         return s.ctx
     if spec.family not in SGLANG_GRAPH_MLA:
         return 0
-    from kvcalc.costs.engine_memory import sglang_chunk
-
-    chunk = SGLANG_ASSUMED_CHUNK if s.hardware is None else sglang_chunk(s.hardware, s.tp)
-    sequences = ceil_div(ceil_div(s.batch, s.dp), s.tp if s.dp_attention else 1)  # one replica's (DP worker's)
+    chunk, sequences = sglang_forwards(s)
     total = sequences * s.ctx
     n = ceil_div(total, chunk)
     last = total - (n - 1) * chunk
@@ -380,11 +377,20 @@ def sglang_dsa_per_head(s: Settings) -> bool:
 def sglang_captured(spec: ModelSpec, s: Settings) -> bool:
     """Whether SGLang runs every forward of the prefill (a replica's batch · ctx tokens, in forwards of
     chunked_prefill_size) inside its breakable CUDA graph (sglang_forward_absorbed's first rule)."""
+    chunk, sequences = sglang_forwards(s)
+    return sglang_graphs(spec, s) and min(sequences * s.ctx, chunk) <= SGLANG_MLA_CAPTURE
+
+
+def sglang_forwards(s: Settings) -> tuple[int, int]:
+    """The tokens of an SGLang prefill forward at most (chunked_prefill_size by the GPU, engine_memory.sglang_chunk;
+    an 80 GiB Hopper's without --hardware; under DP attention divided among the attention-DP workers,
+    parallel_hook.py) and the sequences one scheduler prefills: a replica's ceil(batch / dp), and under DP attention a
+    worker's share of them."""
     from kvcalc.costs.engine_memory import sglang_chunk
 
     chunk = SGLANG_ASSUMED_CHUNK if s.hardware is None else sglang_chunk(s.hardware, s.tp)
-    sequences = ceil_div(ceil_div(s.batch, s.dp), s.tp if s.dp_attention else 1)
-    return sglang_graphs(spec, s) and min(sequences * s.ctx, chunk) <= SGLANG_MLA_CAPTURE
+    workers = s.tp if s.dp_attention else 1  # kvcalc's --dp-attention: an attention-DP worker a tp rank
+    return chunk // workers, ceil_div(ceil_div(s.batch, s.dp), workers)
 
 
 def mla_copies(spec: ModelSpec, s: Settings) -> bool:
