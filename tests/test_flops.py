@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import run, spec
+from conftest import REFERENCE, run, spec
 from kvcalc.attention import keys_seen, keys_seen_sum
 from kvcalc.costs.flops import attention_part, decode_flops, generate_flops, mla_crossover, prefill_flops
 from kvcalc.costs.traffic import decode_bytes, prefill_bytes
@@ -302,7 +302,7 @@ def test_cost_notes_the_absorbed_prefill_engines_run_for_dsa_prompts():
     # named: an 80 GiB Hopper's chunks of 8,192, which it captures)
     short = run("cost", "deepseek-v3.2", "--ctx", "2048").stderr
     assert "SGLang attends this DeepSeek Sparse Attention prefill in the absorbed form" in short
-    assert "SGLang inside its breakable prefill CUDA graph" in short and "assumed without --hardware" in short
+    assert "inside its breakable prefill CUDA graph" in short and "assumed without --hardware" in short
     assert short.rstrip().endswith("vLLM attends it per head, as counted")
     # and where the engine attends it per head there, nothing: vLLM, SGLang under pp (its prefill graphs off, an
     # eager per-head prefill on Hopper within top-k), SGLang on an MI355X (no graphs off CUDA; gfx950 has the
@@ -311,7 +311,8 @@ def test_cost_notes_the_absorbed_prefill_engines_run_for_dsa_prompts():
         assert "absorbed form" not in run("cost", "deepseek-v3.2", "--ctx", "2048", *more).stderr, more
     assert "absorbed form" in run("cost", "deepseek-v3.2", "--ctx", "2048", "--engine", "sglang").stderr
     mi300x = run("cost", "deepseek-v3.2", "--ctx", "2048", "--engine", "sglang", "--hardware", "mi300x").stderr
-    assert "per-head DSA prefill needs a Hopper, Blackwell or MI355X GPU" in mi300x
+    assert "a DSA forward per head while its keys end within top-k 2,048, on a Hopper, Blackwell or MI355X GPU" in mi300x
+    assert "SGLang attends this DeepSeek Sparse Attention prefill in the absorbed form" in mi300x
     # without --engine the note asks both engines' rules of the same settings, a layout SGLang would refuse too
     # (--ep past --tp): the command still answers
     layout = run("cost", "deepseek-v3.2", "--ctx", "128k", "--tp", "2", "--dp", "4", "--ep", "8").stderr
@@ -355,9 +356,9 @@ def test_cost_notes_sglangs_absorbed_mla_prefill_where_its_graphs_capture_the_ch
     words = "SGLang attends this MLA prefill in the absorbed form, in the latent space"
     h100 = run("cost", "deepseek-v3", "--ctx", "4k", "--engine", "sglang", "--hardware", "h100-80gb").stderr
     assert words in h100 and f"435 TFLOP ({absorbed:,} FLOPs), not the per-head form's 334 TFLOP counted here" in h100
-    assert "inside its breakable prefill CUDA graph, which captures forwards of at most 8,192 tokens" in h100
+    assert "attends one of 2 to 8,192 tokens absorbed inside its breakable prefill CUDA graph" in h100
     unnamed = run("cost", "deepseek-v3", "--ctx", "4k", "--engine", "sglang").stderr  # no GPU: Hopper's, said
-    assert words in unnamed and "as on an 80 GiB Hopper GPU with its chunks of 8,192, assumed without --hardware" in unnamed
+    assert words in unnamed and "as on an 80 GiB Hopper GPU, assumed without --hardware" in unnamed
     # per head, as counted: vLLM (forward_mha), no engine, SGLang on a B200 (its default trtllm_mla backend for a
     # DeepseekV3ForCausalLM turns the prefill graphs off), on AMD (no prefill graphs off CUDA), under pp (graphs off),
     # on a B200 past its capture (batch 4 of 4k: forwards of 16,384 tokens, its chunk there, replay eagerly), and from
@@ -391,8 +392,37 @@ def test_sglang_attends_a_chunked_prefills_later_forwards_absorbed_where_its_rul
         counted = json.loads(run("cost", model, "--ctx", str(ctx), "-f", "json").stdout)["flops"]["prefill"]["total"]
         total = counted + layers * pair * pairs(start, ctx)
         note = run("cost", model, "--ctx", str(ctx), "--engine", "sglang", *more).stderr
-        assert f"SGLang attends the last {ctx - start:,} of each prompt's queries in the absorbed form" in note, model
+        assert f"SGLang attends queries {start + 1:,}-{ctx:,} of each prompt in the absorbed form" in note, model
         assert f"({total:,} FLOPs), not the per-head form's" in note, (model, more)
+    # forwards absorbed in the middle (a review): under --dp-attention at pp 2 on H100s (no graphs under pp; the chunk
+    # of 8,192 over 8 workers, forwards of 1,024) fa3 attends a forward at a prefix of 1,024 to 8,191 absorbed, per
+    # head from 8,192 on; on MI300Xs at tp 4 with --dp-attention (4,096-token forwards) DeepSeek-V3's 32 heads a rank
+    # run Triton, absorbed past the first forward, and Kimi K2's 16 run aiter, per head; a forward of one token is
+    # not captured (padded past twice its size): a prompt of 1 per head, one of 8,193 absorbed but its last query
+    p = lambda n: n * (n + 1) // 2  # noqa: E731
+    for model, layers, ctx, lo, hi, more in (
+            ("deepseek-v2", 60, 131_072, 1024, 8192, ["--hardware", "h100-80gb", "--tp", "8", "--dp-attention", "--pp", "2"]),
+            ("deepseek-v3", 61, 32_768, 4096, 32_768, ["--hardware", "mi300x", "--tp", "4", "--dp-attention"]),
+            ("deepseek-v2", 60, 8193, 0, 8192, ["--hardware", "h100-80gb"])):
+        counted = json.loads(run("cost", model, "--ctx", str(ctx), "-f", "json").stdout)["flops"]["prefill"]["total"]
+        total = counted + layers * pair * (p(hi) - p(lo))
+        note = run("cost", model, "--ctx", str(ctx), "--engine", "sglang", *more).stderr
+        assert f"SGLang attends queries {lo + 1:,}-{hi:,} of each prompt in the absorbed form" in note, (model, more)
+        assert f"({total:,} FLOPs)" in note, (model, more)
+    assert 60 * pair * (p(8192) - p(1024)) + 47_550_034_954_158_080 == 47_939_716_665_835_520
+    for model, ctx, more in (("kimi-k2", "32k", ["--hardware", "mi300x", "--tp", "4", "--dp-attention"]),
+                             ("deepseek-v2", "1", ["--hardware", "h100-80gb"]),
+                             ("deepseek-v2", "16k", ["--batch", "2", "--hardware", "b200-180gb"])):
+        assert "absorbed form" not in run("cost", model, "--ctx", ctx, "--engine", "sglang", *more).stderr, model
+    # Kimi Linear's MLA layers (DeepseekV2AttentionMLA; its prefill graphs off as a KDA hybrid) on an A100: Triton,
+    # the second 8,192-token forward absorbed; 7 MLA layers of 32 heads: 7 · 2 · 32 · ((512 + 64 + 512) − (128 + 64 +
+    # 128)) a pair
+    kimi = str(REFERENCE / "configs-extra-3" / "kimi-linear-48b-a3b-instruct.json")
+    counted = json.loads(run("cost", kimi, "--ctx", "16k", "-f", "json").stdout)["flops"]["prefill"]["total"]
+    total = counted + 7 * 2 * 32 * 768 * (p(16_384) - p(8192))
+    note = run("cost", kimi, "--ctx", "16k", "--engine", "sglang", "--hardware", "a100-80gb").stderr
+    assert "attends queries 8,193-16,384 of each prompt in the absorbed form" in note and f"({total:,} FLOPs)" in note
+    assert total == 144_514_492_661_760
     # a batch of 3 such prompts on a B200 mixes the forms forward by forward: said, without a total
     mixed = run("cost", "deepseek-v2", "--ctx", "8k", "--batch", "3", "--engine", "sglang", "--hardware", "b200-180gb")
     assert "attends some of this batch's prefill forwards in the absorbed form" in mixed.stderr

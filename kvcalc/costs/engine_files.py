@@ -136,9 +136,10 @@ SGLANG_FUSED_INDEXER = frozenset({"glm"})
 # bf16 (vLLM Mxfp4Config.get_quant_method: UnquantizedLinearMethod for every LinearBase; SGLang's on CUDA: None)
 MXFP4_EXPERTS_ONLY = frozenset({"gpt-oss"})
 # SGLang 0.5.23 families whose MLA is DeepseekV2AttentionMLA (deepseek_v2.py, models/deepseek_common): DeepSeek V2, V3
-# and V3.2, Kimi K2 (DeepseekV3ForCausalLM), GLM-5 (GlmMoeDsa); their breakable prefill CUDA graphs capture prefill
-# batches of up to SGLANG_MLA_CAPTURE tokens (memory_hook.py: min(8192, chunked_prefill_size) for an MLA model)
-SGLANG_GRAPH_MLA = frozenset({"deepseek", "kimi", "glm"})
+# and V3.2, Kimi K2 (DeepseekV3ForCausalLM), GLM-5 (GlmMoeDsa), Kimi Linear's MLA layers (kimi_linear.py, its
+# prefill graphs off); their breakable prefill CUDA graphs capture prefill forwards of up to SGLANG_MLA_CAPTURE tokens
+# (memory_hook.py: min(8192, chunked_prefill_size) for an MLA model)
+SGLANG_GRAPH_MLA = frozenset({"deepseek", "kimi", "glm", "kimi_linear"})
 SGLANG_MLA_CAPTURE = 8192
 # SGLang's chunked_prefill_size on an 80 GiB GPU (memory_hook.py), which absorbed_queries assumes without --hardware
 SGLANG_ASSUMED_CHUNK = 8192
@@ -250,77 +251,102 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
 def absorbed_prefill(spec: ModelSpec, s: Settings, engine: str | None = None) -> bool:
     """Whether the settings' engine (or `engine`, asked of another: a note naming both) attends every query of a
     prefill of `spec`'s MLA layers absorbed, in the latent space (reading W_UK, W_UV from their copies), rather than
-    per head through kv_b_proj (absorbed_queries, all of them)."""
-    return absorbed_queries(spec, s, engine) == s.ctx
+    per head through kv_b_proj (absorbed_ranges: all of them)."""
+    return absorbed_ranges(spec, s, engine) == ((0, s.ctx),)
 
 
 def absorbed_queries(spec: ModelSpec, s: Settings, engine: str | None = None) -> int | None:
-    """How many of each sequence's s.ctx prompt queries the settings' engine (or `engine`) attends absorbed, in the
-    latent space: the last ones, s.ctx for all, 0 for none; None where a replica's batch splits into forwards some of
-    which attend absorbed and others per head (not told sequence by sequence). 0 without an engine or MLA, and from an
-    expanded cache (no latent to attend). Without --hardware, on an 80 GiB Hopper GPU's defaults (the notes say so).
+    """How many of each sequence's s.ctx prompt queries the engine attends absorbed (absorbed_ranges'), None where
+    that varies with the sequence."""
+    ranges = absorbed_ranges(spec, s, engine)
+    return None if ranges is None else sum(b - a for a, b in ranges)
+
+
+def absorbed_ranges(spec: ModelSpec, s: Settings, engine: str | None = None) -> tuple[tuple[int, int], ...] | None:
+    """The query positions [a, b) of each sequence's s.ctx-token prompt that the settings' engine (or `engine`)
+    attends absorbed, in the latent space: ((0, ctx),) for all, () for none; None where a scheduler's batch mixes
+    the forms forward by forward across its sequences (not told sequence by sequence). None attended so without an
+    engine or MLA, and from an expanded cache (no latent to attend). Without --hardware, on an 80 GiB Hopper GPU's
+    defaults (the notes say so).
 
     - vLLM: DeepSeek Sparse Attention's past top-k tokens (its dense MHA prefill needs seq_len <= top-k,
       sparse_mla_attention.py _use_dense_mha_prefill; the masked MHA that attends some longer prompts per head runs
       on Blackwell with a bf16 cache alone, not followed); every other MLA prefill per head (forward_mha).
-    - SGLang: MiniCPM3 always (minicpm3.py replaces kv_b_proj with its absorbed copies); its DeepSeek-V2 attention
-      (SGLANG_GRAPH_MLA) forward by forward (sglang_forward_absorbed), a replica's batch · ctx tokens in forwards of
-      chunked_prefill_size."""
+    - SGLang: MiniCPM3 always (minicpm3.py replaces kv_b_proj with its absorbed copies); the DeepSeek-V2 attention
+      of SGLANG_GRAPH_MLA's families forward by forward (sglang_forward_absorbed), one scheduler's prompts prefilled
+      one after another in forwards of its chunk (sglang_forwards)."""
     mla = any(isinstance(g.attention, MLA) for g in spec.groups)
     engine = engine or s.engine
     if engine not in ("vllm", "sglang") or not mla or s.mla_cache != "latent":
-        return 0
+        return ()
     topk = spec.sparse_topk()
+    whole = ((0, s.ctx),)
     if engine == "vllm":
-        return s.ctx if topk is not None and s.ctx > topk else 0
+        return whole if topk is not None and s.ctx > topk else ()
     if spec.family == "minicpm3":
-        return s.ctx
+        return whole
     if spec.family not in SGLANG_GRAPH_MLA:
-        return 0
+        return ()
     chunk, sequences = sglang_forwards(s)
+    if sequences == 1:
+        return _one_prompt_ranges(spec, s, chunk)
     total = sequences * s.ctx
     n = ceil_div(total, chunk)
+    if n == 1:  # one forward of whole prompts, each at a prefix of 0, its keys ending at ctx
+        return whole if sglang_forward_absorbed(spec, s, total, 0, s.ctx) else ()
     last = total - (n - 1) * chunk
-    if sequences == 1:  # forwards [i·chunk, (i + 1)·chunk), their prefixes known: the absorbed ones are the last
-        head = min(n - 1, 8)  # full forwards whose prefix can fall below a threshold (chunks of 2,048 tokens at least)
-        absorbed = sum(chunk for i in range(head) if sglang_forward_absorbed(spec, s, chunk, i * chunk))
-        if n - 1 > head and sglang_forward_absorbed(spec, s, chunk, head * chunk):  # the rest, at prefixes alike
-            absorbed += (n - 1 - head) * chunk
-        return absorbed + (last if sglang_forward_absorbed(spec, s, last, (n - 1) * chunk) else 0)
-    if n == 1:  # one forward of whole sequences: each at a prefix of 0, its keys ending at ctx
-        return s.ctx if sglang_forward_absorbed(spec, s, total, 0, s.ctx) else 0
-    kinds = {sglang_forward_absorbed(spec, s, chunk, None), sglang_forward_absorbed(spec, s, last, None)}
-    if len(kinds) > 1 or None in kinds:
-        return None
-    return s.ctx if kinds == {True} else 0
+    # forward k starts k·chunk into the stream, (k·chunk) mod ctx into a prompt: its prefix (the prompts after it in
+    # the forward start there); the residues, a period of ctx / gcd(chunk, ctx) forwards, told apart up to 4,096
+    prefixes = {k * chunk % s.ctx for k in range(min(n - 1, 4096))}  # the full forwards
+    verdicts = {sglang_forward_absorbed(spec, s, chunk, p, s.ctx if chunk > s.ctx - p else p + chunk) for p in prefixes}
+    verdicts.add(sglang_forward_absorbed(spec, s, last, (n - 1) * chunk % s.ctx, s.ctx))
+    if verdicts == {True}:
+        return whole
+    return () if verdicts == {False} else None
 
 
-def sglang_forward_absorbed(spec: ModelSpec, s: Settings, tokens: int, prefix: int | None,
-                            end: int | None = None) -> bool | None:
-    """Whether SGLang attends a prefill forward of `tokens` tokens, after `prefix` of its sequences (None: a batch's,
-    unknown) and with keys up to position `end` (prefix + tokens unless given), absorbed; None where that turns on
-    the prefix. Inside its breakable prefill CUDA graph
-    (sglang_graphs; a forward of at most SGLANG_MLA_CAPTURE tokens, prefill_cuda_graph_runner.py
-    can_replay_locally) always (attention_backend_handler.py pins the method; dsa_backend.py turns use_mha off);
-    eagerly by the backend (sglang_mla_backend): DeepSeek Sparse Attention per head where the forward's keys end
-    within top-k on a GPU with its per-head kernel (sglang_dsa_per_head); fa3 and flashinfer per head at a prefix of 0
-    or of at least SGLANG_CHUNKED_PREFIX_THRESHOLD (_handle_attention_backend), Triton at a prefix of 0
-    (handle_attention_triton), trtllm_mla and aiter always per head."""
-    if sglang_graphs(spec, s) and tokens <= SGLANG_MLA_CAPTURE:
+def _one_prompt_ranges(spec: ModelSpec, s: Settings, chunk: int) -> tuple[tuple[int, int], ...]:
+    """absorbed_ranges for a scheduler prefilling one prompt: its forwards [k·chunk, (k + 1)·chunk), each by
+    sglang_forward_absorbed, the runs of absorbed ones merged. The forwards past the thresholds (a prefix of 8,192 and
+    more, keys past top-k) are alike: the first few told one by one, the rest at once (no loop over 2^40 tokens)."""
+    n = ceil_div(s.ctx, chunk)
+    alike = min(n - 1, ceil_div(max(SGLANG_CHUNKED_PREFIX_THRESHOLD, (spec.sparse_topk() or 0) + 1), chunk) + 1)
+    spans = [(k * chunk, (k + 1) * chunk) for k in range(alike)]
+    if n - 1 > alike:
+        spans.append((alike * chunk, (n - 1) * chunk))  # the full forwards after them, each like forward `alike`
+    spans.append(((n - 1) * chunk, s.ctx))
+    out: list[tuple[int, int]] = []
+    for a, b in spans:
+        tokens = min(b - a, chunk)  # a span of several forwards: each a chunk
+        if sglang_forward_absorbed(spec, s, tokens, a, a + tokens):
+            if out and out[-1][1] == a:
+                out[-1] = (out[-1][0], b)
+            else:
+                out.append((a, b))
+    return tuple(out)
+
+
+def sglang_forward_absorbed(spec: ModelSpec, s: Settings, tokens: int, prefix: int, end: int) -> bool:
+    """Whether SGLang attends a prefill forward of `tokens` tokens absorbed, its prompts' prefix (the tokens of its
+    first prompt before it; the others start in it) `prefix` and its keys ending at position `end` at most. Inside its
+    breakable prefill CUDA graph (sglang_graphs; a forward of 2 to SGLANG_MLA_CAPTURE tokens: prefill_cuda_graph_runner.py
+    can_replay_locally refuses one padded past twice its size, and the smallest capture is of 4) always
+    (attention_backend_handler.py pins the method; dsa_backend.py turns use_mha off); eagerly DeepSeek Sparse Attention
+    per head where its keys end within top-k on a GPU with its per-head kernel (sglang_dsa_per_head), the others by
+    their backend (sglang_mla_backend): fa3 and flashinfer per head at a prefix of 0 or of at least
+    SGLANG_CHUNKED_PREFIX_THRESHOLD (_handle_attention_backend), Triton at a prefix of 0 (handle_attention_triton),
+    trtllm_mla and aiter always per head."""
+    if sglang_graphs(spec, s) and 2 <= tokens <= SGLANG_MLA_CAPTURE:
         return True
     topk = spec.sparse_topk()
     if topk is not None:
-        if prefix is None:
-            return None if s.ctx > topk else not sglang_dsa_per_head(s)
-        return (prefix + tokens if end is None else end) > topk or not sglang_dsa_per_head(s)
+        return end > topk or not sglang_dsa_per_head(s)
     backend = sglang_mla_backend(spec, s)
-    if backend in ("trtllm_mla", "aiter", "other"):
-        return False
-    if prefix is None:
-        return None
     if backend == "triton":
         return prefix > 0
-    return 0 < prefix < SGLANG_CHUNKED_PREFIX_THRESHOLD
+    if backend in ("fa3", "flashinfer"):
+        return 0 < prefix < SGLANG_CHUNKED_PREFIX_THRESHOLD
+    return False  # trtllm_mla, aiter, and off NVIDIA and AMD
 
 
 def sglang_graphs(spec: ModelSpec, s: Settings) -> bool:
@@ -336,11 +362,13 @@ def sglang_graphs(spec: ModelSpec, s: Settings) -> bool:
 
 def sglang_mla_backend(spec: ModelSpec, s: Settings) -> str:
     """SGLang's default attention backend for `spec`'s MLA on the settings' GPU (model_override_base.py
-    get_default_attn_backend; model_overrides/deepseek_v2.py): fa3 on compute capability 9.0 (and without --hardware,
-    or an NVIDIA preset without a compute_capability), trtllm_mla for a DeepseekV3ForCausalLM on 10.x and flashinfer
-    for another there, Triton on the other NVIDIA GPUs; on AMD aiter where a rank holds 16 or 128 heads, else Triton;
-    'other' off NVIDIA and AMD."""
+    get_default_attn_backend; model_overrides/deepseek_v2.py): 'dsa' for DeepSeek Sparse Attention; fa3 on compute
+    capability 9.0 (and without --hardware, or an NVIDIA preset without a compute_capability), trtllm_mla for a
+    DeepseekV3ForCausalLM on 10.x and flashinfer for another there, Triton on the other NVIDIA GPUs; on AMD aiter where
+    the heads over tp (num_kv_heads at tp_size, whatever DP attention) are 16 or 128, else Triton; 'other' elsewhere."""
     hw = s.hardware
+    if spec.sparse_topk() is not None:
+        return "dsa"
     if hw is None or (hw.platform == "cuda" and (hw.capability is None or hw.capability == (9, 0))):
         return "fa3"
     if hw.platform == "cuda":
@@ -349,8 +377,17 @@ def sglang_mla_backend(spec: ModelSpec, s: Settings) -> str:
         return "triton"
     if hw.platform == "rocm":
         heads = next(g.attention.n_heads for g in spec.groups if isinstance(g.attention, MLA))
-        return "aiter" if (heads if s.dp_attention else heads // s.tp) in (16, 128) else "triton"
+        return "aiter" if heads // s.tp in (16, 128) else "triton"
     return "other"
+
+
+def sglang_captured(spec: ModelSpec, s: Settings) -> bool:
+    """Whether SGLang runs every forward of the prefill (a scheduler's prompts in forwards of its chunk,
+    sglang_forwards) inside its breakable CUDA graph (sglang_forward_absorbed's first rule)."""
+    chunk, sequences = sglang_forwards(s)
+    total = sequences * s.ctx
+    smallest = total - (ceil_div(total, chunk) - 1) * chunk  # the last forward
+    return sglang_graphs(spec, s) and min(total, chunk) <= SGLANG_MLA_CAPTURE and smallest >= 2
 
 
 def sglang_deepseek_v3(spec: ModelSpec) -> bool:
@@ -372,13 +409,6 @@ def sglang_dsa_per_head(s: Settings) -> bool:
     if hw.platform == "rocm":
         return "cdna 4" in hw.description.casefold()
     return hw.platform == "cuda" and hw.capability is not None and (hw.capability == (9, 0) or hw.capability[0] == 10)
-
-
-def sglang_captured(spec: ModelSpec, s: Settings) -> bool:
-    """Whether SGLang runs every forward of the prefill (a replica's batch · ctx tokens, in forwards of
-    chunked_prefill_size) inside its breakable CUDA graph (sglang_forward_absorbed's first rule)."""
-    chunk, sequences = sglang_forwards(s)
-    return sglang_graphs(spec, s) and min(sequences * s.ctx, chunk) <= SGLANG_MLA_CAPTURE
 
 
 def sglang_forwards(s: Settings) -> tuple[int, int]:

@@ -548,15 +548,9 @@ def summary_note(spec: ModelSpec, s: Settings) -> str:
 def latent_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str]:
     """The note beside an MLA model's prefill (`counted` FLOPs, per head) where an engine attends some or all of its
     queries in the latent space, the absorbed form, and that prefill's total (README, MLA schedules): under --engine
-    that engine's, else for DeepSeek Sparse Attention both engines' (kvcalc.costs.engine_files.absorbed_queries says
+    that engine's, else for DeepSeek Sparse Attention both engines' (kvcalc.costs.engine_files.absorbed_ranges says
     which queries; none under --dense-attn, whose count is a convention of its own)."""
-    from kvcalc.costs.engine_files import (
-        SGLANG_MLA_CAPTURE,
-        absorbed_queries,
-        sglang_captured,
-        sglang_graphs,
-        sglang_mla_backend,
-    )
+    from kvcalc.costs.engine_files import absorbed_ranges
     from kvcalc.costs.flops import prefill_total
     from kvcalc.units import format_flops
 
@@ -564,54 +558,73 @@ def latent_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str
     if s.dense_attn or not spec.has_schedules():
         return []
     engines = [s.engine] if s.engine in ("vllm", "sglang") else (["vllm", "sglang"] if topk is not None else [])
-    queries = {e: absorbed_queries(spec, s, e) for e in engines}
-    absorbing = [e for e in engines if queries[e] != 0]
+    ranges = {e: absorbed_ranges(spec, s, e) for e in engines}
+    absorbing = [e for e in engines if ranges[e] != ()]
     if not absorbing:
         return []
     names = {"vllm": "vLLM", "sglang": "SGLang"}
-    excess = lambda n: prefill_total(spec, s.at(n), schedule="absorbed") - prefill_total(spec, s.at(n))  # noqa: E731
-    notes = []
+    kind = "DeepSeek Sparse Attention" if topk is not None else "MLA"
+
+    def excess(n: int) -> int:  # what attending the first n queries absorbed adds to the per-head count
+        return prefill_total(spec, s.at(n), schedule="absorbed") - prefill_total(spec, s.at(n)) if n else 0
+
+    whole = ((0, s.ctx),)
+    if len(absorbing) == 2 and ranges["vllm"] == ranges["sglang"] == whole:  # one total, both engines
+        both = prefill_total(spec, s, schedule="absorbed")
+        return [f"note: {spec.name} at {s.ctx:,} tokens: vLLM and SGLang attend this {kind} prefill in the absorbed "
+                f"form, in the latent space: {format_flops(both)} ({both:,} FLOPs), not the per-head form's "
+                f"{format_flops(counted)} counted here ({_latent_why(spec, s, 'vllm')}; {_latent_why(spec, s, 'sglang')})"]
+    out = []
     for e in absorbing:
-        q = queries[e]
-        if e == "vllm":
-            why = (f"vLLM past its dense MHA prefill of at most top-k {topk:,} tokens, but for the masked MHA it runs "
-                   "on Blackwell with a bf16 cache, per head up to 32,768 tokens by tp and chunk, not followed here")
-        elif spec.family == "minicpm3":
-            why = "SGLang's MiniCPM3 file keeps no kv_b_proj"
-        elif q == s.ctx and sglang_captured(spec, s):
-            why = (f"SGLang inside its breakable prefill CUDA graph, which captures forwards of at most "
-                   f"{SGLANG_MLA_CAPTURE:,} tokens" + (", as on an 80 GiB Hopper GPU with its chunks of 8,192, assumed "
-                                                       "without --hardware" if s.hardware is None else ""))
-        elif q == s.ctx and topk is not None and s.ctx > topk:
-            why = f"SGLang past top-k {topk:,} keys"
-        elif q == s.ctx and topk is not None:
-            why = "SGLang, whose per-head DSA prefill needs a Hopper, Blackwell or MI355X GPU and a bf16 or fp8 cache"
-        elif sglang_mla_backend(spec, s) == "triton" and not sglang_graphs(spec, s):
-            why = "SGLang's Triton backend, run eagerly, attends every forward after a sequence's first so"
-        else:
-            why = (f"SGLang runs its chunked prefill's last forward, of at most {SGLANG_MLA_CAPTURE:,} tokens, inside its "
-                   "breakable prefill CUDA graph, which attends so, and the earlier, larger ones eagerly, per head")
-        if q == s.ctx:
+        r = ranges[e]
+        flops: int | None
+        if r == whole:
             flops = prefill_total(spec, s, schedule="absorbed")
-            what = (f"{names[e]} attends this {'DeepSeek Sparse Attention' if topk is not None else 'MLA'} prefill in "
-                    f"the absorbed form, in the latent space: {format_flops(flops)} ({flops:,} FLOPs)")
-        elif q is not None:  # the last q queries of each sequence
-            flops = counted + excess(s.ctx) - excess(s.ctx - q)
-            what = (f"{names[e]} attends the last {q:,} of each prompt's queries in the absorbed form, in the latent "
-                    f"space, the others per head: {format_flops(flops)} ({flops:,} FLOPs)")
+            what = f"{names[e]} attends this {kind} prefill in the absorbed form, in the latent space"
+        elif r is not None:
+            flops = counted + sum(excess(b) - excess(a) for a, b in r)
+            spans = ", ".join(f"{a + 1:,}-{b:,}" for a, b in r)
+            what = (f"{names[e]} attends queries {spans} of each prompt in the absorbed form, in the latent space, "
+                    "the others per head")
         else:
+            flops = None
             what = (f"{names[e]} attends some of this batch's prefill forwards in the absorbed form, in the latent "
-                    "space, the others per head: more FLOPs")
-        notes.append((what, why))
-    per_head = [names[e] for e in engines if e not in absorbing]
-    tail = f"; {' and '.join(per_head)} attends it per head, as counted" if per_head else ""
-    if len(notes) == 2 and queries["vllm"] == queries["sglang"] == s.ctx:  # one total, both engines
-        flops = prefill_total(spec, s, schedule="absorbed")
-        return [f"note: {spec.name} at {s.ctx:,} tokens: vLLM and SGLang attend this DeepSeek Sparse Attention prefill "
-                f"in the absorbed form, in the latent space: {format_flops(flops)} ({flops:,} FLOPs), not the "
-                f"per-head form's {format_flops(counted)} counted here ({'; '.join(why for _, why in notes)})"]
-    return [f"note: {spec.name} at {s.ctx:,} tokens: {what}, not the per-head form's {format_flops(counted)} counted "
-            f"here ({why}){tail}" for what, why in notes]
+                    "space, the others per head")
+        total = f"{format_flops(flops)} ({flops:,} FLOPs)" if flops is not None else "more FLOPs"
+        others = [names[x] for x in engines if x != e and ranges[x] == ()]
+        tail = f"; {' and '.join(others)} attends it per head, as counted" if others else ""
+        out.append(f"note: {spec.name} at {s.ctx:,} tokens: {what}: {total}, not the per-head form's "
+                   f"{format_flops(counted)} counted here ({_latent_why(spec, s, e)}){tail}")
+    return out
+
+
+def _latent_why(spec: ModelSpec, s: Settings, engine: str) -> str:
+    """Why `engine` attends an MLA prefill in the latent space: its rules as they stand on the settings' GPU
+    (kvcalc.costs.engine_files.absorbed_ranges), for the note."""
+    from kvcalc.costs.engine_files import SGLANG_MLA_CAPTURE, sglang_forwards, sglang_graphs, sglang_mla_backend
+
+    topk = spec.sparse_topk()
+    if engine == "vllm":
+        return (f"vLLM past its dense MHA prefill of at most top-k {topk:,} tokens, but for the masked MHA it runs on "
+                "Blackwell with a bf16 cache, per head up to 32,768 tokens by tp and chunk, not followed here")
+    if spec.family == "minicpm3":
+        return "SGLang's MiniCPM3 file keeps no kv_b_proj"
+    chunk, _ = sglang_forwards(s)
+    rules = [f"SGLang cuts a scheduler's prompts into forwards of {chunk:,} tokens"]
+    if sglang_graphs(spec, s):
+        rules.append(f"attends one of 2 to {SGLANG_MLA_CAPTURE:,} tokens absorbed inside its breakable prefill CUDA "
+                     "graph")
+    backend = sglang_mla_backend(spec, s)
+    eager = {"dsa": f"a DSA forward per head while its keys end within top-k {topk or 0:,}, on a Hopper, Blackwell "
+                    "or MI355X GPU with a bf16 or fp8 cache, else absorbed",
+             "triton": "its Triton backend per head at a prefix of 0, else absorbed",
+             "fa3": "its fa3 backend per head at a prefix of 0 or of 8,192 and more, else absorbed",
+             "flashinfer": "its flashinfer backend per head at a prefix of 0 or of 8,192 and more, else absorbed"}
+    if backend in eager:
+        rules.append(("and eagerly " if len(rules) > 1 else "eagerly ") + eager[backend])
+    if s.hardware is None:
+        rules.append("as on an 80 GiB Hopper GPU, assumed without --hardware")
+    return ", ".join(rules)
 
 
 def run_output(report: RunReport, lm: LoadedModel | None = None) -> Output:
