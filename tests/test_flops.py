@@ -423,6 +423,10 @@ def test_sglang_attends_a_chunked_prefills_later_forwards_absorbed_where_its_rul
     note = run("cost", kimi, "--ctx", "16k", "--engine", "sglang", "--hardware", "a100-80gb").stderr
     assert "attends queries 8,193-16,384 of each prompt in the absorbed form" in note and f"({total:,} FLOPs)" in note
     assert total == 144_514_492_661_760
+    # prompts a whole number of chunks long are cut alike, each as one alone: 2 of 16,384 on an A100 under pp 2
+    two = run("cost", "deepseek-v2", "--ctx", "16k", "--batch", "2", "--engine", "sglang", "--hardware", "a100-80gb",
+              "--pp", "2").stderr
+    assert "SGLang attends queries 8,193-16,384 of each prompt in the absorbed form" in two
     # a batch of 3 such prompts on a B200 mixes the forms forward by forward: said, without a total
     mixed = run("cost", "deepseek-v2", "--ctx", "8k", "--batch", "3", "--engine", "sglang", "--hardware", "b200-180gb")
     assert "attends some of this batch's prefill forwards in the absorbed form" in mixed.stderr

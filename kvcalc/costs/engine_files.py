@@ -294,6 +294,8 @@ def absorbed_ranges(spec: ModelSpec, s: Settings, engine: str | None = None) -> 
     n = ceil_div(total, chunk)
     if n == 1:  # one forward of whole prompts, each at a prefix of 0, its keys ending at ctx
         return whole if sglang_forward_absorbed(spec, s, total, 0, s.ctx) else ()
+    if s.ctx % chunk == 0:  # each prompt in whole forwards of its own, as one prompt alone
+        return _one_prompt_ranges(spec, s, chunk)
     last = total - (n - 1) * chunk
     # forward k starts k·chunk into the stream, (k·chunk) mod ctx into a prompt: its prefix (the prompts after it in
     # the forward start there); the residues, a period of ctx / gcd(chunk, ctx) forwards, told apart up to 4,096
