@@ -248,13 +248,6 @@ def engine_extra_bytes(spec: ModelSpec, s: Settings, held: list[tuple[ResolvedGr
     return -(-extra // 8)
 
 
-def absorbed_prefill(spec: ModelSpec, s: Settings, engine: str | None = None) -> bool:
-    """Whether the settings' engine (or `engine`, asked of another: a note naming both) attends every query of a
-    prefill of `spec`'s MLA layers absorbed, in the latent space (reading W_UK, W_UV from their copies), rather than
-    per head through kv_b_proj (absorbed_ranges: all of them)."""
-    return absorbed_ranges(spec, s, engine) == ((0, s.ctx),)
-
-
 def absorbed_queries(spec: ModelSpec, s: Settings, engine: str | None = None) -> int | None:
     """How many of each sequence's s.ctx prompt queries the engine attends absorbed (absorbed_ranges'), None where
     that varies with the sequence."""
@@ -381,15 +374,6 @@ def sglang_mla_backend(spec: ModelSpec, s: Settings) -> str:
         heads = next(g.attention.n_heads for g in spec.groups if isinstance(g.attention, MLA))
         return "aiter" if heads // s.tp in (16, 128) else "triton"
     return "other"
-
-
-def sglang_captured(spec: ModelSpec, s: Settings) -> bool:
-    """Whether SGLang runs every forward of the prefill (a scheduler's prompts in forwards of its chunk,
-    sglang_forwards) inside its breakable CUDA graph (sglang_forward_absorbed's first rule)."""
-    chunk, sequences = sglang_forwards(s)
-    total = sequences * s.ctx
-    smallest = total - (ceil_div(total, chunk) - 1) * chunk  # the last forward
-    return sglang_graphs(spec, s) and min(total, chunk) <= SGLANG_MLA_CAPTURE and smallest >= 2
 
 
 def sglang_deepseek_v3(spec: ModelSpec) -> bool:
