@@ -364,14 +364,12 @@ def _prefill_notes(specs: list[ModelSpec], ctxs: list[int], grid: list[Settings]
     out = []
     for s in grid:
         for spec in specs:
-            noted = [(ctx, lines) for ctx in ctxs if (lines := latent_prefill_notes(spec, s.at(ctx),
-                                                                                    prefill_total(spec, s.at(ctx))))]
-            if longest and noted:
-                ctx, lines = max(noted)
-                more = len(noted) - 1
+            # the contexts with a note: some engine attends some queries absorbed (its text and totals built after)
+            noted = [ctx for ctx in ctxs if any(r != () for r in latent_ranges(spec, s.at(ctx)).values())]
+            for ctx in ([max(noted)] if longest and noted else noted):
+                lines = latent_prefill_notes(spec, s.at(ctx), prefill_total(spec, s.at(ctx)))
+                more = len(noted) - 1 if longest else 0
                 out += lines[:-1] + [lines[-1] + (f" (so too at {more:,} more of its {len(ctxs):,} contexts)" if more else "")]
-            else:
-                out += [line for _, lines in noted for line in lines]
     return list(dict.fromkeys(out))
 
 
@@ -550,15 +548,12 @@ def latent_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str
     queries in the latent space, the absorbed form, and that prefill's total (README, MLA schedules): under --engine
     that engine's, else for DeepSeek Sparse Attention both engines' (kvcalc.costs.engine_files.absorbed_ranges says
     which queries; none under --dense-attn, whose count is a convention of its own)."""
-    from kvcalc.costs.engine_files import absorbed_ranges
     from kvcalc.costs.flops import prefill_total
     from kvcalc.units import format_flops
 
     topk = spec.sparse_topk()
-    if s.dense_attn or not spec.has_schedules():
-        return []
-    engines = [s.engine] if s.engine in ("vllm", "sglang") else (["vllm", "sglang"] if topk is not None else [])
-    ranges = {e: absorbed_ranges(spec, s, e) for e in engines}
+    ranges = latent_ranges(spec, s)
+    engines = list(ranges)
     absorbing = [e for e in engines if ranges[e] != ()]
     if not absorbing:
         return []
@@ -596,6 +591,19 @@ def latent_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str
         out.append(f"note: {spec.name} at {s.ctx:,} tokens: {what}: {total}, not the per-head form's "
                    f"{format_flops(counted)} counted here ({_latent_why(spec, s, e)}){tail}")
     return out
+
+
+def latent_ranges(spec: ModelSpec, s: Settings) -> dict[str, tuple[tuple[int, int], ...] | None]:
+    """The engines a prefill note speaks for (under --engine its own; else both for DeepSeek Sparse Attention; none
+    under --dense-attn or without MLA schedules), each with the queries it attends absorbed
+    (kvcalc.costs.engine_files.absorbed_ranges)."""
+    from kvcalc.costs.engine_files import absorbed_ranges
+
+    if s.dense_attn or not spec.has_schedules():
+        return {}
+    topk = spec.sparse_topk()
+    engines = [s.engine] if s.engine in ("vllm", "sglang") else (["vllm", "sglang"] if topk is not None else [])
+    return {e: absorbed_ranges(spec, s, e) for e in engines}
 
 
 def _latent_why(spec: ModelSpec, s: Settings, engine: str) -> str:
