@@ -102,7 +102,7 @@ class Hardware(Strict):
         None,
         description="An NVIDIA GPU's compute capability, major.minor (9.0: Hopper; 10.0: B200), which selects vLLM's"
         " per-architecture kernels (its Gated DeltaNet prefill); absent for other vendors, and where unknown (read as"
-        " Hopper's).",
+        " an A100's where the name or description says A100, else as Hopper's).",
     )
     source: str = Field(description="URL(s) of the vendor datasheet or page the numbers come from.")
     notes: str | None = Field(None, description="Free-form remarks: accumulate modes, what was chosen and why.")
