@@ -124,11 +124,15 @@ class Hardware(Strict):
         """compute_capability as (major, minor); where absent, an A100's 8.0 for an NVIDIA part whose name or
         description says A100 (as vLLM's batch defaults tell one), else None."""
         if self.compute_capability is None:
-            if self.platform == "cuda" and "a100" in f"{self.name} {self.description}".casefold():
-                return 8, 0
-            return None
+            return (8, 0) if self.platform == "cuda" and self.names_a100 else None
         major, minor = self.compute_capability.split(".")
         return int(major), int(minor)
+
+    @property
+    def names_a100(self) -> bool:
+        """Whether the preset's name or description says A100, its words for the part (as vLLM reads a device's
+        name, 'NVIDIA A100-SXM4-80GB')."""
+        return "a100" in f"{self.name} {self.description}".casefold()
 
     def group_bandwidth(self, group: int) -> Fraction | None:
         """The interconnect bandwidth one device spends on a collective among `group` devices (one direction): the

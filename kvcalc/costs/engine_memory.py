@@ -118,9 +118,8 @@ SGLANG_NOT_AITER = frozenset({"whisper", "gemma4", "olmo2", "olmo3"})
 
 def vllm_a100(hw: Hardware) -> bool:
     """Whether vLLM's batch defaults take `hw` for an A100 (engine/arg_utils.py get_batch_defaults tests the CUDA
-    device's name, 'NVIDIA A100-SXM4-80GB'): 'a100' in the preset's name or description, the preset's words for the
-    part."""
-    return "a100" in f"{hw.name} {hw.description}".casefold()
+    device's name, 'NVIDIA A100-SXM4-80GB'): Hardware.names_a100."""
+    return hw.names_a100
 
 
 def sglang_prefill_graphs(spec: ModelSpec, s: Settings, platform: str) -> bool:
@@ -131,14 +130,14 @@ def sglang_prefill_graphs(spec: ModelSpec, s: Settings, platform: str) -> bool:
     return platform == "cuda" and s.pp == 1 and graphs
 
 
-def sglang_chunk(hw: Hardware, tp: int) -> int:
-    """SGLang's default chunked_prefill_size on `hw` (SGLANG_TIERS)."""
-    return _sglang_tier(hw, tp)[0]
+def sglang_chunk(memory_bytes: int) -> int:
+    """SGLang's default chunked_prefill_size on a GPU of `memory_bytes` (SGLANG_TIERS), whatever the tp."""
+    return _sglang_tier(memory_bytes, 1)[0]
 
 
-def _sglang_tier(hw: Hardware, tp: int) -> tuple[int, int]:
-    """SGLang's chunked_prefill_size and decode graphs' max_bs on `hw` at `tp` (SGLANG_TIERS)."""
-    mib = Fraction(hw.memory_bytes, 2**20)
+def _sglang_tier(memory_bytes: int, tp: int) -> tuple[int, int]:
+    """SGLang's chunked_prefill_size and decode graphs' max_bs on a GPU of `memory_bytes` at `tp` (SGLANG_TIERS)."""
+    mib = Fraction(memory_bytes, 2**20)
     bound, chunk, small, large = next(t for t in SGLANG_TIERS if t[0] is None or mib < t[0])
     return chunk, small if tp < 4 else large
 
@@ -184,7 +183,7 @@ def _sglang_reserved_parts(spec: ModelSpec, s: Settings, hw: Hardware, chunk: in
     """_sglang_reserved_mib's terms in MiB, by name (each a sum of halves and eighths of 1,024: exact in floats)."""
     from kvcalc.attention import MLA
 
-    max_bs = _sglang_tier(hw, s.tp)[1]
+    max_bs = _sglang_tier(hw.memory_bytes, s.tp)[1]
     parts = {"base": 512 + max_bs * 2, "chunk": max(chunk, 2048) * 1.5, "ranks": s.tp * s.pp / 8 * 1024,
              "dp": 0.0, "graphs": 0.0}
     if s.dp_attention:  # attention-dp size: kvcalc's --dp-attention is SGLang's --dp = --tp
@@ -202,9 +201,19 @@ def _sglang_aiter(spec: ModelSpec, s: Settings, hw: Hardware) -> bool:
     for a model whose context is over 8,192."""
     from kvcalc.attention import MLA
 
-    mla = [g.attention for g in spec.groups if isinstance(g.attention, MLA)]
-    aiter = not mla or mla[0].n_heads // s.tp in (16, 128) and not mla[0].indexed
+    mla = any(isinstance(g.attention, MLA) for g in spec.groups)
+    aiter = not mla or sglang_mla_aiter(spec, s.tp)
     return hw.platform == "rocm" and aiter and spec.family not in SGLANG_NOT_AITER and spec.max_context > 8192
+
+
+def sglang_mla_aiter(spec: ModelSpec, tp: int) -> bool:
+    """Whether SGLang picks aiter for `spec`'s MLA on an AMD GPU (model_override_base.py get_default_attn_backend): its
+    heads over tp (num_kv_heads at tp_size, whatever DP attention) 16 or 128, and no DeepSeek Sparse Attention indexer
+    (whose model override picks dsa); else Triton."""
+    from kvcalc.attention import MLA
+
+    mla = next(g.attention for g in spec.groups if isinstance(g.attention, MLA))
+    return mla.n_heads // tp in (16, 128) and not mla.indexed
 
 
 def _prefill_captures(max_bs: int) -> int:
@@ -222,7 +231,7 @@ def default_prefill_chunk(engine: str | None, hw: Hardware) -> int:
     vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, OPENAI_API_SERVER, vLLM 0.34.0; on a TPU its chip's:
     VLLM_TPU_CHUNK), SGLang's chunked_prefill_size for the GPU (SGLANG_TIERS), else 2048."""
     if engine == "sglang":
-        return _sglang_tier(hw, 1)[0]  # the chunk of the GPU's tier, whatever the tp
+        return sglang_chunk(hw.memory_bytes)
     if engine == "vllm" and hw.platform == "tpu":
         chip = next((c for c in VLLM_TPU_CHUNK if c in hw.name.casefold()), None)
         if chip is not None:

@@ -503,7 +503,7 @@ def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[st
 
 def prefill_total(spec: ModelSpec, s: Settings, logits: str = "last", schedule: str = "naive") -> int:
     """sum(prefill_flops(spec, s, logits).values()), without the breakdown; `schedule` 'absorbed': with MLA's layers
-    attending in the latent space, as the engines run some MLA prefills (engine_files.absorbed_ranges, README)."""
+    attending in the latent space, as the engines run some MLA prefills (prefill_form.absorbed_ranges, README)."""
     p = _prefill(spec, s, logits, schedule)
     encoder = sum(encoder_flops(spec, p.enc).values()) if p.enc else 0
     return s.batch * (p.total(spec) + encoder)

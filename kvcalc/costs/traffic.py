@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from kvcalc.attention import KV_PROJECTIONS
 from kvcalc.costs.cache import CacheReport, kv_cache, read_at, written_at
-from kvcalc.costs.engine_files import absorbed_queries, engine_read_extra_bits, mxfp4_scale_bytes, unquantized_params
+from kvcalc.costs.engine_files import engine_read_extra_bits, mxfp4_scale_bytes, unquantized_params
 from kvcalc.costs.params import (
     expert_matrices,
     ffn_of_layer,
@@ -36,6 +36,7 @@ from kvcalc.costs.params import (
     param_counts,
     router_params,
 )
+from kvcalc.costs.prefill_form import absorbed_queries
 from kvcalc.dtypes import dtype_bits
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, MoEFFN
@@ -125,7 +126,7 @@ def _weights_read_bytes(spec: ModelSpec, s: Settings, params: int, tokens: int, 
     """Bytes of the `params` weights a pass of `tokens` tokens at `positions` positions reads (a decode step: the
     batch at one position; a prefill: batch · ctx at ctx), at --weights-dtype, and under an engine at the widths it
     keeps them (engine_files.engine_read_extra_bits: a decode step reads MLA's copies under the absorbed schedule, a
-    prefill where it attends `absorbed` of its ctx queries absorbed (engine_files.absorbed_queries): in kv_b_proj's
+    prefill where it attends `absorbed` of its ctx queries absorbed (prefill_form.absorbed_queries): in kv_b_proj's
     stead for all of them, beside it for some) with the MXFP4 block scales of the experts the pass reaches (mxfp4_scale_bytes: a decode
     step's top-k, a prefill's min(E, T · k)); rounded up once."""
     bits = params * dtype_bits(s.weights_dtype, "weights")
@@ -178,7 +179,7 @@ def prefill_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None
                   layout: Settings | None = None) -> dict[str, int]:
     """Bytes a prefill of `s.ctx` tokens moves, by part: 'weights' (all read once, but the experts its tokens cannot
     reach) and 'kv_cache' (written). `cache`: kv_cache(spec, s), when the caller has it; `layout`: the settings whose
-    engine rules say which queries attend MLA absorbed (engine_files.absorbed_queries; `s` unless given: a caller
+    engine rules say which queries attend MLA absorbed (prefill_form.absorbed_queries; `s` unless given: a caller
     pricing one replica of a layout gives the layout)."""
     absorbed = absorbed_queries(spec, layout or s)
     whole = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[1] - _unreached_experts(spec, s.mtp, s.batch * s.ctx)

@@ -546,7 +546,7 @@ def summary_note(spec: ModelSpec, s: Settings) -> str:
 def latent_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str]:
     """The note beside an MLA model's prefill (`counted` FLOPs, per head) where an engine attends some or all of its
     queries in the latent space, the absorbed form, and that prefill's total (README, MLA schedules): under --engine
-    that engine's, else for DeepSeek Sparse Attention both engines' (kvcalc.costs.engine_files.absorbed_ranges says
+    that engine's, else for DeepSeek Sparse Attention both engines' (kvcalc.costs.prefill_form.absorbed_ranges says
     which queries; none under --dense-attn, whose count is a convention of its own)."""
     from kvcalc.costs.flops import prefill_total
     from kvcalc.units import format_flops
@@ -596,8 +596,8 @@ def latent_prefill_notes(spec: ModelSpec, s: Settings, counted: int) -> list[str
 def latent_ranges(spec: ModelSpec, s: Settings) -> dict[str, tuple[tuple[int, int], ...] | None]:
     """The engines a prefill note speaks for (under --engine its own; else both for DeepSeek Sparse Attention; none
     under --dense-attn or without MLA schedules), each with the queries it attends absorbed
-    (kvcalc.costs.engine_files.absorbed_ranges)."""
-    from kvcalc.costs.engine_files import absorbed_ranges
+    (kvcalc.costs.prefill_form.absorbed_ranges)."""
+    from kvcalc.costs.prefill_form import absorbed_ranges
 
     if s.dense_attn or not spec.has_schedules():
         return {}
@@ -608,8 +608,8 @@ def latent_ranges(spec: ModelSpec, s: Settings) -> dict[str, tuple[tuple[int, in
 
 def _latent_why(spec: ModelSpec, s: Settings, engine: str) -> str:
     """Why `engine` attends an MLA prefill in the latent space: its rules as they stand on the settings' GPU
-    (kvcalc.costs.engine_files.absorbed_ranges), for the note."""
-    from kvcalc.costs.engine_files import SGLANG_MLA_CAPTURE, sglang_forwards, sglang_graphs, sglang_mla_backend
+    (kvcalc.costs.prefill_form.absorbed_ranges), for the note."""
+    from kvcalc.costs.prefill_form import SGLANG_MLA_CAPTURE, sglang_forwards, sglang_graphs, sglang_mla_backend
 
     topk = spec.sparse_topk()
     if engine == "vllm":
