@@ -149,13 +149,16 @@ class Hardware(Strict):
     @property
     def platform(self) -> str:
         """The serving engines' platform, read from the vendor (the one place it is): 'cuda' (NVIDIA), 'rocm' (AMD),
-        'tpu' (Google), else 'other' (Intel's Gaudi, Apple): what selects vLLM's and SGLang's per-platform defaults
-        (vLLM's extensible KV cache and its TPU batch defaults, SGLang's CUDA graphs and AMD's aiter)."""
+        'tpu' (Google), 'apple' (whose GPU vLLM does not use: on macOS it runs its CPU backend), else 'other' (Intel's
+        Gaudi): what selects vLLM's and SGLang's per-platform defaults (vLLM's extensible KV cache and its TPU batch
+        defaults, SGLang's CUDA graphs and AMD's aiter)."""
         vendor = self.vendor.casefold()
         if "nvidia" in vendor:
             return "cuda"
         if re.search(r"\bamd\b|advanced micro devices", vendor):
             return "rocm"
+        if re.search(r"\bapple\b", vendor):
+            return "apple"
         return "tpu" if "google" in vendor else "other"
 
     @field_validator("peak_flops_bf16", "memory_bandwidth", "memory_bytes", "interconnect_bandwidth", mode="before")

@@ -880,7 +880,7 @@ def test_the_engines_platform_comes_from_the_vendor_in_one_place():
     base = load_hardware("h100-80gb")
     for vendor, platform in (("NVIDIA", "cuda"), ("NVIDIA Corporation", "cuda"), ("nvidia", "cuda"), ("AMD", "rocm"),
                              ("Advanced Micro Devices, Inc.", "rocm"), ("Google", "tpu"), ("Intel", "other"),
-                             ("Apple", "other"), ("Lambda", "other")):
+                             ("Apple", "apple"), ("Apple Inc.", "apple"), ("Pineapple", "other"), ("Lambda", "other")):
         assert base.model_copy(update={"vendor": vendor}).platform == platform
 
 
@@ -912,3 +912,33 @@ def test_sglang_sizes_every_rank_as_its_heaviest():
     assert [room for _, _, room in pools] == [80 * 2**30 - heaviest] * 4
     own = [sglang_pools(s, p).state_per_sequence for p in plans]
     assert len(set(own)) > 1 and [p.state_per_sequence for _, p, _ in pools] == [max(own)] * 4
+
+
+@pytest.mark.parametrize("hw", ["m4-max", "m2-ultra"])
+def test_vllm_on_apple_silicon_is_refused(hw):
+    # a help-text review: `fit llama3.2-1b --hardware m4-max --engine vllm` answered batch 1,024 by the 70 GiB GPU
+    # tier, but vLLM 0.34.0 on macOS runs its CPU platform (platforms/__init__.py cpu_platform_plugin), whose batch
+    # defaults are 128 sequences and 2,048 tokens (arg_utils.py get_batch_defaults) and whose cache is sized from the
+    # process's memory (cpu_worker.py determine_available_memory): not modelled, so refused, naming both options
+    for command in (["fit", "llama3.2-1b"], ["compare", "llama3.2-1b"], ["cost", "llama3.2-1b", "--ctx", "4k"]):
+        res = run(*command, "--hardware", hw, "--engine", "vllm", ok=False)
+        assert res.exit_code == 1 and "Traceback" not in res.stderr, str(res)
+        assert f"--engine vllm --hardware {hw}: vLLM runs on Apple silicon through its CPU backend" in res.stderr
+    assert run("fit", "llama3.2-1b", "--hardware", hw).exit_code == 0  # no engine: the analytic answer stands
+
+
+def test_sglang_on_apple_silicon_follows_its_torch_mps_rules():
+    # validation_hook.py (SGLang 0.5.23): validate_standard_mps_server_args needs tp = pp = dp = 1,
+    # validate_mps_model_config refuses quantized weights and multimodal checkpoints
+    for extra, words in ((["--tp", "2"], "runs on one device, tp = pp = dp = 1"),
+                         (["--dp", "2"], "runs on one device, tp = pp = dp = 1"),
+                         (["--weights-dtype", "fp8"], "loads unquantized weights only (got --weights-dtype fp8)")):
+        res = run("fit", "llama3.1-8b", "--hardware", "m4-max", "--engine", "sglang", *extra, ok=False)
+        assert res.exit_code == 1 and f"--engine sglang --hardware m4-max: SGLang's Apple (Torch MPS) path {words}" \
+            in res.stderr, str(res)
+    res = run("fit", "gemma4-26b-a4b", "--hardware", "m4-max", "--engine", "sglang", ok=False)
+    assert res.exit_code == 1 and "refuses multimodal checkpoints, as it serves gemma4-26b-a4b's" in res.stderr
+    # Gemma 3 is served as text (model_config.py is_multimodal), and fp16 weights are unquantized
+    assert run("fit", "gemma3-27b", "--hardware", "m4-max", "--engine", "sglang").exit_code == 0
+    assert run("fit", "llama3.1-8b", "--hardware", "m4-max", "--engine", "sglang", "--weights-dtype", "fp16").exit_code == 0
+    assert run("fit", "gemma4-26b-a4b", "--hardware", "h100-80gb", "--engine", "sglang").exit_code == 0
