@@ -337,7 +337,7 @@ def plot(
 def paper(
     models: Annotated[list[str] | None, typer.Argument(metavar="[MODEL]...", help="Models (default: llama3-70b gemma3-27b deepseek-v2).")] = None,
     output_dir: Annotated[str, typer.Option("--output", "-o", metavar="DIR", help="The folder to write (created if missing).")] = "kvcalc-paper",
-    ctx: OneCtxOpt = "128k",
+    ctx: Annotated[str, typer.Option("--ctx", "-c", help="Context of the models table in tokens: 4096, 4k, 128k, 1M; k = 1024. The figures always run 1k..1M.")] = "128k",
     kv_dtype: DtypeOpt = "bf16",
 ) -> None:
     """Write a paper bundle: the dims and models tables (tex, md, csv), the standard figures and a README with the

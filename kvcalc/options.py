@@ -593,7 +593,11 @@ def load(model: str, no_windows: bool = False) -> LoadedModel:
 
         from kvcalc.costs.cache import without_windows
 
-        loaded = replace(loaded, spec=without_windows(loaded.spec))
+        spec = without_windows(loaded.spec)
+        same = spec.model_dump() == loaded.spec.model_dump()  # no window or chunk to take out: say so, not in silence
+        lacks = (f"warning: {spec.name}: --no-windows: it has no sliding windows or attention chunks, so the option "
+                 "changes nothing",) if same else ()
+        loaded = replace(loaded, spec=spec, windows_removed=not same, warnings=loaded.warnings + lacks)
     return loaded
 
 

@@ -50,6 +50,7 @@ class LoadedModel:
     kind: str  # "bundled", "yaml" or "hf"
     config_keys: dict[str, str] = field(default_factory=dict)  # spec field -> HF config key, for kind "hf"
     warnings: tuple[str, ...] = ()  # one line each, for the user: e.g. the assumptions of a generic import
+    windows_removed: bool = False  # --no-windows: the spec is the model's with its windows and chunks taken out
 
 
 def _read_mapping(path: Path) -> object:

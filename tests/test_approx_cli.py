@@ -391,7 +391,7 @@ def test_the_title_names_d_v_the_head_and_the_seeds():
     res = run("approx", "-q", "--n", "256", "--d", "32", "--dv", "128", "--method", "performer:r=64", "--scale", "1",
               "--seeds", "2", "--causal", "--spectrum")
     assert ("Approximate attention against exact (causal), one head, n 256, d 32, d_v 128, data gaussian: FLOPs and "
-            "decode state per head and sequence; errors are means over 2 seeds") in res.stdout
+            "decode state (bf16) per head and sequence; errors are means over 2 seeds") in res.stdout
     assert "Singular values (causal; the scores QKᵀ unmasked; data seed 0)" in res.stdout
     (row,) = json.loads(run("approx", "-q", "--n", "256", "--d", "32", "--dv", "128", "--method", "performer:r=64",
                             "--scale", "1", "--seeds", "1", "-f", "json").stdout)

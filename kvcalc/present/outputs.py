@@ -94,7 +94,8 @@ def option_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     mla = mla_options(s.mla_cache, s.mla_schedule)
     return [line for spec in specs for line in _nothing_warnings(spec.name, nothing_for(
         spec, mtp=s.mtp, enc_ctx=s.enc_ctx is not None, mla=mla, ep=s.ep > 1, state=s.state_dtype is not None))] \
-        + _engine_warnings(specs, s)
+        + (["warning: --dp-attention: at tp 1 a replica's attention has one rank to split its sequences over, so "
+            "the option changes nothing"] if s.dp_attention and s.tp == 1 else []) + _engine_warnings(specs, s)
 
 
 def _nothing_warnings(name: str, lacks: list[tuple[str, str]]) -> list[str]:
@@ -249,6 +250,40 @@ def serving_note(s: Settings, specs: Sequence[ModelSpec] = ()) -> str:
     return out + f" of {s.block_size}" + (f" ({given})" if given else "")
 
 
+def settings_words(specs: Sequence[ModelSpec], grid: Sequence[Settings], flops: bool = True,
+                   no_windows: bool = False) -> list[str]:
+    """The words for the settings that change a table's figures beyond its dtypes and batch, where they apply (a
+    title names them, as cost's does, since no column does): the parallel layout and SGLang's DP attention (the per-GPU
+    figures), attention as dense matrices (where FLOPs are shown: `flops`), the MTP layers counted (cache and
+    weights), the encoder positions asked (cross-attention's cache), windows ignored. A setting a sweep varies is named
+    with all its values."""
+    s = grid[0]
+
+    def each(name: str) -> str:  # a value, or the values a sweep takes in braces ('tp {1, 2} × pp 1 × dp 1')
+        values = [f"{v:,}" for v in dict.fromkeys(getattr(at, name) for at in grid)]
+        return values[0] if len(values) == 1 else "{" + ", ".join(values) + "}"
+
+    words = []
+    if any(at.gpus > 1 or at.ep > 1 for at in grid):
+        words.append(f"tp {each('tp')} × pp {each('pp')} × dp {each('dp')}"
+                     + (f", ep {each('ep')}" if any(at.ep > 1 for at in grid) else ""))
+    words += ["DP attention"] if s.dp_attention else []
+    words += ["attention as dense N×N matrices"] if flops and s.dense_attn else []
+    mtp = [spec for spec in specs if spec.mtp_layers] if s.mtp else []
+    if mtp:
+        words.append("MTP layers counted" if len(mtp) == len(specs) else
+                     f"{', '.join(spec.name for spec in mtp)}'s MTP layers counted")
+    if s.enc_ctx is not None and any(spec.encoder is not None for spec in specs):
+        words.append(f"encoder ctx {s.enc_ctx:,}")
+    return words + (["windows ignored"] if no_windows else [])
+
+
+def settings_note(specs: Sequence[ModelSpec], grid: Sequence[Settings], flops: bool = True,
+                  no_windows: bool = False) -> str:
+    """settings_words as a title's tail."""
+    return "".join(f", {w}" for w in settings_words(specs, grid, flops, no_windows))
+
+
 def state_note(specs: list[ModelSpec], grid: list[Settings], cols: list[Column]) -> str:
     """The title's words for the constant states' dtypes where a state column is shown and a model stores its states
     in other dtypes than the KV cache's (Mamba-2's fp32 SSM state beside a bf16 convolution state: 'fp32+bf16')."""
@@ -340,7 +375,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns.strip().lower() == "kv" else
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} {bounds_note(s)}" if hardware else ""))
     title += serving_note(s, specs) + state_note(specs, [s], cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
-    title += ", windows ignored" if no_windows else ""
+    title += settings_note(specs, [s], _costs_in_columns(cols, chart), no_windows and any(lm.windows_removed for lm in loaded))
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
     lines = _derivation_lines(derivations, units)
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
@@ -412,6 +447,7 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     each = lambda name: ", ".join(str(v) for v in dict.fromkeys(getattr(at, name) for at in grid))  # noqa: E731
     title = f"Growth with context, batch {each('batch')}, kv {each('kv_dtype')}, weights {s.weights_dtype}"
     title += serving_note(s, specs) + state_note(specs, grid, cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
+    title += settings_note(specs, grid, _costs_in_columns(cols, chart))
     title += f", {hardware} {bounds_note(s)}" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs), to_terminal()), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
@@ -440,10 +476,12 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
         "model": spec.name, "origin": lm.origin, "exceeds_max_context": s.ctx > spec.max_context,
         "spec": spec.model_dump(exclude_none=True), "summary": {r["key"]: r["value"] for r in summary},
         "layers" if per_layer else "groups": breakdown}
+    if lm.windows_removed:  # the spec above is the model's without its windows (a key only then: json keeps its keys)
+        payload["no_windows"] = True
     if explain:
         payload["derivation"] = d
     title = (f"KV cache by {'layer' if per_layer else 'layer group'} at ctx {s.ctx:,}, batch {s.batch}, {s.kv_dtype}"
-             + serving_note(s, [spec]))
+             + serving_note(s, [spec]) + settings_note([spec], [s], False, lm.windows_removed))
     chunked = any(g.layer.chunk for g in spec.groups)  # the Chunk column only where some layer has one
     crossed = spec.encoder is not None  # the Encoder positions column only where a layer has cross-attention
     columns = [c for c in GROUP_COLUMNS if (chunked or c.key != "attention_chunk_size")
@@ -1119,7 +1157,7 @@ def approx_output(rows: list[dict], n: int, d: int, data: str, causal: bool, spe
     n, d, d_v, seeds = (rows[0]["n"], rows[0]["d"], rows[0]["d_v"], rows[0]["seeds"]) if rows else (n, d, d, 1)
     mode = "causal" if causal else "non-causal"
     title = (f"Approximate attention against exact ({mode}), one head, n {n:,}, d {d}, d_v {d_v}, data {data}: FLOPs "
-             f"and decode state per head and sequence; errors are means over {seeds} seed{'s' if seeds != 1 else ''}")
+             f"and decode state (bf16) per head and sequence; errors are means over {seeds} seed{'s' if seeds != 1 else ''}")
     keys = [f.key for f in figures_of(ApproxRow)]
     tables = [Table("approx", _shown(ApproxRow, APPROX_SHOWN), rows, title, keys)]
     payload: Any = [{k: r[k] for k in keys} for r in rows]

@@ -302,14 +302,18 @@ def settings_caption(specs: list[ModelSpec], s: Settings, metrics: list[str]) ->
     """The figure's title: the settings its figures depend on that are not the defaults (the batch, the dtypes, a
     quantisation scheme and an engine's pages), and MLA's cache layout and decode schedule where a model has MLA
     layers, as the tables' titles name them; empty where nothing needs saying."""
-    from kvcalc.present.outputs import mla_note, serving_note
+    from kvcalc.present.outputs import mla_note, serving_note, settings_words, state_words
 
     parts = [f"batch {s.batch:,}"] if s.batch != 1 else []
     parts += [f"KV cache {s.kv_dtype}"] if s.kv_dtype != "bf16" else []
-    parts += [f"weights {s.weights_dtype}"] if s.weights_dtype != "bf16" and "decode-time" in metrics else []
+    # the weights' dtype moves decode time, and with a hardware preset the cache panel's 'exceed memory' marker
+    weights = "decode-time" in metrics or s.hardware is not None and "cache" in metrics
+    parts += [f"weights {s.weights_dtype}"] if s.weights_dtype != "bf16" and weights else []
     parts += [w.strip() for w in (serving_note(s, specs) + mla_note(specs, s, "flops-decode" in metrics
                                                              or "decode-time" in metrics)).split(", ") if w.strip()]
-    return ", ".join(parts)
+    parts += [w.strip() for w in state_words(specs, [s]).split(", ") if w.strip()] if "state" in metrics else []
+    return ", ".join(parts + settings_words(specs, [s], any(m.startswith("flops") or m.endswith("-time")
+                                                              for m in metrics)))
 
 
 def _legend_below(fig: Figure, shown: list[Any]) -> None:

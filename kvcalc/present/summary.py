@@ -112,9 +112,10 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
         ("kv_elements_per_token", report.elements_per_token, f"{report.elements_per_token:,}",
          "sum over layers (full-attention rate)"),
         ("kv_bytes_per_token", report.bytes_per_token,
-         f"{report.bytes_per_token:,} B{aside_bytes(report.bytes_per_token, units)}", f"{report.kv_dtype}{mla}"),
+         f"{report.bytes_per_token:,} B{aside_bytes(report.bytes_per_token, units)}", f"{report.kv_dtype}{mla}"
+         + (f", {report.kv_quant} scales" if report.kv_quant != "none" else "")),
         ("kv_cache_bytes", report.bytes, f"{report.bytes:,} B{aside_bytes(report.bytes, units)}",
-         f"ctx {report.ctx:,} × batch {report.batch}, windows applied"
+         f"ctx {report.ctx:,} × batch {report.batch}, windows {'ignored (--no-windows)' if loaded.windows_removed else 'applied'}"
          + (f", {report.kv_quant} scales" if report.kv_quant != "none" else "")),
     ]
     items += engine_items(report, units)
@@ -137,7 +138,7 @@ def engine_items(report: CacheReport, units: str) -> list[tuple[str, Any, str, s
     b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
     items: list[tuple[str, Any, str, str]] = [
         ("engine_kv_bytes", report.engine_bytes, b(report.engine_bytes),
-         f"{report.engine}: whole pages of {report.block_size} token{'s' if report.block_size != 1 else ''}"
+         f"{report.engine}: whole pages of {report.block_size:,} token{'s' if report.block_size != 1 else ''}"
          " a layer and sequence")]
     if report.state_bytes and report.engine_state_bytes is not None:
         items.append(("engine_state_bytes", report.engine_state_bytes, b(report.engine_state_bytes),
@@ -167,7 +168,7 @@ def per_gpu_items(spec: ModelSpec, settings: Settings, report: CacheReport, unit
     block = rank_block_size(stages(spec, settings)) if report.engine_bytes is not None else None
     return [("gpus", gpu.gpus, f"{gpu.gpus}", layout),
             ("kv_cache_bytes_per_gpu", gpu.kv_cache_bytes, b(gpu.kv_cache_bytes),
-             "its KV cache" + (f", whole pages of {block} token{'s' if block != 1 else ''}" if block is not None else "")),
+             "its KV cache" + (f", whole pages of {block:,} token{'s' if block != 1 else ''}" if block is not None else "")),
             ("state_bytes_per_gpu", gpu.state_bytes, b(gpu.state_bytes), "its constant states"),
             ("weights_bytes_per_gpu", gpu.weights_bytes, b(gpu.weights_bytes), f"its weights in {settings.weights_dtype}"
              + (f", with what {settings.engine} keeps wider" if settings.engine else ""))]

@@ -1,0 +1,113 @@
+"""Every setting that changes a table's figures is named where a reader looks: in the title (a help-text review found
+--mtp, --dp-attention, --dense-attn, --enc-ctx and show's --no-windows changing figures under unchanged titles), and an
+option that changes nothing says so. The figures beside each title are written out by hand."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run
+
+K = 1024
+
+
+def _title(*args: str) -> str:
+    return run(*args).stdout.splitlines()[0]
+
+
+def test_mtp_named_where_its_layer_is_counted():
+    # deepseek-v3: 61 layers + 1 MTP layer, each a 512 + 64 latent in bf16
+    title = _title("compare", "deepseek-v3", "--ctx", "32k", "--mtp")
+    assert title.endswith(", MTP layers counted"), title
+    row = json.loads(run("compare", "deepseek-v3", "--ctx", "32k", "--mtp", "--format", "json").stdout)[0]
+    assert row["kv_bytes_per_token"] == 62 * 576 * 2 == 71_424
+    assert "MTP" not in _title("compare", "deepseek-v3", "--ctx", "32k")
+    # of two models, the one with MTP layers is named
+    assert _title("compare", "deepseek-v3", "llama3.1-8b", "--mtp").endswith(", deepseek-v3's MTP layers counted")
+
+
+def test_layout_and_dp_attention_named_beside_the_per_gpu_figures():
+    # deepseek-v2 at 128k, batch 8 over tp 8: its latent (60 layers · 576 · 2 B a token) whole on every rank, or under
+    # SGLang's DP attention one sequence a rank
+    args = ("compare", "deepseek-v2", "--ctx", "128k", "--tp", "8", "--batch", "8")
+    one_sequence = 60 * 576 * 2 * 128 * K
+    plain, dp = (json.loads(run(*args, *extra, "--format", "json").stdout)[0] for extra in ((), ("--dp-attention",)))
+    assert plain["kv_cache_bytes_per_gpu"] == 8 * one_sequence == 72_477_573_120
+    assert dp["kv_cache_bytes_per_gpu"] == one_sequence == 9_059_696_640
+    assert _title(*args).endswith(", tp 8 × pp 1 × dp 1")
+    assert _title(*args, "--dp-attention").endswith(", tp 8 × pp 1 × dp 1, DP attention")
+    assert _title("compare", "llama3.1-8b", "--pp", "2", "--dp", "2").endswith(", tp 1 × pp 2 × dp 2")
+    assert "tp " not in _title("compare", "llama3.1-8b")  # one GPU: nothing to say
+
+
+def test_a_sweep_names_every_value_it_takes():
+    title = _title("sweep", "llama3.1-8b", "--ctx", "32k", "--tp", "1,2", "--columns", "model,ctx,gpus,flops_prefill")
+    assert "tp {1, 2} × pp 1 × dp 1" in title, title
+
+
+def test_dense_attention_named_where_flops_are_shown():
+    # llama3.1-8b at 32k: dense scores add 4 · n_h · d_h · L · (N² − N(N+1)/2) FLOPs over the causal count
+    n = 32 * K
+    args = ("compare", "llama3.1-8b", "--ctx", "32k", "--format", "json")
+    causal, dense = (json.loads(run(*args, *extra).stdout)[0]["flops_prefill"] for extra in ((), ("--dense-attn",)))
+    assert dense - causal == 4 * 32 * 128 * 32 * (n * n - n * (n + 1) // 2) == 281_466_386_776_064
+    assert _title("compare", "llama3.1-8b", "--ctx", "32k", "--columns", "cost", "--dense-attn").endswith(
+        ", attention as dense N×N matrices")
+    assert "dense" not in _title("compare", "llama3.1-8b", "--ctx", "32k", "--dense-attn")  # the cache columns alone
+    assert _title("sweep", "llama3.1-8b", "--ctx", "32k", "--dense-attn").endswith(", attention as dense N×N matrices")
+
+
+def test_encoder_positions_named():
+    # whisper-large-v3's 32 decoder layers, 20 heads of 64: 5,120 B a token a layer, for the 448 tokens and for the
+    # 100 encoder positions asked of cross-attention
+    row = json.loads(run("compare", "whisper-large-v3", "--ctx", "448", "--enc-ctx", "100", "--format", "json").stdout)[0]
+    assert row["kv_cache_bytes"] == 448 * 32 * 5120 + 100 * 32 * 5120 == 89_784_320
+    assert _title("compare", "whisper-large-v3", "--ctx", "448", "--enc-ctx", "100").endswith(", encoder ctx 100")
+    assert "encoder" not in _title("compare", "whisper-large-v3", "--ctx", "448")
+
+
+def test_show_says_when_windows_are_ignored():
+    # gemma3-27b with every layer global: 62 layers · 2 · 16 · 128 · 2 B · 131,072 tokens
+    res = run("show", "gemma3-27b", "--ctx", "128k", "--no-windows")
+    assert "66,571,993,088 B (62.0 GiB)" in res.stdout and 62 * 2 * 16 * 128 * 2 * 128 * K == 66_571_993_088
+    assert "windows ignored (--no-windows)" in res.stdout and "windows applied" not in res.stdout
+    assert "KV cache by layer group at ctx 131,072, batch 1, bf16, windows ignored" in res.stdout
+    payload = json.loads(run("show", "gemma3-27b", "--no-windows", "--format", "json").stdout)
+    assert payload["no_windows"] is True
+    assert "no_windows" not in json.loads(run("show", "gemma3-27b", "--format", "json").stdout)
+    assert "windows applied" in run("show", "gemma3-27b").stdout
+
+
+def test_options_that_change_nothing_say_so():
+    res = run("compare", "llama3.1-8b", "--no-windows")
+    assert ("warning: llama3.1-8b: --no-windows: it has no sliding windows or attention chunks, so the option changes "
+            "nothing") in res.stderr
+    assert "windows ignored" not in res.stdout  # nothing was
+    res = run("compare", "deepseek-v2-lite", "--dp-attention")
+    assert "warning: --dp-attention: at tp 1 a replica's attention has one rank" in res.stderr
+    assert "warning" not in run("compare", "gemma3-27b", "--no-windows").stderr
+
+
+def test_the_plot_caption_names_what_moves_its_curves():
+    from kvcalc.hardware import load_hardware
+    from kvcalc.present.plot import settings_caption
+    from kvcalc.registry import load_model
+    from kvcalc.settings import Settings
+
+    llama, qwen = load_model("llama3.1-8b").spec, load_model("qwen3-next-80b-a3b").spec
+    assert settings_caption([llama], Settings(ctx=1, dense_attn=True), ["flops-prefill"]) == \
+        "attention as dense N×N matrices"
+    assert settings_caption([llama], Settings(ctx=1, dense_attn=True), ["cache"]) == ""  # the cache: no change
+    assert settings_caption([qwen], Settings(ctx=1, state_dtype="fp32"), ["state"]) == "states fp32"
+    h100 = load_hardware("h100-80gb")  # the weights move the cache panel's 'exceed memory' marker
+    assert settings_caption([llama], Settings(ctx=1, tp=2, weights_dtype="fp8", hardware=h100), ["cache"]) == \
+        "weights fp8, tp 2 × pp 1 × dp 1"
+
+
+def test_show_words_for_a_scheme_and_a_page():
+    # llama3.1-8b in fp8 with per-token scales: 32 layers · 2 · (8 · 128 B + a 4 B scale) = 65,792 B a token
+    res = run("show", "llama3.1-8b", "--kv-dtype", "fp8", "--kv-quant", "per-token")
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("kv_bytes_per_token"))
+    assert "65,792 B" in line and "fp8, per-token scales" in line and 32 * 2 * (8 * 128 + 4) == 65_792
+    # Qwen3-Next under vLLM with an fp8 cache: the page that holds a state, grouped as every other count is
+    assert "whole pages of 1,088 tokens" in run("show", "qwen3-next-80b-a3b", "--engine", "vllm", "--kv-dtype", "fp8").stdout
