@@ -86,6 +86,17 @@ class CostFigures:
     block_size_per_gpu: int | None = figure("Page tokens\nper GPU", "tokens",
                                             "tokens a page holds on each GPU (--engine with --tp): a hybrid model's "
                                             "vLLM page follows one rank's state")
+    # the settings the figures assume that no column above names (last: later versions only add keys)
+    tp: int = figure("TP", "int", "tensor-parallel ranks (--tp)")
+    pp: int = figure("PP", "int", "pipeline stages (--pp)")
+    dp: int = figure("DP", "int", "data-parallel replicas (--dp)")
+    ep: int = figure("EP", "int", "expert-parallel ranks (--ep)")
+    dp_attention: bool = figure("DP\nattention", "bool", "SGLang's DP attention: a replica's tp ranks split its "
+                                "sequences' latent cache (--dp-attention)")
+    dense_attn: bool = figure("Dense\nattention", "bool", "prefill FLOPs count attention as dense N×N matrices (--dense-attn)")
+    mtp: bool = figure("MTP", "bool", "the multi-token-prediction layers counted, cache and weights (--mtp)")
+    no_windows: bool = figure("Windows\nignored", "bool", "sliding windows and attention chunks removed, every layer "
+                              "global (compare --no-windows)")
 
 
 def figures(spec: ModelSpec, s: Settings, cache: CacheReport | None = None) -> CostFigures:
@@ -109,7 +120,8 @@ def fixed_figures(spec: ModelSpec, s: Settings) -> dict[str, Any]:
     settings."""
     total, active = param_totals(spec, s.mtp)
     out: dict[str, Any] = dict(gen=s.gen, weights_dtype=s.weights_dtype, params_total=total, params_active=active,
-                               weights_bytes=weights_bytes(total, s.weights_dtype))
+                               weights_bytes=weights_bytes(total, s.weights_dtype), tp=s.tp, pp=s.pp, dp=s.dp, ep=s.ep,
+                               dp_attention=s.dp_attention, dense_attn=s.dense_attn, mtp=s.mtp, no_windows=False)
     if s.engine is not None and s.tp > 1:  # the page one rank allocates (engine_kv_bytes keeps the one-GPU page)
         check_layout(spec, s)
         out.update(block_size_per_gpu=rank_block_size(stages(spec, s)))

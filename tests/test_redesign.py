@@ -253,7 +253,10 @@ def test_json_keys_keep_their_order_and_only_add():
                                             "gpus", "kv_cache_bytes_per_gpu", "state_bytes_per_gpu", "weights_bytes_per_gpu",
                                             "kv_quant", "engine", "block_size", "engine_kv_bytes", "engine_state_bytes",
                                             "tp_allreduce_bytes", "comm_seconds_per_token", "block_size_per_gpu",
-                                            "state_dtype"}
+                                            "state_dtype", "tp", "pp", "dp", "ep", "dp_attention", "dense_attn", "mtp",
+                                            "no_windows"}
+    # the settings keys (a help-text review) came last, after every key before them
+    assert JSON_KEYS[-8:] == ["tp", "pp", "dp", "ep", "dp_attention", "dense_attn", "mtp", "no_windows"]
 
 
 @pytest.mark.slow

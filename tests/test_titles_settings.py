@@ -111,3 +111,23 @@ def test_show_words_for_a_scheme_and_a_page():
     assert "65,792 B" in line and "fp8, per-token scales" in line and 32 * 2 * (8 * 128 + 4) == 65_792
     # Qwen3-Next under vLLM with an fp8 cache: the page that holds a state, grouped as every other count is
     assert "whole pages of 1,088 tokens" in run("show", "qwen3-next-80b-a3b", "--engine", "vllm", "--kv-dtype", "fp8").stdout
+
+
+def test_rows_carry_the_settings_their_figures_assume():
+    # json and csv rows end with the layout and flags (the per-GPU figures differ 8x between --tp 8 and --dp 8 with
+    # the same gpus 8: llama3.1-8b at 128k, batch 8: 32 · 2 · 8 · 128 · 2 B · 131,072 tokens a sequence, split by the
+    # 8 KV heads over tp 8, or one sequence a replica under dp 8: 16 GiB either way, the weights 1/8 or whole)
+    a, b = (json.loads(run("compare", "llama3.1-8b", "--ctx", "128k", "--batch", "8", flag, "8", "-f", "json").stdout)[0]
+            for flag in ("--tp", "--dp"))
+    assert a["kv_cache_bytes_per_gpu"] == b["kv_cache_bytes_per_gpu"] == 32 * 2 * 8 * 128 * 2 * 128 * K == 16 * K**3
+    assert (a["tp"], a["pp"], a["dp"], a["ep"]) == (8, 1, 1, 1) and (b["tp"], b["dp"]) == (1, 8)
+    assert a["gpus"] == b["gpus"] == 8 and a["weights_bytes_per_gpu"] < b["weights_bytes_per_gpu"]
+    row = json.loads(run("compare", "deepseek-v3", "--tp", "8", "--batch", "8", "--dp-attention", "--mtp",
+                         "--dense-attn", "-f", "json").stdout)[0]
+    assert [row[k] for k in ("dp_attention", "dense_attn", "mtp", "no_windows")] == [True, True, True, False]
+    gemma, llama = json.loads(run("compare", "gemma3-27b", "llama3.1-8b", "--no-windows", "-f", "json").stdout)
+    assert gemma["no_windows"] is True and llama["no_windows"] is False  # llama has none to take out (warned)
+    assert gemma["n_window_layers"] == 0
+    header, first = run("sweep", "llama3.1-8b", "--ctx", "4k", "--tp", "1,2", "-f", "csv").stdout.splitlines()[:2]
+    assert header.split(",")[-8:] == ["tp", "pp", "dp", "ep", "dp_attention", "dense_attn", "mtp", "no_windows"]
+    assert first.split(",")[-8:] == ["1", "1", "1", "1", "false", "false", "false", "false"]

@@ -367,6 +367,9 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     specs = [lm.spec for lm in loaded]
     rows, reports = compare_rows(specs, ctxs, s, _costs_shown(cols, fmt, chart))
     origins = [lm for lm in loaded for _ in ctxs]
+    for row, lm in zip(rows, origins):
+        if lm.windows_removed:  # the rows' spec facts are the model's without its windows: the row says so
+            row["no_windows"] = True
     derivations = []
     if explain:  # the derivations' module only when asked (cold start)
         from kvcalc.explain import derivation
