@@ -131,3 +131,19 @@ def test_rows_carry_the_settings_their_figures_assume():
     header, first = run("sweep", "llama3.1-8b", "--ctx", "4k", "--tp", "1,2", "-f", "csv").stdout.splitlines()[:2]
     assert header.split(",")[-8:] == ["tp", "pp", "dp", "ep", "dp_attention", "dense_attn", "mtp", "no_windows"]
     assert first.split(",")[-8:] == ["1", "1", "1", "1", "false", "false", "false", "false"]
+
+
+def test_plot_options_no_panel_uses_are_warned_of():
+    from kvcalc.present.outputs import plot_warnings
+    from kvcalc.registry import load_model
+    from kvcalc.settings import Settings
+
+    lm = [load_model("deepseek-v2")]
+    warned = " ".join(plot_warnings(lm, [1024], Settings(ctx=1024, dense_attn=True, mla_schedule="naive",
+                                                         weights_dtype="fp8"), ["cache"]))
+    assert "--dense-attn: it counts a prefill's attention as dense" in warned
+    assert "--mla-schedule: it moves the decode panels" in warned
+    assert "--weights-dtype fp8: without --hardware no panel depends on the weights" in warned
+    quiet = plot_warnings(lm, [1024], Settings(ctx=1024, dense_attn=True, mla_schedule="naive"),
+                          ["flops-prefill", "flops-decode"])
+    assert not [w for w in quiet if "changes nothing" in w]

@@ -56,9 +56,27 @@ def plot_warnings(loaded: list[LoadedModel], ctxs: list[int], s: Settings, metri
     a context past a model's maximum (a figure to 1M of a model trained to 8k says so), and beside a prefill's FLOPs
     (`metrics`: flops-prefill) the note of a DeepSeek Sparse Attention model, at the longest context."""
     specs = [lm.spec for lm in loaded]
-    prefill = {"flops_prefill"} if "flops-prefill" in (metrics or []) else set()
+    shown = metrics or ["cache"]
+    prefill = {"flops_prefill"} if "flops-prefill" in shown else set()
     return ([w for lm in loaded for w in lm.warnings] + option_warnings(specs, s) + _ctx_warnings(specs, ctxs)
-            + _prefill_notes(specs, ctxs, [s], prefill, longest=True))
+            + _unplotted(s, shown) + _prefill_notes(specs, ctxs, [s], prefill, longest=True))
+
+
+def _unplotted(s: Settings, metrics: list[str]) -> list[str]:
+    """The options no panel of `metrics` depends on, said rather than passed over: dense attention moves the prefill's
+    FLOPs alone, MLA's decode schedule the decode panels, the weights' dtype the decode time and (with a hardware
+    preset) where weights and cache exceed its memory."""
+    out = []
+    if s.dense_attn and "flops-prefill" not in metrics:
+        out.append("warning: --dense-attn: it counts a prefill's attention as dense matrices, and no panel shows a "
+                   "prefill (-m flops-prefill), so the option changes nothing")
+    if s.mla_schedule is not None and not {"flops-decode", "decode-time"} & set(metrics):
+        out.append("warning: --mla-schedule: it moves the decode panels (-m flops-decode, decode-time) alone, and none "
+                   "is drawn, so the option changes nothing")
+    if s.weights_dtype != "bf16" and s.hardware is None:
+        out.append(f"warning: --weights-dtype {s.weights_dtype}: without --hardware no panel depends on the weights, so "
+                   "the option changes nothing")
+    return out
 
 
 def mla_options(mla_cache: str, mla_schedule: str | None) -> str | None:
