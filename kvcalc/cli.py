@@ -456,7 +456,9 @@ def approx(
 
         emit(transmla_output(load_named(transmla, "approx --transmla"), length), fmt, units)
         return
-    if data not in DATA and is_npz(Path(data).expanduser()):  # its arrays give n, d and d_v (another
+    from kvcalc.paths import user_path
+
+    if data not in DATA and is_npz(user_path(data)):  # its arrays give n, d and d_v (another
         given = written({"n": "--n", "d": "--d", "d_v": "--dv"})  # --data is named by the loader: no such file, ...
         if given:
             raise typer.BadParameter(f"{data}: an .npz's arrays q [n, d], k [n, d], v [n, d_v] give the sizes: leave "

@@ -26,6 +26,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from kvcalc.errors import SpecError
 from kvcalc.fields import as_row, figure
+from kvcalc.paths import user_path
 from kvcalc.registry import bundled_dir, bundled_names, find_bundled, is_special_file, looks_like_path
 from kvcalc.spec import Strict, validate_mapping
 from kvcalc.yamlfile import check_file, is_file, line_finder, load_yaml
@@ -214,7 +215,7 @@ def hardware_from_dict(data: object, origin: str, locate: Callable[[tuple], int 
 
 def load_hardware(arg: str) -> Hardware:
     """Resolve HARDWARE: an existing YAML file, else a bundled preset (exact, case-insensitive), else a LookupFailure."""
-    path = Path(arg).expanduser()
+    path = user_path(arg)
     if is_file(path, arg):
         return hardware_from_dict(load_yaml(path), str(path), line_finder(path))
     if looks_like_path(arg, (".yaml", ".yml")) or is_special_file(path):

@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 from kvcalc.dtypes import DTYPES
 from kvcalc.errors import KvcalcError, interrupted
 from kvcalc.lists import first_repeat
+from kvcalc.paths import user_path
 from kvcalc.present.render import FORMATS
 from kvcalc.settings import ENGINES, LIMITS, MLA_CACHE_LAYOUTS, MLA_SCHEDULES
 from kvcalc.units import UNIT_SYSTEMS
@@ -411,7 +412,7 @@ INPUT_PARAMS = ("model", "models", "hardware_name", "data", "transmla")
 def refuse_an_input(output: str, kwargs: dict[str, Any]) -> None:
     """A usage error when --output names a file the command reads (`show spec.yaml -o spec.yaml` would replace the
     spec with its own table)."""
-    target = Path(output).expanduser()
+    target = Path(output)  # as the output is written: literally (a shell expands an unquoted ~ before kvcalc sees it)
     try:
         if not target.is_file():
             return
@@ -424,10 +425,10 @@ def refuse_an_input(output: str, kwargs: dict[str, Any]) -> None:
         for arg in value if isinstance(value, list) else [value]:
             if not isinstance(arg, str) or name != "hardware_name" and names_bundled(arg):
                 continue  # the bundled model, not a file of that name here (load_model; a --hardware file comes first)
-            path = Path(arg).expanduser()
             try:
+                path = user_path(arg)
                 same = path.is_file() and os.path.samefile(path, target)
-            except OSError:
+            except (OSError, KvcalcError):  # a ~user without an account: loading the input says so
                 same = False
             if same:
                 raise typer.BadParameter(f"{output} is a file this command reads ({arg}); write the output to "
@@ -630,7 +631,7 @@ def _read_from(arg: str, lm: LoadedModel) -> str:
 
     from kvcalc.registry import names_bundled
 
-    path = os.path.expanduser(arg)
+    path = user_path(arg)
     return os.path.realpath(path) if not names_bundled(arg) and os.path.isfile(path) else lm.origin
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvcalc.errors import KvcalcError, LookupFailure, SpecError
+from kvcalc.paths import user_path
 from kvcalc.spec import SPEC_NAME_RULE, ModelSpec, spec_from_dict
 from kvcalc.yamlfile import check_file, is_file, line_finder, load_yaml, read_text
 
@@ -134,7 +135,7 @@ HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 def looks_like_hub_id(arg: str) -> bool:
     """True for ORG/NAME (exactly one slash, no spec suffix) that is not an existing path."""
     spec_file = arg.lower().endswith((".yaml", ".yml", ".json"))
-    return bool(HUB_ID.fullmatch(arg)) and not spec_file and not Path(arg).expanduser().exists()
+    return bool(HUB_ID.fullmatch(arg)) and not spec_file and not user_path(arg).exists()
 
 
 def hub_caches() -> list[tuple[Path, str]]:
@@ -142,12 +143,16 @@ def hub_caches() -> list[tuple[Path, str]]:
     caches: list[tuple[Path, str]] = []
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):  # the second is huggingface_hub's older name
         if os.environ.get(var):
-            caches.append((Path(os.environ[var]).expanduser(), var))
+            caches.append((user_path(os.environ[var], var), var))
     if os.environ.get("HF_HOME"):
-        caches.append((Path(os.environ["HF_HOME"]).expanduser() / "hub", "HF_HOME/hub"))
+        caches.append((user_path(os.environ["HF_HOME"], "HF_HOME") / "hub", "HF_HOME/hub"))
     if os.environ.get("XDG_CACHE_HOME"):
-        caches.append((Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "huggingface" / "hub", "XDG_CACHE_HOME/huggingface/hub"))
-    caches.append((Path.home() / ".cache" / "huggingface" / "hub", "the default"))
+        caches.append((user_path(os.environ["XDG_CACHE_HOME"], "XDG_CACHE_HOME") / "huggingface" / "hub",
+                       "XDG_CACHE_HOME/huggingface/hub"))
+    try:
+        caches.append((Path.home() / ".cache" / "huggingface" / "hub", "the default"))
+    except RuntimeError:  # no home folder to find (HOME unset, no account): no default cache
+        pass
     unique: dict[Path, str] = {}
     for cache, why in caches:
         unique.setdefault(cache, why)
@@ -213,7 +218,7 @@ def load_model(arg: str) -> LoadedModel:
     """Resolve MODEL: an existing file (but a bare bundled name is the bundled model's, with a warning), else a Hub
     id (ORG/NAME) in the local Hugging Face cache, else a bundled name (exact, case-insensitive), else a
     LookupFailure."""
-    path = Path(arg).expanduser()
+    path = user_path(arg)
     if is_file(path, arg):
         if names_bundled(arg):
             # a bare name is the bundled model's, though a file here has it: said, as the file may be a changed copy

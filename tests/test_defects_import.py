@@ -59,14 +59,14 @@ def error(res) -> str:
     [
         (LLAMA, "num_hidden_layers", 32.5, "num_hidden_layers: must be a whole number, got 32.5"),
         (LLAMA, "hidden_size", "4096", "hidden_size: must be a whole number, got '4096'"),
-        (LLAMA, "num_key_value_heads", True, "num_key_value_heads: must be a whole number, got True"),
+        (LLAMA, "num_key_value_heads", True, "num_key_value_heads: must be a whole number, got true"),
         (LLAMA, "head_dim", 0, "head_dim: must be at least 1, got 0"),
         (LLAMA, "intermediate_size", -14336, "intermediate_size: must be at least 1, got -14336"),
         (LLAMA, "sliding_window", [4096], "sliding_window: must be a whole number, got [4096]"),
         (DEEPSEEK, "kv_lora_rank", 512.5, "kv_lora_rank: must be a whole number, got 512.5"),
         (DEEPSEEK, "q_lora_rank", "1536", "q_lora_rank: must be a whole number, got '1536'"),
         (DEEPSEEK, "first_k_dense_replace", 1.5, "first_k_dense_replace: must be a whole number, got 1.5"),
-        (DEEPSEEK, "n_routed_experts", False, "n_routed_experts: must be a whole number, got False"),
+        (DEEPSEEK, "n_routed_experts", False, "n_routed_experts: must be a whole number, got false"),
     ],
 )
 def test_a_field_that_is_not_a_whole_number_is_named(tmp_path, base, key, value, message):

@@ -51,7 +51,7 @@ def test_an_integral_float_is_a_whole_number(tmp_path):
     assert rows[0]["kv_cache_bytes"] == 2 * 32 * 8 * 128 * 4096 * 2  # K and V, 32 layers, 8 KV heads of 128, bf16
 
 
-@pytest.mark.parametrize("value, shown", [(32.5, "32.5"), (True, "True"), (False, "False"), ("32", "'32'")])
+@pytest.mark.parametrize("value, shown", [(32.5, "32.5"), (True, "true"), (False, "false"), ("32", "'32'")])
 def test_a_count_that_is_not_a_whole_number_is_refused_naming_the_key(tmp_path, value, shown):
     refused(tmp_path, config(LLAMA, num_hidden_layers=value), f"num_hidden_layers: must be a whole number, got {shown}")
 

@@ -120,7 +120,7 @@ def _first_block(name: str, part: str, key: str, value) -> dict:
 @pytest.mark.parametrize("cfg, message", [
     ({**reference(FALCON_7B), "multi_query": "false"}, "multi_query: must be true or false, got 'false'"),
     (_nested("models-2026/gemma-4-26b-a4b.json", "text_config", "enable_moe_block", "false"),
-     "enable_moe_block: must be true or false, got 'false'"),
+     "text_config.enable_moe_block: must be true or false, got 'false'"),  # the key as the file nests it
     ({**reference("configs-extra/minimax-m2.5.json"), "use_qk_norm": "false"}, "use_qk_norm: must be true or false, got 'false'"),
     ({**reference("configs-extra/minimax-m2.5.json"), "use_mtp": 0}, "use_mtp: must be true or false, got 0"),
     ({**reference("models/deepseek-v3.json"), "attention_bias": "false"}, "attention_bias: must be true or false, got 'false'"),
@@ -131,7 +131,7 @@ def _first_block(name: str, part: str, key: str, value) -> dict:
     ({**reference("models-2026/qwen3-next-80b-a3b-instruct.json"), "use_sliding_window": "false"},
      "use_sliding_window: must be true or false, got 'false'"),
     (_nested("configs-extra/qwen3-vl-8b-instruct.json", "text_config", "use_sliding_window", "false"),
-     "use_sliding_window: must be true or false, got 'false'"),
+     "text_config.use_sliding_window: must be true or false, got 'false'"),
     ({**reference("configs-gemma3n/gemma-3n-e2b.json"), "tie_word_embeddings": "false"},
      "tie_word_embeddings: must be true or false, got 'false'"),
     ({**reference("configs-extra-2/qwen3.5-35b-a3b.json"), "tie_word_embeddings": "false"},
@@ -248,8 +248,8 @@ def test_mimo_swa_v_head_dim_given_or_absent(tmp_path, value, sliding):
     assert kv_bytes(tmp_path, cfg if value is None else {**cfg, "swa_v_head_dim": value}, "4k") == MIMO_FULL + sliding
 
 
-@pytest.mark.parametrize("value, rule", [(0, "must be at least 1, got 0"), (False, "must be a whole number, got False"),
-                                         (None, "must be a whole number, got None"),
+@pytest.mark.parametrize("value, rule", [(0, "must be at least 1, got 0"), (False, "must be a whole number, got false"),
+                                         (None, "must be a whole number, got null"),
                                          ("128", "must be a whole number, got '128'"),
                                          (-128, "must be at least 1, got -128")])
 def test_mimo_swa_v_head_dim_is_a_positive_whole_number(tmp_path, value, rule):
@@ -279,7 +279,7 @@ def test_deepseek_topk_method_sets_the_router_bias(tmp_path, name, value, bias):
     assert spec["ffn"].get("router_bias") is bias
 
 
-@pytest.mark.parametrize("value, shown", [("noaux", "'noaux'"), ("NOAUX_TC", "'NOAUX_TC'"), (None, "None"), (1, "1")])
+@pytest.mark.parametrize("value, shown", [("noaux", "'noaux'"), ("NOAUX_TC", "'NOAUX_TC'"), (None, "null"), (1, "1")])
 def test_deepseek_topk_method_of_another_value_is_refused(tmp_path, value, shown):
     # any of these used to drop the router bias silently
     refused(tmp_path, {**reference("models/deepseek-v3.json"), "topk_method": value},

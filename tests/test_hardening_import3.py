@@ -26,7 +26,7 @@ def test_gemma3n_refuses_a_null_its_code_multiplies(key):
     cfg = _config("configs-gemma3n/gemma-3n-e2b.json")
     nulled = copy.deepcopy(cfg)
     nulled["text_config"][key] = None
-    with pytest.raises(SpecError, match=f"g.json: {key}: must be a whole number, got null"):
+    with pytest.raises(SpecError, match=f"g.json: text_config.{key}: must be a whole number, got null"):
         import_config(nulled, "g.json", "g")
     left_out = copy.deepcopy(cfg)
     del left_out["text_config"][key]
@@ -44,11 +44,11 @@ def test_deepseek_refuses_a_null_first_k_dense_replace():
 
 
 @pytest.mark.parametrize(("key", "value", "where", "shown"), [
-    ("ffn_multipliers", [True] * 16, "ffn_multipliers[0]", "True"),  # read as 1.0: d_ff 1,280
+    ("ffn_multipliers", [True] * 16, "ffn_multipliers[0]", "true"),  # read as 1.0: d_ff 1,280
     ("ffn_multipliers", ["a"] * 16, "ffn_multipliers[0]", "'a'"),  # a TypeError's text, no key named
     ("ffn_multipliers", [float("nan")] * 16, "ffn_multipliers[0]", "nan"),
     ("qkv_multipliers", [1e308, 1e308], "qkv_multipliers[0]", "1e+308"),  # infinity to an int
-    ("qkv_multipliers", [0.5, True], "qkv_multipliers[1]", "True"),
+    ("qkv_multipliers", [0.5, True], "qkv_multipliers[1]", "true"),
     ("ffn_multipliers", [-1.0] * 16, "ffn_multipliers[0]", "-1.0"),
 ])
 def test_openelm_multipliers_are_positive_numbers(key, value, where, shown):

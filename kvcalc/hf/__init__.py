@@ -40,7 +40,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     t5,
     whisper,
 )
-from kvcalc.hf.common import IMPORTERS, Imported, config_keys, show, show_error
+from kvcalc.hf.common import IMPORTERS, TEXT_CONFIG_TYPES, Imported, config_keys, show, show_error
 from kvcalc.spec import ModelSpec, spec_from_dict
 from kvcalc.units import MAX_TOKENS
 
@@ -70,6 +70,8 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
     notes: list[str] = []
     try:
         body = convert(dict(cfg), origin, notes)
+    except SpecError as exc:
+        raise _text_config_key(exc, cfg, model_type, origin) from None
     except (TypeError, ValueError, ArithmeticError) as exc:  # a field of the wrong type, e.g. a string for a number
         raise SpecError(f"{origin}: a field has the wrong type for model_type {show(model_type)}: "
                         f"{show_error(exc)}") from None
@@ -91,6 +93,25 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
     if "served_context" in data:
         keys["served_context"] = "original_max_position_embeddings (LongRoPE)"
     return Imported(data=data, keys=keys)
+
+
+def _text_config_key(exc: SpecError, cfg: dict, model_type: str, origin: str) -> SpecError:
+    """`exc` with its field named as the file writes it where the importer read it from a multimodal config's
+    text_config ('text_config.hidden_size'): a key text_config holds, or one the importer found missing there (though
+    the top level may hold it); a key read at the top level, or named with its level already, as it was."""
+    text = cfg.get("text_config")
+    head = f"{origin}: "
+    message = str(exc)
+    if model_type not in TEXT_CONFIG_TYPES or not isinstance(text, dict) or not message.startswith(head):
+        return exc
+    key, sep, rest = message[len(head):].partition(": ")
+    base = re.split(r"[.\[ ]", key)[0]
+    if not sep or not re.fullmatch(r"[A-Za-z_][\w.\[\]]*", key) or base == "text_config":
+        return exc
+    missing = rest.startswith("required field is missing") or "got nothing" in rest
+    if base in text or missing or base not in cfg:
+        return SpecError(f"{head}text_config.{key}: {rest}")
+    return exc
 
 
 # RoPE types whose factor leaves max_position_embeddings the scaled context already (vLLM 0.34.0 config/model.py

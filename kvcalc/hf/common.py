@@ -146,6 +146,12 @@ class _Brief(reprlib.Repr):
         self.maxlevel, self.maxdict, self.maxlist, self.maxtuple, self.maxset = 3, 6, 8, 8, 8
         self.maxstring = self.maxother = self.maxlong = MESSAGE_WIDTH
 
+    def repr_bool(self, x: bool, level: int) -> str:  # as the JSON file writes it
+        return "true" if x else "false"
+
+    def repr_NoneType(self, x: None, level: int) -> str:  # reprlib dispatches on the type's name
+        return "null"
+
     def repr_int(self, x: int, level: int) -> str:
         if x.bit_length() > 256:  # about 77 digits: say how long it is rather than print it
             return f"<an integer of about {int(x.bit_length() * 0.30103) + 1:,} digits>"

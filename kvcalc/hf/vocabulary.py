@@ -123,6 +123,11 @@ class Missing:
         return cls({_squash(k): k for k in reversed(missing)}, around)
 
 
+# The most keys one mapping of a config may have: real ones have tens to a few hundred; the near-miss check compares
+# each unknown key with the missing ones (difflib, about 0.1 ms a key at worst), so 10,000 keys stay near a second.
+MAX_LEVEL_KEYS = 10_000
+
+
 def near_miss(key: str, missing: Missing) -> str | None:
     """The missing key that `key` most likely misspells: the same but for case, '_' or '-', or for a plural or
     singular s; else one at most two edits away with a difflib ratio of at least 0.85 (None: no such key)."""
@@ -157,6 +162,10 @@ def check(cfg: dict, origin: str, fn: Callable) -> None:
     and `cfg` lacks at that level (a misspelling would otherwise pass for an absent key, silently)."""
     wanted, known = reads(fn), vocabulary()
     for where, level in _levels(cfg, wanted):
+        if len(level) > MAX_LEVEL_KEYS:  # each unknown key is compared with the missing ones: bounded work
+            raise SpecError(f"{origin}: {where.rstrip('.') or 'the top level'} has {len(level):,} keys, above the "
+                            f"{MAX_LEVEL_KEYS:,} kvcalc reads in one mapping (a model's config.json has tens): not a "
+                            "model config")
         unknown = [key for key in level if isinstance(key, str) and key not in known]  # YAML keys may be numbers
         if not unknown:
             continue

@@ -1,0 +1,69 @@
+"""Input paths an adversarial review found unguarded: a ~user with no account (a traceback), a config of 690,000 keys
+(69 s of CPU before its refusal), a multimodal config's errors naming its text_config keys bare, Python's reprs of
+JSON values in messages. Each now gets one line naming the file, field and rule, and exit 1."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import REFERENCE, run
+
+
+def _one_error(res) -> str:
+    assert res.exit_code == 1 and "Traceback" not in res.stderr, str(res)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), str(res)
+    return lines[0]
+
+
+def test_a_tilde_user_without_an_account_is_named(tmp_path, monkeypatch):
+    # pathlib's expanduser raises RuntimeError for ~nosuchuser; bash passes such a word through unexpanded
+    for args in (["show", "~nosuchuser/spec.yaml"], ["cost", "llama3-8b", "--hardware", "~nosuchuser/h.yaml"],
+                 ["approx", "--data", "~nosuchuser/x.npz"]):
+        line = _one_error(run(*args, ok=False))
+        assert "cannot expand ~nosuchuser: no account is named 'nosuchuser'; write the path in full" in line, line
+    monkeypatch.setenv("HF_HUB_CACHE", "~nosuchuser/hub")  # a Hub id looks in the caches the variables name
+    assert "HF_HUB_CACHE: cannot expand ~nosuchuser" in _one_error(run("show", "org/model", ok=False))
+    # the output is written as given (a shell expands an unquoted ~ first): a folder that is not there is said so
+    line = _one_error(run("show", "llama3-8b", "-o", "~nosuchuser/x.csv", ok=False))
+    assert "~nosuchuser/x.csv: cannot write (No such file or directory)" in line, line
+
+
+def test_a_quoted_tilde_reads_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "spec.yaml").write_text((REFERENCE.parent.parent.parent / "model_specs" / "llama3-8b.yaml").read_text())
+    rows = json.loads(run("compare", "~/spec.yaml", "--ctx", "4k", "-f", "json").stdout)
+    assert rows[0]["kv_cache_bytes"] == 2 * 32 * 8 * 128 * 2 * 4096  # K and V, 32 layers, 8 KV heads of 128, bf16
+
+
+def test_a_mapping_of_more_keys_than_a_config_has_is_refused(tmp_path):
+    keys = {f"k{i}": 1 for i in range(10_000)}  # with model_type: 10,001 keys at the top level
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", **keys}))
+    line = _one_error(run("show", str(path), ok=False))
+    assert line == (f"error: {path}: the top level has 10,001 keys, above the 10,000 kvcalc reads in one mapping (a "
+                    "model's config.json has tens): not a model config")
+
+
+def _qwen3_vl(**text_changes) -> dict:
+    cfg = json.loads((REFERENCE / "configs-extra" / "qwen3-vl-8b-instruct.json").read_text())
+    for key, value in text_changes.items():
+        if value is ...:
+            del cfg["text_config"][key]
+        else:
+            cfg["text_config"][key] = value
+    return cfg
+
+
+def test_a_multimodal_configs_errors_name_its_text_config_keys(tmp_path):
+    path = tmp_path / "config.json"
+    # hidden_size missing where the importer reads it, though the top level has one: named under text_config
+    path.write_text(json.dumps({**_qwen3_vl(hidden_size=...), "hidden_size": 4096}))
+    assert _one_error(run("show", str(path), ok=False)) == \
+        f"error: {path}: text_config.hidden_size: required field is missing from the config"
+    path.write_text(json.dumps(_qwen3_vl(num_hidden_layers=True)))  # JSON's true, as the file writes it
+    assert _one_error(run("show", str(path), ok=False)) == \
+        f"error: {path}: text_config.num_hidden_layers: must be a whole number, got true"
+    path.write_text(json.dumps(_qwen3_vl(num_attention_heads=0)))
+    assert _one_error(run("show", str(path), ok=False)) == \
+        f"error: {path}: text_config.num_attention_heads: must be at least 1, got 0"
