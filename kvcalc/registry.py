@@ -97,7 +97,11 @@ def load_path(path: Path, kind: str = "yaml", origin: str | None = None, name: s
         if is_hf_config(data):
             origin = origin or str(path)
             spec, imported = spec_from_config(data, origin, name or _name_from_path(path))
-            warnings = (f"warning: {origin}: {generic.assumption(data)}",) if generic.is_generic(data) else ()
+            warnings: tuple[str, ...] = (f"warning: {origin}: {generic.assumption(data)}",) if generic.is_generic(data) else ()
+            if imported.defaulted:  # no published config leaves these out: a config cut short, more likely
+                warnings += (f"warning: {origin}: it gives no {' or '.join(imported.defaulted)}: read as the config "
+                             f"class's defaults ({spec.d_model:,} wide, {spec.n_layers:,} layers), as transformers "
+                             "would; check it is the whole config",)
             return LoadedModel(spec, origin, "hf", imported.keys, warnings)
     if config_only:
         keys = ", ".join(map(str, list(data)[:4])) + (", ..." if len(data) > 4 else "") if isinstance(data, dict) else ""

@@ -67,3 +67,19 @@ def test_a_multimodal_configs_errors_name_its_text_config_keys(tmp_path):
     path.write_text(json.dumps(_qwen3_vl(num_attention_heads=0)))
     assert _one_error(run("show", str(path), ok=False)) == \
         f"error: {path}: text_config.num_attention_heads: must be at least 1, got 0"
+
+
+def test_a_config_cut_to_its_model_type_is_warned_of(tmp_path):
+    # Ministral3Config's defaults (transformers configuration_ministral3.py): 34 layers, 8 KV heads of 128; an empty
+    # config is that model, as transformers reads it, but no published one omits its sizes: said on stderr
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "ministral3"}')
+    rows = json.loads(run("compare", str(path), "--ctx", "4k", "-f", "json").stdout)
+    assert rows[0]["kv_cache_bytes"] == 2 * 34 * 8 * 128 * 2 * 4096
+    res = run("compare", str(path), "--ctx", "4k")  # a human format's warnings on stderr
+    assert (f"warning: {path}: it gives no hidden_size or num_hidden_layers: read as the config class's defaults "
+            "(4,096 wide, 34 layers), as transformers would; check it is the whole config") in res.stderr
+    path.write_text('{"model_type": "gemma3n_text"}')
+    assert "(2,048 wide, 35 layers)" in run("show", str(path)).stderr
+    # the published Gemma 3n E2B config gives its sizes: no such warning
+    assert "gives no" not in run("show", str(REFERENCE / "configs-gemma3n" / "gemma-3n-e2b.json")).stderr

@@ -40,7 +40,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     t5,
     whisper,
 )
-from kvcalc.hf.common import IMPORTERS, TEXT_CONFIG_TYPES, Imported, config_keys, show, show_error
+from kvcalc.hf.common import IMPORTERS, TEXT_CONFIG_TYPES, Imported, config_keys, defaulted_sizes, show, show_error
 from kvcalc.spec import ModelSpec, spec_from_dict
 from kvcalc.units import MAX_TOKENS
 
@@ -92,7 +92,7 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
         keys["max_context"] = f"{keys.get('max_context', 'max_position_embeddings')} × {stretched_by}"
     if "served_context" in data:
         keys["served_context"] = "original_max_position_embeddings (LongRoPE)"
-    return Imported(data=data, keys=keys)
+    return Imported(data=data, keys=keys, defaulted=tuple(defaulted_sizes(notes)))
 
 
 def _text_config_key(exc: SpecError, cfg: dict, model_type: str, origin: str) -> SpecError:

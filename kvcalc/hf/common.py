@@ -100,6 +100,7 @@ class Imported:
 
     data: dict
     keys: dict[str, str] = field(default_factory=lambda: dict(HF_KEYS))
+    defaulted: tuple[str, ...] = ()  # sizes a config class's defaults gave (defaulted_sizes): the command line warns
 
 
 # Upper bounds on a config's whole numbers, far above any published model and low enough that no loop over a
@@ -264,6 +265,21 @@ def fill_defaults(cfg: dict, table: dict[str, Any], cls: str, notes: list[str]) 
     if filled:
         notes.append(f"{cls} defaults filled in for: " + ", ".join(f"{k} {_json(table[k])}" for k in filled))
     return {**table, **cfg}
+
+
+# The sizes no published config leaves out: a config whose class fills them (Gemma 3n's, Ministral 3's tables have
+# them) is more likely cut short than a model of the class's defaults, so the command line warns (defaulted_sizes).
+SIZE_KEYS = ("hidden_size", "num_hidden_layers")
+
+
+def defaulted_sizes(notes: list[str]) -> list[str]:
+    """The SIZE_KEYS that `notes` (fill_defaults's, '<Class> defaults filled in for: key value, ...') say a config
+    class's defaults gave."""
+    out = []
+    for note in notes:
+        if (m := re.match(r"\w+ defaults filled in for: (.*)", note)) is not None:
+            out += [k for k in SIZE_KEYS if re.search(rf"(?:^|, ){k}\b", m[1])]
+    return list(dict.fromkeys(out))
 
 
 def with_defaults(cfg: dict, model_type: str, notes: list[str], defaults: dict[str, Any] | None = None) -> dict:
