@@ -28,7 +28,7 @@ from kvcalc.errors import SpecError
 from kvcalc.fields import as_row, figure
 from kvcalc.paths import user_path
 from kvcalc.registry import bundled_dir, bundled_names, find_bundled, is_special_file, looks_like_path
-from kvcalc.spec import Strict, validate_mapping
+from kvcalc.spec import FAMILY_PATTERN, TEXT_PATTERN, Strict, validate_mapping
 from kvcalc.yamlfile import check_file, is_file, line_finder, load_yaml
 
 # ---------------------------------------------------------------- sizes in a YAML file
@@ -79,8 +79,8 @@ class Hardware(Strict):
     """One accelerator: its peak dense bf16 throughput, memory bandwidth and memory size, with their source."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Short name, as used on the command line.")
-    vendor: str = Field(description="Maker, e.g. 'NVIDIA', 'AMD', 'Apple'.")
-    description: str = Field(description="The exact part: form factor, memory type, power.")
+    vendor: str = Field(pattern=FAMILY_PATTERN, description="Maker, e.g. 'NVIDIA', 'AMD', 'Apple'.")
+    description: str = Field(pattern=FAMILY_PATTERN, description="The exact part: form factor, memory type, power.")
     peak_flops_bf16: Annotated[int, _BOUND] = Field(
         description="Peak dense bf16 matrix throughput in FLOP/s (no 2:4 sparsity), as the vendor states it."
     )
@@ -105,8 +105,9 @@ class Hardware(Strict):
         " per-architecture kernels (its Gated DeltaNet prefill); absent for other vendors, and where unknown (read as"
         " an A100's where the name or description says A100, else as Hopper's).",
     )
-    source: str = Field(description="URL(s) of the vendor datasheet or page the numbers come from.")
-    notes: str | None = Field(None, description="Free-form remarks: accumulate modes, what was chosen and why.")
+    source: str = Field(pattern=TEXT_PATTERN, description="URL(s) of the vendor datasheet or page the numbers come from.")
+    notes: str | None = Field(None, pattern=TEXT_PATTERN,
+                              description="Free-form remarks: accumulate modes, what was chosen and why.")
 
     @field_validator("compute_capability", mode="before")
     @classmethod

@@ -123,9 +123,17 @@ _RANGE = re.compile(r"^\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?$")  # ASCII digits (\d
 # A group's name: printable text, not all spaces: no control or format character (a bidi override, a zero-width
 # space), no line or paragraph separator, and no ';', which separates the groups' formulas in table dims
 # (the control and format characters as ranges, which Python's re, pydantic's Rust regex and a JSON Schema all read)
-_NOT_SHOWN = (r"\u0000-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
-              r"\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb;")  # the Basic Multilingual Plane's
+_FORMAT = (r"\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+           r"\ufeff\ufff9-\ufffb")  # the Basic Multilingual Plane's format characters and line separators
+_NOT_SHOWN = rf"\u0000-\u001f\u007f-\u009f{_FORMAT};"
 GROUP_NAME_PATTERN = rf"^[^{_NOT_SHOWN}]*[^\s{_NOT_SHOWN}][^{_NOT_SHOWN}]*$"
+# A spec's text (family, source, notes): any printable text, a tab or line break in source and notes; no control
+# character (an ESC starts a terminal escape that could hide or forge the rows after it, a bare CR splits a csv row)
+# and no format character
+FAMILY_PATTERN = rf"^[^\u0000-\u001f\u007f-\u009f{_FORMAT}]*$"
+TEXT_PATTERN = rf"^[^\u0000-\u0008\u000b-\u001f\u007f-\u009f{_FORMAT}]*$"
+TEXT_RULE = ("printable text: no control character (a terminal escape, a carriage return) and no format character (a "
+             "zero-width space, a bidi override)")
 
 
 class LayerGroup(Strict):
@@ -279,9 +287,10 @@ class ModelSpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=NAME_LENGTH,
                       description="Short name, as used on the command line (at most 128 characters: it heads rows, "
                       "columns and captions, which LaTeX cannot stretch without bound).")
-    family: str = Field(description="Model family, e.g. 'llama3', 'gemma3', 'deepseek'.")
-    source: str | None = Field(None, description="Where the numbers come from (URL, config, paper section).")
-    notes: str | None = Field(None, description="Free-form remarks.")
+    family: str = Field(pattern=FAMILY_PATTERN, description="Model family, e.g. 'llama3', 'gemma3', 'deepseek'.")
+    source: str | None = Field(None, pattern=TEXT_PATTERN,
+                               description="Where the numbers come from (URL, config, paper section).")
+    notes: str | None = Field(None, pattern=TEXT_PATTERN, description="Free-form remarks.")
     d_model: Dim = Field(description="Hidden size (HF hidden_size).")
     n_layers: LayerCount = Field(description="Transformer layers (HF num_hidden_layers).")
     vocab_size: VocabSize = Field(description="Vocabulary size.")
@@ -763,6 +772,8 @@ def format_validation_error(exc, origin: str, locate: Callable[[tuple], int | No
         elif err["type"] == "union_tag_invalid":
             ctx = err.get("ctx", {})
             msg = f"unknown kind {ctx.get('tag')!r}: choose one of {ctx.get('expected_tags', '').replace(chr(39), '')}"
+        elif err["type"] == "string_pattern_mismatch" and where in ("family", "source", "notes", "vendor", "description"):
+            msg = f"must be {TEXT_RULE}, got {_shown(err['input'])}"
         elif err["type"] in ("string_pattern_mismatch", "string_too_long") and where.endswith("].name"):
             msg = f"{GROUP_NAME_RULE}, got {_shown(err['input'])}"
         elif err["type"] in ("string_pattern_mismatch", "string_too_long") and where.endswith("name"):

@@ -83,3 +83,27 @@ def test_a_config_cut_to_its_model_type_is_warned_of(tmp_path):
     assert "(2,048 wide, 35 layers)" in run("show", str(path)).stderr
     # the published Gemma 3n E2B config gives its sizes: no such warning
     assert "gives no" not in run("show", str(REFERENCE / "configs-gemma3n" / "gemma-3n-e2b.json")).stderr
+
+
+def test_a_specs_text_has_no_control_or_format_character(tmp_path):
+    # an ESC in source or family reached the terminal raw (a conceal escape could hide the rows after it) and a bare
+    # CR split show's csv row; line breaks and tabs stay allowed in source and notes (a YAML literal block)
+    base = (REFERENCE.parent.parent.parent / "model_specs" / "llama3-8b.yaml").read_text()
+    path = tmp_path / "spec.yaml"
+    for key, value in (("source", "\\e[2K\\rkv_cache_bytes 1 B"), ("family", "\\e[31mred"), ("notes", "a\\u200bb"),
+                       ("notes", "a\\u202eb")):
+        text = "\n".join(line for line in base.splitlines() if not line.startswith(f"{key}:"))
+        path.write_text(f'{key}: "{value}"\n{text}\n')
+        line = _one_error(run("show", str(path), ok=False))
+        assert f"{key}: must be printable text: no control character" in line, line
+    text = "\n".join(line for line in base.splitlines() if not line.startswith("notes:"))
+    path.write_text(f'notes: "first line\\n\\tsecond, indented"\n{text}\n')
+    assert run("show", str(path)).exit_code == 0
+
+
+def test_a_hardware_files_text_has_no_control_character(tmp_path):
+    base = (REFERENCE.parent.parent.parent / "hardware_specs" / "h100-80gb.yaml").read_text()
+    path = tmp_path / "hw.yaml"
+    path.write_text(base.replace("vendor: NVIDIA", 'vendor: "NVIDIA\\e[8m"', 1))
+    line = _one_error(run("cost", "llama3-8b", "--hardware", str(path), ok=False))
+    assert "vendor: must be printable text: no control character" in line, line

@@ -68,7 +68,7 @@ def test_user_text_is_printed_as_written_not_as_rich_markup(tmp_path):
 
 
 def test_a_markdown_cell_is_one_line(tmp_path):
-    path = user_spec(tmp_path, "line one\nline two | x\r\nthree")
+    path = user_spec(tmp_path, "line one\nline two | x\nthree")  # a carriage return is refused (test_hardening_inputs5)
     out = run("show", path, "--ctx", "1k", "-f", "markdown").stdout
     (row,) = [line for line in out.splitlines() if line.startswith("| source |")]
     assert row.startswith(r"| source | line one line two \| x three |")
