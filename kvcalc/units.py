@@ -17,6 +17,7 @@ _CTX = re.compile(r"([0-9](?:_?[0-9])*(?:\.[0-9]+)?)([kKmM]?)")
 
 
 MAX_TOKENS = 2**40  # the largest context kvcalc accepts (about 10^12 tokens): every figure stays quick to compute
+MAX_DECIMALS = 40  # digits after a token count's point ('1.5k'): far past any whole count's, bounded as its digits are
 
 
 def parse_tokens(text: str) -> int:
@@ -25,6 +26,11 @@ def parse_tokens(text: str) -> int:
     match = _CTX.fullmatch(text.strip())
     if not match:
         raise ValueError(f"{text!r} is not a token count (use e.g. 4096, 4k, 128k, 1M; k = 1024)")
+    whole, _, decimals = match[1].replace("_", "").partition(".")
+    if len(whole.lstrip("0")) > 13:  # 2^40 has 13 digits: bounded before Python's 4,300-digit int conversion limit
+        raise ValueError(f"{text.strip()[:40]!r}: above 2^40 tokens, the largest count kvcalc accepts")
+    if len(decimals) > MAX_DECIMALS:
+        raise ValueError(f"{text.strip()[:40]!r}: at most {MAX_DECIMALS} decimal places")
     value = Fraction(match[1].replace("_", "")) * TOKEN_SUFFIX[match[2].lower()]
     if value.denominator != 1:
         raise ValueError(f"{text!r} is not a whole number of tokens")

@@ -107,3 +107,18 @@ def test_a_hardware_files_text_has_no_control_character(tmp_path):
     path.write_text(base.replace("vendor: NVIDIA", 'vendor: "NVIDIA\\e[8m"', 1))
     line = _one_error(run("cost", "llama3-8b", "--hardware", str(path), ok=False))
     assert "vendor: must be printable text: no control character" in line, line
+
+
+def test_a_token_count_of_many_digits_is_refused_by_its_rule():
+    # Python refuses int() past 4,300 digits with a message about sys.set_int_max_str_digits: the count is bounded first
+    long = "1" * 10_000
+    for args in (["compare", "llama3-8b", "--ctx", long], ["cost", "llama3-8b", "--gen", long],
+                 ["sweep", "llama3-8b", "--ctx", f"1k..{long}"], ["approx", "--n", long]):
+        res = run(*args, ok=False)
+        assert res.exit_code == 2 and "above 2^40 tokens, the largest count kvcalc accepts" in res.stderr, str(res)
+        assert "set_int_max_str_digits" not in res.stderr
+    res = run("compare", "llama3-8b", "--ctx", "1." + "0" * 10_000 + "k", ok=False)
+    assert res.exit_code == 2 and "at most 40 decimal places" in res.stderr, str(res)
+    # leading zeros are no size, and 2^40 itself is accepted
+    assert json.loads(run("compare", "llama3-8b", "--ctx", "0" * 30 + "4k", "-f", "json").stdout)[0]["ctx"] == 4096
+    assert json.loads(run("compare", "llama3-8b", "--ctx", str(2**40), "-f", "json").stdout)[0]["ctx"] == 2**40
