@@ -576,7 +576,8 @@ def _loc(loc: tuple) -> str:
         elif part in SELECTOR_TAGS or part in ("function-after[_resolve(), ModelSpec]",):
             continue  # a union's tag that _untagged could not place (the FFN's are gone by then)
         else:
-            out += ("." if out else "") + str(part)
+            text = str(part)  # a key with an invisible character (a zero-width space) shown escaped, not as its twin
+            out += ("." if out else "") + (text if text.isprintable() else ascii(text)[1:-1])
     return out
 
 
@@ -621,6 +622,10 @@ def _integer_hint(text: str) -> str:
     """Why a string that reads as a number is no integer here: quoted, or written as YAML 1.1 or Python would (010,
     0x2000, 14_336, 1e3, 1:20); '' for any other string."""
     if text.isascii() and text.isdigit() and not (len(text) > 1 and text.startswith("0")):
+        from kvcalc.yamlfile import MAX_DIGITS as YAML_MAX_DIGITS
+
+        if len(text) > YAML_MAX_DIGITS:  # the loader keeps a longer run of digits as text, quoted or not
+            return f" (a number of {len(text):,} digits, above any this field allows)"
         return " (in quotes it is a string: write the number without them)"
     if re.fullmatch(r"[+-]?(0[xob][0-9a-f_]+|[0-9][0-9_]*(\.[0-9_]*)?(e[+-]?[0-9]+)?|[0-9]+(:[0-9]+)+)", text, re.IGNORECASE):
         return " (an integer is written in plain decimal digits: no leading zero, underscores, prefixes or exponents)"

@@ -86,6 +86,9 @@ def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
         raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if len(data) > limit:  # it grew after the check
         raise _too_large(str(path), f"more than {limit}", limit)
+    if b"\0" in data and (data.startswith((b"\xff\xfe", b"\xfe\xff", b"\0\0\xfe\xff")) or data[:2].count(b"\0") == 1):
+        # NULs after a byte-order mark of UTF-16 or UTF-32, or beside the first letter: ASCII text in UTF-16
+        raise SpecError(f"{path}: cannot read: text in UTF-16 or UTF-32; save it as UTF-8")
     if b"\0" in data:
         raise SpecError(f"{path}: cannot read: a binary file (it has NUL bytes), not a YAML spec or JSON config")
     try:

@@ -122,3 +122,31 @@ def test_a_token_count_of_many_digits_is_refused_by_its_rule():
     # leading zeros are no size, and 2^40 itself is accepted
     assert json.loads(run("compare", "llama3-8b", "--ctx", "0" * 30 + "4k", "-f", "json").stdout)[0]["ctx"] == 4096
     assert json.loads(run("compare", "llama3-8b", "--ctx", str(2**40), "-f", "json").stdout)[0]["ctx"] == 2**40
+
+
+def test_messages_state_the_rule_that_was_broken(tmp_path):
+    base = (REFERENCE.parent.parent.parent / "model_specs" / "llama3-8b.yaml").read_text()
+    spec = tmp_path / "spec.yaml"
+    # 41 digits, unquoted: the loader keeps them as text; the message said 'in quotes it is a string'
+    spec.write_text(base.replace("n_layers: 32", "n_layers: " + "1" * 41, 1))
+    assert "n_layers: 32" in base
+    line = _one_error(run("show", str(spec), ok=False))
+    assert "(a number of 41 digits, above any this field allows)" in line and "in quotes" not in line, line
+    # UTF-16 text is no binary file
+    spec.write_bytes(base.encode("utf-16"))
+    assert _one_error(run("show", str(spec), ok=False)).endswith("cannot read: text in UTF-16 or UTF-32; save it as UTF-8")
+    config = json.loads((REFERENCE / "models" / "llama-3.2-1b.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text("\ufeff" + json.dumps(config), encoding="utf-8")  # Python's advice was 'decode using utf-8-sig'
+    assert _one_error(run("show", str(path), ok=False)) == (
+        f"error: {path}: starts with a UTF-8 byte-order mark, which JSON does not allow (transformers refuses it too): "
+        "save it without one")
+    # 1e23 is a whole number, too large: its float (99999999999999991611392) made it 'a fraction'
+    path.write_text(json.dumps(config).replace('"hidden_size": 2048', '"hidden_size": 1e23'))
+    assert _one_error(run("show", str(path), ok=False)) == \
+        f"error: {path}: hidden_size: must be at most 1,048,576 (a width), got 100000000000000000000000"
+    # a key with a zero-width space is shown with it escaped, not as the key it imitates
+    text = json.dumps(config).replace('"num_hidden_layers"', '"num_hidden_layer\\u200b"')
+    path.write_text(text)
+    assert _one_error(run("show", str(path), ok=False)).endswith(
+        "num_hidden_layer\\u200b: not a key kvcalc reads; did you mean num_hidden_layers?")

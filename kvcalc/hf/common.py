@@ -190,10 +190,13 @@ def whole(value: Any, key: str, origin: str, minimum: int = 1) -> int:
         text = getattr(value, "text", None)  # a JsonFloat's own digits: 32.000000000000001 reads as 32.0
         from decimal import Decimal
 
-        if text is not None and Decimal(text) != int(value):
-            raise SpecError(f"{origin}: {key}: must be a whole number, got {text[:MESSAGE_WIDTH]} (a fraction that "
+        exact = Decimal(text) if text is not None else Decimal(int(value))
+        if exact != int(value) and exact != exact.to_integral_value():
+            raise SpecError(f"{origin}: {key}: must be a whole number, got {str(text)[:MESSAGE_WIDTH]} (a fraction that "
                             f"only rounds to {int(value)} as a float)")
-        value = int(value)  # JSON 32.0 is the whole number 32 (exact; a YAML spec, strict, writes 32)
+        # JSON 32.0 is the whole number 32 (exact; a YAML spec, strict, writes 32); 1e23 the whole 10^23, which its
+        # float misses (99,999,999,999,999,991,611,392): the bound below names it
+        value = int(exact) if exact == exact.to_integral_value() else int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(f"{origin}: {key}: must be a whole number, got {show(value)}")
     if value < minimum:

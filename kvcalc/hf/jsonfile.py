@@ -73,6 +73,9 @@ def loads(text: str, origin: str) -> Any:
     try:
         data = json.loads(text, parse_int=_parse_int, parse_float=JsonFloat, object_pairs_hook=_object(origin))
     except json.JSONDecodeError as exc:
+        if text.startswith("\ufeff"):  # Python says "decode using utf-8-sig": the file's fix, in its terms
+            raise SpecError(f"{origin}: starts with a UTF-8 byte-order mark, which JSON does not allow (transformers "
+                            "refuses it too): save it without one") from None
         raise SpecError(f"{origin}: malformed JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except RecursionError:
         raise SpecError(f"{origin}: JSON nested too deeply (a config.json nests a few levels)") from None

@@ -173,4 +173,5 @@ def check(cfg: dict, origin: str, fn: Callable) -> None:
         for key in unknown:
             match = near_miss(key, missing)
             if match:
-                raise SpecError(f"{origin}: {where}{key}: not a key kvcalc reads; did you mean {where}{match}?")
+                shown = key if key.isprintable() else ascii(key)[1:-1]  # a zero-width space shown, not hidden
+                raise SpecError(f"{origin}: {where}{shown}: not a key kvcalc reads; did you mean {where}{match}?")
