@@ -251,8 +251,9 @@ def test_mtp_on_a_model_without_mtp_layers_says_it_adds_nothing():
         assert warning in mtp.stderr and warning not in plain.stderr and "deepseek-v3: --mtp" not in mtp.stderr, args
         if args[0] != "compare":  # compare's deepseek-v3 row does change; fit's rows and cost say the setting, no more
             asked, plain = (json.loads(run(*args, *extra, "-f", "json").stdout) for extra in (["--mtp"], []))
-            if args[0] == "fit":
-                assert [r.pop("mtp") for r in asked] == [True] and [r.pop("mtp") for r in plain] == [False]
+            if args[0] in ("fit", "sweep"):  # their rows carry the setting
+                n = 1 if args[0] == "fit" else 2
+                assert [r.pop("mtp") for r in asked] == [True] * n and [r.pop("mtp") for r in plain] == [False] * n
             if args[0] == "cost":
                 assert (asked.pop("mtp"), plain.pop("mtp")) == (True, False)
             assert asked == plain, args
