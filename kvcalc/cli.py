@@ -353,6 +353,9 @@ def paper(
         raise typer.BadParameter("an empty folder name: give a folder, or leave --output out for kvcalc-paper",
                                  param_hint="'--output'")
     output = Path(output_dir)
+    if output.is_symlink() and not output.exists():  # mkdir would say 'File exists'
+        raise typer.BadParameter(f"{output_dir} is a symbolic link that leads nowhere (a loop, or a missing target)",
+                                 param_hint="'--output'")
     if output.exists() and not output.is_dir():  # before the tables are computed
         raise typer.BadParameter(f"{output_dir} is a file, not a folder", param_hint="'--output'")
     readme = output / "README.md"

@@ -548,7 +548,9 @@ def _exit_status(exc: BaseException, warn: Callable[[str], None]) -> int | None:
         return 1
     if isinstance(exc, OSError):
         _silence_stdout()
-        warn(f"error: cannot write the output: {exc.strerror or exc}")
+        name = os.fsdecode(exc.filename) if isinstance(exc.filename, (str, bytes)) else ""
+        shown = f"{name[:60]}...{name[-20:]}" if len(name) > 80 else name  # a 5,000-character name, cut short
+        warn(f"error: {shown + ': ' if shown else ''}cannot write the output: {exc.strerror or exc}")
         return 1
     return None
 

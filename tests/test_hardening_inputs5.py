@@ -150,3 +150,16 @@ def test_messages_state_the_rule_that_was_broken(tmp_path):
     path.write_text(text)
     assert _one_error(run("show", str(path), ok=False)).endswith(
         "num_hidden_layer\\u200b: not a key kvcalc reads; did you mean num_hidden_layers?")
+
+
+def test_file_errors_name_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    long = "a" * 5000  # past NAME_MAX: the message named no file
+    line = _one_error(run("import", str(REFERENCE / "models" / "llama-3.2-1b.json"), "-o", long + ".yaml", ok=False))
+    assert line == f"error: {'a' * 60}...{'a' * 15}.yaml: cannot write the output: File name too long", line
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    res = run("paper", "-o", "loop1", ok=False)  # mkdir said 'File exists'
+    assert res.exit_code == 2 and "loop1 is a symbolic link that leads nowhere (a loop, or a missing target)" in res.stderr
+    line = _one_error(run("approx", "--data", "loop1", ok=False))  # 'no such file, nor one of the generated inputs'
+    assert line == "error: --data loop1: a symbolic link that leads to no file (a loop, or a missing target)", line

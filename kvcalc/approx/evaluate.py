@@ -171,6 +171,8 @@ def load_npz(path: str) -> tuple[Any, Any, Any]:
     what = f"--data {path}"
     if not path:  # Path('') is the current folder
         raise KvcalcError("--data: an empty path; give gaussian, clustered, spiky or an .npz file")
+    if Path(path).is_symlink() and not Path(path).exists():  # a loop of links, or one to nothing
+        raise KvcalcError(f"{what}: a symbolic link that leads to no file (a loop, or a missing target)")
     if not Path(path).exists() and not path.lower().endswith(".npz"):  # a misspelled name more likely than a file
         raise KvcalcError(f"{what}: no such file, nor one of the generated inputs ({', '.join(DATA)})")
     if check_file(Path(path), what, limit=2**32, wanted="an .npz file") == 0:  # a regular file (a FIFO would block), 4 GiB at most
