@@ -133,17 +133,17 @@ class Settings:
                 # the cache from the process's memory (cpu_worker.py determine_available_memory, VLLM_CPU_KVCACHE_SPACE)
                 # with its own batch defaults (arg_utils.py get_batch_defaults: 2,048 tokens, 128 sequences)
                 raise KvcalcError(f"--engine vllm --hardware {self.hardware.name}: vLLM runs on Apple silicon through "
-                                  "its CPU backend, whose cache sizing and defaults kvcalc does not model (give "
-                                  "--engine sglang, or no --engine)")
+                                  "its CPU backend, whose cache sizing and defaults kvcalc does not model (give no "
+                                  "--engine)")
             if self.engine == "sglang" and self.hardware is not None and self.hardware.platform == "apple":
-                # validation_hook.py validate_standard_mps_server_args and validate_mps_model_config: SGLang's Torch MPS
-                # path runs tp = pp = dp = 1 and unquantized weights only
-                if self.gpus > 1:
-                    raise KvcalcError(f"--engine sglang --hardware {self.hardware.name}: SGLang's Apple (Torch MPS) "
-                                      "path runs on one device, tp = pp = dp = 1 (give no --tp/--pp/--dp)")
-                if dtype_bits(self.weights_dtype) < 16:
-                    raise KvcalcError(f"--engine sglang --hardware {self.hardware.name}: SGLang's Apple (Torch MPS) "
-                                      f"path loads unquantized weights only (got --weights-dtype {self.weights_dtype})")
+                # SGLang 0.5.23 on Apple (Torch MPS) sizes its pools from Metal's working-set limit
+                # (utils/common.py get_mps_memory_capacity: torch.mps.recommended_max_memory(), "smaller than unified
+                # system RAM"), a figure the preset does not hold; its MPS path also runs tp = pp = dp = 1, unquantized
+                # weights and no multimodal checkpoint (validation_hook.py validate_standard_mps_server_args,
+                # validate_mps_model_config)
+                raise KvcalcError(f"--engine sglang --hardware {self.hardware.name}: SGLang on Apple silicon sizes its "
+                                  "pools from Metal's working-set limit (torch.mps.recommended_max_memory), below the "
+                                  "unified memory and not in the preset: not modelled (give no --engine)")
         if self.block_size is not None:
             if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
                 raise KvcalcError(f"block_size must be a positive whole number of tokens, got {self.block_size!r}")

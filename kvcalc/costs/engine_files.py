@@ -475,13 +475,6 @@ def _check_vllm_ffn(spec: ModelSpec, s: Settings) -> None:
 
 def _check_sglang(spec: ModelSpec, s: Settings) -> None:
     """A KvcalcError where SGLang (0.5.23) cannot run the layout, or builds it by rules kvcalc lacks."""
-    from kvcalc.costs.engine_memory import SGLANG_MULTIMODAL, with_tower
-
-    if s.hardware is not None and s.hardware.platform == "apple" and with_tower(spec, SGLANG_MULTIMODAL):
-        # validation_hook.py validate_mps_model_config: "Torch MPS multimodal serving does not yet have a model-specific
-        # end-to-end contract"
-        raise KvcalcError(f"--engine sglang --hardware {s.hardware.name}: SGLang's Apple (Torch MPS) path refuses "
-                          f"multimodal checkpoints, as it serves {spec.name}'s (give no --engine)")
     if s.pp > 1 and spec.family in SGLANG_NO_PP:
         raise KvcalcError(f"--pp {s.pp} --engine sglang: SGLang runs {spec.name} without pipeline parallelism (its "
                           "model file takes no pipeline proxy tensors; give --pp 1, or no --engine)")
