@@ -177,7 +177,7 @@ def test_a_state_column_names_the_states_dtypes_where_they_are_not_the_caches():
     # under vLLM an 8-bit cache leaves the states in the model's bf16: a sweep over both dtypes says so once
     sweep = run("sweep", "qwen3-next-80b-a3b", "--ctx", "1k..8k", "--points", "2", "--columns", "model,ctx,state_bytes",
                 "--kv-dtype", "bf16,fp8", "--engine", "vllm").stdout
-    assert sweep.splitlines()[0] == "Growth with context, batch 1, kv bf16, fp8, weights bf16, vllm pages, states bf16"
+    assert sweep.splitlines()[0] == "Growth with context, batch 1, kv {bf16, fp8}, weights bf16, vllm pages, states bf16"
 
 
 def test_generation_columns_past_the_maximum_are_warned_of_as_cost_warns():

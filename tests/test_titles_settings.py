@@ -147,3 +147,34 @@ def test_plot_options_no_panel_uses_are_warned_of():
     quiet = plot_warnings(lm, [1024], Settings(ctx=1024, dense_attn=True, mla_schedule="naive"),
                           ["flops-prefill", "flops-decode"])
     assert not [w for w in quiet if "changes nothing" in w]
+
+
+def test_words_name_only_what_the_shown_figures_depend_on():
+    # a diff review: dense attention named over decode or memory columns it does not change; a sweep's --dp-attention
+    # warned of as 'changes nothing' at its tp 1 rows though its tp 8 rows change; two styles for varied values
+    assert "dense" not in _title("compare", "llama3-8b", "--ctx", "4k", "--columns",
+                                 "flops_decode_token,decode_seconds_per_token", "--hardware", "h100-80gb", "--dense-attn")
+    assert "dense" not in _title("compare", "llama3-8b", "--ctx", "1k", "--dense-attn", "--tp", "2")
+    assert _title("compare", "llama3-8b", "--ctx", "1k", "--dense-attn", "--columns", "flops_generate_uncached").endswith(
+        ", attention as dense N×N matrices")
+    res = run("sweep", "deepseek-v3", "--ctx", "4k", "--tp", "1,8", "--dp-attention", "--batch", "8", "--columns",
+              "kv_cache_bytes_per_gpu")
+    assert "changes nothing" not in res.stderr
+    rows = json.loads(run("sweep", "deepseek-v3", "--ctx", "4k", "--tp", "1,8", "--dp-attention", "--batch", "8",
+                          "-f", "json").stdout)
+    assert [r["kv_cache_bytes_per_gpu"] for r in rows] == [8 * 61 * 576 * 2 * 4096, 61 * 576 * 2 * 4096]  # 1 a rank
+    title = _title("sweep", "deepseek-v3", "--ctx", "1k,2k", "--batch", "1,8", "--tp", "1,2", "--kv-dtype", "bf16,fp8",
+                   "--columns", "model,ctx")
+    assert title.startswith("Growth with context, batch {1, 8}, kv {bf16, fp8}, weights bf16") and \
+        "tp {1, 2} × pp 1 × dp 1" in title
+
+
+def test_the_plot_caption_leaves_the_layout_off_flop_panels():
+    from kvcalc.present.plot import settings_caption
+    from kvcalc.registry import load_model
+    from kvcalc.settings import Settings
+
+    v3 = load_model("deepseek-v3").spec
+    s = Settings(ctx=1024, tp=8, dp_attention=True, dense_attn=True)
+    assert settings_caption([v3], s, ["flops-decode"]) == "MLA latent cache, absorbed decode"  # whole-model FLOPs
+    assert settings_caption([v3], s, ["cache"]) == "MLA latent cache, tp 8 × pp 1 × dp 1, DP attention"

@@ -105,15 +105,16 @@ def nothing_for(spec: ModelSpec, *, mtp: bool = False, enc_ctx: bool = False, ml
     return lacks
 
 
-def option_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
+def option_warnings(specs: list[ModelSpec], s: Settings, grid: Sequence[Settings] = ()) -> list[str]:
     """An option a model has nothing for changes nothing: say so, rather than let it pass in silence (--mtp where the
     GLM, Qwen3.5 and MiniMax importers leave the MTP modules out, saying so in the spec's notes; --enc-ctx, the MLA
-    options, --ep)."""
+    options, --ep); `grid`: a sweep's settings, whose tp may vary."""
     mla = mla_options(s.mla_cache, s.mla_schedule)
     return [line for spec in specs for line in _nothing_warnings(spec.name, nothing_for(
         spec, mtp=s.mtp, enc_ctx=s.enc_ctx is not None, mla=mla, ep=s.ep > 1, state=s.state_dtype is not None))] \
         + (["warning: --dp-attention: at tp 1 a replica's attention has one rank to split its sequences over, so "
-            "the option changes nothing"] if s.dp_attention and s.tp == 1 else []) + _engine_warnings(specs, s)
+            "the option changes nothing"] if s.dp_attention and all(at.tp == 1 for at in grid or [s]) else []) \
+        + _engine_warnings(specs, s)
 
 
 def _nothing_warnings(name: str, lacks: list[tuple[str, str]]) -> list[str]:
@@ -268,6 +269,12 @@ def serving_note(s: Settings, specs: Sequence[ModelSpec] = ()) -> str:
     return out + f" of {s.block_size}" + (f" ({given})" if given else "")
 
 
+def values_words(grid: Sequence[Settings], name: str) -> str:
+    """A setting's value, or the values a sweep takes in braces ('batch {1, 8}', 'tp {1, 2} × pp 1 × dp 1')."""
+    values = [f"{v:,}" if isinstance(v, int) else str(v) for v in dict.fromkeys(getattr(at, name) for at in grid)]
+    return values[0] if len(values) == 1 else "{" + ", ".join(values) + "}"
+
+
 def settings_words(specs: Sequence[ModelSpec], grid: Sequence[Settings], flops: bool = True,
                    no_windows: bool = False) -> list[str]:
     """The words for the settings that change a table's figures beyond its dtypes and batch, where they apply (a
@@ -277,9 +284,8 @@ def settings_words(specs: Sequence[ModelSpec], grid: Sequence[Settings], flops: 
     with all its values."""
     s = grid[0]
 
-    def each(name: str) -> str:  # a value, or the values a sweep takes in braces ('tp {1, 2} × pp 1 × dp 1')
-        values = [f"{v:,}" for v in dict.fromkeys(getattr(at, name) for at in grid)]
-        return values[0] if len(values) == 1 else "{" + ", ".join(values) + "}"
+    def each(name: str) -> str:
+        return values_words(grid, name)
 
     words = []
     if any(at.gpus > 1 or at.ep > 1 for at in grid):
@@ -354,6 +360,15 @@ def _costs_in_columns(cols: list[Column], chart: str | None) -> bool:
     return chart in COST_KEYS or any(c.key in COST_KEYS for c in cols)
 
 
+# Figures --dense-attn changes: a prefill's FLOPs, its time and the generation that re-runs each prefix (no cache)
+DENSE_KEYS = frozenset({"flops_prefill", "prefill_seconds", "flops_generate_uncached"})
+
+
+def _dense_in_columns(cols: list[Column], chart: str | None) -> bool:
+    """Whether a table's columns (or its --chart column) show a figure --dense-attn changes."""
+    return chart in DENSE_KEYS or any(c.key in DENSE_KEYS for c in cols)
+
+
 # Figures whose value follows MLA's decode schedule (the others that name one, naive and absorbed, say which)
 SCHEDULE_KEYS = frozenset({"flops_decode_token", "flops_generate_cached", "decode_intensity", "mla_schedule",
                            "decode_seconds_per_token", "tokens_per_second", "decode_bound"})
@@ -396,7 +411,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns.strip().lower() == "kv" else
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} {bounds_note(s)}" if hardware else ""))
     title += serving_note(s, specs) + state_note(specs, [s], cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
-    title += settings_note(specs, [s], _costs_in_columns(cols, chart), no_windows and any(lm.windows_removed for lm in loaded))
+    title += settings_note(specs, [s], _dense_in_columns(cols, chart), no_windows and any(lm.windows_removed for lm in loaded))
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
     lines = _derivation_lines(derivations, units)
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)
@@ -465,15 +480,15 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
                 figures(spec, s.at(ctxs[0]))
     rows = (row for s in grid for row, _ in iter_compare_rows(specs, ctxs, s, costs))
     s = grid[0]
-    each = lambda name: ", ".join(str(v) for v in dict.fromkeys(getattr(at, name) for at in grid))  # noqa: E731
-    title = f"Growth with context, batch {each('batch')}, kv {each('kv_dtype')}, weights {s.weights_dtype}"
+    title = (f"Growth with context, batch {values_words(grid, 'batch')}, kv {values_words(grid, 'kv_dtype')}, "
+             f"weights {s.weights_dtype}")
     title += serving_note(s, specs) + state_note(specs, grid, cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
-    title += settings_note(specs, grid, _costs_in_columns(cols, chart))
+    title += settings_note(specs, grid, _dense_in_columns(cols, chart))
     title += f", {hardware} {bounds_note(s)}" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs), to_terminal()), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
                   warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs)
-                  + _gen_warnings(specs, ctxs, [at.gen for at in grid], cols) + option_warnings(specs, s)
+                  + _gen_warnings(specs, ctxs, [at.gen for at in grid], cols) + option_warnings(specs, s, grid)
                   # at the sweep's longest context, a note a model and setting (not one a row)
                   + _prefill_notes(specs, ctxs, grid, {c.key for c in cols}, longest=True))
 
