@@ -28,9 +28,9 @@ def parse_tokens(text: str) -> int:
         raise ValueError(f"{text!r} is not a token count (use e.g. 4096, 4k, 128k, 1M; k = 1024)")
     whole, _, decimals = match[1].replace("_", "").partition(".")
     if len(whole.lstrip("0")) > 13:  # 2^40 has 13 digits: bounded before Python's 4,300-digit int conversion limit
-        raise ValueError(f"{text.strip()[:40]!r}: above 2^40 tokens, the largest count kvcalc accepts")
+        raise ValueError(f"{_cut(text)}: above 2^40 tokens, the largest count kvcalc accepts")
     if len(decimals) > MAX_DECIMALS:
-        raise ValueError(f"{text.strip()[:40]!r}: at most {MAX_DECIMALS} decimal places")
+        raise ValueError(f"{_cut(text)}: at most {MAX_DECIMALS} decimal places")
     value = Fraction(match[1].replace("_", "")) * TOKEN_SUFFIX[match[2].lower()]
     if value.denominator != 1:
         raise ValueError(f"{text!r} is not a whole number of tokens")
@@ -39,6 +39,12 @@ def parse_tokens(text: str) -> int:
     if value > MAX_TOKENS:
         raise ValueError(f"{text.strip()[:40]!r}: above 2^40 tokens, the largest count kvcalc accepts")
     return int(value)
+
+
+def _cut(text: str) -> str:
+    """A token count as a message quotes it: whole, or its first 40 characters and its length."""
+    text = text.strip()
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text):,} characters)"
 
 
 def parse_token_list(text: str) -> list[int]:

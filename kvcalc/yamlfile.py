@@ -76,6 +76,18 @@ def is_file(path: Path, shown: str | None = None) -> bool:
         raise SpecError(f"{shown or path}: cannot read: {exc.strerror or exc}") from None
 
 
+def _utf16_or_32(data: bytes) -> bool:
+    """Whether `data` reads as text in UTF-16 or UTF-32: a byte-order mark, or ASCII text with a NUL beside every
+    letter of its first 32 bytes (a binary file's NULs fall elsewhere)."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff", b"\0\0\xfe\xff")):
+        return True
+    head = data[:32]
+    if len(head) < 8:
+        return False
+    even, odd = head[0::2], head[1::2]
+    return (not any(odd) and all(0x09 <= b < 0x7f for b in even)) or (not any(even) and all(0x09 <= b < 0x7f for b in odd))
+
+
 def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
     """A spec or config file's text, or a SpecError naming the file (missing, a folder, a FIFO, too large, binary, ...)."""
     check_file(path, limit=limit)
@@ -86,8 +98,7 @@ def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
         raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if len(data) > limit:  # it grew after the check
         raise _too_large(str(path), f"more than {limit}", limit)
-    if b"\0" in data and (data.startswith((b"\xff\xfe", b"\xfe\xff", b"\0\0\xfe\xff")) or data[:2].count(b"\0") == 1):
-        # NULs after a byte-order mark of UTF-16 or UTF-32, or beside the first letter: ASCII text in UTF-16
+    if b"\0" in data and _utf16_or_32(data):
         raise SpecError(f"{path}: cannot read: text in UTF-16 or UTF-32; save it as UTF-8")
     if b"\0" in data:
         raise SpecError(f"{path}: cannot read: a binary file (it has NUL bytes), not a YAML spec or JSON config")

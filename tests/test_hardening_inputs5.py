@@ -163,3 +163,36 @@ def test_file_errors_name_the_file(tmp_path, monkeypatch):
     assert res.exit_code == 2 and "loop1 is a symbolic link that leads nowhere (a loop, or a missing target)" in res.stderr
     line = _one_error(run("approx", "--data", "loop1", ok=False))  # 'no such file, nor one of the generated inputs'
     assert line == "error: --data loop1: a symbolic link that leads to no file (a loop, or a missing target)", line
+
+
+def test_diff_review_mends(tmp_path):
+    # a top-level tie_word_embeddings is named bare (text_tie names the level), a rope error read from text_config
+    # with its prefix, a path with a format character escaped in the imported source (it was refused as the spec's)
+    cfg = json.loads((REFERENCE / "configs-extra" / "qwen3-vl-8b-instruct.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "tie_word_embeddings": "x"}))
+    assert _one_error(run("show", str(path), ok=False)) == \
+        f"error: {path}: tie_word_embeddings: must be true or false, got 'x'"
+    text = dict(cfg["text_config"], rope_scaling={"rope_type": "YaRN", "factor": 2.0})
+    path.write_text(json.dumps({**cfg, "text_config": text}))
+    assert "text_config.rope_scaling: rope_type 'YaRN' is not one vLLM builds" in _one_error(run("show", str(path), ok=False))
+    odd = tmp_path / "ll\u200bama.json"
+    odd.write_text((REFERENCE / "models" / "llama-3.2-1b.json").read_text())
+    source = json.loads(run("show", str(odd), "-f", "json").stdout)["spec"]["source"]
+    assert "ll\\u200bama.json" in source
+    # a small binary file whose second byte is NUL is no UTF-16 text; UTF-16 ASCII text without a mark is
+    blob = tmp_path / "adapter.yaml"
+    blob.write_bytes(b"\x80\x00\x00\x00\x00\x00\x00\x00" + b'{"__metadata__": {}}' + b" " * 100)
+    assert "a binary file (it has NUL bytes)" in _one_error(run("show", str(blob), ok=False))
+    blob.write_bytes("name: x\nfamily: y\n".encode("utf-16-le"))
+    assert "text in UTF-16 or UTF-32" in _one_error(run("show", str(blob), ok=False))
+    # an unknown model_type's keys are bounded too (600,000 took 18 s in the generic importer)
+    path.write_text(json.dumps({"model_type": "foo_bar", **{f"k{i}": 1 for i in range(10_000)}}))
+    assert "the top level has 10,001 keys" in _one_error(run("show", str(path), ok=False))
+    # a long token count's message says it was cut
+    res = run("compare", "llama3-8b", "--ctx", "1" * 5000, ok=False)
+    assert "'1111111111111111111111111111111111111111'... (5,000 characters): above 2^40 tokens" in res.stderr
+    # cost's layout source names DP attention
+    gpus = next(ln for ln in run("cost", "deepseek-v3", "--tp", "8", "--dp-attention", "--batch", "8").stdout.splitlines()
+                if ln.startswith("gpus"))
+    assert "tp 8 × pp 1 × dp 1, DP attention; the busiest GPU" in gpus

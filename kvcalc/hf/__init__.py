@@ -63,6 +63,9 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
     if not isinstance(model_type, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", model_type):
         raise SpecError(f"{origin}: model_type: must be a string naming the architecture in letters, digits, '_', '.' "
                         f"and '-' (e.g. \"llama\"), got {show(model_type)}")
+    if len(cfg) > vocabulary.MAX_LEVEL_KEYS:  # before any importer's per-key work (the generic one's too)
+        raise SpecError(f"{origin}: the top level has {len(cfg):,} keys, above the {vocabulary.MAX_LEVEL_KEYS:,} "
+                        "kvcalc reads in one mapping (a model's config.json has tens): not a model config")
     # Any other model_type: a plain decoder when every key is a standard one, else refused naming the keys.
     convert = IMPORTERS.get(model_type, generic.plain_decoder)
     if model_type in IMPORTERS:
@@ -77,8 +80,13 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
                         f"{show_error(exc)}") from None
     except RecursionError:
         raise SpecError(f"{origin}: a value is nested too deeply to import") from None
-    data = {"name": name, "family": body.pop("family"), "source": f"Hugging Face config.json ({origin}, model_type {model_type})"}
-    stretched_by = _rope_scaled_context(cfg, model_type, body, notes, origin)
+    # the path as text a spec holds: a control or format character in a file or folder name shown escaped
+    shown = origin if origin.isprintable() else ascii(origin)[1:-1]
+    data = {"name": name, "family": body.pop("family"), "source": f"Hugging Face config.json ({shown}, model_type {model_type})"}
+    try:
+        stretched_by = _rope_scaled_context(cfg, model_type, body, notes, origin)
+    except SpecError as exc:  # read from text_config where the importer reads the text model there
+        raise _text_config_key(exc, cfg, model_type, origin) from None
     from kvcalc.costs.engine_memory import TOWER_FAMILIES
 
     if data["family"] in TOWER_FAMILIES and (multimodal := _multimodal(cfg)) is not None:
@@ -106,7 +114,8 @@ def _text_config_key(exc: SpecError, cfg: dict, model_type: str, origin: str) ->
         return exc
     key, sep, rest = message[len(head):].partition(": ")
     base = re.split(r"[.\[ ]", key)[0]
-    if not sep or not re.fullmatch(r"[A-Za-z_][\w.\[\]]*", key) or base == "text_config":
+    # tie_word_embeddings is read at both levels, its messages name the level (common.text_tie)
+    if not sep or not re.fullmatch(r"[A-Za-z_][\w.\[\]]*", key) or base in ("text_config", "tie_word_embeddings"):
         return exc
     missing = rest.startswith("required field is missing") or "got nothing" in rest
     if base in text or missing or base not in cfg:

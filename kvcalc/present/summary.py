@@ -163,7 +163,8 @@ def per_gpu_items(spec: ModelSpec, settings: Settings, report: CacheReport, unit
     b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
     gpu = per_gpu(spec, settings)
     mtp = mtp_layers_on(spec, settings, gpu.stage)
-    layout = (f"tp {settings.tp} × pp {settings.pp} × dp {settings.dp}; the busiest GPU: stage {gpu.stage}, "
+    dp_attention = ", DP attention" if settings.dp_attention else ""  # a replica's tp ranks split its sequences
+    layout = (f"tp {settings.tp} × pp {settings.pp} × dp {settings.dp}{dp_attention}; the busiest GPU: stage {gpu.stage}, "
               f"{held_layers_text(gpu.layers, mtp)}")
     block = rank_block_size(stages(spec, settings)) if report.engine_bytes is not None else None
     return [("gpus", gpu.gpus, f"{gpu.gpus}", layout),
