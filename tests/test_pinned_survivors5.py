@@ -42,7 +42,7 @@ def test_a_chunk_spans_the_pages_of_its_worst_start():
     assert (32 + 8192 - 1) // 48 + 1 == 172
     assert chunk_pages(8192, 48) == chunk_pages(8192, 48, lag=True) == 172
     assert (chunk_pages(8192, 64), chunk_pages(8192, 64, lag=True)) == (128, 129)
-    assert chunk_pages(8192, 48, ahead=16) == (32 + 8192 + 16 - 1) // 48 + 1  # slots ahead spanned too
+    assert chunk_pages(8192, 48, ahead=48) == (32 + 8192 + 48 - 1) // 48 + 1 == 173  # slots ahead spanned too
 
 
 def test_vllm_admission_blocks_of_a_chunk_and_of_cross_attention():
@@ -151,3 +151,12 @@ def test_sglang_pools_whisper_in_96_layer_buffers():
     # buffer holding the 448 decoder tokens and 1,500 encoder positions, 5,120 bytes a token
     summary = _json("cost", "whisper-large-v3", "--engine", "sglang", "--ctx", "448")["summary"]
     assert summary["engine_kv_bytes"] == 96 * (448 + 1500) * 5120 == 957_480_960
+
+
+def test_a_compute_bound_decode_step_splits_its_flops_over_tp():
+    # llama3.1-70b at batch 2,048: compute-bound; at tp 4 each rank computes a quarter of the step's FLOPs at the
+    # H100's 989.4 TFLOP/s
+    row = _json("compare", "llama3.1-70b", "--batch", "2048", "--ctx", "1k", "--tp", "4", "--hardware", "h100-80gb")[0]
+    assert row["decode_bound"] == "compute"
+    assert row["decode_seconds_per_token"] == pytest.approx(row["flops_decode_token"] / (4 * 989_400_000_000_000),
+                                                            rel=1e-12)
