@@ -212,7 +212,7 @@ def test_sweep_takes_lists_of_settings_one_row_per_combination():
              for r in json.loads(run("sweep", *models, *ctx, "--batch", b, "--kv-dtype", d, "--gen", g, "-f", "json").stdout)]
     assert rows == alone and len(rows) == 2 * 2 * 2 * 2 * 2
     table = run("sweep", *models, *ctx, "--batch", "1,8", "--tp", "1,8", "--columns", "kv_cache_bytes").stdout
-    assert "Batch" in table and "GPUs" in table and "batch 1, 8," in table.splitlines()[0]
+    assert "Batch" in table and "GPUs" in table and "batch {1, 8}," in table.splitlines()[0]
     # a value given twice is refused, as --ctx's is (it was dropped; test_hardening_cli has every list option)
     assert "'8,8': 8 given twice" in run("sweep", *models, *ctx, "--batch", "8,8", ok=False).stderr
     for option, value, message in (("--batch", "1,0", "'0': a positive whole number"),
