@@ -63,9 +63,7 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
     if not isinstance(model_type, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", model_type):
         raise SpecError(f"{origin}: model_type: must be a string naming the architecture in letters, digits, '_', '.' "
                         f"and '-' (e.g. \"llama\"), got {show(model_type)}")
-    if len(cfg) > vocabulary.MAX_LEVEL_KEYS:  # before any importer's per-key work (the generic one's too)
-        raise SpecError(f"{origin}: the top level has {len(cfg):,} keys, above the {vocabulary.MAX_LEVEL_KEYS:,} "
-                        "kvcalc reads in one mapping (a model's config.json has tens): not a model config")
+    vocabulary.bounded(cfg, "", origin)  # before any importer's per-key work (the generic one's too)
     # Any other model_type: a plain decoder when every key is a standard one, else refused naming the keys.
     convert = IMPORTERS.get(model_type, generic.plain_decoder)
     if model_type in IMPORTERS:

@@ -128,6 +128,15 @@ class Missing:
 MAX_LEVEL_KEYS = 10_000
 
 
+def bounded(level: dict, where: str, origin: str) -> None:
+    """A SpecError where one mapping of a config (`where`: its path prefix, '' at the top) has more than
+    MAX_LEVEL_KEYS keys."""
+    if len(level) > MAX_LEVEL_KEYS:
+        raise SpecError(f"{origin}: {where.rstrip('.') or 'the top level'} has {len(level):,} keys, above the "
+                        f"{MAX_LEVEL_KEYS:,} kvcalc reads in one mapping (a model's config.json has tens): not a "
+                        "model config")
+
+
 def near_miss(key: str, missing: Missing) -> str | None:
     """The missing key that `key` most likely misspells: the same but for case, '_' or '-', or for a plural or
     singular s; else one at most two edits away with a difflib ratio of at least 0.85 (None: no such key)."""
@@ -162,10 +171,7 @@ def check(cfg: dict, origin: str, fn: Callable) -> None:
     and `cfg` lacks at that level (a misspelling would otherwise pass for an absent key, silently)."""
     wanted, known = reads(fn), vocabulary()
     for where, level in _levels(cfg, wanted):
-        if len(level) > MAX_LEVEL_KEYS:  # each unknown key is compared with the missing ones: bounded work
-            raise SpecError(f"{origin}: {where.rstrip('.') or 'the top level'} has {len(level):,} keys, above the "
-                            f"{MAX_LEVEL_KEYS:,} kvcalc reads in one mapping (a model's config.json has tens): not a "
-                            "model config")
+        bounded(level, where, origin)  # each unknown key is compared with the missing ones: bounded work
         unknown = [key for key in level if isinstance(key, str) and key not in known]  # YAML keys may be numbers
         if not unknown:
             continue
