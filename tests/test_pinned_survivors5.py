@@ -160,3 +160,29 @@ def test_a_compute_bound_decode_step_splits_its_flops_over_tp():
     assert row["decode_bound"] == "compute"
     assert row["decode_seconds_per_token"] == pytest.approx(row["flops_decode_token"] / (4 * 989_400_000_000_000),
                                                             rel=1e-12)
+
+
+def test_vllm_groups_by_the_fewest_layers_at_exactly_three_to_two():
+    # kv_cache_planning.py _get_kv_cache_groups_uniform_page_size: groups of the most layers a spec has only while
+    # max < 1.5 · min (strict): gpt-oss-20b rebuilt with 18 window layers and 12 full ones (18 = 1.5 · 12) groups by
+    # 12, its window layers dealt into 2 groups of 9 (3 padding slots each, of window pages); at 17 and 13 by 17
+    from kvcalc.costs.paged import vllm_layout
+
+    data = load_model("gpt-oss-20b").spec.model_dump(exclude_none=True)
+    shapes = {}
+    for local in (18, 17):
+        data["n_layers"] = 30
+        data["layer_groups"][0]["layers"] = ",".join(map(str, range(local)))
+        data["layer_groups"][1]["layers"] = ",".join(map(str, range(local, 30)))
+        layout = vllm_layout(ModelSpec.model_validate(data).groups, Settings(ctx=32_768, engine="vllm"))
+        shapes[local] = sorted((spec, len(layers)) for spec, layers in layout.groups)
+    assert shapes == {18: [(0, 9), (0, 9), (1, 12)], 17: [(0, 17), (1, 13)]}
+
+
+def test_vllm_unifies_gemma4_pages_by_the_larger():
+    # gemma4-26b-a4b under vLLM (block 64): a window layer's page 64 · 8,192 bytes, a full layer's 64 · 4,096; the
+    # pages unify to the larger, so a full layer's holds 128 tokens (unify_kv_cache_spec_page_size); at 32k its 5 full
+    # layers hold 32,768 / 128 pages and its 25 window layers 1,024 / 64 + 1 (a window may start inside a page)
+    row = _json("compare", "gemma4-26b-a4b", "--engine", "vllm", "--ctx", "32k")[0]
+    assert row["block_size"] == 64 * 8192 // 4096 == 128
+    assert row["engine_kv_bytes"] == 5 * (32_768 // 128) * 128 * 4096 + 25 * (1024 // 64 + 1) * 64 * 8192 == 893_911_040
