@@ -186,3 +186,25 @@ def test_vllm_unifies_gemma4_pages_by_the_larger():
     row = _json("compare", "gemma4-26b-a4b", "--engine", "vllm", "--ctx", "32k")[0]
     assert row["block_size"] == 64 * 8192 // 4096 == 128
     assert row["engine_kv_bytes"] == 5 * (32_768 // 128) * 128 * 4096 + 25 * (1024 // 64 + 1) * 64 * 8192 == 893_911_040
+
+
+def test_cross_attention_scales_split_with_their_heads():
+    # whisper-large-v3 in int8 with per-token scales at tp 2: a rank holds 10 of the 20 heads of 64 for K and V
+    # (1,280 bytes a token and layer) and their two fp32 scales (8 bytes), for the 448 tokens and the 1,500 encoder
+    # positions cross-attention caches, in 32 layers
+    row = _json("compare", "whisper-large-v3", "--kv-dtype", "int8", "--kv-quant", "per-token", "--tp", "2",
+                "--ctx", "448")[0]
+    assert row["kv_cache_bytes_per_gpu"] == 32 * (448 + 1500) * (2 * 10 * 64 + 8) == 80_288_768
+    assert row["kv_cache_bytes"] == 32 * (448 + 1500) * (2 * 20 * 64 + 8)
+
+
+def test_a_prefill_writes_its_states_once():
+    # Qwen3-Next: a prompt's linear-attention states are written once, at its end (the decode step reads and writes
+    # them back: twice there)
+    from kvcalc.costs.cache import kv_cache
+    from kvcalc.costs.traffic import decode_bytes, prefill_bytes
+
+    spec, s = load_model("qwen3-next-80b-a3b").spec, Settings(ctx=4096)
+    cache = kv_cache(spec, s)
+    assert prefill_bytes(spec, s, cache)["state"] == cache.state_bytes > 0
+    assert decode_bytes(spec, s, cache)["state"] == 2 * cache.state_bytes
