@@ -533,10 +533,19 @@ def _leave_now(code: int) -> None:
     os._exit(code)
 
 
+def _undecoded_bytes(text: str) -> str:
+    """`text` with the bytes of a file name that are not UTF-8 shown as \\xfe, not as the surrogates Python decodes
+    them to ('\\udcfe'); any other lone surrogate escaped as it is."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no undecodable byte made
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _exit_status(exc: BaseException, warn: Callable[[str], None]) -> int | None:
     """The exit status for an error the user can cause, its message written; None for any other (a bug: a traceback)."""
     if isinstance(exc, KvcalcError):
-        warn(f"error: {exc}")
+        warn(f"error: {_undecoded_bytes(str(exc))}")
         return 1
     if isinstance(exc, BrokenPipeError):  # the reader went away (kvcalc list | head): stop quietly, as Unix tools do
         _silence_stdout()

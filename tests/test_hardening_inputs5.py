@@ -196,3 +196,11 @@ def test_diff_review_mends(tmp_path):
     gpus = next(ln for ln in run("cost", "deepseek-v3", "--tp", "8", "--dp-attention", "--batch", "8").stdout.splitlines()
                 if ln.startswith("gpus"))
     assert "tp 8 × pp 1 × dp 1, DP attention; the busiest GPU" in gpus
+
+
+def test_a_file_name_that_is_not_utf8_is_shown_by_its_bytes(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    name = os.fsdecode(b"y\xfe.yaml")  # Python's surrogate escape: 'y\udcfe.yaml'
+    assert _one_error(run("show", name, ok=False)) == "error: y\\xfe.yaml: no such file"
