@@ -101,7 +101,7 @@ def compare(
     explain_format(explain, fmt)
     check_rows(len(models), len(ctxs), fmt, command="compare", hint="'--ctx'")
     loaded = load_named(models, "compare", no_windows)
-    out = compare_output(loaded, opts.settings(ctxs[0]), ctxs, columns, explain, no_windows, opts.hardware_name, fmt, chart,
+    out = compare_output(loaded, opts.settings(ctxs[0]), ctxs, columns, explain, opts.hardware_name, fmt, chart,
                          units)
     emit(with_chart(out, chart, fmt, units) if chart is not None else out, fmt, units)
 

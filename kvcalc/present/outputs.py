@@ -275,24 +275,20 @@ def values_words(grid: Sequence[Settings], name: str) -> str:
     return values[0] if len(values) == 1 else "{" + ", ".join(values) + "}"
 
 
-def settings_words(specs: Sequence[ModelSpec], grid: Sequence[Settings], flops: bool = True,
-                   no_windows: bool = False) -> list[str]:
+def settings_words(specs: Sequence[ModelSpec], grid: Sequence[Settings], prefill: bool = True,
+                   no_windows: bool = False, layout: bool = True) -> list[str]:
     """The words for the settings that change a table's figures beyond its dtypes and batch, where they apply (a
-    title names them, as cost's does, since no column does): the parallel layout and SGLang's DP attention (the per-GPU
-    figures), attention as dense matrices (where FLOPs are shown: `flops`), the MTP layers counted (cache and
-    weights), the encoder positions asked (cross-attention's cache), windows ignored. A setting a sweep varies is named
-    with all its values."""
+    title names them, as cost's does, since no column does): the parallel layout and SGLang's DP attention where
+    per-GPU figures are shown (`layout`), attention as dense matrices where a prefill figure is (`prefill`), the MTP
+    layers counted (cache and weights), the encoder positions asked (cross-attention's cache), windows ignored. A
+    setting a sweep varies is named with all its values."""
     s = grid[0]
-
-    def each(name: str) -> str:
-        return values_words(grid, name)
-
     words = []
-    if any(at.gpus > 1 or at.ep > 1 for at in grid):
-        words.append(f"tp {each('tp')} × pp {each('pp')} × dp {each('dp')}"
-                     + (f", ep {each('ep')}" if any(at.ep > 1 for at in grid) else ""))
-    words += ["DP attention"] if s.dp_attention else []
-    words += ["attention as dense N×N matrices"] if flops and s.dense_attn else []
+    if layout and any(at.gpus > 1 or at.ep > 1 for at in grid):
+        words.append(f"tp {values_words(grid, 'tp')} × pp {values_words(grid, 'pp')} × dp {values_words(grid, 'dp')}"
+                     + (f", ep {values_words(grid, 'ep')}" if any(at.ep > 1 for at in grid) else ""))
+    words += ["DP attention"] if layout and s.dp_attention else []
+    words += ["attention as dense N×N matrices"] if prefill and s.dense_attn else []
     mtp = [spec for spec in specs if spec.mtp_layers] if s.mtp else []
     if mtp:
         words.append("MTP layers counted" if len(mtp) == len(specs) else
@@ -302,10 +298,10 @@ def settings_words(specs: Sequence[ModelSpec], grid: Sequence[Settings], flops: 
     return words + (["windows ignored"] if no_windows else [])
 
 
-def settings_note(specs: Sequence[ModelSpec], grid: Sequence[Settings], flops: bool = True,
+def settings_note(specs: Sequence[ModelSpec], grid: Sequence[Settings], prefill: bool = True,
                   no_windows: bool = False) -> str:
     """settings_words as a title's tail."""
-    return "".join(f", {w}" for w in settings_words(specs, grid, flops, no_windows))
+    return "".join(f", {w}" for w in settings_words(specs, grid, prefill, no_windows))
 
 
 def state_note(specs: list[ModelSpec], grid: list[Settings], cols: list[Column]) -> str:
@@ -389,7 +385,7 @@ def _costs_shown(cols: list[Column], fmt: str, chart: str | None) -> bool:
 
 
 def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], columns: str, explain: bool,
-                   no_windows: bool, hardware: str | None, fmt: str = "json", chart: str | None = None,
+                   hardware: str | None, fmt: str = "json", chart: str | None = None,
                    units: str = "binary") -> Output:
     """`compare`: one row per model and context, with the derivation of each cache when asked (its sizes in `units`,
     as the table's); the cost figures only where `fmt` shows them (`chart`: the --chart column)."""
@@ -411,7 +407,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns.strip().lower() == "kv" else
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} {bounds_note(s)}" if hardware else ""))
     title += serving_note(s, specs) + state_note(specs, [s], cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
-    title += settings_note(specs, [s], _dense_in_columns(cols, chart), no_windows and any(lm.windows_removed for lm in loaded))
+    title += settings_note(specs, [s], _dense_in_columns(cols, chart), any(lm.windows_removed for lm in loaded))
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
     lines = _derivation_lines(derivations, units)
     table = Table("compare", cols, rows, title, JSON_KEYS, hint=COLUMNS_HINT)

@@ -312,10 +312,9 @@ def settings_caption(specs: list[ModelSpec], s: Settings, metrics: list[str]) ->
     parts += [w.strip() for w in (serving_note(s, specs) + mla_note(specs, s, "flops-decode" in metrics
                                                              or "decode-time" in metrics)).split(", ") if w.strip()]
     parts += [w.strip() for w in state_words(specs, [s]).split(", ") if w.strip()] if "state" in metrics else []
-    words = settings_words(specs, [s], "flops-prefill" in metrics)  # dense attention moves the prefill alone
-    if not {"cache", "state", "decode-time"} & set(metrics):  # FLOP panels count the whole model, whatever the layout
-        words = [w for w in words if not w.startswith("tp ") and w != "DP attention"]
-    return ", ".join(parts + words)
+    # dense attention moves the prefill alone; FLOP panels count the whole model, whatever the layout
+    return ", ".join(parts + settings_words(specs, [s], "flops-prefill" in metrics,
+                                            layout=bool({"cache", "state", "decode-time"} & set(metrics))))
 
 
 def _legend_below(fig: Figure, shown: list[Any]) -> None:
