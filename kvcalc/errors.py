@@ -12,6 +12,12 @@ class SpecError(KvcalcError):
     """
 
 
+def printable(text: str) -> str:
+    """`text` for a message or a spec's text: as it is, or, where it holds an invisible character (a control or format
+    character, a zero-width space), with Python's escapes for it ('n_lay\\u200bers')."""
+    return text if text.isprintable() else ascii(text)[1:-1]
+
+
 class LookupFailure(KvcalcError):
     """A model name that matches no bundled spec and no file."""
 

@@ -28,7 +28,7 @@ from kvcalc.attention.base import (
     TokenCount,
     VocabSize,
 )
-from kvcalc.errors import SpecError
+from kvcalc.errors import SpecError, printable
 from kvcalc.yamlfile import line_finder, load_yaml
 from kvcalc.yamlfile import read_text as read_text  # re-exported: importers read configs through it
 
@@ -577,7 +577,7 @@ def _loc(loc: tuple) -> str:
             continue  # a union's tag that _untagged could not place (the FFN's are gone by then)
         else:
             text = str(part)  # a key with an invisible character (a zero-width space) shown escaped, not as its twin
-            out += ("." if out else "") + (text if text.isprintable() else ascii(text)[1:-1])
+            out += ("." if out else "") + printable(text)
     return out
 
 

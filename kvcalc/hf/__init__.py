@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from kvcalc.errors import SpecError
+from kvcalc.errors import SpecError, printable
 from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     bart,
     cohere2,
@@ -79,8 +79,8 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
     except RecursionError:
         raise SpecError(f"{origin}: a value is nested too deeply to import") from None
     # the path as text a spec holds: a control or format character in a file or folder name shown escaped
-    shown = origin if origin.isprintable() else ascii(origin)[1:-1]
-    data = {"name": name, "family": body.pop("family"), "source": f"Hugging Face config.json ({shown}, model_type {model_type})"}
+    data = {"name": name, "family": body.pop("family"),
+            "source": f"Hugging Face config.json ({printable(origin)}, model_type {model_type})"}
     try:
         stretched_by = _rope_scaled_context(cfg, model_type, body, notes, origin)
     except SpecError as exc:  # read from text_config where the importer reads the text model there

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import CodeType, FunctionType
 
-from kvcalc.errors import SpecError
+from kvcalc.errors import SpecError, printable
 from kvcalc.hf.common import IMPORTERS
 
 KEY = re.compile(r"_?[a-z][a-z0-9_]*")  # the shape of a config key (string constants of other shapes are messages)
@@ -179,5 +179,4 @@ def check(cfg: dict, origin: str, fn: Callable) -> None:
         for key in unknown:
             match = near_miss(key, missing)
             if match:
-                shown = key if key.isprintable() else ascii(key)[1:-1]  # a zero-width space shown, not hidden
-                raise SpecError(f"{origin}: {where}{shown}: not a key kvcalc reads; did you mean {where}{match}?")
+                raise SpecError(f"{origin}: {where}{printable(key)}: not a key kvcalc reads; did you mean {where}{match}?")
