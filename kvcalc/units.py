@@ -6,7 +6,7 @@ Convention: k = 1024 tokens and M = 1024² tokens, as the field uses them (a "12
 from __future__ import annotations
 
 import re
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from fractions import Fraction
 
 from kvcalc.lists import first_repeat
@@ -210,9 +210,21 @@ def parse_token_range(text: str, points: int | None = None) -> list[int]:
         raise ValueError("--points must be at least 2")
     if points > 100_000:
         raise ValueError(f"--points {points:,}: at most 100,000 contexts a sweep")
-    ratio = (hi / lo) ** (1 / (points - 1))
-    raw = [round(lo * ratio**i) for i in range(points - 1)] + [hi]
-    return sorted(set(raw))
+    return sorted(set(geometric_steps(lo, hi, points)))
+
+
+def geometric_steps(lo: int, hi: int, points: int) -> list[int]:
+    """lo·(hi/lo)^(i/(points-1)) for i = 0..points-1, each rounded to the nearest whole token, in 50-digit decimals:
+    floats drift a token off the rounding past about 10^8 tokens (a float's ratio**i carries i rounding errors).
+    No step is ever a tie: its (points-1)-th power is the integer lo^(points-1-i)·hi^i, so a rational step is whole."""
+    with localcontext() as decimals:
+        decimals.prec = 50  # a step below 2^40 keeps 37 decimals after the point; 10^5 products lose under 10^-40
+        ratio = ((Decimal(hi) / Decimal(lo)).ln() / (points - 1)).exp()
+        steps, x = [], Decimal(lo)
+        for _ in range(points - 1):
+            steps.append(int(x.to_integral_value(ROUND_HALF_EVEN)))
+            x *= ratio
+    return steps + [hi]
 
 
 def parse_size(text: str) -> int:

@@ -167,3 +167,33 @@ def test_a_ratio_past_a_floats_digits_is_a_power_of_ten():
 
     assert cell(68_718_293_906_637_375.0, "ratio") == "6.87e+16×"  # was 68,718,293,906,637,376×
     assert cell(12_345.0, "ratio") == "12,345×" and cell(99.96, "ratio") == "100×"
+
+
+def _nearest_geometric(lo: int, hi: int, n: int, i: int) -> int:
+    """The whole number nearest lo·(hi/lo)^(i/(n-1)), by integers alone: k is it when (k - 1/2)^(n-1) < X < (k + 1/2)^(n-1)
+    with X = lo^(n-1-i)·hi^i; the float estimate only picks which k to check."""
+    target = 2 ** (n - 1) * lo ** (n - 1 - i) * hi**i  # X scaled by 2^(n-1), so both bounds are odd integers' powers
+    k = round(lo * (hi / lo) ** (i / (n - 1)))
+    while (2 * k + 1) ** (n - 1) <= target:
+        k += 1
+    while (2 * k - 1) ** (n - 1) >= target:
+        k -= 1
+    return k
+
+
+def test_points_are_the_geometric_steps_rounded_exactly():
+    # --points N over LO..HI: step i is lo·(hi/lo)^(i/(N-1)) rounded to the nearest token, checked by integers alone.
+    # Over 1,000..2^40 in 5,000 points, floats (ratio**i, i rounding errors) gave step 4,754 as 396,362,367,278.4955,
+    # rounded down, where the step is 396,362,367,278.5005 (its 4,999th power lies between 278.5's and 279.5's)
+    from kvcalc.units import parse_token_range
+
+    steps = parse_token_range("1000..1099511627776", 5000)
+    assert len(steps) == 5000 and steps[0] == 1000 and steps[-1] == 2**40
+    for i in (1, 2, 2500, 4754, 4997, 4998):
+        assert steps[i] == _nearest_geometric(1000, 2**40, 5000, i), i
+    assert steps[4754] == 396_362_367_279
+    # a narrow range of many points: every step, checked, then the repeats dropped
+    small = [_nearest_geometric(3, 1000, 40, i) for i in range(39)] + [1000]
+    assert parse_token_range("3..1000", 40) == sorted(set(small))
+    # an exact power: 1k..1M in 11 points doubles, each step whole
+    assert parse_token_range("1k..1M", 11) == [1024 * 2**i for i in range(11)]
