@@ -178,3 +178,20 @@ def test_the_plot_caption_leaves_the_layout_off_flop_panels():
     s = Settings(ctx=1024, tp=8, dp_attention=True, dense_attn=True)
     assert settings_caption([v3], s, ["flops-decode"]) == "MLA latent cache, absorbed decode"  # whole-model FLOPs
     assert settings_caption([v3], s, ["cache"]) == "MLA latent cache, tp 8 × pp 1 × dp 1, DP attention"
+
+
+def test_show_says_weights_dtype_changes_nothing_on_one_gpu():
+    # show lists weights only per GPU under a layout: on one GPU, --weights-dtype int4 leaves every figure as it was
+    # (engines' pages too), so it is said; under --tp 2 the per-GPU weights halve from bf16's 2 bytes to int4's 1/2
+    for extra in ((), ("--engine", "vllm")):
+        base = json.loads(run("show", "llama3-8b", "--ctx", "4k", *extra, "-f", "json").stdout)
+        int4 = run("show", "llama3-8b", "--ctx", "4k", "--weights-dtype", "int4", *extra, "-f", "json")
+        assert json.loads(int4.stdout) == base
+        res = run("show", "llama3-8b", "--ctx", "4k", "--weights-dtype", "int4", *extra)
+        assert "warning: --weights-dtype int4: show lists the weights only per GPU under --tp, --pp or --dp" in res.stderr
+    assert "--weights-dtype" not in run("show", "llama3-8b", "--ctx", "4k", "--weights-dtype", "bf16").stderr
+    tp2 = run("show", "llama3-8b", "--ctx", "4k", "--tp", "2", "--weights-dtype", "int4")
+    assert "--weights-dtype" not in tp2.stderr
+    bf16, int4 = (json.loads(run("show", "llama3-8b", "--ctx", "4k", "--tp", "2", "--weights-dtype", w, "-f", "json")
+                             .stdout)["summary"]["weights_bytes_per_gpu"] for w in ("bf16", "int4"))
+    assert bf16 == 4 * int4

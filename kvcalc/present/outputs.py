@@ -527,7 +527,17 @@ def show_output(lm: LoadedModel, s: Settings, per_layer: bool, explain: bool, un
                     (["layer"] if per_layer else []) + [k for k in GROUP_KEYS if k != "layer"] + list(over))]
     return Output(tables, payload, derivation_lines(d, units) if explain else [],
                   _load_warnings([lm]) + over_max(spec, s.ctx, f"ctx {s.ctx:,}") + option_warnings([spec], s)
-                  + (_rounded_cells(spec.name, breakdown, s.kv_dtype) if s.kv_quant == "none" else []))
+                  + (_rounded_cells(spec.name, breakdown, s.kv_dtype) if s.kv_quant == "none" else [])
+                  + _unshown_weights(s))
+
+
+def _unshown_weights(s: Settings) -> list[str]:
+    """show lists weights only per GPU, under a layout of more than one (per_gpu_items): --weights-dtype on one GPU
+    changes nothing it shows, said rather than passed over (cost and fit list the weights always)."""
+    if s.gpus > 1 or s.weights_dtype == "bf16":
+        return []
+    return [f"warning: --weights-dtype {s.weights_dtype}: show lists the weights only per GPU under --tp, --pp or --dp "
+            "(cost and fit list them always), so the option changes nothing here"]
 
 
 def _rounded_cells(name: str, rows: list[dict], kv_dtype: str) -> list[str]:
