@@ -937,3 +937,21 @@ def test_sglang_on_apple_silicon_is_refused():
         assert "--engine sglang --hardware m4-max: SGLang on Apple silicon sizes its pools from Metal's working-set " \
             "limit" in res.stderr
     assert run("fit", "gemma4-26b-a4b", "--hardware", "h100-80gb", "--engine", "sglang").exit_code == 0
+
+
+def test_vllm_mtp_lookahead_stops_at_the_served_context(tmp_path):
+    # vLLM allocates min(tokens + 3k, max_model_len) slots under MTP (KVCacheManager.allocate_slots), its default
+    # max_model_len a LongRoPE model's served context, not max_context. DeepSeek-V3 with --mtp: 61 + 1 layers of
+    # 512 + 64 bf16 elements (71,424 bytes a token), pages of 64 tokens. Served at 4,096: at ctx 4,094 the step's
+    # 3 slots stop at 4,096 (64 pages); without the served context they reach 4,097 (65 pages); past it, all 3 count.
+    text = (ROOT / "model_specs" / "deepseek-v3.yaml").read_text()
+    assert text.count("\nmax_context: 163840\n") == 1
+    path = tmp_path / "served.yaml"
+    path.write_text(text.replace("name: deepseek-v3\n", "name: served\n")
+                    .replace("\nmax_context: 163840\n", "\nmax_context: 163840\nserved_context: 4096\n"))
+    page = 64 * 62 * (512 + 64) * 2
+    for model, ctx, pages_held in ((path, 4093, 64), (path, 4094, 64), (path, 4096, 64), (path, 4097, 65),
+                                   ("deepseek-v3", 4094, 65), ("deepseek-v3", 4093, 64)):
+        out = json.loads(run("show", str(model), "--ctx", str(ctx), "--engine", "vllm", "--mtp", "-f", "json").stdout)
+        assert out["summary"]["kv_cache_bytes"] == ctx * 71_424, (model, ctx)
+        assert out["summary"]["engine_kv_bytes"] == pages_held * page, (model, ctx)
