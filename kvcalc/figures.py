@@ -222,12 +222,34 @@ def _parallel_roofline(spec: ModelSpec, s: Settings, hw: Hardware) -> tuple[Roof
     tp = s.tp
     decode = -(-decode_total(spec, replica) // tp)
     read = stage_read_bytes(ranked, stages(spec, ranked)[0])  # the keys the rank's queries attend, its states
-    decode_read = -(-decode_bytes(spec, replica)["weights"] // tp) + read
+    decode_read = _rank_weights(spec, s, decode_bytes(spec, replica)["weights"], replica.batch, prefill=False) + read
     prefill = -(-prefill_total(spec, replica) // tp)
     # the MLA prefill's form at the layout: SGLang's prefill graphs are off under pp, its forwards a replica's
-    prefill_moved = (-(-prefill_bytes(spec, replica, layout=s)["weights"] // tp)
-                     + stage_written_bytes(ranked, stages(spec, ranked)[0]))
+    prefill_moved = (_rank_weights(spec, s, prefill_bytes(spec, replica, layout=s)["weights"], replica.batch,
+                                   prefill=True) + stage_written_bytes(ranked, stages(spec, ranked)[0]))
     return roofline(prefill, prefill_moved, hw), roofline(decode, decode_read, hw)
+
+
+def _rank_weights(spec: ModelSpec, s: Settings, weights: int, sequences: int, prefill: bool) -> int:
+    """One rank's share of the weights a replica's pass reads (`weights`, its `sequences`' pass): divided by tp, but
+    the routed experts by the G ranks one copy of them is spread over (max(ep, moe_tp): ep > tp spans ep / tp
+    replicas, vLLM's MoE without --ep all dp · tp ranks), which they serve the tokens of G / tp replicas: a decode
+    step's top-k (the lower bound's one expert set), a prefill's min(E, T · k) of those tokens. Where G = tp, the
+    replica's weights over tp."""
+    from fractions import Fraction
+
+    from kvcalc.costs.engine_files import moe_tp
+    from kvcalc.costs.traffic import routed_read_bytes
+
+    ranks = max(s.ep, moe_tp(s))
+    if ranks <= s.tp:
+        return -(-weights // s.tp)
+    replica = replace(s, batch=sequences, tp=1, pp=1, dp=1, ep=1, dp_attention=False)
+    tokens = sequences * s.ctx if prefill else 1
+    served = min(s.batch, -(-sequences * ranks // s.tp)) * s.ctx if prefill else 1  # the G ranks' tokens
+    experts = routed_read_bytes(spec, replica, tokens)
+    share = Fraction(weights - experts, s.tp) + Fraction(routed_read_bytes(spec, replica, served), ranks)
+    return -(-share.numerator // share.denominator)
 
 
 def cost_breakdowns(spec: ModelSpec, s: Settings) -> dict[str, dict[str, int]]:

@@ -1059,3 +1059,37 @@ def test_sglang_runs_olmo3_on_olmo2s_file_without_pipeline_stages(tmp_path):
         res = run("compare", str(family), "--engine", "sglang", "--pp", "2", ok=False)
         assert res.exit_code == 1 and "SGLang runs" in res.stderr and "without pipeline parallelism" in res.stderr
     assert run("compare", str(path), "--engine", "vllm", "--pp", "2").exit_code == 0
+
+
+def test_roofline_experts_spread_over_the_ranks_holding_them():
+    # A rank reads the routed experts it holds, not its replica's all: expert parallelism moves tokens, not weights.
+    # qwen3-235b-a22b: 94 MoE layers of 128 experts, top-8, each expert 3 matrices of 4,096 x 1,536 in bf16.
+    # H100: 3.35 TB/s; ctx 256, memory-bound throughout (a replica's 256 tokens: about 11 ms of compute).
+    from fractions import Fraction
+
+    expert = 3 * 4096 * 1536 * 2
+    top_k, every = 94 * 8 * expert, 94 * 128 * expert
+    assert (top_k, every) == (28_387_049_472, 454_192_791_552)
+    bw = 3_350_000_000_000
+
+    def row(*extra):
+        return json.loads(run("compare", "qwen3-235b-a22b", "--ctx", "256", "--hardware", "h100-80gb", "--columns",
+                              "all", "-f", "json", *extra).stdout)[0]
+
+    one = row("--batch", "1")  # one GPU: its step reads decode_bytes_read, its prefill the weights and the KV written
+    assert one["decode_seconds_per_token"] == float(Fraction(one["decode_bytes_read"], bw))
+    # --dp 8 --ep 8: each of 8 replicas (tp 1) serves 1 sequence, and holds 16 experts a layer: a step's top-8 are
+    # spread over the 8 ranks (the lower bound's one expert set), a prefill's every expert (2,048 tokens x 8 >= 128) too
+    ep = row("--batch", "8", "--dp", "8", "--ep", "8")
+    assert ep["decode_seconds_per_token"] == float(Fraction(one["decode_bytes_read"] - top_k + top_k // 8, bw))
+    assert ep["prefill_seconds"] == pytest.approx(float(Fraction(one["prefill_seconds"]) - Fraction(every - every // 8, bw)),
+                                                  rel=1e-12)
+    # vLLM without --ep splits each expert over all dp · tp = 8 ranks: at tp 4 x dp 2, experts over 8, not 4
+    plain, vllm = row("--batch", "8", "--tp", "4", "--dp", "2"), row("--batch", "8", "--tp", "4", "--dp", "2", "--engine", "vllm")
+    assert Fraction(plain["decode_seconds_per_token"]) - Fraction(vllm["decode_seconds_per_token"]) == \
+        pytest.approx(Fraction(top_k // 4 - top_k // 8, bw), rel=1e-12)
+    assert Fraction(plain["prefill_seconds"]) - Fraction(vllm["prefill_seconds"]) == \
+        pytest.approx(Fraction(every // 4 - every // 8, bw), rel=1e-12)
+    # ep within a replica (tp 8 --ep 8) and dense models keep the replica's weights over tp
+    tp8 = row("--batch", "8", "--tp", "8")
+    assert row("--batch", "8", "--tp", "8", "--ep", "8")["decode_seconds_per_token"] == tp8["decode_seconds_per_token"]

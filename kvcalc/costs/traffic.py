@@ -147,6 +147,16 @@ def _weights_read_bytes(spec: ModelSpec, s: Settings, params: int, tokens: int, 
     return -(-bits // 8) + mxfp4_scale_bytes(spec, s, experts)
 
 
+def routed_read_bytes(spec: ModelSpec, s: Settings, tokens: int) -> int:
+    """Bytes of the routed experts `tokens` tokens reach, min(E, tokens · k) of each MoE layer (a decode step's: those
+    of one token, the top-k, as _weights_read_bytes counts them), at --weights-dtype (the engines quantize experts
+    as well: RoutedExperts) with their MXFP4 block scales; the part of a pass's weights a layout's expert ranks share."""
+    runs = _moe_runs(spec, s.mtp)
+    params = sum(r.layers * min(r.experts, tokens * r.top_k) * r.per_expert for r in runs)
+    matrices = sum(r.layers * min(r.experts, tokens * r.top_k) * r.matrices for r in runs)
+    return -(-params * dtype_bits(s.weights_dtype, "weights") // 8) + mxfp4_scale_bytes(spec, s, matrices)
+
+
 def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
                  weights: int | None = None) -> dict[str, int]:
     """Bytes one decode step at context `s.ctx` moves, by part: 'weights' and 'kv_cache' read (the keys attended),
