@@ -13,6 +13,13 @@ DTYPES = tuple(DTYPE_BITS)
 W8A8_WEIGHTS = frozenset({"fp8", "int8"})
 
 
+def beyond_bf16_peak(weights_dtype: str, kv_dtype: str) -> bool:
+    """Whether an engine may compute on 8-bit tensor cores, past the bf16 peak a roofline costs FLOPs at: W8A8 weights,
+    or an fp8 cache, whose attention vLLM runs in fp8 (Attention.query_quant quantizes the queries where the backend
+    takes them, FlashAttention 3 on Hopper, FlashInfer)."""
+    return weights_dtype in W8A8_WEIGHTS or kv_dtype == "fp8"
+
+
 def dtype_bits(dtype: str, what: str = "kv") -> int:
     """Bits per element of a dtype name, or a KvcalcError listing the supported ones."""
     bits = DTYPE_BITS.get(dtype)  # Settings holds its dtypes in lower case: found at once, a call a figure

@@ -195,3 +195,44 @@ def test_show_says_weights_dtype_changes_nothing_on_one_gpu():
     bf16, int4 = (json.loads(run("show", "llama3-8b", "--ctx", "4k", "--tp", "2", "--weights-dtype", w, "-f", "json")
                              .stdout)["summary"]["weights_bytes_per_gpu"] for w in ("bf16", "int4"))
     assert bf16 == 4 * int4
+
+
+def _summary_words(*args):
+    """cost's summary rows as {key: the words beside its value} (the table, on a wide terminal)."""
+    out = run("cost", *args, "-f", "markdown").stdout
+    return {cells[1].strip(): cells[3].strip() for line in out.splitlines()
+            if len(cells := line.split("|")) > 4 and cells[1].strip() and not set(cells[1].strip()) <= {"-", ":"}}
+
+
+def test_bounds_words_name_what_can_beat_the_roofline():
+    # A time review: tokens/s = batch / step counts a token a sequence a step, which a speculative step under --mtp
+    # (up to 1 + k tokens) and pp micro-batches in flight (vLLM's max_concurrent_batches = pp) exceed; an fp8 cache's
+    # attention runs on fp8 tensor cores (vLLM's Attention.query_quant), past the bf16 peak FLOPs are costed at
+    plain = _summary_words("llama3-70b", "--ctx", "32k", "--batch", "16", "--hardware", "h100-80gb")
+    assert plain["tokens_per_second"] == "batch / decode time, upper bound"
+    pp = _summary_words("llama3-70b", "--ctx", "32k", "--batch", "16", "--pp", "4", "--hardware", "h100-80gb")
+    assert pp["tokens_per_second"] == ("batch / decode time, a token a sequence a step, not an upper bound: the 4 stages "
+                                       "keep micro-batches in flight")
+    mtp = _summary_words("deepseek-v3", "--ctx", "4k", "--mtp", "--tp", "8", "--hardware", "h200-141gb")
+    assert "not an upper bound: a speculative step emits up to 1 + the MTP layers' tokens" in mtp["tokens_per_second"]
+    fp8 = _summary_words("llama3-70b", "--ctx", "128k", "--kv-dtype", "fp8", "--hardware", "h100-80gb")
+    assert "where compute-bound, FLOPs at the bf16 peak" in fp8["prefill_seconds"]
+    assert "where compute-bound" not in plain["prefill_seconds"]
+    assert "(lower bounds; compute at the bf16 peak)" in run("compare", "llama3-70b", "--kv-dtype", "fp8", "--hardware",
+                                                             "h100-80gb", "--columns", "time").stdout
+
+
+def test_titles_say_an_moe_prefill_of_few_tokens_is_an_estimate():
+    # gpt-oss-120b: 128 experts, top-4: a prefill of T tokens reaches min(128, 4T) of them, all from T = 32; below,
+    # its traffic is an upper estimate (cost says so beside it), and compare's and sweep's titles now say so too
+    def title(*args):
+        return run(*args, "--hardware", "l40s", "--columns", "time").stdout.splitlines()[0]
+
+    estimate = "l40s (lower bounds; MoE prefills of few tokens estimates)"
+    assert title("compare", "gpt-oss-120b", "--ctx", "31").endswith(estimate)
+    assert title("compare", "gpt-oss-120b", "--ctx", "32").endswith("l40s (lower bounds)")
+    assert title("compare", "llama3-8b", "gpt-oss-120b", "--ctx", "31,4k").endswith(estimate)
+    assert title("compare", "llama3-8b", "--ctx", "1").endswith("l40s (lower bounds)")  # no experts
+    # a sweep's fewest tokens: its smallest batch at its smallest context (2 · 16 = 32 tokens: all experts)
+    assert title("sweep", "gpt-oss-120b", "--ctx", "16,64", "--batch", "1,4").endswith(estimate)
+    assert title("sweep", "gpt-oss-120b", "--ctx", "16,64", "--batch", "2,4").endswith("l40s (lower bounds)")

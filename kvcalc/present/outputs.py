@@ -241,12 +241,20 @@ def list_output() -> Output:
     return Output([Table("list", LIST_COLUMNS, rows, "Bundled models", LIST_KEYS)])
 
 
-def bounds_note(s: Settings) -> str:
-    """The title's words for roofline times: lower bounds, but where 8-bit weights run on 8-bit tensor cores, which can
-    beat the bf16 peak FLOPs are costed at (README, Roofline time)."""
-    from kvcalc.dtypes import W8A8_WEIGHTS
+def bounds_note(s: Settings, specs: Sequence[ModelSpec] = (), fewest: Settings | None = None) -> str:
+    """The title's words for roofline times: lower bounds, but where 8-bit weights or an fp8 cache run on 8-bit tensor
+    cores, which can beat the bf16 peak FLOPs are costed at (README, Roofline time), and where a prefill's tokens
+    reach fewer than all of an MoE layer's experts (its traffic an upper estimate: cost says so) at `fewest`, the
+    rows' settings of the fewest batch · ctx tokens."""
+    from kvcalc.costs.traffic import partial_experts
+    from kvcalc.dtypes import beyond_bf16_peak
 
-    return "(lower bounds; compute at the bf16 peak)" if s.weights_dtype in W8A8_WEIGHTS else "(lower bounds)"
+    words = ["lower bounds"]
+    if fewest is not None and any(partial_experts(spec, fewest) for spec in specs):
+        words.append("MoE prefills of few tokens estimates")
+    if beyond_bf16_peak(s.weights_dtype, s.kv_dtype):
+        words.append("compute at the bf16 peak")
+    return f"({'; '.join(words)})"
 
 
 def serving_note(s: Settings, specs: Sequence[ModelSpec] = ()) -> str:
@@ -405,7 +413,8 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
 
         derivations = [derivation(r, lm.origin, lm.config_keys, lm.spec, s.at(r.ctx)) for lm, r in zip(origins, reports)]
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns.strip().lower() == "kv" else
-             f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}" + (f", {hardware} {bounds_note(s)}" if hardware else ""))
+             f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}"
+             + (f", {hardware} {bounds_note(s, specs, s.at(min(ctxs)))}" if hardware else ""))
     title += serving_note(s, specs) + state_note(specs, [s], cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
     title += settings_note(specs, [s], _dense_in_columns(cols, chart), any(lm.windows_removed for lm in loaded))
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
@@ -480,7 +489,8 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
              f"weights {s.weights_dtype}")
     title += serving_note(s, specs) + state_note(specs, grid, cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
     title += settings_note(specs, grid, _dense_in_columns(cols, chart))
-    title += f", {hardware} {bounds_note(s)}" if hardware else ""
+    fewest = min(grid, key=lambda at: at.batch).at(min(ctxs))
+    title += f", {hardware} {bounds_note(s, specs, fewest)}" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs), to_terminal()), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
                   warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs)
@@ -582,7 +592,7 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     summary = cost_summary_rows(figures(spec, s, cache), cache.bytes, units, cache.state_bytes,
                                 per_gpu_items(spec, s, cache, units, engine_too=True), crossover_holds(spec),
                                 engine_items(cache, units), partial_experts(spec, s),
-                                s.engine if s.engine in ("vllm", "sglang") else None)
+                                s.engine if s.engine in ("vllm", "sglang") else None, s.kv_dtype)
     components = list(dict.fromkeys(k for p in passes.values() for k in p))
     rows = [{"component": c, **{p: passes[p].get(c, 0) for p in passes}} for c in components]
     rows.append({"component": "total", **{p: sum(passes[p].values()) for p in passes}})
@@ -618,7 +628,7 @@ def summary_note(spec: ModelSpec, s: Settings) -> str:
     """The words of cost's summary title for the settings its figures depend on (its FLOPs table's title names the
     prompt, the generated tokens and the batch): dtypes, a scheme's scales, an engine's pages, the states' dtypes,
     MLA's cache and decode schedule, the roofline's bounds."""
-    hardware = f", {s.hardware.name} {bounds_note(s)}" if s.hardware is not None else ""
+    hardware = f", {s.hardware.name} {bounds_note(s, [spec], s)}" if s.hardware is not None else ""
     return (f": kv {s.kv_dtype}, weights {s.weights_dtype}" + serving_note(s, [spec]) + hardware + state_words([spec], [s])
             + mla_note([spec], s, True))
 

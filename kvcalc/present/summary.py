@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcalc.costs.cache import CacheReport
-from kvcalc.dtypes import W8A8_WEIGHTS
+from kvcalc.dtypes import beyond_bf16_peak
 from kvcalc.fields import Figure
 from kvcalc.figures import CostFigures
 from kvcalc.present.render import Column, cell
@@ -175,17 +175,30 @@ def per_gpu_items(spec: ModelSpec, settings: Settings, report: CacheReport, unit
              + (f", with what {settings.engine} keeps wider" if settings.engine else ""))]
 
 
+def _rate_bound(fig: CostFigures, step_bound: bool) -> str:
+    """What tokens/s = batch / step is: an upper bound, but where a step emits more than a token a sequence (a
+    speculative step under --mtp accepts up to 1 + k drafted tokens: vLLM schedules 1 + k a step) or pipeline stages
+    work on several micro-batches at once (vLLM keeps pp batches in flight: max_concurrent_batches), or where the
+    step's time is not a lower bound (8-bit tensor cores)."""
+    beyond = (["a speculative step emits up to 1 + the MTP layers' tokens a sequence"] if fig.mtp else []) \
+        + ([f"the {fig.pp} stages keep micro-batches in flight"] if fig.pp > 1 else [])
+    if beyond:
+        return "a token a sequence a step, not an upper bound: " + "; ".join(beyond)
+    return "upper bound" + ("" if step_bound else " but for 8-bit tensor cores")
+
+
 def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binary", state_bytes: int = 0,
                       per_gpu: list[tuple[str, Any, str, str]] | None = None, crossover_holds: bool = True,
                       engine: list[tuple[str, Any, str, str]] | None = None, partial_experts: bool = False,
-                      engine_name: str | None = None) -> list[dict]:
+                      engine_name: str | None = None, kv_dtype: str = "bf16") -> list[dict]:
     """Key/value rows of `cost`: parameters, memory (the constant states too, where the model has them; under
     --engine its pages, from engine_items; under a parallel layout `per_gpu`, what the busiest GPU holds, from
     per_gpu_items), decode traffic, and (with hardware)
     roofline times. `crossover_holds`: whether the absorbed MLA step stays cheaper past its crossover
     (kvcalc.costs.flops.crossover_holds). `partial_experts`: whether the prefill's tokens reach fewer than all of an
     MoE layer's experts, so its traffic is an upper estimate (kvcalc.costs.traffic.partial_experts). `engine_name`:
-    --engine's, whose weight widths the traffic reads (kvcalc.costs.traffic)."""
+    --engine's, whose weight widths the traffic reads (kvcalc.costs.traffic); `kv_dtype`: the cache's, whose fp8
+    attention an engine runs on 8-bit tensor cores (dtypes.beyond_bf16_peak)."""
     b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
     states = " + states read and written back" if state_bytes else ""
     items: list[tuple[str, Any, str, str]] = [
@@ -214,8 +227,8 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
         items.append(("mla_crossover", t, text, "first context where the absorbed decode step needs fewer FLOPs than naive"))
     if fig.hardware is not None:
         hw = fig.hardware
-        # FLOPs are costed at the bf16 peak: 8-bit weights an engine runs on 8-bit tensor cores (W8A8) can beat it
-        eight = fig.weights_dtype in W8A8_WEIGHTS
+        # FLOPs are costed at the bf16 peak: W8A8 weights or fp8 attention on 8-bit tensor cores can beat it
+        eight = beyond_bf16_peak(fig.weights_dtype, kv_dtype)
         peak = "FLOPs at the bf16 peak, which 8-bit tensor cores (where the GPU has them) can beat"
         low = f"lower bound where memory-bound; where compute-bound, {peak}" if eight else "lower bound"
         step_low = "lower bound" if fig.decode_bound == "memory" or not eight else peak
@@ -226,7 +239,7 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
             ("decode_seconds_per_token", fig.decode_seconds_per_token, format_seconds(fig.decode_seconds_per_token or 0),
              f"{hw}, {fig.decode_bound}-bound, {step_low}"),
             ("tokens_per_second", fig.tokens_per_second, cell(fig.tokens_per_second or 0, "rate"),
-             "batch / decode time, upper bound" + ("" if step_low == "lower bound" else " but for 8-bit tensor cores")),
+             "batch / decode time, " + _rate_bound(fig, step_low == "lower bound")),
             ("fits_in_memory", fig.fits_in_memory, _yes(bool(fig.fits_in_memory)),
              f"{'the busiest GPU: its ' if per_gpu else ''}weights + KV cache{' + states' if state_bytes else ''} "
              f"vs {hw} memory"),
