@@ -24,7 +24,7 @@ MLA_SCHEDULES = ("naive", "absorbed")
 ENGINES = ("ideal", "vllm", "sglang")
 QUANTISED = ("fp8", "int8", "int4")  # KV dtypes a --kv-quant scheme's scales go with
 TOKENS_LIMIT = 2**40  # contexts, gen and encoder positions
-LIMITS = {"batch": 2**20, "tp": 2**16, "pp": 2**16, "dp": 2**16, "ep": 2**16}  # the others: TOKENS_LIMIT
+LIMITS = {"batch": 2**20, "tp": 2**16, "pp": 2**16, "dp": 2**16, "ep": 2**16, "block_size": 2**20}  # others: TOKENS_LIMIT
 
 
 def resolve_schedule(mla_cache: str, mla_schedule: str | None) -> str:
@@ -41,12 +41,41 @@ def resolve_schedule(mla_cache: str, mla_schedule: str | None) -> str:
 def _check_count(name: str, value: object) -> None:
     """A count setting (ctx, batch, gen, enc_ctx, tp, pp, dp, ep) is a positive int within kvcalc's bound."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        what = {"batch": "sequences", "tp": "ranks", "pp": "stages", "dp": "replicas", "ep": "ranks"}.get(name, "tokens")
-        raise KvcalcError(f"{name} must be a positive whole number of {what}, got {str(value)[:40]!r}")
+        what = {"batch": "sequences", "tp": "ranks", "pp": "stages", "dp": "replicas", "ep": "ranks",
+                "block_size": "tokens"}.get(name, "tokens")
+        shown = f"{value:,}" if type(value) is int else f"{type(value).__name__} {_brief(value)}"  # np.int64(4096)
+        raise KvcalcError(f"{name} must be a positive whole number of {what} (a Python int), got {shown}")
     if value > LIMITS.get(name, TOKENS_LIMIT):
-        raise KvcalcError(f"{name} {value if value < 10**30 else 'of ' + str(len(str(value))) + ' digits'}: "
+        digits = int(value.bit_length() * 0.30103) + 1  # about; str() of an int past 4,300 digits raises
+        raise KvcalcError(f"{name} {value if value < 10**30 else f'of about {digits:,} digits'}: "
                           f"at most {LIMITS.get(name, TOKENS_LIMIT):,} (kvcalc's bound for {name}, the command "
                           f"line's --{name.replace('_', '-')})")
+
+
+def _brief(value: object) -> str:
+    """repr(value), cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _check_types(s: Settings) -> None:
+    """Each setting of the type it is declared with (the API's callers: the CLI's options are typed already): a flag a
+    bool (mtp="no" would count the MTP layers), a name a str, hardware a Hardware, as one KvcalcError."""
+    for name in ("dense_attn", "mtp", "dp_attention"):
+        if type(getattr(s, name)) is not bool:
+            raise KvcalcError(f"{name} must be True or False, got {type(getattr(s, name)).__name__} {_brief(getattr(s, name))}")
+    for name, optional in (("kv_dtype", False), ("weights_dtype", False), ("mla_cache", False), ("kv_quant", False),
+                           ("mla_schedule", True), ("state_dtype", True), ("engine", True)):
+        value = getattr(s, name)
+        if not isinstance(value, str) and not (optional and value is None):
+            raise KvcalcError(f"{name} must be a name (a str{' or None' if optional else ''}), got "
+                              f"{type(value).__name__} {_brief(value)}")
+    if s.hardware is not None:
+        from kvcalc.hardware import Hardware
+
+        if not isinstance(s.hardware, Hardware):
+            raise KvcalcError(f"hardware must be a kvcalc.hardware.Hardware (load_hardware(name)) or None, got "
+                              f"{type(s.hardware).__name__} {_brief(s.hardware)}")
 
 
 @dataclass(frozen=True)
@@ -89,6 +118,10 @@ class Settings:
             if type(value) is int and 0 < value <= LIMITS.get(name, TOKENS_LIMIT) or name == "enc_ctx" and value is None:
                 continue  # the usual case, at once (a sweep of the API makes a Settings a row)
             _check_count(name, value)
+        if not (type(self.dense_attn) is type(self.mtp) is type(self.dp_attention) is bool
+                and type(self.kv_dtype) is type(self.weights_dtype) is type(self.mla_cache) is type(self.kv_quant) is str
+                and self.engine is self.state_dtype is self.mla_schedule is self.hardware is None):
+            _check_types(self)  # the usual case passes the line above at once
         if self.ep > 1 and (self.tp * self.dp) % self.ep:  # vLLM: ep = tp · dp; SGLang: ep divides tp
             raise KvcalcError(f"--ep {self.ep}: expert parallelism spreads a stage's experts over its tp · dp = "
                               f"{self.tp * self.dp} GPU(s), so ep must divide tp · dp: give --tp or --dp to match")
@@ -145,8 +178,7 @@ class Settings:
                                   "pools from Metal's working-set limit (torch.mps.recommended_max_memory), below the "
                                   "unified memory and not in the preset: not modelled (give no --engine)")
         if self.block_size is not None:
-            if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
-                raise KvcalcError(f"block_size must be a positive whole number of tokens, got {self.block_size!r}")
+            _check_count("block_size", self.block_size)  # the command line's --block-size bound, 2^20
             if self.engine is None:
                 raise KvcalcError("--block-size is the page size of a serving engine: give --engine too")
 

@@ -405,8 +405,12 @@ class ModelSpec(Strict):
             return value
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ModelSpec:
-        """A copy (pydantic's), with its own empty memo: figures remembered for this spec may not hold for the copy."""
-        copy = super().model_copy(update=update, deep=deep)
+        """A copy with its own empty memo (figures remembered for this spec may not hold for the copy); with `update`,
+        a spec validated anew from the fields and the update, so its layer groups are resolved from them (pydantic's
+        copy keeps the old ones and checks nothing: an update of n_layers kept the old layers' figures)."""
+        if update:
+            return type(self).model_validate({**self.model_dump(), **update})
+        copy = super().model_copy(deep=deep)
         copy.__pydantic_private__["_memo"] = {}  # type: ignore[index]
         return copy
 

@@ -444,7 +444,7 @@ def test_count_bounds_are_read_with_their_option():
     from kvcalc.errors import KvcalcError
     from kvcalc.settings import LIMITS, Settings
 
-    assert LIMITS == {"batch": 2**20, "tp": 2**16, "pp": 2**16, "dp": 2**16, "ep": 2**16}
+    assert LIMITS == {"batch": 2**20, "tp": 2**16, "pp": 2**16, "dp": 2**16, "ep": 2**16, "block_size": 2**20}
     for option, name in [("--batch", "batch"), ("--tp", "tp"), ("--pp", "pp"), ("--dp", "dp"), ("--ep", "ep")]:
         res = run("compare", "gpt2", option, str(LIMITS[name] + 1), ok=False)
         assert res.exit_code == 2 and f"{LIMITS[name] + 1}: at most {LIMITS[name]:,}" in res.stderr, (option, res)

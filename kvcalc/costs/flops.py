@@ -461,6 +461,8 @@ def _coefficients(spec: ModelSpec, p: Pass) -> _Coefficients | None:
 
 
 def _prefill(spec: ModelSpec, s: Settings, logits: str = "last", schedule: str = "naive") -> Pass:
+    if logits not in ("last", "all"):  # any other word was read as "last"
+        raise KvcalcError(f"logits must be 'last' (the last position's, as generation needs) or 'all', got {logits!r:.40}")
     n = s.ctx
     return Pass(lambda g: prefill_work(g, n, s.dense_attn), n, n if logits == "all" else 1, schedule, _enc(spec, s),
                 cross_kv=1, mtp=s.mtp)
@@ -483,7 +485,8 @@ def _generate(spec: ModelSpec, s: Settings, cached: bool) -> Pass:
 
 def prefill_flops(spec: ModelSpec, s: Settings, logits: str = "last") -> dict[str, int]:
     """FLOPs of a prefill of `s.ctx` tokens for each of `s.batch` sequences, by component (encoder–decoder models:
-    the encoder's pass and the cross-attention K/V projections too)."""
+    the encoder's pass and the cross-attention K/V projections too); `logits`: the LM head at the last position
+    ('last', as generation needs) or at all ctx ('all', as training does)."""
     p = _prefill(spec, s, logits)
     out = Counter(p.breakdown(spec))
     out.update(encoder_flops(spec, p.enc))
@@ -498,6 +501,8 @@ def decode_flops(spec: ModelSpec, s: Settings) -> dict[str, int]:
 def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[str, int]:
     """FLOPs of generating `s.gen` tokens after a prompt of `s.ctx`, with a KV cache (decode steps) or without
     (every step re-runs a prefill of its prefix; MLA then up-projects, as a prefill does)."""
+    if type(cached) is not bool:  # cached="False" is truthy: it gave the cached figure
+        raise KvcalcError(f"cached must be True or False, got {type(cached).__name__} {cached!r:.40}")
     return {k: s.batch * v for k, v in _generate(spec, s, cached).breakdown(spec).items()}
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from kvcalc.attention import Layer
 from kvcalc.dtypes import dtype_bits
+from kvcalc.errors import KvcalcError
 from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
 
@@ -162,6 +163,8 @@ class ParamReport:
 def param_counts(spec: ModelSpec, mtp: bool = False) -> ParamReport:
     """Exact parameter counts of `spec` by component ('embed', 'attn/q', 'ffn/routed', 'norms', 'lm_head', ...);
     `mtp`: with its multi-token-prediction layers ('mtp/...'). Counted once per spec; each call gets its own dicts."""
+    if type(mtp) is not bool:  # mtp="no" is truthy: it counted the MTP layers
+        raise KvcalcError(f"mtp must be True or False, got {type(mtp).__name__} {mtp!r:.40}")
     report = spec.memo(("param_counts", mtp), lambda: _param_counts(spec, mtp))
     return ParamReport(report.model, dict(report.breakdown), dict(report.active_breakdown))
 
