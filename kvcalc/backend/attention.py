@@ -26,7 +26,7 @@ from kvcalc.backend.causal import (
     query_rows,
     top_keys,
 )
-from kvcalc.backend.ops import FlopCounter, apply_rope, apply_rope_, held, random_weight, rms_norm, rope_span, softmax
+from kvcalc.backend.ops import FlopCounter, apply_rope, apply_rope_, held, random_weight, rms_norm, rope_span, softmax, softmax_
 from kvcalc.backend.recurrent import build_layer as state_layer
 from kvcalc.backend.recurrent import plan_layer as state_plan
 from kvcalc.backend.threads import run_tasks
@@ -487,7 +487,10 @@ class CrossAttention:
         b, s, _ = x.shape
         q = fc.matmul("cross/q", x, self.wq).reshape(b, s, self.k, self.g, self.d).transpose(0, 2, 3, 1, 4)
         scores = fc.matmul("cross/scores", q * self.dtype(self.d ** -0.5), k.transpose(0, 2, 3, 1)[:, :, None])
-        o = fc.matmul("cross/mix", softmax(scores).astype(self.dtype), v.transpose(0, 2, 1, 3)[:, :, None])
+        sums = softmax_(scores)  # in place: softmax(scores).astype() held three score-sized arrays (memory's plan: 2)
+        o = fc.matmul("cross/mix", scores, v.transpose(0, 2, 1, 3)[:, :, None])
+        if sums is not None:
+            o /= sums
         return fc.matmul("cross/o", o.transpose(0, 3, 1, 2, 4).reshape(b, s, self.h * self.e), self.wo)
 
 

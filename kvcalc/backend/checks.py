@@ -89,13 +89,13 @@ def run_checks(spec, s, layers, x0, outputs, after_prefill, schedule, tol) -> li
 
 
 def _run_checks(s, layers, x0, outputs, after_prefill, schedule, tol, before=None) -> list[Check]:
-    full = stack_prefill(_silent(), layers, x0, before)[0]  # its caches are not kept: memory
+    full = stack_prefill(_silent(), layers, x0, before, keep=False)[0]  # its caches are not kept: memory
     cached = np.concatenate(outputs, axis=1)
     found = [_within("cached decode = full recomputation", rel_error(cached, full[:, s.ctx:]), tol,
                      f"{_plural(s.decode, 'decoded token')} vs a prefill of {s.ctx + s.decode}")]
     if any(isinstance(attention_part(layer), LatentAttention) for layer in layers) and s.mla_cache == "latent":
         other = "naive" if schedule == "absorbed" else "absorbed"
-        caches, outs = after_prefill, []
+        caches, outs = list(after_prefill), []  # a copy of the list: stack_decode replaces its entries
         for j in range(s.decode):
             out, caches = stack_decode(_silent(), layers, caches, x0[:, s.ctx + j : s.ctx + j + 1], other)
             outs.append(out)
