@@ -381,6 +381,8 @@ class ModelSpec(Strict):
                 problems.append(f"layer_groups[{gi}].layers: 'rest' is empty: the other groups already cover every "
                                 f"layer{why}")
         problems += self._check_dims()
+        if not problems:
+            problems += self._check_shared(picked)
         if problems:
             raise ValueError("\n".join(problems))
         self._groups = tuple(self._resolved(gi, g, sorted(picked[gi])) for gi, g in enumerate(self.layer_groups))
@@ -442,6 +444,20 @@ class ModelSpec(Strict):
             problems.append(f"{where}: {_some(sorted(dup), 'is', 'are')} already in {whose}{hint}")
         return problems
 
+    def _check_shared(self, picked: list[list[int]]) -> list[str]:
+        """A KV-shared layer reads the cache of an earlier layer (Gemma 3n, YOCO, CLA): some layer before the first
+        one must hold a KV cache of its own (a layer with none to read was counted as reading one of zero bytes)."""
+        shared = [(min(picked[gi]), gi) for gi, g in enumerate(self.layer_groups) if g.kv_shared and picked[gi]]
+        if not shared:
+            return []
+        first, gi = min(shared)
+        holders = [min(picked[i]) for i, g in enumerate(self.layer_groups)
+                   if not g.kv_shared and g.attention.windowed and picked[i]]
+        if holders and min(holders) < first:
+            return []
+        return [f"layer_groups[{gi}].kv_shared: layer {first} reads the KV cache of an earlier layer, but no layer "
+                f"before it holds one (a layer of a kind with a KV cache, not kv_shared)"]
+
     def _check_dims(self) -> list[str]:
         """Cross-field rules that need the model-level dims."""
         problems = []
@@ -454,6 +470,14 @@ class ModelSpec(Strict):
                                 f"an attention block, not '{mixer.kind}' beside '{att.kind}'")
             if group.kv_shared and not att.windowed:
                 problems.append(f"layer_groups[{gi}].kv_shared: a '{att.kind}' layer has no KV cache to share")
+            # the other blocks' own rules (head_dim where d_model is not divisible by n_heads), at their paths
+            for block, path in ((mixer, "parallel_mixer"), (group.cross_attention, "cross_attention")):
+                if block is not None:
+                    problems += block.problems(Layer(self.d_model, None, f"layer_groups[{gi}].{path}"))
+            cross = group.cross_attention
+            if cross is not None and not cross.windowed:
+                problems.append(f"layer_groups[{gi}].cross_attention: must be a kind with a KV cache over the encoder's "
+                                f"positions (mha, gqa, ...), not '{cross.kind}'")
             if group.cross_attention is not None and self.encoder is None:
                 problems.append(f"layer_groups[{gi}].cross_attention: cross-attention needs an encoder (the model's `encoder`)")
             if group.sliding_window is not None and group.attention_chunk_size is not None:
@@ -469,6 +493,8 @@ class ModelSpec(Strict):
                         f"layer_groups[{gi}].{name}: {what} {size} must be below max_context ({self.max_context}); "
                         f"a {what} that long never applies, so leave it out"
                     )
+        if self.encoder is not None:
+            problems += self.encoder.attention.problems(Layer(self.d_model, None, "encoder.attention"))
         for where, ffn in [("ffn", self.ffn)] + [(f"layer_groups[{i}].ffn", g.ffn) for i, g in enumerate(self.layer_groups)]:
             if isinstance(ffn, MoEFFN) and ffn.first_k_dense >= self.n_layers:
                 problems.append(f"{where}.first_k_dense: {ffn.first_k_dense} must be below n_layers ({self.n_layers})")

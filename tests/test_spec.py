@@ -227,3 +227,51 @@ def test_a_key_that_is_not_a_name_is_said_so(key, shown):
     data = with_()
     data[key] = 3
     assert error_of(data) == f"toy.yaml: a key must be a name (a string), got {shown}"
+
+
+TINY = {"name": "tiny", "family": "deepseek", "d_model": 256, "n_layers": 4, "vocab_size": 1000, "max_context": 65536,
+        "ffn": {"kind": "dense", "d_ff": 512}}
+
+
+def test_mtp_layers_take_the_last_layers_norms():
+    # a spec review: the MTP block took the model's norms_per_layer, not a group's. d = 256, 4 layers of GQA (8 heads
+    # of 32, 2 KV heads): 163,840 attention + 3 · 256 · 512 FFN + 4 norms of 256 = 558,080 a layer, + 2 · 256,000
+    # embedding and head + 256 final norm = 2,744,576; one MTP layer adds the same attention and FFN, its 4 + 3 norms
+    # (enorm, hnorm, the head's) and eh_proj 2 · 256²: 689,920 — whether norms_per_layer is the model's or the group's
+    from kvcalc.costs.params import param_counts
+
+    gqa = {"kind": "gqa", "n_heads": 8, "n_kv_heads": 2}
+    model = spec_from_dict({**TINY, "mtp_layers": 1, "norms_per_layer": 4, "layer_groups": [{"attention": gqa}]}, "a")
+    group = spec_from_dict({**TINY, "mtp_layers": 1, "layer_groups": [{"attention": gqa, "norms_per_layer": 4}]}, "b")
+    for s in (model, group):
+        assert param_counts(s).total == 4 * 558_080 + 2 * 256_000 + 256 == 2_744_576
+        assert param_counts(s, mtp=True).total == 2_744_576 + 163_840 + 393_216 + 7 * 256 + 2 * 256**2 == 3_434_496
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"layer_groups": [{"attention": {"kind": "mha", "n_heads": 4}, "cross_attention": {"kind": "mha", "n_heads": 3}}]},
+     "layer_groups\\[0\\].cross_attention.head_dim: not given, and d_model \\(256\\) is not divisible by n_heads \\(3\\)"),
+    ({"encoder": {"n_layers": 1, "source_len": 100, "attention": {"kind": "mha", "n_heads": 3},
+                  "ffn": {"kind": "dense", "d_ff": 128}}},
+     "encoder.attention.head_dim: not given, and d_model \\(256\\) is not divisible by n_heads \\(3\\)"),
+    ({"layer_groups": [{"attention": {"kind": "mha", "n_heads": 4},
+                        "cross_attention": {"kind": "mamba2", "mamba_num_heads": 8, "mamba_head_dim": 64, "n_groups": 1, "conv_kernel": 4,
+                                            "ssm_state_size": 16}}]},
+     "layer_groups\\[0\\].cross_attention: must be a kind with a KV cache over the encoder's positions"),
+    ({"layer_groups": [{"layers": "0-1", "attention": {"kind": "mamba2", "mamba_num_heads": 8, "mamba_head_dim": 64, "n_groups": 1, "conv_kernel": 4,
+                                                        "ssm_state_size": 16}},
+                       {"layers": "2-3", "attention": {"kind": "gqa", "n_heads": 8, "n_kv_heads": 2}, "kv_shared": True}]},
+     "layer_groups\\[1\\].kv_shared: layer 2 reads the KV cache of an earlier layer, but no layer before it holds one"),
+    ({"layer_groups": [{"attention": {"kind": "gqa", "n_heads": 8, "n_kv_heads": 2}, "kv_shared": True}]},
+     "layer_groups\\[0\\].kv_shared: layer 0 reads the KV cache of an earlier layer"),
+])
+def test_every_block_is_checked_at_its_path(change, message):
+    # a spec review: cross-attention, the encoder's attention and a parallel mixer skipped their kinds' rules (d_h
+    # became floor(64 / 3) = 21), a constant-state cross-attention was accepted with no state counted, and KV-shared
+    # layers with no earlier cache read one of zero bytes
+    base = {**TINY, "layer_groups": [{"attention": {"kind": "mha", "n_heads": 4}}],
+            "encoder": {"n_layers": 1, "source_len": 100, "attention": {"kind": "mha", "n_heads": 4},
+                        "ffn": {"kind": "dense", "d_ff": 128}}}
+    with pytest.raises(SpecError, match=message):
+        spec_from_dict({**base, **change}, "x.yaml")
+    spec_from_dict(base, "x.yaml")  # the base itself is valid

@@ -235,10 +235,12 @@ def mtp_params(spec: ModelSpec) -> tuple[dict[str, int], dict[str, int]]:
 
 def mtp_proj_and_norms(spec: ModelSpec) -> tuple[int, int]:
     """One MTP layer's M_k (eh_proj, 2·d × d) and its norms: the block's, and enorm, hnorm and the shared head's (DeepSeek-V3
-    §2.2); both whole on every tensor-parallel rank (vLLM DeepSeekMTP: nn.Linear and RMSNorm)."""
+    §2.2); both whole on every tensor-parallel rank (vLLM DeepSeekMTP: nn.Linear and RMSNorm). The block's norms are the
+    last layer's, whose group may set its own norms_per_layer (as the MTP layers take its attention and FFN)."""
     d = spec.d_model
     norm = 2 * d if spec.norm == "layernorm" else d
-    return 2 * d * d, (spec.norms_per_layer + 3) * norm
+    last = spec.layer_groups[spec.group_index_of(spec.n_layers - 1)].norms_per_layer or spec.norms_per_layer
+    return 2 * d * d, (last + 3) * norm
 
 
 def weights_bytes(params: int, weights_dtype: str) -> int:
