@@ -245,17 +245,17 @@ def test_engines_hold_the_per_layer_gates_and_altup_routers_whole():
     # the per_layer_projection_norm (p) and AltUp's coefficients and router (a² + a³ + d·a a layer); SGLang keeps the
     # per-layer table (an nn.Embedding) whole too, and the token embedding (262,400 rows, unpadded, whole: the tied
     # head); vLLM builds no K or V projection, nor k_norm, in the 10 KV-shared layers. kvcalc without an engine
-    # splits every extra weight by tp.
+    # keeps the replicated weights whole too (as it keeps norms; a spec review: it split them by tp) and splits the rest.
     replicated = L * 2 * D * P + P + L * (ALTUP**2 + ALTUP**3 + D * ALTUP)
     table = V_PLE * L * P
     assert replicated == 31_705_696
     for tp in (1, 2, 4):
         kv_heads = -(-KV // tp)  # a rank's K/V heads, at least one
         kv_shared = 10 * (2 * D * kv_heads * DH + DH)  # W_K, W_V and k_norm of each KV-shared layer, on one rank
-        assert _weights(tp, "vllm") - _weights(tp) == BF16 * (replicated - replicated // tp - kv_shared), tp
+        assert _weights(tp, "vllm") - _weights(tp) == -BF16 * kv_shared, tp
     assert _weights(1, "vllm") - _weights(1) == -41_948_160
-    # SGLang at tp 2: the table and the replicated weights whole, the token embedding whole (kvcalc splits V / 2)
-    assert _weights(2, "sglang") - _weights(2) == BF16 * ((table + replicated) - (table + replicated) // 2 + (V - V // 2) * D)
+    # SGLang at tp 2: the table whole too, and the token embedding (kvcalc splits V / 2)
+    assert _weights(2, "sglang") - _weights(2) == BF16 * (table - table // 2 + (V - V // 2) * D)
 
 
 def test_a_decode_step_reads_no_kv_projection_of_a_kv_shared_layer():

@@ -1093,3 +1093,20 @@ def test_roofline_experts_spread_over_the_ranks_holding_them():
     # ep within a replica (tp 8 --ep 8) and dense models keep the replica's weights over tp
     tp8 = row("--batch", "8", "--tp", "8")
     assert row("--batch", "8", "--tp", "8", "--ep", "8")["decode_seconds_per_token"] == tp8["decode_seconds_per_token"]
+
+
+@pytest.mark.parametrize("engine", [(), ("--engine", "vllm"), ("--engine", "sglang")])
+def test_replicated_extra_weights_are_whole_on_every_rank(tmp_path, engine):
+    # a spec review: without an engine the `replicated` weights were split by tp, though the plain layout keeps
+    # norms whole. 100,000 extra weights, 30,000 of them replicated, at tp 2 in bf16: (70,000 / 2 + 30,000) · 2 B
+    base = {"name": "tiny", "family": "llama", "d_model": 256, "n_layers": 4, "vocab_size": 1024, "max_context": 4096,
+            "ffn": {"kind": "dense", "d_ff": 512}, "layer_groups": [{"attention": {"kind": "gqa", "n_heads": 8, "n_kv_heads": 2}}]}
+    import yaml
+
+    per_gpu = []
+    for extra in ({}, {"extra_weights": {"x": {"params": 100_000, "replicated": 30_000}}}):
+        path = tmp_path / f"s{len(per_gpu)}.yaml"
+        path.write_text(yaml.safe_dump({**base, **extra}))
+        row = json.loads(run("compare", str(path), "--ctx", "1k", "--tp", "2", *engine, "-f", "json").stdout)[0]
+        per_gpu.append(row["weights_bytes_per_gpu"])
+    assert per_gpu[1] - per_gpu[0] == (70_000 // 2 + 30_000) * 2 == 130_000

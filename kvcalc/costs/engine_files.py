@@ -390,10 +390,9 @@ def k_as_v(rank: ResolvedGroup) -> tuple[Weight, ...]:
 
 
 def extra_per_rank(x: ExtraWeights, s: Settings) -> int:
-    """One tp rank's part of a block of extra weights: split by tp, but for what vLLM and SGLang replicate (its
-    `replicated` weights) and, under SGLang, its lookup table (an nn.Embedding: Gemma 3n's per-layer embeddings)."""
-    if s.engine not in ("vllm", "sglang"):
-        return ceil_div(x.params, s.tp)
+    """One tp rank's part of a block of extra weights: split by tp, but for its `replicated` weights (replicated
+    linears and norms, whole on every rank as the plain layout keeps norms, and as vLLM and SGLang hold them) and,
+    under SGLang, its lookup table (an nn.Embedding: Gemma 3n's per-layer embeddings)."""
     whole = x.replicated + (x.table if s.engine == "sglang" else 0)
     return ceil_div(x.params - whole, s.tp) + whole
 
