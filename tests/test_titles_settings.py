@@ -236,3 +236,26 @@ def test_titles_say_an_moe_prefill_of_few_tokens_is_an_estimate():
     # a sweep's fewest tokens: its smallest batch at its smallest context (2 · 16 = 32 tokens: all experts)
     assert title("sweep", "gpt-oss-120b", "--ctx", "16,64", "--batch", "1,4").endswith(estimate)
     assert title("sweep", "gpt-oss-120b", "--ctx", "16,64", "--batch", "2,4").endswith("l40s (lower bounds)")
+
+
+def test_show_summary_names_group_ffns_chunks_and_shared_caches(tmp_path):
+    # a spec review: show's summary described the model's FFN alone (Llama 4 Maverick: "MoE 1 of 128", though 24 of
+    # its 48 layers are dense, d_ff 16,384: intermediate_size_mlp) and its group rows no chunk nor KV sharing
+    summary = json.loads(run("show", "llama4-maverick", "--ctx", "4k", "-f", "json").stdout)["summary"]
+    assert summary["ffn"] == ("MoE 1 of 128 routed + 1 shared, expert d_ff 8,192 (but 24 layer(s) of groups with their "
+                              "own: see their rows)")
+    assert ", chunk 8,192: " in summary["chunked-dense"]
+    assert summary["chunked-dense"].endswith("; its own FFN: dense gated, d_ff 16,384")
+    assert ", chunk" not in summary["global"] and "its own FFN" not in summary["global"]
+    import yaml
+
+    path = tmp_path / "shared.yaml"
+    gqa = {"kind": "gqa", "n_heads": 8, "n_kv_heads": 2}
+    path.write_text(yaml.safe_dump({"name": "shared", "family": "gemma3n", "d_model": 256, "n_layers": 4,
+                                    "vocab_size": 1000, "max_context": 4096, "ffn": {"kind": "dense", "d_ff": 512},
+                                    "layer_groups": [{"name": "own", "layers": "0-1", "attention": gqa},
+                                                     {"name": "reads", "layers": "2-3", "attention": gqa, "kv_shared": True}]}))
+    summary = json.loads(run("show", str(path), "--ctx", "1k", "-f", "json").stdout)["summary"]
+    assert summary["ffn"] == "dense gated, d_ff 512"
+    assert "[2-3], reading an earlier layer's cache (KV-shared): " in summary["reads"]
+    assert "KV-shared" not in summary["own"]

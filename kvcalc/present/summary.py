@@ -15,7 +15,7 @@ from kvcalc.present.render import Column, cell
 from kvcalc.registry import LoadedModel
 from kvcalc.rows import attention_label
 from kvcalc.settings import Settings
-from kvcalc.spec import DenseFFN, ModelSpec, NoFFN, layer_text
+from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, layer_text
 from kvcalc.units import aside_bytes, format_count, format_flops, format_number, format_seconds, format_tokens
 
 SUMMARY_COLUMNS = [Column("key", "Field"), Column("shown", "Value"), Column("source", "Source")]
@@ -62,10 +62,17 @@ def _rows(items: list[tuple[str, Any, str, str]]) -> list[dict]:
 
 
 def ffn_text(spec: ModelSpec) -> str:
-    """The model's FFN in a few words."""
-    ffn = spec.ffn
-    if isinstance(ffn, NoFFN):
+    """The model's FFN in a few words, and where layer groups set their own (each group's row says which)."""
+    if isinstance(spec.ffn, NoFFN):
         return "none (per layer group)"
+    own = sum(len(g.layers) for g in spec.groups if spec.layer_groups[g.index].ffn is not None)
+    return _ffn_words(spec.ffn) + (f" (but {own:,} layer(s) of groups with their own: see their rows)" if own else "")
+
+
+def _ffn_words(ffn: DenseFFN | MoEFFN | NoFFN) -> str:
+    """An FFN block in a few words."""
+    if isinstance(ffn, NoFFN):
+        return "none"
     if isinstance(ffn, DenseFFN):
         return f"dense{' gated' if ffn.gated else ''}, d_ff {ffn.d_ff:,}"
     shared = f" + {ffn.n_shared_experts} shared" if ffn.n_shared_experts else ""
@@ -95,9 +102,13 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
     ]
     for g in spec.groups:
         window = f", window {g.sliding_window:,}" if g.sliding_window else ""
+        window += f", chunk {g.layer.chunk:,}" if g.layer.chunk else ""
+        window += ", reading an earlier layer's cache (KV-shared)" if g.layer.kv_shared else ""
         cross = f"; cross-attention over the encoder: {g.cross.describe(g.cross_layer)}" if g.cross is not None else ""
         if g.parallel is not None:
             cross += f"; in parallel, {g.parallel.kind.upper()}: {g.parallel.describe(g.parallel_layer)}"
+        if (own := spec.layer_groups[g.index].ffn) is not None:
+            cross += f"; its own FFN: {_ffn_words(own)}"
         text = (f"{g.attention.kind.upper()} on {len(g.layers)} layer(s) [{layer_text(g.layers)}]{window}: "
                 f"{g.attention.describe(g.layer)}{cross}")
         key = g.label if g.label not in SHOW_SUMMARY else f"{g.label} (layer group)"  # nemotron-h's "attention" group
