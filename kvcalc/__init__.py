@@ -44,6 +44,10 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
+def __dir__() -> list[str]:  # the exports too (help(), tab completion), though none is imported yet
+    return sorted(set(globals()) | set(__all__))
+
+
 def __getattr__(name: str) -> "Any":  # an export's module is imported when the export is first read
     if name in _EXPORTS:
         module, attr = _EXPORTS[name]

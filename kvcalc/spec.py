@@ -406,6 +406,15 @@ class ModelSpec(Strict):
             memo[key] = value = compute(*args)
             return value
 
+    def __eq__(self, other: object) -> bool:
+        """Equal fields: the memo of figures already computed (and the groups resolved from the fields) do not count,
+        so two loads of one spec stay equal whatever was asked of either (pydantic's compares private attributes)."""
+        if not isinstance(other, ModelSpec):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # its lists are unhashable, as under pydantic's own hash
+
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ModelSpec:
         """A copy with its own empty memo (figures remembered for this spec may not hold for the copy); with `update`,
         a spec validated anew from the fields and the update, so its layer groups are resolved from them (pydantic's

@@ -60,3 +60,20 @@ def test_flag_arguments_are_checked():
     with pytest.raises(KvcalcError, match="mtp must be True or False, got str 'no'"):
         param_counts(spec("deepseek-v3"), mtp="no")  # type: ignore[arg-type]
     assert Settings(ctx=1, hardware=load_hardware("h100-80gb"), engine="VLLM").engine == "vllm"
+
+
+def test_specs_compare_by_their_fields_and_weights_bytes_takes_a_count():
+    # equality ignored nothing private: a spec whose figures had been asked differed from a fresh load of itself
+    import kvcalc
+    from kvcalc.costs.params import weights_bytes
+    from kvcalc.registry import load_model
+
+    a, b = load_model("gpt2").spec, load_model("gpt2").spec
+    kv_cache(a, Settings(ctx=8))
+    assert a == b and a != load_model("llama3-8b").spec
+    assert a.model_copy(update={"n_layers": 13}) != b
+    assert weights_bytes(3, "int4") == 2  # 12 bits, rounded up to whole bytes
+    for bad in (10.5, True, -1):
+        with pytest.raises(KvcalcError, match="params must be a count of weights"):
+            weights_bytes(bad, "bf16")  # type: ignore[arg-type]
+    assert {"load_model", "cost_figures", "Settings"} <= set(dir(kvcalc))  # the lazy exports, listed

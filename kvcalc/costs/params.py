@@ -245,6 +245,9 @@ def mtp_proj_and_norms(spec: ModelSpec) -> tuple[int, int]:
 
 def weights_bytes(params: int, weights_dtype: str) -> int:
     """Bytes of `params` weights stored as `weights_dtype`, rounded up (int4: half a byte; scales not modelled)."""
+    if type(params) is not int or params < 0:  # 10.5 gave a float, True 2 bytes, a ParamReport a TypeError
+        raise KvcalcError(f"params must be a count of weights (an int, e.g. param_counts(spec).total), got "
+                          f"{type(params).__name__} {params!r:.40}")
     return -(-params * dtype_bits(weights_dtype, "weights") // 8)
 
 
