@@ -194,3 +194,16 @@ def test_guard_names_enc_ctx_when_the_encoder_positions_do_not_fit():
     with pytest.raises(KvcalcError) as err:
         guard(llama, list(range(llama.n_layers)), Request(ctx=100, decode=4, batch=1, n_layers=16), 4, "latent", 1 << 20)
     assert "--enc-ctx" not in str(err.value)
+
+
+def test_a_limit_the_process_already_fills_is_named_as_the_cause():
+    # a backend review: under --max-memory 50M the interpreter alone held more, and the hint blamed layer 0's weights
+    from conftest import spec as bundled
+    from kvcalc.backend.memory import Request, guard
+    from kvcalc.errors import KvcalcError
+
+    gpt2 = bundled("gpt2")
+    with pytest.raises(KvcalcError, match="the process itself already holds more than the limit: raise it$"):
+        guard(gpt2, list(range(12)), Request(ctx=2048, decode=4, batch=1, n_layers=12), 4, "latent", 0)
+    with pytest.raises(KvcalcError, match="not even one layer at ctx 1 fits \\(layer 0 alone holds"):
+        guard(gpt2, list(range(12)), Request(ctx=2048, decode=4, batch=1, n_layers=12), 4, "latent", 1 << 20)

@@ -312,6 +312,8 @@ def guard(spec: ModelSpec, layer_order: list[int], req: Request, itemsize: int, 
         fix = (f"; this would fit: --layers 1 --batch 1 --ctx {ctx}" if ctx else
                f"; not even one layer at ctx 1 fits (layer {layer_order[0]} alone holds "
                f"{format_bytes(_matrix_elements(first) * itemsize)} of weights)")
+        if limit <= 0:  # the process already holds the whole limit: no run fits, whatever its size
+            fix = "; the process itself already holds more than the limit: raise it"
         if not ctx and req.decode and cost(replace(small, ctx=1, decode=0)) <= limit:  # the decode steps outgrow
             fix = f"; --decode {req.decode:,} alone needs more: the cache grows by one token a step"
         elif not ctx and spec.encoder is not None:  # the cross-attention K/V of every encoder position, at any ctx
