@@ -309,3 +309,19 @@ def test_readme_lists_every_bundled_model_and_supported_model_type():
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     assert "## Bundled models " + ", ".join(bundled_names()) + "." in readme
     assert "Supported `model_type`s: " + ", ".join(sorted(IMPORTERS)) + "." in readme
+
+
+def test_register_refuses_a_taken_kind_and_what_is_no_kind():
+    # an API review: registering a GQA subclass as kind 'gqa' replaced the built-in for every bundled model, silently
+    from kvcalc.attention.gqa import GQA
+    from kvcalc.errors import KvcalcError
+
+    class MyGQA(GQA):
+        kind: Literal["gqa"] = "gqa"  # type: ignore[assignment]
+
+    with pytest.raises(KvcalcError, match="attention kind 'gqa' is registered already \\(kvcalc.attention.gqa.GQA\\)"):
+        register(MyGQA)
+    assert KINDS["gqa"] is GQA
+    assert register(GQA) is GQA  # the same class again: nothing changes
+    with pytest.raises(KvcalcError, match="register takes a subclass of kvcalc.attention.AttentionKind, got NoneType"):
+        register(None)  # type: ignore[type-var]

@@ -41,8 +41,17 @@ def kind_label(kind: str) -> str:
 
 
 def register(cls: K) -> K:
-    """Make an attention kind known to spec loading (a class decorator)."""
-    KINDS[kind_name(cls)] = cls
+    """Make an attention kind known to spec loading (a class decorator). A name already taken by another class is
+    refused: replacing a built-in kind would change every bundled model that uses it, in silence."""
+    from kvcalc.errors import KvcalcError
+
+    if not (isinstance(cls, type) and issubclass(cls, AttentionKind)):
+        raise KvcalcError(f"register takes a subclass of kvcalc.attention.AttentionKind, got {type(cls).__name__} {cls!r:.40}")
+    name = kind_name(cls)
+    if KINDS.get(name, cls) is not cls:
+        raise KvcalcError(f"attention kind {name!r} is registered already ({KINDS[name].__module__}."
+                          f"{KINDS[name].__qualname__}): give {cls.__qualname__} a kind of its own")
+    KINDS[name] = cls
     return cls
 
 
