@@ -955,3 +955,22 @@ def test_vllm_mtp_lookahead_stops_at_the_served_context(tmp_path):
         out = json.loads(run("show", str(model), "--ctx", str(ctx), "--engine", "vllm", "--mtp", "-f", "json").stdout)
         assert out["summary"]["kv_cache_bytes"] == ctx * 71_424, (model, ctx)
         assert out["summary"]["engine_kv_bytes"] == pages_held * page, (model, ctx)
+
+
+def test_a_large_rope_table_is_warned_of():
+    # a review against engine logs: vLLM and SGLang keep a RoPE cos/sin table on every GPU over all
+    # max_position_embeddings positions (get_rope: cos_sin_cache), bf16 under vLLM and fp32 under SGLang on CUDA; not
+    # counted. Llama 4 Scout: 10,485,760 positions x 128 x 2 B = 2.50 GiB under vLLM, 5.00 GiB under SGLang;
+    # Maverick's 1,048,576: 256 MiB under vLLM (below the 512 MiB warned of), 512 MiB under SGLang
+    def rope(*args):
+        return [w for w in run(*args, "--ctx", "4k").stderr.splitlines() if "RoPE" in w]
+
+    assert 10_485_760 * 128 * 2 == 5 * 2**29
+    (vllm,) = rope("compare", "llama4-scout", "--engine", "vllm")
+    assert "over all 10,485,760 positions (max_position_embeddings) at the rotary width, up to 2.50 GiB a GPU (bf16" in vllm
+    (sglang,) = rope("compare", "llama4-scout", "--engine", "sglang")
+    assert "up to 5.00 GiB a GPU (fp32 under SGLang on CUDA)" in sglang
+    assert rope("compare", "llama4-maverick", "--engine", "vllm") == []
+    assert "up to 512 MiB a GPU" in rope("compare", "llama4-maverick", "--engine", "sglang")[0]
+    assert rope("compare", "llama4-scout") == []  # no engine: nothing engine-held is counted or warned of
+    assert rope("compare", "llama3-8b", "--engine", "sglang") == []  # 8,192 x 128 x 4 B = 4 MiB

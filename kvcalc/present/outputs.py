@@ -123,6 +123,18 @@ def _nothing_warnings(name: str, lacks: list[tuple[str, str]]) -> list[str]:
             f"warning: {name}: {option}: it has {lack}, so the option changes nothing" for option, lack in lacks]
 
 
+ROPE_WARN_BYTES = 512 << 20  # a RoPE table this large a GPU is warned of (most models' are 16-128 MiB: not counted)
+
+
+def _rope_table_bound(spec: ModelSpec, engine: str) -> int:
+    """Bytes of the RoPE cos/sin table the engine keeps on every GPU, at most: max_position_embeddings rows of the
+    rotary width (vLLM's and SGLang's get_rope: RotaryEmbedding.cos_sin_cache over torch.arange(max_position), one per
+    rope configuration), in bf16 under vLLM (cast to the model's dtype) and fp32 under SGLang on CUDA; the width
+    taken as the widest head's rotary part (d_h, or MLA's d_R), an upper bound where only part of a head rotates."""
+    widths = [getattr(g.attention, "qk_rope_head_dim", None) or g.head_dim or 0 for g in spec.groups]
+    return spec.max_context * max(widths, default=0) * (2 if engine == "vllm" else 4)
+
+
 def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     """What an engine does not serve, said beside the pages counted by its rules anyway: vLLM 0.34.0 and SGLang serve
     Whisper alone of the encoder–decoder models (vLLM removed the others from V1; SGLang's is_encoder_decoder_model),
@@ -162,6 +174,13 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
             out.append(f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang has a model file for "
                        "OpenELM (vLLM may run its remote code through its Transformers backend); its pages are counted "
                        "as the engine's rules would hold them")
+        if (rope := _rope_table_bound(spec, s.engine)) >= ROPE_WARN_BYTES:
+            from kvcalc.units import format_bytes
+
+            out.append(f"warning: {spec.name}: --engine {s.engine}: the engine's RoPE cos/sin table, over all "
+                       f"{spec.max_context:,} positions (max_position_embeddings) at the rotary width, up to "
+                       f"{format_bytes(rope)} a GPU ({'bf16 under vLLM' if s.engine == 'vllm' else 'fp32 under SGLang on CUDA'}), "
+                       "is not counted in its weights or memory")
         if s.engine == "vllm" and s.block_size and (raised := _raised_block(spec, s)) is not None:
             out.append(f"warning: {spec.name}: --block-size {s.block_size}: vLLM raises a hybrid model's attention pages "
                        f"to {raised:,} tokens, so that a page holds a layer's constant state "
