@@ -232,23 +232,26 @@ def _parallel_roofline(spec: ModelSpec, s: Settings, hw: Hardware) -> tuple[Roof
 
 def _rank_weights(spec: ModelSpec, s: Settings, weights: int, sequences: int, prefill: bool) -> int:
     """One rank's share of the weights a replica's pass reads (`weights`, its `sequences`' pass): divided by tp, but
-    the routed experts by the G ranks one copy of them is spread over (max(ep, moe_tp): ep > tp spans ep / tp
-    replicas, vLLM's MoE without --ep all dp · tp ranks), which they serve the tokens of G / tp replicas: a decode
-    step's top-k (the lower bound's one expert set), a prefill's min(E, T · k) of those tokens. Where G = tp, the
-    replica's weights over tp."""
+    the routed experts over the G ranks one copy of them spans (expert_ranks), which serve the tokens of G / tp
+    replicas: a decode step's top-k (the lower bound's one expert set), a prefill's min(E, T · k) of those tokens;
+    under --ep past tp whole experts, ceil(reached / ep) a layer on the busiest rank, under vLLM's MoE over dp · tp
+    (no --ep) a 1/G slice of each. Where G = tp, the replica's weights over tp."""
     from fractions import Fraction
 
-    from kvcalc.costs.engine_files import moe_tp
+    from kvcalc.costs.engine_files import expert_ranks, expert_tokens
     from kvcalc.costs.traffic import routed_read_bytes
 
-    ranks = max(s.ep, moe_tp(s))
+    ranks = expert_ranks(s)
     if ranks <= s.tp:
         return -(-weights // s.tp)
     replica = replace(s, batch=sequences, tp=1, pp=1, dp=1, ep=1, dp_attention=False)
     tokens = sequences * s.ctx if prefill else 1
-    served = min(s.batch, -(-sequences * ranks // s.tp)) * s.ctx if prefill else 1  # the G ranks' tokens
     experts = routed_read_bytes(spec, replica, tokens)
-    share = Fraction(weights - experts, s.tp) + Fraction(routed_read_bytes(spec, replica, served), ranks)
+    served = expert_tokens(s, sequences) if prefill else 1
+    if s.ep > s.tp:  # whole experts a rank (costs.parallel.routed_share)
+        share = Fraction(weights - experts, s.tp) + routed_read_bytes(spec, replica, served, ranks=s.ep)
+    else:
+        share = Fraction(weights - experts, s.tp) + Fraction(routed_read_bytes(spec, replica, served), ranks)
     return -(-share.numerator // share.denominator)
 
 

@@ -40,7 +40,7 @@ def test_a_spec_copied_with_an_update_is_resolved_from_it():
     ({"engine": 1}, "engine must be a name \\(a str or None\\), got int 1"),
     ({"hardware": "h100-80gb"}, "hardware must be a kvcalc.hardware.Hardware \\(load_hardware\\(name\\)\\) or None, got str"),
     ({"ctx": 10**5000}, "ctx of about 5,001 digits: at most 1,099,511,627,776"),
-    ({"ctx": Fraction(4096)}, "ctx must be a positive whole number of tokens \\(a Python int\\), got Fraction"),
+    ({"ctx": Fraction(4096)}, "ctx must be a positive whole number of tokens \\(a Python int\\), got fractions.Fraction"),
     ({"engine": "vllm", "block_size": 2**20 + 1}, "block_size 1048577: at most 1,048,576"),
 ])
 def test_settings_of_the_wrong_type_are_one_error(settings, message):

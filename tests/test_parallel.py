@@ -1110,3 +1110,35 @@ def test_replicated_extra_weights_are_whole_on_every_rank(tmp_path, engine):
         row = json.loads(run("compare", str(path), "--ctx", "1k", "--tp", "2", *engine, "-f", "json").stdout)[0]
         per_gpu.append(row["weights_bytes_per_gpu"])
     assert per_gpu[1] - per_gpu[0] == (70_000 // 2 + 30_000) * 2 == 130_000
+
+
+def test_expert_ranks_read_whole_experts():
+    # a review of the expert-parallel roofline: past tp, experts are whole on a rank (ceil(E / ep) each), so each MoE
+    # layer's busiest rank reads ceil(reached / ep) whole experts; qwen3-235b-a22b at tp 8, dp 8, ep 64, decode:
+    # top-8 of a layer over 64 ranks is one whole expert of 3 · 4,096 · 1,536 · 2 B on 94 layers
+    from fractions import Fraction
+
+    from kvcalc.costs.traffic import decode_bytes, routed_read_bytes
+    from kvcalc.figures import _parallel_roofline
+    from kvcalc.hardware import load_hardware
+
+    h100, qwen = load_hardware("h100-80gb"), spec("qwen3-235b-a22b")
+    s = Settings(ctx=4096, batch=64, tp=8, dp=8, ep=64, hardware=h100)
+    replica = Settings(ctx=4096, batch=8)
+    expert = 3 * 4096 * 1536 * 2
+    assert routed_read_bytes(qwen, replica, 1, ranks=64) == 94 * expert == 3_548_381_184
+    # one whole expert a layer is what the top-8 over the 8 ranks of a replica reads (8 / 8): the step equals the
+    # layout's without --ep, where a replica's tp ranks share its experts; spread as 8/64 of an expert it was 1.8x less
+    _, step = _parallel_roofline(qwen, s, h100)
+    _, plain = _parallel_roofline(qwen, Settings(ctx=4096, batch=64, tp=8, dp=8, hardware=h100), h100)
+    assert step.memory_seconds == plain.memory_seconds
+    assert decode_bytes(qwen, replica)["weights"] > 94 * 8 * expert  # the replica's weights hold those experts
+    assert Fraction(routed_read_bytes(qwen, replica, 1), 64) == Fraction(94 * expert, 8)
+    # a group spanning 1.5 replicas (--tp 4 --dp 3 --ep 6): 1.5 · 16 tokens reach 24 · 8 = 192 of deepseek-v3's 256
+    # experts, 32 whole a rank; the ceiling of whole replicas (2, 32 tokens: all 256) read 54,492,397,568 B more
+    dsv3 = spec("deepseek-v3")
+    whole = Settings(ctx=16, batch=3, tp=4, dp=3, ep=6, hardware=h100)
+    from kvcalc.costs.engine_files import expert_tokens
+
+    assert expert_tokens(whole, 1) == 24
+    assert routed_read_bytes(dsv3, Settings(ctx=16, batch=1), 24, ranks=6) == 58 * 32 * 3 * 7168 * 2048 * 2

@@ -259,3 +259,39 @@ def test_show_summary_names_group_ffns_chunks_and_shared_caches(tmp_path):
     assert summary["ffn"] == "dense gated, d_ff 512"
     assert "[2-3], reading an earlier layer's cache (KV-shared): " in summary["reads"]
     assert "KV-shared" not in summary["own"]
+
+
+def test_bounds_words_follow_what_is_shown_and_run():
+    # a review of this session's diff: tokens/s is an upper bound at pp > 1 with one sequence a replica (one micro-batch
+    # in flight) and under --mtp of a model without MTP layers (no speculative step); a sweep's caveat for fp8 follows
+    # any of its kv dtypes, not the first; the MoE estimate words only beside a prefill time; and a rank's prefill
+    # is an estimate by the tokens its experts serve (deepseek-v3, --tp 2 --dp 4 --ep 4, batch 4 at ctx 8: a group of
+    # 2 replicas, 2 sequences, 16 tokens · 8 < 256 experts), whatever the batch's 32 tokens reach
+    one = _summary_words("llama3-70b", "--ctx", "4k", "--pp", "2", "--hardware", "h100-80gb")
+    assert one["tokens_per_second"] == "batch / decode time, upper bound"
+    two = _summary_words("llama3-70b", "--ctx", "4k", "--pp", "2", "--batch", "2", "--hardware", "h100-80gb")
+    assert "not an upper bound: the 2 stages keep micro-batches in flight" in two["tokens_per_second"]
+    none = _summary_words("qwen3-235b-a22b", "--ctx", "8", "--mtp", "--hardware", "h100-80gb")
+    assert none["tokens_per_second"] == "batch / decode time, upper bound"
+    for kv in ("bf16,fp8", "fp8,bf16"):
+        out = run("sweep", "llama3-8b", "--ctx", "4k", "--kv-dtype", kv, "--hardware", "h100-80gb", "--columns",
+                  "model,ctx,kv_dtype,prefill_seconds").stdout
+        assert out.splitlines()[0].endswith("h100-80gb (lower bounds; compute at the bf16 peak)"), kv
+    title = run("compare", "qwen3-235b-a22b", "--ctx", "4", "--hardware", "h100-80gb", "--columns",
+                "model,ctx,decode_seconds_per_token").stdout.splitlines()[0]
+    assert title.endswith("h100-80gb (lower bounds)")
+    rank = _summary_words("deepseek-v3", "--ctx", "8", "--batch", "4", "--tp", "2", "--dp", "4", "--ep", "4",
+                          "--hardware", "h100-80gb")
+    assert rank["prefill_seconds"].startswith("h100-80gb, an estimate: MoE layers read every expert")
+
+
+def test_show_ffn_words_where_groups_set_their_own():
+    # OpenELM-270M: layer 0's group keeps the model's FFN (d_ff 768, said once, not as 'its own'); the 15 others set
+    # their own widths (ffn_multipliers), which the summary points to
+    from conftest import ROOT
+
+    path = ROOT / "tests" / "data" / "reference" / "configs-extra-4" / "openelm-270m.json"
+    summary = json.loads(run("show", str(path), "--ctx", "1k", "-f", "json").stdout)["summary"]
+    assert summary["ffn"] == "dense gated, d_ff 768 (but 15 layer(s) of groups with their own: see their rows)"
+    rows = [v for v in summary.values() if isinstance(v, str) and "its own FFN" in v]
+    assert rows and not any(v.endswith("its own FFN: dense gated, d_ff 768") for v in rows)

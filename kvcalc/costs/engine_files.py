@@ -366,6 +366,19 @@ def moe_tp(s: Settings) -> int:
     return s.tp * s.dp if s.engine == "vllm" and s.ep == 1 else s.tp
 
 
+def expert_ranks(s: Settings) -> int:
+    """The ranks one copy of the routed experts spans, G: ep where ep > tp, vLLM's dp · tp without --ep
+    (engine_files.moe_tp), else tp (a replica holds them all)."""
+    return max(s.ep, moe_tp(s))
+
+
+def expert_tokens(s: Settings, sequences: int) -> int:
+    """The prefill tokens a rank's experts serve: those of the G / tp replicas its expert group spans (`sequences` a
+    replica; G / tp need not be whole: --tp 4 --dp 3 --ep 6 spans 1.5), at most the batch's, rounded up."""
+    ranks = max(expert_ranks(s), s.tp)
+    return min(s.batch * s.ctx, -(-sequences * s.ctx * ranks // s.tp))
+
+
 def engine_attention_weights(rank: ResolvedGroup, s: Settings) -> tuple[Weight, ...]:
     """A layer's attention weights as one rank holds them under the engine: a layer whose values come from its key
     projection (Gemma 4's attention_k_eq_v) still has a V slot in vLLM's and SGLang's fused qkv_proj, loaded with the

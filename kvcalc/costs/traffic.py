@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from kvcalc.attention import KV_PROJECTIONS
 from kvcalc.costs.cache import CacheReport, kv_cache, read_at, written_at
-from kvcalc.costs.engine_files import engine_read_extra_bits, mxfp4_scale_bytes, unquantized_params
+from kvcalc.costs.engine_files import engine_read_extra_bits, expert_tokens, mxfp4_scale_bytes, unquantized_params
 from kvcalc.costs.params import (
     expert_matrices,
     ffn_of_layer,
@@ -100,9 +100,11 @@ def _unreached_experts(spec: ModelSpec, mtp: bool, tokens: int) -> int:
 
 
 def partial_experts(spec: ModelSpec, s: Settings) -> bool:
-    """Whether a prefill's batch · ctx tokens can reach fewer than all of some MoE layer's experts (T · k < E), where
-    its expert traffic is an upper estimate."""
-    return any(s.batch * s.ctx * r.top_k < r.experts for r in _moe_runs(spec, s.mtp))
+    """Whether a prefill's tokens can reach fewer than all of some MoE layer's experts (T · k < E), where its expert
+    traffic is an upper estimate: batch · ctx on one GPU, under a layout those a rank's experts serve (a replica's, or
+    its expert group's: engine_files.expert_tokens), as the per-rank roofline reads them."""
+    tokens = expert_tokens(s, -(-s.batch // s.dp))
+    return any(tokens * r.top_k < r.experts for r in _moe_runs(spec, s.mtp))
 
 
 def _moe_runs(spec: ModelSpec, mtp: bool) -> list[_MoeRun]:
@@ -147,13 +149,17 @@ def _weights_read_bytes(spec: ModelSpec, s: Settings, params: int, tokens: int, 
     return -(-bits // 8) + mxfp4_scale_bytes(spec, s, experts)
 
 
-def routed_read_bytes(spec: ModelSpec, s: Settings, tokens: int) -> int:
+def routed_read_bytes(spec: ModelSpec, s: Settings, tokens: int, ranks: int = 1) -> int:
     """Bytes of the routed experts `tokens` tokens reach, min(E, tokens · k) of each MoE layer (a decode step's: those
     of one token, the top-k, as _weights_read_bytes counts them), at --weights-dtype (the engines quantize experts
-    as well: RoutedExperts) with their MXFP4 block scales; the part of a pass's weights a layout's expert ranks share."""
-    runs = _moe_runs(spec, s.mtp)
-    params = sum(r.layers * min(r.experts, tokens * r.top_k) * r.per_expert for r in runs)
-    matrices = sum(r.layers * min(r.experts, tokens * r.top_k) * r.matrices for r in runs)
+    as well: RoutedExperts) with their MXFP4 block scales; the part of a pass's weights a layout's expert ranks share.
+    `ranks`: the whole experts of one of that many expert-parallel ranks, at least ceil(reached / ranks) a layer (the
+    next layer's routing waits on this one's, so each layer's busiest rank adds up)."""
+    def experts(r: _MoeRun) -> int:
+        return -(-min(r.experts, tokens * r.top_k) // ranks)
+
+    params = sum(r.layers * experts(r) * r.per_expert for r in _moe_runs(spec, s.mtp))
+    matrices = sum(r.layers * experts(r) * r.matrices for r in _moe_runs(spec, s.mtp))
     return -(-params * dtype_bits(s.weights_dtype, "weights") // 8) + mxfp4_scale_bytes(spec, s, matrices)
 
 

@@ -260,21 +260,21 @@ def list_output() -> Output:
     return Output([Table("list", LIST_COLUMNS, rows, "Bundled models", LIST_KEYS)])
 
 
-def bounds_note(s: Settings, specs: Sequence[ModelSpec] = (), fewest: Settings | None = None) -> str:
+def bounds_note(grid: Sequence[Settings], specs: Sequence[ModelSpec] = (), fewest: Settings | None = None,
+                prefill: bool = True) -> str:
     """The title's words for roofline times: lower bounds, but where 8-bit weights or an fp8 cache run on 8-bit tensor
-    cores, which can beat the bf16 peak FLOPs are costed at (README, Roofline time), and where a prefill's tokens
-    reach fewer than all of an MoE layer's experts (its traffic an upper estimate: cost says so) at `fewest`, the
-    rows' settings of the fewest batch · ctx tokens."""
+    cores, which can beat the bf16 peak FLOPs are costed at (README, Roofline time), in any of `grid`'s settings, and
+    where a prefill time is shown (`prefill`) whose tokens reach fewer than all of an MoE layer's experts (its traffic
+    an upper estimate: cost says so) at `fewest`, the rows' settings of the fewest batch · ctx tokens."""
     from kvcalc.costs.traffic import partial_experts
     from kvcalc.dtypes import beyond_bf16_peak
 
     words = ["lower bounds"]
-    if fewest is not None and any(partial_experts(spec, fewest) for spec in specs):
+    if prefill and fewest is not None and any(partial_experts(spec, fewest) for spec in specs):
         words.append("MoE prefills of few tokens estimates")
-    if beyond_bf16_peak(s.weights_dtype, s.kv_dtype):
+    if any(beyond_bf16_peak(at.weights_dtype, at.kv_dtype) for at in grid):
         words.append("compute at the bf16 peak")
     return f"({'; '.join(words)})"
-
 
 def serving_note(s: Settings, specs: Sequence[ModelSpec] = ()) -> str:
     """The title's words for a quantisation scheme and a paged engine, when asked for: the --block-size asked, and
@@ -387,6 +387,11 @@ def _costs_in_columns(cols: list[Column], chart: str | None) -> bool:
 DENSE_KEYS = frozenset({"flops_prefill", "prefill_seconds", "flops_generate_uncached"})
 
 
+def _prefill_in_columns(cols: list[Column], chart: str | None) -> bool:
+    """Whether a table's columns (or its --chart column) show the prefill's time."""
+    return chart == "prefill_seconds" or any(c.key == "prefill_seconds" for c in cols)
+
+
 def _dense_in_columns(cols: list[Column], chart: str | None) -> bool:
     """Whether a table's columns (or its --chart column) show a figure --dense-attn changes."""
     return chart in DENSE_KEYS or any(c.key in DENSE_KEYS for c in cols)
@@ -433,7 +438,8 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
         derivations = [derivation(r, lm.origin, lm.config_keys, lm.spec, s.at(r.ctx)) for lm, r in zip(origins, reports)]
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns.strip().lower() == "kv" else
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}"
-             + (f", {hardware} {bounds_note(s, specs, s.at(min(ctxs)))}" if hardware else ""))
+             + (f", {hardware} {bounds_note([s], specs, s.at(min(ctxs)), _prefill_in_columns(cols, chart))}"
+                if hardware else ""))
     title += serving_note(s, specs) + state_note(specs, [s], cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
     title += settings_note(specs, [s], _dense_in_columns(cols, chart), any(lm.windows_removed for lm in loaded))
     payload = [{**row, "derivation": d} for row, d in zip(only(rows, JSON_KEYS), derivations)] if explain else None
@@ -509,7 +515,7 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
     title += serving_note(s, specs) + state_note(specs, grid, cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
     title += settings_note(specs, grid, _dense_in_columns(cols, chart))
     fewest = min(grid, key=lambda at: at.batch).at(min(ctxs))
-    title += f", {hardware} {bounds_note(s, specs, fewest)}" if hardware else ""
+    title += f", {hardware} {bounds_note(grid, specs, fewest, _prefill_in_columns(cols, chart))}" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs), to_terminal()), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
                   warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs)
@@ -611,7 +617,8 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
     summary = cost_summary_rows(figures(spec, s, cache), cache.bytes, units, cache.state_bytes,
                                 per_gpu_items(spec, s, cache, units, engine_too=True), crossover_holds(spec),
                                 engine_items(cache, units), partial_experts(spec, s),
-                                s.engine if s.engine in ("vllm", "sglang") else None, s.kv_dtype)
+                                s.engine if s.engine in ("vllm", "sglang") else None, s.kv_dtype,
+                                s.mtp and spec.mtp_layers > 0, -(-s.batch // s.dp))
     components = list(dict.fromkeys(k for p in passes.values() for k in p))
     rows = [{"component": c, **{p: passes[p].get(c, 0) for p in passes}} for c in components]
     rows.append({"component": "total", **{p: sum(passes[p].values()) for p in passes}})
@@ -647,7 +654,7 @@ def summary_note(spec: ModelSpec, s: Settings) -> str:
     """The words of cost's summary title for the settings its figures depend on (its FLOPs table's title names the
     prompt, the generated tokens and the batch): dtypes, a scheme's scales, an engine's pages, the states' dtypes,
     MLA's cache and decode schedule, the roofline's bounds."""
-    hardware = f", {s.hardware.name} {bounds_note(s, [spec], s)}" if s.hardware is not None else ""
+    hardware = f", {s.hardware.name} {bounds_note([s], [spec], s)}" if s.hardware is not None else ""
     return (f": kv {s.kv_dtype}, weights {s.weights_dtype}" + serving_note(s, [spec]) + hardware + state_words([spec], [s])
             + mla_note([spec], s, True))
 

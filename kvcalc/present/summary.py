@@ -65,7 +65,9 @@ def ffn_text(spec: ModelSpec) -> str:
     """The model's FFN in a few words, and where layer groups set their own (each group's row says which)."""
     if isinstance(spec.ffn, NoFFN):
         return "none (per layer group)"
-    own = sum(len(g.layers) for g in spec.groups if spec.layer_groups[g.index].ffn is not None)
+    own = sum(len(g.layers) for g in spec.groups if spec.layer_groups[g.index].ffn not in (None, spec.ffn))
+    if own == spec.n_layers:
+        return f"{_ffn_words(spec.ffn)}, for no layer: every group sets its own (see their rows)"
     return _ffn_words(spec.ffn) + (f" (but {own:,} layer(s) of groups with their own: see their rows)" if own else "")
 
 
@@ -107,7 +109,7 @@ def summary_rows(loaded: LoadedModel, report: CacheReport, units: str = "binary"
         cross = f"; cross-attention over the encoder: {g.cross.describe(g.cross_layer)}" if g.cross is not None else ""
         if g.parallel is not None:
             cross += f"; in parallel, {g.parallel.kind.upper()}: {g.parallel.describe(g.parallel_layer)}"
-        if (own := spec.layer_groups[g.index].ffn) is not None:
+        if (own := spec.layer_groups[g.index].ffn) is not None and own != spec.ffn:
             cross += f"; its own FFN: {_ffn_words(own)}"
         text = (f"{g.attention.kind.upper()} on {len(g.layers)} layer(s) [{layer_text(g.layers)}]{window}: "
                 f"{g.attention.describe(g.layer)}{cross}")
@@ -186,13 +188,14 @@ def per_gpu_items(spec: ModelSpec, settings: Settings, report: CacheReport, unit
              + (f", with what {settings.engine} keeps wider" if settings.engine else ""))]
 
 
-def _rate_bound(fig: CostFigures, step_bound: bool) -> str:
+def _rate_bound(fig: CostFigures, step_bound: bool, speculative: bool, sequences: int) -> str:
     """What tokens/s = batch / step is: an upper bound, but where a step emits more than a token a sequence (a
-    speculative step under --mtp accepts up to 1 + k drafted tokens: vLLM schedules 1 + k a step) or pipeline stages
-    work on several micro-batches at once (vLLM keeps pp batches in flight: max_concurrent_batches), or where the
-    step's time is not a lower bound (8-bit tensor cores)."""
-    beyond = (["a speculative step emits up to 1 + the MTP layers' tokens a sequence"] if fig.mtp else []) \
-        + ([f"the {fig.pp} stages keep micro-batches in flight"] if fig.pp > 1 else [])
+    speculative step under --mtp of a model with MTP layers, `speculative`, accepts up to 1 + k drafted tokens: vLLM
+    schedules 1 + k a step) or pipeline stages work on several micro-batches at once (vLLM keeps pp batches in
+    flight: max_concurrent_batches; one sequence a replica, `sequences`, is one micro-batch whose every token waits
+    for the one before), or where the step's time is not a lower bound (8-bit tensor cores)."""
+    beyond = (["a speculative step emits up to 1 + the MTP layers' tokens a sequence"] if speculative else []) \
+        + ([f"the {fig.pp} stages keep micro-batches in flight"] if fig.pp > 1 and sequences > 1 else [])
     if beyond:
         return "a token a sequence a step, not an upper bound: " + "; ".join(beyond)
     return "upper bound" + ("" if step_bound else " but for 8-bit tensor cores")
@@ -201,7 +204,8 @@ def _rate_bound(fig: CostFigures, step_bound: bool) -> str:
 def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binary", state_bytes: int = 0,
                       per_gpu: list[tuple[str, Any, str, str]] | None = None, crossover_holds: bool = True,
                       engine: list[tuple[str, Any, str, str]] | None = None, partial_experts: bool = False,
-                      engine_name: str | None = None, kv_dtype: str = "bf16") -> list[dict]:
+                      engine_name: str | None = None, kv_dtype: str = "bf16", speculative: bool = False,
+                      sequences: int = 1) -> list[dict]:
     """Key/value rows of `cost`: parameters, memory (the constant states too, where the model has them; under
     --engine its pages, from engine_items; under a parallel layout `per_gpu`, what the busiest GPU holds, from
     per_gpu_items), decode traffic, and (with hardware)
@@ -209,7 +213,8 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
     (kvcalc.costs.flops.crossover_holds). `partial_experts`: whether the prefill's tokens reach fewer than all of an
     MoE layer's experts, so its traffic is an upper estimate (kvcalc.costs.traffic.partial_experts). `engine_name`:
     --engine's, whose weight widths the traffic reads (kvcalc.costs.traffic); `kv_dtype`: the cache's, whose fp8
-    attention an engine runs on 8-bit tensor cores (dtypes.beyond_bf16_peak)."""
+    attention an engine runs on 8-bit tensor cores (dtypes.beyond_bf16_peak); `speculative`: MTP layers counted and
+    run (--mtp on a model that has them); `sequences`: a replica's, ceil(batch / dp) (_rate_bound)."""
     b = lambda n: f"{n:,} B{aside_bytes(n, units)}"  # noqa: E731
     states = " + states read and written back" if state_bytes else ""
     items: list[tuple[str, Any, str, str]] = [
@@ -250,7 +255,7 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
             ("decode_seconds_per_token", fig.decode_seconds_per_token, format_seconds(fig.decode_seconds_per_token or 0),
              f"{hw}, {fig.decode_bound}-bound, {step_low}"),
             ("tokens_per_second", fig.tokens_per_second, cell(fig.tokens_per_second or 0, "rate"),
-             "batch / decode time, " + _rate_bound(fig, step_low == "lower bound")),
+             "batch / decode time, " + _rate_bound(fig, step_low == "lower bound", speculative, sequences)),
             ("fits_in_memory", fig.fits_in_memory, _yes(bool(fig.fits_in_memory)),
              f"{'the busiest GPU: its ' if per_gpu else ''}weights + KV cache{' + states' if state_bytes else ''} "
              f"vs {hw} memory"),
