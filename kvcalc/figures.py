@@ -234,22 +234,24 @@ def _rank_weights(spec: ModelSpec, s: Settings, weights: int, sequences: int, pr
     """One rank's share of the weights a replica's pass reads (`weights`, its `sequences`' pass): divided by tp, but
     the routed experts over the G ranks one copy of them spans (expert_ranks), which serve the tokens of G / tp
     replicas: a decode step's top-k (the lower bound's one expert set), a prefill's min(E, T · k) of those tokens;
-    under --ep past tp whole experts, ceil(reached / ep) a layer on the busiest rank, under vLLM's MoE over dp · tp
-    (no --ep) a 1/G slice of each. Where G = tp, the replica's weights over tp."""
+    under --ep whole experts, ceil(reached / ep) a layer on the busiest group (the next layer's routing waits on this
+    one's), split over its tp / ep ranks where ep < tp; under vLLM's MoE over dp · tp (no --ep) a 1/G slice of each.
+    Without --ep, where G = tp, the replica's weights over tp."""
     from fractions import Fraction
 
     from kvcalc.costs.engine_files import expert_ranks, expert_tokens
     from kvcalc.costs.traffic import routed_read_bytes
 
     ranks = expert_ranks(s)
-    if ranks <= s.tp:
+    if ranks <= s.tp and s.ep == 1:
         return -(-weights // s.tp)
     replica = replace(s, batch=sequences, tp=1, pp=1, dp=1, ep=1, dp_attention=False)
     tokens = sequences * s.ctx if prefill else 1
     experts = routed_read_bytes(spec, replica, tokens)
     served = expert_tokens(s, sequences) if prefill else 1
-    if s.ep > s.tp:  # whole experts a rank (costs.parallel.routed_share)
-        share = Fraction(weights - experts, s.tp) + routed_read_bytes(spec, replica, served, ranks=s.ep)
+    if s.ep > 1:  # whole experts, ceil(E / ep) a group of max(1, tp / ep) ranks that split each (parallel.routed_share)
+        share = Fraction(weights - experts, s.tp) + Fraction(routed_read_bytes(spec, replica, served, ranks=s.ep) * s.ep,
+                                                              max(s.ep, s.tp))
     else:
         share = Fraction(weights - experts, s.tp) + Fraction(routed_read_bytes(spec, replica, served), ranks)
     return -(-share.numerator // share.denominator)

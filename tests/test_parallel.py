@@ -4,6 +4,7 @@ model's numbers with the rule it follows (kvcalc/costs/parallel.py states the ru
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -1090,7 +1091,7 @@ def test_roofline_experts_spread_over_the_ranks_holding_them():
         pytest.approx(Fraction(top_k // 4 - top_k // 8, bw), rel=1e-12)
     assert Fraction(plain["prefill_seconds"]) - Fraction(vllm["prefill_seconds"]) == \
         pytest.approx(Fraction(every // 4 - every // 8, bw), rel=1e-12)
-    # ep within a replica (tp 8 --ep 8) and dense models keep the replica's weights over tp
+    # ep = tp: top-8 as whole experts over 8 ranks, one a layer, as 8/8 of the replica's: the same figure
     tp8 = row("--batch", "8", "--tp", "8")
     assert row("--batch", "8", "--tp", "8", "--ep", "8")["decode_seconds_per_token"] == tp8["decode_seconds_per_token"]
 
@@ -1142,3 +1143,29 @@ def test_expert_ranks_read_whole_experts():
 
     assert expert_tokens(whole, 1) == 24
     assert routed_read_bytes(dsv3, Settings(ctx=16, batch=1), 24, ranks=6) == 58 * 32 * 3 * 7168 * 2048 * 2
+
+
+def test_whole_experts_at_ep_equal_to_or_below_tp():
+    # a second review: at --tp 8 --ep 8 each rank holds one whole expert of Mixtral's 8 a layer, so a step's top-2
+    # land on two ranks that each read a whole expert (3 · 4,096 · 14,336 · 2 = 352,321,536 B) on 32 layers; the rest
+    # of the replica's weights over 8. Below tp (SGLang --tp 8 --ep 4) an expert is split over tp / ep = 2 ranks
+    from fractions import Fraction
+
+    from kvcalc.costs.traffic import decode_bytes, routed_read_bytes
+    from kvcalc.figures import _parallel_roofline
+    from kvcalc.hardware import load_hardware
+
+    h100, mixtral = load_hardware("h100-80gb"), spec("mixtral-8x7b")
+    expert = 3 * 4096 * 14336 * 2
+    replica = Settings(ctx=1024)
+    weights = decode_bytes(mixtral, replica)["weights"]
+    top2 = routed_read_bytes(mixtral, replica, 1)
+    assert top2 == 32 * 2 * expert
+    for layout, routed in (({"tp": 8, "ep": 8}, 32 * expert), ({"tp": 8, "ep": 4, "engine": "sglang"}, 32 * expert // 2)):
+        s = Settings(ctx=1024, hardware=h100, **layout)
+        _, step = _parallel_roofline(mixtral, s, h100)
+        _, plain = _parallel_roofline(mixtral, Settings(ctx=1024, hardware=h100, tp=8), h100)
+        # the plain tp 8 step reads the replica's weights over 8; this one its non-expert share and `routed`
+        rank = step.memory_seconds * h100.memory_bandwidth
+        assert rank - plain.memory_seconds * h100.memory_bandwidth == (
+            math.ceil(Fraction(weights - top2, 8) + routed) - math.ceil(Fraction(weights, 8))), layout

@@ -974,3 +974,16 @@ def test_a_large_rope_table_is_warned_of():
     assert "up to 512 MiB a GPU" in rope("compare", "llama4-maverick", "--engine", "sglang")[0]
     assert rope("compare", "llama4-scout") == []  # no engine: nothing engine-held is counted or warned of
     assert rope("compare", "llama3-8b", "--engine", "sglang") == []  # 8,192 x 128 x 4 B = 4 MiB
+
+
+def test_rope_tables_of_each_head_width_and_only_for_served_models():
+    # a second review: Gemma 4 builds a table for its sliding heads (256) and one for its global heads (512), over
+    # 262,144 positions: 768 MiB in fp32 under SGLang; vLLM's bf16 384 MiB stays below the warning. MiniMax-M1,
+    # which neither engine serves, gets no table warned of
+    def rope(*args):
+        return [w for w in run(*args, "--ctx", "4k").stderr.splitlines() if "RoPE" in w]
+
+    assert 262_144 * (256 + 512) * 4 == 768 * 2**20
+    assert "up to 768 MiB a GPU" in rope("compare", "gemma4-26b-a4b", "--engine", "sglang")[0]
+    assert rope("compare", "gemma4-26b-a4b", "--engine", "vllm") == []
+    assert rope("compare", "minimax-m1", "--engine", "vllm") == []

@@ -295,3 +295,12 @@ def test_show_ffn_words_where_groups_set_their_own():
     assert summary["ffn"] == "dense gated, d_ff 768 (but 15 layer(s) of groups with their own: see their rows)"
     rows = [v for v in summary.values() if isinstance(v, str) and "its own FFN" in v]
     assert rows and not any(v.endswith("its own FFN: dense gated, d_ff 768") for v in rows)
+
+
+def test_a_sweeps_moe_estimate_words_follow_every_layout_it_runs():
+    # a second review: deepseek-v3 --dp 2 --ep 8 at tp 8 serves a rank 1 sequence of 16 tokens (16 · 8 < 256 experts:
+    # an estimate) and at tp 4 two (32 · 8 = 256: all); the words were there for one order of --tp and not the other
+    for tp in ("4,8", "8,4"):
+        title = run("sweep", "deepseek-v3", "--tp", tp, "--dp", "2", "--ep", "8", "--batch", "2", "--ctx", "16,32",
+                    "--hardware", "h100-80gb", "--columns", "prefill_seconds").stdout.splitlines()[0]
+        assert title.endswith("(lower bounds; MoE prefills of few tokens estimates)"), tp

@@ -129,10 +129,11 @@ ROPE_WARN_BYTES = 512 << 20  # a RoPE table this large a GPU is warned of (most 
 def _rope_table_bound(spec: ModelSpec, engine: str) -> int:
     """Bytes of the RoPE cos/sin table the engine keeps on every GPU, at most: max_position_embeddings rows of the
     rotary width (vLLM's and SGLang's get_rope: RotaryEmbedding.cos_sin_cache over torch.arange(max_position), one per
-    rope configuration), in bf16 under vLLM (cast to the model's dtype) and fp32 under SGLang on CUDA; the width
-    taken as the widest head's rotary part (d_h, or MLA's d_R), an upper bound where only part of a head rotates."""
-    widths = [getattr(g.attention, "qk_rope_head_dim", None) or g.head_dim or 0 for g in spec.groups]
-    return spec.max_context * max(widths, default=0) * (2 if engine == "vllm" else 4)
+    rope configuration), in bf16 under vLLM (cast to the model's dtype) and fp32 under SGLang on CUDA: a table for each
+    distinct head width (d_h, or MLA's d_R; Gemma 4's sliding 256 and global 512), all of a head taken to rotate (an
+    upper bound where only part does: Qwen3-Next's quarter)."""
+    widths = {getattr(g.attention, "qk_rope_head_dim", None) or g.head_dim or 0 for g in spec.groups}
+    return spec.max_context * sum(widths) * (2 if engine == "vllm" else 4)
 
 
 def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
@@ -174,7 +175,7 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
             out.append(f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang has a model file for "
                        "OpenELM (vLLM may run its remote code through its Transformers backend); its pages are counted "
                        "as the engine's rules would hold them")
-        if (rope := _rope_table_bound(spec, s.engine)) >= ROPE_WARN_BYTES:
+        if what is None and (rope := _rope_table_bound(spec, s.engine)) >= ROPE_WARN_BYTES:
             from kvcalc.units import format_bytes
 
             out.append(f"warning: {spec.name}: --engine {s.engine}: the engine's RoPE cos/sin table, over all "
@@ -260,17 +261,18 @@ def list_output() -> Output:
     return Output([Table("list", LIST_COLUMNS, rows, "Bundled models", LIST_KEYS)])
 
 
-def bounds_note(grid: Sequence[Settings], specs: Sequence[ModelSpec] = (), fewest: Settings | None = None,
+def bounds_note(grid: Sequence[Settings], specs: Sequence[ModelSpec] = (), shortest: int | None = None,
                 prefill: bool = True) -> str:
     """The title's words for roofline times: lower bounds, but where 8-bit weights or an fp8 cache run on 8-bit tensor
     cores, which can beat the bf16 peak FLOPs are costed at (README, Roofline time), in any of `grid`'s settings, and
     where a prefill time is shown (`prefill`) whose tokens reach fewer than all of an MoE layer's experts (its traffic
-    an upper estimate: cost says so) at `fewest`, the rows' settings of the fewest batch · ctx tokens."""
+    an upper estimate: cost says so) in some of `grid`'s settings at the `shortest` context (the tokens a rank's
+    experts serve follow the layout too)."""
     from kvcalc.costs.traffic import partial_experts
     from kvcalc.dtypes import beyond_bf16_peak
 
     words = ["lower bounds"]
-    if prefill and fewest is not None and any(partial_experts(spec, fewest) for spec in specs):
+    if prefill and shortest is not None and any(partial_experts(spec, at.at(shortest)) for at in grid for spec in specs):
         words.append("MoE prefills of few tokens estimates")
     if any(beyond_bf16_peak(at.weights_dtype, at.kv_dtype) for at in grid):
         words.append("compute at the bf16 peak")
@@ -438,7 +440,7 @@ def compare_output(loaded: list[LoadedModel], s: Settings, ctxs: list[int], colu
         derivations = [derivation(r, lm.origin, lm.config_keys, lm.spec, s.at(r.ctx)) for lm, r in zip(origins, reports)]
     title = (f"KV cache, {s.kv_dtype}, batch {s.batch}" if columns.strip().lower() == "kv" else
              f"Batch {s.batch}, kv {s.kv_dtype}, weights {s.weights_dtype}"
-             + (f", {hardware} {bounds_note([s], specs, s.at(min(ctxs)), _prefill_in_columns(cols, chart))}"
+             + (f", {hardware} {bounds_note([s], specs, min(ctxs), _prefill_in_columns(cols, chart))}"
                 if hardware else ""))
     title += serving_note(s, specs) + state_note(specs, [s], cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
     title += settings_note(specs, [s], _dense_in_columns(cols, chart), any(lm.windows_removed for lm in loaded))
@@ -514,8 +516,7 @@ def sweep_output(loaded: list[LoadedModel], grid: list[Settings], ctxs: list[int
              f"weights {s.weights_dtype}")
     title += serving_note(s, specs) + state_note(specs, grid, cols) + mla_note(specs, s, _schedule_in_columns(cols, chart), cols)
     title += settings_note(specs, grid, _dense_in_columns(cols, chart))
-    fewest = min(grid, key=lambda at: at.batch).at(min(ctxs))
-    title += f", {hardware} {bounds_note(grid, specs, fewest, _prefill_in_columns(cols, chart))}" if hardware else ""
+    title += f", {hardware} {bounds_note(grid, specs, min(ctxs), _prefill_in_columns(cols, chart))}" if hardware else ""
     return Output([Table("sweep", cols, progress_rows(rows, len(grid) * len(specs) * len(ctxs), to_terminal()), title, JSON_KEYS,
                          hint=COLUMNS_HINT)],
                   warnings=_load_warnings(loaded) + _ctx_warnings(specs, ctxs)
@@ -654,7 +655,7 @@ def summary_note(spec: ModelSpec, s: Settings) -> str:
     """The words of cost's summary title for the settings its figures depend on (its FLOPs table's title names the
     prompt, the generated tokens and the batch): dtypes, a scheme's scales, an engine's pages, the states' dtypes,
     MLA's cache and decode schedule, the roofline's bounds."""
-    hardware = f", {s.hardware.name} {bounds_note([s], [spec], s)}" if s.hardware is not None else ""
+    hardware = f", {s.hardware.name} {bounds_note([s], [spec], s.ctx)}" if s.hardware is not None else ""
     return (f": kv {s.kv_dtype}, weights {s.weights_dtype}" + serving_note(s, [spec]) + hardware + state_words([spec], [s])
             + mla_note([spec], s, True))
 
