@@ -18,6 +18,15 @@ def printable(text: str) -> str:
     return text if text.isprintable() else ascii(text)[1:-1]
 
 
+def brief(value: object) -> str:
+    """An argument of the wrong type as a message shows it: its type and repr, cut to 40 characters ("str 'no'",
+    "numpy.bool np.True_": numpy 2 names its bool type 'bool', so the module says it is not Python's)."""
+    kind = type(value)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__.split('.')[0]}.{kind.__name__}"
+    text = repr(value)
+    return f"{name} {text if len(text) <= 40 else text[:39] + '…'}"
+
+
 class LookupFailure(KvcalcError):
     """A model name that matches no bundled spec and no file."""
 

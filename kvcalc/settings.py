@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvcalc.dtypes import DTYPES, dtype_bits
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, brief
 
 if TYPE_CHECKING:
     from kvcalc.hardware import Hardware
@@ -43,7 +43,7 @@ def _check_count(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         what = {"batch": "sequences", "tp": "ranks", "pp": "stages", "dp": "replicas", "ep": "ranks",
                 "block_size": "tokens"}.get(name, "tokens")
-        shown = f"{value:,}" if type(value) is int else _brief(value)  # np.int64(4096): 'numpy.int64 np.int64(4096)'
+        shown = f"{value:,}" if type(value) is int else brief(value)  # np.int64(4096): 'numpy.int64 np.int64(4096)'
         raise KvcalcError(f"{name} must be a positive whole number of {what} (a Python int), got {shown}")
     if value > LIMITS.get(name, TOKENS_LIMIT):
         digits = int(value.bit_length() * 0.30103) + 1  # about; str() of an int past 4,300 digits raises
@@ -52,32 +52,23 @@ def _check_count(name: str, value: object) -> None:
                           f"line's --{name.replace('_', '-')})")
 
 
-def _brief(value: object) -> str:
-    """The value's type and repr, cut to 40 characters: 'str 'no'', 'numpy.bool np.True_' (numpy 2 names its bool
-    type 'bool': the module says it is not Python's)."""
-    kind = type(value)
-    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__.split('.')[0]}.{kind.__name__}"
-    text = repr(value)
-    return f"{name} {text if len(text) <= 40 else text[:39] + '…'}"
-
-
 def _check_types(s: Settings) -> None:
     """Each setting of the type it is declared with (the API's callers: the CLI's options are typed already): a flag a
     bool (mtp="no" would count the MTP layers), a name a str, hardware a Hardware, as one KvcalcError."""
     for name in ("dense_attn", "mtp", "dp_attention"):
         if type(getattr(s, name)) is not bool:
-            raise KvcalcError(f"{name} must be True or False, got {_brief(getattr(s, name))}")
+            raise KvcalcError(f"{name} must be True or False, got {brief(getattr(s, name))}")
     for name, optional in (("kv_dtype", False), ("weights_dtype", False), ("mla_cache", False), ("kv_quant", False),
                            ("mla_schedule", True), ("state_dtype", True), ("engine", True)):
         value = getattr(s, name)
         if not isinstance(value, str) and not (optional and value is None):
-            raise KvcalcError(f"{name} must be a name (a str{' or None' if optional else ''}), got {_brief(value)}")
+            raise KvcalcError(f"{name} must be a name (a str{' or None' if optional else ''}), got {brief(value)}")
     if s.hardware is not None:
         from kvcalc.hardware import Hardware
 
         if not isinstance(s.hardware, Hardware):
             raise KvcalcError(f"hardware must be a kvcalc.hardware.Hardware (load_hardware(name)) or None, got "
-                              f"{_brief(s.hardware)}")
+                              f"{brief(s.hardware)}")
 
 
 @dataclass(frozen=True)

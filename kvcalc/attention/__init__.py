@@ -43,10 +43,10 @@ def kind_label(kind: str) -> str:
 def register(cls: K) -> K:
     """Make an attention kind known to spec loading (a class decorator). A name already taken by another class is
     refused: replacing a built-in kind would change every bundled model that uses it, in silence."""
-    from kvcalc.errors import KvcalcError
+    from kvcalc.errors import KvcalcError, brief
 
     if not (isinstance(cls, type) and issubclass(cls, AttentionKind)):
-        raise KvcalcError(f"register takes a subclass of kvcalc.attention.AttentionKind, got {type(cls).__name__} {cls!r:.40}")
+        raise KvcalcError(f"register takes a subclass of kvcalc.attention.AttentionKind, got {brief(cls)}")
     name = kind_name(cls)
     if KINDS.get(name, cls) is not cls:
         raise KvcalcError(f"attention kind {name!r} is registered already ({KINDS[name].__module__}."

@@ -379,6 +379,16 @@ def expert_tokens(s: Settings, sequences: int) -> int:
     return min(s.batch * s.ctx, -(-sequences * s.ctx * ranks // s.tp))
 
 
+def rope_table_bytes(spec: ModelSpec, engine: str) -> int:
+    """Bytes of the RoPE cos/sin table the engine keeps on every GPU, at most: max_position_embeddings rows of the
+    rotary width (vLLM's and SGLang's get_rope: RotaryEmbedding.cos_sin_cache over torch.arange(max_position), one per
+    rope configuration), in bf16 under vLLM (cast to the model's dtype) and fp32 under SGLang on CUDA: a table for each
+    distinct head width (d_h, or MLA's d_R; Gemma 4's sliding 256 and global 512), all of a head taken to rotate (an
+    upper bound where only part does: Qwen3-Next's quarter)."""
+    widths = {getattr(g.attention, "qk_rope_head_dim", None) or g.head_dim or 0 for g in spec.groups}
+    return spec.max_context * sum(widths) * (2 if engine == "vllm" else 4)
+
+
 def engine_attention_weights(rank: ResolvedGroup, s: Settings) -> tuple[Weight, ...]:
     """A layer's attention weights as one rank holds them under the engine: a layer whose values come from its key
     projection (Gemma 4's attention_k_eq_v) still has a V slot in vLLM's and SGLang's fused qkv_proj, loaded with the

@@ -35,7 +35,7 @@ from typing import NamedTuple
 from kvcalc.attention import AttentionKind, Layer, Work, tri
 from kvcalc.costs.params import add_times, ffn_of_layer, ffn_runs
 from kvcalc.costs.rates import Direct, LayerRates, rates
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, brief
 from kvcalc.settings import Settings
 from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 from kvcalc.units import MAX_TOKENS
@@ -502,7 +502,7 @@ def generate_flops(spec: ModelSpec, s: Settings, cached: bool = True) -> dict[st
     """FLOPs of generating `s.gen` tokens after a prompt of `s.ctx`, with a KV cache (decode steps) or without
     (every step re-runs a prefill of its prefix; MLA then up-projects, as a prefill does)."""
     if type(cached) is not bool:  # cached="False" is truthy: it gave the cached figure
-        raise KvcalcError(f"cached must be True or False, got {type(cached).__name__} {cached!r:.40}")
+        raise KvcalcError(f"cached must be True or False, got {brief(cached)}")
     return {k: s.batch * v for k, v in _generate(spec, s, cached).breakdown(spec).items()}
 
 

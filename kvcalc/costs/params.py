@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kvcalc.attention import Layer
 from kvcalc.dtypes import dtype_bits
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, brief
 from kvcalc.spec import DenseFFN, ModelSpec, MoEFFN, NoFFN, ResolvedGroup
 
 
@@ -164,7 +164,7 @@ def param_counts(spec: ModelSpec, mtp: bool = False) -> ParamReport:
     """Exact parameter counts of `spec` by component ('embed', 'attn/q', 'ffn/routed', 'norms', 'lm_head', ...);
     `mtp`: with its multi-token-prediction layers ('mtp/...'). Counted once per spec; each call gets its own dicts."""
     if type(mtp) is not bool:  # mtp="no" is truthy: it counted the MTP layers
-        raise KvcalcError(f"mtp must be True or False, got {type(mtp).__name__} {mtp!r:.40}")
+        raise KvcalcError(f"mtp must be True or False, got {brief(mtp)}")
     report = spec.memo(("param_counts", mtp), lambda: _param_counts(spec, mtp))
     return ParamReport(report.model, dict(report.breakdown), dict(report.active_breakdown))
 
@@ -247,7 +247,7 @@ def weights_bytes(params: int, weights_dtype: str) -> int:
     """Bytes of `params` weights stored as `weights_dtype`, rounded up (int4: half a byte; scales not modelled)."""
     if type(params) is not int or params < 0:  # 10.5 gave a float, True 2 bytes, a ParamReport a TypeError
         raise KvcalcError(f"params must be a count of weights (an int, e.g. param_counts(spec).total), got "
-                          f"{type(params).__name__} {params!r:.40}")
+                          f"{brief(params)}")
     return -(-params * dtype_bits(weights_dtype, "weights") // 8)
 
 

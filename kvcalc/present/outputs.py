@@ -123,17 +123,7 @@ def _nothing_warnings(name: str, lacks: list[tuple[str, str]]) -> list[str]:
             f"warning: {name}: {option}: it has {lack}, so the option changes nothing" for option, lack in lacks]
 
 
-ROPE_WARN_BYTES = 512 << 20  # a RoPE table this large a GPU is warned of (most models' are 16-128 MiB: not counted)
-
-
-def _rope_table_bound(spec: ModelSpec, engine: str) -> int:
-    """Bytes of the RoPE cos/sin table the engine keeps on every GPU, at most: max_position_embeddings rows of the
-    rotary width (vLLM's and SGLang's get_rope: RotaryEmbedding.cos_sin_cache over torch.arange(max_position), one per
-    rope configuration), in bf16 under vLLM (cast to the model's dtype) and fp32 under SGLang on CUDA: a table for each
-    distinct head width (d_h, or MLA's d_R; Gemma 4's sliding 256 and global 512), all of a head taken to rotate (an
-    upper bound where only part does: Qwen3-Next's quarter)."""
-    widths = {getattr(g.attention, "qk_rope_head_dim", None) or g.head_dim or 0 for g in spec.groups}
-    return spec.max_context * sum(widths) * (2 if engine == "vllm" else 4)
+ROPE_WARN_BYTES = 512 << 20  # a RoPE table this large a GPU is warned of (most models' are 2-128 MiB: not counted)
 
 
 def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
@@ -146,7 +136,7 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     SGLang none for int8, int4 or kvcalc's scaled schemes (_sglang_lacks)."""
     if s.engine not in ("vllm", "sglang"):
         return []
-    from kvcalc.costs.engine_files import KNOWN_FAMILIES
+    from kvcalc.costs.engine_files import KNOWN_FAMILIES, rope_table_bytes
     from kvcalc.costs.paged import SGLANG_NSA_BLOCK
 
     out = []
@@ -175,7 +165,7 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
             out.append(f"warning: {spec.name}: --engine {s.engine}: neither vLLM nor SGLang has a model file for "
                        "OpenELM (vLLM may run its remote code through its Transformers backend); its pages are counted "
                        "as the engine's rules would hold them")
-        if what is None and (rope := _rope_table_bound(spec, s.engine)) >= ROPE_WARN_BYTES:
+        if what is None and (rope := rope_table_bytes(spec, s.engine)) >= ROPE_WARN_BYTES:
             from kvcalc.units import format_bytes
 
             out.append(f"warning: {spec.name}: --engine {s.engine}: the engine's RoPE cos/sin table, over all "
