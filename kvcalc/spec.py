@@ -77,6 +77,12 @@ class MoEFFN(Strict):
             )
         if self.first_k_dense and self.dense_d_ff is None:
             raise ValueError(f"first_k_dense is {self.first_k_dense}, so dense_d_ff is required")
+        if not self.n_shared_experts and (self.shared_gate or self.shared_d_ff is not None):
+            # a gate on no expert was counted (d weights and their FLOPs); a width of none changed nothing, silently
+            given = " and ".join(name for name, on in (("shared_d_ff", self.shared_d_ff is not None),
+                                                       ("shared_gate", self.shared_gate)) if on)
+            raise ValueError(f"{given} describe{'s' if ' and ' not in given else ''} shared experts, but "
+                             "n_shared_experts is 0: give n_shared_experts or leave them out")
         return self
 
 

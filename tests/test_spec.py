@@ -275,3 +275,16 @@ def test_every_block_is_checked_at_its_path(change, message):
     with pytest.raises(SpecError, match=message):
         spec_from_dict({**base, **change}, "x.yaml")
     spec_from_dict(base, "x.yaml")  # the base itself is valid
+
+
+@pytest.mark.parametrize("extra, named", [({"shared_gate": True}, "shared_gate describes"),
+                                          ({"shared_d_ff": 256}, "shared_d_ff describes"),
+                                          ({"shared_gate": True, "shared_d_ff": 256}, "shared_d_ff and shared_gate describe")])
+def test_shared_expert_fields_need_shared_experts(extra, named):
+    # a spec review: shared_gate with no shared expert added d weights a layer (and their FLOPs) for a gate on
+    # nothing, and shared_d_ff changed nothing, both in silence
+    moe = {"kind": "moe", "n_routed_experts": 8, "n_experts_per_tok": 2, "moe_d_ff": 128, **extra}
+    data = {**TINY, "ffn": moe, "layer_groups": [{"attention": {"kind": "gqa", "n_heads": 8, "n_kv_heads": 2}}]}
+    with pytest.raises(SpecError, match=f"ffn: .*{named} shared experts, but n_shared_experts is 0"):
+        spec_from_dict(data, "x.yaml")
+    spec_from_dict({**data, "ffn": {**moe, "n_shared_experts": 1}}, "x.yaml")  # with one, valid
