@@ -367,16 +367,15 @@ def moe_tp(s: Settings) -> int:
 
 
 def expert_ranks(s: Settings) -> int:
-    """The ranks one copy of the routed experts spans, G: ep where ep > tp, vLLM's dp · tp without --ep
-    (engine_files.moe_tp), else tp (a replica holds them all)."""
+    """The ranks one copy of the routed experts spans, G (at least tp): ep where ep > tp, vLLM's dp · tp without --ep
+    (moe_tp), else tp (a replica holds them all)."""
     return max(s.ep, moe_tp(s))
 
 
 def expert_tokens(s: Settings, sequences: int) -> int:
     """The prefill tokens a rank's experts serve: those of the G / tp replicas its expert group spans (`sequences` a
     replica; G / tp need not be whole: --tp 4 --dp 3 --ep 6 spans 1.5), at most the batch's, rounded up."""
-    ranks = max(expert_ranks(s), s.tp)
-    return min(s.batch * s.ctx, -(-sequences * s.ctx * ranks // s.tp))
+    return min(s.batch * s.ctx, -(-sequences * s.ctx * expert_ranks(s) // s.tp))
 
 
 def rope_table_bytes(spec: ModelSpec, engine: str) -> int:

@@ -91,12 +91,16 @@ class _MoeRun(NamedTuple):
     matrices: int
     router: int
 
+    def reached(self, tokens: int) -> int:
+        """The experts `tokens` tokens can reach in one of these layers: min(E, tokens · k) (top-k routing)."""
+        return min(self.experts, tokens * self.top_k)
+
 
 def _unreached_experts(spec: ModelSpec, mtp: bool, tokens: int) -> int:
     """Parameters of the routed experts a prefill of `tokens` tokens cannot reach: each MoE layer's tokens pick at
     most tokens · k of its E experts (top-k routing), so E − min(E, tokens · k) of them are not read; the MTP layers
     (`mtp`) run the last layer's FFN."""
-    return sum(r.layers * (r.experts - min(r.experts, tokens * r.top_k)) * r.per_expert for r in _moe_runs(spec, mtp))
+    return sum(r.layers * (r.experts - r.reached(tokens)) * r.per_expert for r in _moe_runs(spec, mtp))
 
 
 def partial_experts(spec: ModelSpec, s: Settings) -> bool:
@@ -104,7 +108,7 @@ def partial_experts(spec: ModelSpec, s: Settings) -> bool:
     traffic is an upper estimate: batch · ctx on one GPU, under a layout those a rank's experts serve (a replica's, or
     its expert group's: engine_files.expert_tokens), as the per-rank roofline reads them."""
     tokens = expert_tokens(s, -(-s.batch // s.dp))
-    return any(tokens * r.top_k < r.experts for r in _moe_runs(spec, s.mtp))
+    return any(r.reached(tokens) < r.experts for r in _moe_runs(spec, s.mtp))
 
 
 def _moe_runs(spec: ModelSpec, mtp: bool) -> list[_MoeRun]:
@@ -145,7 +149,7 @@ def _weights_read_bytes(spec: ModelSpec, s: Settings, params: int, tokens: int, 
         plain=plain, absorbed=absorbed != 0 if prefill else s.schedule == "absorbed",
         both=prefill and absorbed != s.ctx)
     reach = tokens if prefill else 1  # a decode step's weights: the top-k experts of one token (a lower bound)
-    experts = sum(r.layers * min(r.experts, reach * r.top_k) * r.matrices for r in runs)
+    experts = sum(r.layers * r.reached(reach) * r.matrices for r in runs)
     return -(-bits // 8) + mxfp4_scale_bytes(spec, s, experts)
 
 
@@ -156,7 +160,7 @@ def routed_read_bytes(spec: ModelSpec, s: Settings, tokens: int, ranks: int = 1)
     `ranks`: the whole experts of one of that many expert-parallel ranks, at least ceil(reached / ranks) a layer (the
     next layer's routing waits on this one's, so each layer's busiest rank adds up)."""
     def experts(r: _MoeRun) -> int:
-        return -(-min(r.experts, tokens * r.top_k) // ranks)
+        return -(-r.reached(tokens) // ranks)
 
     params = sum(r.layers * experts(r) * r.per_expert for r in _moe_runs(spec, s.mtp))
     matrices = sum(r.layers * experts(r) * r.matrices for r in _moe_runs(spec, s.mtp))
