@@ -77,3 +77,14 @@ def test_specs_compare_by_their_fields_and_weights_bytes_takes_a_count():
         with pytest.raises(KvcalcError, match="params must be a count of weights"):
             weights_bytes(bad, "bf16")  # type: ignore[arg-type]
     assert {"load_model", "cost_figures", "Settings"} <= set(dir(kvcalc))  # the lazy exports, listed
+
+
+def test_cache_reports_compare_by_their_settings_too():
+    # a window holds the same bytes at every context past it, and ctx 2 x batch 1 the same as ctx 1 x batch 2:
+    # reports at different settings were equal (their settings were left out of ==)
+    m = spec("mistral-7b")  # every layer slides over W = 4096
+    at_8k, at_16k = kv_cache(m, Settings(ctx=8192)), kv_cache(m, Settings(ctx=16384))
+    assert at_8k.bytes == at_16k.bytes == 32 * 2 * 8 * 128 * 4096 * 2  # layers · K,V · n_kv · d_h · W · bf16
+    assert at_8k != at_16k and at_8k == kv_cache(m, Settings(ctx=8192))
+    two_tokens, two_sequences = kv_cache(m, Settings(ctx=2)), kv_cache(m, Settings(ctx=1, batch=2))
+    assert two_tokens.bytes == two_sequences.bytes and two_tokens != two_sequences

@@ -248,7 +248,7 @@ class CacheReport:
     The totals are computed at once; the breakdown by group (`groups`) when it is first read."""
 
     plan: CachePlan = field(repr=False)
-    settings: Settings = field(repr=False, compare=False)
+    settings: Settings = field(repr=False)  # compared too: reports at two contexts may hold the same bytes (a window)
     elements: int  # the KV cache
     bytes: int
     engine_bytes: int | None = None  # the KV cache in the engine's whole pages (--engine)
