@@ -77,6 +77,9 @@ class MoEFFN(Strict):
             )
         if self.first_k_dense and self.dense_d_ff is None:
             raise ValueError(f"first_k_dense is {self.first_k_dense}, so dense_d_ff is required")
+        if not self.first_k_dense and self.dense_d_ff is not None:  # a width of no layer changed nothing, silently
+            raise ValueError(f"dense_d_ff ({self.dense_d_ff}) is the width of the first_k_dense layers, but "
+                             "first_k_dense is 0: give first_k_dense, or a dense ffn on the layers that have one")
         if not self.n_shared_experts and (self.shared_gate or self.shared_d_ff is not None):
             # a gate on no expert was counted (d weights and their FLOPs); a width of none changed nothing, silently
             given = " and ".join(name for name, on in (("shared_d_ff", self.shared_d_ff is not None),

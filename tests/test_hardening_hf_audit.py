@@ -327,3 +327,26 @@ def test_sliding_window_zero_is_no_window_and_says_so(tmp_path):
     spec = imported(tmp_path, {**reference("models/mistral-7b-v0.1.json"), "sliding_window": 0})
     assert "sliding_window 0 read as no window" in spec["notes"]
     assert all("sliding_window" not in g for g in spec["layer_groups"])
+
+
+def test_moe_layer_freq_dense_layers_carry_their_own_width(tmp_path):
+    # DeepSeek-V2 with moe_layer_freq 2 and no leading dense layers: layers i % 2 == 1 run the dense MLP of
+    # intermediate_size (DeepseekV2DecoderLayer). The importer wrote that width into the MoE block as dense_d_ff
+    # too, with first_k_dense 0: a field of no layer, which the spec now refuses, so each dense layer names its own.
+    from kvcalc.costs.params import ffn_of_layer, param_totals
+    from kvcalc.registry import load_model
+
+    base = reference("models/deepseek-v2.json")
+    spec = imported(tmp_path, {**base, "first_k_dense_replace": 0, "moe_layer_freq": 2})
+    assert "dense_d_ff" not in spec["ffn"] and not spec["ffn"].get("first_k_dense")
+    path = tmp_path / "freq2.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    freq2 = load_model(str(path)).spec
+    ffns = [ffn_of_layer(freq2, i) for i in range(60)]
+    assert [i for i, f in enumerate(ffns) if f.kind == "dense"] == list(range(1, 60, 2))
+    assert {f.d_ff for f in ffns if f.kind == "dense"} == {12288}
+    # against the real config (one leading dense layer, 59 MoE): 29 layers more are dense, 29 fewer MoE
+    d = 5120
+    moe_layer = 160 * d + (160 + 2) * 3 * d * 1536  # router, routed and shared experts (SwiGLU)
+    real = param_totals(load_model(write(tmp_path, base)).spec)[0]
+    assert real - param_totals(freq2)[0] == 29 * (moe_layer - 3 * d * 12288)

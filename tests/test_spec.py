@@ -173,6 +173,9 @@ def test_moe_rules():
     assert "first_k_dense is 1, so dense_d_ff is required" in error_of(with_(ffn=moe))
     moe = {**moe, "dense_d_ff": 64, "first_k_dense": 6}
     assert "ffn.first_k_dense: 6 must be below n_layers (6)" in error_of(with_(ffn=moe))
+    moe = {**moe, "first_k_dense": 0}  # a width of no layer: accepted in silence, as if it counted
+    assert ("dense_d_ff (64) is the width of the first_k_dense layers, but first_k_dense is 0: give first_k_dense, "
+            "or a dense ffn on the layers that have one") in error_of(with_(ffn=moe))
 
 
 def test_linear_layers_cannot_have_windows():

@@ -124,14 +124,15 @@ def _deepseek(cfg, origin, notes):
     if router_bias(cfg, origin):  # DeepSeek-V3: a learned per-expert bias steers routing
         moe["router_bias"] = True
     freq = get(cfg, "moe_layer_freq", origin) or 1  # i % 0 fails in transformers: 0 is refused, absent is 1
-    if first_k or freq != 1:
-        moe["dense_d_ff"] = need(cfg, "intermediate_size", origin)
+    dense_d_ff = need(cfg, "intermediate_size", origin) if first_k or freq != 1 else 0
+    if first_k:  # the leading dense layers' width; moe_layer_freq's dense layers name theirs below
+        moe["dense_d_ff"] = dense_d_ff
     layers = []
     for i in range(base["n_layers"]):
         layer: dict = {"attention": att}
         # DeepseekV2DecoderLayer: MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0.
         if i >= first_k and i % freq:
-            layer["ffn"] = dense_ffn(moe["dense_d_ff"])
+            layer["ffn"] = dense_ffn(dense_d_ff)
         layers.append(layer)
     _check_mlp_layer_types(cfg, origin, ["dense" if i < first_k or i % freq else "sparse" for i in range(base["n_layers"])])
     mtp = get(cfg, "num_nextn_predict_layers", origin, minimum=0)
