@@ -166,6 +166,11 @@ def test_nemotron_ssm_cache_dtype_from_the_config(tmp_path):
     assert compare(given)[0]["state_bytes"] == PATTERN.count("M") * NH_STATE * BF16
     spec = json.loads(run("show", given, "-f", "json").stdout)["spec"]
     assert "mamba_ssm_cache_dtype float16: the Mamba-2 SSM state is stored in fp16" in spec["notes"]
+    # SGLang reads mamba_ssm_dtype (mamba_utils.mamba2_state_dtype), float32 without it: said where the two differ
+    sglang = "SGLang keeps this SSM state in fp32 (it reads mamba_ssm_dtype, not mamba_ssm_cache_dtype)"
+    assert sglang in spec["notes"]
+    given.write_text(json.dumps({**h, "mamba_ssm_cache_dtype": "float16", "mamba_ssm_dtype": "float16"}))
+    assert "SGLang" not in json.loads(run("show", given, "-f", "json").stdout)["spec"]["notes"]
     given.write_text(json.dumps({**h, "mamba_ssm_cache_dtype": "fp8"}))
     res = run("show", given, ok=False)
     assert res.exit_code == 1 and "mamba_ssm_cache_dtype: must be one of float32, bfloat16, float16, got 'fp8'" in res.stderr

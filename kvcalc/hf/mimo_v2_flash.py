@@ -11,9 +11,9 @@ MiMoV2FlashSparseMoeBlock, MiMoV2FlashTopkRouter), reading the vendor's config k
 - A sliding layer sees the `sliding_window_size` previous tokens and itself: W = sliding_window_size + 1 keys (129
   for the published 128; the reference SGLang code, models/mimo_v2.py, passes sliding_window_size as its window_left
   of previous tokens). Without sliding_window_size, `sliding_window` keys, itself included (masking_utils:
-  kv_idx > q_idx − W). vLLM 0.34.0's mimo_v2.py passes 128 as its window, which counts the query, and transformers'
-  port reads the file's sliding_window (128) under that mask: one key fewer, 128. The config's `attention_chunk_size`
-  (128) is not a chunked-attention switch here.
+  kv_idx > q_idx − W). transformers' port agrees (5.25: MiMoV2FlashConfig sets sliding_window to sliding_window_size
+  + 1, the previous tokens and the query); vLLM 0.34.0's mimo_v2.py passes 128 as its window, which counts the query:
+  one key fewer, 128. The config's `attention_chunk_size` (128) is not a chunked-attention switch here.
 - add_swa_attention_sink_bias: a learned sink logit per query head on the sliding layers (sinks, num_attention_heads);
   add_full_attention_sink_bias likewise on full layers.
 - moe_layer_freq[i]: 1 = MoE (n_routed_experts of moe_intermediate_size, top num_experts_per_tok, no shared expert,
@@ -58,7 +58,7 @@ def _mimo_v2_flash(cfg: dict, origin: str, notes: list[str]) -> dict:
     if cfg.get("sliding_window_size") is not None:  # previous tokens, the query not counted (SGLang's mimo_v2.py)
         window = whole(cfg["sliding_window_size"], "sliding_window_size", origin, minimum=1) + 1
         notes.append(f"sliding_window_size {window - 1}: a sliding layer sees the {window - 1} previous tokens and itself, "
-                     f"{window} keys (the reference SGLang code; vLLM 0.34.0 and transformers' port use {window - 1})")
+                     f"{window} keys (the reference SGLang code and transformers' port; vLLM 0.34.0 uses {window - 1})")
     else:
         window = need(cfg, "sliding_window", origin)
     sliding = _pattern(cfg, "hybrid_layer_pattern", origin, n)

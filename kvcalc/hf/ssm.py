@@ -155,6 +155,12 @@ def _nemotron_h(cfg, origin, notes):
         notes.append(f"mamba_ssm_cache_dtype {given or 'absent (float32, the default)'}: the Mamba-2 SSM state is stored "
                      f"in {kinds['mamba']['recurrent_dtype']}, as vLLM does, the conv state in the KV dtype; --state-dtype "
                      "stores both in one dtype")
+        # SGLang 0.5.23 never reads that key: srt/configs/mamba_utils.py mamba2_state_dtype takes SGLANG_MAMBA_SSM_DTYPE,
+        # else the config's mamba_ssm_dtype, else float32
+        sglang = torch_dtype(cfg, "mamba_ssm_dtype", origin) or "fp32"
+        if sglang != kinds["mamba"]["recurrent_dtype"]:
+            notes.append(f"SGLang keeps this SSM state in {sglang} (it reads mamba_ssm_dtype, not mamba_ssm_cache_dtype): "
+                         f"kvcalc counts {kinds['mamba']['recurrent_dtype']} under every engine")
     if "attention" in blocks:
         # NemotronHAttention (JambaAttention with config.head_dim; the published remote code's attention_head_dim)
         n_heads = need(cfg, "num_attention_heads", origin)
