@@ -11,6 +11,7 @@ import pytest
 
 from conftest import run
 from kvcalc.costs.cache import kv_cache
+from kvcalc.costs.params import param_totals
 from kvcalc.errors import KvcalcError
 from kvcalc.hf import IMPORTERS
 from kvcalc.registry import load_model
@@ -244,3 +245,24 @@ def test_a_spec_rule_a_config_breaks_names_the_configs_keys(tmp_path):
     err = run("show", str(path), ok=False).stderr
     assert "layer_groups[0].attention: n_heads (32) must be divisible by n_kv_heads (3)" in err
     assert "(the config's keys: n_heads is num_attention_heads, n_kv_heads is num_key_value_heads)" in err
+
+
+@pytest.mark.parametrize("act", ["relu2", "xielu", "gelu", ["silu"]])
+def test_generic_import_refuses_an_activation_that_may_have_no_gate(tmp_path, act):
+    # a review against transformers 5.25: ArceeConfig (relu2), Jais2 (relu2) and Apertus (xielu) hold only standard keys,
+    # and their MLP is up and down only; counted as Llama's gated FFN, AFM-4.5B had 6.32B parameters, not 4.62B
+    path = write(tmp_path / "arcee", {**PLAIN, "model_type": "arcee", "hidden_act": act})
+    err = failing("compare", str(path), "--ctx", "1k")
+    shown = "'" + act + "'" if isinstance(act, str) else "['silu']"
+    assert f"hidden_act {shown}: a plain decoder is built with Llama's gated SiLU FFN (gate, up and down)" in err, err
+
+
+@pytest.mark.parametrize("act", ["silu", "swish", None])
+def test_generic_import_takes_llamas_activation(tmp_path, act):
+    cfg = {**PLAIN, "hidden_act": act} if act else PLAIN
+    spec = load_model(str(write(tmp_path / "new-model", cfg))).spec
+    d, d_ff, layers = 512, 1024, 4
+    assert spec.ffn.gated and spec.ffn.d_ff == d_ff
+    # embeddings and head (untied), per layer q, k, v, o (8 heads of 64 and 2 KV heads), gate/up/down, two RMSNorms; a final norm
+    per_layer = d * 512 + 2 * d * 128 + 512 * d + 3 * d * d_ff + 2 * d
+    assert param_totals(spec)[0] == 2 * 1000 * d + layers * per_layer + d

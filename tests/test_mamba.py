@@ -171,6 +171,10 @@ def test_nemotron_ssm_cache_dtype_from_the_config(tmp_path):
     assert sglang in spec["notes"]
     given.write_text(json.dumps({**h, "mamba_ssm_cache_dtype": "float16", "mamba_ssm_dtype": "float16"}))
     assert "SGLang" not in json.loads(run("show", given, "-f", "json").stdout)["spec"]["notes"]
+    # vLLM runs num_nextn_predict_layers as NemotronHMTPModel (config/speculative.py): not modelled, said so
+    given.write_text(json.dumps({**h, "num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E"}))
+    notes = json.loads(run("show", given, "-f", "json").stdout)["spec"]["notes"]
+    assert "1 multi-token-prediction layer(s) (mtp_hybrid_override_pattern '*E') are not counted, even with --mtp" in notes
     given.write_text(json.dumps({**h, "mamba_ssm_cache_dtype": "fp8"}))
     res = run("show", given, ok=False)
     assert res.exit_code == 1 and "mamba_ssm_cache_dtype: must be one of float32, bfloat16, float16, got 'fp8'" in res.stderr

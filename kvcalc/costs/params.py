@@ -4,7 +4,8 @@ Conventions (also in the README):
 - Counts every weight matrix, bias, norm weight (LayerNorm: weight and bias) and embedding table of the spec.
 - "Active" is what one token uses: every attention and norm weight, both embedding tables (input and LM head),
   dense FFNs, the router, the shared experts and the top-k routed experts (DeepSeek's convention for V2's 21B).
-- DeepSeek-V3's multi-token-prediction module is not part of the spec, so it is not counted.
+- The multi-token-prediction layers (a spec's mtp_layers, DeepSeek-V3 §2.2) are counted only when asked (mtp=True):
+  plain decoding does not run them.
 """
 
 from __future__ import annotations

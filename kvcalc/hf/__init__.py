@@ -18,6 +18,7 @@ from kvcalc.hf import (  # noqa: F401  (the importers register themselves)
     gemma3n,
     gemma4,
     glm,
+    glm4,
     glm4_moe,
     gpt_oss,
     kimi_linear,

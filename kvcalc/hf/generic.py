@@ -11,19 +11,23 @@ from collections.abc import Callable
 from kvcalc.errors import SpecError
 from kvcalc.hf.common import IMPORTERS, LAYER_TYPES, decoder, flag, get, show
 
-# The keys a plain decoder is built from (kvcalc.hf.common.decoder reads these and nothing else).
+# The keys a plain decoder is built from (kvcalc.hf.common.decoder reads these and nothing else; `check` hidden_act).
 DECODER_KEYS = frozenset({
     "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
     "sliding_window", "layer_types", "use_sliding_window", "max_window_layers", "vocab_size", "max_position_embeddings",
-    "attention_bias", "mlp_bias", "tie_word_embeddings", "rms_norm_eps", "layer_norm_eps",
+    "attention_bias", "mlp_bias", "tie_word_embeddings", "rms_norm_eps", "layer_norm_eps", "hidden_act",
 })
+# The activations of Llama's gated FFN (transformers' ACT2FN: both are SiLU), the FFN a plain decoder is built with.
+# Another activation may come with another FFN: Arcee's and Jais 2's relu2 and Apertus' xielu have no gate (up and
+# down only: the gated count would add a third of the FFN), so those configs are refused rather than guessed.
+GATED_ACTIVATIONS = frozenset({"silu", "swish"})
 # Keys that change neither the cache, the parameters nor the FLOPs kvcalc counts: bookkeeping, token ids, RoPE
-# (rotary angles, and how many dims rotate, do not change what is cached), dropout, init, the activation (the FFN is
-# assumed gated whatever it is, and the warning says so), and the storage format of the weights (a --weights-dtype choice).
+# (rotary angles, and how many dims rotate, do not change what is cached), dropout, init, and the storage format of
+# the weights (a --weights-dtype choice).
 HARMLESS_KEYS = frozenset({
     "architectures", "model_type", "auto_map", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
     "bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "output_attentions", "output_hidden_states",
-    "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor", "hidden_act", "initializer_range",
+    "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor", "initializer_range",
     "attention_dropout", "pretraining_tp", "quantization_config",
 })
 ALLOWED_KEYS = DECODER_KEYS | HARMLESS_KEYS
@@ -91,6 +95,12 @@ def check(cfg: dict, origin: str) -> None:
     missing = [k for k in REQUIRED_KEYS if cfg.get(k) is None]
     if missing:
         raise _refuse(cfg, origin, f"a plain decoder needs the standard keys it lacks: {', '.join(missing)}")
+    act = cfg.get("hidden_act", "silu")  # absent: LlamaConfig's default
+    if not isinstance(act, str) or act not in GATED_ACTIVATIONS:
+        raise _refuse(cfg, origin, f"hidden_act {show(act)}: a plain decoder is built with Llama's gated SiLU FFN (gate, "
+                                   "up and down), and another activation may come without the gate (relu2 in Arcee "
+                                   "and Jais 2, xielu in Apertus: up and down only); write the model as a YAML spec "
+                                   "(ffn gated: true or false), or give the model_type of the architecture it follows")
     if isinstance(types, list) and "sliding_attention" in types and not cfg.get("sliding_window"):
         raise _refuse(cfg, origin, "layer_types has sliding_attention layers but sliding_window is not set")
 

@@ -126,6 +126,10 @@ def _nemotron_h(cfg, origin, notes):
                      "the pattern is used")
     cfg = {**with_defaults(cfg, "nemotron_h", notes), "num_hidden_layers": len(blocks)}
     base = base_fields(cfg, origin, "nemotron_h", False)
+    mtp = get(cfg, "num_nextn_predict_layers", origin, minimum=0)
+    if mtp:  # vLLM 0.34.0 runs them as NemotronHMTPModel, blocks of mtp_hybrid_override_pattern: not modelled here
+        notes.append(f"{mtp} multi-token-prediction layer(s) (mtp_hybrid_override_pattern "
+                     f"{show(cfg.get('mtp_hybrid_override_pattern'))}) are not counted, even with --mtp")
     # NemotronHBlock: one RMSNorm, then its one mixer, then the residual add: a block is a layer with one norm,
     # and either a mixer (Mamba-2 or attention) and no FFN, or no mixer and an FFN (MLP or MoE)
     base["norms_per_layer"] = 1
