@@ -249,9 +249,9 @@ def test_a_spec_rule_a_config_breaks_names_the_configs_keys(tmp_path):
 
 @pytest.mark.parametrize("act", ["relu2", "xielu", "gelu", ["silu"]])
 def test_generic_import_refuses_an_activation_that_may_have_no_gate(tmp_path, act):
-    # a review against transformers 5.25: ArceeConfig (relu2), Jais2 (relu2) and Apertus (xielu) hold only standard keys,
-    # and their MLP is up and down only; counted as Llama's gated FFN, AFM-4.5B had 6.32B parameters, not 4.62B
-    path = write(tmp_path / "arcee", {**PLAIN, "model_type": "arcee", "hidden_act": act})
+    # a review against transformers 5.25: Jais2 (relu2) and Apertus (xielu) configs hold only standard keys, and their
+    # MLP is up and down only; counted as Llama's gated FFN, Arcee's AFM-4.5B (now imported) had 6.32B parameters, not 4.62B
+    path = write(tmp_path / "jais2", {**PLAIN, "model_type": "jais2", "hidden_act": act})
     err = failing("compare", str(path), "--ctx", "1k")
     shown = "'" + act + "'" if isinstance(act, str) else "['silu']"
     assert f"hidden_act {shown}: a plain decoder is built with Llama's gated SiLU FFN (gate, up and down)" in err, err

@@ -43,6 +43,15 @@ def _llama(cfg, origin, notes):
     return decoder(cfg, origin, "llama", notes, reads=("attention_bias", "mlp_bias"))
 
 
+@importer("arcee")
+def _arcee(cfg, origin, notes):
+    # ArceeForCausalLM (AFM-4.5B; transformers models/arcee, 5.25): LlamaAttention with q/k/v/o bias=attention_bias;
+    # ArceeMLP is up_proj and down_proj (bias=mlp_bias) around its activation (relu2 by default): no gate, whatever
+    # hidden_act names. vLLM 0.34.0 runs it through its Transformers backend: the same modules.
+    ffn = dense_ffn(need(cfg, "intermediate_size", origin), gated=False, bias=flag(cfg, "mlp_bias", origin, False))
+    return decoder(cfg, origin, "arcee", notes, reads=("attention_bias", "mlp_bias"), ffn=ffn)
+
+
 @importer("mistral")
 def _mistral(cfg, origin, notes):
     cfg = with_defaults(cfg, "mistral", notes)

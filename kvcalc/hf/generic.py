@@ -18,8 +18,8 @@ DECODER_KEYS = frozenset({
     "attention_bias", "mlp_bias", "tie_word_embeddings", "rms_norm_eps", "layer_norm_eps", "hidden_act",
 })
 # The activations of Llama's gated FFN (transformers' ACT2FN: both are SiLU), the FFN a plain decoder is built with.
-# Another activation may come with another FFN: Arcee's and Jais 2's relu2 and Apertus' xielu have no gate (up and
-# down only: the gated count would add a third of the FFN), so those configs are refused rather than guessed.
+# Another activation may come with another FFN: Jais 2's relu2 and Apertus' xielu have no gate (up and down only: the
+# gated count would add a third of the FFN), as Arcee's relu2 (its importer), so those configs are refused, not guessed.
 GATED_ACTIVATIONS = frozenset({"silu", "swish"})
 # Keys that change neither the cache, the parameters nor the FLOPs kvcalc counts: bookkeeping, token ids, RoPE
 # (rotary angles, and how many dims rotate, do not change what is cached), dropout, init, and the storage format of
@@ -98,8 +98,8 @@ def check(cfg: dict, origin: str) -> None:
     act = cfg.get("hidden_act", "silu")  # absent: LlamaConfig's default
     if not isinstance(act, str) or act not in GATED_ACTIVATIONS:
         raise _refuse(cfg, origin, f"hidden_act {show(act)}: a plain decoder is built with Llama's gated SiLU FFN (gate, "
-                                   "up and down), and another activation may come without the gate (relu2 in Arcee "
-                                   "and Jais 2, xielu in Apertus: up and down only); write the model as a YAML spec "
+                                   "up and down), and another activation may come without the gate (relu2 in Jais 2, "
+                                   "xielu in Apertus: up and down only); write the model as a YAML spec "
                                    "(ffn gated: true or false), or give the model_type of the architecture it follows")
     if isinstance(types, list) and "sliding_attention" in types and not cfg.get("sliding_window"):
         raise _refuse(cfg, origin, "layer_types has sliding_attention layers but sliding_window is not set")
