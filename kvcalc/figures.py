@@ -52,12 +52,12 @@ class CostFigures:
     params_active: int = figure("Active\nparams", "count", "weights one token uses (MoE: top-k and shared experts)")
     weights_bytes: int = figure("Weights", "bytes", "bytes of all weights in weights_dtype")
     flops_prefill: int = figure("Prefill\nFLOPs", "flops", "FLOPs of a prefill of ctx tokens in each sequence of the batch (causal unless --dense-attn)")
-    flops_decode_token: int = figure("Decode\nFLOPs/step", "flops", "FLOPs of one decode step at context ctx: one token for each sequence of the batch")
+    flops_decode_token: int = figure("Decode\nFLOPs/step", "flops", "FLOPs of one decode step at context ctx: one token for each sequence of the batch (under --mtp of a model with MTP layers a speculative step: the last token and k drafts verified, the MTP layers over the same 1 + k)")
     flops_generate_cached: int = figure("Generate\n(cache)", "flops", "FLOPs of generating gen tokens with a KV cache, every sequence of the batch")
     flops_generate_uncached: int = figure("Generate\n(no cache)", "flops",
                                           "FLOPs of generating gen tokens without a cache (each step re-runs its prefix), every sequence of the batch")
     decode_bytes_read: int = figure("Decode\nbytes read", "bytes", "bytes one decode step reads, the model's weights counted once (as "
-                                    "one replica reads them; under --dp each replica reads its own): active weights (MoE: top-k + shared experts, a lower bound when batch exceeds 1) + KV cache (+ states "
+                                    "one replica reads them; under --dp each replica reads its own): active weights (MoE: top-k + shared experts, a lower bound when a step runs more than one token: batch above 1, or --mtp) + KV cache (+ states "
                                     "read and written back); the step times use one rank's share")
     decode_intensity: float = figure("FLOP\nper byte", "float", "flops_decode_token / decode_bytes_read, the whole model's (under --tp a "
                                      "rank's can be lower: it reads MLA's latent whole)")

@@ -191,10 +191,11 @@ def encoder_flops(spec: ModelSpec, enc: int) -> dict[str, int]:
 
 
 def forward(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: str, enc: int = 0,
-            cross_kv: int = 0, mtp: bool = False) -> dict[str, int]:
+            cross_kv: int = 0, mtp: bool = False, drafts: int = 0) -> dict[str, int]:
     """FLOPs by component of a pass whose attention work per layer of a group is `work(group)`; `enc` encoder
     positions are attended by cross-attention layers, whose K/V are projected `cross_kv` times; `mtp`: the
-    multi-token-prediction layers run beside the model (one more block each, over the same tokens).
+    multi-token-prediction layers run beside the model (one more block each, over the same tokens), each block's
+    draft logits at `drafts` positions (0: at the pass's `logits`).
 
     Each group adds (its layers) × (one layer's FLOPs): a component's place in the breakdown is where its first
     layer puts it, as if the layers were added one by one."""
@@ -209,13 +210,13 @@ def forward(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: s
     add_times(total, plan.ffn.at(Work(tokens, 0, 0)), 1)
     if mtp and spec.mtp_layers:
         add_times(total, _mtp_block(spec, work, tokens, schedule), 1)
-        total["mtp/head"] = spec.mtp_layers * logits * plan.lm_head  # each block's draft logits, the shared head
+        total["mtp/head"] = spec.mtp_layers * (drafts or logits) * plan.lm_head  # each block's drafts, the shared head
     total["lm_head"] = logits * plan.lm_head
     return {k: v for k, v in total.items() if v}
 
 
 def forward_total(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, schedule: str, enc: int = 0,
-                  cross_kv: int = 0, mtp: bool = False) -> int:
+                  cross_kv: int = 0, mtp: bool = False, drafts: int = 0) -> int:
     """sum(forward(...).values()), without building the breakdown (what a row of compare or sweep needs)."""
     plan = _pass_plan(spec, schedule)
     total = 0
@@ -229,7 +230,7 @@ def forward_total(spec: ModelSpec, work: WorkFn, tokens: int, logits: int, sched
         total += g.n * layer
     total += plan.ffn.of_tokens(tokens) + logits * plan.lm_head
     if mtp and spec.mtp_layers:
-        total += sum(_mtp_block(spec, work, tokens, schedule).values()) + spec.mtp_layers * logits * plan.lm_head
+        total += sum(_mtp_block(spec, work, tokens, schedule).values()) + spec.mtp_layers * (drafts or logits) * plan.lm_head
     return total
 
 
@@ -366,7 +367,8 @@ def _enc(spec: ModelSpec, s: Settings) -> int:
 
 class Pass(NamedTuple):
     """What `forward` needs of a pass: a layer's work in each group, query tokens, logits, the MLA schedule, encoder
-    positions attended, times the cross-attention K/V are projected, and whether the MTP layers run.
+    positions attended, times the cross-attention K/V are projected, whether the MTP layers run, and the positions of
+    each MTP layer's draft logits (0: the pass's logits).
 
     Every layer of a pass runs its `tokens` queries: `work(g).tokens == tokens` in each group (`total` counts on it)."""
 
@@ -377,16 +379,18 @@ class Pass(NamedTuple):
     enc: int = 0
     cross_kv: int = 0
     mtp: bool = False
+    drafts: int = 0
 
     def breakdown(self, spec: ModelSpec) -> dict[str, int]:
-        return forward(spec, self.work, self.tokens, self.logits, self.schedule, self.enc, self.cross_kv, self.mtp)
+        return forward(spec, self.work, self.tokens, self.logits, self.schedule, self.enc, self.cross_kv, self.mtp,
+                       self.drafts)
 
     def total(self, spec: ModelSpec) -> int:
         """forward_total of the pass, from its coefficients (_Coefficients) where the model has them."""
         k = _pass_coefficients(spec, self)
         if k is None:
             return forward_total(spec, self.work, self.tokens, self.logits, self.schedule, self.enc, self.cross_kv,
-                                 self.mtp)
+                                 self.mtp, self.drafts)
         return k.placed(range(len(k.keyed))).total(self.tokens, self.logits, [self.work(group) for group, *_ in k.keyed])
 
 
@@ -428,7 +432,7 @@ class _Placed(NamedTuple):
 
 def _pass_coefficients(spec: ModelSpec, p: Pass) -> _Coefficients | None:
     """_coefficients of the pass, once per spec and what they depend on."""
-    return spec.memo(("pass_coefficients", p.schedule, p.enc, p.cross_kv, p.mtp), _coefficients, spec, p)
+    return spec.memo(("pass_coefficients", p.schedule, p.enc, p.cross_kv, p.mtp, p.drafts), _coefficients, spec, p)
 
 
 _UNIT_WORKS = (Work(1, 0, 0, 0), Work(0, 1, 0, 0), Work(0, 0, 1, 0), Work(0, 0, 0, 1))
@@ -447,7 +451,7 @@ def _coefficients(spec: ModelSpec, p: Pass) -> _Coefficients | None:
     def probe(tokens: int = 0, logits: int = 0, first: int = -1, unit: Work = zero) -> int:
         """forward_total with `unit` the work of the group whose first layer is `first`, none elsewhere."""
         return forward_total(spec, lambda g: unit if g.layers[0] == first else zero, tokens, logits, p.schedule, p.enc,
-                             p.cross_kv, p.mtp)
+                             p.cross_kv, p.mtp, p.drafts)
 
     const = probe()
     per_token, per_logit = probe(tokens=1) - const, probe(logits=1) - const
@@ -469,7 +473,29 @@ def _prefill(spec: ModelSpec, s: Settings, logits: str = "last", schedule: str =
 
 
 def _decode(spec: ModelSpec, s: Settings) -> Pass:
+    if s.mtp and spec.mtp_layers:  # a speculative step
+        ctx, m = s.ctx, speculated(spec)
+        return Pass(lambda g: _verify_of(keys_up_to(g, ctx - 1), keys_up_to(g, ctx + m - 1), m, s.mla_cache), m, m,
+                    s.schedule, _enc(spec, s), mtp=True, drafts=1)
     return Pass(lambda g: decode_work(g, s.ctx, s.mla_cache), 1, 1, s.schedule, _enc(spec, s), mtp=s.mtp)
+
+
+def speculated(spec: ModelSpec) -> int:
+    """Tokens a speculative step runs under --mtp: the last one and k = mtp_layers drafts (vLLM's
+    num_speculative_tokens for a model whose config gives its MTP layers).
+
+    vLLM 0.34.0 verifies all 1 + k in one forward of the model (v1/core/sched/scheduler.py: num_tokens_with_spec),
+    logits at each, and its drafter's first pass runs the MTP layer over the same 1 + k positions
+    (v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py: "num_speculative_steps + 1 tokens"), a draft logit
+    a sequence; kvcalc runs every MTP layer so (vLLM's later draft steps, k > 1, run one token each)."""
+    return 1 + spec.mtp_layers
+
+
+def _verify_of(before: Keys, last: Keys, m: int, mla_cache: str) -> Work:
+    """What a step verifying `m` tokens at positions ctx … ctx + m − 1 does in one layer, from its Keys up to ctx − 1
+    (`before`) and up to ctx + m − 1 (`last`): each position's decode step, Σ keys_at = keys_prefill(last) −
+    keys_prefill(before), as the decode steps of a generation (_cached_of)."""
+    return _cached_of(before, last, m, mla_cache)
 
 
 def _generate(spec: ModelSpec, s: Settings, cached: bool) -> Pass:
@@ -494,7 +520,8 @@ def prefill_flops(spec: ModelSpec, s: Settings, logits: str = "last") -> dict[st
 
 
 def decode_flops(spec: ModelSpec, s: Settings) -> dict[str, int]:
-    """FLOPs of one decode step at context `s.ctx` (the new token at position ctx) for `s.batch` sequences."""
+    """FLOPs of one decode step at context `s.ctx` (the new token at position ctx) for `s.batch` sequences; under
+    --mtp of a model with MTP layers a speculative step (speculated: 1 + k tokens at positions ctx … ctx + k)."""
     return {k: s.batch * v for k, v in _decode(spec, s).breakdown(spec).items()}
 
 
@@ -570,8 +597,13 @@ def row_flops_with(spec: ModelSpec, s: Settings, plan: RowPasses | None) -> RowF
     prompt = [_keys(att, layer, ctx, only) for att, layer, only in plan.slots]
     after = [_keys(att, layer, last, only) for att, layer, only in plan.slots]
     prefill = plan.prefill.total(ctx, 1, [_prefill_of(k, ctx, s.dense_attn) for k in prompt])  # logits: the last
-    steps = [_decode_of(k, cache) for k in prompt]  # one work for every schedule
-    decodes = {name: batch * k.total(1, 1, steps) for name, k in (plan.decode if plan.schedules else plan.decode[:1])}
+    m = speculated(spec) if s.mtp and spec.mtp_layers else 1  # a speculative step's tokens (_decode)
+    if m == 1:
+        steps = [_decode_of(k, cache) for k in prompt]  # one work for every schedule
+    else:
+        steps = [_verify_of(_keys(att, layer, ctx - 1, only), _keys(att, layer, ctx + m - 1, only), m, cache)
+                 for att, layer, only in plan.slots]
+    decodes = {name: batch * k.total(m, m, steps) for name, k in (plan.decode if plan.schedules else plan.decode[:1])}
     cached = plan.cached.total(gen, gen, [_cached_of(p, a, gen, cache) for p, a in zip(prompt, after)])
     tokens, dense = _rerun_tokens(ctx, last), _rerun_dense(ctx, last, s.dense_attn)
     uncached = plan.uncached.total(tokens, gen, [_rerun_of(p, a, tokens, dense) for p, a in zip(prompt, after)])
