@@ -278,3 +278,17 @@ def test_generic_import_takes_llamas_activation(tmp_path, act):
     # embeddings and head (untied), per layer q, k, v, o (8 heads of 64 and 2 KV heads), gate/up/down, two RMSNorms; a final norm
     per_layer = d * 512 + 2 * d * 128 + 512 * d + 3 * d * d_ff + 2 * d
     assert param_totals(spec)[0] == 2 * 1000 * d + layers * per_layer + d
+
+
+def test_generic_import_of_a_config_saved_whole(tmp_path):
+    # a config written by to_dict (not to_diff_dict) carries PretrainedConfig's bookkeeping: it was refused as having
+    # chunked attention (chunk_size_feed_forward 0) and an encoder (is_encoder_decoder false)
+    whole = {**PLAIN, "return_dict": True, "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}, "problem_type": None,
+             "chunk_size_feed_forward": 0, "is_encoder_decoder": False, "output_attentions": False}
+    a, b = (load_model(str(write(tmp_path / name, cfg))).spec for name, cfg in (("whole", whole), ("diff", PLAIN)))
+    assert a.model_dump(exclude={"name", "source"}) == b.model_dump(exclude={"name", "source"})
+    for key, value, mechanism in (("chunk_size_feed_forward", 64, "chunked attention"),
+                                  ("is_encoder_decoder", True, "encoder/cross-attention"),
+                                  ("is_encoder_decoder", 0, "encoder/cross-attention")):
+        err = failing("compare", str(write(tmp_path / key, {**PLAIN, key: value})), "--ctx", "1k")
+        assert f"{key} ({mechanism})" in err, err

@@ -29,7 +29,12 @@ HARMLESS_KEYS = frozenset({
     "bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "output_attentions", "output_hidden_states",
     "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor", "initializer_range",
     "attention_dropout", "pretraining_tp", "quantization_config",
+    # PretrainedConfig's bookkeeping, which a config saved whole (to_dict, not to_diff_dict) carries too
+    "return_dict", "id2label", "label2id", "problem_type",
 })
+# Base-config keys harmless at their PretrainedConfig values only (a whole dump writes them): feed-forward chunking off
+# and no encoder; any other value is refused by its mechanism (chunked attention, encoder/cross-attention).
+NEUTRAL_VALUES: dict[str, tuple] = {"chunk_size_feed_forward": (0, None), "is_encoder_decoder": (False, None)}
 ALLOWED_KEYS = DECODER_KEYS | HARMLESS_KEYS
 # A plain decoder cannot be built without these. A saved config leaves out the keys equal to its own class's defaults
 # (transformers' to_diff_dict), which for a class kvcalc does not know are unknown: num_key_value_heads and
@@ -77,9 +82,15 @@ def _refuse(cfg: dict, origin: str, reason: str) -> SpecError:
                      f"{', '.join(sorted(IMPORTERS))}; {reason}")
 
 
+def _neutral(key: str, value: object) -> bool:
+    """Whether `key` holds its PretrainedConfig value, one of NEUTRAL_VALUES' (0 and False compared as JSON values:
+    false is not 0)."""
+    return any(value is v or (type(value) is type(v) and value == v) for v in NEUTRAL_VALUES.get(key, ()))
+
+
 def check(cfg: dict, origin: str) -> None:
     """Raise SpecError unless `cfg` holds only standard decoder keys (and layer_types only sliding/full layers)."""
-    unknown = [k for k in cfg if k not in ALLOWED_KEYS]
+    unknown = [k for k in cfg if k not in ALLOWED_KEYS and not _neutral(k, cfg[k])]
     found = [f"{k} ({mechanism(k)})" for k in unknown if mechanism(k)]
     types = cfg.get("layer_types")
     if isinstance(types, list):
