@@ -56,8 +56,10 @@ def test_a_layer_that_is_not_affine_is_asked_at_every_work():
 # ---------------------------------------------------------------- a pass: groups × one layer, in layer order
 
 
-def layer_by_layer(s: ModelSpec, work, tokens: int, logits: int, schedule: str, enc: int, cross_kv: int, mtp: bool) -> dict:
-    """The pass as kvcalc counted it before #11: every layer added one by one (the reference for values and order)."""
+def layer_by_layer(s: ModelSpec, work, tokens: int, logits: int, schedule: str, enc: int, cross_kv: int, mtp: bool,
+                   drafts: int = 0) -> dict:
+    """The pass as kvcalc counted it before #11: every layer added one by one (the reference for values and order);
+    `drafts`: each MTP layer's draft logits (a speculative step's: one), else at the pass's logits."""
     total: Counter = Counter()
     for group in s.groups:
         layer = Counter(group.attention.flops(group.layer, work(group), schedule))
@@ -75,7 +77,7 @@ def layer_by_layer(s: ModelSpec, work, tokens: int, logits: int, schedule: str, 
         for k, v in block.items():  # the block's components summed under their prefix (DeepSeek-V3 §2.2)
             total[f"mtp/{k.split('/')[0]}"] += s.mtp_layers * v
         total["mtp/proj"] += s.mtp_layers * 2 * tokens * 2 * s.d_model * s.d_model
-        total["mtp/head"] += s.mtp_layers * 2 * logits * s.d_model * s.vocab_size  # each draft's logits (§2.2, eq. 23)
+        total["mtp/head"] += s.mtp_layers * 2 * (drafts or logits) * s.d_model * s.vocab_size  # each draft's logits (§2.2, eq. 23)
     total["lm_head"] = 2 * logits * s.d_model * s.vocab_size
     return {k: v for k, v in total.items() if v}
 
@@ -92,7 +94,7 @@ def test_a_pass_is_its_layers_one_by_one_and_its_total_their_sum(name):
         passes = [flops._prefill(s, at), flops._prefill(s, at, "all"), flops._decode(s, at),
                   flops._generate(s, at, True), flops._generate(s, at, False)]
         for p in passes:
-            exact = layer_by_layer(s, p.work, p.tokens, p.logits, p.schedule, p.enc, p.cross_kv, p.mtp)
+            exact = layer_by_layer(s, p.work, p.tokens, p.logits, p.schedule, p.enc, p.cross_kv, p.mtp, p.drafts)
             assert list(p.breakdown(s).items()) == list(exact.items())  # the same values in the same order
         assert flops.prefill_total(s, at) == sum(flops.prefill_flops(s, at).values())
         assert flops.decode_total(s, at) == sum(flops.decode_flops(s, at).values())
@@ -400,7 +402,8 @@ def test_a_pass_total_from_its_coefficients_is_forward_totals(name):
     for base in FAST:
         for ctx in (1, 2, 127, 1000, 4097, 65_537, 1_000_003, 2**40):
             for p in every_pass(s, base.at(ctx)):
-                exact = flops.forward_total(s, p.work, p.tokens, p.logits, p.schedule, p.enc, p.cross_kv, p.mtp)
+                exact = flops.forward_total(s, p.work, p.tokens, p.logits, p.schedule, p.enc, p.cross_kv, p.mtp,
+                                            p.drafts)
                 assert p.total(s) == exact, (name, base, ctx, p.schedule)
 
 
