@@ -66,12 +66,12 @@ class CostFigures:
     flops_decode_token_absorbed: int | None = figure("Decode\nabsorbed", "flops",
                                                      "decode step FLOPs, MLA absorbed schedule (latent cache)")
     mla_crossover: int | None = figure("MLA\ncrossover", "tokens",
-                                       "first context at which absorbed decoding needs fewer FLOPs than naive")
+                                       "first context at which absorbed decoding needs fewer FLOPs than naive (the one-token step, --mtp or not)")
     hardware: str | None = figure("Hardware", "text", "the hardware preset of the roofline figures")
     prefill_seconds: float | None = figure("Prefill\ntime", "seconds", "roofline lower bound on the prefill's time")
     decode_seconds_per_token: float | None = figure("Decode\ntime/step", "seconds",
-                                                    "roofline lower bound on one decode step's time (a token for each sequence)")
-    tokens_per_second: float | None = figure("Tokens/s", "rate", "batch / decode time: an upper bound")
+                                                    "roofline lower bound on one decode step's time (a token for each sequence; under --mtp a speculative step's, which emits 1 to 1 + k)")
+    tokens_per_second: float | None = figure("Tokens/s", "rate", "batch / decode time: an upper bound (not under --mtp, whose step emits up to 1 + k tokens a sequence, nor under --pp with micro-batches in flight)")
     decode_bound: str | None = figure("Decode\nbound", "text", "compute or memory: what bounds a decode step")
     fits_in_memory: bool | None = figure("Fits", "bool", "weights + KV cache + states of the busiest GPU within its whole memory: no reserve, no activations (fit counts both, so its limits are lower)")
     gpus: int = figure("GPUs", "int", "GPUs of the parallel layout: tp · pp · dp")
@@ -94,7 +94,7 @@ class CostFigures:
     dp_attention: bool = figure("DP\nattention", "bool", "SGLang's DP attention: a replica's tp ranks split its "
                                 "sequences' latent cache (--dp-attention)")
     dense_attn: bool = figure("Dense\nattention", "bool", "prefill FLOPs count attention as dense N×N matrices (--dense-attn)")
-    mtp: bool = figure("MTP", "bool", "the multi-token-prediction layers counted, cache and weights (--mtp)")
+    mtp: bool = figure("MTP", "bool", "the multi-token-prediction layers counted, cache, weights and FLOPs, a decode step a speculative one (--mtp)")
     no_windows: bool = figure("Windows\nignored", "bool", "sliding windows and attention chunks removed, every layer "
                               "global (compare --no-windows)")
 

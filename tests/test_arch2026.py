@@ -295,6 +295,14 @@ def test_mtp_layers_count_only_when_asked():
     assert (step, decode_total(s, Settings(ctx=4 * K))) == (292_586_749_952, 142_841_085_952)
     assert step == decode_total(s, Settings(ctx=4 * K)) + decode_total(s, Settings(ctx=4 * K + 1)) + sum(
         v for k, v in decode_flops(s, Settings(ctx=4 * K, mtp=True)).items() if k.startswith("mtp/"))
+    # naive from the latent cache: the step is one pass, which rebuilds each of the 4,097 keys its queries attend once
+    # (the union), in the 61 layers and the MTP layer: 2 · d_c · n_h · (d_nope + d_v) = 2 · 512 · 128 · 256 a key
+    naive = decode_flops(s, Settings(ctx=4 * K, mtp=True, mla_schedule="naive"))
+    assert naive["attn/kv_up"] == 61 * 4097 * 2 * 512 * 128 * 256 and sum(naive.values()) == 8_711_851_311_104
+    # the step's all-reduces carry its two tokens a sequence: 123 reductions (embedding, 61 attention, 61 FFN) of
+    # 8 sequences · 2 tokens · 7,168 · 2 bytes under --tp 8
+    reduce = json.loads(run("cost", "deepseek-v3", "--ctx", "4k", "--tp", "8", "--batch", "8", "--mtp", "-f", "json").stdout)
+    assert reduce["summary"]["tp_allreduce_bytes"] == 123 * 8 * 2 * 7168 * 2
     gen = json.loads(run("cost", "deepseek-v3", "--ctx", "4k", "--gen", "10", "--mtp", "-f", "json").stdout)["flops"]
     assert gen["generate_cached_absorbed"]["mtp/head"] == 10 * 2 * d * 129_280  # one draft a generated token
     assert gen["prefill"]["mtp/head"] == 2 * d * 129_280  # the prompt's last position only, as the main head

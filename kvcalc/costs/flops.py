@@ -475,8 +475,8 @@ def _prefill(spec: ModelSpec, s: Settings, logits: str = "last", schedule: str =
 def _decode(spec: ModelSpec, s: Settings) -> Pass:
     if s.mtp and spec.mtp_layers:  # a speculative step
         ctx, m = s.ctx, speculated(spec)
-        return Pass(lambda g: _verify_of(keys_up_to(g, ctx - 1), keys_up_to(g, ctx + m - 1), m, s.mla_cache), m, m,
-                    s.schedule, _enc(spec, s), mtp=True, drafts=1)
+        return Pass(lambda g: _verify_of(keys_up_to(g, ctx - 1), keys_up_to(g, ctx), keys_up_to(g, ctx + m - 1), m,
+                                         s.mla_cache), m, m, s.schedule, _enc(spec, s), mtp=True, drafts=1)
     return Pass(lambda g: decode_work(g, s.ctx, s.mla_cache), 1, 1, s.schedule, _enc(spec, s), mtp=s.mtp)
 
 
@@ -491,11 +491,18 @@ def speculated(spec: ModelSpec) -> int:
     return 1 + spec.mtp_layers
 
 
-def _verify_of(before: Keys, last: Keys, m: int, mla_cache: str) -> Work:
+def _verify_of(before: Keys, first: Keys, last: Keys, m: int, mla_cache: str) -> Work:
     """What a step verifying `m` tokens at positions ctx … ctx + m − 1 does in one layer, from its Keys up to ctx − 1
-    (`before`) and up to ctx + m − 1 (`last`): each position's decode step, Σ keys_at = keys_prefill(last) −
-    keys_prefill(before), as the decode steps of a generation (_cached_of)."""
-    return _cached_of(before, last, m, mla_cache)
+    (`before`), ctx (`first`) and ctx + m − 1 (`last`): each query's pairs and scans as its own decode step would,
+    Σ keys_at = keys_prefill(last) − keys_prefill(before) (and the scans alike).
+
+    One pass rebuilds each key it attends once (naive MLA from a latent cache, as a prefill does): the union of the
+    queries' keys. Each query's keys run from where the first's start (windows and chunks start no earlier later on)
+    to itself, so the union is keys_at(ctx) + m − 1; where a query attends a selection of what it scans (DSA's top-k,
+    whose union the selections decide), each query's own are counted."""
+    pairs, scans = last.prefill - before.prefill, last.scan_prefill - before.scan_prefill
+    union = first.at + m - 1 if last.at == last.scan_at else pairs
+    return _new(Work, (m, pairs, union if mla_cache == "latent" else m, scans))
 
 
 def _generate(spec: ModelSpec, s: Settings, cached: bool) -> Pass:
@@ -601,8 +608,8 @@ def row_flops_with(spec: ModelSpec, s: Settings, plan: RowPasses | None) -> RowF
     if m == 1:
         steps = [_decode_of(k, cache) for k in prompt]  # one work for every schedule
     else:
-        steps = [_verify_of(_keys(att, layer, ctx - 1, only), _keys(att, layer, ctx + m - 1, only), m, cache)
-                 for att, layer, only in plan.slots]
+        steps = [_verify_of(_keys(att, layer, ctx - 1, only), k, _keys(att, layer, ctx + m - 1, only), m, cache)
+                 for k, (att, layer, only) in zip(prompt, plan.slots)]
     decodes = {name: batch * k.total(m, m, steps) for name, k in (plan.decode if plan.schedules else plan.decode[:1])}
     cached = plan.cached.total(gen, gen, [_cached_of(p, a, gen, cache) for p, a in zip(prompt, after)])
     tokens, dense = _rerun_tokens(ctx, last), _rerun_dense(ctx, last, s.dense_attn)

@@ -36,13 +36,13 @@ HARMLESS_KEYS = frozenset({
 # and no encoder; any other value is refused by its mechanism (chunked attention, encoder/cross-attention).
 NEUTRAL_VALUES: dict[str, tuple] = {"chunk_size_feed_forward": (0, None), "is_encoder_decoder": (False, None)}
 ALLOWED_KEYS = DECODER_KEYS | HARMLESS_KEYS
-# A plain decoder cannot be built without these. A saved config leaves out the keys equal to its own class's defaults
-# (transformers' to_diff_dict), which for a class kvcalc does not know are unknown: num_key_value_heads and
-# tie_word_embeddings are required, as Llama's defaults (n_heads, untied) are not every class's (InternLM3: 2 KV heads,
-# a KV cache 16 times smaller than MHA's; about half the classes tie). head_dim takes Llama's d / n_heads, the
-# biases false, as the warning says.
-REQUIRED_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
-                 "vocab_size", "max_position_embeddings", "tie_word_embeddings")
+# A plain decoder cannot be built without these. The others take the rules the warning states: num_key_value_heads
+# and head_dim Llama's (n_heads, d / n_heads: a config saved by transformers always writes these keys, which are no
+# PretrainedConfig keys, so one without them predates them or was written by hand), tie_word_embeddings
+# PretrainedConfig's true before transformers 5 (the one value of it that to_diff_dict left out: 5.x writes it always),
+# the biases false.
+REQUIRED_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+                 "max_position_embeddings")
 
 # Key-name patterns of mechanisms kvcalc does not model for a model_type it does not know, first match wins.
 # Experts are here too: kvcalc models MoE, but which layers are sparse, whether intermediate_size is per expert and
@@ -109,9 +109,7 @@ def check(cfg: dict, origin: str) -> None:
                                    "is imported as a plain decoder only when every key is a standard one")
     missing = [k for k in REQUIRED_KEYS if cfg.get(k) is None]
     if missing:
-        raise _refuse(cfg, origin, f"a plain decoder needs the standard keys it lacks: {', '.join(missing)} (a saved "
-                                   "config leaves out the keys equal to its class's defaults, which kvcalc does not "
-                                   "know for this model_type)")
+        raise _refuse(cfg, origin, f"a plain decoder needs the standard keys it lacks: {', '.join(missing)}")
     act = cfg.get("hidden_act", "silu")  # absent: LlamaConfig's default
     if not isinstance(act, str) or act not in GATED_ACTIVATIONS:
         raise _refuse(cfg, origin, f"hidden_act {show(act)}: a plain decoder is built with Llama's gated SiLU FFN (gate, "
@@ -148,8 +146,13 @@ def assumption(cfg: dict, origin: str = "config.json") -> str:
     has been imported, so its keys are valid (`origin` names the file should one not be)."""
     parts = ["the same attention in every layer", "a gated FFN of intermediate_size",
              "LayerNorm (layer_norm_eps)" if "layer_norm_eps" in cfg and "rms_norm_eps" not in cfg else "RMSNorm"]
+    if cfg.get("num_key_value_heads") is None:
+        parts.append("MHA (num_key_value_heads absent: Llama's rule, as many KV heads as query heads)")
     if cfg.get("head_dim") is None:
         parts.append("head_dim hidden_size / num_attention_heads (absent: Llama's rule)")
+    if "tie_word_embeddings" not in cfg:
+        parts.append("tied embeddings (tie_word_embeddings absent: PretrainedConfig's default before transformers 5, "
+                     "the value a saved config left out)")
     window = _window_rule(cfg, origin)[1]
     if window:
         parts.append(window)
@@ -167,7 +170,7 @@ def plain_decoder(cfg: dict, origin: str, notes: list[str]) -> dict:
     if cfg.get("sliding_window") and not _use_window(cfg, origin):
         notes.append(f"use_sliding_window is false: sliding_window {show(cfg['sliding_window'])} does not apply")
         cfg["sliding_window"] = None
-    body = decoder(cfg, origin, str(cfg["model_type"]), notes, sliding=sliding,
+    body = decoder(cfg, origin, str(cfg["model_type"]), notes, tie_default=True, sliding=sliding,
                    reads=("attention_bias", "mlp_bias"))  # Llama's rule, as the assumption says
     if "layer_norm_eps" in cfg and "rms_norm_eps" not in cfg:
         body["norm"] = "layernorm"

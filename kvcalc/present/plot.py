@@ -109,7 +109,7 @@ class Metric:
 METRIC_INFO: dict[str, Metric] = {m.name: m for m in (
     Metric("cache", "KV cache (bytes)", _cache_bytes),
     Metric("state", "Constant state (bytes)", _state_bytes, windowed=False),
-    Metric("flops-decode", "Decode FLOPs per step", _decode_flops),  # a step: a token for every sequence
+    Metric("flops-decode", "Decode FLOPs per step", _decode_flops),  # a step: a token for every sequence (--mtp: a speculative one)
     Metric("flops-prefill", "Prefill FLOPs", _prefill_flops),
     Metric("decode-time", "Decode time per step (s)", _decode_seconds, needs_hardware=True),
 )}
