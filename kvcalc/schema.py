@@ -271,6 +271,7 @@ def _cost() -> dict[str, Any]:
     fit = _props((FitRow,))
     always = ("kv_dtype", "kv_quant", "weights_dtype", "tp", "pp", "dp", "ep", "dp_attention", "mtp")
     settings = {**{k: fit[k] for k in always},
+                "mtp": _figure_schema(FIGURES["mtp"]),  # cost's FLOPs count them too: a decode step speculative
                 "dense_attn": {"type": "boolean", "description": "--dense-attn: attention counted as the full N×N matrix"},
                 **{k: fit[k] for k in ("mla_cache", "engine", "block_size", "state_dtype", "enc_ctx")},
                 "mla_schedule": _figure_schema(FIGURES["mla_schedule"], True),

@@ -299,6 +299,12 @@ def test_mtp_layers_count_only_when_asked():
     # (the union), in the 61 layers and the MTP layer: 2 · d_c · n_h · (d_nope + d_v) = 2 · 512 · 128 · 256 a key
     naive = decode_flops(s, Settings(ctx=4 * K, mtp=True, mla_schedule="naive"))
     assert naive["attn/kv_up"] == 61 * 4097 * 2 * 512 * 128 * 256 and sum(naive.values()) == 8_711_851_311_104
+    # DeepSeek-V3.2's queries each attend a top-k of 2,048 (their union the selections decide): each query's own, but
+    # never more than the keys the step sees (a review: at ctx 2,048 the two queries' 4,096 of a cache of 2,049)
+    v32, key = spec("deepseek-v3.2"), 2 * 512 * 128 * 256
+    for ctx, keys in ((2048, 2049), (2049, 2050), (8192, 2 * 2048), (2047, 2048)):
+        dsa = decode_flops(v32, Settings(ctx=ctx, mtp=True, mla_schedule="naive"))
+        assert dsa["attn/kv_up"] == 61 * keys * key, ctx
     # the step's all-reduces carry its two tokens a sequence: 123 reductions (embedding, 61 attention, 61 FFN) of
     # 8 sequences · 2 tokens · 7,168 · 2 bytes under --tp 8
     reduce = json.loads(run("cost", "deepseek-v3", "--ctx", "4k", "--tp", "8", "--batch", "8", "--mtp", "-f", "json").stdout)

@@ -18,12 +18,16 @@ def _title(*args: str) -> str:
 def test_mtp_named_where_its_layer_is_counted():
     # deepseek-v3: 61 layers + 1 MTP layer, each a 512 + 64 latent in bf16
     title = _title("compare", "deepseek-v3", "--ctx", "32k", "--mtp")
-    assert title.endswith(", MTP layers counted"), title
+    assert title.endswith(", MTP layers counted, decode steps speculative"), title
     row = json.loads(run("compare", "deepseek-v3", "--ctx", "32k", "--mtp", "--format", "json").stdout)[0]
     assert row["kv_bytes_per_token"] == 62 * 576 * 2 == 71_424
     assert "MTP" not in _title("compare", "deepseek-v3", "--ctx", "32k")
     # of two models, the one with MTP layers is named
-    assert _title("compare", "deepseek-v3", "llama3.1-8b", "--mtp").endswith(", deepseek-v3's MTP layers counted")
+    assert _title("compare", "deepseek-v3", "llama3.1-8b", "--mtp").endswith(
+        ", deepseek-v3's MTP layers counted, its decode steps speculative")
+    # cost's decode columns are a speculative step's: the last token and its one draft a sequence
+    assert _title("cost", "deepseek-v3", "--ctx", "4k", "--mtp").endswith(
+        ", its 1 MTP layer run: a decode step verifies 2 tokens a sequence")
 
 
 def test_layout_and_dp_attention_named_beside_the_per_gpu_figures():

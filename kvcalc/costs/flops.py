@@ -487,7 +487,8 @@ def speculated(spec: ModelSpec) -> int:
     vLLM 0.34.0 verifies all 1 + k in one forward of the model (v1/core/sched/scheduler.py: num_tokens_with_spec),
     logits at each, and its drafter's first pass runs the MTP layer over the same 1 + k positions
     (v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py: "num_speculative_steps + 1 tokens"), a draft logit
-    a sequence; kvcalc runs every MTP layer so (vLLM's later draft steps, k > 1, run one token each)."""
+    a sequence; with k > 1 modules its MultiModuleMTPSpeculator runs every module so (multi_module_mtp/speculator.py
+    _generate_drafts), as kvcalc counts them."""
     return 1 + spec.mtp_layers
 
 
@@ -499,9 +500,10 @@ def _verify_of(before: Keys, first: Keys, last: Keys, m: int, mla_cache: str) ->
     One pass rebuilds each key it attends once (naive MLA from a latent cache, as a prefill does): the union of the
     queries' keys. Each query's keys run from where the first's start (windows and chunks start no earlier later on)
     to itself, so the union is keys_at(ctx) + m − 1; where a query attends a selection of what it scans (DSA's top-k,
-    whose union the selections decide), each query's own are counted."""
+    whose union the selections decide), each query's own are counted, at most every key the pass sees (scan_at(ctx)
+    + m − 1)."""
     pairs, scans = last.prefill - before.prefill, last.scan_prefill - before.scan_prefill
-    union = first.at + m - 1 if last.at == last.scan_at else pairs
+    union = first.at + m - 1 if last.at == last.scan_at else min(pairs, first.scan_at + m - 1)
     return _new(Work, (m, pairs, union if mla_cache == "latent" else m, scans))
 
 

@@ -310,8 +310,8 @@ def settings_words(specs: Sequence[ModelSpec], grid: Sequence[Settings], prefill
     words += ["attention as dense N×N matrices"] if prefill and s.dense_attn else []
     mtp = [spec for spec in specs if spec.mtp_layers] if s.mtp else []
     if mtp:
-        words.append("MTP layers counted" if len(mtp) == len(specs) else
-                     f"{', '.join(spec.name for spec in mtp)}'s MTP layers counted")
+        words.append("MTP layers counted, decode steps speculative" if len(mtp) == len(specs) else
+                     f"{', '.join(spec.name for spec in mtp)}'s MTP layers counted, its decode steps speculative")
     if s.enc_ctx is not None and any(spec.encoder is not None for spec in specs):
         words.append(f"encoder ctx {s.enc_ctx:,}")
     return words + (["windows ignored"] if no_windows else [])
@@ -620,7 +620,8 @@ def cost_output(lm: LoadedModel, s: Settings, units: str) -> Output:
                **cost_settings(spec, s, cache.plan)}
     title = (f"{spec.name}: FLOPs, prompt {s.ctx:,} tokens, {s.gen:,} generated, batch {s.batch}" + mla_note([spec], s, False)
              + (", attention as dense N×N matrices" if s.dense_attn else "")
-             + (f", its {spec.mtp_layers} MTP layer{'s' if spec.mtp_layers != 1 else ''} run" if s.mtp and spec.mtp_layers else ""))
+             + (f", its {spec.mtp_layers} MTP layer{'s' if spec.mtp_layers != 1 else ''} run: a decode step verifies "
+                f"{1 + spec.mtp_layers} tokens a sequence" if s.mtp and spec.mtp_layers else ""))
     warnings = _load_warnings([lm]) + over_max(spec, s.ctx + s.gen,
                                                f"the prompt of {s.ctx:,} plus {s.gen:,} generated tokens ({s.ctx + s.gen:,})")
     warnings += option_warnings([spec], s) + latent_prefill_notes(spec, s, sum(passes["prefill"].values()))
