@@ -17,6 +17,7 @@ from kvcalc.attention.base import Layer, chunk_keys_seen, chunk_keys_seen_sum
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.flops import decode_flops, decode_total, generate_flops, prefill_flops
 from kvcalc.costs.params import param_counts
+from kvcalc.costs.traffic import decode_bytes
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec
 
@@ -309,6 +310,10 @@ def test_mtp_layers_count_only_when_asked():
     # 8 sequences · 2 tokens · 7,168 · 2 bytes under --tp 8
     reduce = json.loads(run("cost", "deepseek-v3", "--ctx", "4k", "--tp", "8", "--batch", "8", "--mtp", "-f", "json").stdout)
     assert reduce["summary"]["tp_allreduce_bytes"] == 123 * 8 * 2 * 7168 * 2
+    # the step reads the MTP layer's weights (its active parameters, bf16) and the shared head a second time: the
+    # drafter's logits go through it after the model's (vLLM's share_target_lm_head)
+    more = decode_bytes(s, Settings(ctx=4 * K, mtp=True))["weights"] - decode_bytes(s, Settings(ctx=4 * K))["weights"]
+    assert more == 2 * (q.active - p.active) + 2 * 129_280 * d
     gen = json.loads(run("cost", "deepseek-v3", "--ctx", "4k", "--gen", "10", "--mtp", "-f", "json").stdout)["flops"]
     assert gen["generate_cached_absorbed"]["mtp/head"] == 10 * 2 * d * 129_280  # one draft a generated token
     assert gen["prefill"]["mtp/head"] == 2 * d * 129_280  # the prompt's last position only, as the main head

@@ -192,6 +192,10 @@ def decode_weights(spec: ModelSpec, s: Settings) -> int:
 
 def _decode_weights(spec: ModelSpec, s: Settings) -> int:
     read = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[0] + _lookup_rows(spec, s.batch, 1)
+    if s.mtp and spec.mtp_layers:  # a speculative step's drafter reads the shared LM head again, after the model's
+        # forward (vLLM's MTP drafter computes its draft logits through the target's head: eagle/utils.py
+        # share_target_lm_head); at --weights-dtype (an engine's wider head is counted at its width once)
+        read += spec.vocab_size * spec.d_model
     return _weights_read_bytes(spec, s, read, s.batch, 1, prefill=False)
 
 
