@@ -11,7 +11,7 @@ Rules (also in the README):
   FalconAttention: reduce_row_parallel_results is false under parallel_attn or new_decoder_architecture).
 - A decode step sends one token a sequence: messages of ceil(batch / dp) × d_model values at 2 bytes (bf16
   activations); under --mtp of a model with MTP layers the speculative step's 1 + k tokens a sequence
-  (kvcalc.costs.flops.speculated). `tp = 1` has none.
+  (kvcalc.costs.flops.step_tokens). `tp = 1` has none.
 - Time: a ring all-reduce moves 2·(tp − 1)/tp of its message through each GPU's link each way (NCCL's bus
   bandwidth), so time = 2·(tp − 1)/tp · bytes / the bandwidth a device has to the tp group: interconnect_bandwidth
   through a switch, the links to its tp − 1 peers in a direct mesh (Hardware.group_bandwidth: Gaudi 3), where a
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from kvcalc.attention import MLA
-from kvcalc.costs.flops import speculated
+from kvcalc.costs.flops import step_tokens
 from kvcalc.costs.params import ffn_runs
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, NoFFN
@@ -48,8 +48,7 @@ def decode_allreduce(spec: ModelSpec, s: Settings) -> AllReduce | None:
     if s.tp == 1:
         return None
     count = spec.memo(("allreduce_count", s.dp_attention), _allreduce_count, spec, s.dp_attention)
-    tokens = speculated(spec) if s.mtp and spec.mtp_layers else 1  # a speculative step's, a sequence
-    message = -(-s.batch // s.dp) * tokens * spec.d_model * ACTIVATION_BYTES
+    message = -(-s.batch // s.dp) * step_tokens(spec, s) * spec.d_model * ACTIVATION_BYTES
     return AllReduce(count, message, count * message)
 
 

@@ -473,23 +473,23 @@ def _prefill(spec: ModelSpec, s: Settings, logits: str = "last", schedule: str =
 
 
 def _decode(spec: ModelSpec, s: Settings) -> Pass:
-    if s.mtp and spec.mtp_layers:  # a speculative step
-        ctx, m = s.ctx, speculated(spec)
+    ctx, m = s.ctx, step_tokens(spec, s)
+    if m > 1:  # a speculative step
         return Pass(lambda g: _verify_of(keys_up_to(g, ctx - 1), keys_up_to(g, ctx), keys_up_to(g, ctx + m - 1), m,
                                          s.mla_cache), m, m, s.schedule, _enc(spec, s), mtp=True, drafts=1)
     return Pass(lambda g: decode_work(g, s.ctx, s.mla_cache), 1, 1, s.schedule, _enc(spec, s), mtp=s.mtp)
 
 
-def speculated(spec: ModelSpec) -> int:
-    """Tokens a speculative step runs under --mtp: the last one and k = mtp_layers drafts (vLLM's
-    num_speculative_tokens for a model whose config gives its MTP layers).
+def step_tokens(spec: ModelSpec, s: Settings) -> int:
+    """Tokens a decode step runs a sequence: one, or under --mtp a speculative step's, the last one and k = mtp_layers
+    drafts (vLLM's num_speculative_tokens for a model whose config gives its MTP layers).
 
     vLLM 0.34.0 verifies all 1 + k in one forward of the model (v1/core/sched/scheduler.py: num_tokens_with_spec),
     logits at each, and its drafter's first pass runs the MTP layer over the same 1 + k positions
     (v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py: "num_speculative_steps + 1 tokens"), a draft logit
     a sequence; with k > 1 modules its MultiModuleMTPSpeculator runs every module so (multi_module_mtp/speculator.py
     _generate_drafts), as kvcalc counts them."""
-    return 1 + spec.mtp_layers
+    return 1 + spec.mtp_layers if s.mtp else 1
 
 
 def _verify_of(before: Keys, first: Keys, last: Keys, m: int, mla_cache: str) -> Work:
@@ -530,7 +530,7 @@ def prefill_flops(spec: ModelSpec, s: Settings, logits: str = "last") -> dict[st
 
 def decode_flops(spec: ModelSpec, s: Settings) -> dict[str, int]:
     """FLOPs of one decode step at context `s.ctx` (the new token at position ctx) for `s.batch` sequences; under
-    --mtp of a model with MTP layers a speculative step (speculated: 1 + k tokens at positions ctx … ctx + k)."""
+    --mtp of a model with MTP layers a speculative step (step_tokens: 1 + k tokens at positions ctx … ctx + k)."""
     return {k: s.batch * v for k, v in _decode(spec, s).breakdown(spec).items()}
 
 
@@ -606,7 +606,7 @@ def row_flops_with(spec: ModelSpec, s: Settings, plan: RowPasses | None) -> RowF
     prompt = [_keys(att, layer, ctx, only) for att, layer, only in plan.slots]
     after = [_keys(att, layer, last, only) for att, layer, only in plan.slots]
     prefill = plan.prefill.total(ctx, 1, [_prefill_of(k, ctx, s.dense_attn) for k in prompt])  # logits: the last
-    m = speculated(spec) if s.mtp and spec.mtp_layers else 1  # a speculative step's tokens (_decode)
+    m = step_tokens(spec, s)  # a speculative step's 1 + k under --mtp (_decode)
     if m == 1:
         steps = [_decode_of(k, cache) for k in prompt]  # one work for every schedule
     else:
