@@ -21,6 +21,7 @@ from kvcalc.costs.flops import (
     prefill_total,
     row_flops_with,
     row_passes,
+    step_tokens,
 )
 from kvcalc.costs.parallel import (
     PerGpu,
@@ -221,7 +222,7 @@ def _parallel_roofline(spec: ModelSpec, s: Settings, hw: Hardware) -> tuple[Roof
     ranked = replace(replica, tp=s.tp, dp_attention=s.dp_attention)
     tp = s.tp
     decode = -(-decode_total(spec, replica) // tp)
-    read = stage_read_bytes(ranked, stages(spec, ranked)[0])  # the keys the rank's queries attend, its states
+    read = stage_read_bytes(ranked, stages(spec, ranked)[0], step_tokens(spec, s))  # the keys its queries attend, its states
     decode_read = _rank_weights(spec, s, decode_bytes(spec, replica)["weights"], replica.batch, prefill=False) + read
     prefill = -(-prefill_total(spec, replica) // tp)
     # the MLA prefill's form at the layout: SGLang's prefill graphs are off under pp, its forwards a replica's

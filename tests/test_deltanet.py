@@ -403,3 +403,15 @@ def test_vllms_gdn_checkpoint_grid_follows_the_gpus_prefill_kernel():
         # vLLM's 3 state groups (36 layers in groups of the 12 attention layers' size), each reserving 2 blocks and
         # the checkpoint's, where one is kept
         assert [g.span for g in states] == [3 if block == 576 else 2] * 3, name
+
+
+def test_a_speculative_step_writes_the_recurrent_state_once_a_token():
+    # vLLM 0.34.0's Gated DeltaNet verify (gdn_attn.py spec_state_indices; fused_sigmoid_gating stores each token's
+    # state in its own slot) reads a sequence's recurrent state once and writes it once for each of the 1 + k tokens:
+    # under --mtp (k = 1) the step moves one recurrent state more a layer, 32 value heads · 128 · 128 in bf16, beside
+    # the conv state (read and written once) and the shared LM head read again by the drafter (2 · 151,936 · 2,048 B)
+    args = ("--ctx", "4k", "--batch", "64", "--hardware", "h100-80gb")
+    (plain,), (mtp,) = compare(BUNDLED, *args), compare(BUNDLED, *args, "--mtp")
+    weights = 2 * (MTP_ACTIVE + 151_936 * D)  # the MTP layer's active weights and the head's second read, bf16
+    kv = (N_FULL + 1) * N_KV * D_H * 2 * 4096 * 2 * 64 - N_FULL * N_KV * D_H * 2 * 4096 * 2 * 64  # its own KV cache
+    assert mtp["decode_bytes_read"] - plain["decode_bytes_read"] == weights + kv + 64 * (LAYERS - N_FULL) * 32 * 128 * 128 * 2

@@ -43,7 +43,7 @@ from kvcalc.costs.paged import (
     vllm_layout,
 )
 from kvcalc.costs.quant import component_bytes, entry_bytes, group_size
-from kvcalc.costs.state import parts_bytes, state_label, state_parts
+from kvcalc.costs.state import merged_parts, parts_bytes, state_label, state_parts, temporal_parts
 from kvcalc.dtypes import bits_to_bytes, dtype_bits, elements_to_bytes
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, ResolvedGroup
@@ -78,6 +78,7 @@ class GroupCache:
     engine_bytes_per_layer: int | None = None  # whole pages of one layer, all sequences (kvcalc.costs.paged)
     engine_state_bytes_per_layer: int | None = None  # one layer's constant states as the engine stores them
     state_parts: tuple[tuple[int, str], ...] = ()  # one layer's constant state, one sequence: (elements, dtype) pairs
+    temporal_parts: tuple[tuple[int, str], ...] = ()  # its recurrent component alone (kvcalc.costs.state.temporal_parts)
     state_bytes_per_layer: int = 0  # one layer's constant states, all sequences
     every_token: bool = False  # the engine pages every token of a windowed layer (kvcalc.costs.paged.keeps_every_token)
     padded_page: int | None = None  # vLLM pads this group's attention page to the unified page (kvcalc.costs.paged)
@@ -223,6 +224,7 @@ class CachePlan:
     state_elements: int  # one sequence
     engine_state_bytes: int | None  # one sequence (--engine)
     state_parts: tuple[tuple[int, str], ...]  # the constant states of one sequence by storage dtype: (elements, dtype)
+    temporal_parts: tuple[tuple[int, str], ...]  # their recurrent components alone, the same way
     block_size: int | None
     bits: int  # bits of one element at kv_dtype
     plain: bool  # no quantisation scales and no engine pages: bytes are the elements' at kv_dtype
@@ -366,7 +368,8 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, every_to
     return GroupCache(group, formula, held, state.elements, per_layer, total, layer_bytes, bytes_,
                       state if state.elements else None, state_total, parts_bytes(parts, s.batch * len(group.layers)),
                       cross, enc_tokens if cross else 0, token_bytes(formula, heads, s), heads, block, n_pages or 0,
-                      paged, engine_state, parts, parts_bytes(parts, s.batch), every_token, own.padded_page, pad, pad_state)
+                      paged, engine_state, parts, temporal_parts(group, s), parts_bytes(parts, s.batch), every_token,
+                      own.padded_page, pad, pad_state)
 
 
 def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
@@ -448,11 +451,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     per_token = sum(r.formula.elements * r.n_layers for r in growing)
     plain = s.kv_quant == "none"
     blocks = [r.block_size for r in rows if r.block_size is not None]
-    by_dtype: dict[str, int] = {}  # the states of one sequence, all layers, by storage dtype
-    for r in rows:
-        for n, dtype in r.state_parts:
-            by_dtype[dtype] = by_dtype.get(dtype, 0) + n * r.n_layers
-    states = tuple((n, dtype) for dtype, n in by_dtype.items())
+    states = merged_parts((n * r.n_layers, dtype) for r in rows for n, dtype in r.state_parts)  # one sequence, all layers
     return CachePlan(
         model=spec.name,
         kv_dtype=s.kv_dtype,
@@ -469,6 +468,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
                          else sum(r.bytes_per_token_per_layer * r.n_layers for r in growing)),
         state_elements=sum(r.state_elements for r in rows),
         state_parts=states,
+        temporal_parts=merged_parts((n * r.n_layers, dtype) for r in rows for n, dtype in r.temporal_parts),
         engine_state_bytes=(sum((r.engine_state_bytes_per_layer or 0) * (r.n_layers + r.pad_state_layers) for r in rows)
                             if s.engine else None),
         block_size=max(blocks) if blocks else None,

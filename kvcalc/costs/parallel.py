@@ -167,6 +167,7 @@ class _StageGroup:
     latent_split: bool  # SGLang's DP attention splits this group's sequences over the tp ranks
     pad: int = 0  # vLLM's padding slots of its attention spec on this stage, in layers (PoolLayout.pads)
     pad_state: int = 0  # the same for its constant state's spec
+    temporal_parts: tuple[tuple[int, str], ...] = ()  # its state's recurrent component alone (state.temporal_parts)
 
 
 class AdmissionGroup(NamedTuple):
@@ -256,7 +257,8 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
             if n or pad or pad_state:  # its layers here, or vLLM's padding slots of their spec
                 groups.append(_StageGroup(group.label, n, group_term(gc, one, enc, ahead, limit), gc.state_elements_per_layer, gc.state_parts,
                                           gc.engine_state_bytes_per_layer,
-                                          s.dp_attention and isinstance(group.attention, MLA), pad, pad_state))
+                                          s.dp_attention and isinstance(group.attention, MLA), pad, pad_state,
+                                          gc.temporal_parts))
         # SGLang's DP attention runs attention at attention-tp size 1: every rank holds the whole attention weights
         weighed = list(everyone) if s.dp_attention else ranks
         params = _stage_params(spec, s, i, layers, len(ranges), weighed[:len(spec.groups)])
@@ -542,14 +544,17 @@ def gpu_groups(s: Settings, plan: Stage) -> list[GroupOnGpu]:
 _new = tuple.__new__  # a PerGpu past its generated __new__ (a row of a sweep makes one)
 
 
-def stage_read_bytes(s: Settings, plan: Stage) -> int:
+def stage_read_bytes(s: Settings, plan: Stage, tokens: int = 1) -> int:
     """What one GPU of a stage reads of its cache and states in a decode step at the settings' context (its share of
     the sequences), as on one GPU (kvcalc.costs.traffic): the keys each layer's query attends, by token
-    (GroupTerm.read_bytes: each tensor as the engine stores it), and every state read and written back; not the
-    engine's whole or padded pages."""
+    (GroupTerm.read_bytes: each tensor as the engine stores it), and every state read and written back (a step of
+    `tokens` a sequence, speculative under --mtp, writes the recurrent state once a token); not the engine's whole or
+    padded pages."""
     keys = sum(g.n * g.term.read_bytes(s.ctx, _sequences(s, g), s) for g in plan.groups)
     # each state read and written back: twice its bytes, as traffic.decode_bytes counts them on one GPU
-    return keys + 2 * merged_bytes((g.n * _sequences(s, g) * n, dtype) for g in plan.groups for n, dtype in g.state_parts)
+    states = 2 * merged_bytes((g.n * _sequences(s, g) * n, dtype) for g in plan.groups for n, dtype in g.state_parts)
+    return keys + states + (tokens - 1) * merged_bytes((g.n * _sequences(s, g) * n, dtype) for g in plan.groups
+                                                       for n, dtype in g.temporal_parts)
 
 
 def stage_written_bytes(s: Settings, plan: Stage) -> int:

@@ -33,6 +33,17 @@ def state_parts(group: ResolvedGroup, s: Settings) -> tuple[tuple[int, str], ...
     return tuple((n, dtype) for dtype, n in by_dtype.items())
 
 
+def temporal_parts(group: ResolvedGroup, s: Settings) -> tuple[tuple[int, str], ...]:
+    """One layer's recurrent state component of `group` (its kind's `temporal`: what a step carries from token to
+    token, not the convolution's inputs), one sequence, as (elements, dtype) pairs like state_parts: what a
+    speculative verify writes once a token (vLLM's Gated DeltaNet: fused_sigmoid_gating stores each token's state in
+    its own slot, spec_state_indices); none for a layer without a state."""
+    kind, layer = _state_kind(group)
+    name: str = getattr(kind, "temporal", "")
+    n = kind.state_formula(layer).components.get(name, 0)
+    return ((n, component_dtypes(group, s)[name]),) if n else ()
+
+
 def component_dtypes(group: ResolvedGroup, s: Settings) -> dict[str, str]:
     """The storage dtype of each component of one layer's constant state of `group` ('ssm', 'conv', ...), as
     state_parts stores them."""
@@ -65,13 +76,19 @@ def parts_bytes(parts: tuple[tuple[int, str], ...], copies: int) -> int:
     return sum(elements_to_bytes(copies * n, dtype) for n, dtype in parts)
 
 
-def merged_bytes(parts: Iterable[tuple[int, str]]) -> int:
-    """Bytes of states given as (elements, dtype) pairs from several layers or groups, each dtype's elements summed
-    and rounded up to whole bytes once (README conventions: bytes on totals)."""
+def merged_parts(parts: Iterable[tuple[int, str]]) -> tuple[tuple[int, str], ...]:
+    """(elements, dtype) pairs from several layers or groups as one pair a dtype, its elements summed (in the order
+    the dtypes first come)."""
     by_dtype: dict[str, int] = {}
     for n, dtype in parts:
         by_dtype[dtype] = by_dtype.get(dtype, 0) + n
-    return sum(elements_to_bytes(n, dtype) for dtype, n in by_dtype.items())
+    return tuple((n, dtype) for dtype, n in by_dtype.items())
+
+
+def merged_bytes(parts: Iterable[tuple[int, str]]) -> int:
+    """Bytes of states given as (elements, dtype) pairs from several layers or groups, each dtype's elements summed
+    and rounded up to whole bytes once (README conventions: bytes on totals)."""
+    return sum(elements_to_bytes(n, dtype) for n, dtype in merged_parts(parts))
 
 
 def state_label(parts: tuple[tuple[int, str], ...], default: str) -> str:

@@ -27,6 +27,7 @@ from typing import NamedTuple
 from kvcalc.attention import KV_PROJECTIONS
 from kvcalc.costs.cache import CacheReport, kv_cache, read_at, written_at
 from kvcalc.costs.engine_files import engine_read_extra_bits, expert_tokens, mxfp4_scale_bytes, unquantized_params
+from kvcalc.costs.flops import step_tokens
 from kvcalc.costs.params import (
     expert_matrices,
     ffn_of_layer,
@@ -37,6 +38,7 @@ from kvcalc.costs.params import (
     router_params,
 )
 from kvcalc.costs.prefill_form import absorbed_queries
+from kvcalc.costs.state import parts_bytes
 from kvcalc.dtypes import dtype_bits
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, MoEFFN
@@ -178,8 +180,9 @@ def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
     # where every layer reads what it holds, the read is the cache's own bytes, already computed
     out = {"weights": weights, "kv_cache": cache.bytes if cache.plan.reads_held else read_at(cache.plan, s)}
     state = cache.state_bytes
-    if state:
-        out["state"] = 2 * state  # 2: a step reads each state and writes its update
+    if state:  # a step reads each state and writes its update; a speculative one (--mtp) writes the recurrent state
+        # once a token it verifies (vLLM's Gated DeltaNet: one slot a token, spec_state_indices)
+        out["state"] = 2 * state + (step_tokens(spec, s) - 1) * parts_bytes(cache.plan.temporal_parts, s.batch)
     return out
 
 
