@@ -337,3 +337,15 @@ def test_a_figure_names_the_settings_its_values_depend_on(models):
     assert line.get_ydata()[0] == sum(decode_flops(models[0][1], replace(one, batch=8, kv_dtype="fp8")).values())
     # a figure of models without MLA layers at the defaults has no title
     assert plot_figure(models[:1], [4096], ["cache"], one)._suptitle is None
+
+
+@pytest.mark.slow
+def test_a_long_caption_wraps_within_one_panel():
+    # a review: one panel's caption ("MLA latent cache, naive decode, MTP layers counted, ...") ran past both edges
+    fig = plot_figure([("deepseek-v3.2", bundled("deepseek-v3.2"))], CTXS, ["flops-decode"],
+                      Settings(ctx=1, mtp=True, mla_schedule="naive"))
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    title, page = fig._suptitle.get_window_extent(renderer), fig.bbox
+    assert "decode steps speculative" in fig._suptitle.get_text()
+    assert page.x0 <= title.x0 and title.x1 <= page.x1, (title, page)

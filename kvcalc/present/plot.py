@@ -290,7 +290,7 @@ def plot_figure(models: list[tuple[str, ModelSpec]], ctxs: list[int], metrics: l
         for ax, metric in zip(axes, chosen):
             _panel(ax, models, points, metric, s, handles)
         if caption := settings_caption([spec for _, spec in models], s, [m.name for m in chosen]):
-            fig.suptitle(caption)
+            fig.suptitle(caption, wrap=True)  # wrapped at the figure's edges: one panel is a column wide
         # the models in their order, then the markers' meanings
         shown = [h for k, h in handles.items() if k.startswith("model:")] + \
                 [h for k, h in handles.items() if not k.startswith("model:")]
