@@ -58,8 +58,9 @@ class CostFigures:
     flops_generate_uncached: int = figure("Generate\n(no cache)", "flops",
                                           "FLOPs of generating gen tokens without a cache (each step re-runs its prefix), every sequence of the batch")
     decode_bytes_read: int = figure("Decode\nbytes read", "bytes", "bytes one decode step reads, the model's weights counted once (as "
-                                    "one replica reads them; under --dp each replica reads its own): active weights (MoE: top-k + shared experts, a lower bound when a step runs more than one token: batch above 1, or --mtp) + KV cache (+ states "
-                                    "read and written back); the step times use one rank's share")
+                                    "one replica reads them; under --dp each replica reads its own): active weights (MoE: top-k + shared experts, a lower bound when a step runs more than one token: batch above 1, or --mtp; "
+                                    "--mtp: the LM head again for each draft) + KV cache (+ states read and written back; --mtp: a recurrent state "
+                                    "written a token verified); the step times use one rank's share")
     decode_intensity: float = figure("FLOP\nper byte", "float", "flops_decode_token / decode_bytes_read, the whole model's (under --tp a "
                                      "rank's can be lower: it reads MLA's latent whole)")
     mla_schedule: str | None = figure("MLA\nschedule", "text", "MLA decode schedule in effect (MLA models)")

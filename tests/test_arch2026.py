@@ -14,6 +14,7 @@ import pytest
 from conftest import REFERENCE, run, spec
 from kvcalc.attention import GQA, Work
 from kvcalc.attention.base import Layer, chunk_keys_seen, chunk_keys_seen_sum
+from kvcalc.costs import traffic
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.flops import decode_flops, decode_total, generate_flops, prefill_flops
 from kvcalc.costs.params import param_counts
@@ -314,6 +315,16 @@ def test_mtp_layers_count_only_when_asked():
     # drafter's logits go through it after the model's (vLLM's share_target_lm_head)
     more = decode_bytes(s, Settings(ctx=4 * K, mtp=True))["weights"] - decode_bytes(s, Settings(ctx=4 * K))["weights"]
     assert more == 2 * (q.active - p.active) + 2 * 129_280 * d
+    # with two MTP layers (a spec of one's own), two drafts: the head read twice more
+    two = s.model_copy(update={"mtp_layers": 2})
+    more = decode_bytes(two, Settings(ctx=4 * K, mtp=True))["weights"] - decode_bytes(two, Settings(ctx=4 * K))["weights"]
+    assert more == 2 * 2 * (q.active - p.active) + 2 * 2 * 129_280 * d
+    # under vLLM with fp8 weights the head stays bf16 (ParallelLMHead: unquantized), and the drafter reads that very
+    # tensor (a review: the second read was counted at fp8's byte)
+    fp8 = Settings(ctx=4 * K, engine="vllm", weights_dtype="fp8")
+    once, twice = (traffic._weights_read_bytes(s, fp8, 10**9 + (h - 1) * 129_280 * d, 1, 1, prefill=False, heads=h)
+                   for h in (1, 2))
+    assert twice - once == 2 * 129_280 * d
     gen = json.loads(run("cost", "deepseek-v3", "--ctx", "4k", "--gen", "10", "--mtp", "-f", "json").stdout)["flops"]
     assert gen["generate_cached_absorbed"]["mtp/head"] == 10 * 2 * d * 129_280  # one draft a generated token
     assert gen["prefill"]["mtp/head"] == 2 * d * 129_280  # the prompt's last position only, as the main head

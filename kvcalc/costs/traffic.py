@@ -130,13 +130,14 @@ def _plan_moe_runs(spec: ModelSpec, mtp: bool) -> list[_MoeRun]:
 
 
 def _weights_read_bytes(spec: ModelSpec, s: Settings, params: int, tokens: int, positions: int, prefill: bool,
-                        absorbed: int | None = 0) -> int:
+                        absorbed: int | None = 0, heads: int = 1) -> int:
     """Bytes of the `params` weights a pass of `tokens` tokens at `positions` positions reads (a decode step: the
     batch at one position; a prefill: batch · ctx at ctx), at --weights-dtype, and under an engine at the widths it
     keeps them (engine_files.engine_read_extra_bits: a decode step reads MLA's copies under the absorbed schedule, a
     prefill where it attends `absorbed` of its ctx queries absorbed (prefill_form.absorbed_queries): in kv_b_proj's
     stead for all of them, beside it for some) with the MXFP4 block scales of the experts the pass reaches (mxfp4_scale_bytes: a decode
-    step's top-k, a prefill's min(E, T · k)); rounded up once."""
+    step's top-k, a prefill's min(E, T · k)); rounded up once. `heads`: the LM head's reads among `params`, each at
+    the head's width (a speculative step's drafter reads it again for each MTP layer)."""
     bits = params * dtype_bits(s.weights_dtype, "weights")
     if s.engine not in ("vllm", "sglang"):
         return -(-bits // 8)
@@ -146,7 +147,7 @@ def _weights_read_bytes(spec: ModelSpec, s: Settings, params: int, tokens: int, 
     whole = replace(s, tp=1, pp=1, dp=1, ep=1, dp_attention=False)  # the whole model's weights, as one replica reads them
     plain = unquantized_params(spec, whole, [(run.ffn, run.count) for run in ffn_runs(spec)], first=prefill)
     bits += engine_read_extra_bits(
-        spec, s, held, head=spec.vocab_size * spec.d_model, lookups=_lookup_rows(spec, tokens, positions),
+        spec, s, held, head=heads * spec.vocab_size * spec.d_model, lookups=_lookup_rows(spec, tokens, positions),
         routers=sum(r.layers * r.router for r in runs), mtp_proj=spec.mtp_layers * mtp_proj_and_norms(spec)[0] if mtp else 0,
         plain=plain, absorbed=absorbed != 0 if prefill else s.schedule == "absorbed",
         both=prefill and absorbed != s.ctx)
@@ -195,11 +196,11 @@ def decode_weights(spec: ModelSpec, s: Settings) -> int:
 
 def _decode_weights(spec: ModelSpec, s: Settings) -> int:
     read = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[0] + _lookup_rows(spec, s.batch, 1)
-    if s.mtp and spec.mtp_layers:  # a speculative step's drafter reads the shared LM head again, after the model's
-        # forward (vLLM's MTP drafter computes its draft logits through the target's head: eagle/utils.py
-        # share_target_lm_head); at --weights-dtype (an engine's wider head is counted at its width once)
-        read += spec.vocab_size * spec.d_model
-    return _weights_read_bytes(spec, s, read, s.batch, 1, prefill=False)
+    # a speculative step's drafter reads the shared LM head again for each MTP layer's draft, after the model's
+    # forward: vLLM installs the target's head itself (eagle/utils.py share_target_lm_head), at the head's width
+    drafts = spec.mtp_layers if s.mtp else 0
+    read += drafts * spec.vocab_size * spec.d_model
+    return _weights_read_bytes(spec, s, read, s.batch, 1, prefill=False, heads=1 + drafts)
 
 
 def prefill_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,

@@ -230,8 +230,10 @@ def cost_summary_rows(fig: CostFigures, kv_cache_bytes: int, units: str = "binar
     items += (engine or []) + (per_gpu or [])
     items += [
         ("decode_bytes_read", fig.decode_bytes_read, b(fig.decode_bytes_read),
-         f"one decode step at ctx: active weights{f' as {engine_name} keeps them' if engine_name else ''} + KV cache"
-         f"{states} (MoE: a lower bound when a step runs more than one token: batch above 1, or --mtp)"),
+         f"one decode step at ctx: active weights{f' as {engine_name} keeps them' if engine_name else ''}"
+         f"{' (the LM head again for each draft)' if speculative else ''} + KV cache{states}"
+         f"{' (a recurrent state written a token verified)' if speculative and state_bytes else ''}"
+         " (MoE: a lower bound when a step runs more than one token: batch above 1, or --mtp)"),
         ("decode_intensity", fig.decode_intensity, f"{format_number(fig.decode_intensity)} FLOP/byte",
          f"{format_flops(fig.flops_decode_token)} per decode step / bytes read"),
     ]
