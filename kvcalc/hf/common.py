@@ -48,6 +48,8 @@ CONFIG_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen3_vl": ("Qwen3VLTextConfig", {"num_key_value_heads": 32, "head_dim": 128}),  # (000c33fd)
     "qwen3_vl_moe": ("Qwen3VLMoeTextConfig", {"num_key_value_heads": 16}),
     "minimax_m2": ("MiniMaxM2Config", {"num_key_value_heads": 8, "head_dim": 128}),
+    # CwmConfig (transformers 5.25): Code World Model's 8 KV heads of 128, a window of 8,192 on three layers of four
+    "cwm": ("CwmConfig", {"num_key_value_heads": 8, "head_dim": 128, "sliding_window": 8192}),
     # GlmConfig and Glm4Config (transformers 5.25): GLM-4-9B's GQA of 2 KV heads, q/k/v biases on
     "glm": ("GlmConfig", {"num_key_value_heads": 2, "head_dim": 128, "attention_bias": True}),
     "glm4": ("Glm4Config", {"num_key_value_heads": 2, "head_dim": 128, "attention_bias": True}),

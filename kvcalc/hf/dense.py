@@ -52,6 +52,15 @@ def _arcee(cfg, origin, notes):
     return decoder(cfg, origin, "arcee", notes, reads=("attention_bias", "mlp_bias"), ffn=ffn)
 
 
+@importer("cwm")
+def _cwm(cfg, origin, notes):
+    # CwmForCausalLM (Code World Model; transformers models/cwm, 5.25; vLLM 0.34.0 through its Transformers backend):
+    # Llama's decoder with q/k/v/o never biased and MLPs biased by mlp_bias; without layer_types, CwmConfig slides
+    # every layer but each fourth (i % 4 == 0: full), over sliding_window keys, the query included (masking_utils)
+    cfg = with_defaults(cfg, "cwm", notes)
+    return decoder(cfg, origin, "cwm", notes, reads=("mlp_bias",), sliding=lambda i: i % 4 != 0)
+
+
 @importer("mistral")
 def _mistral(cfg, origin, notes):
     cfg = with_defaults(cfg, "mistral", notes)
