@@ -89,7 +89,7 @@ from kvcalc.costs.paged import (
     vllm_layout,
 )
 from kvcalc.costs.params import expert_matrices, router_params
-from kvcalc.costs.state import merged_bytes, parts_bytes
+from kvcalc.costs.state import merged_bytes, parts_bytes, step_state_bytes
 from kvcalc.dtypes import bits_to_bytes
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
@@ -551,10 +551,9 @@ def stage_read_bytes(s: Settings, plan: Stage, tokens: int = 1) -> int:
     `tokens` a sequence, speculative under --mtp, writes the recurrent state once a token); not the engine's whole or
     padded pages."""
     keys = sum(g.n * g.term.read_bytes(s.ctx, _sequences(s, g), s) for g in plan.groups)
-    # each state read and written back: twice its bytes, as traffic.decode_bytes counts them on one GPU
-    states = 2 * merged_bytes((g.n * _sequences(s, g) * n, dtype) for g in plan.groups for n, dtype in g.state_parts)
-    return keys + states + (tokens - 1) * merged_bytes((g.n * _sequences(s, g) * n, dtype) for g in plan.groups
-                                                       for n, dtype in g.temporal_parts)
+    states = merged_bytes((g.n * _sequences(s, g) * n, dtype) for g in plan.groups for n, dtype in g.state_parts)
+    temporal = merged_bytes((g.n * _sequences(s, g) * n, dtype) for g in plan.groups for n, dtype in g.temporal_parts)
+    return keys + step_state_bytes(states, temporal, tokens)  # as traffic.decode_bytes counts them on one GPU
 
 
 def stage_written_bytes(s: Settings, plan: Stage) -> int:

@@ -76,6 +76,13 @@ def parts_bytes(parts: tuple[tuple[int, str], ...], copies: int) -> int:
     return sum(elements_to_bytes(copies * n, dtype) for n, dtype in parts)
 
 
+def step_state_bytes(state: int, temporal: int, tokens: int) -> int:
+    """Bytes a decode step of `tokens` a sequence moves of constant states of `state` bytes, `temporal` of them their
+    recurrent components: each state read and written back once, and the recurrent component written once more a
+    token past the first (a speculative verify: vLLM's Gated DeltaNet stores each token's state in its own slot)."""
+    return 2 * state + (tokens - 1) * temporal
+
+
 def merged_parts(parts: Iterable[tuple[int, str]]) -> tuple[tuple[int, str], ...]:
     """(elements, dtype) pairs from several layers or groups as one pair a dtype, its elements summed (in the order
     the dtypes first come)."""

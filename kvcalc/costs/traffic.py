@@ -38,7 +38,7 @@ from kvcalc.costs.params import (
     router_params,
 )
 from kvcalc.costs.prefill_form import absorbed_queries
-from kvcalc.costs.state import parts_bytes
+from kvcalc.costs.state import parts_bytes, step_state_bytes
 from kvcalc.dtypes import dtype_bits
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, MoEFFN
@@ -181,9 +181,8 @@ def decode_bytes(spec: ModelSpec, s: Settings, cache: CacheReport | None = None,
     # where every layer reads what it holds, the read is the cache's own bytes, already computed
     out = {"weights": weights, "kv_cache": cache.bytes if cache.plan.reads_held else read_at(cache.plan, s)}
     state = cache.state_bytes
-    if state:  # a step reads each state and writes its update; a speculative one (--mtp) writes the recurrent state
-        # once a token it verifies (vLLM's Gated DeltaNet: one slot a token, spec_state_indices)
-        out["state"] = 2 * state + (step_tokens(spec, s) - 1) * parts_bytes(cache.plan.temporal_parts, s.batch)
+    if state:
+        out["state"] = step_state_bytes(state, parts_bytes(cache.plan.temporal_parts, s.batch), step_tokens(spec, s))
     return out
 
 
@@ -198,7 +197,7 @@ def _decode_weights(spec: ModelSpec, s: Settings) -> int:
     read = spec.memo(("read_once", s.mtp), _read_once, spec, s.mtp)[0] + _lookup_rows(spec, s.batch, 1)
     # a speculative step's drafter reads the shared LM head again for each MTP layer's draft, after the model's
     # forward: vLLM installs the target's head itself (eagle/utils.py share_target_lm_head), at the head's width
-    drafts = spec.mtp_layers if s.mtp else 0
+    drafts = step_tokens(spec, s) - 1  # k under --mtp, else none
     read += drafts * spec.vocab_size * spec.d_model
     return _weights_read_bytes(spec, s, read, s.batch, 1, prefill=False, heads=1 + drafts)
 
