@@ -1,0 +1,100 @@
+"""The memo of figures a spec keeps (ModelSpec.memo, keyed by hand with the settings each figure reads) never changes
+an answer: every figure of a spec asked after many other settings equals the figure of a fresh copy asked once.
+
+A key that left out a setting its figure reads would hand one setting's figure to another (a sweep over that
+setting, or the API asked twice in one process); the single-setting tests and the goldens, which ask each spec
+once per process or per setting, would not see it."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from kvcalc import Settings, kv_cache
+from kvcalc.errors import KvcalcError
+from kvcalc.figures import cost_breakdowns, figures
+from kvcalc.fit import fit
+from kvcalc.hardware import bundled_hardware, load_hardware
+from kvcalc.registry import bundled_names, load_model
+
+DTYPES = ["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+
+
+def random_settings(rng: random.Random) -> Settings:
+    """Valid settings drawn over every field a figure may read (drawn again until Settings accepts them)."""
+    while True:
+        tp, dp = rng.choice([1, 1, 2, 4, 8]), rng.choice([1, 1, 2])
+        engine = rng.choice([None, None, "ideal", "vllm", "sglang"])
+        fields = dict(
+            ctx=rng.choice([1, 2, 7, 4096, 4097, 8191, 32768, 131072, rng.randint(1, 2_000_000)]),
+            batch=rng.choice([1, 1, 3, 8, 64]), gen=rng.choice([1, 1024, 5000]), kv_dtype=rng.choice(DTYPES),
+            weights_dtype=rng.choice(DTYPES), mla_cache=rng.choice(["latent", "expanded"]),
+            mla_schedule=rng.choice([None, None, "naive", "absorbed"]), dense_attn=rng.random() < 0.2,
+            hardware=load_hardware(rng.choice(bundled_hardware())) if rng.random() < 0.5 else None,
+            state_dtype=rng.choice([None, None, "fp32", "bf16", "fp16"]), enc_ctx=rng.choice([None, None, 100, 1500]),
+            mtp=rng.random() < 0.3, tp=tp, pp=rng.choice([1, 1, 2, 4]), dp=dp, ep=rng.choice([1, 1, tp * dp, tp]),
+            dp_attention=rng.random() < 0.15,
+            kv_quant=rng.choice(["none"] * 4 + ["per-token", "per-head", "g64", "fp8-ds-mla"]),
+            engine=engine, block_size=rng.choice([None, None, 16, 64, 1]) if engine else None)
+        try:
+            return Settings(**fields)
+        except KvcalcError:
+            continue
+
+
+def answers(spec, s: Settings, solve_ctx: bool) -> dict[str, str]:
+    """Every figure the API gives at `s`, as text (a refusal's message where the settings do not apply)."""
+    asks = {"cache": lambda: kv_cache(spec, s), "figures": lambda: dataclasses.asdict(figures(spec, s)),
+            "breakdowns": lambda: cost_breakdowns(spec, s)}
+    if s.hardware is not None:
+        asks["fit"] = lambda: fit(spec, s, s.hardware, None, None, "ctx" if solve_ctx else "batch")
+    out = {}
+    for what, ask in asks.items():
+        try:
+            out[what] = repr(ask())
+        except KvcalcError as exc:
+            out[what] = f"refused: {exc}"
+    return out
+
+
+def check(name: str, seed: int, count: int) -> int:
+    """Ask one copy of the spec `count` random settings in turn; each answer equals a fresh copy's. Returns how many
+    answers were compared."""
+    rng = random.Random(f"{name}/{seed}")
+    base = load_model(name).spec
+    warm = base.model_copy()  # its own memo, filled as the settings go by
+    for _ in range(count):
+        s = random_settings(rng)
+        solve_ctx = rng.random() < 0.1
+        assert answers(warm, s, solve_ctx) == answers(base.model_copy(), s, solve_ctx), (name, s)
+    return count
+
+
+@pytest.mark.parametrize("name", bundled_names())
+def test_a_warm_memo_gives_a_fresh_specs_figures(name):
+    assert check(name, 0, 8) == 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("name", bundled_names())
+def test_a_warm_memo_gives_a_fresh_specs_figures_over_many_settings(name, seed):
+    assert check(name, seed, 25) == 25
+
+
+def test_the_check_sees_a_memo_keyed_without_a_setting_it_reads(monkeypatch):
+    # The check itself can fail: a memo whose key leaves out the settings (every key one entry) returns the first
+    # figure asked for every later one, and the warm copy's answers then differ from a fresh copy's.
+    from kvcalc.spec import ModelSpec
+
+    def careless(self, key, compute, *args):
+        memo = self.__pydantic_private__["_memo"]
+        if key[0] not in memo:
+            memo[key[0]] = compute(*args)
+        return memo[key[0]]
+
+    monkeypatch.setattr(ModelSpec, "memo", careless)
+    with pytest.raises(AssertionError):
+        check("deepseek-v3", 0, 8)
