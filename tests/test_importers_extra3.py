@@ -73,6 +73,55 @@ def test_kimi_linear_layer_lists_are_one_based():
         imported(bad)
 
 
+def kimi_resaved() -> dict:
+    """The config as transformers 5.25 re-saves it (KimiLinearConfig(**config).save_pretrained): linear_attn_config
+    kept, and beside it the keys transformers reads, written from it: layer_types from the 1-based lists,
+    mlp_layer_types from first_k_dense_replace (1: layer 0 dense), the flat linear_* fields."""
+    cfg = config(KIMI)
+    linear = cfg["linear_attn_config"]
+    cfg["layer_types"] = ["full_attention" if i + 1 in linear["full_attn_layers"] else "linear_attention"
+                          for i in range(27)]
+    cfg["mlp_layer_types"] = ["dense"] + ["sparse"] * 26
+    cfg.update(linear_num_heads=32, linear_head_dim=128, linear_conv_kernel_dim=4)
+    return cfg
+
+
+def test_kimi_linear_resaved_by_transformers_reads_as_the_checkpoints_config():
+    resaved = kimi_resaved()
+    assert resaved["layer_types"][3] == "full_attention" and resaved["layer_types"].count("full_attention") == 7
+    assert imported(resaved).model_dump(exclude={"name", "source"}) == imported(config(KIMI)).model_dump(
+        exclude={"name", "source"})
+
+
+def test_kimi_linear_layer_types_or_mlp_types_unlike_the_lists_are_refused():
+    # transformers 5.25 builds each layer by layer_types and mlp_layer_types where a config has them; vLLM (and the
+    # vendor's code) by linear_attn_config's lists, first_k_dense_replace and moe_layer_freq: a file where they
+    # differ is read two ways by the engines, and refused
+    bad = kimi_resaved()
+    bad["layer_types"][4] = "full_attention"  # layer 5 (1-based) is in kda_layers
+    with pytest.raises(SpecError, match=r"layer_types\[4\]: 'full_attention', but linear_attn_config's kda_layers"):
+        imported(bad)
+    bad = kimi_resaved()
+    bad["layer_types"] = bad["layer_types"][:-1]
+    with pytest.raises(SpecError, match="layer_types: must list 'linear_attention' or 'full_attention' for each of the 27"):
+        imported(bad)
+    bad = kimi_resaved()
+    bad["mlp_layer_types"][1] = "dense"
+    with pytest.raises(SpecError, match=r"mlp_layer_types\[1\]: 'dense', but first_k_dense_replace 1 and moe_layer_freq 1 "
+                                        "make layer 1 'sparse'"):
+        imported(bad)
+
+
+def test_kimi_linear_flat_keys_alone_are_refused_as_vllm_reads_them_otherwise():
+    # without linear_attn_config vLLM 0.34.0's KimiLinearConfig.is_kda_layer is False for every layer (all MLA),
+    # while transformers builds KDA layers from layer_types: the message says why the mapping is needed
+    flat = kimi_resaved()
+    del flat["linear_attn_config"]
+    with pytest.raises(SpecError, match="linear_attn_config: required mapping is missing from the config "
+                                        r"\(layer_types, linear_num_heads, linear_head_dim alone are transformers 5's"):
+        imported(flat)
+
+
 def test_kimi_linear_top_level_head_dim_is_a_decoy():
     # head_dim 72 (= 2304 / 32) is neither the KDA head (linear_attn_config.head_dim 128) nor an MLA dim
     att = {g.attention.kind: g.attention for g in imported(config(KIMI)).groups}

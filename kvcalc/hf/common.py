@@ -543,3 +543,21 @@ def text_part(cfg: dict, origin: str) -> dict | None:
     if not isinstance(text, dict):
         raise SpecError(f"{origin}: text_config: must be an object of the text model's fields, got {show(text)}")
     return text_tie(cfg, text, origin)
+
+
+def check_mlp_layer_types(cfg: dict, origin: str, plan: list[str]) -> None:
+    """A given mlp_layer_types (DeepseekV32Config, GlmMoeDsaConfig, KimiLinearConfig: it, not first_k_dense_replace,
+    picks each layer's MLP in transformers 5.25; derived from first_k_dense_replace when absent) must match the plan
+    kvcalc builds from first_k_dense_replace and moe_layer_freq, which the vendors' own code and vLLM read: a file
+    where they differ is refused, not read one way."""
+    kinds = cfg.get("mlp_layer_types")
+    if kinds is None:
+        return
+    if not isinstance(kinds, list) or len(kinds) != len(plan):
+        raise SpecError(f"{origin}: mlp_layer_types: must list 'dense' or 'sparse' for each of the {len(plan)} layers, "
+                        f"got {show(kinds)}")
+    for i, (given, want) in enumerate(zip(kinds, plan)):
+        if given != want:
+            raise SpecError(f"{origin}: mlp_layer_types[{i}]: {show(given)}, but first_k_dense_replace "
+                            f"{show(cfg.get('first_k_dense_replace'))} and moe_layer_freq {show(cfg.get('moe_layer_freq'))} "
+                            f"make layer {i} {want!r}: give them alike")

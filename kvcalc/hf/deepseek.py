@@ -8,6 +8,7 @@ from kvcalc.errors import SpecError
 from kvcalc.hf.common import (
     aliased,
     base_fields,
+    check_mlp_layer_types,
     dense_ffn,
     flag,
     get,
@@ -34,24 +35,6 @@ def router_bias(cfg: dict, origin: str) -> bool:
     if not isinstance(method, str) or method not in TOPK_METHODS:
         raise SpecError(f"{origin}: topk_method: must be one of {', '.join(TOPK_METHODS)}, got {show(method)}")
     return TOPK_METHODS[method]
-
-
-def _check_mlp_layer_types(cfg: dict, origin: str, plan: list[str]) -> None:
-    """A given mlp_layer_types (DeepseekV32Config, GlmMoeDsaConfig: it, not first_k_dense_replace, picks each layer's
-    MLP in transformers 5.25; derived from first_k_dense_replace when absent) must match the plan kvcalc builds from
-    first_k_dense_replace and moe_layer_freq, which DeepSeek's own code and vLLM read: a file where they differ is
-    refused, not read one way."""
-    kinds = cfg.get("mlp_layer_types")
-    if kinds is None:
-        return
-    if not isinstance(kinds, list) or len(kinds) != len(plan):
-        raise SpecError(f"{origin}: mlp_layer_types: must list 'dense' or 'sparse' for each of the {len(plan)} layers, "
-                        f"got {show(kinds)}")
-    for i, (given, want) in enumerate(zip(kinds, plan)):
-        if given != want:
-            raise SpecError(f"{origin}: mlp_layer_types[{i}]: {show(given)}, but first_k_dense_replace "
-                            f"{show(cfg.get('first_k_dense_replace'))} and moe_layer_freq {show(cfg.get('moe_layer_freq'))} "
-                            f"make layer {i} {want!r}: give them alike")
 
 
 def indexer_types(cfg: dict, origin: str, n_layers: int) -> list[str]:
@@ -134,7 +117,7 @@ def _deepseek(cfg, origin, notes):
         if i >= first_k and i % freq:
             layer["ffn"] = dense_ffn(dense_d_ff)
         layers.append(layer)
-    _check_mlp_layer_types(cfg, origin, ["dense" if i < first_k or i % freq else "sparse" for i in range(base["n_layers"])])
+    check_mlp_layer_types(cfg, origin, ["dense" if i < first_k or i % freq else "sparse" for i in range(base["n_layers"])])
     mtp = get(cfg, "num_nextn_predict_layers", origin, minimum=0)
     if mtp:  # DeepSeek-V3 §2.2: counted only with --mtp (plain decoding does not run them)
         notes.append(f"{mtp} multi-token-prediction layer(s): counted only with --mtp (plain decoding does not run them)")

@@ -21,7 +21,7 @@ vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py, KimiGatedDeltaNetA
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import aliased, dense_ffn, flag, get, group_layers, importer, need, show, whole
+from kvcalc.hf.common import aliased, check_mlp_layer_types, dense_ffn, flag, get, group_layers, importer, need, show, whole
 
 KEYS = {"max_context": "model_max_length", "n_heads": "num_attention_heads (MLA); linear_attn_config.num_heads (KDA)",
         "head_dim": "linear_attn_config.head_dim", "conv_kernel": "linear_attn_config.short_conv_kernel_size"}  # KDA's
@@ -42,6 +42,24 @@ def _kda_layers(linear: dict, origin: str, n: int) -> list[bool]:
     return [i + 1 in kda for i in range(n)]
 
 
+def _check_layer_types(cfg: dict, origin: str, is_kda: list[bool]) -> None:
+    """A config re-saved by transformers 5 writes layer_types beside linear_attn_config, and transformers then builds
+    each layer by layer_types (KimiLinearConfig.__post_init__ derives it from the lists only where it is absent),
+    while vLLM reads the lists: a file where they differ is refused, not read one way."""
+    types = cfg.get("layer_types")
+    if types is None:
+        return
+    want = ["linear_attention" if kda else "full_attention" for kda in is_kda]
+    if not isinstance(types, list) or len(types) != len(want):
+        raise SpecError(f"{origin}: layer_types: must list 'linear_attention' or 'full_attention' for each of the "
+                        f"{len(want)} layers, got {show(types)}")
+    for i, (given, kind) in enumerate(zip(types, want)):
+        if given != kind:
+            raise SpecError(f"{origin}: layer_types[{i}]: {show(given)}, but linear_attn_config's kda_layers and "
+                            f"full_attn_layers (1-based) make layer {i} {kind!r}: give them alike (transformers "
+                            "builds by layer_types, vLLM by the lists)")
+
+
 # KimiLinearConfig.attribute_map: the standard names of the fields this config names its own way
 KIMI_ALIASES = {"model_max_length": "max_position_embeddings", "num_experts": "num_local_experts",
                 "num_experts_per_token": "num_experts_per_tok", "num_shared_experts": "n_shared_experts"}
@@ -53,7 +71,11 @@ def _kimi_linear(cfg: dict, origin: str, notes: list[str]) -> dict:
     n = need(cfg, "num_hidden_layers", origin)
     linear = cfg.get("linear_attn_config")
     if not isinstance(linear, dict):
-        raise SpecError(f"{origin}: linear_attn_config: required mapping is missing from the config")
+        flat = [k for k in ("layer_types", "linear_num_heads", "linear_head_dim") if k in cfg]
+        raise SpecError(f"{origin}: linear_attn_config: required mapping is missing from the config"
+                        + (f" ({', '.join(flat)} alone are transformers 5's own reading; vLLM 0.34.0 reads only "
+                           "linear_attn_config and without it builds every layer as MLA: give the checkpoint's "
+                           "linear_attn_config)" if flat else ""))
     lin_origin = f"{origin}: linear_attn_config"
     kda = {"kind": "kda", "n_heads": need(linear, "num_heads", lin_origin), "head_dim": need(linear, "head_dim", lin_origin),
            "conv_kernel": need(linear, "short_conv_kernel_size", lin_origin),
@@ -66,10 +88,13 @@ def _kimi_linear(cfg: dict, origin: str, notes: list[str]) -> dict:
            "kv_lora_rank": need(cfg, "kv_lora_rank", origin), "qk_nope_head_dim": need(cfg, "qk_nope_head_dim", origin),
            "qk_rope_head_dim": need(cfg, "qk_rope_head_dim", origin), "v_head_dim": need(cfg, "v_head_dim", origin)}
     is_kda = _kda_layers(linear, origin, n)
+    _check_layer_types(cfg, origin, is_kda)
     first_k = get(cfg, "first_k_dense_replace", origin, minimum=0) or 0
     freq = get(cfg, "moe_layer_freq", origin) or 1  # i % 0 fails in transformers: 0 is refused, absent is 1
     experts = get(cfg, "num_experts", origin, minimum=0)
     moe_layer = [bool(experts) and i >= first_k and i % freq == 0 for i in range(n)]
+    if experts:  # transformers 5.25 picks each layer's MLP by mlp_layer_types where a re-saved config has it
+        check_mlp_layer_types(cfg, origin, ["sparse" if moe else "dense" for moe in moe_layer])
     dense = dense_ffn(need(cfg, "intermediate_size", origin))
     layers = [{"attention": kda if is_kda[i] else mla, **({} if moe_layer[i] else {"ffn": dense})} for i in range(n)]
     groups = group_layers(layers, n)
