@@ -4,9 +4,12 @@ config's numbers, with the rule it follows; each importer's trap gets its own as
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import REFERENCE, ConfigFolder, kv_bytes, run, spec
 from kvcalc.costs.cache import kv_cache
 from kvcalc.costs.params import param_counts
+from kvcalc.errors import SpecError
 from kvcalc.settings import Settings
 
 EXTRA = REFERENCE / "configs-extra-2"
@@ -177,6 +180,25 @@ def test_mimo_v2_flash_window_without_sliding_window_size_is_sliding_window():
     cfg = {k: v for k, v in config("mimo-v2-flash").items() if k != "sliding_window_size"}
     assert {g.sliding_window for g in imported(cfg).layer_groups} == {None, 128}
     assert {g.sliding_window for g in imported(config("mimo-v2-flash")).layer_groups} == {None, 129}
+
+
+def test_mimo_v2_flash_resaved_by_transformers_reads_as_the_checkpoints_config():
+    # MiMoV2FlashConfig(**config).save_pretrained (transformers 5.25) keeps the vendor's keys and writes the lists it
+    # builds by: layer_types (full where hybrid_layer_pattern is 0), mlp_layer_types (dense where moe_layer_freq is 0)
+    # and sliding_window = sliding_window_size + 1; the engines read the vendor's keys, so a list unlike them is refused
+    cfg = config("mimo-v2-flash")
+    resaved = {**cfg, "sliding_window": 129,
+               "layer_types": ["sliding_attention" if x else "full_attention" for x in cfg["hybrid_layer_pattern"]],
+               "mlp_layer_types": ["sparse" if x else "dense" for x in cfg["moe_layer_freq"]]}
+    assert resaved["layer_types"][:6] == ["full_attention"] + ["sliding_attention"] * 4 + ["full_attention"]
+    assert imported(resaved).model_dump(exclude={"name", "source"}) == imported(cfg).model_dump(exclude={"name", "source"})
+    bad = {**resaved, "layer_types": ["full_attention"] * 48}
+    with pytest.raises(SpecError, match=r"layer_types\[1\]: 'full_attention', but hybrid_layer_pattern makes layer 1 "
+                                        "'sliding_attention': give them alike"):
+        imported(bad)
+    bad = {**resaved, "mlp_layer_types": ["dense"] * 48}
+    with pytest.raises(SpecError, match=r"mlp_layer_types\[1\]: 'dense', but moe_layer_freq makes layer 1 'sparse'"):
+        imported(bad)
 
 
 def test_mimo_v2_flash_heads_sinks_and_ffn_per_type():

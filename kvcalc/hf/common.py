@@ -545,19 +545,26 @@ def text_part(cfg: dict, origin: str) -> dict | None:
     return text_tie(cfg, text, origin)
 
 
-def check_mlp_layer_types(cfg: dict, origin: str, plan: list[str]) -> None:
-    """A given mlp_layer_types (DeepseekV32Config, GlmMoeDsaConfig, KimiLinearConfig: it, not first_k_dense_replace,
-    picks each layer's MLP in transformers 5.25; derived from first_k_dense_replace when absent) must match the plan
-    kvcalc builds from first_k_dense_replace and moe_layer_freq, which the vendors' own code and vLLM read: a file
-    where they differ is refused, not read one way."""
-    kinds = cfg.get("mlp_layer_types")
+def check_layer_list(cfg: dict, origin: str, key: str, want: list[str], choices: tuple[str, str], source: str) -> None:
+    """A per-layer list `key` that a config re-saved by transformers 5 carries (layer_types, mlp_layer_types:
+    transformers 5.25 builds each layer by it where it is given) must equal `want`, the kinds the keys named in
+    `source` give, which the vendor's code and vLLM read: a file where they differ is refused, not read one way."""
+    kinds = cfg.get(key)
     if kinds is None:
         return
-    if not isinstance(kinds, list) or len(kinds) != len(plan):
-        raise SpecError(f"{origin}: mlp_layer_types: must list 'dense' or 'sparse' for each of the {len(plan)} layers, "
-                        f"got {show(kinds)}")
-    for i, (given, want) in enumerate(zip(kinds, plan)):
-        if given != want:
-            raise SpecError(f"{origin}: mlp_layer_types[{i}]: {show(given)}, but first_k_dense_replace "
-                            f"{show(cfg.get('first_k_dense_replace'))} and moe_layer_freq {show(cfg.get('moe_layer_freq'))} "
-                            f"make layer {i} {want!r}: give them alike")
+    if not isinstance(kinds, list) or len(kinds) != len(want):
+        raise SpecError(f"{origin}: {key}: must list {choices[0]!r} or {choices[1]!r} for each of the {len(want)} "
+                        f"layers, got {show(kinds)}")
+    for i, (given, kind) in enumerate(zip(kinds, want)):
+        if given != kind:
+            verb = "make" if " and " in source else "makes"
+            raise SpecError(f"{origin}: {key}[{i}]: {show(given)}, but {source} {verb} layer {i} {kind!r}: give them "
+                            "alike")
+
+
+def check_mlp_layer_types(cfg: dict, origin: str, plan: list[str]) -> None:
+    """A given mlp_layer_types (DeepseekV32Config, GlmMoeDsaConfig, KimiLinearConfig: derived from
+    first_k_dense_replace when absent) must match the plan from first_k_dense_replace and moe_layer_freq."""
+    check_layer_list(cfg, origin, "mlp_layer_types", plan, ("dense", "sparse"),
+                     f"first_k_dense_replace {show(cfg.get('first_k_dense_replace'))} and moe_layer_freq "
+                     f"{show(cfg.get('moe_layer_freq'))}")

@@ -21,7 +21,19 @@ vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py, KimiGatedDeltaNetA
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import aliased, check_mlp_layer_types, dense_ffn, flag, get, group_layers, importer, need, show, whole
+from kvcalc.hf.common import (
+    aliased,
+    check_layer_list,
+    check_mlp_layer_types,
+    dense_ffn,
+    flag,
+    get,
+    group_layers,
+    importer,
+    need,
+    show,
+    whole,
+)
 
 KEYS = {"max_context": "model_max_length", "n_heads": "num_attention_heads (MLA); linear_attn_config.num_heads (KDA)",
         "head_dim": "linear_attn_config.head_dim", "conv_kernel": "linear_attn_config.short_conv_kernel_size"}  # KDA's
@@ -40,24 +52,6 @@ def _kda_layers(linear: dict, origin: str, n: int) -> list[bool]:
         raise SpecError(f"{origin}: linear_attn_config: kda_layers and full_attn_layers must split layers 1–{n} "
                         "between them (they are 1-based)")
     return [i + 1 in kda for i in range(n)]
-
-
-def _check_layer_types(cfg: dict, origin: str, is_kda: list[bool]) -> None:
-    """A config re-saved by transformers 5 writes layer_types beside linear_attn_config, and transformers then builds
-    each layer by layer_types (KimiLinearConfig.__post_init__ derives it from the lists only where it is absent),
-    while vLLM reads the lists: a file where they differ is refused, not read one way."""
-    types = cfg.get("layer_types")
-    if types is None:
-        return
-    want = ["linear_attention" if kda else "full_attention" for kda in is_kda]
-    if not isinstance(types, list) or len(types) != len(want):
-        raise SpecError(f"{origin}: layer_types: must list 'linear_attention' or 'full_attention' for each of the "
-                        f"{len(want)} layers, got {show(types)}")
-    for i, (given, kind) in enumerate(zip(types, want)):
-        if given != kind:
-            raise SpecError(f"{origin}: layer_types[{i}]: {show(given)}, but linear_attn_config's kda_layers and "
-                            f"full_attn_layers (1-based) make layer {i} {kind!r}: give them alike (transformers "
-                            "builds by layer_types, vLLM by the lists)")
 
 
 # KimiLinearConfig.attribute_map: the standard names of the fields this config names its own way
@@ -88,7 +82,9 @@ def _kimi_linear(cfg: dict, origin: str, notes: list[str]) -> dict:
            "kv_lora_rank": need(cfg, "kv_lora_rank", origin), "qk_nope_head_dim": need(cfg, "qk_nope_head_dim", origin),
            "qk_rope_head_dim": need(cfg, "qk_rope_head_dim", origin), "v_head_dim": need(cfg, "v_head_dim", origin)}
     is_kda = _kda_layers(linear, origin, n)
-    _check_layer_types(cfg, origin, is_kda)
+    check_layer_list(cfg, origin, "layer_types", ["linear_attention" if kda else "full_attention" for kda in is_kda],
+                     ("linear_attention", "full_attention"), "linear_attn_config's kda_layers and full_attn_layers "
+                     "(1-based)")
     first_k = get(cfg, "first_k_dense_replace", origin, minimum=0) or 0
     freq = get(cfg, "moe_layer_freq", origin) or 1  # i % 0 fails in transformers: 0 is refused, absent is 1
     experts = get(cfg, "num_experts", origin, minimum=0)

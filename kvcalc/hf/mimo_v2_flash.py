@@ -23,7 +23,19 @@ MiMoV2FlashSparseMoeBlock, MiMoV2FlashTopkRouter), reading the vendor's config k
 from __future__ import annotations
 
 from kvcalc.errors import SpecError
-from kvcalc.hf.common import aliased, base_fields, dense_ffn, flag, group_layers, heads_attention, importer, need, show, whole
+from kvcalc.hf.common import (
+    aliased,
+    base_fields,
+    check_layer_list,
+    dense_ffn,
+    flag,
+    group_layers,
+    heads_attention,
+    importer,
+    need,
+    show,
+    whole,
+)
 
 # The keys of each layer kind's attention: n_heads, n_kv_heads, head_dim (q and k), v_head_dim.
 FULL_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", "v_head_dim")
@@ -63,6 +75,11 @@ def _mimo_v2_flash(cfg: dict, origin: str, notes: list[str]) -> dict:
         window = need(cfg, "sliding_window", origin)
     sliding = _pattern(cfg, "hybrid_layer_pattern", origin, n)
     moe_layers = _pattern(cfg, "moe_layer_freq", origin, n)
+    # a config re-saved by transformers 5 carries the lists it builds by, which vLLM and SGLang do not read
+    check_layer_list(cfg, origin, "layer_types", ["sliding_attention" if x else "full_attention" for x in sliding],
+                     ("sliding_attention", "full_attention"), "hybrid_layer_pattern")
+    check_layer_list(cfg, origin, "mlp_layer_types", ["sparse" if x else "dense" for x in moe_layers],
+                     ("dense", "sparse"), "moe_layer_freq")
     dense = dense_ffn(need(cfg, "intermediate_size", origin))
     layers = []
     for i in range(n):
