@@ -72,6 +72,37 @@ def check(name: str, seed: int, count: int) -> int:
     return count
 
 
+def check_rows(name: str, seed: int, count: int) -> int:
+    """A sweep's rows (iter_compare_rows: the figures no context changes and the row plan computed once per model and
+    settings, then each context's) equal the figures of a fresh copy of the spec at each context, for `count` random
+    settings and three random contexts each. Returns how many rows were compared."""
+    from kvcalc.fields import as_row
+    from kvcalc.rows import iter_compare_rows
+
+    rng = random.Random(f"rows/{name}/{seed}")
+    base = load_model(name).spec
+    compared = 0
+    for _ in range(count):
+        s = random_settings(rng)
+        ctxs = sorted({rng.choice([1, 7, 4095, 4096, 4097, 65_537, rng.randint(1, 2**30)]) for _ in range(3)})
+        try:
+            rows = list(iter_compare_rows([base.model_copy()], ctxs, s))
+        except KvcalcError:
+            continue
+        for row, report in rows:
+            fresh = base.model_copy()
+            at = s.at(report.ctx)
+            expected = as_row(figures(fresh, at, kv_cache(fresh, at)))
+            assert {k: row[k] for k in expected} == expected, (name, s, report.ctx)
+            compared += 1
+    return compared
+
+
+@pytest.mark.parametrize("name", bundled_names())
+def test_a_sweeps_rows_are_a_fresh_specs_figures_at_each_context(name):
+    assert check_rows(name, 0, 6) > 0
+
+
 @pytest.mark.parametrize("name", bundled_names())
 def test_a_warm_memo_gives_a_fresh_specs_figures(name):
     assert check(name, 0, 8) == 8
@@ -82,6 +113,12 @@ def test_a_warm_memo_gives_a_fresh_specs_figures(name):
 @pytest.mark.parametrize("name", bundled_names())
 def test_a_warm_memo_gives_a_fresh_specs_figures_over_many_settings(name, seed):
     assert check(name, seed, 25) == 25
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", bundled_names())
+def test_a_sweeps_rows_are_a_fresh_specs_figures_over_many_settings(name):
+    assert check_rows(name, 1, 40) > 0
 
 
 def test_the_check_sees_a_memo_keyed_without_a_setting_it_reads(monkeypatch):
