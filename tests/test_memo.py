@@ -75,20 +75,23 @@ def check(name: str, seed: int, count: int) -> int:
 def check_rows(name: str, seed: int, count: int) -> int:
     """A sweep's rows (iter_compare_rows: the figures no context changes and the row plan computed once per model and
     settings, then each context's) equal the figures of a fresh copy of the spec at each context, for `count` random
-    settings and three random contexts each. Returns how many rows were compared."""
+    settings that apply to it and three random contexts each. Returns how many rows were compared."""
     from kvcalc.fields import as_row
     from kvcalc.rows import iter_compare_rows
 
     rng = random.Random(f"rows/{name}/{seed}")
     base = load_model(name).spec
-    compared = 0
-    for _ in range(count):
+    compared = applied = 0
+    for _ in range(20 * count):  # settings the model refuses (a tp its heads do not split over) drawn again
+        if applied == count:
+            break
         s = random_settings(rng)
         ctxs = sorted({rng.choice([1, 7, 4095, 4096, 4097, 65_537, rng.randint(1, 2**30)]) for _ in range(3)})
         try:
             rows = list(iter_compare_rows([base.model_copy()], ctxs, s))
         except KvcalcError:
             continue
+        applied += 1
         for row, report in rows:
             fresh = base.model_copy()
             at = s.at(report.ctx)
@@ -100,12 +103,12 @@ def check_rows(name: str, seed: int, count: int) -> int:
 
 @pytest.mark.parametrize("name", bundled_names())
 def test_a_sweeps_rows_are_a_fresh_specs_figures_at_each_context(name):
-    assert check_rows(name, 0, 6) > 0
+    assert check_rows(name, 0, 3) > 0
 
 
 @pytest.mark.parametrize("name", bundled_names())
 def test_a_warm_memo_gives_a_fresh_specs_figures(name):
-    assert check(name, 0, 8) == 8
+    assert check(name, 0, 4) == 4
 
 
 @pytest.mark.slow
