@@ -343,6 +343,7 @@ def test_run_warns_when_a_constant_state_group_is_left_out():
     assert "predicted, not measured" not in res.stderr
 
 
+@pytest.mark.slow  # tracemalloc over a 16-layer run: about 3 s
 def test_a_windowed_cache_holds_only_its_window_at_batch_1(tmp_path):
     # an audit: at batch 1 the last W positions of a [1, t, ...] cache are a contiguous slice, which
     # np.ascontiguousarray returned as a view: each windowed layer kept its whole prompt's K/V alive (16 layers of
