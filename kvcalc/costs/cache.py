@@ -28,8 +28,8 @@ from kvcalc.costs.paged import (
     block_tokens,
     check_encoder_positions,
     check_pages,
+    engine_gpu_key,
     engine_groups,
-    gdn_key,
     keeps_every_token,
     layer_pages,
     lookahead,
@@ -43,6 +43,7 @@ from kvcalc.costs.paged import (
     vllm_layout,
 )
 from kvcalc.costs.quant import component_bytes, entry_bytes, group_size
+from kvcalc.costs.sglang_pages import engine_page
 from kvcalc.costs.state import merged_parts, parts_bytes, state_label, state_parts, temporal_parts
 from kvcalc.dtypes import bits_to_bytes, dtype_bits, elements_to_bytes
 from kvcalc.settings import Settings
@@ -234,6 +235,7 @@ class CachePlan:
     ahead: int = 0  # slots an engine's step allocates past ctx under --mtp (kvcalc.costs.paged.lookahead)
     ahead_limit: int | None = None  # the tokens those slots stop at (kvcalc.costs.paged.lookahead_limit)
     state_slots: int = 1  # state slots a sequence takes outside vLLM's hybrid pages (kvcalc.costs.paged.state_slots)
+    page: int | None = None  # the engine's one page for every layer (kvcalc.costs.sglang_pages.engine_page)
 
     def applied(self) -> AppliedSettings:
         """The cache's settings that apply to this model, as output keys (fit's rows, cost's json): MLA's layout, the
@@ -298,7 +300,8 @@ class CacheReport:
     def groups(self) -> tuple[GroupCache, ...]:
         """The cache of each layer group."""
         return tuple(group_cache(g, self.settings, self.plan.enc_ctx, self.plan.every_token, self.plan.layout, i,
-                                 self.plan.buffers, self.plan.ahead, self.plan.state_slots, self.plan.ahead_limit)
+                                 self.plan.buffers, self.plan.ahead, self.plan.state_slots, self.plan.ahead_limit,
+                                 self.plan.page)
                      for i, g in enumerate(self.plan.groups))
 
     @property
@@ -318,13 +321,14 @@ def token_bytes(formula: Formula, heads: int, s: Settings) -> int:
 
 def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, every_token: bool = False,
                 layout: PoolLayout | None = None, index: int = 0, pads: dict[tuple[int, str], int] | None = None,
-                ahead: int = 0, slots: int = 1, limit: int | None = None) -> GroupCache:
+                ahead: int = 0, slots: int = 1, limit: int | None = None, page: int | None = None) -> GroupCache:
     """The cache of one layer group of a model at settings `s`; `enc_tokens`: encoder positions its cross-attention
     holds (encoder–decoder models); `every_token`: the engine pages every token of a windowed layer; `layout`: vLLM's
     pool of a model whose layers' specs differ, this group its `index`-th, with the padding slots `pads` (None: the
     whole model's; kvcalc.costs.paged); `ahead`: slots an engine's step allocates past ctx (kvcalc.costs.paged.lookahead);
     `slots`: state slots a sequence takes where no layout pages its states (kvcalc.costs.paged.state_slots); `limit`:
-    the tokens `ahead` stops at (kvcalc.costs.paged.lookahead_limit)."""
+    the tokens `ahead` stops at (kvcalc.costs.paged.lookahead_limit); `page`: the engine's one page for every layer
+    (kvcalc.costs.sglang_pages.engine_page), None where each layer's is its own."""
     att, layer = group.attention, group.layer
     formula = att.cache_formula(layer, s.mla_cache)
     held = att.tokens_held(layer, s.ctx)
@@ -354,7 +358,7 @@ def group_cache(group: ResolvedGroup, s: Settings, enc_tokens: int = 0, every_to
     if pads:  # vLLM's padding slots (PoolLayout.pads), or SGLang's encoder–decoder buffers (sglang_buffers)
         pad, pad_state = pads.get((index, "kv"), 0), pads.get((index, "state"), 0)
     if s.engine is not None:  # the engine's whole pages (kvcalc.costs.paged)
-        block = own.block or block_tokens(att, s)
+        block = own.block or page or block_tokens(att, s)
         n_pages = layer_pages(s.ctx, held, block, layer, s.engine, every_token, ahead, limit)
         paged = (n_pages * own.padded_page if own.padded_page is not None
                  else span_bytes(formula, heads, n_pages, block, att, s))
@@ -380,7 +384,7 @@ def kv_cache(spec: ModelSpec, s: Settings) -> CacheReport:
 def cache_plan(spec: ModelSpec, s: Settings) -> CachePlan:
     """The CachePlan of `spec` at settings `s` (their context and batch not read), once per spec and settings."""
     return spec.memo(("cache_plan", s.kv_dtype, s.mla_cache, s.kv_quant, s.engine, s.block_size, s.state_dtype, s.enc_ctx,
-                      s.mtp, state_slots(spec.family, s), gdn_key(s)), _plan, spec, s)
+                      s.mtp, state_slots(spec.family, s), engine_gpu_key(s)), _plan, spec, s)
 
 
 def cache_at(plan: CachePlan, s: Settings) -> CacheReport:
@@ -443,7 +447,9 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
     slots = state_slots(spec.family, s)
     extra = sglang_buffers(groups, s, spec.encoder.n_layers if spec.encoder else 0, family=spec.family) \
         if layout is None else None
-    rows = tuple(group_cache(g, one, enc, every, layout, i, extra, ahead, slots, limit) for i, g in enumerate(groups))  # one sequence: what does not grow with ctx
+    page = engine_page(spec, s)
+    rows = tuple(group_cache(g, one, enc, every, layout, i, extra, ahead, slots, limit, page)  # one sequence: what does
+                 for i, g in enumerate(groups))  # not grow with ctx
     check_pages(spec, s, [r.group.attention for r in rows if r.formula.elements])
     terms = tuple(group_term(r, s, enc, ahead, limit) for r in rows)
     # a KV-shared layer (Gemma 3n) adds nothing per token: it reads the cache of the layer it shares
@@ -480,6 +486,7 @@ def _plan(spec: ModelSpec, s: Settings) -> CachePlan:
         ahead=ahead,
         ahead_limit=limit,
         state_slots=slots,
+        page=page,
     )
 
 

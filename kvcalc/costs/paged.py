@@ -23,7 +23,8 @@ Rules (also in the README):
   every token in its one pool (`keeps_every_token`: ceil(ctx / B) pages a layer). Under --mtp a step allocates up to
   the committed length + 2 · max(steps · topk, draft tokens), its speculative defaults (3, 1, 4): 7 slots past ctx
   (`lookahead`).
-- Page sizes: `ideal` is exact (B = 1); SGLang's default page_size is 1 (server_args.py); vLLM's default
+- Page sizes: `ideal` is exact (B = 1); SGLang's default page_size is 1, which its attention backend may change
+  (kvcalc.costs.sglang_pages: 64 under TensorRT-LLM's kernels on Blackwell, 64 for DSA); vLLM's default
   block_size is 64 (vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE, vLLM 0.34.0; 16 in its earlier releases),
   which FlashAttention keeps (any multiple of 16); MLA layers take --block-size when a backend takes it
   (FLASH_ATTN_MLA: multiples of 16 for a 16-bit cache; FlashMLA for fp8 and the sparse backends: multiples of 64),
@@ -110,10 +111,11 @@ def vllm_gdn_flashinfer(s: Settings, head_k_dims: Sequence[int]) -> bool:
     return cap[0] in (10, 12) and all(d == 128 for d in head_k_dims)
 
 
-def gdn_key(s: Settings) -> tuple[str, tuple[int, int] | None] | None:
-    """What of the settings' GPU vllm_gdn_flashinfer reads, for the memo keys of plans that page under vLLM."""
+def engine_gpu_key(s: Settings) -> tuple[str, tuple[int, int] | None] | None:
+    """What of the settings' GPU the engines' pages read (vllm_gdn_flashinfer; SGLang's page by backend,
+    kvcalc.costs.sglang_pages), for the memo keys of plans that page under an engine."""
     hw = s.hardware
-    return None if s.engine != "vllm" or hw is None else (hw.platform, hw.capability)
+    return None if s.engine not in ("vllm", "sglang") or hw is None else (hw.platform, hw.capability)
 # A hybrid's state pages a request holds at a time in vLLM 0.34.0, which enables prefix caching for hybrid models by
 # default (ModelConfig.is_prefix_caching_supported; MambaModelConfig: mamba_cache_mode "align"): the running state and
 # the last block's (MambaSpec.max_num_blocks_per_req: "only 2 + num_speculative_blocks state blocks are resident")
@@ -153,7 +155,9 @@ def check_sglang_block(spec: ModelSpec, s: Settings) -> None:
     radix cache (tracking_slots): one that does not divide its state-tracking interval."""
     if s.block_size is None or not tracking_slots(spec.family, s) or not spec.has_states():
         return
-    if SGLANG_TRACK_INTERVAL % s.block_size:
+    from kvcalc.costs.sglang_pages import sglang_page
+
+    if SGLANG_TRACK_INTERVAL % sglang_page(spec, s):  # the page it runs with (a backend may change the one asked)
         raise KvcalcError(f"--block-size {s.block_size} --engine sglang: SGLang 0.5.23 snapshots {spec.name}'s states "
                           f"every {SGLANG_TRACK_INTERVAL} tokens for its radix cache (mamba_track_interval) and does not "
                           "start unless the page size divides that (validate_mamba_extra_buffer): give a power of 2 up "
@@ -245,14 +249,11 @@ def check_pages(spec: ModelSpec, s: Settings, cached: Sequence[AttentionKind]) -
 
 
 VLLM_MLA_BLOCK = 64  # vllm/platforms/cuda.py forces 64 for the FlashMLA and FlashMLASparse backends
-# SGLang 0.5.23 on CUDA sets page_size to 64 · index_kpool (1 unless the config says) for DeepSeek DSA models, over
-# any --page-size (arg_groups/model_overrides/deepseek_v2.py: "Setting page size to {page_size} for DeepSeek DSA")
-SGLANG_NSA_BLOCK = 64
 
 
 def block_tokens(attention: AttentionKind, s: Settings) -> int:
     """Tokens a page holds for a layer of `attention` under the settings' engine, before vLLM's pool (PoolLayout)
-    changes it."""
+    changes it; SGLang's one page for every layer is kvcalc.costs.sglang_pages.sglang_page's."""
     if s.engine == "vllm" and isinstance(attention, MLA):
         # vLLM 0.34.0 picks the MLA backend by the block size (platforms/cuda.py, Hopper's order): FLASH_ATTN_MLA (a
         # 16-bit cache) and TRITON_MLA (fp8 too) take any multiple of 16 (get_supported_kernel_block_sizes); the sparse
@@ -267,8 +268,6 @@ def block_tokens(attention: AttentionKind, s: Settings) -> int:
             raise KvcalcError(f"--block-size {asked} --engine vllm: vLLM 0.34.0 runs {why} only in pages of a multiple "
                               f"of {step} tokens (give one, or leave --block-size out for its {VLLM_MLA_BLOCK})")
         return VLLM_MLA_BLOCK if asked is None else asked
-    if s.engine == "sglang" and isinstance(attention, MLA) and attention.indexed:
-        return SGLANG_NSA_BLOCK  # whatever --block-size asks: SGLang overrides its page_size for DSA models
     if s.block_size is not None:
         return s.block_size
     return DEFAULT_BLOCK[s.engine or "ideal"]

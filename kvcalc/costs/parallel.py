@@ -78,9 +78,9 @@ from kvcalc.costs.engine_files import (
 from kvcalc.costs.paged import (
     PoolLayout,
     check_pages,
+    engine_gpu_key,
     engine_groups,
     gdn_checkpoints,
-    gdn_key,
     keeps_every_token,
     lookahead,
     lookahead_limit,
@@ -89,6 +89,7 @@ from kvcalc.costs.paged import (
     vllm_layout,
 )
 from kvcalc.costs.params import expert_matrices, router_params
+from kvcalc.costs.sglang_pages import engine_page
 from kvcalc.costs.state import merged_bytes, parts_bytes, step_state_bytes
 from kvcalc.dtypes import bits_to_bytes
 from kvcalc.errors import KvcalcError
@@ -215,7 +216,7 @@ def stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     """Every stage of the settings' layout apart from the context and batch, once per spec and layout (see the module's
     rules)."""
     key = ("stages", s.tp, s.pp, s.ep, s.dp_attention, s.weights_dtype, s.kv_dtype, s.mla_cache, s.kv_quant, s.engine,
-           s.block_size, s.state_dtype, s.enc_ctx, s.mtp, ffn_split(spec, s), gdn_key(s))
+           s.block_size, s.state_dtype, s.enc_ctx, s.mtp, ffn_split(spec, s), engine_gpu_key(s))
     return spec.memo(key, _plan_stages, spec, s)
 
 
@@ -234,7 +235,9 @@ def _plan_stages(spec: ModelSpec, s: Settings) -> tuple[Stage, ...]:
     every = keeps_every_token(spec.family, s.engine)
     ahead, limit = lookahead(spec.mtp_layers, s), lookahead_limit(spec, s)
     slots = state_slots(spec.family, s)
-    caches = [group_cache(g, one, enc, every, layout, j, {}, ahead, slots, limit) for j, g in enumerate(held)]  # padding: by stage, below
+    page = engine_page(spec, s)
+    caches = [group_cache(g, one, enc, every, layout, j, {}, ahead, slots, limit, page)  # padding: by stage, below
+              for j, g in enumerate(held)]
     check_pages(spec, s, [g.attention for g, c in zip(held, caches) if c.formula.elements])
     ranges = pp_stages(spec.n_layers, s.pp, s.engine)
     out = []

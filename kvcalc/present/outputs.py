@@ -137,7 +137,7 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
     if s.engine not in ("vllm", "sglang"):
         return []
     from kvcalc.costs.engine_files import KNOWN_FAMILIES, rope_table_bytes
-    from kvcalc.costs.paged import SGLANG_NSA_BLOCK
+    from kvcalc.costs.sglang_pages import sglang_backend, sglang_page
 
     out = []
     for spec in specs:
@@ -176,10 +176,16 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
             out.append(f"warning: {spec.name}: --block-size {s.block_size}: vLLM raises a hybrid model's attention pages "
                        f"to {raised:,} tokens, so that a page holds a layer's constant state "
                        "(Platform.update_block_size_for_backend); its pages are counted at that size")
-        if s.engine == "sglang" and s.block_size and s.block_size != SGLANG_NSA_BLOCK and spec.sparse_topk():
-            out.append(f"warning: {spec.name}: --block-size {s.block_size}: SGLang pages a DeepSeek Sparse Attention model "
-                       f"in {SGLANG_NSA_BLOCK} tokens whatever the page size asked (its model overrides, on CUDA); its "
-                       "pages are counted at that size")
+        if s.engine == "sglang" and s.block_size and (page := sglang_page(spec, s)) != s.block_size:
+            backend = sglang_backend(spec, s)
+            why = ("a DeepSeek Sparse Attention model in 64 tokens whatever the page size asked (its model overrides, "
+                   "on CUDA)" if backend == "dsa" else f"it with {backend} on compute capability 10.x, which takes "
+                   + ("pages of 128 tokens only (_fa4_page_constraint)" if backend == "fa4" else
+                      f"another page size as {page} (_mla_backend_page_constraints"
+                      + (", and its model override sets 64" if page == 64 and s.block_size in (16, 32, 128) else "")
+                      + ")"))
+            out.append(f"warning: {spec.name}: --block-size {s.block_size}: SGLang pages {why}; its pages are counted "
+                       f"at {page:,} tokens")
         if s.engine == "sglang" and s.pp > 1 and s.mtp and spec.mtp_layers:  # check_pipeline_parallel_compat
             out.append(f"note: {spec.name}: --engine sglang --pp {s.pp} --mtp: SGLang 0.5.23 serves pipeline "
                        "parallelism with speculative decoding only with SGLANG_ENABLE_PP_SPEC=1 set (without it only as "
@@ -271,7 +277,8 @@ def bounds_note(grid: Sequence[Settings], specs: Sequence[ModelSpec] = (), short
 def serving_note(s: Settings, specs: Sequence[ModelSpec] = ()) -> str:
     """The title's words for a quantisation scheme and a paged engine, when asked for: the --block-size asked, and
     beside it the page an engine gives one of `specs` instead (vLLM raises a hybrid's to hold a state, SGLang sets
-    DeepSeek Sparse Attention's to 64: a warning says why)."""
+    DeepSeek Sparse Attention's to 64 and its Blackwell backends theirs, kvcalc.costs.sglang_pages: a warning says
+    why)."""
     from kvcalc.costs.cache import cache_plan
 
     out = f", {s.kv_quant} scales" if s.kv_quant != "none" else ""
@@ -983,10 +990,11 @@ def _sglang_refusal_words(spec: ModelSpec, s: Settings, what: str, sizes: SGLang
     """Why SGLang's start-up refuses the pools fit found (kvcalc.costs.engine_memory.sglang_refusal), in words."""
     from kvcalc.costs.engine_memory import mamba_ratio
     from kvcalc.costs.paged import sglang_window, state_slots
+    from kvcalc.costs.sglang_pages import sglang_page
 
     if what == "swa" and sizes is not None and sizes.swa_tokens is not None:
         return (f"its sliding-window pool of {sizes.swa_tokens:,} tokens would not hold one request's window and a "
-                f"page ({sglang_window(spec):,} + {s.block_size or 1:,} tokens: validate_swa_pool_size); more memory, "
+                f"page ({sglang_window(spec):,} + {sglang_page(spec, s):,} tokens: validate_swa_pool_size); more memory, "
                 "a smaller --reserve or a larger --swa-full-tokens-ratio")
     ratio = mamba_ratio(state_slots(spec.family, s))
     if sizes is None or sizes.slots is None:  # not one slot: _handle_max_mamba_cache raises before any request cap

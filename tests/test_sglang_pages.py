@@ -1,0 +1,102 @@
+"""SGLang's page size by backend and GPU (kvcalc.costs.sglang_pages): on compute capability 10.x SGLang 0.5.23 runs
+most models with TensorRT-LLM's kernels and pages them by 64 tokens, not its default 1 (arg_groups/overrides.py
+_mla_backend_page_constraints), FA4 by 128 (_fa4_page_constraint). Expected pages read from SGLang's code; the fit
+figures are SGLang 0.5.23's own sizing code run on a fake B200 (its ServerArgs resolution and KVCacheConfigurator, a
+review of 2026-12-06), each written out by hand below."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import REFERENCE, run, spec
+from kvcalc.costs.cache import kv_cache
+from kvcalc.costs.sglang_pages import sglang_backend, sglang_page
+from kvcalc.hardware import load_hardware
+from kvcalc.settings import Settings
+
+B200, GB200, H100, RTX5090 = (load_hardware(n) for n in ("b200-180gb", "gb200-186gb", "h100-80gb", "rtx-5090"))
+
+
+def sglang(hw, **kw) -> Settings:
+    return Settings(ctx=100, engine="sglang", hardware=hw, **kw)
+
+
+@pytest.mark.parametrize(("name", "backend", "page"), [
+    ("llama3.1-8b", "trtllm_mha", 64),  # get_default_attn_backend: MHA on is_sm100 -> trtllm_mha; page 1 -> 64
+    ("qwen3-8b", "trtllm_mha", 64),
+    ("gemma3-27b", "trtllm_mha", 64),
+    ("gpt-oss-20b", "trtllm_mha", 64),  # model_overrides/gpt_oss.py
+    ("llama4-scout", "trtllm_mha", 64),  # model_overrides/llama4.py
+    ("gemma4-26b-a4b", "trtllm_mha", 64),  # model_overrides/gemma4.py
+    ("nemotron-h-56b", "trtllm_mha", 64),  # model_overrides/nemotron_h.py
+    ("qwen3-next-80b-a3b", "trtllm_mha", 64),  # model_overrides/qwen3_5.py: page_size 64 with it
+    ("deepseek-v3", "trtllm_mla", 64),  # model_overrides/deepseek_v2.py: DeepseekV3ForCausalLM on sm100
+    ("kimi-k2", "trtllm_mla", 64),  # a DeepseekV3ForCausalLM too
+    ("deepseek-v2", "flashinfer", 1),  # MLA, not V3: get_default_attn_backend's flashinfer keeps page 1
+    ("deepseek-v3.2", "dsa", 64),  # DSA: 64 on CUDA whatever the GPU
+    ("whisper-large-v3", "flashinfer", 1),  # Whisper: flashinfer for its cross-attention graphs
+])
+def test_blackwell_pages_by_backend(name, backend, page):
+    for hw in (B200, GB200):
+        assert (sglang_backend(spec(name), sglang(hw)), sglang_page(spec(name), sglang(hw))) == (backend, page)
+    # Hopper, Ampere and the RTX 50 series (compute capability 12.0 is not SGLang's is_sm100): the default 1, but DSA
+    for hw in (H100, RTX5090, None):
+        assert sglang_page(spec(name), sglang(hw)) == (64 if backend == "dsa" else 1)
+
+
+@pytest.mark.parametrize(("config", "backend", "page"), [
+    ("configs-extra-2/mimo-v2-flash.json", "fa4", 128),  # model_overrides/mimo_v2.py; _fa4_page_constraint
+    ("configs-extra-5/falcon-h1-34b-base.json", "triton", 1),  # model_overrides/falcon_h1.py
+    ("configs-extra-5/granite-4.0-h-small.json", "flashinfer", 1),  # model_overrides/granitemoehybrid.py (Mamba layers)
+    ("configs-extra-3/kimi-linear-48b-a3b-instruct.json", "flashinfer", 1),  # MLA arch, no DeepSeek-V3 override
+    ("configs-extra-5/minicpm3-4b.json", "flashinfer", 1),
+    ("configs-extra-5/olmo-2-1124-7b.json", "trtllm_mha", 64),  # model_overrides/olmo2.py
+])
+def test_blackwell_pages_of_imported_families(config, backend, page):
+    from kvcalc.registry import load_model
+
+    path = next(REFERENCE.glob(f"*/{config.split('/')[1]}"))
+    model = load_model(str(path)).spec
+    assert (sglang_backend(model, sglang(B200)), sglang_page(model, sglang(B200))) == (backend, page)
+    assert sglang_page(model, sglang(H100)) == 1
+
+
+def test_an_asked_page_sglang_keeps_or_changes():
+    llama, v3, qwen = spec("llama3.1-8b"), spec("deepseek-v3"), spec("qwen3-next-80b-a3b")
+    # trtllm_mha keeps 16, 32, 64, 128 and turns any other into 64; trtllm_mla keeps 32 and 64
+    assert [sglang_page(llama, sglang(B200, block_size=b)) for b in (1, 8, 16, 32, 64, 128, 256)] == \
+        [64, 64, 16, 32, 64, 128, 64]
+    assert [sglang_page(v3, sglang(B200, block_size=b)) for b in (1, 16, 32, 64, 128)] == [64, 64, 32, 64, 64]
+    assert sglang_page(qwen, sglang(B200, block_size=16)) == 64  # qwen3_5.py sets page_size 64 with trtllm_mha
+    assert sglang_page(llama, sglang(H100, block_size=8)) == 8  # elsewhere the page asked
+    r = run("compare", "llama3.1-8b", "--engine", "sglang", "--hardware", "b200-180gb", "--block-size", "8")
+    assert "warning: llama3.1-8b: --block-size 8: SGLang pages it with trtllm_mha on compute capability 10.x, which " \
+           "takes another page size as 64 (_mla_backend_page_constraints); its pages are counted at 64 tokens" in r.stderr
+
+
+def test_blackwell_pages_in_the_cache_and_fit():
+    # llama3.1-8b at ctx 100, batch 10 on a B200: two pages of 64 tokens a sequence and layer, 32 layers of 8 KV heads
+    # of 128, K and V in bf16: 10 · 128 · 32 · 8 · 128 · 2 · 2 = 167,772,160 bytes (at SGLang's old page of 1 assumed:
+    # 10 · 100 · 131,072 = 131,072,000)
+    report = kv_cache(spec("llama3.1-8b"), Settings(ctx=100, batch=10, engine="sglang", hardware=B200))
+    assert (report.engine_bytes, report.plan.block_size) == (10 * 128 * 32 * 8 * 128 * 2 * 2, 64) == (167_772_160, 64)
+    # SGLang's own sizing on a B200 (its KVCacheConfigurator, run): llama3-70b in fp8 weights, a pool of 281,984 tokens
+    # (4,406 pages of 64): 281,984 // 192 = 1,468 sequences of 129 tokens (3 pages each), 281,984 // 1,024 = 275 of
+    # 1,000 (16 pages); llama3.1-8b 1,136,704 tokens // 320 = 3,552 of 300; deepseek-v3 on 8 B200s in fp8 weights,
+    # 1,106,368 tokens a GPU // 1,024 = 1,080 of 1,000 (kvcalc's pages of 1 said 2,185, 281, 3,789 and 1,106)
+    for args, want in ((["llama3-70b", "--weights-dtype", "fp8", "--ctx", "129,1000"], [1468, 275]),
+                       (["llama3.1-8b", "--ctx", "300"], [3552]),
+                       (["deepseek-v3", "--gpus", "8", "--weights-dtype", "fp8", "--ctx", "1000"], [1080])):
+        rows = json.loads(run("fit", *args, "--engine", "sglang", "--hardware", "b200-180gb", "-f", "json").stdout)
+        rows = rows if isinstance(rows, list) else rows["rows"]
+        assert [r["max_batch"] for r in rows] == want and {r["block_size"] for r in rows} == {64}
+    assert 281_984 // 192 == 1468 and 281_984 // 1024 == 275 and 1_136_704 // 320 == 3552 and 1_106_368 // 1024 == 1080
+
+
+def test_a_plan_on_one_gpu_is_not_reused_on_another():
+    # the page depends on the GPU: the memo keys of the cache and stage plans carry its compute capability
+    model = spec("llama3.1-8b").model_copy()
+    at = [kv_cache(model, Settings(ctx=100, engine="sglang", hardware=hw)).plan.block_size for hw in (H100, B200, H100)]
+    assert at == [1, 64, 1]
