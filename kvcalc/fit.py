@@ -161,6 +161,16 @@ def batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chu
     return engine_batch_cap(spec, s, hw, budget, acts, chunk)
 
 
+def request_table(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int) -> int | None:
+    """engine_memory.sglang_request_table at the budget `fit` uses (None but under --engine sglang)."""
+    from kvcalc.costs.engine_memory import sglang_request_table
+
+    if s.engine != "sglang":
+        return None
+    acts = activation_bytes(spec, s, chunk)
+    return sglang_request_table(spec, s, budget_bytes(hw, reserve, s.engine, acts), acts)
+
+
 def admitted_length(spec: ModelSpec, s: Settings, hw: Hardware, reserve: Fraction, chunk: int) -> int | None:
     """vllm_admitted at the budget `fit` uses: the longest max_model_len vLLM starts with (None where not modelled)."""
     acts = activation_bytes(spec, s, chunk)
@@ -173,6 +183,7 @@ def sglang_longest_request(spec: ModelSpec, s: Settings, hw: Hardware, reserve: 
     (tp_worker.get_worker_info: max_req_len = min(context_len − 1, pool − 1); scheduler.init_req_max_new_tokens: the
     output stops at max_req_len − prompt − 1, and by memory at pool − ⌈prompt / P⌉·P − P − 1, reached with a prompt
     of whole pages), and under --mtp context_len less the tokenizer's reserve, max(steps · topk, draft tokens)."""
+    from kvcalc.costs.engine_memory import sglang_context_len
     from kvcalc.costs.paged import SGLANG_SPEC_DRAFT_TOKENS, SGLANG_SPEC_STEPS, SGLANG_SPEC_TOPK
 
     if s.engine != "sglang":
@@ -184,7 +195,8 @@ def sglang_longest_request(spec: ModelSpec, s: Settings, hw: Hardware, reserve: 
     pool = min(c.tokens for _, c in pools if c is not None)
     block = max(p.block for p, _ in pools)
     reserved = max(SGLANG_SPEC_STEPS * SGLANG_SPEC_TOPK, SGLANG_SPEC_DRAFT_TOKENS) if s.mtp and spec.mtp_layers else 0
-    return min(spec.max_context - 2, spec.max_context - reserved, pool - block - 1)
+    context_len = sglang_context_len(spec)
+    return min(context_len - 2, context_len - reserved, pool - block - 1)
 
 
 def _kv_bytes(report: CacheReport) -> int:

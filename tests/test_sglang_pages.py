@@ -1,8 +1,9 @@
 """SGLang's page size by backend and GPU (kvcalc.costs.sglang_pages): on compute capability 10.x SGLang 0.5.23 runs
 most models with TensorRT-LLM's kernels and pages them by 64 tokens, not its default 1 (arg_groups/overrides.py
-_mla_backend_page_constraints), FA4 by 128 (_fa4_page_constraint). Expected pages read from SGLang's code; the fit
-figures are SGLang 0.5.23's own sizing code run on a fake B200 (its ServerArgs resolution and KVCacheConfigurator, a
-review of 2026-12-06), each written out by hand below."""
+_mla_backend_page_constraints), FA4 by 128 (_fa4_page_constraint). Expected backends and pages are SGLang 0.5.23's
+own resolution (ServerArgs.resolve_once, run on a fake GPU for 41 models on B200, GB200, B300, RTX 5090 and H100 in
+a review of 2026-12-06), each with the lines of SGLang's code that decide it; the fit figures are its own sizing code
+(KVCacheConfigurator) run on a fake B200, each written out by hand below."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def sglang(hw, **kw) -> Settings:
     ("llama4-scout", "trtllm_mha", 64),  # model_overrides/llama4.py
     ("gemma4-26b-a4b", "trtllm_mha", 64),  # model_overrides/gemma4.py
     ("nemotron-h-56b", "trtllm_mha", 64),  # model_overrides/nemotron_h.py
-    ("qwen3-next-80b-a3b", "trtllm_mha", 64),  # model_overrides/qwen3_5.py: page_size 64 with it
+    ("glm-4.7", "trtllm_mha", 64),
+    ("qwen3-next-80b-a3b", "triton", 1),  # model_overrides/qwen3_5.py, before the extra buffer is settled: no-buffer
     ("deepseek-v3", "trtllm_mla", 64),  # model_overrides/deepseek_v2.py: DeepseekV3ForCausalLM on sm100
     ("kimi-k2", "trtllm_mla", 64),  # a DeepseekV3ForCausalLM too
     ("deepseek-v2", "flashinfer", 1),  # MLA, not V3: get_default_attn_backend's flashinfer keeps page 1
@@ -53,6 +55,9 @@ def test_blackwell_pages_by_backend(name, backend, page):
     ("configs-extra-3/kimi-linear-48b-a3b-instruct.json", "flashinfer", 1),  # MLA arch, no DeepSeek-V3 override
     ("configs-extra-5/minicpm3-4b.json", "flashinfer", 1),
     ("configs-extra-5/olmo-2-1124-7b.json", "trtllm_mha", 64),  # model_overrides/olmo2.py
+    ("x/gemma-3n-e2b.json", "trtllm_mha", 64),  # the default's: no override names a backend
+    ("x/jamba-v0.1.json", "trtllm_mha", 64),  # no SGLang model file; its arguments resolve as any MHA model's
+    ("x/command-r7b-12-2024.json", "trtllm_mha", 64),
 ])
 def test_blackwell_pages_of_imported_families(config, backend, page):
     from kvcalc.registry import load_model
@@ -69,11 +74,26 @@ def test_an_asked_page_sglang_keeps_or_changes():
     assert [sglang_page(llama, sglang(B200, block_size=b)) for b in (1, 8, 16, 32, 64, 128, 256)] == \
         [64, 64, 16, 32, 64, 128, 64]
     assert [sglang_page(v3, sglang(B200, block_size=b)) for b in (1, 16, 32, 64, 128)] == [64, 64, 32, 64, 64]
-    assert sglang_page(qwen, sglang(B200, block_size=16)) == 64  # qwen3_5.py sets page_size 64 with trtllm_mha
+    assert [sglang_page(qwen, sglang(B200, block_size=b)) for b in (16, 64, 128)] == [1, 1, 1]  # qwen3_5.py sets 1
     assert sglang_page(llama, sglang(H100, block_size=8)) == 8  # elsewhere the page asked
     r = run("compare", "llama3.1-8b", "--engine", "sglang", "--hardware", "b200-180gb", "--block-size", "8")
     assert "warning: llama3.1-8b: --block-size 8: SGLang pages it with trtllm_mha on compute capability 10.x, which " \
            "takes another page size as 64 (_mla_backend_page_constraints); its pages are counted at 64 tokens" in r.stderr
+
+
+def test_speculative_decoding_and_the_extra_buffer_check_see_what_sglang_sees():
+    # under --mtp SGLang picks the backend before it fills in its speculative defaults (top-k still unset): an MHA model
+    # with MTP layers gets FlashInfer on a B200 (model_override_base.py get_default_attn_backend), pages of 1; an
+    # override family or MLA keeps its own (DeepSeek-V3: trtllm_mla either way)
+    glm, v3 = spec("glm-4.7"), spec("deepseek-v3")
+    assert (sglang_backend(glm, sglang(B200, mtp=True)), sglang_page(glm, sglang(B200, mtp=True))) == ("flashinfer", 1)
+    assert (sglang_backend(v3, sglang(B200, mtp=True)), sglang_page(v3, sglang(B200, mtp=True))) == ("trtllm_mla", 64)
+    # validate_mamba_extra_buffer checks the page asked before trtllm_mha changes it: Nemotron-H at 48 does not start
+    # (256 % 48), at 16 it does and keeps 16; Qwen3-Next's override has already set 1 on a B200
+    r = run("compare", "nemotron-h-56b", "--engine", "sglang", "--hardware", "b200-180gb", "--block-size", "48", ok=False)
+    assert r.exit_code == 1 and "--block-size 48 --engine sglang: SGLang 0.5.23 snapshots" in r.stderr
+    assert sglang_page(spec("nemotron-h-56b"), sglang(B200, block_size=16)) == 16
+    run("compare", "qwen3-next-80b-a3b", "--engine", "sglang", "--hardware", "b200-180gb", "--block-size", "48")
 
 
 def test_blackwell_pages_in_the_cache_and_fit():
@@ -100,3 +120,56 @@ def test_a_plan_on_one_gpu_is_not_reused_on_another():
     model = spec("llama3.1-8b").model_copy()
     at = [kv_cache(model, Settings(ctx=100, engine="sglang", hardware=hw)).plan.block_size for hw in (H100, B200, H100)]
     assert at == [1, 64, 1]
+
+
+# ---------------------------------------------------------------- SGLang's memory beside its pools (the same review)
+
+
+def test_sglangs_request_table_past_its_headroom_is_warned_of():
+    # ReqToTokenPool: (max_running_requests + 1) rows of context_len + 4 int32 slots. Llama 4 Scout's context_len is
+    # 10,485,760, and at it SGLang runs 2,048 requests (clamp(tokens / context_len · 512, 2,048, 4,096)): 2,049 ·
+    # 10,485,764 · 4 = 85,941,321,744 bytes a GPU (80.0 GiB), past the 14.9 GiB its fraction of 0.894 leaves an H200
+    from kvcalc.fit import request_table
+
+    model = spec("llama4-scout")
+    s = Settings(ctx=8192, engine="sglang", hardware=load_hardware("h200-141gb"), tp=8)
+    from kvcalc.costs.engine_memory import default_prefill_chunk, default_reserve
+
+    chunk = default_prefill_chunk("sglang", s.hardware)
+    assert request_table(model, s, s.hardware, default_reserve(model, s, s.hardware, chunk), chunk) == \
+        2049 * (10_485_760 + 4) * 4 == 85_941_321_744
+    r = run("fit", "llama4-scout", "--engine", "sglang", "--hardware", "h200-141gb", "--gpus", "8", "--ctx", "8k")
+    assert "warning: llama4-scout: SGLang's request table (req_to_token: max_running_requests + 1 rows of its " \
+           "context_len, 10,485,760 tokens, in int32) takes 80.0 GiB a GPU beside its static pools, more than the " \
+           "14.9 GiB its static fraction leaves" in r.stderr
+    # Llama 3.1 8B's 131,072: (R + 1) · 131,076 · 4 bytes, about 2 GiB at R = 4,096, within the 10 GiB kept
+    assert "request table" not in run("fit", "llama3.1-8b", "--engine", "sglang", "--hardware", "h100-80gb",
+                                      "--ctx", "8k").stderr
+
+
+def test_sglang_keeps_100_mib_of_a_multimodal_budget_and_whisper_has_its_context_len_of_2048():
+    # mm_runtime_reservation_gb: SGLANG_VLM_CACHE_SIZE_MB (100) off the KV budget of a multimodal checkpoint. SGLang's
+    # own sizing on an H100 at a fraction of 0.836: gemma4-26b-a4b's room 21,211,876,229 bytes, a pool of 115,081
+    # full tokens (without the 100 MiB kvcalc said 21,316,733,829 and 115,650); Whisper 139,337 tokens
+    from fractions import Fraction
+
+    from kvcalc.costs.engine_memory import (
+        SGLANG_VLM_CACHE_BYTES,
+        sglang_context_len,
+        sglang_pool_sizes,
+        sglang_stage_pools,
+    )
+    from kvcalc.fit import activation_bytes, budget_bytes
+
+    assert SGLANG_VLM_CACHE_BYTES == 104_857_600 and 21_316_733_829 - 21_211_876_229 == 104_857_600
+    for name, room, tokens in (("gemma4-26b-a4b", 21_211_876_229, 115_081), ("whisper-large-v3", None, 139_337)):
+        model = spec(name)
+        s = Settings(ctx=1, engine="sglang", hardware=H100)
+        acts = activation_bytes(model, s, 8192)
+        [(_, pools, got)] = sglang_stage_pools(model, s, budget_bytes(H100, 1 - Fraction(836, 1000), "sglang", acts), acts)
+        assert (room is None or got == room) and sglang_pool_sizes(pools, got).tokens == tokens
+    # WhisperConfig names none of get_context_length's keys: SGLang's context_len is 2,048, not the decoder's 448
+    # positions, so fit no longer says SGLang serves requests of at most 446 tokens
+    assert (sglang_context_len(spec("whisper-large-v3")), sglang_context_len(spec("llama3.1-8b"))) == (2048, 131_072)
+    r = run("fit", "whisper-large-v3", "--engine", "sglang", "--hardware", "h100-80gb", "--batch", "64")
+    assert "SGLang serves a request of at most" not in r.stderr

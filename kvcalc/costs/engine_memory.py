@@ -98,6 +98,9 @@ SGLANG_TIERS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 4096, 48, 160), (60 * 1024,
 # fraction (memory_hook.py adjust_mem_fraction_for_vlm) and loads the tower's weights, neither in kvcalc's text specs
 SGLANG_MULTIMODAL = frozenset({"gemma4", "gemma3n", "qwen3_vl", "qwen3_5_moe", "whisper"})
 SGLANG_MULTIMODAL_GRAPHS = frozenset({"qwen3_5_moe"})  # is_multimodal_breakable_cuda_graph_supported
+# What SGLang takes from a multimodal model's KV budget for its embedding cache, allocated after the pools are sized
+# (kv_cache_configurator.py mm_runtime_reservation_gb, in _profile_available_bytes: SGLANG_VLM_CACHE_SIZE_MB, 100)
+SGLANG_VLM_CACHE_BYTES = 100 * 2**20
 SGLANG_TOWERS = SGLANG_MULTIMODAL - {"whisper"}  # Whisper's config has no vision_config, its encoder is in its spec
 # Families whose published checkpoints carry a vision (or audio) tower both engines load though kvcalc's specs are
 # text models: the above, and Gemma 3 (4B and up) and Llama 4, whose Gemma3ForConditionalGeneration and
@@ -332,14 +335,62 @@ def sglang_stage_pools(spec: ModelSpec, t: Settings, budget: int, acts: int) -> 
     get_available_gpu_memory over the world group), so the budget less the heaviest stage's weights (and `acts`) on
     each; under pp the largest stage's constant states a sequence charged on each (_handle_max_mamba_cache: "Charge
     the largest per-stage share so every rank derives the same pool"; its layers' share of the whole, equal for equal
-    layers); and the SWA pool's floor, SGLang's window and a page (kvcalc.costs.paged.sglang_window)."""
+    layers); and the SWA pool's floor, SGLang's window and a page (kvcalc.costs.paged.sglang_window). A multimodal
+    checkpoint's room is SGLANG_VLM_CACHE_BYTES less (its embedding cache)."""
     plans = stages(spec, t)
     pools = [sglang_pools(t, plan) for plan in plans]
     heaviest = max(plan.weights_bytes for plan in plans)
+    embeddings = SGLANG_VLM_CACHE_BYTES if with_tower(spec, SGLANG_MULTIMODAL) else 0
     state = max(p.state_per_sequence for p in pools)
     window = sglang_window(spec)
     return [(plan, p._replace(state_per_sequence=state, swa_floor=window + p.block if window else 0),
-             budget - heaviest - acts) for plan, p in zip(plans, pools)]
+             budget - heaviest - acts - embeddings) for plan, p in zip(plans, pools)]
+
+
+# SGLang's context_len where a config names none of the keys it reads (utils/hf_transformers/common.py
+# get_context_length: max_sequence_length, seq_length, max_seq_len, model_max_length, max_position_embeddings)
+SGLANG_DEFAULT_CONTEXT = 2048
+
+
+def sglang_context_len(spec: ModelSpec) -> int:
+    """SGLang's context_len for `spec` (its default --context-length): the model's max_context, but Whisper's 2,048,
+    as WhisperConfig names none of get_context_length's keys (its 448 is max_target_positions, whose positions
+    SGLang's whisper.py clamps rather than refuses)."""
+    return SGLANG_DEFAULT_CONTEXT if spec.family == "whisper" else spec.max_context
+
+
+def sglang_running(spec: ModelSpec, s: Settings, budget: int, acts: int) -> int | None:
+    """SGLang's max_running_requests, one scheduler's (engine_batch_cap's words), the least over the stages; None
+    where its pools do not start."""
+    caps = []
+    workers = s.tp if s.dp_attention else 1  # a replica's attention-DP workers
+    for _, pools, room in sglang_stage_pools(spec, s.at(1), budget, acts):
+        c = sglang_capacity(pools, room)
+        if c is None:
+            return None
+        if s.mtp and spec.mtp_layers:  # speculative decoding: 48 unless set, split over the workers
+            cap = min(max(1, SGLANG_SPEC_MAX_RUNNING_REQUESTS // workers), c.tokens // 2)
+        else:
+            cap = min(max(min(c.tokens * 512 // sglang_context_len(spec), 4096), 2048), c.tokens // 2)
+        if c.slots is not None:
+            cap = min(cap, c.slots // mamba_ratio(pools.state_slots))
+        caps.append(cap)
+    return min(caps)
+
+
+def sglang_request_table(spec: ModelSpec, s: Settings, budget: int, acts: int) -> int | None:
+    """Bytes of SGLang's request table on a GPU, outside its static pools: (max_running_requests + 1) rows, a padding
+    row among them, of context_len + 4 int32 token slots, and the draft tokens more under --mtp (ReqToTokenPool;
+    kv_cache_configurator._build_req_to_token_pool; allocation_sizing.get_req_to_token_extra_context_len, which under
+    speculation on pages of more than a token may add a few more), context_len SGLang's default (sglang_context_len);
+    None where its pools do not start."""
+    from kvcalc.costs.paged import SGLANG_SPEC_DRAFT_TOKENS
+
+    running = sglang_running(spec, s, budget, acts)
+    if running is None:
+        return None
+    extra = 4 + (SGLANG_SPEC_DRAFT_TOKENS if s.mtp and spec.mtp_layers else 0)
+    return (running + 1) * (sglang_context_len(spec) + extra) * 4
 
 
 def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, acts: int,
@@ -361,20 +412,11 @@ def engine_batch_cap(spec: ModelSpec, s: Settings, hw: Hardware, budget: int, ac
         return min(VLLM_MAX_NUM_SEQS[0 if large else 1], chunk) * s.dp, "max_num_seqs"
     if s.engine != "sglang":
         return None
-    caps = []
     workers = s.tp if s.dp_attention else 1  # a replica's attention-DP workers
-    for _, pools, room in sglang_stage_pools(spec, s.at(1), budget, acts):
-        c = sglang_capacity(pools, room)
-        if c is None:
-            return None
-        if s.mtp and spec.mtp_layers:  # speculative decoding: 48 unless set, split over the workers
-            cap = min(max(1, SGLANG_SPEC_MAX_RUNNING_REQUESTS // workers), c.tokens // 2)
-        else:
-            cap = min(max(min(c.tokens * 512 // spec.max_context, 4096), 2048), c.tokens // 2)
-        if c.slots is not None:
-            cap = min(cap, c.slots // mamba_ratio(pools.state_slots))
-        caps.append(cap)
-    cap, name = min(caps), "max_running_requests"
+    running = sglang_running(spec, s, budget, acts)
+    if running is None:
+        return None
+    cap, name = running, "max_running_requests"
     if s.pp > 1 and s.pp * max(cap // s.pp, 1) < cap:  # pp micro-batches of max(cap // pp, 1) sequences each
         cap, name = s.pp * max(cap // s.pp, 1), "pp_max_micro_batch_size"  # scheduler.py, its default
     return cap * s.dp * workers, name

@@ -155,9 +155,9 @@ def check_sglang_block(spec: ModelSpec, s: Settings) -> None:
     radix cache (tracking_slots): one that does not divide its state-tracking interval."""
     if s.block_size is None or not tracking_slots(spec.family, s) or not spec.has_states():
         return
-    from kvcalc.costs.sglang_pages import sglang_page
+    from kvcalc.costs.sglang_pages import validated_page
 
-    if SGLANG_TRACK_INTERVAL % sglang_page(spec, s):  # the page it runs with (a backend may change the one asked)
+    if SGLANG_TRACK_INTERVAL % (validated_page(spec, s) or 1):  # as asked, before a backend changes it
         raise KvcalcError(f"--block-size {s.block_size} --engine sglang: SGLang 0.5.23 snapshots {spec.name}'s states "
                           f"every {SGLANG_TRACK_INTERVAL} tokens for its radix cache (mamba_track_interval) and does not "
                           "start unless the page size divides that (validate_mamba_extra_buffer): give a power of 2 up "

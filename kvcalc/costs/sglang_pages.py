@@ -6,13 +6,16 @@ MHA (trtllm_mha) takes pages of 16, 32, 64 or 128 tokens and TensorRT-LLM MLA (t
 on an MHA model pages of 128 whatever was asked. Those are the defaults on compute capability 10.x (B200, GB200,
 B300: SGLang's is_sm100, CUDA 12.8 or later): get_default_attn_backend (arg_groups/model_override_base.py) gives an
 MHA model trtllm_mha, or fa4 where K and V rows differ in width (ModelConfig.has_asymmetric_kv), and an MLA model
-flashinfer; the model overrides (arg_groups/model_overrides/) give DeepseekV3ForCausalLM trtllm_mla (deepseek_v2.py),
-Falcon-H1 Triton (falcon_h1.py), a Granite 4.0-H with Mamba layers FlashInfer (granitemoehybrid.py), MiMo-V2 fa4
-(mimo_v2.py), Qwen3-Next and Qwen3.5 trtllm_mha with pages of 64 (qwen3_5.py, under the extra-buffer radix cache
-SGLang picks for them), Whisper FlashInfer (model_override_base.py), and Llama 4, gpt-oss, Gemma 4, OLMo 2 and
-Nemotron-H trtllm_mha, as the default would. DeepSeek Sparse Attention models page by 64 on CUDA whatever the GPU
-(deepseek_v2.py). Elsewhere (Hopper, Ampere, Ada, RTX 50 series: compute capability 12.x is not is_sm100; AMD) the
-page is the one asked, or 1.
+flashinfer, and under speculative decoding with its default top-k (not yet filled in when the backend is picked)
+an MHA model FlashInfer too (Triton with attention sinks); the model overrides (arg_groups/model_overrides/) give
+DeepseekV3ForCausalLM trtllm_mla (deepseek_v2.py), Falcon-H1 Triton (falcon_h1.py), a Granite 4.0-H with Mamba
+layers FlashInfer (granitemoehybrid.py), MiMo-V2 fa4 (mimo_v2.py), Qwen3-Next and Qwen3.5 Triton with pages of 1
+whatever is asked (qwen3_5.py: it runs before SGLang settles their radix cache's extra buffer, so it takes the
+no-buffer case), Whisper FlashInfer (model_override_base.py), and Llama 4, gpt-oss, Gemma 4, OLMo 2 and Nemotron-H
+trtllm_mha. DeepSeek Sparse Attention models page by 64 on CUDA whatever the GPU (deepseek_v2.py). Elsewhere
+(Hopper, Ampere, Ada, RTX 50 series: compute capability 12.x is not is_sm100; AMD) the page is the one asked, or 1.
+Checked against SGLang 0.5.23's own resolution (ServerArgs.resolve_once on a fake GPU) for 41 models on B200, GB200,
+B300, RTX 5090 and H100 (a review of 2026-12-06).
 """
 
 from __future__ import annotations
@@ -29,14 +32,14 @@ TRTLLM_MHA_PAGES = (16, 32, 64, 128)  # _mla_backend_page_constraints: any other
 TRTLLM_MLA_PAGES = (32, 64)  # likewise for trtllm_mla
 TRTLLM_FORCED_PAGE = 64
 FA4_PAGE = 128  # _fa4_page_constraint: an MHA model under fa4 on is_sm100, whatever the page asked
-# Qwen3-Next and Qwen3.5 (model_overrides/qwen3_5.py): trtllm_mha and page_size 64 together, over any asked
+# Qwen3-Next and Qwen3.5 (model_overrides/qwen3_5.py): Triton and page_size 1 together, over any page asked
 QWEN3_5_FAMILIES = frozenset({"qwen3_next", "qwen3_5_moe"})
 # The families whose SGLang model override names their backend on is_sm100 (arg_groups/model_overrides/: falcon_h1.py,
-# mimo_v2.py; Whisper in get_default_attn_backend; llama4.py, gpt_oss.py, gemma4.py, olmo2.py, nemotron_h.py and
-# qwen3_5.py name trtllm_mha whatever the head dims)
+# mimo_v2.py, qwen3_5.py; Whisper in get_default_attn_backend; llama4.py, gpt_oss.py, gemma4.py, olmo2.py and
+# nemotron_h.py name trtllm_mha, with or without speculative decoding)
 SM100_OVERRIDES = {"falcon_h1": "triton", "mimo_v2_flash": "fa4", "whisper": "flashinfer",
-                   **dict.fromkeys(("llama4", "gpt-oss", "gemma4", "olmo2", "nemotron_h", *QWEN3_5_FAMILIES),
-                                   "trtllm_mha")}
+                   **dict.fromkeys(QWEN3_5_FAMILIES, "triton"),
+                   **dict.fromkeys(("llama4", "gpt-oss", "gemma4", "olmo2", "nemotron_h"), "trtllm_mha")}
 
 
 def is_sm100(s: Settings) -> bool:
@@ -68,6 +71,8 @@ def sglang_backend(spec: ModelSpec, s: Settings) -> str:
         return "flashinfer"
     if any(isinstance(g.attention, MLA) for g in spec.groups):  # SGLang's AttentionArch.MLA
         return "trtllm_mla" if sglang_deepseek_v3(spec) else "flashinfer"
+    if s.mtp and spec.mtp_layers:  # speculative, its top-k still unset when picked: FlashInfer, which has no sinks
+        return "triton" if any(getattr(g.attention, "sinks", False) for g in spec.groups) else "flashinfer"
     return "fa4" if asymmetric_kv(spec) else "trtllm_mha"
 
 
@@ -75,6 +80,12 @@ def engine_page(spec: ModelSpec, s: Settings) -> int | None:
     """The one page size the settings' engine gives every layer of `spec`: SGLang's (sglang_page); None under vLLM and
     ideal, whose pages are each layer's own (kvcalc.costs.paged.block_tokens, then vLLM's pool)."""
     return sglang_page(spec, s) if s.engine == "sglang" else None
+
+
+def validated_page(spec: ModelSpec, s: Settings) -> int | None:
+    """The page SGLang's extra-buffer check sees (arg_groups/mamba_hook.py validate_mamba_extra_buffer): the one asked,
+    before a backend changes it, but Qwen3-Next's and Qwen3.5's on is_sm100, which their override has set to 1."""
+    return SGLANG_DEFAULT_PAGE if is_sm100(s) and spec.family in QWEN3_5_FAMILIES else s.block_size
 
 
 def sglang_page(spec: ModelSpec, s: Settings) -> int:
@@ -86,8 +97,8 @@ def sglang_page(spec: ModelSpec, s: Settings) -> int:
         return SGLANG_DSA_PAGE
     if backend == "fa4":
         return FA4_PAGE
-    if backend == "trtllm_mha" and spec.family in QWEN3_5_FAMILIES:
-        return TRTLLM_FORCED_PAGE
+    if backend == "triton" and spec.family in QWEN3_5_FAMILIES:
+        return SGLANG_DEFAULT_PAGE
     if backend == "trtllm_mha":
         return asked if asked in TRTLLM_MHA_PAGES else TRTLLM_FORCED_PAGE
     if backend == "trtllm_mla":

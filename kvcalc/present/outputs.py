@@ -178,12 +178,14 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
                        "(Platform.update_block_size_for_backend); its pages are counted at that size")
         if s.engine == "sglang" and s.block_size and (page := sglang_page(spec, s)) != s.block_size:
             backend = sglang_backend(spec, s)
-            why = ("a DeepSeek Sparse Attention model in 64 tokens whatever the page size asked (its model overrides, "
-                   "on CUDA)" if backend == "dsa" else f"it with {backend} on compute capability 10.x, which takes "
-                   + ("pages of 128 tokens only (_fa4_page_constraint)" if backend == "fa4" else
-                      f"another page size as {page} (_mla_backend_page_constraints"
-                      + (", and its model override sets 64" if page == 64 and s.block_size in (16, 32, 128) else "")
-                      + ")"))
+            why = {"dsa": "a DeepSeek Sparse Attention model in 64 tokens whatever the page size asked (its model "
+                          "overrides, on CUDA)",
+                   "fa4": "it with fa4 on compute capability 10.x, which takes pages of 128 tokens only "
+                          "(_fa4_page_constraint)",
+                   "triton": "it with Triton on compute capability 10.x, its model override setting pages of 1 "
+                             "(model_overrides/qwen3_5.py)"}.get(
+                backend, f"it with {backend} on compute capability 10.x, which takes another page size as {page} "
+                         "(_mla_backend_page_constraints)")
             out.append(f"warning: {spec.name}: --block-size {s.block_size}: SGLang pages {why}; its pages are counted "
                        f"at {page:,} tokens")
         if s.engine == "sglang" and s.pp > 1 and s.mtp and spec.mtp_layers:  # check_pipeline_parallel_compat
@@ -871,7 +873,8 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     if s.engine == "sglang" and reserve is None and with_tower(spec, SGLANG_TOWERS):
         warnings.append(f"note: {spec.name}: SGLang serves its published checkpoint as multimodal: it trims the static "
                         "fraction for the vision or audio tower (adjust_mem_fraction_for_vlm) and loads the tower's "
-                        "weights, neither counted here (a text model's fraction is used): give --reserve to match")
+                        "weights, neither counted here (a text model's fraction is used; the 100 MiB it keeps for "
+                        "its embedding cache is): give --reserve to match")
     elif s.engine in ("vllm", "sglang") and reserve is None and with_tower(spec, TOWER_FAMILIES):
         engine = {"vllm": "vLLM", "sglang": "SGLang"}[s.engine]
         warnings.append(f"note: {spec.name}: {engine} loads the vision tower of the family's multimodal checkpoints "
@@ -921,9 +924,13 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
                units: str) -> list[str]:
     """What fit's rows cannot say: a window's fall that one sequence more meets below --ctx, the SGLang pool that
     binds, that nothing fits, and an engine's default cap on sequences below --batch."""
-    from kvcalc.costs.engine_memory import SGLANG_MAMBA_FULL_MEMORY_RATIO, SGLANG_SWA_FULL_TOKENS_RATIO
+    from kvcalc.costs.engine_memory import (
+        SGLANG_MAMBA_FULL_MEMORY_RATIO,
+        SGLANG_SWA_FULL_TOKENS_RATIO,
+        sglang_context_len,
+    )
     from kvcalc.costs.paged import state_slots
-    from kvcalc.fit import batch_cap, binding_context, sglang_longest_request, sglang_pool_binding
+    from kvcalc.fit import batch_cap, binding_context, request_table, sglang_longest_request, sglang_pool_binding
     from kvcalc.units import format_bytes
 
     assert s.hardware is not None  # fit's settings carry the hardware
@@ -960,6 +967,14 @@ def _fit_notes(spec: ModelSpec, s: Settings, rows: list[dict], ctxs: list[int] |
             warnings.append(f"note: {spec.name}: {at} SGLang's limit is {words}; the budget left per GPU is what the "
                             "other pools keep")
     warnings += [f"warning: {spec.name}: nothing fits: SGLang refuses to start: {words}" for words in sorted(refusals)]
+    kept = s.hardware.memory_bytes * frac  # what SGLang keeps outside its static fraction: activations and graphs
+    if (table := request_table(spec, s, s.hardware, frac, chunk)) is not None and table > kept:
+        warnings.append(f"warning: {spec.name}: SGLang's request table (req_to_token: max_running_requests + 1 rows of "
+                        f"its context_len, {sglang_context_len(spec):,} tokens, in int32) takes {format_bytes(table, units)} a "
+                        f"GPU beside its static pools, more than the {format_bytes(int(kept), units)} its static "
+                        "fraction leaves for it, activations and graphs: SGLang 0.5.23 runs out of memory at start-up "
+                        "unless started with a smaller --context-length or --max-running-requests (the figures assume "
+                        "its defaults)")
     if not ctxs and rows and rows[0]["max_ctx"] and (longest := sglang_longest_request(spec, s, s.hardware, frac, chunk)) \
             is not None and rows[0]["max_ctx"] > longest:  # SGLang's own cap on a request, a few tokens below
         warnings.append(f"note: {spec.name}: SGLang serves a request of at most {longest:,} tokens, prompt and output "
