@@ -59,7 +59,7 @@ def sglang_backend(spec: ModelSpec, s: Settings) -> str:
     """SGLang 0.5.23's default attention backend for `spec` where it decides the page size: on is_sm100 'trtllm_mha',
     'trtllm_mla', 'fa4', 'flashinfer' or 'triton' (see the module's rules); 'dsa' for DeepSeek Sparse Attention
     anywhere; 'other' on other GPUs, whose backends page as asked."""
-    from kvcalc.costs.prefill_form import sglang_deepseek_v3
+    from kvcalc.costs.prefill_form import sglang_mla_backend
 
     if spec.sparse_topk() is not None:
         return "dsa"
@@ -69,8 +69,8 @@ def sglang_backend(spec: ModelSpec, s: Settings) -> str:
         return SM100_OVERRIDES[spec.family]
     if spec.family == "granitemoehybrid" and spec.has_states():  # only with Mamba layers (granitemoehybrid.py)
         return "flashinfer"
-    if any(isinstance(g.attention, MLA) for g in spec.groups):  # SGLang's AttentionArch.MLA
-        return "trtllm_mla" if sglang_deepseek_v3(spec) else "flashinfer"
+    if any(isinstance(g.attention, MLA) for g in spec.groups):  # SGLang's AttentionArch.MLA: trtllm_mla or flashinfer
+        return sglang_mla_backend(spec, s)
     if s.mtp and spec.mtp_layers:  # speculative, its top-k still unset when picked: FlashInfer, which has no sinks
         return "triton" if any(getattr(g.attention, "sinks", False) for g in spec.groups) else "flashinfer"
     return "fa4" if asymmetric_kv(spec) else "trtllm_mha"
