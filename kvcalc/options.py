@@ -295,7 +295,7 @@ _COST_PARAMS = [
     ("gen", Annotated[int, typer.Option("--gen", "-g", parser=_parse_gen, metavar="TOKENS", help="Tokens generated after the prompt of --ctx (generation FLOPs): 1024, 1k, ...")], 1024),
     ("kv_dtype", DtypeOpt, "bf16"),
     ("kv_quant", Annotated[str, typer.Option("--kv-quant", metavar="[none|per-token|per-head|g<G>|fp8-ds-mla]", help="Quantisation scheme of the cache, whose scales (and zero points) are counted: per-token or per-head fp32 scales, KIVI-style groups of G with fp16 scale and zero (g64), or vLLM's fp8_ds_mla entry (MLA models, --kv-dtype fp8). Needs --kv-dtype fp8, int8 or int4.")], "none"),
-    ("engine", Annotated[str | None, typer.Option("--engine", **choice(ENGINES), help="Count the KV cache in a serving engine's whole pages (engine_kv_bytes; per-GPU and fit figures use it): vllm (64 tokens a page, as vLLM 0.34.0; a hybrid model's page follows its state, e.g. Qwen3-Next's 576), sglang (1; 64 for DeepSeek-V3.2), ideal (exact).")], None),
+    ("engine", Annotated[str | None, typer.Option("--engine", **choice(ENGINES), help="Count the KV cache in a serving engine's whole pages (engine_kv_bytes; per-GPU and fit figures use it): vllm (64 tokens a page, as vLLM 0.34.0; a hybrid model's page follows its state, e.g. Qwen3-Next's 576), sglang (1, as its backend on the GPU needs: 64 for DeepSeek Sparse Attention on NVIDIA GPUs, and on compute capability 10.x 64 under TensorRT-LLM's kernels, 128 under FA4), ideal (exact).")], None),
     ("block_size", Annotated[int | None, whole_option("--block-size", lo=1, hi=1 << 20, help="Tokens a page of --engine (default: the engine's).")], None),
     ("state_dtype", StateDtypeOpt, None),
     ("enc_ctx", EncCtxOpt, None),

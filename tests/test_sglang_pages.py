@@ -81,6 +81,22 @@ def test_an_asked_page_sglang_keeps_or_changes():
            "takes another page size as 64 (_mla_backend_page_constraints); its pages are counted at 64 tokens" in r.stderr
 
 
+def test_dsa_on_amd_gpus_pages_as_sglangs_default_environment_does():
+    # model_overrides/deepseek_v2.py: on ROCm page_size 1 unless aiter_can_use_preshuffle_paged_mqa (SGLANG_USE_AITER=1,
+    # off by default, and Triton >= 3.5), else 64. SGLang's own sizing of deepseek-v3.2 on 8 MI300X in fp8 weights: a
+    # pool of 1,167,646 tokens, 1,167,646 // 1,025 = 1,139 sequences of 1,025 tokens (pages of 64: 1,088 slots each,
+    # 1,073 from kvcalc's pool of 1,167,616, which a --block-size 64 still gives for SGLang's ROCm images)
+    mi300x = load_hardware("mi300x")
+    assert sglang_page(spec("deepseek-v3.2"), sglang(mi300x)) == 1 and sglang_page(spec("deepseek-v3.2"), sglang(H100)) == 64
+    assert sglang_page(spec("deepseek-v3.2"), sglang(mi300x, block_size=64)) == 64
+    for more, want in (([], (1139, 1)), (["--block-size", "64"], (1073, 64))):
+        rows = json.loads(run("fit", "deepseek-v3.2", "--engine", "sglang", "--hardware", "mi300x", "--tp", "8", "--ctx",
+                              "1025", "--weights-dtype", "fp8", *more, "-f", "json").stdout)
+        rows = rows if isinstance(rows, list) else rows["rows"]
+        assert (rows[0]["max_batch"], rows[0]["block_size"]) == want
+    assert 1_167_646 // 1_025 == 1139 and 1_167_616 // 1_088 == 1073
+
+
 def test_speculative_decoding_and_the_extra_buffer_check_see_what_sglang_sees():
     # under --mtp SGLang picks the backend before it fills in its speculative defaults (top-k still unset): an MHA model
     # with MTP layers gets FlashInfer on a B200 (model_override_base.py get_default_attn_backend), pages of 1; an

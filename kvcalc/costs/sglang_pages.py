@@ -12,7 +12,9 @@ DeepseekV3ForCausalLM trtllm_mla (deepseek_v2.py), Falcon-H1 Triton (falcon_h1.p
 layers FlashInfer (granitemoehybrid.py), MiMo-V2 fa4 (mimo_v2.py), Qwen3-Next and Qwen3.5 Triton with pages of 1
 whatever is asked (qwen3_5.py: it runs before SGLang settles their radix cache's extra buffer, so it takes the
 no-buffer case), Whisper FlashInfer (model_override_base.py), and Llama 4, gpt-oss, Gemma 4, OLMo 2 and Nemotron-H
-trtllm_mha. DeepSeek Sparse Attention models page by 64 on CUDA whatever the GPU (deepseek_v2.py). Elsewhere
+trtllm_mha. DeepSeek Sparse Attention models page by 64 on CUDA whatever the GPU and the page asked
+(deepseek_v2.py), and on AMD GPUs by 1 unless SGLANG_USE_AITER=1 with Triton 3.5 or later (its ROCm images set the
+variable), then by 64: kvcalc takes 1 there, or the --block-size given for that case. Elsewhere
 (Hopper, Ampere, Ada, RTX 50 series: compute capability 12.x is not is_sm100; AMD) the page is the one asked, or 1.
 Checked against SGLang 0.5.23's own resolution (ServerArgs.resolve_once on a fake GPU) for 41 models on B200, GB200,
 B300, RTX 5090 and H100 (a review of 2026-12-06).
@@ -93,8 +95,9 @@ def sglang_page(spec: ModelSpec, s: Settings) -> int:
     default 1, as its backend on the settings' GPU changes it (sglang_backend; see the module's rules)."""
     asked = s.block_size
     backend = sglang_backend(spec, s)
-    if backend == "dsa":
-        return SGLANG_DSA_PAGE
+    if backend == "dsa":  # on AMD: aiter_can_use_preshuffle_paged_mqa is false under SGLang's default environment
+        rocm = s.hardware is not None and s.hardware.platform == "rocm"
+        return (asked or SGLANG_DEFAULT_PAGE) if rocm else SGLANG_DSA_PAGE
     if backend == "fa4":
         return FA4_PAGE
     if backend == "triton" and spec.family in QWEN3_5_FAMILIES:
