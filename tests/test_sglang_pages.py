@@ -49,20 +49,20 @@ def test_blackwell_pages_by_backend(name, backend, page):
 
 
 @pytest.mark.parametrize(("config", "backend", "page"), [
-    ("configs-extra-2/mimo-v2-flash.json", "fa4", 128),  # model_overrides/mimo_v2.py; _fa4_page_constraint
-    ("configs-extra-5/falcon-h1-34b-base.json", "triton", 1),  # model_overrides/falcon_h1.py
-    ("configs-extra-5/granite-4.0-h-small.json", "flashinfer", 1),  # model_overrides/granitemoehybrid.py (Mamba layers)
-    ("configs-extra-3/kimi-linear-48b-a3b-instruct.json", "flashinfer", 1),  # MLA arch, no DeepSeek-V3 override
-    ("configs-extra-5/minicpm3-4b.json", "flashinfer", 1),
-    ("configs-extra-5/olmo-2-1124-7b.json", "trtllm_mha", 64),  # model_overrides/olmo2.py
-    ("x/gemma-3n-e2b.json", "trtllm_mha", 64),  # the default's: no override names a backend
-    ("x/jamba-v0.1.json", "trtllm_mha", 64),  # no SGLang model file; its arguments resolve as any MHA model's
-    ("x/command-r7b-12-2024.json", "trtllm_mha", 64),
+    ("mimo-v2-flash.json", "fa4", 128),  # model_overrides/mimo_v2.py; _fa4_page_constraint
+    ("falcon-h1-34b-base.json", "triton", 1),  # model_overrides/falcon_h1.py
+    ("granite-4.0-h-small.json", "flashinfer", 1),  # model_overrides/granitemoehybrid.py (Mamba layers)
+    ("kimi-linear-48b-a3b-instruct.json", "flashinfer", 1),  # MLA arch, no DeepSeek-V3 override
+    ("minicpm3-4b.json", "flashinfer", 1),
+    ("olmo-2-1124-7b.json", "trtllm_mha", 64),  # model_overrides/olmo2.py
+    ("gemma-3n-e2b.json", "trtllm_mha", 64),  # the default's: no override names a backend
+    ("jamba-v0.1.json", "trtllm_mha", 64),  # no SGLang model file; its arguments resolve as any MHA model's
+    ("command-r7b-12-2024.json", "trtllm_mha", 64),
 ])
 def test_blackwell_pages_of_imported_families(config, backend, page):
     from kvcalc.registry import load_model
 
-    path = next(REFERENCE.glob(f"*/{config.split('/')[1]}"))
+    path = next(REFERENCE.glob(f"*/{config}"))  # the reference configs' folders (tests/data/reference/*/)
     model = load_model(str(path)).spec
     assert (sglang_backend(model, sglang(B200)), sglang_page(model, sglang(B200))) == (backend, page)
     assert sglang_page(model, sglang(H100)) == 1
@@ -79,6 +79,27 @@ def test_an_asked_page_sglang_keeps_or_changes():
     r = run("compare", "llama3.1-8b", "--engine", "sglang", "--hardware", "b200-180gb", "--block-size", "8")
     assert "warning: llama3.1-8b: --block-size 8: SGLang pages it with trtllm_mha on compute capability 10.x, which " \
            "takes another page size as 64 (_mla_backend_page_constraints); its pages are counted at 64 tokens" in r.stderr
+
+
+def test_sglang_keeps_a_multimodal_checkpoints_embedding_or_feature_cache_out_of_its_budget():
+    # mm_runtime_reservation_gb: SGLANG_VLM_CACHE_SIZE_MB (100 MiB) for a multimodal checkpoint; Qwen3-VL on a Hopper of
+    # 60 GiB or more: the embedding cache off and the cuda_ipc feature transport on (model_overrides/qwen3_vl.py),
+    # SGLANG_MM_FEATURE_CACHE_MB, 1,024 MiB; Mistral 3 (Mistral3ForConditionalGeneration) is one of SGLang's multimodal
+    # architectures (model_config.py multimodal_model_archs), a Mistral text checkpoint not
+    from kvcalc.costs.engine_memory import sglang_mm_reservation
+    from kvcalc.registry import load_model
+
+    vl = load_model(str(next(REFERENCE.glob("*/qwen3-vl-8b-instruct.json")))).spec
+    mistral3 = load_model(str(next(REFERENCE.glob("*/flux2-dev-mistral-small-3.json")))).spec
+    at = {hw.name: Settings(ctx=1, engine="sglang", hardware=hw) for hw in (H100, B200, load_hardware("h200-141gb"))}
+    assert [sglang_mm_reservation(vl, t) for t in at.values()] == [1024 * 2**20, 100 * 2**20, 1024 * 2**20]
+    assert [sglang_mm_reservation(m, at["h100-80gb"]) for m in (spec("gemma4-26b-a4b"), spec("whisper-large-v3"),
+                                                                 mistral3, spec("mistral-7b"), spec("llama3.1-8b"))] == \
+        [100 * 2**20, 100 * 2**20, 100 * 2**20, 0, 0]
+    assert mistral3.multimodal is True and spec("mistral-7b").multimodal is None
+    r = run("fit", str(next(REFERENCE.glob("*/flux2-dev-mistral-small-3.json"))), "--engine", "vllm", "--hardware",
+            "h100-80gb", "--ctx", "4k")
+    assert "loads the vision tower of the family's multimodal checkpoints" in r.stderr
 
 
 def test_dsa_on_amd_gpus_pages_as_sglangs_default_environment_does():
@@ -189,3 +210,12 @@ def test_sglang_keeps_100_mib_of_a_multimodal_budget_and_whisper_has_its_context
     assert (sglang_context_len(spec("whisper-large-v3")), sglang_context_len(spec("llama3.1-8b"))) == (2048, 131_072)
     r = run("fit", "whisper-large-v3", "--engine", "sglang", "--hardware", "h100-80gb", "--batch", "64")
     assert "SGLang serves a request of at most" not in r.stderr
+
+
+def test_a_granite_h_config_without_its_context_names_sglangs_own_default():
+    # SGLang reads granitemoehybrid configs with its own GraniteMoeHybridConfig (srt/configs/granitemoehybrid.py), whose
+    # max_position_embeddings defaults to 131,072, transformers' to 2,048 (the reference file leaves the key out)
+    from kvcalc.registry import load_model
+
+    model = load_model(str(next(REFERENCE.glob("*/granite-4.0-h-small.json")))).spec
+    assert model.max_context == 2048 and "SGLang's own class 131072" in model.notes

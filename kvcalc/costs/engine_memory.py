@@ -96,11 +96,31 @@ SGLANG_TIERS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 4096, 48, 160), (60 * 1024,
 # Llama 4 are served as text by default): it turns their breakable prefill CUDA graphs off unless allow-listed
 # (cuda_graph_hook.py; Qwen3.5 alone of these), and for those with a vision (or audio) tower trims their static
 # fraction (memory_hook.py adjust_mem_fraction_for_vlm) and loads the tower's weights, neither in kvcalc's text specs
-SGLANG_MULTIMODAL = frozenset({"gemma4", "gemma3n", "qwen3_vl", "qwen3_5_moe", "whisper"})
+SGLANG_MULTIMODAL = frozenset({"gemma4", "gemma3n", "qwen3_vl", "qwen3_5_moe", "whisper", "mistral", "ministral3"})
+# Of those, the families whose checkpoints are multimodal only where the spec says so (ModelSpec.multimodal true):
+# Mistral 3's (Mistral3ForConditionalGeneration, with its Pixtral tower: model_config.py multimodal_model_archs),
+# whose text model is a Mistral or Ministral 3 like the text-only checkpoints
+OPT_IN_TOWERS = frozenset({"mistral", "ministral3"})
 SGLANG_MULTIMODAL_GRAPHS = frozenset({"qwen3_5_moe"})  # is_multimodal_breakable_cuda_graph_supported
-# What SGLang takes from a multimodal model's KV budget for its embedding cache, allocated after the pools are sized
-# (kv_cache_configurator.py mm_runtime_reservation_gb, in _profile_available_bytes: SGLANG_VLM_CACHE_SIZE_MB, 100)
+# What SGLang takes from a multimodal model's KV budget for memory it allocates after the pools are sized
+# (kv_cache_configurator.py mm_runtime_reservation_gb, in _profile_available_bytes): its embedding cache,
+# SGLANG_VLM_CACHE_SIZE_MB (100), and with the cuda_ipc feature transport SGLANG_MM_FEATURE_CACHE_MB (1,024) more;
+# Qwen3-VL on a Hopper GPU of 60 GiB or more turns the first off and the transport on
+# (model_overrides/qwen3_vl.py _qwen3vl_hopper_serving_overrides, large_hopper_qwen3_vl_model_type)
 SGLANG_VLM_CACHE_BYTES = 100 * 2**20
+SGLANG_MM_FEATURE_CACHE_BYTES = 1024 * 2**20
+
+
+def sglang_mm_reservation(spec: ModelSpec, s: Settings) -> int:
+    """Bytes SGLang takes from a multimodal checkpoint's KV budget (SGLANG_VLM_CACHE_BYTES, or Qwen3-VL's feature
+    cache on a large Hopper), 0 for a text model."""
+    if not with_tower(spec, SGLANG_MULTIMODAL):
+        return 0
+    hw = s.hardware
+    if spec.family == "qwen3_vl" and hw is not None and hw.platform == "cuda" and hw.capability is not None \
+            and hw.capability[0] == 9 and hw.memory_bytes >= 60 * 2**30:
+        return SGLANG_MM_FEATURE_CACHE_BYTES
+    return SGLANG_VLM_CACHE_BYTES
 SGLANG_TOWERS = SGLANG_MULTIMODAL - {"whisper"}  # Whisper's config has no vision_config, its encoder is in its spec
 # Families whose published checkpoints carry a vision (or audio) tower both engines load though kvcalc's specs are
 # text models: the above, and Gemma 3 (4B and up) and Llama 4, whose Gemma3ForConditionalGeneration and
@@ -111,8 +131,11 @@ TOWER_FAMILIES = SGLANG_TOWERS | {"gemma3", "llama4"}
 
 def with_tower(spec: ModelSpec, families: frozenset[str]) -> bool:
     """Whether `spec`'s checkpoint is one of `families`' multimodal ones: its family's, unless the spec says it is a
-    text model (ModelSpec.multimodal false: Gemma 3 1B, a gemma4_text import)."""
-    return spec.family in families and spec.multimodal is not False
+    text model (ModelSpec.multimodal false: Gemma 3 1B, a gemma4_text import); for OPT_IN_TOWERS only where the
+    spec says it is multimodal (a Mistral 3 import)."""
+    if spec.family not in families:
+        return False
+    return spec.multimodal is True if spec.family in OPT_IN_TOWERS else spec.multimodal is not False
 # Families whose attention backend SGLang picks before its ROCm default, aiter (model_override_base.py): Whisper's
 # flashinfer, and the model overrides' triton for Gemma 4 and OLMo 2 (arg_groups/model_overrides gemma4.py, olmo2.py;
 # SGLang serves OLMo 3 as OLMo 2, configs/olmo3.py)
@@ -336,11 +359,11 @@ def sglang_stage_pools(spec: ModelSpec, t: Settings, budget: int, acts: int) -> 
     each; under pp the largest stage's constant states a sequence charged on each (_handle_max_mamba_cache: "Charge
     the largest per-stage share so every rank derives the same pool"; its layers' share of the whole, equal for equal
     layers); and the SWA pool's floor, SGLang's window and a page (kvcalc.costs.paged.sglang_window). A multimodal
-    checkpoint's room is SGLANG_VLM_CACHE_BYTES less (its embedding cache)."""
+    checkpoint's room is sglang_mm_reservation less (its embedding or feature cache)."""
     plans = stages(spec, t)
     pools = [sglang_pools(t, plan) for plan in plans]
     heaviest = max(plan.weights_bytes for plan in plans)
-    embeddings = SGLANG_VLM_CACHE_BYTES if with_tower(spec, SGLANG_MULTIMODAL) else 0
+    embeddings = sglang_mm_reservation(spec, t)
     state = max(p.state_per_sequence for p in pools)
     window = sglang_window(spec)
     return [(plan, p._replace(state_per_sequence=state, swa_floor=window + p.block if window else 0),
@@ -382,7 +405,8 @@ def sglang_request_table(spec: ModelSpec, s: Settings, budget: int, acts: int) -
     """Bytes of SGLang's request table on a GPU, outside its static pools: (max_running_requests + 1) rows, a padding
     row among them, of context_len + 4 int32 token slots, and the draft tokens more under --mtp (ReqToTokenPool;
     kv_cache_configurator._build_req_to_token_pool; allocation_sizing.get_req_to_token_extra_context_len, which under
-    speculation on pages of more than a token may add a few more), context_len SGLang's default (sglang_context_len);
+    speculation on pages of P tokens makes the extra at least its decode reserve + P − 1: up to about 63 slots more a
+    row at 64, not counted), context_len SGLang's default (sglang_context_len);
     None where its pools do not start."""
     from kvcalc.costs.paged import SGLANG_SPEC_DRAFT_TOKENS
 

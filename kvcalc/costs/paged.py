@@ -155,13 +155,14 @@ def check_sglang_block(spec: ModelSpec, s: Settings) -> None:
     radix cache (tracking_slots): one that does not divide its state-tracking interval."""
     if s.block_size is None or not tracking_slots(spec.family, s) or not spec.has_states():
         return
-    from kvcalc.costs.sglang_pages import validated_page
+    from kvcalc.costs.sglang_pages import sglang_page, validated_page
 
     if SGLANG_TRACK_INTERVAL % (validated_page(spec, s) or 1):  # as asked, before a backend changes it
+        default = sglang_page(spec, dataclasses.replace(s, block_size=None))
         raise KvcalcError(f"--block-size {s.block_size} --engine sglang: SGLang 0.5.23 snapshots {spec.name}'s states "
                           f"every {SGLANG_TRACK_INTERVAL} tokens for its radix cache (mamba_track_interval) and does not "
                           "start unless the page size divides that (validate_mamba_extra_buffer): give a power of 2 up "
-                          f"to {SGLANG_TRACK_INTERVAL}, or leave --block-size out for its {DEFAULT_BLOCK['sglang']}")
+                          f"to {SGLANG_TRACK_INTERVAL}, or leave --block-size out for its {default} on this GPU")
 
 
 def state_slots(family: str, s: Settings) -> int:

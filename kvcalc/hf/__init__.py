@@ -86,9 +86,10 @@ def import_config(cfg: dict, origin: str, name: str) -> Imported:
         stretched_by = _rope_scaled_context(cfg, model_type, body, notes, origin)
     except SpecError as exc:  # read from text_config where the importer reads the text model there
         raise _text_config_key(exc, cfg, model_type, origin) from None
-    from kvcalc.costs.engine_memory import TOWER_FAMILIES
+    from kvcalc.costs.engine_memory import OPT_IN_TOWERS, TOWER_FAMILIES
 
-    if data["family"] in TOWER_FAMILIES and (multimodal := _multimodal(cfg)) is not None:
+    if data["family"] in TOWER_FAMILIES and (multimodal := _multimodal(cfg)) is not None \
+            and (multimodal or data["family"] not in OPT_IN_TOWERS):  # Mistral's only where it has its tower
         body["multimodal"] = multimodal  # a text-only checkpoint of a multimodal family: Gemma3ForCausalLM (1B)
     if notes:
         data["notes"] = "; ".join(notes)

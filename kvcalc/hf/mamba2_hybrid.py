@@ -121,6 +121,9 @@ def _granite_layers(cfg: dict, origin: str, n_layers: int) -> list[str]:
 
 @importer("granitemoehybrid", keys={"head_dim": "hidden_size / num_attention_heads", **MAMBA2_KEYS})
 def _granitemoehybrid(cfg, origin, notes):
+    if "max_position_embeddings" not in cfg:  # SGLang 0.5.23 reads the file with its own class (srt/configs/granitemoehybrid.py)
+        notes.append("max_position_embeddings absent: transformers' GraniteMoeHybridConfig takes 2048 (used here), "
+                     "SGLang's own class 131072 (give a spec's max_context to match it)")
     cfg = fill_defaults(cfg, GRANITE_DEFAULTS, "GraniteMoeHybridConfig", notes)
     if cfg.get("position_embedding_type") not in (None, "rope", "nope"):
         raise SpecError(f"{origin}: position_embedding_type: must be null, \"rope\" or \"nope\", got "

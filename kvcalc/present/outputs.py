@@ -187,7 +187,7 @@ def _engine_warnings(specs: list[ModelSpec], s: Settings) -> list[str]:
                 backend, f"it with {backend} on compute capability 10.x, which takes another page size as {page} "
                          "(_mla_backend_page_constraints)")
             out.append(f"warning: {spec.name}: --block-size {s.block_size}: SGLang pages {why}; its pages are counted "
-                       f"at {page:,} tokens")
+                       f"at {page:,} token{'s' if page != 1 else ''}")
         if s.engine == "sglang" and s.pp > 1 and s.mtp and spec.mtp_layers:  # check_pipeline_parallel_compat
             out.append(f"note: {spec.name}: --engine sglang --pp {s.pp} --mtp: SGLang 0.5.23 serves pipeline "
                        "parallelism with speculative decoding only with SGLANG_ENABLE_PP_SPEC=1 set (without it only as "
@@ -873,12 +873,14 @@ def fit_output(lm: LoadedModel, opts: Any, ctxs: list[int] | None, gpus: int | N
     if s.engine == "sglang" and reserve is None and with_tower(spec, SGLANG_TOWERS):
         warnings.append(f"note: {spec.name}: SGLang serves its published checkpoint as multimodal: it trims the static "
                         "fraction for the vision or audio tower (adjust_mem_fraction_for_vlm) and loads the tower's "
-                        "weights, neither counted here (a text model's fraction is used; the 100 MiB it keeps for "
-                        "its embedding cache is): give --reserve to match")
+                        "weights, neither counted here (a text model's fraction is used; the memory it keeps for its "
+                        "embedding or feature cache is: 100 MiB, Qwen3-VL's 1 GiB on a Hopper of 60 GiB or more): "
+                        "give --reserve to match")
     elif s.engine in ("vllm", "sglang") and reserve is None and with_tower(spec, TOWER_FAMILIES):
         engine = {"vllm": "vLLM", "sglang": "SGLang"}[s.engine]
         warnings.append(f"note: {spec.name}: {engine} loads the vision tower of the family's multimodal checkpoints "
-                        "(Gemma 3 of 4B and more, Llama 4, Gemma 4, Gemma 3n, Qwen3-VL, Qwen3.5), whose weights the "
+                        "(Gemma 3 of 4B and more, Llama 4, Gemma 4, Gemma 3n, Qwen3-VL, Qwen3.5, Mistral 3), whose "
+                        "weights the "
                         "text spec leaves out: give --reserve to match")
     figs = figures_of(FitRow)
     hide = ({"max_ctx", "batch"} if ctxs else {"max_batch", "ctx"}) | {"exceeds_max_context"}  # stderr says it
