@@ -69,13 +69,14 @@ from math import gcd, lcm
 
 from kvcalc.attention import MLA, AttentionKind, Formula, Layer
 from kvcalc.costs.quant import component_bytes, group_size
+from kvcalc.costs.sglang_pages import SGLANG_DEFAULT_PAGE, sglang_page, validated_page
 from kvcalc.costs.state import parts_bytes, state_parts
 from kvcalc.errors import KvcalcError
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, ResolvedGroup
 
 # tokens a page: vLLM CacheConfig.DEFAULT_BLOCK_SIZE (64 from vLLM 0.34.0 of 2026-11-16; 16 in 0.33.0 and before), SGLang page_size
-DEFAULT_BLOCK = {"ideal": 1, "vllm": 64, "sglang": 1}
+DEFAULT_BLOCK = {"ideal": 1, "vllm": 64, "sglang": SGLANG_DEFAULT_PAGE}  # SGLang's as its backend changes it: sglang_page
 VLLM_KERNEL_BLOCK = 16  # FlashAttention's smallest kernel block (get_supported_kernel_block_sizes: MultipleOf(16))
 VLLM_MLA_HYBRID_BLOCK = 128  # _align_hybrid_block_size: an MLA/Mamba hybrid's block a multiple of 128 (TRT-LLM MLA)
 # _align_hybrid_block_size in mamba_cache_mode "align" (the hybrids' default): the block is also a multiple of the
@@ -155,8 +156,6 @@ def check_sglang_block(spec: ModelSpec, s: Settings) -> None:
     radix cache (tracking_slots): one that does not divide its state-tracking interval."""
     if s.block_size is None or not tracking_slots(spec.family, s) or not spec.has_states():
         return
-    from kvcalc.costs.sglang_pages import sglang_page, validated_page
-
     if SGLANG_TRACK_INTERVAL % (validated_page(spec, s) or 1):  # as asked, before a backend changes it
         default = sglang_page(spec, dataclasses.replace(s, block_size=None))
         raise KvcalcError(f"--block-size {s.block_size} --engine sglang: SGLang 0.5.23 snapshots {spec.name}'s states "
