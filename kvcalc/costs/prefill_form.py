@@ -9,6 +9,7 @@ from __future__ import annotations
 from kvcalc.attention import MLA
 from kvcalc.costs.engine_files import ceil_div
 from kvcalc.costs.params import ffn_runs
+from kvcalc.costs.sglang_pages import is_sm100
 from kvcalc.settings import Settings
 from kvcalc.spec import ModelSpec, MoEFFN
 
@@ -144,7 +145,7 @@ def sglang_mla_backend(spec: ModelSpec, s: Settings) -> str:
     if hw is None or (hw.platform == "cuda" and (hw.capability is None or hw.capability == (9, 0))):
         return "fa3"
     if hw.platform == "cuda":
-        if hw.capability is not None and hw.capability[0] == 10:
+        if is_sm100(s):
             return "trtllm_mla" if sglang_deepseek_v3(spec) else "flashinfer"
         return "triton"
     if hw.platform == "rocm":
@@ -172,7 +173,7 @@ def sglang_dsa_per_head(s: Settings) -> bool:
         return True
     if hw.platform == "rocm":
         return "cdna 4" in hw.description.casefold()
-    return hw.platform == "cuda" and hw.capability is not None and (hw.capability == (9, 0) or hw.capability[0] == 10)
+    return hw.platform == "cuda" and hw.capability == (9, 0) or is_sm100(s)
 
 
 def sglang_forwards(s: Settings) -> tuple[int, int]:
